@@ -1,0 +1,3 @@
+"""hermes-admin: maintenance for Hermes Agent session stores, across every profile."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,3 @@
+from hermes_admin.cli.main import main
+
+main()

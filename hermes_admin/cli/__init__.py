@@ -1,0 +1,1 @@
+"""The click CLI: wiring only; the work happens in the modules it calls."""

@@ -1,0 +1,40 @@
+"""`hermes-admin`: the command group and its global options (design §8)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from hermes_admin import __version__, exitcodes
+from hermes_admin.cli.context import App
+from hermes_admin.cli.demo_cmd import demo
+from hermes_admin.cli.profiles_cmd import profiles
+from hermes_admin.cli.sessions_cmd import sessions
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--root", "roots", multiple=True, metavar="PATH", type=click.Path(),
+              help="A Hermes root (repeatable). Default: $HERMES_HOME's root, else ~/.hermes.")
+@click.option("--config", "config_path", metavar="FILE", type=click.Path(),
+              help="Admin config (default: $HERMES_ADMIN_CONFIG, the user/site config dir, /etc/hermes-admin).")
+@click.option("--all-users", is_flag=True, help="Also every local user's default root.")
+@click.option("-v", "--verbose", count=True, help="More detail on stderr.")
+@click.version_option(__version__, prog_name="hermes-admin")
+@click.pass_context
+def cli(ctx: click.Context, roots, config_path, all_users, verbose):
+    """Maintenance for Hermes Agent installations: every profile of every root."""
+    ctx.obj = App(roots_given=tuple(roots), config_path=config_path, all_users=all_users, verbose=verbose)
+
+
+cli.add_command(profiles)
+cli.add_command(sessions)
+cli.add_command(demo)
+
+
+def main() -> None:
+    try:
+        cli.main(prog_name="hermes-admin", standalone_mode=True)
+    except KeyboardInterrupt:
+        click.echo("hermes-admin: interrupted", err=True)
+        sys.exit(exitcodes.INTERRUPTED)

@@ -1,0 +1,42 @@
+"""`hermes-admin profiles`: each profile with its health and counts."""
+
+from __future__ import annotations
+
+import click
+
+from hermes_admin import exitcodes, report
+from hermes_admin.cli.context import App, json_option, pass_app, profile_option
+from hermes_admin.inspect import profile_summary
+
+
+def show_profiles(app: App, only: tuple[str, ...], as_json: bool) -> int:
+    found = app.discover(only)
+    rows = [profile_summary(p) for p in found.profiles]
+    if as_json:
+        report.emit_json({"profiles": rows})
+    else:
+        report.stdout_console().print(report.table(
+            None,
+            ["profile", "home", "ok", "schema", "journal", "sessions", "messages", "archived",
+             "live", "empty", "store", "wal", "last activity"],
+            [[r["name"], r["home"], "yes" if r["ok"] else "NO", r["schema_version"], r["journal_mode"],
+              r["sessions"], r["messages"], r["archived"], r["live"], r["empty"],
+              report.human_bytes(r["store_bytes"]) if r["store"] else "no store",
+              report.human_bytes(r["wal_bytes"]) if r["store"] else None, r["last_activity"]]
+             for r in rows],
+        ))
+    for r in rows:
+        if not r["ok"]:
+            report.error(r["error"])
+    unknown = set(only) - {p.name for p in found.profiles}
+    failed = any(not r["ok"] for r in rows) or found.missing_roots or unknown
+    return exitcodes.PROFILE_FAILED if failed else exitcodes.OK
+
+
+@click.command()
+@profile_option
+@json_option
+@pass_app
+def profiles(app: App, profiles: tuple[str, ...], as_json: bool):
+    """List every profile with its health and counts."""
+    raise click.exceptions.Exit(show_profiles(app, profiles, as_json))

@@ -1,0 +1,88 @@
+"""The admin config (YAML): where it is found and what it may hold (design §8).
+
+Looked up in order: `--config`, `$HERMES_ADMIN_CONFIG`, the user config dir,
+the site config dir (platformdirs), `/etc/hermes-admin/config.yaml`. No file
+at all is fine: every key has a default.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import platformdirs
+import yaml
+
+APP = "hermes-admin"
+TOP_LEVEL_KEYS = {"roots", "defaults", "profiles", "schedule", "metrics_file"}
+
+
+class ConfigError(Exception):
+    """A config that cannot be used; the message names the file."""
+
+
+@dataclass
+class AdminConfig:
+    path: Path | None = None
+    roots: list[str] = field(default_factory=list)
+    defaults: dict = field(default_factory=dict)
+    profiles: dict = field(default_factory=dict)
+    schedule: dict = field(default_factory=dict)
+    metrics_file: str | None = None
+
+
+def candidate_paths(environ: dict[str, str] | None = None) -> list[Path]:
+    env = os.environ if environ is None else environ
+    paths = []
+    if env.get("HERMES_ADMIN_CONFIG"):
+        paths.append(Path(env["HERMES_ADMIN_CONFIG"]).expanduser())
+    paths.append(Path(platformdirs.user_config_dir(APP)) / "config.yaml")
+    paths.append(Path(platformdirs.site_config_dir(APP)) / "config.yaml")
+    paths.append(Path("/etc") / APP / "config.yaml")
+    return paths
+
+
+def load(explicit: str | None = None, environ: dict[str, str] | None = None) -> AdminConfig:
+    """The admin config in force; an explicit path must exist, the others may not."""
+    if explicit:
+        path = Path(explicit).expanduser()
+        if not path.is_file():
+            raise ConfigError(f"{path}: no such config file")
+        return parse(path)
+    env = os.environ if environ is None else environ
+    for path in candidate_paths(env):
+        if path.is_file():
+            return parse(path)
+        if env.get("HERMES_ADMIN_CONFIG") and path == Path(env["HERMES_ADMIN_CONFIG"]).expanduser():
+            raise ConfigError(f"{path}: no such config file (from $HERMES_ADMIN_CONFIG)")
+    return AdminConfig()
+
+
+def parse(path: Path) -> AdminConfig:
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        line = f" (line {where.line + 1})" if where else ""
+        raise ConfigError(f"{path}: not valid YAML{line}") from exc
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: must be a mapping of keys, not {type(data).__name__}")
+    unknown = sorted(set(data) - TOP_LEVEL_KEYS)
+    if unknown:
+        raise ConfigError(f"{path}: unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(TOP_LEVEL_KEYS))})")
+    roots = data.get("roots") or []
+    if isinstance(roots, str):
+        roots = [roots]
+    if not isinstance(roots, list) or not all(isinstance(r, str) for r in roots):
+        raise ConfigError(f"{path}: roots must be a list of paths")
+    for key in ("defaults", "profiles", "schedule"):
+        if not isinstance(data.get(key) or {}, dict):
+            raise ConfigError(f"{path}: {key} must be a mapping")
+    return AdminConfig(
+        path=path, roots=roots, defaults=data.get("defaults") or {},
+        profiles=data.get("profiles") or {}, schedule=data.get("schedule") or {},
+        metrics_file=data.get("metrics_file"),
+    )

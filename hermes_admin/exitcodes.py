@@ -1,0 +1,7 @@
+"""Exit codes shared by every command (design §8)."""
+
+OK = 0
+WARNINGS = 1  # done, but a plugin failed or items were skipped
+PROFILE_FAILED = 2  # a profile or store could not be processed; the others were
+LOCKED = 3  # another hermes-admin run holds the lock
+INTERRUPTED = 130

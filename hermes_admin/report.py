@@ -1,0 +1,58 @@
+"""Output: one JSON document on stdout, tables for people, messages on stderr."""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import datetime, timezone
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+
+def iso(ts: float | None) -> str | None:
+    if ts is None:
+        return None
+    return datetime.fromtimestamp(float(ts), tz=timezone.utc).isoformat(timespec="seconds")
+
+
+def emit_json(document: dict) -> None:
+    """Exactly one JSON document on stdout; nothing else is ever printed there with --json."""
+    click.echo(json.dumps(document, indent=2, default=str))
+
+
+def stdout_console() -> Console:
+    return Console(file=click.get_text_stream("stdout"), soft_wrap=False, width=None if sys.stdout.isatty() else 160)
+
+
+def stderr_console() -> Console:
+    return Console(file=click.get_text_stream("stderr"), highlight=False)
+
+
+def warn(message: str) -> None:
+    click.echo(f"hermes-admin: warning: {message}", err=True)
+
+
+def error(message: str) -> None:
+    click.echo(f"hermes-admin: error: {message}", err=True)
+
+
+def human_bytes(n: int | None) -> str:
+    if n is None:
+        return "-"
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return str(n)
+
+
+def table(title: str | None, columns: list[str], rows: list[list[object]]) -> Table:
+    out = Table(title=title, show_lines=False, header_style="bold")
+    for name in columns:
+        out.add_column(name, overflow="fold")
+    for row in rows:
+        out.add_row(*["-" if v is None else str(v) for v in row])
+    return out

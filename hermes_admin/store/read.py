@@ -1,0 +1,195 @@
+"""Reads of a store: profile counts and session rows.
+
+The peewee models declare only columns both v22 and v30 have; columns that
+exist only in some versions (`pinned`, `last_activity_at`) are added as SQL
+expressions when the schema has them, so one query serves every version.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import peewee
+from peewee import SQL, fn
+
+from hermes_admin.store.open import Store
+
+
+class _Base(peewee.Model):
+    class Meta:
+        database = None  # bound per store with bind_ctx
+
+
+class Session(_Base):
+    id = peewee.TextField(primary_key=True)
+    source = peewee.TextField()
+    session_key = peewee.TextField(null=True)
+    model = peewee.TextField(null=True)
+    model_config = peewee.TextField(null=True)
+    parent_session_id = peewee.TextField(null=True)
+    started_at = peewee.FloatField()
+    ended_at = peewee.FloatField(null=True)
+    end_reason = peewee.TextField(null=True)
+    message_count = peewee.IntegerField(null=True)
+    title = peewee.TextField(null=True)
+    profile_name = peewee.TextField(null=True)
+    archived = peewee.IntegerField()
+
+    class Meta:
+        table_name = "sessions"
+
+
+class Message(_Base):
+    id = peewee.AutoField()
+    session_id = peewee.TextField()
+    role = peewee.TextField()
+    timestamp = peewee.FloatField()
+
+    class Meta:
+        table_name = "messages"
+
+
+MODELS = (Session, Message)
+
+
+@dataclass(slots=True)
+class SessionRow:
+    """What every task needs to know about one session, whatever the schema."""
+
+    id: str
+    source: str
+    title: str | None
+    parent_id: str | None
+    started_at: float
+    ended_at: float | None
+    end_reason: str | None
+    archived: bool
+    pinned: bool
+    last_activity_at: float | None
+    last_message_at: float | None
+    message_rows: int
+    delegate_from: str | None
+    model: str | None
+    session_key: str | None
+    profile_name: str | None
+
+    @property
+    def last_activity(self) -> float:
+        """Newest of `last_activity_at` and the newest message; else `started_at`."""
+        candidates = [t for t in (self.last_activity_at, self.last_message_at) if t is not None]
+        return max(candidates) if candidates else self.started_at
+
+    @property
+    def is_open(self) -> bool:
+        return self.ended_at is None
+
+
+def _optional(store: Store, column: str, default: str) -> SQL:
+    if store.schema.has_column("sessions", column):
+        return SQL(f'"sessions"."{column}"')
+    return SQL(default)
+
+
+# json_extract raises on malformed JSON; a bad model_config must not fail a read.
+_DELEGATE_FROM = SQL(
+    "CASE WHEN json_valid(\"sessions\".\"model_config\") "
+    "THEN json_extract(\"sessions\".\"model_config\", '$._delegate_from') END"
+)
+
+
+def _session_query(store: Store):
+    stats = (
+        Message.select(
+            Message.session_id,
+            fn.COUNT(Message.id).alias("n"),
+            fn.MAX(Message.timestamp).alias("last"),
+        )
+        .group_by(Message.session_id)
+        .alias("m")
+    )
+    return (
+        Session.select(
+            Session.id,
+            Session.source,
+            Session.title,
+            Session.parent_session_id,
+            Session.started_at,
+            Session.ended_at,
+            Session.end_reason,
+            Session.archived,
+            _optional(store, "pinned", "0").alias("pinned"),
+            _optional(store, "last_activity_at", "NULL").alias("last_activity_at"),
+            stats.c.last.alias("last_message_at"),
+            fn.COALESCE(stats.c.n, 0).alias("message_rows"),
+            _DELEGATE_FROM.alias("delegate_from"),
+            Session.model,
+            Session.session_key,
+            Session.profile_name,
+        )
+        .join(stats, peewee.JOIN.LEFT_OUTER, on=(stats.c.session_id == Session.id))
+    )
+
+
+def _row(values: tuple) -> SessionRow:
+    (sid, source, title, parent, started, ended, reason, archived, pinned,
+     last_act, last_msg, n, delegate_from, model, key, profile_name) = values
+    return SessionRow(
+        id=sid, source=source, title=title, parent_id=parent,
+        started_at=float(started or 0.0), ended_at=ended, end_reason=reason,
+        archived=bool(archived), pinned=bool(pinned), last_activity_at=last_act,
+        last_message_at=last_msg, message_rows=int(n), delegate_from=delegate_from,
+        model=model, session_key=key, profile_name=profile_name,
+    )
+
+
+def load_sessions(store: Store) -> list[SessionRow]:
+    """Every session row of the store, with its message statistics: one query."""
+    with store.db.bind_ctx(MODELS):
+        return [_row(v) for v in _session_query(store).tuples().iterator()]
+
+
+def find_session_ids(store: Store, id_or_prefix: str) -> list[str]:
+    """The exact id if it exists, else every id starting with the prefix."""
+    with store.db.bind_ctx(MODELS):
+        if Session.select().where(Session.id == id_or_prefix).exists():
+            return [id_or_prefix]
+        prefix = Session.id.startswith(id_or_prefix)  # GLOB, case-sensitive, escapes the prefix
+        return [sid for (sid,) in Session.select(Session.id).where(prefix).limit(50).tuples()]
+
+
+@dataclass
+class ProfileCounts:
+    sessions: int
+    messages: int
+    archived: int
+    live: int
+    empty: int
+    last_activity: float | None
+
+
+def profile_counts(store: Store) -> ProfileCounts:
+    """The counts `profiles` shows; `empty` checks message rows, not `message_count`."""
+    with store.db.bind_ctx(MODELS):
+        has_messages = Message.select(SQL("1")).where(Message.session_id == Session.id)
+        sessions = Session.select().count()
+        messages = Message.select().count()
+        archived = Session.select().where(Session.archived != 0).count()
+        live = Session.select().where(Session.ended_at.is_null()).count()
+        empty = (
+            Session.select()
+            .where(Session.ended_at.is_null(False) & ~fn.EXISTS(has_messages))
+            .count()
+        )
+        newest = [
+            Session.select(fn.MAX(Session.started_at)).scalar(),
+            Message.select(fn.MAX(Message.timestamp)).scalar(),
+        ]
+        if store.schema.has_column("sessions", "last_activity_at"):
+            newest.append(store.db.execute_sql("SELECT MAX(last_activity_at) FROM sessions").fetchone()[0])
+    known = [float(t) for t in newest if t is not None]
+    return ProfileCounts(sessions, messages, archived, live, empty, max(known) if known else None)
+
+
+def journal_mode(store: Store) -> str:
+    # Reading the mode never changes it.
+    return str(store.db.execute_sql("PRAGMA journal_mode").fetchone()[0]).lower()
