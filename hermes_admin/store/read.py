@@ -85,16 +85,16 @@ class SessionRow:
 
 
 def _optional(store: Store, column: str, default: str) -> SQL:
-    if store.schema.has_column("sessions", column):
-        return SQL(f'"sessions"."{column}"')
-    return SQL(default)
+    # Only sessions has these names, so an unqualified reference is unambiguous.
+    return SQL(column) if store.schema.has_column("sessions", column) else SQL(default)
 
 
-# json_extract raises on malformed JSON; a bad model_config must not fail a read.
-_DELEGATE_FROM = SQL(
-    "CASE WHEN json_valid(\"sessions\".\"model_config\") "
-    "THEN json_extract(\"sessions\".\"model_config\", '$._delegate_from') END"
-)
+def _delegate_from():
+    # json_extract raises on malformed JSON; a bad model_config must not fail a read.
+    return peewee.Case(None, [(
+        fn.json_valid(Session.model_config),
+        fn.json_extract(Session.model_config, "$._delegate_from"),
+    )])
 
 
 def _session_query(store: Store):
@@ -121,7 +121,7 @@ def _session_query(store: Store):
             _optional(store, "last_activity_at", "NULL").alias("last_activity_at"),
             stats.c.last.alias("last_message_at"),
             fn.COALESCE(stats.c.n, 0).alias("message_rows"),
-            _DELEGATE_FROM.alias("delegate_from"),
+            _delegate_from().alias("delegate_from"),
             Session.model,
             Session.session_key,
             Session.profile_name,

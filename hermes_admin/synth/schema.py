@@ -125,6 +125,10 @@ _INDEXES_COMMON = [
     ("idx_messages_session_active", "messages(session_id, active, timestamp)"),
     ("idx_sessions_session_key", "sessions(session_key, started_at DESC)"),
     ("idx_sessions_handoff_state", "sessions(handoff_state, started_at)"),
+    ("idx_sessions_gateway_peer", "sessions(source, user_id, chat_id, chat_type, thread_id, started_at DESC)"),
+    ("idx_messages_platform_msg_id",
+     "messages(session_id, platform_message_id) WHERE platform_message_id IS NOT NULL"),
+    ("idx_messages_active_null", "messages(active) WHERE active IS NULL"),
 ]
 
 _INDEXES_V30 = [

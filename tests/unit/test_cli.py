@@ -1,0 +1,141 @@
+import json
+import os
+import subprocess
+import sys
+
+from tests.conftest import counts, store_digest
+
+KEYS = ["name", "home", "store", "ok", "error", "schema_version", "journal_mode", "sessions", "messages",
+        "archived", "live", "empty", "store_bytes", "wal_bytes", "last_activity"]
+
+
+def add_garbage_profile(root, name="broken"):
+    home = root / "profiles" / name
+    home.mkdir(parents=True)
+    (home / "state.db").write_bytes(b"\x00garbage" * 512)
+    return home
+
+
+def test_profiles_json_lists_every_profile_and_flags_the_broken_one(synth_root, invoke):
+    root, _ = synth_root
+    add_garbage_profile(root)
+    (root / "profiles" / "fresh").mkdir()  # a home without a store yet
+    before = store_digest(root)
+    result = invoke("--root", str(root), "profiles", "--json")
+    assert result.exit_code == 2
+    doc = json.loads(result.stdout)
+    assert list(doc) == ["profiles"]
+    rows = {r["name"]: r for r in doc["profiles"]}
+    assert set(rows) == {"default", "work", "legacy", "broken", "fresh"}
+    assert all(list(r) == KEYS for r in rows.values())
+    for name in ("default", "work", "legacy"):
+        r = rows[name]
+        assert r["ok"] is True and r["error"] is None
+        expected = counts(root / r["store"])
+        assert {k: r[k] for k in expected} == expected
+        assert r["journal_mode"] == "wal" and r["empty"] == 3
+    assert rows["legacy"]["schema_version"] == 22 and rows["work"]["schema_version"] == 30
+    assert rows["broken"]["ok"] is False and "not a database" in rows["broken"]["error"]
+    assert "'broken'" in result.stderr
+    assert rows["fresh"]["store"] is None and rows["fresh"]["ok"] is True
+    assert store_digest(root) == before
+
+
+def test_profiles_table_and_filter(synth_root, invoke):
+    root, _ = synth_root
+    result = invoke("--root", str(root), "profiles", "-p", "work")
+    assert result.exit_code == 0
+    assert "work" in result.stdout and "legacy" not in result.stdout
+    missing = invoke("--root", str(root), "profiles", "-p", "nope")
+    assert missing.exit_code == 2 and "profile 'nope': not found" in missing.stderr
+
+
+def test_hermes_home_of_a_named_profile_means_its_root(synth_root, tmp_path):
+    root, _ = synth_root
+    env = dict(os.environ, HERMES_HOME=str(root / "profiles" / "work"), HOME=str(tmp_path),
+               HERMES_ADMIN_CONFIG="")
+    done = subprocess.run([sys.executable, "-m", "hermes_admin", "profiles", "--json"],
+                          capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    assert {r["name"] for r in json.loads(done.stdout)["profiles"]} == {"default", "work", "legacy"}
+
+
+def test_missing_root_is_an_error(invoke, tmp_path):
+    result = invoke("--root", str(tmp_path / "nowhere"), "profiles", "--json")
+    assert result.exit_code == 2
+    assert json.loads(result.stdout) == {"profiles": []}
+    assert "no such folder" in result.stderr
+
+
+def test_sessions_list_orders_by_activity_and_limits(synth_root, invoke):
+    root, kinds = synth_root
+    result = invoke("--root", str(root), "sessions", "list", "-p", "work", "--limit", "5", "--json")
+    assert result.exit_code == 0
+    listed = json.loads(result.stdout)["sessions"]
+    assert len(listed) == 5
+    activity = [s["last_activity"] for s in listed]
+    assert activity == sorted(activity, reverse=True)
+    assert listed[0]["id"] in kinds["work"]["just_ended_empty"]
+    human = invoke("--root", str(root), "sessions", "list", "-n", "3")
+    assert human.exit_code == 0 and "profile" in human.stdout
+
+
+def test_sessions_list_keeps_going_past_a_broken_store(synth_root, invoke):
+    root, _ = synth_root
+    add_garbage_profile(root)
+    result = invoke("--root", str(root), "sessions", "list", "--json")
+    assert result.exit_code == 2
+    doc = json.loads(result.stdout)
+    assert doc["sessions"] and len(doc["errors"]) == 1 and "broken" in doc["errors"][0]
+
+
+def test_sessions_show_lineage_delegates_and_files(synth_root, invoke):
+    root, kinds = synth_root
+    k = kinds["work"]
+    tip = k["lineage"][2]
+    result = invoke("--root", str(root), "sessions", "show", tip[:-2], "-p", "work", "--json")
+    assert result.exit_code == 0, result.stderr
+    shown = json.loads(result.stdout)["session"]
+    assert shown["id"] == tip and shown["lineage"] == k["lineage"]
+    assert shown["compression_parent"] == k["lineage"][1] and shown["open"] is True
+    parent = k["delegate_parent"][0]
+    shown = json.loads(invoke("--root", str(root), "sessions", "show", parent, "--json").stdout)["session"]
+    assert sorted(shown["delegates"]) == sorted(k["delegate_child"])
+    names = sorted(os.path.basename(f["path"]) for f in shown["files"])
+    assert names[0] == f"{parent}.json" and names[1].startswith(f"request_dump_{parent}_")
+    human = invoke("--root", str(root), "sessions", "show", parent)
+    assert human.exit_code == 0 and "delegates" in human.stdout
+
+
+def test_sessions_show_not_found_and_ambiguous(synth_root, invoke):
+    root, _ = synth_root
+    missing = invoke("--root", str(root), "sessions", "show", "nope")
+    assert missing.exit_code == 1 and "no session matches 'nope'" in missing.stderr
+    ambiguous = invoke("--root", str(root), "sessions", "show", "2")
+    assert ambiguous.exit_code == 1 and "ambiguous" in ambiguous.stderr
+
+
+def test_config_roots_and_bad_config(tmp_path, synth_root, invoke):
+    root, _ = synth_root
+    good = tmp_path / "admin.yaml"
+    good.write_text(f"roots: [{root}]\n")
+    result = invoke("--config", str(good), "profiles", "--json")
+    assert result.exit_code == 0 and len(json.loads(result.stdout)["profiles"]) == 3
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("roots: [unclosed\n")
+    result = invoke("--config", str(bad), "profiles")
+    assert result.exit_code == 2 and "bad.yaml" in result.stderr and "not valid YAML" in result.stderr
+    unknown = tmp_path / "unknown.yaml"
+    unknown.write_text("rootz: []\n")
+    result = invoke("--config", str(unknown), "profiles")
+    assert result.exit_code == 2 and "unknown key(s) rootz" in result.stderr
+
+
+def test_module_help_and_demo_with_empty_home(tmp_path):
+    env = dict(os.environ, HOME=str(tmp_path), HERMES_HOME="", HERMES_ADMIN_CONFIG="", TMPDIR=str(tmp_path))
+    done = subprocess.run([sys.executable, "-m", "hermes_admin", "--help"], capture_output=True, text=True, env=env)
+    assert done.returncode == 0 and "profiles" in done.stdout
+    demo = subprocess.run([sys.executable, "-m", "hermes_admin", "demo"], capture_output=True, text=True, env=env)
+    assert demo.returncode == 0, demo.stderr
+    assert "Demo root built in" in demo.stderr
+    assert all(name in demo.stdout for name in ("default", "work", "legacy"))
