@@ -88,3 +88,31 @@ class Graph:
             c for c in self.children.get(sid, ())
             if c not in compression and not self.rows[c].delegate_from
         )
+
+
+class Unit:
+    """What is deleted or archived together, and the id it was selected for."""
+
+    __slots__ = ("session_id", "ids", "rule")
+
+    def __init__(self, session_id: str, ids: Iterable[str], rule: str = ""):
+        self.session_id = session_id
+        self.ids = tuple(dict.fromkeys(ids))  # ordered, no duplicates
+        self.rule = rule
+
+    def __repr__(self) -> str:
+        return f"Unit({self.session_id!r}, {self.ids!r}, {self.rule!r})"
+
+
+def delete_unit(graph: Graph, sid: str, rule: str = "") -> Unit:
+    """A session with its delegates (recursively): what an explicit delete removes."""
+    return Unit(sid, [sid, *graph.delegates_of(sid)], rule)
+
+
+def lineage_unit(graph: Graph, sid: str, rule: str = "") -> Unit:
+    """A whole compression lineage plus its members' delegates; keyed by the lineage root."""
+    members = graph.lineage(sid)
+    ids = list(members)
+    for member in members:
+        ids += graph.delegates_of(member)
+    return Unit(members[0], ids, rule)

@@ -23,11 +23,11 @@ def emit_json(document: dict) -> None:
 
 
 def stdout_console() -> Console:
-    return Console(file=click.get_text_stream("stdout"), soft_wrap=False, width=None if sys.stdout.isatty() else 160)
+    return Console(file=sys.stdout, soft_wrap=False, width=None if sys.stdout.isatty() else 160)
 
 
 def stderr_console() -> Console:
-    return Console(file=click.get_text_stream("stderr"), highlight=False)
+    return Console(file=sys.stderr, highlight=False)
 
 
 def warn(message: str) -> None:

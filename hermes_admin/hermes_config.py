@@ -1,0 +1,75 @@
+"""A profile's own Hermes `config.yaml`: the few keys hermes-admin reads.
+
+Read raw (no Hermes defaults merged in) and never written. A malformed file
+is reported by the caller with the profile and path; nothing is guessed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+DEFAULT_HOOK_TIMEOUT_S = 30.0
+MAX_HOOK_TIMEOUT_S = 600.0
+
+
+class HermesConfigError(Exception):
+    pass
+
+
+@dataclass
+class HermesConfig:
+    path: Path
+    data: dict = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    def section(self, name: str) -> dict:
+        value = self.data.get(name)
+        return value if isinstance(value, dict) else {}
+
+    @property
+    def plugins_enabled(self) -> list[str]:
+        return _names(self.section("plugins").get("enabled"))
+
+    @property
+    def plugins_disabled(self) -> list[str]:
+        return _names(self.section("plugins").get("disabled"))
+
+    @property
+    def hook_timeout(self) -> float | None:
+        """`plugins.hook_callback_timeout`: default 30 s, 0 = none, at most 600 s."""
+        raw = self.section("plugins").get("hook_callback_timeout", DEFAULT_HOOK_TIMEOUT_S)
+        if isinstance(raw, bool) or not isinstance(raw, (int, float)) or raw < 0:
+            self.warnings.append(
+                f"{self.path}: plugins.hook_callback_timeout {raw!r} is not a number >= 0; using 30 s"
+            )
+            return DEFAULT_HOOK_TIMEOUT_S
+        if raw == 0:
+            return None
+        return min(float(raw), MAX_HOOK_TIMEOUT_S)
+
+
+def _names(value) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list):
+        return [str(v) for v in value if v is not None]
+    return []
+
+
+def load(home: Path) -> HermesConfig:
+    path = Path(home) / "config.yaml"
+    if not path.is_file():
+        return HermesConfig(path)
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise HermesConfigError(f"{path}: not valid YAML" + (f" (line {mark.line + 1})" if mark else "")) from exc
+    except OSError as exc:
+        raise HermesConfigError(f"{path}: cannot read: {exc.strerror}") from exc
+    if not isinstance(data, dict):
+        raise HermesConfigError(f"{path}: must be a mapping, not {type(data).__name__}")
+    return HermesConfig(path, data)
