@@ -9,6 +9,7 @@ import click
 from hermes_admin import __version__, exitcodes
 from hermes_admin.cli.context import App
 from hermes_admin.cli.demo_cmd import demo
+from hermes_admin.cli.plugins_cmd import plugins
 from hermes_admin.cli.profiles_cmd import profiles
 from hermes_admin.cli.sessions_cmd import sessions
 
@@ -30,6 +31,7 @@ def cli(ctx: click.Context, roots, config_path, all_users, verbose):
 cli.add_command(profiles)
 cli.add_command(sessions)
 cli.add_command(demo)
+cli.add_command(plugins)
 
 
 def main() -> None:

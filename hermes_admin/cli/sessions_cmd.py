@@ -5,8 +5,11 @@ from __future__ import annotations
 import click
 
 from hermes_admin import exitcodes, report
+from hermes_admin.actions import sessions as actions
+from hermes_admin.actions.common import Run
+from hermes_admin.cli import mutate
 from hermes_admin.cli.context import App, json_option, pass_app, profile_option
-from hermes_admin.inspect import list_sessions, resolve, session_brief, session_detail
+from hermes_admin.views import list_sessions, resolve, session_brief, session_detail
 from hermes_admin.store import Store, StoreError
 
 
@@ -84,3 +87,56 @@ def show_cmd(app: App, session_id: str, profiles, as_json: bool):
         elif isinstance(value, list):
             value = ", ".join(value) or None
         out.print(f"[bold]{key:>20}[/bold]  {'-' if value is None else value}", highlight=False)
+
+
+def _change(app: App, ids: tuple[str, ...], profiles, dry_run: bool, yes: bool, as_json: bool,
+            verb: str, act) -> None:
+    found = app.discover(profiles)
+    by_profile, missing, problems = mutate.targets(found.profiles, list(ids))
+    run = Run(dry_run=dry_run)
+    run.warnings += [f"no session matches '{m}'" for m in missing]
+    run.errors += problems
+    if by_profile:
+        count = sum(len(v) for v in by_profile.values())
+        mutate.confirm(f"{verb.capitalize()} {count} session(s) in {len(by_profile)} profile(s)?", yes, dry_run)
+    for profile, sids in by_profile.items():
+        act(run, profile, sids)
+    mutate.finish(run, as_json, verb)
+
+
+@sessions.command("delete")
+@click.argument("ids", nargs=-1, required=True)
+@profile_option
+@mutate.dry_run_option
+@mutate.yes_option
+@json_option
+@pass_app
+def delete_cmd(app: App, ids, profiles, dry_run, yes, as_json):
+    """Delete sessions (ID or unique prefix), each with its delegates; fires `delete`."""
+    _change(app, ids, profiles, dry_run, yes, as_json, "delete", actions.delete)
+
+
+@sessions.command("archive")
+@click.argument("ids", nargs=-1, required=True)
+@profile_option
+@mutate.dry_run_option
+@mutate.yes_option
+@json_option
+@pass_app
+def archive_cmd(app: App, ids, profiles, dry_run, yes, as_json):
+    """Archive sessions with their whole compression lineage; fires `archive` on a real change."""
+    _change(app, ids, profiles, dry_run, yes, as_json, "archive",
+            lambda run, profile, sids: actions.archive(run, profile, sids, True))
+
+
+@sessions.command("unarchive")
+@click.argument("ids", nargs=-1, required=True)
+@profile_option
+@mutate.dry_run_option
+@mutate.yes_option
+@json_option
+@pass_app
+def unarchive_cmd(app: App, ids, profiles, dry_run, yes, as_json):
+    """Unarchive sessions with their whole compression lineage (silent: no event)."""
+    _change(app, ids, profiles, dry_run, yes, as_json, "unarchive",
+            lambda run, profile, sids: actions.archive(run, profile, sids, False))

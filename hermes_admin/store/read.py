@@ -97,16 +97,15 @@ def _delegate_from():
     )])
 
 
-def _session_query(store: Store):
-    stats = (
-        Message.select(
-            Message.session_id,
-            fn.COUNT(Message.id).alias("n"),
-            fn.MAX(Message.timestamp).alias("last"),
-        )
-        .group_by(Message.session_id)
-        .alias("m")
+def _session_query(store: Store, ids: list[str] | None = None):
+    stats = Message.select(
+        Message.session_id,
+        fn.COUNT(Message.id).alias("n"),
+        fn.MAX(Message.timestamp).alias("last"),
     )
+    if ids is not None:
+        stats = stats.where(Message.session_id.in_(ids))
+    stats = stats.group_by(Message.session_id).alias("m")
     return (
         Session.select(
             Session.id,
@@ -146,6 +145,17 @@ def load_sessions(store: Store) -> list[SessionRow]:
     """Every session row of the store, with its message statistics: one query."""
     with store.db.bind_ctx(MODELS):
         return [_row(v) for v in _session_query(store).tuples().iterator()]
+
+
+def load_rows(store: Store, ids: list[str]) -> dict[str, SessionRow]:
+    """The rows of these sessions only (those that exist), by id."""
+    found: dict[str, SessionRow] = {}
+    with store.db.bind_ctx(MODELS):
+        for start in range(0, len(ids), 900):
+            part = ids[start:start + 900]
+            query = _session_query(store, part).where(Session.id.in_(part))
+            found.update((row.id, row) for row in map(_row, query.tuples().iterator()))
+    return found
 
 
 def find_session_ids(store: Store, id_or_prefix: str) -> list[str]:

@@ -1,0 +1,52 @@
+"""Running one piece of work per profile, collecting what happened for the report and exit code."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from hermes_admin import exitcodes
+from hermes_admin.engine import Engine, Result
+from hermes_admin.hermes_config import HermesConfigError
+from hermes_admin.homes import Profile
+from hermes_admin.locks import LockHeld
+from hermes_admin.store import StoreError
+
+
+@dataclass
+class Run:
+    dry_run: bool
+    results: list[Result] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # a profile could not be processed
+    locked: list[str] = field(default_factory=list)  # another run (ours or Hermes') holds it
+    warnings: list[str] = field(default_factory=list)
+
+    def exit_code(self) -> int:
+        if self.errors:
+            return exitcodes.PROFILE_FAILED
+        if self.locked:
+            return exitcodes.LOCKED
+        if self.warnings or any(r.skipped or r.hook_failures or r.files_skipped for r in self.results):
+            return exitcodes.WARNINGS
+        return exitcodes.OK
+
+    def as_dict(self) -> dict:
+        return {
+            "dry_run": self.dry_run, "results": [r.as_dict() for r in self.results],
+            "errors": self.errors, "locked": self.locked, "warnings": self.warnings,
+            "longest_write_ms": round(max((r.longest_write_ms for r in self.results), default=0.0), 2),
+        }
+
+
+def with_engine(run: Run, profile: Profile, work: Callable[[Engine], list[Result]]) -> None:
+    """Open the profile's engine, do `work`, record results; one profile's failure never stops the others."""
+    try:
+        with Engine(profile, dry_run=run.dry_run) as engine:
+            run.warnings += engine.replayed
+            if engine.config is not None:
+                run.warnings += engine.config.warnings
+            run.results += work(engine)
+    except LockHeld as exc:
+        run.locked.append(f"profile '{profile.name}': skipped: {exc}")
+    except (StoreError, HermesConfigError) as exc:
+        run.errors.append(str(exc) if isinstance(exc, StoreError) else f"profile '{profile.name}': {exc}")

@@ -1,0 +1,65 @@
+"""Shared by the commands that change stores: target resolution, confirmation, output."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from hermes_admin import report
+from hermes_admin.actions.common import Run
+from hermes_admin.homes import Profile
+from hermes_admin.views import resolve
+
+
+def dry_run_option(f):
+    return click.option("--dry-run", is_flag=True, help="Show what would change; write nothing, fire nothing.")(f)
+
+
+def yes_option(f):
+    return click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation on a terminal.")(f)
+
+
+def targets(profiles: list[Profile], ids: list[str]) -> tuple[dict[Profile, list[str]], list[str], list[str]]:
+    """Which profile holds each id (exact or unique prefix): (by profile, not found, problems)."""
+    by_profile: dict[Profile, list[str]] = {}
+    missing, problems = [], []
+    for wanted in ids:
+        matches, errors = resolve(profiles, wanted)
+        problems += [str(e) for e in errors if str(e) not in problems]
+        if not matches:
+            missing.append(wanted)
+        elif len(matches) > 1:
+            problems.append(f"'{wanted}' is ambiguous: " + ", ".join(f"{m.profile.name}:{m.session_id}" for m in matches[:10]))
+        else:
+            by_profile.setdefault(matches[0].profile, []).append(matches[0].session_id)
+    return by_profile, missing, problems
+
+
+def confirm(question: str, yes: bool, dry_run: bool) -> None:
+    if yes or dry_run or not sys.stdin.isatty():
+        return
+    click.confirm(question, abort=True, err=True)
+
+
+def finish(run: Run, as_json: bool, verb: str) -> None:
+    if as_json:
+        report.emit_json(run.as_dict())
+    else:
+        prefix = "would " if run.dry_run else ""
+        for result in run.results:
+            for done in result.done:
+                extra = f" (with {len(done['ids']) - 1} more rows: {', '.join(done['ids'][1:])})" if len(done["ids"]) > 1 else ""
+                click.echo(f"{result.profile}: {prefix}{verb} {done['session_id']}{extra}")
+            for skip in result.skipped:
+                click.echo(f"{result.profile}: skipped {skip['session_id']}: {skip['why']}")
+            if result.files_removed:
+                click.echo(f"{result.profile}: {prefix}remove {len(result.files_removed)} file(s) in sessions/")
+    for result in run.results:
+        for line in result.files_skipped + result.hook_failures:
+            report.warn(line)
+    for line in run.warnings:
+        report.warn(line)
+    for line in run.locked + run.errors:
+        report.error(line)
+    raise click.exceptions.Exit(run.exit_code())

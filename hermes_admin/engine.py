@@ -1,0 +1,418 @@
+"""The deletion engine: the one path every deleting or archiving command and task takes.
+
+Order inside each transaction (Hermes' own, required by its foreign keys and
+FTS triggers): orphan surviving children, delete the doomed sessions'
+messages (while their rows still exist: v30's trigram trigger looks them up),
+delete usage rows and the sessions, drop system prompts nobody references.
+Then commit, then remove the units' files, then fire the events.
+
+Transactions are `BEGIN IMMEDIATE`, sized by time so none holds the write
+lock much longer than ~50 ms, and never split a unit. Events go through the
+outbox, so a crash right after a commit still delivers them on the next start.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from hermes_admin import guards
+from hermes_admin.files import FileIndex, unsafe_id
+from hermes_admin.guards import chunks, marks
+from hermes_admin.hermes_config import HermesConfig
+from hermes_admin.hermes_config import load as load_hermes_config
+from hermes_admin.homes import Profile
+from hermes_admin.hooks.bus import HookBus
+from hermes_admin.hooks.discovery import discover as discover_plugins
+from hermes_admin.lineage import Unit
+from hermes_admin.locks import ProfileLocks
+from hermes_admin.outbox import Event, Outbox
+from hermes_admin.store import Store
+from hermes_admin.store.connect import write_transaction
+from hermes_admin.store.read import SessionRow, load_rows
+
+TARGET_HOLD_S = 0.05  # aim well under the 100 ms ceiling for one write transaction
+MAX_UNITS_PER_TXN = 1024
+
+Recheck = Callable[[Unit, dict[str, SessionRow]], str | None]
+
+
+@dataclass
+class Result:
+    """What one engine call did (or, in a dry run, would do) in one profile."""
+
+    profile: str
+    action: str  # delete | archive | unarchive
+    reason: str | None
+    dry_run: bool
+    done: list[dict] = field(default_factory=list)
+    skipped: list[dict] = field(default_factory=list)
+    files_removed: list[str] = field(default_factory=list)
+    files_skipped: list[str] = field(default_factory=list)
+    hook_failures: list[str] = field(default_factory=list)
+    transactions: int = 0
+    longest_write_ms: float = 0.0
+
+    @property
+    def rows(self) -> int:
+        return sum(len(d["ids"]) for d in self.done)
+
+    def as_dict(self) -> dict:
+        return {
+            "profile": self.profile, "action": self.action, "reason": self.reason, "dry_run": self.dry_run,
+            "done": self.done, "skipped": self.skipped, "rows": self.rows,
+            "files_removed": self.files_removed, "files_skipped": self.files_skipped,
+            "hook_failures": self.hook_failures, "transactions": self.transactions,
+            "longest_write_ms": round(self.longest_write_ms, 2),
+        }
+
+
+class Engine:
+    """One profile's store, opened for maintenance: locks held, outbox replayed."""
+
+    def __init__(self, profile: Profile, dry_run: bool = False, now: Callable[[], float] = time.time):
+        self.profile = profile
+        self.dry_run = dry_run
+        self.now = now
+        self.locks: ProfileLocks | None = None
+        self.store: Store | None = None
+        self.outbox: Outbox | None = None
+        self.bus: HookBus | None = None
+        self.config: HermesConfig | None = None
+        self._files: FileIndex | None = None
+        self.replayed: list[str] = []  # hook failures while replaying the outbox
+        self._chunk = 64
+
+    # -- lifecycle -------------------------------------------------------------
+
+    def __enter__(self) -> "Engine":
+        try:
+            self._open()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _open(self) -> None:
+        self.config = load_hermes_config(self.profile.home)
+        if self.dry_run:  # a dry run writes nothing anywhere: no lock file, no outbox
+            self.store = Store.open(self.profile)
+            return
+        self.locks = ProfileLocks(self.profile).__enter__()
+        self.store = Store.open(self.profile, writable=True)
+        self.outbox = Outbox(self.profile)
+        timeout = self.config.hook_timeout
+        self.bus = HookBus(self.profile, discover_plugins(self.profile.home, self.config), timeout)
+        self.replayed = self._replay()
+
+    def close(self) -> None:
+        if self.bus is not None:
+            self.bus.close()
+        if self.store is not None:
+            if self.store.writable:
+                self._passive_checkpoint()
+            self.store.close()
+        if self.outbox is not None:
+            self.outbox.close()
+        if self.locks is not None:
+            self.locks.__exit__(None, None, None)
+        self.bus = self.store = self.outbox = self.locks = None
+
+    @property
+    def files(self) -> FileIndex:
+        if self._files is None:  # one scan of sessions/ per run
+            self._files = FileIndex.scan(self.profile.sessions_dir)
+        return self._files
+
+    def _passive_checkpoint(self) -> None:
+        try:
+            if self.store.db.execute_sql("PRAGMA journal_mode").fetchone()[0].lower() == "wal":
+                self.store.db.execute_sql("PRAGMA wal_checkpoint(PASSIVE)")
+        except Exception:
+            pass  # a checkpoint is a courtesy; Hermes' own writers checkpoint too
+
+    # -- shared checks ---------------------------------------------------------
+
+    def _require_tokenizer(self) -> None:
+        """Deleting messages fires the CJK FTS triggers, which need Hermes' tokenizer."""
+        if not self.store.schema.has_cjk_triggers:
+            return
+        candidates = [os.environ.get("HERMES_FTS5_CJK_SO"), str(self.profile.home / "lib" / "libfts5_cjk.so")]
+        library = next((c for c in candidates if c and os.path.isfile(c)), None)
+        if library is None:
+            raise self.store.error(
+                "CJK full-text triggers need the cjk_unicode61 tokenizer: set HERMES_FTS5_CJK_SO or install "
+                f"{self.profile.home / 'lib' / 'libfts5_cjk.so'}; refusing to delete from this store")
+        conn = self.store.db.connection()
+        if not hasattr(conn, "enable_load_extension"):
+            raise self.store.error(
+                f"CJK full-text triggers need {library}, but this Python's sqlite3 cannot load "
+                "extensions; refusing to delete from this store")
+        if self.dry_run:
+            return
+        try:
+            conn.enable_load_extension(True)
+            conn.load_extension(library)
+            conn.enable_load_extension(False)
+        except sqlite3.Error as exc:
+            raise self.store.error(f"cannot load the CJK tokenizer {library}: {exc}; refusing to delete") from exc
+
+    def _screen(self, units: list[Unit], result: Result) -> list[Unit]:
+        """Drop units with a guarded member; the rest may go ahead."""
+        ids = [i for unit in units for i in unit.ids]
+        blocked = guards.blocked(self.store.db, self.store.schema, ids, self.now())
+        fit = []
+        for unit in units:
+            why = next((blocked[i] for i in unit.ids if i in blocked), None)
+            if why:
+                result.skipped.append({"session_id": unit.session_id, "ids": list(unit.ids), "why": why})
+            else:
+                fit.append(unit)
+        return fit
+
+    # -- deletion --------------------------------------------------------------
+
+    def delete(self, units: list[Unit], reason: str, recheck: Recheck | None = None,
+               orphans: bool = False) -> Result:
+        """Delete whole units. `recheck` re-applies the selection rule inside each transaction.
+
+        `orphans=True` is for units whose session rows are already gone (message
+        and usage rows left behind): they go without the existence check.
+        """
+        result = Result(self.profile.name, "delete", reason, self.dry_run)
+        if not units:
+            return result
+        self._require_tokenizer()
+        units = self._screen(units, result) if not orphans else units
+        if self.dry_run:
+            for unit in units:
+                result.done.append(self._unit_report(unit, list(unit.ids)))
+                result.files_removed += [str(f.path) for i in unit.ids for f in self.files.files_of(i)]
+            return result
+        position = 0
+        while position < len(units):
+            chunk = units[position:position + self._chunk]
+            position += len(chunk)
+            self._delete_chunk(chunk, reason, recheck, orphans, result)
+        return result
+
+    def _delete_chunk(self, chunk: list[Unit], reason: str, recheck: Recheck | None, orphans: bool,
+                      result: Result) -> None:
+        event_ids = self.outbox.add_pending("delete", reason, chunk)
+        held = [0.0]
+
+        def work(db):
+            started = time.monotonic()
+            outcome = self._delete_in_transaction(db, chunk, recheck, orphans)
+            held[0] = time.monotonic() - started
+            return outcome
+
+        try:
+            went, skipped = write_transaction(self.store.db, work)
+        except BaseException:
+            self.outbox.settle({}, event_ids)  # rolled back: these events must never fire
+            raise
+        self._account(held[0], result)
+        committed = {event_ids[i]: ids for i, ids in went.items()}
+        self.outbox.settle(committed, [e for i, e in enumerate(event_ids) if i not in went])
+        for index, why in skipped.items():
+            unit = chunk[index]
+            result.skipped.append({"session_id": unit.session_id, "ids": list(unit.ids), "why": why})
+        for index, ids in went.items():
+            result.done.append(self._unit_report(chunk[index], ids))
+            self._remove_files(ids, result)
+        self._deliver([Event(event_ids[i], "delete", chunk[i].session_id, reason, ids) for i, ids in went.items()],
+                      result.hook_failures)
+
+    def _delete_in_transaction(self, db, chunk: list[Unit], recheck: Recheck | None, orphans: bool):
+        schema = self.store.schema
+        all_ids = [i for unit in chunk for i in unit.ids]
+        if orphans:
+            existing = set()
+        else:
+            existing = set()
+            for part in chunks(all_ids):
+                existing.update(r[0] for r in db.execute_sql(
+                    f"SELECT id FROM sessions WHERE id IN ({marks(part)})", part).fetchall())
+        blocked = {} if orphans else guards.blocked(db, schema, all_ids, self.now())
+        fresh = load_rows(self.store, [i for i in all_ids if i in existing]) if recheck else {}
+        went: dict[int, list[str]] = {}
+        skipped: dict[int, str] = {}
+        for index, unit in enumerate(chunk):
+            if orphans:
+                if any(i in existing for i in unit.ids):
+                    skipped[index] = "its session row exists again"
+                else:
+                    went[index] = list(unit.ids)
+                continue
+            if unit.session_id not in existing:
+                skipped[index] = "gone already"
+                continue
+            why = next((blocked[i] for i in unit.ids if i in blocked), None)
+            if why is None and recheck is not None:
+                why = recheck(unit, fresh)
+            if why:
+                skipped[index] = why
+            else:
+                went[index] = [i for i in unit.ids if i in existing]
+        doomed = [i for ids in went.values() for i in ids]
+        if doomed:
+            self._delete_rows(db, doomed)
+        return went, skipped
+
+    def _delete_rows(self, db, doomed: list[str]) -> None:
+        schema = self.store.schema
+        db.execute_sql("CREATE TEMP TABLE IF NOT EXISTS hermes_admin_doomed (id TEXT PRIMARY KEY)")
+        db.execute_sql("DELETE FROM temp.hermes_admin_doomed")
+        for part in chunks(doomed):
+            db.execute_sql(f"INSERT OR IGNORE INTO temp.hermes_admin_doomed(id) VALUES {','.join(['(?)'] * len(part))}",
+                           part)
+        doomed_set = "(SELECT id FROM temp.hermes_admin_doomed)"
+        prompt_hashes: set[str] = set()
+        if schema.has_table("system_prompts"):
+            refs = [c for c in ("system_prompt_hash", "tool_names") if schema.has_column("sessions", c)]
+            for column in refs:
+                prompt_hashes.update(r[0] for r in db.execute_sql(
+                    f"SELECT DISTINCT {column} FROM sessions WHERE id IN {doomed_set} AND {column} IS NOT NULL"
+                ).fetchall())
+        # 1. survivors whose parent goes keep living, without a parent
+        db.execute_sql(f"UPDATE sessions SET parent_session_id = NULL WHERE parent_session_id IN {doomed_set} "
+                       f"AND id NOT IN {doomed_set}")
+        # 2. messages while their session rows still exist (the trigram trigger reads them)
+        db.execute_sql(f"DELETE FROM messages WHERE session_id IN {doomed_set}")
+        # 3. usage rows (they cascade, but say so), then the sessions
+        if schema.has_table("session_model_usage"):
+            db.execute_sql(f"DELETE FROM session_model_usage WHERE session_id IN {doomed_set}")
+        db.execute_sql(f"DELETE FROM sessions WHERE id IN {doomed_set}")
+        # 4. system prompts nobody references any more
+        if prompt_hashes:
+            refs = " AND ".join(f"NOT EXISTS (SELECT 1 FROM sessions WHERE {c} = system_prompts.hash)"
+                                for c in ("system_prompt_hash", "tool_names") if schema.has_column("sessions", c))
+            for part in chunks(sorted(prompt_hashes)):
+                db.execute_sql(f"DELETE FROM system_prompts WHERE hash IN ({marks(part)}) AND {refs}", part)
+        db.execute_sql("DELETE FROM temp.hermes_admin_doomed")
+
+    # -- archive ---------------------------------------------------------------
+
+    def set_archived(self, units: list[Unit], archived: bool, reason: str | None) -> Result:
+        """Archive (or unarchive) whole units; an event fires only for a real unarchived -> archived change."""
+        result = Result(self.profile.name, "archive" if archived else "unarchive", reason, self.dry_run)
+        target, current = (1, 0) if archived else (0, 1)
+        if self.dry_run:
+            for unit in units:
+                rows = load_rows(self.store, list(unit.ids))
+                changing = [i for i in unit.ids if i in rows and rows[i].archived != bool(target)]
+                if changing:
+                    result.done.append(self._unit_report(unit, changing))
+            return result
+        position = 0
+        while position < len(units):
+            chunk = units[position:position + self._chunk]
+            position += len(chunk)
+            fires = archived and reason is not None
+            event_ids = self.outbox.add_pending("archive", reason, chunk) if fires else []
+            held = [0.0]
+
+            def work(db, chunk=chunk):
+                started = time.monotonic()
+                changed: dict[int, list[str]] = {}
+                for index, unit in enumerate(chunk):
+                    ids = list(unit.ids)
+                    flip = [r[0] for r in db.execute_sql(
+                        f"SELECT id FROM sessions WHERE id IN ({marks(ids)}) AND archived = ?", [*ids, current]
+                    ).fetchall()]
+                    if flip:
+                        db.execute_sql(f"UPDATE sessions SET archived = ? WHERE id IN ({marks(flip)})", [target, *flip])
+                        changed[index] = flip
+                held[0] = time.monotonic() - started
+                return changed
+
+            try:
+                changed = write_transaction(self.store.db, work)
+            except BaseException:
+                if fires:
+                    self.outbox.settle({}, event_ids)
+                raise
+            self._account(held[0], result)
+            for index, ids in changed.items():
+                result.done.append(self._unit_report(chunk[index], ids))
+            if fires:
+                self.outbox.settle({event_ids[i]: ids for i, ids in changed.items()},
+                                   [e for i, e in enumerate(event_ids) if i not in changed])
+                self._deliver([Event(event_ids[i], "archive", chunk[i].session_id, reason, ids)
+                               for i, ids in changed.items()], result.hook_failures)
+        return result
+
+    # -- after the commit --------------------------------------------------------
+
+    def _account(self, held_s: float, result: Result) -> None:
+        result.transactions += 1
+        result.longest_write_ms = max(result.longest_write_ms, held_s * 1000)
+        if held_s > TARGET_HOLD_S and self._chunk > 1:
+            self._chunk = max(1, self._chunk // 2)
+        elif held_s < TARGET_HOLD_S / 3:
+            self._chunk = min(MAX_UNITS_PER_TXN, self._chunk * 2)
+
+    def _remove_files(self, ids: list[str], result: Result) -> None:
+        for sid in ids:
+            if unsafe_id(sid):
+                result.files_skipped.append(f"session id {sid!r} cannot name a file in sessions/: files left alone")
+                continue
+            for entry in self.files.files_of(sid):
+                if entry.path.parent != self.profile.sessions_dir:
+                    continue  # never anything outside sessions/
+                try:
+                    os.unlink(entry.path)  # a symlink itself, never its target
+                    result.files_removed.append(str(entry.path))
+                except FileNotFoundError:
+                    pass
+                except OSError as exc:
+                    result.files_skipped.append(f"{entry.path}: {exc.strerror}")
+
+    def _deliver(self, events: list[Event], failures: list[str]) -> None:
+        for event in events:
+            if self.bus is not None and self.bus.active:
+                failures += self.bus.fire(event.payload(self.profile))
+            self.outbox.delivered(event.id)
+
+    def _replay(self) -> list[str]:
+        """Finish what a previous run left: verify pending events, deliver committed ones."""
+        failures: list[str] = []
+        db = self.store.db
+        committed: dict[int, list[str]] = {}
+        dropped: list[int] = []
+        for event in self.outbox.pending():
+            ids = event.ids
+            if event.kind == "delete":
+                left = db.execute_sql(
+                    f"SELECT (SELECT COUNT(*) FROM sessions WHERE id IN ({marks(ids)})) + "
+                    f"(SELECT COUNT(*) FROM messages WHERE session_id IN ({marks(ids)}))", [*ids, *ids]
+                ).fetchone()[0]
+                done = left == 0
+            else:
+                left = db.execute_sql(
+                    f"SELECT COUNT(*) FROM sessions WHERE id IN ({marks(ids)}) AND archived = 0", ids
+                ).fetchone()[0]
+                done = left == 0
+            if done:
+                committed[event.id] = ids
+            else:
+                dropped.append(event.id)
+        if committed or dropped:
+            self.outbox.settle(committed, dropped)
+        undelivered = self.outbox.undelivered()
+        scratch = Result(self.profile.name, "replay", None, False)
+        for event in undelivered:
+            if event.kind == "delete":
+                self._remove_files(event.ids, scratch)
+        self._deliver(undelivered, failures)
+        return failures
+
+    def _unit_report(self, unit: Unit, ids: list[str]) -> dict:
+        return {"session_id": unit.session_id, "ids": ids, "rule": unit.rule}

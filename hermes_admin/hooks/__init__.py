@@ -1,0 +1,1 @@
+"""Plugins and the `on_session_delete` hook bus (design §7)."""
