@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import sqlite3
 from dataclasses import dataclass, field
 from typing import Callable
+
+import peewee
 
 from hermes_admin import exitcodes
 from hermes_admin.engine import Engine, Result
@@ -48,5 +51,10 @@ def with_engine(run: Run, profile: Profile, work: Callable[[Engine], list[Result
             run.results += work(engine)
     except LockHeld as exc:
         run.locked.append(f"profile '{profile.name}': skipped: {exc}")
-    except (StoreError, HermesConfigError) as exc:
-        run.errors.append(str(exc) if isinstance(exc, StoreError) else f"profile '{profile.name}': {exc}")
+    except StoreError as exc:
+        run.errors.append(str(exc))
+    except HermesConfigError as exc:
+        run.errors.append(f"profile '{profile.name}': {exc}")
+    except (peewee.DatabaseError, sqlite3.Error) as exc:
+        # The transaction rolled back: nothing of it was deleted, and its events never fire.
+        run.errors.append(f"profile '{profile.name}': {profile.store_path}: {' '.join(str(exc).split())}")

@@ -1,0 +1,168 @@
+"""Durable events across a kill -9, plugin discovery, and the worker's identity."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from hermes_admin.hermes_config import HermesConfig
+from hermes_admin.hooks.bus import HookBus
+from hermes_admin.hooks.discovery import discover
+from hermes_admin.homes import Profile
+from hermes_admin.synth.builder import SynthStore
+from tests.helpers import events, install_plugins, row_ids
+
+KILLER = """
+import os, signal, sys
+from hermes_admin import engine
+where = sys.argv[1]
+if where == "after-commit":
+    original = engine.Engine._deliver
+    def dying(self, events, failures):
+        if events:  # right after the commit, before any plugin ran
+            os.kill(os.getpid(), signal.SIGKILL)
+        original(self, events, failures)
+    engine.Engine._deliver = dying
+else:
+    original = engine.Engine._delete_rows
+    def dying(self, db, doomed):
+        original(self, db, doomed)  # rows deleted inside the open transaction...
+        os.kill(os.getpid(), signal.SIGKILL)  # ...which never commits
+    engine.Engine._delete_rows = dying
+from hermes_admin.cli.main import main
+sys.argv = ["hermes-admin", *sys.argv[2:]]
+main()
+"""
+
+
+@pytest.fixture
+def root(tmp_path, now):
+    root = tmp_path / "h"
+    store = SynthStore(root / "state.db", version=30)
+    for sid in ("a", "b", "c"):
+        store.session(sid, started=now - 100, ended=now - 50, end_reason="x")
+        store.messages(sid, 3, now - 100)
+    store.close()
+    install_plugins(root, ["recorder"], enabled=["recorder"])
+    return root
+
+
+def kill_during(root: Path, where: str, sid: str) -> int:
+    env = dict(os.environ, HERMES_ADMIN_CONFIG="")
+    return subprocess.run([sys.executable, "-c", KILLER, where, "--root", str(root), "sessions", "delete", sid],
+                          env=env, capture_output=True).returncode
+
+
+def test_kill_after_commit_is_delivered_once_on_next_start(root, invoke):
+    assert kill_during(root, "after-commit", "a") == -9
+    assert "a" not in row_ids(root / "state.db") and events(root) == []
+    invoke("--root", str(root), "sessions", "delete", "b")  # the next start replays the outbox
+    assert [e["session_id"] for e in events(root)] == ["a", "b"]
+    invoke("--root", str(root), "sessions", "delete", "c")
+    assert [e["session_id"] for e in events(root)] == ["a", "b", "c"]  # "a" only once
+
+
+def test_kill_before_commit_never_fires(root, invoke):
+    assert kill_during(root, "in-transaction", "a") == -9
+    assert "a" in row_ids(root / "state.db")  # rolled back by SQLite
+    invoke("--root", str(root), "sessions", "delete", "b")
+    assert [e["session_id"] for e in events(root)] == ["b"]
+    invoke("--root", str(root), "sessions", "delete", "a")
+    assert [e["session_id"] for e in events(root)] == ["b", "a"]
+
+
+def test_discovery_layouts_and_opt_in(tmp_path):
+    home = tmp_path
+    for folder in ("flat", "cat/nested", "cat/other", "__pycache__", "broken"):
+        (home / "plugins" / folder).mkdir(parents=True)
+    (home / "plugins" / "flat" / "plugin.yaml").write_text("name: flat-plugin\nhooks: [on_session_delete]\n")
+    (home / "plugins" / "flat" / "__init__.py").write_text("")
+    (home / "plugins" / "cat" / "nested" / "plugin.yml").write_text("name: nested\n")
+    (home / "plugins" / "cat" / "nested" / "__init__.py").write_text("")
+    (home / "plugins" / "cat" / "other" / "plugin.yaml").write_text("name: other\n")
+    (home / "plugins" / "cat" / "other" / "__init__.py").write_text("")
+    (home / "plugins" / "broken" / "plugin.yaml").write_text("name: broken\n")  # no __init__.py
+    config = HermesConfig(home / "config.yaml", {"plugins": {
+        "enabled": ["flat-plugin", "cat/nested", "other", "broken"], "disabled": ["other"]}})
+    found = {p.key: p for p in discover(home, config, environ={})}
+    assert set(found) >= {"flat", "cat/nested", "cat/other", "broken"}
+    assert found["flat"].enabled and found["flat"].hooks == ["on_session_delete"]  # by manifest name
+    assert found["cat/nested"].enabled  # by path key
+    assert not found["cat/other"].enabled and "disabled" in found["cat/other"].why  # disabled wins
+    assert not found["broken"].enabled and "__init__.py" in found["broken"].why
+    safe = discover(home, config, environ={"HERMES_SAFE_MODE": "1"})
+    assert not any(p.enabled for p in safe)
+    none = discover(home, HermesConfig(home / "config.yaml", {}), environ={})
+    assert not any(p.enabled for p in none)  # opt-in
+
+
+@pytest.mark.parametrize("raw, expected", [(None, 30.0), (2, 2.0), (0, None), (900, 600.0), (-1, 30.0), ("x", 30.0)])
+def test_hook_timeout_setting(raw, expected):
+    plugins = {} if raw is None else {"hook_callback_timeout": raw}
+    config = HermesConfig(Path("config.yaml"), {"plugins": plugins})
+    assert config.hook_timeout == expected
+    assert bool(config.warnings) == (raw in (-1, "x"))
+
+
+def test_plugins_list_command(root, invoke):
+    install_plugins(root, ["never", "deletion-audit"], enabled=["recorder", "deletion-audit"])
+    result = invoke("--root", str(root), "plugins", "list", "--json")
+    assert result.exit_code == 0
+    rows = {r["key"]: r for r in json.loads(result.stdout)["plugins"]}
+    assert rows["recorder"]["enabled"] and rows["deletion-audit"]["enabled"]
+    assert not rows["never"]["enabled"] and "opt-in" in rows["never"]["why"]
+    assert rows["deletion-audit"]["hooks"] == ["on_session_delete"]
+    assert not (root / "never-imported-marker").exists()
+
+
+def test_shipped_audit_plugin_logs_each_event(root, invoke):
+    install_plugins(root, ["deletion-audit"], enabled=["deletion-audit"])
+    invoke("--root", str(root), "sessions", "delete", "a")
+    (line,) = (root / "logs" / "session-deletions.jsonl").read_text().splitlines()
+    entry = json.loads(line)
+    assert entry["session_id"] == "a" and entry["reason"] == "delete" and entry["profile"] == "default"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run the worker as another user")
+def test_worker_runs_as_the_homes_owner(now):
+    base = Path(tempfile.mkdtemp(prefix="hermes-admin-owner-"))
+    try:
+        os.chmod(base, 0o755)
+        home = base / "h"
+        store = SynthStore(home / "state.db", version=30)
+        store.session("a", started=now)
+        store.close()
+        (home / "plugins" / "whoami").mkdir(parents=True)
+        (home / "plugins" / "whoami" / "plugin.yaml").write_text("name: whoami\n")
+        (home / "plugins" / "whoami" / "__init__.py").write_text(
+            "import os\n"
+            "def register(ctx):\n"
+            "    ctx.register_hook('on_session_delete', lambda session_id: open(os.path.join("
+            "os.environ['HERMES_HOME'], 'uid'), 'w').write(str(os.getuid())))\n")
+        for path in [home, *home.rglob("*")]:
+            os.chown(path, 65534, 65534)
+        profile = Profile(base, "default", home)
+        config = HermesConfig(home / "config.yaml", {"plugins": {"enabled": ["whoami"]}})
+        bus = HookBus(profile, discover(home, config, environ={}), timeout=20)
+        owner = bus._owner()
+        assert owner["user"] == 65534 and owner["group"] == 65534 and owner["extra_groups"] == []
+        try:
+            reachable = subprocess.run([sys.executable, "-c", "import hermes_admin"], user=65534, group=65534,
+                                       extra_groups=[], capture_output=True).returncode == 0
+        except PermissionError:
+            reachable = False
+        if not reachable:
+            pytest.skip(f"{sys.executable} or hermes_admin is not readable by an unprivileged user here")
+        failures = bus.fire({"session_id": "a", "reason": "delete", "profile": "default",
+                             "deleted_ids": None, "sessions_dir": str(home / "sessions")})
+        bus.close()
+        assert failures == [] and (home / "uid").read_text() == "65534"
+    finally:
+        shutil.rmtree(base)
