@@ -68,6 +68,15 @@ def counts(db: Path) -> dict[str, int]:
         conn.close()
 
 
+def fk_rows(db: Path) -> set[tuple]:
+    """Rows `PRAGMA foreign_key_check` reports (scenario stores plant orphan rows on purpose)."""
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return set(conn.execute("PRAGMA foreign_key_check").fetchall())
+    finally:
+        conn.close()
+
+
 def store_health(db: Path, foreign_keys: bool = True) -> list[str]:
     """Problems SQLite finds in a store: integrity, foreign keys, both FTS indexes."""
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)

@@ -104,39 +104,22 @@ def _change(app: App, ids: tuple[str, ...], profiles, dry_run: bool, yes: bool, 
     mutate.finish(run, as_json, verb)
 
 
-@sessions.command("delete")
-@click.argument("ids", nargs=-1, required=True)
-@profile_option
-@mutate.dry_run_option
-@mutate.yes_option
-@json_option
-@pass_app
-def delete_cmd(app: App, ids, profiles, dry_run, yes, as_json):
-    """Delete sessions (ID or unique prefix), each with its delegates; fires `delete`."""
-    _change(app, ids, profiles, dry_run, yes, as_json, "delete", actions.delete)
+def _change_command(name: str, verb: str, act, help_text: str) -> None:
+    """Register `sessions NAME ID...` with the options every changing command shares."""
+    @sessions.command(name, help=help_text)
+    @click.argument("ids", nargs=-1, required=True)
+    @profile_option
+    @mutate.dry_run_option
+    @mutate.yes_option
+    @json_option
+    @pass_app
+    def command(app: App, ids, profiles, dry_run, yes, as_json):
+        _change(app, ids, profiles, dry_run, yes, as_json, verb, act)
 
 
-@sessions.command("archive")
-@click.argument("ids", nargs=-1, required=True)
-@profile_option
-@mutate.dry_run_option
-@mutate.yes_option
-@json_option
-@pass_app
-def archive_cmd(app: App, ids, profiles, dry_run, yes, as_json):
-    """Archive sessions with their whole compression lineage; fires `archive` on a real change."""
-    _change(app, ids, profiles, dry_run, yes, as_json, "archive",
-            lambda run, profile, sids: actions.archive(run, profile, sids, True))
-
-
-@sessions.command("unarchive")
-@click.argument("ids", nargs=-1, required=True)
-@profile_option
-@mutate.dry_run_option
-@mutate.yes_option
-@json_option
-@pass_app
-def unarchive_cmd(app: App, ids, profiles, dry_run, yes, as_json):
-    """Unarchive sessions with their whole compression lineage (silent: no event)."""
-    _change(app, ids, profiles, dry_run, yes, as_json, "unarchive",
-            lambda run, profile, sids: actions.archive(run, profile, sids, False))
+_change_command("delete", "delete", actions.delete,
+                "Delete sessions (ID or unique prefix), each with its delegates; fires `delete`.")
+_change_command("archive", "archive", lambda run, profile, sids: actions.archive(run, profile, sids, True),
+                "Archive sessions with their whole compression lineage; fires `archive` on a real change.")
+_change_command("unarchive", "unarchive", lambda run, profile, sids: actions.archive(run, profile, sids, False),
+                "Unarchive sessions with their whole compression lineage (silent: no event).")

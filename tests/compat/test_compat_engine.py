@@ -7,7 +7,7 @@ import os
 import sqlite3
 import time
 
-from tests.conftest import store_health
+from tests.conftest import fk_rows, store_health
 from tests.helpers import events, home_of, install_plugins, row_ids
 
 LOAD_IN_HERMES = """
@@ -17,14 +17,6 @@ manager = PluginManager()
 manager.discover_and_load(force=True)
 print(json.dumps({"plugins": manager.list_plugins(), "has_hook": manager.has_hook("on_session_delete")}))
 """
-
-
-def fk_rows(db):
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        return set(conn.execute("PRAGMA foreign_key_check").fetchall())
-    finally:
-        conn.close()
 
 
 def test_delete_archive_and_plugins_on_a_real_root(hermes_peer, tmp_path, now, invoke):

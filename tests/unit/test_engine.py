@@ -12,7 +12,7 @@ import pytest
 
 from hermes_admin.synth.builder import SynthStore
 from hermes_admin.synth.scenario import build_profile_home
-from tests.conftest import fts_problems, store_digest
+from tests.conftest import fk_rows, fts_problems, store_digest
 from tests.helpers import events, install_plugins, row_ids
 
 
@@ -23,14 +23,6 @@ def home(request, tmp_path, now):
     kinds = build_profile_home(root, request.param, "default", now)
     install_plugins(root, ["recorder", "raiser", "never"], enabled=["recorder", "raiser"], timeout=10)
     return root, kinds
-
-
-def fk_rows(db):
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        return set(conn.execute("PRAGMA foreign_key_check").fetchall())
-    finally:
-        conn.close()
 
 
 def healthy(root, fk_before):
