@@ -233,13 +233,10 @@ class Engine:
     def _delete_in_transaction(self, db, chunk: list[Unit], recheck: Recheck | None, orphans: bool):
         schema = self.store.schema
         all_ids = [i for unit in chunk for i in unit.ids]
-        if orphans:
-            existing = set()
-        else:
-            existing = set()
-            for part in chunks(all_ids):
-                existing.update(r[0] for r in db.execute_sql(
-                    f"SELECT id FROM sessions WHERE id IN ({marks(part)})", part).fetchall())
+        existing = set()
+        for part in chunks(all_ids):
+            existing.update(r[0] for r in db.execute_sql(
+                f"SELECT id FROM sessions WHERE id IN ({marks(part)})", part).fetchall())
         blocked = {} if orphans else guards.blocked(db, schema, all_ids, self.now())
         fresh = load_rows(self.store, [i for i in all_ids if i in existing]) if recheck else {}
         went: dict[int, list[str]] = {}

@@ -42,14 +42,26 @@ def foreign_references(db: peewee.SqliteDatabase, schema: Schema) -> list[tuple[
     return found
 
 
+LIVE_GUARDS = (("compression_locks", "session_id", "a live compression lock"),
+               ("session_turn_leases", "conversation_id", "a live turn lease"))
+
+
+def live_ids(db: peewee.SqliteDatabase, schema: Schema, now: float) -> dict[str, str]:
+    """Sessions a live Hermes process holds a lock or lease on (both tables are tiny)."""
+    found: dict[str, str] = {}
+    for table, column, what in LIVE_GUARDS:
+        if schema.has_table(table):
+            for (sid,) in db.execute_sql(f"SELECT {column} FROM {table} WHERE expires_at > ?", [now]).fetchall():
+                found.setdefault(sid, f"held by {what} ({table})")
+    return found
+
+
 def blocked(db: peewee.SqliteDatabase, schema: Schema, ids: list[str], now: float) -> dict[str, str]:
     """Session id -> why it must be left alone."""
     why: dict[str, str] = {}
-    guards = [("compression_locks", "session_id", "a live compression lock"),
-              ("session_turn_leases", "conversation_id", "a live turn lease")]
     references = foreign_references(db, schema)
     for part in chunks(ids):
-        for table, column, what in guards:
+        for table, column, what in LIVE_GUARDS:
             if schema.has_table(table):
                 sql = f"SELECT {column} FROM {table} WHERE {column} IN ({marks(part)}) AND expires_at > ?"
                 for (sid,) in db.execute_sql(sql, [*part, now]).fetchall():
