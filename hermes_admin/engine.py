@@ -17,6 +17,7 @@ import os
 import sqlite3
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 
 from hermes_admin import guards
@@ -24,6 +25,7 @@ from hermes_admin.files import FileIndex, unsafe_id
 from hermes_admin.guards import chunks, marks
 from hermes_admin.hermes_config import HermesConfig
 from hermes_admin.hermes_config import load as load_hermes_config
+from hermes_admin.holders import other_holders
 from hermes_admin.homes import Profile
 from hermes_admin.hooks.bus import HookBus
 from hermes_admin.hooks.discovery import discover as discover_plugins
@@ -34,6 +36,7 @@ from hermes_admin.store import Store
 from hermes_admin.store.connect import write_transaction
 from hermes_admin.store.read import SessionRow, load_rows
 
+VACUUM_FREE_RATIO = 0.25
 TARGET_HOLD_S = 0.05  # aim well under the 100 ms ceiling for one write transaction
 MAX_UNITS_PER_TXN = 1024
 
@@ -48,13 +51,29 @@ class Result:
     action: str  # delete | archive | unarchive
     reason: str | None
     dry_run: bool
+    task: str | None = None  # the maintenance task, when one asked
+    status: str = "done"  # done | skipped (a task disabled by policy)
+    why: str | None = None  # why a task was skipped
     done: list[dict] = field(default_factory=list)
     skipped: list[dict] = field(default_factory=list)
     files_removed: list[str] = field(default_factory=list)
     files_skipped: list[str] = field(default_factory=list)
     hook_failures: list[str] = field(default_factory=list)
+    kept: dict[str, str] = field(default_factory=dict)  # looked at, kept, and why
     transactions: int = 0
     longest_write_ms: float = 0.0
+    vacuumed: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    def absorb(self, other: "Result") -> None:
+        """Fold a second engine call of the same task into this result."""
+        self.done += other.done
+        self.skipped += other.skipped
+        self.files_removed += other.files_removed
+        self.files_skipped += other.files_skipped
+        self.hook_failures += other.hook_failures
+        self.transactions += other.transactions
+        self.longest_write_ms = max(self.longest_write_ms, other.longest_write_ms)
 
     @property
     def rows(self) -> int:
@@ -62,11 +81,12 @@ class Result:
 
     def as_dict(self) -> dict:
         return {
-            "profile": self.profile, "action": self.action, "reason": self.reason, "dry_run": self.dry_run,
-            "done": self.done, "skipped": self.skipped, "rows": self.rows,
+            "profile": self.profile, "task": self.task, "status": self.status, "why": self.why,
+            "action": self.action, "reason": self.reason, "dry_run": self.dry_run,
+            "done": self.done, "skipped": self.skipped, "rows": self.rows, "kept": self.kept,
             "files_removed": self.files_removed, "files_skipped": self.files_skipped,
             "hook_failures": self.hook_failures, "transactions": self.transactions,
-            "longest_write_ms": round(self.longest_write_ms, 2),
+            "longest_write_ms": round(self.longest_write_ms, 2), "vacuumed": self.vacuumed, "notes": self.notes,
         }
 
 
@@ -193,7 +213,7 @@ class Engine:
         if self.dry_run:
             for unit in units:
                 result.done.append(self._unit_report(unit, list(unit.ids)))
-                result.files_removed += [str(f.path) for i in unit.ids for f in self.files.files_of(i)]
+                self._remove_files(list(unit.ids), result)  # lists them: a dry run unlinks nothing
             return result
         position = 0
         while position < len(units):
@@ -346,6 +366,28 @@ class Engine:
                                for i, ids in changed.items()], result.hook_failures)
         return result
 
+    # -- structural ------------------------------------------------------------
+
+    def vacuum_if_worth(self, result: Result) -> bool:
+        """VACUUM after a purge: over 25 % free pages, and only while nobody else holds the store."""
+        if self.dry_run:
+            return False
+        db = self.store.db
+        pages = db.execute_sql("PRAGMA page_count").fetchone()[0]
+        free = db.execute_sql("PRAGMA freelist_count").fetchone()[0]
+        if not pages or free / pages <= VACUUM_FREE_RATIO:
+            result.notes.append(f"no VACUUM: {free}/{pages} pages free (needs over 25 %)")
+            return False
+        path = self.profile.store_path
+        holders = other_holders([path, Path(f"{path}-wal"), Path(f"{path}-shm")])
+        if holders is None or holders:
+            who = "a process that could not be inspected" if holders is None else f"pid {', '.join(map(str, holders))}"
+            result.notes.append(f"no VACUUM: the store is held by {who}")
+            return False
+        db.execute_sql("VACUUM")
+        self._passive_checkpoint()
+        return True
+
     # -- after the commit --------------------------------------------------------
 
     def _account(self, held_s: float, result: Result) -> None:
@@ -356,21 +398,35 @@ class Engine:
         elif held_s < TARGET_HOLD_S / 3:
             self._chunk = min(MAX_UNITS_PER_TXN, self._chunk * 2)
 
+    def remove_orphan_files(self, paths: list[str], result: Result) -> None:
+        """Per-session files whose session row is gone (no event: no rows went)."""
+        wanted = set(paths)
+        for sid in self.files.ids():
+            for entry in self.files.files_of(sid):
+                if str(entry.path) in wanted:
+                    self._unlink(entry, result)
+
+    def _unlink(self, entry, result: Result) -> None:
+        if entry.path.parent != self.profile.sessions_dir:
+            return  # never anything outside sessions/
+        if self.dry_run:
+            result.files_removed.append(str(entry.path))
+            return
+        try:
+            os.unlink(entry.path)  # a symlink itself, never its target
+            result.files_removed.append(str(entry.path))
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            result.files_skipped.append(f"{entry.path}: {exc.strerror}")
+
     def _remove_files(self, ids: list[str], result: Result) -> None:
         for sid in ids:
             if unsafe_id(sid):
                 result.files_skipped.append(f"session id {sid!r} cannot name a file in sessions/: files left alone")
                 continue
             for entry in self.files.files_of(sid):
-                if entry.path.parent != self.profile.sessions_dir:
-                    continue  # never anything outside sessions/
-                try:
-                    os.unlink(entry.path)  # a symlink itself, never its target
-                    result.files_removed.append(str(entry.path))
-                except FileNotFoundError:
-                    pass
-                except OSError as exc:
-                    result.files_skipped.append(f"{entry.path}: {exc.strerror}")
+                self._unlink(entry, result)
 
     def _deliver(self, events: list[Event], failures: list[str]) -> None:
         for event in events:

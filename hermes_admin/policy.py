@@ -67,14 +67,18 @@ class Policy:
         return {f.name: getattr(self, f.name) for f in fields(self)} | {"description": self.describe()}
 
 
+def shipped(folder: str) -> Path | None:
+    """A folder shipped with hermes-admin (`profiles`, `plugins`): source tree first, then the install prefix."""
+    for base in (Path(__file__).resolve().parent.parent, Path(sys.prefix) / "share" / APP):
+        if (base / folder).is_dir():
+            return base / folder
+    return None
+
+
 def preset_dirs() -> list[Path]:
-    """Where `preset: NAME` is looked up: the admin config dir, the source tree, the install prefix."""
-    return [
-        Path(platformdirs.user_config_dir(APP)) / "profiles",
-        Path(platformdirs.site_config_dir(APP)) / "profiles",
-        Path(__file__).resolve().parent.parent / "profiles",
-        Path(sys.prefix) / "share" / APP / "profiles",
-    ]
+    """Where `preset: NAME` is looked up: the admin config dirs, then the presets shipped with hermes-admin."""
+    dirs = [Path(platformdirs.user_config_dir(APP)) / "profiles", Path(platformdirs.site_config_dir(APP)) / "profiles"]
+    return dirs + ([shipped("profiles")] if shipped("profiles") else [])
 
 
 def load_preset(name: str) -> tuple[dict, Path]:

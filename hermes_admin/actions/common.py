@@ -23,6 +23,7 @@ class Run:
     errors: list[str] = field(default_factory=list)  # a profile could not be processed
     locked: list[str] = field(default_factory=list)  # another run (ours or Hermes') holds it
     warnings: list[str] = field(default_factory=list)
+    policies: dict = field(default_factory=dict)  # profile name -> Policy, for reports
 
     def exit_code(self) -> int:
         if self.errors:
@@ -37,6 +38,7 @@ class Run:
         return {
             "dry_run": self.dry_run, "results": [r.as_dict() for r in self.results],
             "errors": self.errors, "locked": self.locked, "warnings": self.warnings,
+            "policies": {name: policy.as_dict() for name, policy in self.policies.items()},
             "longest_write_ms": round(max((r.longest_write_ms for r in self.results), default=0.0), 2),
         }
 

@@ -1,20 +1,55 @@
-"""`hermes-admin demo`: a throwaway root with several profiles, then a real look at it."""
+"""`hermes-admin demo`: a throwaway root with several profiles, then a real run over it."""
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 import time
 from pathlib import Path
 
 import click
+import yaml
 
-from hermes_admin.config import AdminConfig
+from hermes_admin.actions.common import Run
+from hermes_admin.actions.maintenance import ORDER, Request, maintain
+from hermes_admin.cli import mutate
 from hermes_admin.cli.context import App, pass_app
 from hermes_admin.cli.profiles_cmd import show_profiles
+from hermes_admin.config import AdminConfig
+from hermes_admin.policy import shipped
 from hermes_admin.synth.scenario import build_root
 
 # Two upstream-shaped profiles and one written by the PyPI release's schema.
 DEMO_PROFILES = {"default": 30, "work": 30, "legacy": 22}
+# `work` maintains itself through its own config.yaml, `legacy` through the admin config's preset;
+# `default` keeps Hermes' built-ins (no purge, no archive), so its old sessions stay.
+WORK_SESSIONS = {"auto_prune": True, "retention_days": 90, "auto_archive": True, "auto_archive_days": 30}
+ADMIN = {"profiles": {"legacy": {"preset": "standard"}}}
+
+
+def _prepare(root: Path) -> list[str]:
+    """Give `work` its policy and the shipped audit plugin; returns the demo's notes."""
+    config = root / "profiles" / "work" / "config.yaml"
+    data = yaml.safe_load(config.read_text()) or {}
+    data["sessions"] = WORK_SESSIONS
+    plugins = shipped("plugins")
+    if plugins and (plugins / "deletion-audit").is_dir():
+        shutil.copytree(plugins / "deletion-audit", config.parent / "plugins" / "deletion-audit")
+        data["plugins"] = {"enabled": ["deletion-audit"]}
+    config.write_text(yaml.safe_dump(data))
+    return [f"work: sessions policy in {config}", "legacy: preset 'standard' from the admin config"]
+
+
+def _run(app: App, dry_run: bool) -> int:
+    run = Run(dry_run=dry_run)
+    request = Request(tasks=ORDER, now=time.time())
+    for profile in app.discover().profiles:
+        maintain(run, profile, app.config, request)
+    try:
+        mutate.finish(run, as_json=False, verb="run")
+    except click.exceptions.Exit as done:
+        return done.exit_code
+    return 0
 
 
 @click.command()
@@ -27,8 +62,20 @@ def demo(app: App, target: str | None):
     if root.exists():
         raise click.UsageError(f"{root} exists: the demo only builds new roots")
     build_root(root, DEMO_PROFILES, now=time.time())
+    notes = _prepare(root)
     click.echo(f"Demo root built in {root} (profiles: {', '.join(DEMO_PROFILES)})", err=True)
-    click.echo(f"Try: hermes-admin --root {root} sessions list -p work", err=True)
+    for note in notes:
+        click.echo(f"  {note}", err=True)
     # The demo ignores any admin config on this machine: it runs on its own root only.
-    demo_app = App(roots_given=(str(root),), verbose=app.verbose, _config=AdminConfig())
-    raise click.exceptions.Exit(show_profiles(demo_app, (), as_json=False))
+    demo_app = App(roots_given=(str(root),), verbose=app.verbose, _config=AdminConfig(profiles=ADMIN["profiles"]))
+    show_profiles(demo_app, (), as_json=False)
+    click.echo("\n== hermes-admin run --dry-run: what would go, and why ==")
+    _run(demo_app, dry_run=True)
+    click.echo("\n== hermes-admin run ==")
+    code = _run(demo_app, dry_run=False)
+    show_profiles(demo_app, (), as_json=False)
+    audit = root / "profiles" / "work" / "logs" / "session-deletions.jsonl"
+    if audit.exists():
+        click.echo(f"\nThe deletion-audit plugin logged {len(audit.read_text().splitlines())} event(s) in {audit}")
+    click.echo(f"\nTry: hermes-admin --root {root} sessions list -p work", err=True)
+    raise click.exceptions.Exit(code)

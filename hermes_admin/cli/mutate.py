@@ -42,19 +42,42 @@ def confirm(question: str, yes: bool, dry_run: bool) -> None:
     click.confirm(question, abort=True, err=True)
 
 
+_VERBS = {"delete": "deleted", "archive": "archived", "unarchive": "unarchived"}
+
+
+def _human(run: Run) -> None:
+    would = "would be " if run.dry_run else ""
+    for name, policy in run.policies.items():
+        click.echo(f"{name}: policy: {policy.describe()}")
+    for result in run.results:
+        where = f"{result.profile}: {result.task}" if result.task else result.profile
+        if result.status == "skipped":
+            click.echo(f"{where}: skipped ({result.why})")
+            continue
+        verb = _VERBS.get(result.action, result.action)
+        summary = f"{len(result.done)} unit(s), {result.rows} row(s) {would}{verb}"
+        if result.files_removed:
+            summary += f"; {len(result.files_removed)} file(s) {would}removed"
+        if result.skipped:
+            summary += f"; {len(result.skipped)} skipped"
+        if result.task:
+            summary += f"; {len(result.kept)} kept"
+        click.echo(f"{where}: {summary}" + (" (dry run)" if run.dry_run else ""))
+        for done in result.done:
+            more = f" (+{len(done['ids']) - 1}: {', '.join(done['ids'][1:])})" if len(done["ids"]) > 1 else ""
+            rule = f": {done['rule']}" if done.get("rule") else ""
+            click.echo(f"  {done['session_id']}{more}{rule}")
+        for skip in result.skipped:
+            click.echo(f"  skipped {skip['session_id']}: {skip['why']}")
+        for note in result.notes:
+            click.echo(f"  {note}")
+
+
 def finish(run: Run, as_json: bool, verb: str) -> None:
     if as_json:
         report.emit_json(run.as_dict())
     else:
-        prefix = "would " if run.dry_run else ""
-        for result in run.results:
-            for done in result.done:
-                extra = f" (with {len(done['ids']) - 1} more rows: {', '.join(done['ids'][1:])})" if len(done["ids"]) > 1 else ""
-                click.echo(f"{result.profile}: {prefix}{verb} {done['session_id']}{extra}")
-            for skip in result.skipped:
-                click.echo(f"{result.profile}: skipped {skip['session_id']}: {skip['why']}")
-            if result.files_removed:
-                click.echo(f"{result.profile}: {prefix}remove {len(result.files_removed)} file(s) in sessions/")
+        _human(run)
     for result in run.results:
         for line in result.files_skipped + result.hook_failures:
             report.warn(line)

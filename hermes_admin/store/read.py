@@ -203,3 +203,14 @@ def profile_counts(store: Store) -> ProfileCounts:
 def journal_mode(store: Store) -> str:
     # Reading the mode never changes it.
     return str(store.db.execute_sql("PRAGMA journal_mode").fetchone()[0]).lower()
+
+
+def orphan_session_ids(store: Store) -> list[str]:
+    """Session ids that message or usage rows name but no sessions row has."""
+    tables = ["messages"] + (["session_model_usage"] if store.schema.has_table("session_model_usage") else [])
+    found: set[str] = set()
+    for table in tables:
+        sql = (f"SELECT session_id FROM (SELECT DISTINCT session_id FROM {table}) AS t "
+               "WHERE NOT EXISTS (SELECT 1 FROM sessions s WHERE s.id = t.session_id)")
+        found.update(r[0] for r in store.db.execute_sql(sql).fetchall())
+    return sorted(found)

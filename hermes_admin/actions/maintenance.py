@@ -1,0 +1,157 @@
+"""The maintenance tasks of one profile, in the order `run` uses (design §3).
+
+repair (report) -> ghost prune -> empty sweep -> purge -> auto-archive. Each
+task selects with its pure module in `tasks/` from a fresh read of the store,
+then hands the units to the engine. A task that policy disables is reported
+as skipped, never silently left out. Within one run no row is selected by two
+tasks, so a dry run lists each row once, under the task that would take it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hermes_admin import guards
+from hermes_admin.actions.common import Run, with_engine
+from hermes_admin.config import AdminConfig
+from hermes_admin.engine import Engine, Result
+from hermes_admin.hermes_config import HermesConfigError
+from hermes_admin.hermes_config import load as load_hermes_config
+from hermes_admin.homes import Profile
+from hermes_admin.lineage import Graph
+from hermes_admin.policy import Policy, PolicyError, effective
+from hermes_admin.store.read import load_sessions, orphan_session_ids
+from hermes_admin.tasks import Selection, archive, empty, ghosts, retention
+from hermes_admin.tasks.filters import Filters
+
+ORDER = ("repair", "ghost_prune", "empty_sweep", "purge", "auto_archive")
+
+
+class Refused(Exception):
+    """A selection too broad to run without --force."""
+
+
+@dataclass
+class Request:
+    tasks: tuple[str, ...]
+    now: float
+    explicit: bool = False  # a single-task command runs whatever the policy enables
+    force: bool = False
+    older_than: float | None = None  # purge: days, overrides retention_days
+    archive_days: float | None = None  # archive-inactive: days, overrides auto_archive_days
+    filters: Filters = field(default_factory=Filters)
+    vacuum: bool = False
+
+
+class _Pass:
+    """One profile's run: the engine, the policy, and the rows already taken by an earlier task."""
+
+    def __init__(self, engine: Engine, policy: Policy, request: Request):
+        self.engine, self.policy, self.request = engine, policy, request
+        self.claimed: set[str] = set()
+
+    def snapshot(self) -> tuple[Graph, set[str]]:
+        store = self.engine.store
+        live = guards.live_ids(store.db, store.schema, self.request.now)
+        return Graph(load_sessions(store)), set(live)
+
+    def result(self, task: str, action: str, reason: str | None) -> Result:
+        return Result(self.engine.profile.name, action, reason, self.engine.dry_run, task=task)
+
+    def skipped(self, task: str, why: str) -> Result:
+        result = self.result(task, "none", None)
+        result.status, result.why = "skipped", why
+        return result
+
+    def unclaimed(self, selection: Selection) -> list:
+        units = [u for u in selection.units if not self.claimed.intersection(u.ids)]
+        for unit in units:
+            self.claimed.update(unit.ids)
+        return units
+
+    # -- the tasks -----------------------------------------------------------
+
+    def repair(self) -> Result:
+        return self.skipped("repair", "profile repair is not part of this version of hermes-admin")
+
+    def ghost_prune(self) -> Result:
+        if not (self.policy.ghost_prune or self.request.explicit):
+            return self.skipped("ghost_prune", "ghost_prune is off in this profile's policy")
+        now = self.request.now
+        graph, live = self.snapshot()
+        result = self.result("ghost_prune", "delete", "ghost_prune")
+        tui = ghosts.select_tui_ghosts(graph, now, live)
+        result.absorb(self.engine.delete(self.unclaimed(tui), "ghost_prune", recheck=empty.recheck))
+        missing = orphan_session_ids(self.engine.store)
+        rows = ghosts.select_orphan_rows(missing)
+        result.absorb(self.engine.delete(self.unclaimed(rows), "ghost_prune", orphans=True))
+        files = ghosts.select_orphan_files(self.engine.files, set(graph.rows) | set(missing), now)
+        self.engine.remove_orphan_files(files.files, result)
+        result.kept = tui.kept | files.kept
+        return result
+
+    def empty_sweep(self) -> Result:
+        if not (self.policy.empty_sweep or self.request.explicit):
+            return self.skipped("empty_sweep", "empty_sweep is off in this profile's policy")
+        graph, live = self.snapshot()
+        selection = empty.select(graph, self.policy.empty_min_age_hours, self.request.now, live)
+        result = self.engine.delete(self.unclaimed(selection), "empty_sweep", recheck=empty.recheck)
+        result.task, result.kept = "empty_sweep", selection.kept
+        return result
+
+    def purge(self) -> Result:
+        request = self.request
+        if not (self.policy.auto_prune or request.explicit):
+            return self.skipped("purge", "auto_prune is off in this profile's policy")
+        filters = request.filters
+        # As in Hermes: a filter replaces the implicit retention window, unless --older-than is given.
+        days = request.older_than if request.older_than is not None else (
+            0.0 if filters.given() else self.policy.retention_days)
+        graph, live = self.snapshot()
+        selection = retention.select(graph, days, request.now, live)
+        if filters.given():
+            candidates = len(selection.units)
+            selection.units = [u for u in selection.units if filters.matches(graph.rows[u.session_id])]
+            unbounded = request.older_than is None and not filters.has_age_bound
+            if unbounded and candidates and len(selection.units) == candidates and not request.force:
+                raise Refused(f"profile '{self.engine.profile.name}': the filters match every ended session "
+                              "and set no age bound; add --older-than/--before or use --force")
+        result = self.engine.delete(self.unclaimed(selection), "prune", recheck=retention.recheck(days, request.now))
+        result.task, result.kept = "purge", selection.kept
+        if result.rows and (request.vacuum or self.policy.vacuum_after_prune):
+            result.vacuumed = self.engine.vacuum_if_worth(result)
+        return result
+
+    def auto_archive(self) -> Result:
+        request = self.request
+        if not (self.policy.auto_archive or request.explicit):
+            return self.skipped("auto_archive", "auto_archive is off in this profile's policy")
+        days = request.archive_days if request.archive_days is not None else self.policy.auto_archive_days
+        graph, _ = self.snapshot()
+        selection = archive.select(graph, days, request.now)
+        result = self.engine.set_archived(self.unclaimed(selection), True, reason=None)  # silent
+        result.task, result.kept = "auto_archive", selection.kept
+        return result
+
+
+def maintain(run: Run, profile: Profile, admin: AdminConfig, request: Request) -> None:
+    """Run the requested tasks on one profile; its failures are recorded, never raised."""
+    try:
+        policy = effective(profile.name, admin, load_hermes_config(profile.home), force=request.force)
+    except (HermesConfigError, PolicyError) as exc:
+        run.errors.append(f"profile '{profile.name}': skipped: {exc}")
+        return
+    run.policies[profile.name] = policy
+
+    def work(engine: Engine) -> list[Result]:
+        one_pass = _Pass(engine, policy, request)
+        results = []
+        for task in ORDER:
+            if task in request.tasks:
+                try:
+                    results.append(getattr(one_pass, task)())
+                except Refused as exc:
+                    run.errors.append(str(exc))
+        return results
+
+    with_engine(run, profile, work)

@@ -1,0 +1,116 @@
+"""`purge`, `sweep-empty`, `prune-ghosts`, `archive-inactive` and `run` (one pass of every enabled task)."""
+
+from __future__ import annotations
+
+import time
+
+import click
+
+from hermes_admin.actions.common import Run
+from hermes_admin.actions.maintenance import ORDER, Request, maintain
+from hermes_admin.cli import mutate
+from hermes_admin.cli.context import App, json_option, pass_app, profile_option
+from hermes_admin.tasks.filters import FilterError, Filters, parse_when
+
+
+def task_options(f):
+    for option in (
+        click.option("--force", is_flag=True, help="Allow a policy or filter that would select nearly everything."),
+        json_option, mutate.yes_option, mutate.dry_run_option, profile_option,
+    ):
+        f = option(f)
+    return f
+
+
+def filter_options(f):
+    """The filter surface a Hermes user knows from `hermes sessions prune`, ANDed."""
+    for option in reversed([
+        click.option("--source", help="Only sessions of this source (cli, telegram, ...)."),
+        click.option("--end-reason", help="Only sessions that ended for this reason."),
+        click.option("--title", help="Title contains this (case-insensitive)."),
+        click.option("--model", help="Model contains this (case-insensitive)."),
+        click.option("--min-messages", type=click.IntRange(min=0), help="At least this many message rows."),
+        click.option("--max-messages", type=click.IntRange(min=0), help="At most this many message rows."),
+        click.option("--before", metavar="WHEN", help="Last active before WHEN: a duration back (5h, 2d, 1w) or an ISO time."),
+        click.option("--after", metavar="WHEN", help="Last active after WHEN: a duration back (5h, 2d, 1w) or an ISO time."),
+    ]):
+        f = option(f)
+    return f
+
+
+def build_filters(now: float, source=None, end_reason=None, title=None, model=None, min_messages=None,
+                  max_messages=None, before=None, after=None) -> Filters:
+    try:
+        return Filters(source=source, end_reason=end_reason, title=title, model=model,
+                       min_messages=min_messages, max_messages=max_messages,
+                       before=parse_when(before, now) if before else None,
+                       after=parse_when(after, now) if after else None)
+    except FilterError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def run_tasks(app: App, profiles, request: Request, dry_run: bool, yes: bool, as_json: bool, what: str) -> None:
+    found = app.discover(profiles)
+    run = Run(dry_run=dry_run)
+    if found.missing_roots or set(profiles) - {p.name for p in found.profiles}:
+        run.errors.append("some roots or profiles were not found (see above)")
+    if found.profiles:
+        mutate.confirm(f"Run {what} on {len(found.profiles)} profile(s)?", yes, dry_run)
+    for profile in found.profiles:
+        maintain(run, profile, app.config, request)
+    mutate.finish(run, as_json, what)
+
+
+@click.command()
+@click.option("--older-than", type=click.FloatRange(min=0), metavar="DAYS",
+              help="Inactive for more than DAYS (default: the profile's retention_days).")
+@click.option("--vacuum", is_flag=True, help="VACUUM afterwards if over 25 % of pages are free and nobody holds the store.")
+@filter_options
+@task_options
+@pass_app
+def purge(app: App, older_than, vacuum, profiles, dry_run, yes, as_json, force, **filters):
+    """Delete ended, unpinned sessions past retention, whole lineages at a time (reason `prune`)."""
+    now = time.time()
+    if older_than is not None and older_than < 1 and not force:
+        raise click.BadParameter("below 1 day would delete nearly every ended session; add --force", param_hint="--older-than")
+    request = Request(tasks=("purge",), now=now, explicit=True, force=force, older_than=older_than,
+                      filters=build_filters(now, **filters), vacuum=vacuum)
+    run_tasks(app, profiles, request, dry_run, yes, as_json, "purge")
+
+
+@click.command("sweep-empty")
+@task_options
+@pass_app
+def sweep_empty(app: App, profiles, dry_run, yes, as_json, force):
+    """Delete ended sessions that never got a message (reason `empty_sweep`)."""
+    run_tasks(app, profiles, Request(tasks=("empty_sweep",), now=time.time(), explicit=True, force=force),
+              dry_run, yes, as_json, "sweep-empty")
+
+
+@click.command("prune-ghosts")
+@task_options
+@pass_app
+def prune_ghosts(app: App, profiles, dry_run, yes, as_json, force):
+    """Delete TUI ghosts and rows or files whose session is gone (reason `ghost_prune`)."""
+    run_tasks(app, profiles, Request(tasks=("ghost_prune",), now=time.time(), explicit=True, force=force),
+              dry_run, yes, as_json, "prune-ghosts")
+
+
+@click.command("archive-inactive")
+@click.option("--days", type=click.FloatRange(min=0), help="Idle for more than N days (default: auto_archive_days).")
+@task_options
+@pass_app
+def archive_inactive(app: App, days, profiles, dry_run, yes, as_json, force):
+    """Archive idle lineages, open ones included; pinned never (silent: no event)."""
+    if days is not None and days < 1 and not force:
+        raise click.BadParameter("below 1 day would archive nearly everything; add --force", param_hint="--days")
+    run_tasks(app, profiles, Request(tasks=("auto_archive",), now=time.time(), explicit=True, force=force,
+                                     archive_days=days), dry_run, yes, as_json, "archive-inactive")
+
+
+@click.command()
+@task_options
+@pass_app
+def run(app: App, profiles, dry_run, yes, as_json, force):
+    """One pass of every task the policy enables: what the timer calls."""
+    run_tasks(app, profiles, Request(tasks=ORDER, now=time.time(), force=force), dry_run, yes, as_json, "run")
