@@ -1,0 +1,196 @@
+"""`run` and the single-task commands through the CLI, on the synthetic scenario."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+
+import yaml
+from freezegun import freeze_time
+
+from hermes_admin.synth.builder import SynthStore
+from tests.conftest import fk_rows, fts_problems, store_digest
+from tests.helpers import events, home_of, install_plugins, row_ids
+
+POLICY = {"auto_prune": True, "retention_days": 90, "auto_archive": True, "auto_archive_days": 30}
+
+
+def set_policy(home, sessions=POLICY):
+    path = home / "config.yaml"
+    data = yaml.safe_load(path.read_text()) or {}
+    data["sessions"] = sessions
+    path.write_text(yaml.safe_dump(data))
+
+
+def tasks_of(doc, profile):
+    return {r["task"]: r for r in doc["results"] if r["profile"] == profile}
+
+
+def test_run_dry_run_then_run(synth_root, invoke):
+    root, kinds = synth_root
+    for name in ("default", "work", "legacy"):
+        install_plugins(home_of(root, name), ["recorder"], enabled=["recorder"])
+        set_policy(home_of(root, name))
+    garbage = root / "profiles" / "broken"
+    garbage.mkdir()
+    (garbage / "state.db").write_bytes(b"garbage" * 300)
+    before = store_digest(root)
+    listing = {n: sorted(os.listdir(home_of(root, n) / "sessions")) for n in ("default", "work", "legacy")}
+
+    dry = invoke("--root", str(root), "run", "--dry-run", "--json")
+    assert dry.exit_code == 2
+    assert store_digest(root) == before
+    assert {n: sorted(os.listdir(home_of(root, n) / "sessions")) for n in listing} == listing
+    assert all(events(home_of(root, n)) == [] for n in listing)
+
+    real = invoke("--root", str(root), "run", "--json")
+    assert real.exit_code == 2  # the garbage profile; every other profile was maintained
+    doc = json.loads(real.stdout)
+    assert any("broken" in e for e in doc["errors"])
+    planned = {(r["profile"], r["task"]): sorted(d["session_id"] for d in r["done"])
+               for r in json.loads(dry.stdout)["results"]}
+    assert all(r["dry_run"] and r["transactions"] == 0 for r in json.loads(dry.stdout)["results"])
+    # The dry run listed exactly what the real run then did, task by task.
+    assert planned == {(r["profile"], r["task"]): sorted(d["session_id"] for d in r["done"]) for r in doc["results"]}
+    for name in ("default", "work", "legacy"):
+        home, k = home_of(root, name), kinds[name]
+        db = home / "state.db"
+        ids = row_ids(db)
+        gone = set(k["old_ended"] + k["old_archived"] + k["delegate_parent"] + k["delegate_child"]
+                   + k["empty_ended"] + k["tui_ghost"])
+        assert not ids & gone
+        kept = (set(k["recent"] + k["inactive"] + k["old_open"] + k["revived"] + k["empty_open"] + k["lineage"]
+                    + k["just_ended_empty"] + k["locked_old"] + k["keyed"] + k.get("pinned_old", [])
+                    + k.get("heartbeat_recent", [])))
+        assert ids == kept
+        archived = row_ids(db, "SELECT id FROM sessions WHERE archived = 1")
+        assert archived == set(k["inactive"] + k["old_open"] + k["locked_old"])
+        assert not row_ids(db, "SELECT session_id FROM messages") - ids  # orphan rows went too
+        assert fk_rows(db) == set() and fts_problems(db) == []
+        files = set(os.listdir(home / "sessions"))
+        assert not any(sid in f for sid in gone | set(k["orphan_file_old"]) for f in files)
+        assert {"sessions.json", "notes.txt"} <= files and any(k["orphan_file_fresh"][0] in f for f in files)
+        got = events(home)
+        by_reason = {}
+        for e in got:
+            by_reason.setdefault(e["reason"], []).append(e)
+        assert sorted(e["session_id"] for e in by_reason["prune"]) == sorted(k["old_ended"] + k["old_archived"] + k["delegate_parent"])
+        (parent_event,) = [e for e in by_reason["prune"] if e["session_id"] == k["delegate_parent"][0]]
+        assert sorted(parent_event["deleted_ids"]) == sorted(k["delegate_parent"] + k["delegate_child"])
+        assert [e["session_id"] for e in by_reason["empty_sweep"]] == k["empty_ended"]
+        assert sorted(e["session_id"] for e in by_reason["ghost_prune"]) == sorted(k["tui_ghost"] + k["orphan_rows"])
+        assert set(by_reason) == {"prune", "empty_sweep", "ghost_prune"}  # auto-archive is silent
+        announced = [i for e in got for i in (e["deleted_ids"] or [e["session_id"]])]
+        assert sorted(announced) == sorted(gone | set(k["orphan_rows"]))  # each deleted row exactly once
+        tasks = tasks_of(doc, name)
+        assert tasks["repair"]["status"] == "skipped" and tasks["purge"]["status"] == "done"
+
+
+def test_disabled_tasks_are_reported_as_skipped(synth_root, invoke):
+    root, kinds = synth_root
+    result = invoke("--root", str(root), "run", "-p", "work", "--json")
+    tasks = tasks_of(json.loads(result.stdout), "work")
+    assert tasks["purge"]["status"] == "skipped" and "auto_prune is off" in tasks["purge"]["why"]
+    assert tasks["auto_archive"]["status"] == "skipped"
+    assert set(kinds["work"]["old_ended"]) <= row_ids(root / "profiles" / "work" / "state.db")
+
+
+def test_purge_runs_regardless_of_policy_and_takes_older_than(synth_root, invoke):
+    root, kinds = synth_root
+    db = root / "profiles" / "work" / "state.db"
+    result = invoke("--root", str(root), "purge", "-p", "work", "--older-than", "150", "--json")
+    assert result.exit_code == 0, result.stderr
+    gone = set(kinds["work"]["old_ended"]) - row_ids(db)
+    assert len(gone) == 1  # only the 200-day one is older than 150 days
+
+
+def test_purge_filters_and_the_everything_guard(synth_root, invoke):
+    root, kinds = synth_root
+    db = root / "profiles" / "work" / "state.db"
+    refused = invoke("--root", str(root), "purge", "-p", "work", "--min-messages", "0", "--json")
+    assert refused.exit_code == 2 and "match every ended session" in json.loads(refused.stdout)["errors"][0]
+    result = invoke("--root", str(root), "purge", "-p", "work", "--source", "telegram", "--json")
+    assert result.exit_code == 0
+    done = [d["session_id"] for d in json.loads(result.stdout)["results"][0]["done"]]
+    assert set(done) == set(kinds["work"]["old_archived"] + kinds["work"]["keyed"])  # all ended telegram ones
+    assert not set(done) & row_ids(db)
+    bad = invoke("--root", str(root), "purge", "--before", "someday")
+    assert bad.exit_code == 2 and "neither a duration" in bad.stderr
+
+
+def test_retention_boundary_at_the_cli_edge(tmp_path, invoke):
+    root = tmp_path / "h"
+    with freeze_time("2026-06-01 12:00:00"):
+        import time
+        now = time.time()
+        store = SynthStore(root / "state.db", version=30)
+        for sid, age in (("inside", 30 * 86400 - 1), ("exactly", 30 * 86400), ("outside", 30 * 86400 + 1)):
+            store.session(sid, started=now - age - 10, ended=now - age, end_reason="x")
+            store.messages(sid, 1, now - age)
+        store.close()
+        result = invoke("--root", str(root), "purge", "--older-than", "30", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert row_ids(root / "state.db") == {"inside", "exactly"}
+
+
+def test_single_tasks(synth_root, invoke):
+    root, kinds = synth_root
+    k = kinds["legacy"]
+    db = root / "profiles" / "legacy" / "state.db"
+    invoke("--root", str(root), "sweep-empty", "-p", "legacy")
+    # Run alone, the sweep also takes the TUI ghost: it is an ended row without messages too.
+    assert not row_ids(db) & set(k["empty_ended"] + k["tui_ghost"])
+    assert set(k["just_ended_empty"] + k["empty_open"]) <= row_ids(db)
+    invoke("--root", str(root), "prune-ghosts", "-p", "legacy")
+    assert not row_ids(db, "SELECT DISTINCT session_id FROM messages") - row_ids(db)
+    assert not any(k["orphan_file_old"][0] in f for f in os.listdir(root / "profiles" / "legacy" / "sessions"))
+    result = invoke("--root", str(root), "archive-inactive", "-p", "legacy", "--days", "60", "--json")
+    archived = {i for d in json.loads(result.stdout)["results"][0]["done"] for i in d["ids"]}
+    # Idle over 60 days and not archived yet: the 70-day one, the old open one, the locked one, and the
+    # old sessions a purge would have taken; the 45-day one stays, the archived one does not flip again.
+    idle_over_60 = {k["inactive"][1], *k["old_open"], *k["locked_old"], *k["old_ended"], *k["delegate_parent"]}
+    assert archived == idle_over_60
+
+
+def test_bad_profile_config_skips_that_profile_only(synth_root, invoke):
+    root, kinds = synth_root
+    (root / "profiles" / "work" / "config.yaml").write_text("sessions: [unclosed\n")
+    set_policy(home_of(root, "legacy"), {"retention_days": 0})
+    result = invoke("--root", str(root), "run", "--json")
+    assert result.exit_code == 2
+    errors = json.loads(result.stdout)["errors"]
+    assert any("work" in e and "config.yaml" in e and "not valid YAML" in e for e in errors)
+    assert any("legacy" in e and "retention_days 0 < 1" in e for e in errors)
+    assert not row_ids(root / "state.db") & set(kinds["default"]["tui_ghost"])  # default still maintained
+
+
+def test_locked_profile_exit_code(synth_root, invoke):
+    import fcntl
+    root, _ = synth_root
+    lock = root / ".hermes-admin" / "lock"
+    lock.parent.mkdir(exist_ok=True)
+    with open(lock, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        result = invoke("--root", str(root), "run", "-p", "default")
+    assert result.exit_code == 3
+
+
+def test_vacuum_only_when_worth_it(tmp_path, now, invoke):
+    root = tmp_path / "h"
+    store = SynthStore(root / "state.db", version=30)
+    for i in range(300):
+        sid = f"s{i:03d}"
+        store.session(sid, started=now - 200 * 86400, ended=now - 199 * 86400, end_reason="x")
+        store.messages(sid, 10, now - 200 * 86400, text="padding " * 50)
+    store.close()
+    conn = sqlite3.connect(root / "state.db")
+    conn.execute("PRAGMA journal_mode=DELETE")  # nothing else holds it: a quiet store
+    conn.close()
+    result = invoke("--root", str(root), "purge", "--vacuum", "--json")
+    doc = json.loads(result.stdout)
+    assert doc["results"][0]["rows"] == 300 and doc["results"][0]["vacuumed"] is True
+    conn = sqlite3.connect(f"file:{root / 'state.db'}?mode=ro", uri=True)
+    assert conn.execute("PRAGMA freelist_count").fetchone()[0] == 0
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"  # never changed
+    conn.close()

@@ -1,0 +1,58 @@
+from pathlib import Path
+
+import pytest
+
+from hermes_admin.config import AdminConfig
+from hermes_admin.hermes_config import HermesConfig
+from hermes_admin.policy import BUILTINS, PolicyError, effective, load_preset
+
+
+def hermes(sessions=None):
+    return HermesConfig(Path("/p/config.yaml"), {"sessions": sessions} if sessions is not None else {})
+
+
+def test_builtins_are_hermes_own():
+    policy = effective("p", AdminConfig(), hermes())
+    assert (policy.auto_prune, policy.retention_days, policy.auto_archive, policy.auto_archive_days) == (False, 90, False, 3)
+
+
+def test_precedence_first_match_wins_per_key():
+    admin = AdminConfig(path=Path("/etc/a.yaml"), defaults={"retention_days": 60, "auto_archive_days": 20},
+                        profiles={"p": {"retention_days": 10, "preset": "lean"}})
+    own = hermes({"retention_days": 45, "auto_prune": True, "auto_archive_days": 9, "auto_archive": False})
+    policy = effective("p", admin, own)
+    assert policy.retention_days == 10  # admin entry beats everything
+    assert policy.auto_archive_days == 7 and policy.auto_archive is True  # the entry's preset beats the profile
+    assert policy.auto_prune is True
+    other = effective("q", admin, own)
+    assert other.retention_days == 45  # the profile's own config beats admin defaults
+    assert effective("q", admin, hermes()).retention_days == 60  # then the admin defaults
+    assert effective("q", admin, hermes()).auto_archive_days == 20
+
+
+@pytest.mark.parametrize("name", ["standard", "conservative", "lean", "archive-only"])
+def test_presets_load_and_only_use_known_keys(name):
+    data, path = load_preset(name)
+    assert set(data) <= set(BUILTINS) and path.read_text().startswith("#")  # each documented in a comment
+
+
+@pytest.mark.parametrize("admin, own, message", [
+    (AdminConfig(profiles={"p": {"retention_dayz": 3}}), hermes(), "unknown key"),
+    (AdminConfig(profiles={"p": {"preset": "nope"}}), hermes(), "preset 'nope' not found"),
+    (AdminConfig(defaults={"auto_prune": "yes"}), hermes(), "must be true or false"),
+    (AdminConfig(), hermes({"retention_days": "ninety"}), "must be a number"),
+    (AdminConfig(), hermes({"retention_days": 0}), "retention_days 0 < 1"),
+    (AdminConfig(), hermes({"retention_days": -5}), "retention_days -5 < 1"),
+])
+def test_bad_policies_are_refused_with_the_file_named(admin, own, message):
+    with pytest.raises(PolicyError, match=message):
+        effective("p", admin, own)
+
+
+def test_force_allows_a_tiny_retention():
+    assert effective("p", AdminConfig(), hermes({"retention_days": 0}), force=True).retention_days == 0
+
+
+def test_policy_describes_itself():
+    text = effective("p", AdminConfig(profiles={"p": {"preset": "standard"}}), hermes()).describe()
+    assert "inactive over 90 days" in text and "idle over 30 days" in text
