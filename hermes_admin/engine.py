@@ -32,6 +32,7 @@ from hermes_admin.hooks.discovery import discover as discover_plugins
 from hermes_admin.lineage import Unit
 from hermes_admin.locks import ProfileLocks
 from hermes_admin.outbox import Event, Outbox
+from hermes_admin.report import Progress
 from hermes_admin.store import Store
 from hermes_admin.store.connect import write_transaction
 from hermes_admin.store.read import SessionRow, load_rows
@@ -93,8 +94,10 @@ class Result:
 class Engine:
     """One profile's store, opened for maintenance: locks held, outbox replayed."""
 
-    def __init__(self, profile: Profile, dry_run: bool = False, now: Callable[[], float] = time.time):
+    def __init__(self, profile: Profile, dry_run: bool = False, now: Callable[[], float] = time.time,
+                 progress: Progress | None = None):
         self.profile = profile
+        self.progress = progress or Progress()
         self.dry_run = dry_run
         self.now = now
         self.locks: ProfileLocks | None = None
@@ -215,11 +218,16 @@ class Engine:
                 result.done.append(self._unit_report(unit, list(unit.ids)))
                 self._remove_files(list(unit.ids), result)  # lists them: a dry run unlinks nothing
             return result
-        position = 0
-        while position < len(units):
-            chunk = units[position:position + self._chunk]
-            position += len(chunk)
-            self._delete_chunk(chunk, reason, recheck, orphans, result)
+        self.progress.start(f"{self.profile.name}: {reason}", len(units))
+        try:
+            position = 0
+            while position < len(units):
+                chunk = units[position:position + self._chunk]
+                position += len(chunk)
+                self._delete_chunk(chunk, reason, recheck, orphans, result)
+                self.progress.advance(len(chunk))
+        finally:
+            self.progress.stop()
         return result
 
     def _delete_chunk(self, chunk: list[Unit], reason: str, recheck: Recheck | None, orphans: bool,

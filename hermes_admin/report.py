@@ -56,3 +56,35 @@ def table(title: str | None, columns: list[str], rows: list[list[object]]) -> Ta
     for row in rows:
         out.add_row(*["-" if v is None else str(v) for v in row])
     return out
+
+
+class Progress:
+    """A progress bar on stderr, only when stderr is a terminal (never under systemd or in pipes)."""
+
+    MIN_UNITS = 200  # shorter work finishes before a bar would help
+
+    def __init__(self):
+        self._bar = None
+        self._task = None
+
+    @staticmethod
+    def wanted() -> bool:
+        return sys.stderr.isatty()
+
+    def start(self, label: str, total: int) -> None:
+        if total < self.MIN_UNITS or not self.wanted():
+            return
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TextColumn, TimeRemainingColumn
+        self._bar = Bar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                        console=Console(file=sys.stderr), transient=True)
+        self._bar.start()
+        self._task = self._bar.add_task(label, total=total)
+
+    def advance(self, n: int) -> None:
+        if self._bar is not None:
+            self._bar.advance(self._task, n)
+
+    def stop(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None

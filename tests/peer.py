@@ -61,9 +61,11 @@ def _env(home: Path | None = None) -> dict[str, str]:
     return env
 
 
-def build_root(root: Path, profiles: list[str], now: float, plugins_enabled: list[str] = ()) -> dict:
+def build_root(root: Path, profiles: list[str], now: float, plugins_enabled: list[str] = (),
+               sessions: dict | None = None) -> dict:
     """Write a root with the real SessionDB; returns {profile: {kind: [ids]}}."""
-    spec = {"root": str(root), "now": now, "profiles": profiles, "plugins_enabled": list(plugins_enabled)}
+    spec = {"root": str(root), "now": now, "profiles": profiles, "plugins_enabled": list(plugins_enabled),
+            "sessions": sessions or {}}
     done = subprocess.run(
         [python(), str(HERE / "compat" / "peer_build.py"), json.dumps(spec)],
         check=True, capture_output=True, text=True, env=_env(), timeout=300,

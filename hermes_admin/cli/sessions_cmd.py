@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import click
 
 from hermes_admin import exitcodes, report
@@ -9,6 +11,7 @@ from hermes_admin.actions import sessions as actions
 from hermes_admin.actions.common import Run
 from hermes_admin.cli import mutate
 from hermes_admin.cli.context import App, json_option, pass_app, profile_option
+from hermes_admin.cli.maintain_cmd import build_filters, filter_options
 from hermes_admin.views import list_sessions, resolve, session_brief, session_detail
 from hermes_admin.store import Store, StoreError
 
@@ -89,37 +92,60 @@ def show_cmd(app: App, session_id: str, profiles, as_json: bool):
         out.print(f"[bold]{key:>20}[/bold]  {'-' if value is None else value}", highlight=False)
 
 
-def _change(app: App, ids: tuple[str, ...], profiles, dry_run: bool, yes: bool, as_json: bool,
-            verb: str, act) -> None:
+def _read_ids(source) -> list[str]:
+    """One id a line; blank lines and `#` comments are skipped."""
+    text = source.read()
+    return [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("#")]
+
+
+def _change(app: App, ids: tuple[str, ...], ids_from, profiles, dry_run: bool, yes: bool, as_json: bool,
+            force: bool, filter_values: dict, verb: str, act) -> None:
+    now = time.time()
+    filters = build_filters(now, **filter_values) if filter_values is not None else None
+    wanted = list(ids) + (_read_ids(ids_from) if ids_from is not None else [])
+    if not wanted and not (filters and filters.given()):
+        raise click.UsageError("name at least one session id, --ids-from FILE, or a filter")
     found = app.discover(profiles)
-    by_profile, missing, problems = mutate.targets(found.profiles, list(ids))
+    by_profile, missing, problems = mutate.targets(found.profiles, wanted)
     run = Run(dry_run=dry_run)
     run.warnings += [f"no session matches '{m}'" for m in missing]
     run.errors += problems
-    if by_profile:
-        count = sum(len(v) for v in by_profile.values())
-        mutate.confirm(f"{verb.capitalize()} {count} session(s) in {len(by_profile)} profile(s)?", yes, dry_run)
-    for profile, sids in by_profile.items():
-        act(run, profile, sids)
+    chosen = list(by_profile) if not (filters and filters.given()) else found.profiles
+    if chosen:
+        what = f"{sum(len(v) for v in by_profile.values())} named session(s)" + (
+            " and the sessions the filters match" if filters and filters.given() else "")
+        mutate.confirm(f"{verb.capitalize()} {what} in {len(chosen)} profile(s)?", yes, dry_run)
+    for profile in chosen:
+        act(run, profile, by_profile.get(profile, []), filters, force)
     mutate.finish(run, as_json, verb)
 
 
-def _change_command(name: str, verb: str, act, help_text: str) -> None:
+def _change_command(name: str, verb: str, act, help_text: str, with_filters: bool) -> None:
     """Register `sessions NAME ID...` with the options every changing command shares."""
-    @sessions.command(name, help=help_text)
-    @click.argument("ids", nargs=-1, required=True)
-    @profile_option
-    @mutate.dry_run_option
-    @mutate.yes_option
-    @json_option
-    @pass_app
-    def command(app: App, ids, profiles, dry_run, yes, as_json):
-        _change(app, ids, profiles, dry_run, yes, as_json, verb, act)
+    def command(app: App, ids, ids_from, profiles, dry_run, yes, as_json, force=False, **filter_values):
+        _change(app, ids, ids_from, profiles, dry_run, yes, as_json, force,
+                filter_values if with_filters else None, verb, act)
+
+    options = [
+        click.argument("ids", nargs=-1),
+        click.option("--ids-from", type=click.File("r"), metavar="FILE", help="Also the ids in FILE, one a line (- for stdin)."),
+        profile_option, mutate.dry_run_option, mutate.yes_option, json_option,
+    ]
+    if with_filters:
+        options += [filter_options, click.option("--force", is_flag=True,
+                                                  help="Allow filters that match every candidate session.")]
+    for option in reversed(options):
+        command = option(command)
+    sessions.command(name, help=help_text)(pass_app(command))
 
 
 _change_command("delete", "delete", actions.delete,
-                "Delete sessions (ID or unique prefix), each with its delegates; fires `delete`.")
-_change_command("archive", "archive", lambda run, profile, sids: actions.archive(run, profile, sids, True),
-                "Archive sessions with their whole compression lineage; fires `archive` on a real change.")
-_change_command("unarchive", "unarchive", lambda run, profile, sids: actions.archive(run, profile, sids, False),
-                "Unarchive sessions with their whole compression lineage (silent: no event).")
+                "Delete sessions (ID or unique prefix, --ids-from, or filters), each with its delegates; "
+                "fires `delete`.", with_filters=True)
+_change_command("archive", "archive",
+                lambda run, profile, sids, filters, force: actions.archive(run, profile, sids, True, filters, force),
+                "Archive sessions with their whole compression lineage; fires `archive` on a real change.",
+                with_filters=True)
+_change_command("unarchive", "unarchive",
+                lambda run, profile, sids, filters, force: actions.archive(run, profile, sids, False),
+                "Unarchive sessions with their whole compression lineage (silent: no event).", with_filters=False)

@@ -2,7 +2,7 @@
 
 Usage: python peer_build.py SPEC_JSON  -> prints {profile: {kind: [ids]}} as JSON.
 
-SPEC: {"root": PATH, "now": EPOCH, "profiles": [NAME, ...], "plugins_enabled": [...]}
+SPEC: {"root": PATH, "now": EPOCH, "profiles": [NAME, ...], "plugins_enabled": [...], "sessions": {...}}
 Every row is written through Hermes' own API (create_session, append_message,
 end_session, set_session_archived, ...), so schema, triggers and FTS indexes
 are Hermes' own. Ages are then set with UPDATEs on Hermes' own connection,
@@ -37,7 +37,7 @@ def write_files(sessions_dir: Path, sid: str, kinds, mtime: float) -> None:
         os.utime(path, (mtime, mtime))
 
 
-def build_profile(home: Path, name: str, now: float, plugins_enabled: list[str]) -> dict:
+def build_profile(home: Path, name: str, now: float, plugins_enabled: list[str], sessions: dict) -> dict:
     from hermes_state import SessionDB
 
     for folder in ("sessions", "logs", "memories", "skills", "cron"):
@@ -45,6 +45,8 @@ def build_profile(home: Path, name: str, now: float, plugins_enabled: list[str])
     config = {"model": {"default": "peer/model"}}
     if plugins_enabled:
         config["plugins"] = {"enabled": plugins_enabled}
+    if sessions:
+        config["sessions"] = sessions
     (home / "config.yaml").write_text(json.dumps(config) + "\n")  # JSON is valid YAML
     sessions_dir = home / "sessions"
     db = SessionDB(home / "state.db")
@@ -165,7 +167,8 @@ def main() -> None:
     for name in spec["profiles"]:
         home = root if name == "default" else root / "profiles" / name
         home.mkdir(parents=True, exist_ok=True)
-        out[name] = build_profile(home, name, float(spec["now"]), spec.get("plugins_enabled", []))
+        out[name] = build_profile(home, name, float(spec["now"]), spec.get("plugins_enabled", []),
+                                  spec.get("sessions", {}))
     print(json.dumps(out))
 
 

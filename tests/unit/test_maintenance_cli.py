@@ -194,3 +194,26 @@ def test_vacuum_only_when_worth_it(tmp_path, now, invoke):
     assert conn.execute("PRAGMA freelist_count").fetchone()[0] == 0
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"  # never changed
     conn.close()
+
+
+def test_sessions_delete_and_archive_by_filters_and_ids_from(synth_root, invoke, tmp_path):
+    root, kinds = synth_root
+    k = kinds["work"]
+    db = root / "profiles" / "work" / "state.db"
+    result = invoke("--root", str(root), "sessions", "delete", "-p", "work", "--source", "discord", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert not row_ids(db) & set(k["inactive"])  # both discord sessions, ended
+    everything = invoke("--root", str(root), "sessions", "archive", "-p", "work", "--min-messages", "0")
+    assert everything.exit_code == 2 and "match all" in everything.stderr
+    aged = invoke("--root", str(root), "sessions", "archive", "-p", "work", "--title", "old chat", "--before", "100d",
+                  "--json")
+    archived = {i for d in json.loads(aged.stdout)["results"][0]["done"] for i in d["ids"]}
+    assert archived == set(k["old_ended"])
+    listing = tmp_path / "ids.txt"
+    listing.write_text(f"# to go\n{k['recent'][0]}\n\n{k['keyed'][0]}\n")
+    invoke("--root", str(root), "sessions", "delete", "--ids-from", str(listing))
+    assert not row_ids(db) & {k["recent"][0], k["keyed"][0]}
+    piped = invoke("--root", str(root), "sessions", "delete", "--ids-from", "-", "--json", input=k["revived"][0] + "\n")
+    assert piped.exit_code == 0 and k["revived"][0] not in row_ids(db)
+    nothing = invoke("--root", str(root), "sessions", "delete")
+    assert nothing.exit_code == 2 and "at least one session id" in nothing.stderr
