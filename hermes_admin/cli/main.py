@@ -38,8 +38,17 @@ for command in (purge, sweep_empty, prune_ghosts, archive_inactive, run):
 
 
 def main() -> None:
+    """The console script: click's own handling, except that Ctrl-C exits 130 (design §8)."""
     try:
-        cli.main(prog_name="hermes-admin", standalone_mode=True)
+        code = cli.main(prog_name="hermes-admin", standalone_mode=False)
+    except click.exceptions.Abort as abort:
+        interrupted = isinstance(abort.__cause__, KeyboardInterrupt)
+        click.echo("hermes-admin: interrupted" if interrupted else "Aborted!", err=True)
+        sys.exit(exitcodes.INTERRUPTED if interrupted else exitcodes.WARNINGS)
     except KeyboardInterrupt:
         click.echo("hermes-admin: interrupted", err=True)
         sys.exit(exitcodes.INTERRUPTED)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    sys.exit(code if isinstance(code, int) else exitcodes.OK)

@@ -139,3 +139,23 @@ def test_module_help_and_demo_with_empty_home(tmp_path):
     assert demo.returncode == 0, demo.stderr
     assert "Demo root built in" in demo.stderr
     assert all(name in demo.stdout for name in ("default", "work", "legacy"))
+
+
+def test_interrupt_exits_130_and_usage_errors_exit_2(tmp_path, synth_root):
+    root, _ = synth_root
+    code = ("import sys, hermes_admin.views as v\n"
+            "def stop(*a, **k): raise KeyboardInterrupt\n"
+            "v.profile_summary = stop\n"
+            "import hermes_admin.cli.profiles_cmd as p; p.profile_summary = stop\n"
+            "from hermes_admin.cli.main import main\n"
+            f"sys.argv = ['hermes-admin', '--root', {str(root)!r}, 'profiles']\n"
+            "main()\n")
+    env = dict(os.environ, HERMES_ADMIN_CONFIG="", HOME=str(tmp_path))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert done.returncode == 130 and "interrupted" in done.stderr
+    usage = subprocess.run([sys.executable, "-m", "hermes_admin", "purge", "--older-than", "x"],
+                           capture_output=True, text=True, env=env)
+    assert usage.returncode == 2 and "older-than" in usage.stderr
+    ok = subprocess.run([sys.executable, "-m", "hermes_admin", "--root", str(root), "profiles", "--json"],
+                        capture_output=True, text=True, env=env)
+    assert ok.returncode == 0 and json.loads(ok.stdout)["profiles"]

@@ -128,10 +128,14 @@ def test_retention_boundary_at_the_cli_edge(tmp_path, invoke):
         for sid, age in (("inside", 30 * 86400 - 1), ("exactly", 30 * 86400), ("outside", 30 * 86400 + 1)):
             store.session(sid, started=now - age - 10, ended=now - age, end_reason="x")
             store.messages(sid, 1, now - age)
+        # Started a year ago, but its last message is an hour old: not inactive.
+        store.session("revived", started=now - 365 * 86400, ended=now - 3600, end_reason="x")
+        store.messages("revived", 1, now - 365 * 86400)
+        store.messages("revived", 1, now - 3600)
         store.close()
         result = invoke("--root", str(root), "purge", "--older-than", "30", "--json")
     assert result.exit_code == 0, result.stderr
-    assert row_ids(root / "state.db") == {"inside", "exactly"}
+    assert row_ids(root / "state.db") == {"inside", "exactly", "revived"}
 
 
 def test_single_tasks(synth_root, invoke):
