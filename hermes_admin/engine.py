@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from hermes_admin import guards
+from hermes_admin import guards, stopping
 from hermes_admin.files import FileIndex, unsafe_id
 from hermes_admin.guards import chunks, marks
 from hermes_admin.hermes_config import HermesConfig
@@ -65,6 +65,7 @@ class Result:
     longest_write_ms: float = 0.0
     vacuumed: bool = False
     notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0  # wall time of the task
 
     def absorb(self, other: "Result") -> None:
         """Fold a second engine call of the same task into this result."""
@@ -88,6 +89,7 @@ class Result:
             "files_removed": self.files_removed, "files_skipped": self.files_skipped,
             "hook_failures": self.hook_failures, "transactions": self.transactions,
             "longest_write_ms": round(self.longest_write_ms, 2), "vacuumed": self.vacuumed, "notes": self.notes,
+            "seconds": round(self.seconds, 3),
         }
 
 
@@ -222,6 +224,9 @@ class Engine:
         try:
             position = 0
             while position < len(units):
+                if stopping.requested():
+                    result.notes.append(f"stopped on request: {len(units) - position} unit(s) left for the next run")
+                    break
                 chunk = units[position:position + self._chunk]
                 position += len(chunk)
                 self._delete_chunk(chunk, reason, recheck, orphans, result)
@@ -338,6 +343,9 @@ class Engine:
             return result
         position = 0
         while position < len(units):
+            if stopping.requested():
+                result.notes.append(f"stopped on request: {len(units) - position} unit(s) left for the next run")
+                break
             chunk = units[position:position + self._chunk]
             position += len(chunk)
             fires = archived and reason is not None

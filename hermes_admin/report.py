@@ -58,6 +58,32 @@ def table(title: str | None, columns: list[str], rows: list[list[object]]) -> Ta
     return out
 
 
+_VERBS = {"delete": "deleted", "archive": "archived", "unarchive": "unarchived"}
+
+
+def summary_line(result, dry_run: bool) -> str:
+    """One line per task per profile, with counts: what logs and the journal show."""
+    where = f"{result.profile}: {result.task}" if result.task else result.profile
+    if result.status == "skipped":
+        return f"{where}: skipped ({result.why})"
+    would = "would be " if dry_run else ""
+    verb = _VERBS.get(result.action, result.action)
+    line = f"{where}: {len(result.done)} unit(s), {result.rows} row(s) {would}{verb}"
+    if result.files_removed:
+        line += f"; {len(result.files_removed)} file(s) {would}removed"
+    if result.skipped:
+        line += f"; {len(result.skipped)} skipped"
+    if result.task:
+        line += f"; {len(result.kept)} kept"
+    if result.seconds:
+        line += f" ({result.seconds:.2f} s)"
+    return line + (" (dry run)" if dry_run else "")
+
+
+def summary_lines(run) -> list[str]:
+    return [summary_line(result, run.dry_run) for result in run.results]
+
+
 class Progress:
     """A progress bar on stderr, only when stderr is a terminal (never under systemd or in pipes)."""
 

@@ -9,9 +9,10 @@ tasks, so a dry run lists each row once, under the task that would take it.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
-from hermes_admin import guards
+from hermes_admin import guards, stopping
 from hermes_admin.actions.common import Run, with_engine
 from hermes_admin.config import AdminConfig
 from hermes_admin.engine import Engine, Result
@@ -147,11 +148,16 @@ def maintain(run: Run, profile: Profile, admin: AdminConfig, request: Request) -
         one_pass = _Pass(engine, policy, request)
         results = []
         for task in ORDER:
-            if task in request.tasks:
-                try:
-                    results.append(getattr(one_pass, task)())
-                except Refused as exc:
-                    run.errors.append(str(exc))
+            if task not in request.tasks or stopping.requested():
+                continue
+            started = time.monotonic()
+            try:
+                result = getattr(one_pass, task)()
+            except Refused as exc:
+                run.errors.append(str(exc))
+                continue
+            result.seconds = time.monotonic() - started
+            results.append(result)
         return results
 
     with_engine(run, profile, work)

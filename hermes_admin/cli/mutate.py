@@ -42,27 +42,11 @@ def confirm(question: str, yes: bool, dry_run: bool) -> None:
     click.confirm(question, abort=True, err=True)
 
 
-_VERBS = {"delete": "deleted", "archive": "archived", "unarchive": "unarchived"}
-
-
 def _human(run: Run) -> None:
-    would = "would be " if run.dry_run else ""
     for name, policy in run.policies.items():
         click.echo(f"{name}: policy: {policy.describe()}")
     for result in run.results:
-        where = f"{result.profile}: {result.task}" if result.task else result.profile
-        if result.status == "skipped":
-            click.echo(f"{where}: skipped ({result.why})")
-            continue
-        verb = _VERBS.get(result.action, result.action)
-        summary = f"{len(result.done)} unit(s), {result.rows} row(s) {would}{verb}"
-        if result.files_removed:
-            summary += f"; {len(result.files_removed)} file(s) {would}removed"
-        if result.skipped:
-            summary += f"; {len(result.skipped)} skipped"
-        if result.task:
-            summary += f"; {len(result.kept)} kept"
-        click.echo(f"{where}: {summary}" + (" (dry run)" if run.dry_run else ""))
+        click.echo(report.summary_line(result, run.dry_run))
         for done in result.done:
             more = f" (+{len(done['ids']) - 1}: {', '.join(done['ids'][1:])})" if len(done["ids"]) > 1 else ""
             rule = f": {done['rule']}" if done.get("rule") else ""
