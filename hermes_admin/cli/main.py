@@ -9,6 +9,7 @@ import click
 from hermes_admin import __version__, exitcodes
 from hermes_admin.cli.context import App
 from hermes_admin.cli.demo_cmd import demo
+from hermes_admin.cli.ops_cmd import daemon, systemd
 from hermes_admin.cli.maintain_cmd import archive_inactive, prune_ghosts, purge, run, sweep_empty
 from hermes_admin.cli.plugins_cmd import plugins
 from hermes_admin.cli.profiles_cmd import profiles
@@ -33,7 +34,7 @@ cli.add_command(profiles)
 cli.add_command(sessions)
 cli.add_command(demo)
 cli.add_command(plugins)
-for command in (purge, sweep_empty, prune_ghosts, archive_inactive, run):
+for command in (purge, sweep_empty, prune_ghosts, archive_inactive, run, daemon, systemd):
     cli.add_command(command)
 
 

@@ -6,11 +6,13 @@ import time
 
 import click
 
+from hermes_admin import metrics
 from hermes_admin.actions.common import Run
 from hermes_admin.actions.maintenance import ORDER, Request, maintain
 from hermes_admin.cli import mutate
 from hermes_admin.cli.context import App, json_option, pass_app, profile_option
 from hermes_admin.tasks.filters import FilterError, Filters, parse_when
+from hermes_admin.views import profile_summary
 
 
 def task_options(f):
@@ -49,7 +51,8 @@ def build_filters(now: float, source=None, end_reason=None, title=None, model=No
         raise click.BadParameter(str(exc)) from None
 
 
-def run_tasks(app: App, profiles, request: Request, dry_run: bool, yes: bool, as_json: bool, what: str) -> None:
+def run_tasks(app: App, profiles, request: Request, dry_run: bool, yes: bool, as_json: bool, what: str,
+              metrics_file: str | None = None) -> None:
     found = app.discover(profiles)
     run = Run(dry_run=dry_run)
     if found.missing_roots or set(profiles) - {p.name for p in found.profiles}:
@@ -58,6 +61,9 @@ def run_tasks(app: App, profiles, request: Request, dry_run: bool, yes: bool, as
         mutate.confirm(f"Run {what} on {len(found.profiles)} profile(s)?", yes, dry_run)
     for profile in found.profiles:
         maintain(run, profile, app.config, request)
+    target = metrics_file or app.config.metrics_file
+    if target and not dry_run:
+        metrics.write(target, metrics.render(run, [profile_summary(p) for p in found.profiles]))
     mutate.finish(run, as_json, what)
 
 
@@ -109,8 +115,10 @@ def archive_inactive(app: App, days, profiles, dry_run, yes, as_json, force):
 
 
 @click.command()
+@click.option("--metrics-file", type=click.Path(dir_okay=False), help="Write Prometheus textfile metrics after the run.")
 @task_options
 @pass_app
-def run(app: App, profiles, dry_run, yes, as_json, force):
+def run(app: App, metrics_file, profiles, dry_run, yes, as_json, force):
     """One pass of every task the policy enables: what the timer calls."""
-    run_tasks(app, profiles, Request(tasks=ORDER, now=time.time(), force=force), dry_run, yes, as_json, "run")
+    run_tasks(app, profiles, Request(tasks=ORDER, now=time.time(), force=force), dry_run, yes, as_json, "run",
+              metrics_file)

@@ -1,0 +1,102 @@
+"""`hermes-admin daemon` and `hermes-admin systemd print`: wiring for machines."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import click
+
+from hermes_admin import exitcodes, homes, report
+from hermes_admin.cli.context import App, pass_app
+from hermes_admin.config import ConfigError
+from hermes_admin.config import load as load_config
+from hermes_admin.daemon import Daemon, ScheduleError, schedule
+from hermes_admin.policy import shipped
+
+PLACEHOLDER = "/usr/local/bin/hermes-admin"
+
+
+def setup_logging(verbose: int) -> None:
+    # journald adds its own timestamps; a terminal gets them from us.
+    stamp = "" if os.environ.get("JOURNAL_STREAM") or not sys.stderr.isatty() else "%(asctime)s "
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr,
+                        format=stamp + "%(levelname)s %(message)s")
+    logging.getLogger("apscheduler").setLevel(logging.DEBUG if verbose > 1 else logging.WARNING)
+
+
+@click.command()
+@click.option("--metrics-file", type=click.Path(dir_okay=False), help="Write Prometheus textfile metrics after each job.")
+@pass_app
+def daemon(app: App, metrics_file):
+    """Run the maintenance tasks on the admin config's `schedule:` until stopped."""
+    setup_logging(app.verbose)
+
+    def load():
+        return load_config(app.config_path)
+
+    def profiles(config):
+        roots = homes.resolve_roots(app.roots_given, config.roots, app.all_users)
+        found = homes.discover(roots)
+        for root in found.missing_roots:
+            logging.getLogger("hermes_admin.daemon").warning("root %s: no such folder", root)
+        return found.profiles
+
+    try:
+        service = Daemon(load_config=load, discover=profiles, metrics_file=metrics_file)
+        # Check the schedule before telling systemd we are ready.
+        from apscheduler.schedulers.background import BackgroundScheduler
+        schedule(BackgroundScheduler(), service.config, service.job)
+    except (ConfigError, ScheduleError) as exc:
+        report.error(str(exc))
+        raise click.exceptions.Exit(exitcodes.PROFILE_FAILED)
+    raise click.exceptions.Exit(service.serve())
+
+
+def executable() -> str:
+    found = shutil.which("hermes-admin")
+    return str(Path(found).resolve()) if found else str(Path(sys.argv[0]).resolve())
+
+
+def render_units(user: bool, exe: str, roots: list[Path] | None) -> dict[str, str]:
+    folder = shipped("systemd")
+    if folder is None:
+        raise click.ClickException("the systemd units are not installed with this copy of hermes-admin")
+    folder = folder / "user" if user else folder
+    units = {}
+    for path in sorted(folder.glob("hermes-admin*")):
+        text = path.read_text().replace(PLACEHOLDER, exe)
+        if roots and not user:
+            paths = " ".join(f"-{r}" for r in roots)
+            text = "\n".join(f"ReadWritePaths={paths}" if line.startswith("ReadWritePaths=") else line
+                             for line in text.splitlines()) + "\n"
+            text = text.replace(f"{exe} --all-users ", f"{exe} " + " ".join(f"--root {r}" for r in roots) + " ")
+        units[path.name] = text
+    return units
+
+
+@click.group()
+def systemd():
+    """systemd units for hermes-admin."""
+
+
+@systemd.command("print")
+@click.option("--user", is_flag=True, help="The user-unit variants (your own ~/.hermes).")
+@click.option("--dir", "target", type=click.Path(file_okay=False), help="Write the units into this folder instead.")
+@pass_app
+def print_units(app: App, user: bool, target: str | None):
+    """The units with the real path of this hermes-admin (and the --root folders, when given)."""
+    roots = [Path(r).expanduser().absolute() for r in app.roots_given] or None
+    units = render_units(user, executable(), roots)
+    if target:
+        Path(target).mkdir(parents=True, exist_ok=True)
+        for name, text in units.items():
+            (Path(target) / name).write_text(text)
+            click.echo(f"wrote {Path(target) / name}", err=True)
+        return
+    for name, text in units.items():
+        click.echo(f"# ---- {name} ----")
+        click.echo(text)

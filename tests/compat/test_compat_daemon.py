@@ -1,0 +1,38 @@
+"""Issue: operations. The daemon maintains a root the real Hermes 0.19.0 wrote."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+from tests.conftest import store_health
+from tests.helpers import row_ids
+from tests.unit.test_ops import parse_textfile, start_daemon, wait_for
+
+
+def test_daemon_on_a_real_root(hermes_peer, tmp_path, now):
+    root = tmp_path / "hermes"
+    kinds = hermes_peer.build_root(root, ["default", "alpha"], now)
+    metrics = tmp_path / "hermes.prom"
+    config = tmp_path / "admin.yaml"
+    config.write_text(f"schedule:\n  run: {{every_seconds: 2}}\nmetrics_file: {metrics}\n"
+                      "defaults: {auto_prune: true, retention_days: 90}\n")
+    proc = start_daemon(root, config)
+    try:
+        old = set(kinds["alpha"]["old_ended"])
+        db = root / "profiles" / "alpha" / "state.db"
+        assert wait_for(lambda: not row_ids(db) & old, 20), "the old sessions were not purged within 20 s"
+        assert wait_for(lambda: metrics.exists() and "hermes_admin_deleted{" in metrics.read_text(), 20)
+        proc.send_signal(signal.SIGTERM)
+        asked = time.monotonic()
+        assert proc.wait(timeout=10) == 0
+        assert time.monotonic() - asked < 10
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    samples = parse_textfile(metrics.read_text())
+    assert any(k.startswith('hermes_admin_sessions{profile="alpha"') for k in samples)
+    assert any(k.startswith('hermes_admin_deleted{profile="alpha",reason="prune"}') for k in samples)
+    assert samples["hermes_admin_last_run_timestamp_seconds"] > now
+    assert store_health(db) == []
+    assert hermes_peer.hermes(root / "profiles" / "alpha", "sessions", "list").returncode == 0

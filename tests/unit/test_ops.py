@@ -1,0 +1,197 @@
+"""Daemon schedule, signals, sd_notify, metrics textfile, systemd units."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from hermes_admin import sdnotify
+from hermes_admin.config import AdminConfig
+from hermes_admin.daemon import DEFAULT_SCHEDULE, ScheduleError, job_id, schedule, trigger_for
+from tests.helpers import row_ids
+
+MONDAY = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)  # a Monday
+
+
+@pytest.mark.parametrize("spec, expected", [
+    ("0 3 * * *", datetime(2026, 12, 1, 3, 0, tzinfo=timezone.utc)),
+    ("0 3 * * sat", datetime(2026, 12, 5, 3, 0, tzinfo=timezone.utc)),  # names, never numbers
+    ("*/15 * * * mon-fri", datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)),  # now itself matches
+    ({"every_seconds": 90}, datetime(2026, 11, 30, 12, 1, 30, tzinfo=timezone.utc)),
+])
+def test_triggers(spec, expected):
+    trigger = trigger_for("run", spec)
+    if hasattr(trigger, "timezone") and not isinstance(spec, dict):
+        trigger.timezone = timezone.utc
+    if isinstance(spec, dict):  # an interval counts from its start: ask one second after it
+        trigger.start_date = MONDAY
+        assert trigger.get_next_fire_time(MONDAY, MONDAY.replace(second=1)) == expected
+        return
+    assert trigger.get_next_fire_time(None, MONDAY) == expected
+
+
+@pytest.mark.parametrize("task, spec, message", [
+    ("run", "0 3 * * 1", "by name"),
+    ("run", "0 3 * *", "5-field"),
+    ("run", {"every_seconds": 0}, "positive"),
+    ("run", 42, "crontab string"),
+    ("nap", "0 3 * * *", "unknown task"),
+    ("run", "99 3 * * *", "99"),
+])
+def test_bad_schedules(task, spec, message):
+    with pytest.raises(ScheduleError, match=message):
+        trigger_for(task, spec)
+
+
+def test_jobs_have_fixed_ids_and_are_replaced():
+    scheduler = BackgroundScheduler()
+    scheduler.start(paused=True)
+    try:
+        schedule(scheduler, AdminConfig(), lambda task: None)
+        assert [j.id for j in scheduler.get_jobs()] == [job_id("run")]  # the default: a nightly run
+        assert DEFAULT_SCHEDULE["run"]["jitter"] > 0
+        config = AdminConfig(schedule={"run": {"every_seconds": 60}, "purge": "0 4 * * sun"})
+        schedule(scheduler, config, lambda task: None)
+        schedule(scheduler, config, lambda task: None)  # again: same ids, no duplicates
+        jobs = {j.id: j for j in scheduler.get_jobs()}
+        assert set(jobs) == {job_id("run"), job_id("purge")}
+        assert all(j.coalesce and j.max_instances == 1 for j in jobs.values())
+        assert jobs[job_id("purge")].next_run_time.weekday() == 6
+        schedule(scheduler, AdminConfig(schedule={"purge": "0 4 * * sun"}), lambda task: None)
+        assert [j.id for j in scheduler.get_jobs()] == [job_id("purge")]
+    finally:
+        scheduler.shutdown(wait=False)
+
+
+def test_sd_notify_datagrams(tmp_path):
+    path = tmp_path / "notify.sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    server.bind(str(path))
+    try:
+        assert sdnotify.notify("READY=1", {"NOTIFY_SOCKET": str(path)})
+        assert server.recv(100) == b"READY=1"
+        assert not sdnotify.notify("READY=1", {})  # outside systemd: nothing, no error
+        assert not sdnotify.notify("READY=1", {"NOTIFY_SOCKET": "relative"})
+        assert sdnotify.watchdog_interval({"WATCHDOG_USEC": "4000000"}) == 2.0
+        assert sdnotify.watchdog_interval({"WATCHDOG_USEC": "4000000", "WATCHDOG_PID": "1"}) is None
+    finally:
+        server.close()
+
+
+def parse_textfile(text: str) -> dict[str, float]:
+    samples = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            samples[name] = float(value)
+    return samples
+
+
+def start_daemon(root: Path, config: Path, env_extra: dict | None = None) -> subprocess.Popen:
+    env = dict(os.environ, HERMES_ADMIN_CONFIG="", **(env_extra or {}))
+    return subprocess.Popen([sys.executable, "-m", "hermes_admin", "--root", str(root), "--config", str(config),
+                             "daemon"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+
+
+def wait_for(predicate, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_daemon_runs_writes_metrics_reloads_and_stops_on_sigterm(synth_root, tmp_path):
+    root, kinds = synth_root
+    metrics = tmp_path / "metrics" / "hermes.prom"
+    config = tmp_path / "admin.yaml"
+    config.write_text(f"schedule: {{run: {{every_seconds: 1}}}}\nmetrics_file: {metrics}\n"
+                      "defaults: {auto_prune: true}\n")
+    sock_path = tmp_path / "notify.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    listener.bind(str(sock_path))
+    listener.settimeout(20)
+    proc = start_daemon(root, config, {"NOTIFY_SOCKET": str(sock_path)})
+    try:
+        assert listener.recv(200).startswith(b"READY=1")
+        old = set(kinds["work"]["old_ended"])
+        assert wait_for(lambda: not row_ids(root / "profiles" / "work" / "state.db") & old, 20)
+        assert wait_for(metrics.exists, 20)
+        samples = parse_textfile(metrics.read_text())
+        assert samples[f'hermes_admin_sessions{{profile="work",home="{root}/profiles/work"}}'] >= 1
+        assert "hermes_admin_last_run_timestamp_seconds" in samples
+        assert "# TYPE hermes_admin_deleted gauge" in metrics.read_text()
+        config.write_text(f"schedule: {{purge: '0 4 * * sun'}}\nmetrics_file: {metrics}\n")
+        proc.send_signal(signal.SIGHUP)
+        assert listener.recv(200) == b"RELOADING=1"
+        assert listener.recv(200) == b"READY=1"
+        proc.send_signal(signal.SIGTERM)
+        stopped_at = time.monotonic()
+        assert proc.wait(timeout=10) == 0
+        assert time.monotonic() - stopped_at < 10
+        assert listener.recv(200) == b"STOPPING=1"
+        output = proc.stdout.read()
+        assert "config reloaded; jobs: hermes-admin:purge" in output
+        assert re.search(r"work: purge: \d+ unit\(s\)", output)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        listener.close()
+
+
+def test_daemon_refuses_a_bad_schedule(synth_root, tmp_path):
+    root, _ = synth_root
+    config = tmp_path / "admin.yaml"
+    config.write_text("schedule: {run: '0 3 * * 1'}\n")
+    proc = start_daemon(root, config)
+    assert proc.wait(timeout=30) == 2
+    assert "by name" in proc.stdout.read()
+
+
+def test_run_writes_the_textfile(synth_root, tmp_path, invoke):
+    root, _ = synth_root
+    target = tmp_path / "m.prom"
+    result = invoke("--root", str(root), "run", "--metrics-file", str(target))
+    assert result.exit_code == 0, result.stderr
+    samples = parse_textfile(target.read_text())
+    assert samples['hermes_admin_deleted{profile="work",reason="ghost_prune"}'] == 2  # TUI ghost + orphan rows
+    assert any(k.startswith("hermes_admin_run_seconds{") for k in samples)
+    assert not list(tmp_path.glob(".m.prom.*"))  # no temporary file left behind
+
+
+SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
+
+
+@pytest.mark.skipif(SYSTEMD_ANALYZE is None and not os.environ.get("CI"), reason="systemd-analyze not installed")
+@pytest.mark.parametrize("user", [False, True], ids=["system", "user"])
+def test_units_verify_cleanly(tmp_path, invoke, user):
+    assert SYSTEMD_ANALYZE, "CI must install systemd-analyze (see .ci/run)"
+    target = tmp_path / "units"
+    result = invoke("systemd", "print", "--dir", str(target), *(["--user"] if user else []))
+    assert result.exit_code == 0
+    units = sorted(str(p) for p in target.iterdir())
+    assert len(units) == 3
+    runtime = tmp_path / "runtime"
+    runtime.mkdir(mode=0o700)
+    env = dict(os.environ, XDG_RUNTIME_DIR=str(runtime))
+    done = subprocess.run([SYSTEMD_ANALYZE, *(["--user"] if user else []), "verify", *units],
+                          capture_output=True, text=True, env=env)
+    complaints = [line for line in (done.stdout + done.stderr).splitlines()
+                  if re.search(r"Unknown (key|section)|[Ii]gnoring|parse|not executable|bad unit", line)]
+    assert done.returncode == 0 and complaints == [], done.stdout + done.stderr
+    texts = {Path(u).name: Path(u).read_text() for u in units}
+    assert "Persistent=true" in texts["hermes-admin.timer"]
+    assert all("ProtectSystem=strict" in t for n, t in texts.items() if n.endswith(".service"))
+    assert "Type=notify" in texts["hermes-admin-daemon.service"]
