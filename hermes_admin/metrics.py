@@ -38,8 +38,8 @@ def render(run: Run, summaries: list[dict], finished: float | None = None) -> st
     samples: dict[str, list[str]] = {name: [] for name in HELP}
 
     def add(name, value, **labels):
-        samples[name].append(f"{name}{_labels(**labels)} {value:g}" if isinstance(value, float)
-                             else f"{name}{_labels(**labels)} {value}")
+        # repr() keeps every digit: `:g` would round a Unix time to minutes.
+        samples[name].append(f"{name}{_labels(**labels)} {value!r}")
 
     for row in summaries:
         if row.get("ok") and row.get("store"):
