@@ -64,7 +64,7 @@ def run_tasks(app: App, profiles, request: Request, dry_run: bool, yes: bool, as
     target = metrics_file or app.config.metrics_file
     if target and not dry_run:
         metrics.write(target, metrics.render(run, [profile_summary(p) for p in found.profiles]))
-    mutate.finish(run, as_json, what)
+    mutate.finish(run, as_json, what, app.verbose)
 
 
 @click.command()

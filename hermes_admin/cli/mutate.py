@@ -42,7 +42,7 @@ def confirm(question: str, yes: bool, dry_run: bool) -> None:
     click.confirm(question, abort=True, err=True)
 
 
-def _human(run: Run) -> None:
+def _human(run: Run, verbose: int = 0) -> None:
     for name, policy in run.policies.items():
         click.echo(f"{name}: policy: {policy.describe()}")
     for result in run.results:
@@ -55,13 +55,16 @@ def _human(run: Run) -> None:
             click.echo(f"  skipped {skip['session_id']}: {skip['why']}")
         for note in result.notes:
             click.echo(f"  {note}")
+        if verbose:
+            for sid, why in result.kept.items():
+                click.echo(f"  kept {sid}: {why}")
 
 
-def finish(run: Run, as_json: bool, verb: str) -> None:
+def finish(run: Run, as_json: bool, verb: str, verbose: int = 0) -> None:
     if as_json:
         report.emit_json(run.as_dict())
     else:
-        _human(run)
+        _human(run, verbose)
     for result in run.results:
         for line in result.files_skipped + result.hook_failures:
             report.warn(line)
