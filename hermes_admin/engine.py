@@ -35,10 +35,14 @@ from hermes_admin.outbox import Event, Outbox
 from hermes_admin.report import Progress
 from hermes_admin.store import Store
 from hermes_admin.store.connect import write_transaction
-from hermes_admin.store.read import SessionRow, load_rows
+from hermes_admin.store.read import SessionRow, load_rows, rows_for
 
 VACUUM_FREE_RATIO = 0.25
-TARGET_HOLD_S = 0.05  # aim well under the 100 ms ceiling for one write transaction
+CHECKPOINT_EVERY = 32  # transactions between our own PASSIVE checkpoints (fewer copies of hot pages)
+FTS_TABLES = ("messages_fts", "messages_fts_trigram")
+FTS_MERGE_PAGES = 16  # a bounded incremental merge step per index...
+FTS_MERGE_EVERY = 2  # ...after every second deleting transaction
+TARGET_HOLD_S = 0.015  # typical BEGIN-to-COMMIT; an FTS5 flush can make one run 5x longer
 MAX_UNITS_PER_TXN = 1024
 
 Recheck = Callable[[Unit, dict[str, SessionRow]], str | None]
@@ -108,8 +112,11 @@ class Engine:
         self.bus: HookBus | None = None
         self.config: HermesConfig | None = None
         self._files: FileIndex | None = None
+        self._references: list[tuple[str, str]] | None = None  # unknown tables pointing at sessions
         self.replayed: list[str] = []  # hook failures while replaying the outbox
-        self._chunk = 64
+        self._chunk = 8  # first transactions run on a cold cache: start small, grow by measurement
+        self._last_chunk = 8
+        self._per_unit = 0.0  # seconds of write lock per unit, as last measured (smoothed)
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -144,10 +151,17 @@ class Engine:
                 self._passive_checkpoint()
             self.store.close()
         if self.outbox is not None:
+            self.outbox.forget_old()
             self.outbox.close()
         if self.locks is not None:
             self.locks.__exit__(None, None, None)
         self.bus = self.store = self.outbox = self.locks = None
+
+    @property
+    def references(self) -> list[tuple[str, str]]:
+        if self._references is None:  # the schema does not change during a run: look once
+            self._references = guards.foreign_references(self.store.db, self.store.schema)
+        return self._references
 
     @property
     def files(self) -> FileIndex:
@@ -191,7 +205,7 @@ class Engine:
     def _screen(self, units: list[Unit], result: Result) -> list[Unit]:
         """Drop units with a guarded member; the rest may go ahead."""
         ids = [i for unit in units for i in unit.ids]
-        blocked = guards.blocked(self.store.db, self.store.schema, ids, self.now())
+        blocked = guards.blocked(self.store.db, self.store.schema, ids, self.now(), self.references)
         fit = []
         for unit in units:
             why = next((blocked[i] for i in unit.ids if i in blocked), None)
@@ -215,6 +229,7 @@ class Engine:
             return result
         self._require_tokenizer()
         units = self._screen(units, result) if not orphans else units
+        units = self._in_store_order(units)
         if self.dry_run:
             for unit in units:
                 result.done.append(self._unit_report(unit, list(unit.ids)))
@@ -229,49 +244,65 @@ class Engine:
                     break
                 chunk = units[position:position + self._chunk]
                 position += len(chunk)
+                self._last_chunk = len(chunk)
                 self._delete_chunk(chunk, reason, recheck, orphans, result)
                 self.progress.advance(len(chunk))
         finally:
             self.progress.stop()
         return result
 
+    @property
+    def listening(self) -> bool:
+        """Events are kept (outbox) and delivered only when a plugin of this profile listens."""
+        return self.bus is not None and self.bus.active
+
+    def _in_store_order(self, units: list[Unit]) -> list[Unit]:
+        """Units in the order their rows were written: neighbouring pages, fewer page reads."""
+        heads = [u.session_id for u in units]
+        position: dict[str, int] = {}
+        for part in chunks(heads):
+            position.update(self.store.db.execute_sql(
+                f"SELECT id, rowid FROM sessions WHERE id IN ({marks(part)})", part).fetchall())
+        return sorted(units, key=lambda u: position.get(u.session_id, -1))
+
     def _delete_chunk(self, chunk: list[Unit], reason: str, recheck: Recheck | None, orphans: bool,
                       result: Result) -> None:
-        event_ids = self.outbox.add_pending("delete", reason, chunk)
-        held = [0.0]
+        listening = self.listening
+        event_ids = self.outbox.add_pending("delete", reason, chunk) if listening else [None] * len(chunk)
+        began = [0.0]
 
         def work(db):
-            started = time.monotonic()
-            outcome = self._delete_in_transaction(db, chunk, recheck, orphans)
-            held[0] = time.monotonic() - started
-            return outcome
+            began[0] = time.monotonic()  # the write lock is ours from here to the end of COMMIT
+            return self._delete_in_transaction(db, chunk, recheck, orphans)
 
         try:
             went, skipped = write_transaction(self.store.db, work)
         except BaseException:
-            self.outbox.settle({}, event_ids)  # rolled back: these events must never fire
+            if listening:
+                self.outbox.settle({}, event_ids)  # rolled back: these events must never fire
             raise
-        self._account(held[0], result)
-        committed = {event_ids[i]: ids for i, ids in went.items()}
-        self.outbox.settle(committed, [e for i, e in enumerate(event_ids) if i not in went])
+        self._account(time.monotonic() - began[0], result)
+        if went and result.transactions % FTS_MERGE_EVERY == 0:
+            self._fts_merge_step(result)
+        if listening:
+            committed = {event_ids[i]: ids for i, ids in went.items()}
+            self.outbox.settle(committed, [e for i, e in enumerate(event_ids) if i not in went])
         for index, why in skipped.items():
             unit = chunk[index]
             result.skipped.append({"session_id": unit.session_id, "ids": list(unit.ids), "why": why})
         for index, ids in went.items():
             result.done.append(self._unit_report(chunk[index], ids))
             self._remove_files(ids, result)
-        self._deliver([Event(event_ids[i], "delete", chunk[i].session_id, reason, ids) for i, ids in went.items()],
-                      result.hook_failures)
+        if listening:
+            self._deliver([Event(event_ids[i], "delete", chunk[i].session_id, reason, ids)
+                           for i, ids in went.items()], result.hook_failures)
 
     def _delete_in_transaction(self, db, chunk: list[Unit], recheck: Recheck | None, orphans: bool):
         schema = self.store.schema
         all_ids = [i for unit in chunk for i in unit.ids]
-        existing = set()
-        for part in chunks(all_ids):
-            existing.update(r[0] for r in db.execute_sql(
-                f"SELECT id FROM sessions WHERE id IN ({marks(part)})", part).fetchall())
-        blocked = {} if orphans else guards.blocked(db, schema, all_ids, self.now())
-        fresh = load_rows(self.store, [i for i in all_ids if i in existing]) if recheck else {}
+        fresh = rows_for(self.store, all_ids)  # inside the transaction: what exists now, as it is now
+        existing = set(fresh)
+        blocked = {} if orphans else guards.blocked(db, schema, all_ids, self.now(), self.references)
         went: dict[int, list[str]] = {}
         skipped: dict[int, str] = {}
         for index, unit in enumerate(chunk):
@@ -348,12 +379,13 @@ class Engine:
                 break
             chunk = units[position:position + self._chunk]
             position += len(chunk)
-            fires = archived and reason is not None
+            self._last_chunk = len(chunk)
+            fires = archived and reason is not None and self.listening
             event_ids = self.outbox.add_pending("archive", reason, chunk) if fires else []
-            held = [0.0]
+            began = [0.0]
 
             def work(db, chunk=chunk):
-                started = time.monotonic()
+                began[0] = time.monotonic()
                 changed: dict[int, list[str]] = {}
                 for index, unit in enumerate(chunk):
                     ids = list(unit.ids)
@@ -363,7 +395,6 @@ class Engine:
                     if flip:
                         db.execute_sql(f"UPDATE sessions SET archived = ? WHERE id IN ({marks(flip)})", [target, *flip])
                         changed[index] = flip
-                held[0] = time.monotonic() - started
                 return changed
 
             try:
@@ -372,7 +403,7 @@ class Engine:
                 if fires:
                     self.outbox.settle({}, event_ids)
                 raise
-            self._account(held[0], result)
+            self._account(time.monotonic() - began[0], result)
             for index, ids in changed.items():
                 result.done.append(self._unit_report(chunk[index], ids))
             if fires:
@@ -381,6 +412,26 @@ class Engine:
                 self._deliver([Event(event_ids[i], "archive", chunk[i].session_id, reason, ids)
                                for i, ids in changed.items()], result.hook_failures)
         return result
+
+    def _fts_merge_step(self, result: Result) -> None:
+        """A bounded incremental merge of each FTS index, in its own short transaction.
+
+        Deletes leave delete markers in new FTS5 segments; left alone, FTS5 merges them
+        in bursts inside whichever write comes next (ours or Hermes'). A few pages of
+        merging after each transaction keeps those bursts small. Hermes runs the same
+        'merge' command itself; it changes neither content nor settings.
+        """
+        for table in FTS_TABLES:
+            if not self.store.schema.has_table(table):
+                continue
+            began = [0.0]
+
+            def merge(db, table=table):
+                began[0] = time.monotonic()
+                db.execute_sql(f"INSERT INTO {table}({table}, rank) VALUES ('merge', {FTS_MERGE_PAGES})")
+
+            write_transaction(self.store.db, merge)
+            result.longest_write_ms = max(result.longest_write_ms, (time.monotonic() - began[0]) * 1000)
 
     # -- structural ------------------------------------------------------------
 
@@ -408,33 +459,39 @@ class Engine:
 
     def _account(self, held_s: float, result: Result) -> None:
         result.transactions += 1
+        if result.transactions % CHECKPOINT_EVERY == 0:
+            self._passive_checkpoint()  # outside any transaction: writers go on meanwhile
         result.longest_write_ms = max(result.longest_write_ms, held_s * 1000)
-        if held_s > TARGET_HOLD_S and self._chunk > 1:
-            self._chunk = max(1, self._chunk // 2)
-        elif held_s < TARGET_HOLD_S / 3:
-            self._chunk = min(MAX_UNITS_PER_TXN, self._chunk * 2)
+        # Size the next chunk from the time per unit: the estimate rises at once when a
+        # transaction ran slow (FTS5 merges make some twice as slow) and falls back slowly;
+        # the chunk at most doubles from one transaction to the next.
+        measured = held_s / max(1, self._last_chunk)
+        self._per_unit = max(measured, 0.8 * self._per_unit)
+        fits = int(TARGET_HOLD_S / self._per_unit) if self._per_unit > 0 else MAX_UNITS_PER_TXN
+        self._chunk = max(1, min(MAX_UNITS_PER_TXN, fits, self._chunk * 2))
 
     def remove_orphan_files(self, paths: list[str], result: Result) -> None:
         """Per-session files whose session row is gone (no event: no rows went)."""
         wanted = set(paths)
         for sid in self.files.ids():
             for entry in self.files.files_of(sid):
-                if str(entry.path) in wanted:
+                if os.path.join(entry.folder, entry.name) in wanted:
                     self._unlink(entry, result)
 
     def _unlink(self, entry, result: Result) -> None:
-        if entry.path.parent != self.profile.sessions_dir:
+        if entry.folder != str(self.profile.sessions_dir) or os.sep in entry.name:
             return  # never anything outside sessions/
+        path = os.path.join(entry.folder, entry.name)
         if self.dry_run:
-            result.files_removed.append(str(entry.path))
+            result.files_removed.append(path)
             return
         try:
-            os.unlink(entry.path)  # a symlink itself, never its target
-            result.files_removed.append(str(entry.path))
+            os.unlink(path)  # a symlink itself, never its target
+            result.files_removed.append(path)
         except FileNotFoundError:
             pass
         except OSError as exc:
-            result.files_skipped.append(f"{entry.path}: {exc.strerror}")
+            result.files_skipped.append(f"{path}: {exc.strerror}")
 
     def _remove_files(self, ids: list[str], result: Result) -> None:
         for sid in ids:
@@ -445,10 +502,13 @@ class Engine:
                 self._unlink(entry, result)
 
     def _deliver(self, events: list[Event], failures: list[str]) -> None:
-        for event in events:
-            if self.bus is not None and self.bus.active:
-                failures += self.bus.fire(event.payload(self.profile))
-            self.outbox.delivered(event.id)
+        if not self.listening:
+            if events:  # replayed events whose plugins were disabled since: nothing to call
+                self.outbox.delivered([e.id for e in events])
+            return
+        for event in events:  # each marked as soon as its plugins ran: a crash repeats at most one
+            failures += self.bus.fire(event.payload(self.profile))
+            self.outbox.delivered([event.id])
 
     def _replay(self) -> list[str]:
         """Finish what a previous run left: verify pending events, deliver committed ones."""

@@ -41,10 +41,15 @@ def unsafe_id(session_id: str) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class SessionFile:
-    path: Path
+    folder: str
+    name: str
     size: int
     mtime: float
     is_symlink: bool
+
+    @property
+    def path(self) -> Path:
+        return Path(self.folder, self.name)
 
 
 class FileIndex:
@@ -57,6 +62,7 @@ class FileIndex:
     @classmethod
     def scan(cls, sessions_dir: Path) -> "FileIndex":
         by_id: dict[str, list[SessionFile]] = defaultdict(list)
+        folder = str(sessions_dir)
         try:
             entries = list(os.scandir(sessions_dir))
         except (FileNotFoundError, NotADirectoryError):
@@ -71,11 +77,9 @@ class FileIndex:
                 continue
             if not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
                 continue
-            by_id[sid].append(
-                SessionFile(Path(entry.path), st.st_size, st.st_mtime, stat.S_ISLNK(st.st_mode))
-            )
+            by_id[sid].append(SessionFile(folder, entry.name, st.st_size, st.st_mtime, stat.S_ISLNK(st.st_mode)))
         for files in by_id.values():
-            files.sort(key=lambda f: f.path.name)
+            files.sort(key=lambda f: f.name)
         return cls(sessions_dir, dict(by_id))
 
     def files_of(self, session_id: str) -> list[SessionFile]:

@@ -56,10 +56,12 @@ def live_ids(db: peewee.SqliteDatabase, schema: Schema, now: float) -> dict[str,
     return found
 
 
-def blocked(db: peewee.SqliteDatabase, schema: Schema, ids: list[str], now: float) -> dict[str, str]:
-    """Session id -> why it must be left alone."""
+def blocked(db: peewee.SqliteDatabase, schema: Schema, ids: list[str], now: float,
+            references: list[tuple[str, str]] | None = None) -> dict[str, str]:
+    """Session id -> why it must be left alone. `references`: foreign_references(), when already known."""
     why: dict[str, str] = {}
-    references = foreign_references(db, schema)
+    if references is None:
+        references = foreign_references(db, schema)
     for part in chunks(ids):
         for table, column, what in LIVE_GUARDS:
             if schema.has_table(table):

@@ -50,7 +50,10 @@ class Outbox:
         self.profile = profile
         self.path: Path = state_dir(profile) / "outbox.db"
         self.conn = sqlite3.connect(self.path, isolation_level=None)
-        self.conn.execute("PRAGMA synchronous=FULL")
+        # Our own file: WAL with synchronous=NORMAL keeps every commit across the death of this
+        # process (kill -9 included), at a fraction of an fsync per event.
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA synchronous=NORMAL")
         self.conn.execute(
             "CREATE TABLE IF NOT EXISTS events (id INTEGER PRIMARY KEY, created REAL NOT NULL, "
             "state TEXT NOT NULL, kind TEXT NOT NULL, session_id TEXT NOT NULL, reason TEXT NOT NULL, "
@@ -81,9 +84,13 @@ class Outbox:
         self.conn.executemany("DELETE FROM events WHERE id=?", [(i,) for i in dropped])
         self.conn.execute("COMMIT")
 
-    def delivered(self, event_id: int) -> None:
-        self.conn.execute("UPDATE events SET state='delivered' WHERE id=?", (event_id,))
-        # Keep a short history only: delivered events are not needed after a day.
+    def delivered(self, event_ids: list[int]) -> None:
+        self.conn.execute("BEGIN IMMEDIATE")
+        self.conn.executemany("UPDATE events SET state='delivered' WHERE id=?", [(i,) for i in event_ids])
+        self.conn.execute("COMMIT")
+
+    def forget_old(self) -> None:
+        """Keep a short history only: delivered events are not needed after a day."""
         self.conn.execute("DELETE FROM events WHERE state='delivered' AND created < ?", (time.time() - 86400,))
 
     def _events(self, state: str) -> list[Event]:

@@ -7,8 +7,8 @@ import sys
 from datetime import datetime, timezone
 
 import click
-from rich.console import Console
-from rich.table import Table
+
+# rich is imported where a table or a bar is drawn: the timer's `run` and `--json` never pay for it.
 
 
 def iso(ts: float | None) -> str | None:
@@ -18,16 +18,17 @@ def iso(ts: float | None) -> str | None:
 
 
 def emit_json(document: dict) -> None:
-    """Exactly one JSON document on stdout; nothing else is ever printed there with --json."""
-    click.echo(json.dumps(document, indent=2, default=str))
+    """Exactly one JSON document on stdout; nothing else is ever printed there with --json.
+
+    Indented for a person at a terminal, compact for the scripts that read it.
+    """
+    indent = 2 if sys.stdout.isatty() else None
+    click.echo(json.dumps(document, indent=indent, default=str))
 
 
-def stdout_console() -> Console:
+def stdout_console():
+    from rich.console import Console
     return Console(file=sys.stdout, soft_wrap=False, width=None if sys.stdout.isatty() else 160)
-
-
-def stderr_console() -> Console:
-    return Console(file=sys.stderr, highlight=False)
 
 
 def warn(message: str) -> None:
@@ -49,7 +50,8 @@ def human_bytes(n: int | None) -> str:
     return str(n)
 
 
-def table(title: str | None, columns: list[str], rows: list[list[object]]) -> Table:
+def table(title: str | None, columns: list[str], rows: list[list[object]]):
+    from rich.table import Table
     out = Table(title=title, show_lines=False, header_style="bold")
     for name in columns:
         out.add_column(name, overflow="fold")
@@ -100,6 +102,7 @@ class Progress:
     def start(self, label: str, total: int) -> None:
         if total < self.MIN_UNITS or not self.wanted():
             return
+        from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TextColumn, TimeRemainingColumn
         self._bar = Bar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                         console=Console(file=sys.stderr), transient=True)

@@ -14,7 +14,6 @@ from hermes_admin import exitcodes, homes, report
 from hermes_admin.cli.context import App, pass_app
 from hermes_admin.config import ConfigError
 from hermes_admin.config import load as load_config
-from hermes_admin.daemon import Daemon, ScheduleError, schedule
 from hermes_admin.policy import shipped
 
 PLACEHOLDER = "/usr/local/bin/hermes-admin"
@@ -33,6 +32,8 @@ def setup_logging(verbose: int) -> None:
 @pass_app
 def daemon(app: App, metrics_file):
     """Run the maintenance tasks on the admin config's `schedule:` until stopped."""
+    from hermes_admin.daemon import Daemon, ScheduleError, schedule  # APScheduler: only for the daemon
+
     setup_logging(app.verbose)
 
     def load():

@@ -41,12 +41,17 @@ def open_readonly(path: Path) -> peewee.SqliteDatabase:
 
 
 def open_readwrite(path: Path) -> peewee.SqliteDatabase:
-    """A write connection: foreign keys on, IMMEDIATE transactions, journal mode untouched."""
+    """A write connection: foreign keys on, IMMEDIATE transactions, journal mode untouched.
+
+    Automatic checkpoints are off for this connection only (a per-connection
+    setting; the file is not changed): SQLite would run them inside COMMIT, so
+    the engine runs PASSIVE checkpoints itself, between transactions.
+    """
     db = peewee.SqliteDatabase(
         str(Path(path).absolute()),
         timeout=WRITE_BUSY_TIMEOUT_S,
         lock_type="IMMEDIATE",
-        pragmas={"foreign_keys": 1},
+        pragmas={"foreign_keys": 1, "wal_autocheckpoint": 0},
     )
     db.connect()
     return db

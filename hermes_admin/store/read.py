@@ -158,6 +158,28 @@ def load_rows(store: Store, ids: list[str]) -> dict[str, SessionRow]:
     return found
 
 
+def rows_for(store: Store, ids: list[str]) -> dict[str, SessionRow]:
+    """Like `load_rows`, as one lean SQL read per 900 ids: the engine calls it inside its
+    transactions (existence and recheck at once), where every millisecond holds the write lock."""
+    has = store.schema.has_column
+    pinned = "s.pinned" if has("sessions", "pinned") else "0"
+    activity = "s.last_activity_at" if has("sessions", "last_activity_at") else "NULL"
+    found: dict[str, SessionRow] = {}
+    for start in range(0, len(ids), 900):
+        part = ids[start:start + 900]
+        sql = (
+            "SELECT s.id, s.source, s.title, s.parent_session_id, s.started_at, s.ended_at, s.end_reason, "
+            f"s.archived, {pinned}, {activity}, "
+            "(SELECT MAX(m.timestamp) FROM messages m WHERE m.session_id = s.id), "
+            "(SELECT COUNT(*) FROM messages m WHERE m.session_id = s.id), "
+            "CASE WHEN json_valid(s.model_config) THEN json_extract(s.model_config, '$._delegate_from') END, "
+            "s.model, s.session_key, s.profile_name "
+            f"FROM sessions s WHERE s.id IN ({','.join('?' * len(part))})"
+        )
+        found.update((values[0], _row(values)) for values in store.db.execute_sql(sql, part).fetchall())
+    return found
+
+
 def find_session_ids(store: Store, id_or_prefix: str) -> list[str]:
     """The exact id if it exists, else every id starting with the prefix."""
     with store.db.bind_ctx(MODELS):

@@ -1,0 +1,39 @@
+"""A live Hermes process during the benchmark (run inside the peer's venv).
+
+Usage: python writer.py STORE STOP_FILE OUT_JSON
+
+Appends one message every 20 ms through the real SessionDB to a live session,
+until STOP_FILE exists; records each append's wall time and every failure.
+"""
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from hermes_state import SessionDB
+
+
+def main() -> None:
+    store, stop, out = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
+    db = SessionDB(store)
+    waits, failures, errors = [], 0, []
+    Path(str(out) + ".ready").write_text("1")
+    while not stop.exists():
+        started = time.monotonic()
+        try:
+            db.append_message("bench-live", "user", "tick")
+        except Exception as exc:  # Hermes gave up: a failure a user would see
+            failures += 1
+            errors.append(f"{type(exc).__name__}: {exc}"[:200])
+        elapsed = time.monotonic() - started
+        waits.append(elapsed)
+        time.sleep(max(0.0, 0.020 - elapsed))
+    db.close()
+    out.write_text(json.dumps({"appends": len(waits), "failures": failures, "errors": errors[:5],
+                               "max_wait_ms": round(max(waits) * 1000, 1) if waits else None,
+                               "p99_wait_ms": round(sorted(waits)[int(len(waits) * 0.99)] * 1000, 1) if waits else None}))
+
+
+if __name__ == "__main__":
+    main()
