@@ -29,11 +29,13 @@ BUILTINS = {
     "empty_min_age_hours": 1,
     "empty_sweep": True,
     "ghost_prune": True,
+    "repair": "report",  # `run`'s repair step: report only, or apply the fixes
 }
 # The keys Hermes itself reads from a profile's `sessions:` section.
 HERMES_KEYS = ("auto_prune", "retention_days", "auto_archive", "auto_archive_days", "vacuum_after_prune")
 ADMIN_KEYS = set(BUILTINS) | {"preset"}
 _BOOLS = {"auto_prune", "auto_archive", "vacuum_after_prune", "empty_sweep", "ghost_prune"}
+_CHOICES = {"repair": ("report", "apply")}
 
 
 class PolicyError(Exception):
@@ -50,6 +52,7 @@ class Policy:
     empty_min_age_hours: float
     empty_sweep: bool
     ghost_prune: bool
+    repair: str = "report"
 
     def describe(self) -> str:
         parts = [
@@ -60,6 +63,7 @@ class Policy:
             f"sweep empty sessions ended over {self.empty_min_age_hours:g} h ago" if self.empty_sweep
             else "no empty sweep",
             "prune ghost rows" if self.ghost_prune else "no ghost pruning",
+            "apply profile repairs" if self.repair == "apply" else "report profile repairs",
         ]
         return "; ".join(parts)
 
@@ -105,6 +109,10 @@ def _check_keys(data: dict, allowed: set[str], where: str) -> None:
 
 
 def _coerce(key: str, value, where: str):
+    if key in _CHOICES:
+        if value not in _CHOICES[key]:
+            raise PolicyError(f"{where}: {key} must be one of {', '.join(_CHOICES[key])}, not {value!r}")
+        return value
     if key in _BOOLS:
         if not isinstance(value, bool):
             raise PolicyError(f"{where}: {key} must be true or false, not {value!r}")

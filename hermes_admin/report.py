@@ -60,7 +60,7 @@ def table(title: str | None, columns: list[str], rows: list[list[object]]):
     return out
 
 
-_VERBS = {"delete": "deleted", "archive": "archived", "unarchive": "unarchived"}
+_VERBS = {"delete": "deleted", "archive": "archived", "unarchive": "unarchived", "repair": "deleted by repair"}
 
 
 def summary_line(result, dry_run: bool) -> str:
@@ -68,6 +68,8 @@ def summary_line(result, dry_run: bool) -> str:
     where = f"{result.profile}: {result.task}" if result.task else result.profile
     if result.status == "skipped":
         return f"{where}: skipped ({result.why})"
+    if result.action == "repair" and not result.done:
+        return f"{where}: {len(result.notes)} finding(s)" + (" (dry run)" if dry_run else "")
     would = "would be " if dry_run else ""
     verb = _VERBS.get(result.action, result.action)
     line = f"{where}: {len(result.done)} unit(s), {result.rows} row(s) {would}{verb}"

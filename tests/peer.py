@@ -62,10 +62,10 @@ def _env(home: Path | None = None) -> dict[str, str]:
 
 
 def build_root(root: Path, profiles: list[str], now: float, plugins_enabled: list[str] = (),
-               sessions: dict | None = None) -> dict:
+               sessions: dict | None = None, orphans: bool = True) -> dict:
     """Write a root with the real SessionDB; returns {profile: {kind: [ids]}}."""
     spec = {"root": str(root), "now": now, "profiles": profiles, "plugins_enabled": list(plugins_enabled),
-            "sessions": sessions or {}}
+            "sessions": sessions or {}, "orphans": orphans}
     done = subprocess.run(
         [python(), str(HERE / "compat" / "peer_build.py"), json.dumps(spec)],
         check=True, capture_output=True, text=True, env=_env(), timeout=300,

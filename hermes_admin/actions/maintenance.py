@@ -9,6 +9,7 @@ tasks, so a dry run lists each row once, under the task that would take it.
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from dataclasses import dataclass, field
 
@@ -18,7 +19,9 @@ from hermes_admin.config import AdminConfig
 from hermes_admin.engine import Engine, Result
 from hermes_admin.hermes_config import HermesConfigError
 from hermes_admin.hermes_config import load as load_hermes_config
-from hermes_admin.homes import Profile
+from hermes_admin.homes import Profile, discover_root
+from hermes_admin.locks import LockHeld
+from hermes_admin.store import StoreError
 from hermes_admin.lineage import Graph
 from hermes_admin.policy import Policy, PolicyError, effective
 from hermes_admin.store.read import load_sessions, orphan_session_ids
@@ -37,6 +40,7 @@ class Request:
     tasks: tuple[str, ...]
     now: float
     explicit: bool = False  # a single-task command runs whatever the policy enables
+    dry_run: bool = False
     force: bool = False
     older_than: float | None = None  # purge: days, overrides retention_days
     archive_days: float | None = None  # archive-inactive: days, overrides auto_archive_days
@@ -71,9 +75,6 @@ class _Pass:
         return units
 
     # -- the tasks -----------------------------------------------------------
-
-    def repair(self) -> Result:
-        return self.skipped("repair", "profile repair is not part of this version of hermes-admin")
 
     def ghost_prune(self) -> Result:
         if not (self.policy.ghost_prune or self.request.explicit):
@@ -135,6 +136,34 @@ class _Pass:
         return result
 
 
+def repair_step(run: Run, profile: Profile, policy: Policy, request: Request) -> None:
+    """`run`'s first step: profile repair, report-only unless the policy says `repair: apply`.
+
+    It runs before the profile's engine opens: applying takes that profile's locks itself.
+    """
+    from hermes_admin import repair as profile_repair
+
+    siblings = {p.name: p for p in discover_root(profile.root).profiles}
+    apply = policy.repair == "apply" and not request.dry_run
+    result = Result(profile.name, "repair", "profile_repair", not apply, task="repair")
+    started = time.monotonic()
+    try:
+        findings = profile_repair.inspect(profile, siblings)
+        fixable = [f for f in findings if f.fix != "none"]
+        if apply and fixable:
+            result = profile_repair.apply(profile, fixable, siblings)
+            result.action = "repair"
+    except (LockHeld, StoreError, sqlite3.Error) as exc:
+        run.warnings.append(f"profile '{profile.name}': repair: {' '.join(str(exc).split())}")
+        return
+    for finding in findings:
+        state = "fixed" if finding.applied else (f"not fixed: {finding.error}" if finding.error else
+                                                 "report only" if finding.fix == "none" else f"run `repair --apply` to {finding.fix}")
+        result.notes.append(f"{finding.kind} {finding.subject}: {finding.detail} ({state})")
+    result.seconds = time.monotonic() - started
+    run.results.append(result)
+
+
 def maintain(run: Run, profile: Profile, admin: AdminConfig, request: Request) -> None:
     """Run the requested tasks on one profile; its failures are recorded, never raised."""
     try:
@@ -143,12 +172,14 @@ def maintain(run: Run, profile: Profile, admin: AdminConfig, request: Request) -
         run.errors.append(f"profile '{profile.name}': skipped: {exc}")
         return
     run.policies[profile.name] = policy
+    if "repair" in request.tasks and profile.has_store():
+        repair_step(run, profile, policy, request)
 
     def work(engine: Engine) -> list[Result]:
         one_pass = _Pass(engine, policy, request)
         results = []
         for task in ORDER:
-            if task not in request.tasks or stopping.requested():
+            if task == "repair" or task not in request.tasks or stopping.requested():
                 continue
             started = time.monotonic()
             try:

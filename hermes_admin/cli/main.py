@@ -13,6 +13,7 @@ from hermes_admin.cli.ops_cmd import daemon, systemd
 from hermes_admin.cli.maintain_cmd import archive_inactive, prune_ghosts, purge, run, sweep_empty
 from hermes_admin.cli.plugins_cmd import plugins
 from hermes_admin.cli.profiles_cmd import profiles
+from hermes_admin.cli.repair_cmd import repair_cmd
 from hermes_admin.cli.sessions_cmd import sessions
 
 
@@ -34,7 +35,7 @@ cli.add_command(profiles)
 cli.add_command(sessions)
 cli.add_command(demo)
 cli.add_command(plugins)
-for command in (purge, sweep_empty, prune_ghosts, archive_inactive, run, daemon, systemd):
+for command in (purge, sweep_empty, prune_ghosts, archive_inactive, run, daemon, systemd, repair_cmd):
     cli.add_command(command)
 
 

@@ -120,5 +120,5 @@ def archive_inactive(app: App, days, profiles, dry_run, yes, as_json, force):
 @pass_app
 def run(app: App, metrics_file, profiles, dry_run, yes, as_json, force):
     """One pass of every task the policy enables: what the timer calls."""
-    run_tasks(app, profiles, Request(tasks=ORDER, now=time.time(), force=force), dry_run, yes, as_json, "run",
-              metrics_file)
+    run_tasks(app, profiles, Request(tasks=ORDER, now=time.time(), force=force, dry_run=dry_run), dry_run, yes,
+              as_json, "run", metrics_file)

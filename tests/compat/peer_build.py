@@ -37,7 +37,8 @@ def write_files(sessions_dir: Path, sid: str, kinds, mtime: float) -> None:
         os.utime(path, (mtime, mtime))
 
 
-def build_profile(home: Path, name: str, now: float, plugins_enabled: list[str], sessions: dict) -> dict:
+def build_profile(home: Path, name: str, now: float, plugins_enabled: list[str], sessions: dict,
+                  orphans: bool = True) -> dict:
     from hermes_state import SessionDB
 
     for folder in ("sessions", "logs", "memories", "skills", "cron"):
@@ -133,17 +134,21 @@ def build_profile(home: Path, name: str, now: float, plugins_enabled: list[str],
 
     # Crash leftovers: rows of a session that is gone (foreign keys off, as an old build had them).
     gone = sid_at(now - 95 * DAY, f"{name}:orphan")
+    if not orphans:
+        gone = None
     db._conn.execute("PRAGMA foreign_keys=OFF")
 
-    def orphans(conn):
+    def leftovers(conn):
+        if gone is None:
+            return
         for i in range(3):
             conn.execute("INSERT INTO messages(session_id, role, content, timestamp) VALUES (?, 'user', ?, ?)",
                          (gone, f"orphan {i}", now - 95 * DAY + i))
         conn.execute("INSERT INTO session_model_usage(session_id, model, input_tokens) VALUES (?, 'peer/model', 5)",
                      (gone,))
-    db._execute_write(orphans)
+    db._execute_write(leftovers)
     db._conn.execute("PRAGMA foreign_keys=ON")
-    kinds["orphan_rows"] = [gone]
+    kinds["orphan_rows"] = [gone] if gone else []
 
     stale = sid_at(now - 40 * DAY, f"{name}:stale-file")
     write_files(sessions_dir, stale, ("jsonl", "snapshot"), now - 30 * DAY)
@@ -168,7 +173,7 @@ def main() -> None:
         home = root if name == "default" else root / "profiles" / name
         home.mkdir(parents=True, exist_ok=True)
         out[name] = build_profile(home, name, float(spec["now"]), spec.get("plugins_enabled", []),
-                                  spec.get("sessions", {}))
+                                  spec.get("sessions", {}), spec.get("orphans", True))
     print(json.dumps(out))
 
 

@@ -1,0 +1,61 @@
+"""`hermes-admin repair [--apply]`: report what is broken in each profile; fix it with --apply."""
+
+from __future__ import annotations
+
+import click
+
+from hermes_admin import homes, report
+from hermes_admin.actions.repair import RepairRun, repair
+from hermes_admin.cli import mutate
+from hermes_admin.cli.context import App, json_option, pass_app, profile_option
+
+
+def siblings_by_root(app: App) -> dict:
+    """Every profile of every root, by root then name: where a wrong-store row belongs."""
+    everything = homes.discover(app.roots())
+    grouped: dict = {}
+    for profile in everything.profiles:
+        grouped.setdefault(profile.root, {})[profile.name] = profile
+    return grouped
+
+
+@click.command("repair")
+@click.option("--apply", "apply_fixes", is_flag=True, help="Fix what can be fixed (default: report only).")
+@click.option("--check-fts", is_flag=True, help="Also check both full-text indexes (on a private snapshot: slow on big stores).")
+@profile_option
+@mutate.yes_option
+@json_option
+@pass_app
+def repair_cmd(app: App, apply_fixes: bool, check_fts: bool, profiles, yes: bool, as_json: bool):
+    """Find broken profiles: folders, permissions, dangling parents, labels, rows in the wrong store."""
+    found = app.discover(profiles)
+    grouped = siblings_by_root(app)
+    run = RepairRun(dry_run=not apply_fixes)
+    if apply_fixes and found.profiles:
+        mutate.confirm(f"Apply repairs to {len(found.profiles)} profile(s)?", yes, False)
+    for profile in found.profiles:
+        repair(run, profile, grouped.get(profile.root, {}), apply_fixes, check_fts)
+    if as_json:
+        report.emit_json(run.as_dict())
+    else:
+        for finding in run.findings:
+            state = "fixed" if finding.applied else ("NOT fixed: " + finding.error if finding.error else
+                                                     ("would " + finding.fix if finding.fix != "none" else "report only"))
+            click.echo(f"{finding.profile}: {finding.kind}: {finding.subject}: {finding.detail} -> {state}")
+        if not run.findings:
+            click.echo("nothing to repair")
+        for result in run.results:
+            for done in result.done:
+                click.echo(f"{result.profile}: deleted {done['session_id']} ({done['rule']})")
+    for result in run.results:
+        for line in result.hook_failures + result.files_skipped:
+            report.warn(line)
+    for line in run.warnings:
+        report.warn(line)
+    for line in run.locked + run.errors:
+        report.error(line)
+    unfixed = [f for f in run.findings if f.fix != "none" and not f.applied]
+    code = run.exit_code()
+    if code == 0 and unfixed:
+        code = 1  # something is broken and was not (or could not be) fixed
+    raise click.exceptions.Exit(code)

@@ -1,0 +1,137 @@
+"""Profile repair on synthetic stores of both schema versions."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import stat
+
+import pytest
+
+from hermes_admin.repair import namespace_of
+from hermes_admin.synth.builder import SynthStore
+from tests.conftest import fk_rows, fts_problems, store_digest
+from tests.helpers import events, install_plugins, row_ids
+
+
+@pytest.mark.parametrize("key, owner", [
+    ("agent:main:telegram:dm:1", "default"), ("agent:work:cli", "work"), ("agent::x", None),
+    ("telegram:dm:1", None), (None, None), ("agent:work", None),
+])
+def test_namespace_of(key, owner):
+    assert namespace_of(key) == owner
+
+
+@pytest.fixture(params=[(22, 30), (30, 22), (30, 30)], ids=["v22-to-v30", "v30-to-v22", "v30-to-v30"])
+def root(request, tmp_path, now):
+    source_version, target_version = request.param
+    root = tmp_path / "h"
+    SynthStore(root / "state.db", version=30, profile="default").close()
+    work = SynthStore(root / "profiles" / "work" / "state.db", version=source_version, profile="work")
+    work.session("stray", started=now - 100, ended=now - 50, end_reason="idle", source="telegram",
+                 session_key="agent:main:telegram:dm:42", title="hello", system_prompt="You are kind.")
+    work.messages("stray", 3, now - 100)
+    work.usage("stray", when=now - 100)
+    work.session("child", started=now - 40, parent="stray")
+    work.session("adopt", started=now - 30, ended=now - 20, end_reason="x", profile_name="default")
+    work.session("lost", started=now - 30)
+    work.conn.execute("COMMIT")
+    work.conn.execute("PRAGMA foreign_keys=OFF")
+    work.conn.execute("UPDATE sessions SET parent_session_id = 'nowhere' WHERE id = 'lost'")
+    work.conn.execute("BEGIN")
+    work.close()
+    target = SynthStore(root / "profiles" / "other" / "state.db", version=target_version, profile="other")
+    target.session("x", started=now, title="hello")  # a title that collides with the moved row's
+    target.close()
+    (root / "sessions").mkdir()
+    for home in (root, root / "profiles" / "work", root / "profiles" / "other"):
+        install_plugins(home, ["recorder"], enabled=["recorder"])
+    return root
+
+
+def test_report_then_apply_then_nothing(root, invoke):
+    work = root / "profiles" / "work"
+    os.chmod(work / "state.db", 0o644)
+    before = store_digest(root)
+    doc = json.loads(invoke("--root", str(root), "repair", "--json").stdout)
+    found = {(f["profile"], f["kind"], f["subject"]) for f in doc["findings"]}
+    assert {("work", "wrong_store", "stray"), ("work", "mislabelled", "adopt"), ("work", "dangling_parent", "lost"),
+            ("work", "loose_permissions", str(work / "state.db"))} <= found
+    assert ("work", "missing_folder", str(work / "logs")) in found
+    assert store_digest(root) == before and not (work / "logs").exists()
+
+    result = invoke("--root", str(root), "repair", "--apply", "--yes", "--json")
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert "stray" not in row_ids(work / "state.db")
+    assert "stray" in row_ids(root / "state.db")
+    assert row_ids(root / "state.db", "SELECT id FROM messages WHERE session_id='stray'").__len__() == 3
+    assert row_ids(root / "state.db", "SELECT title FROM sessions WHERE id='stray'") == {"hello"}
+    assert row_ids(work / "state.db", "SELECT id FROM sessions WHERE parent_session_id IS NULL") >= {"child", "lost"}
+    assert row_ids(work / "state.db", "SELECT profile_name FROM sessions WHERE id='adopt'") == {"work"}
+    assert stat.S_IMODE(os.stat(work / "state.db").st_mode) == 0o600 and (work / "logs").is_dir()
+    assert [(e["session_id"], e["reason"]) for e in events(work)] == [("stray", "profile_repair")]
+    for db in (root / "state.db", work / "state.db", root / "profiles" / "other" / "state.db"):
+        assert fk_rows(db) == set() and fts_problems(db) == []
+
+    again = json.loads(invoke("--root", str(root), "repair", "--apply", "--yes", "--json").stdout)
+    assert again["findings"] == []  # idempotent: a second run finds nothing and fires nothing
+    assert len(events(work)) == 1
+
+
+def test_an_interrupted_move_is_settled(root, invoke, now):
+    # The copy reached the default store, the delete from `work` never happened.
+    conn = sqlite3.connect(root / "state.db")
+    conn.execute("INSERT INTO sessions(id, source, started_at) VALUES ('stray', 'telegram', ?)", (now,))
+    conn.executemany("INSERT INTO messages(session_id, role, content, timestamp) VALUES ('stray', 'user', ?, ?)",
+                     [(f"m{i}", now) for i in range(3)])
+    conn.commit(), conn.close()
+    doc = json.loads(invoke("--root", str(root), "repair", "--json").stdout)
+    assert any(f["kind"] == "duplicate" and f["subject"] == "stray" for f in doc["findings"])
+    invoke("--root", str(root), "repair", "--apply", "--yes")
+    assert "stray" not in row_ids(root / "profiles" / "work" / "state.db")
+    assert row_ids(root / "state.db", "SELECT id FROM messages WHERE session_id='stray'").__len__() == 3
+
+
+def test_unusable_stores_are_reported_never_modified(tmp_path, invoke):
+    root = tmp_path / "h"
+    (root / "profiles" / "bad").mkdir(parents=True)
+    SynthStore(root / "state.db", version=22).close()
+    (root / "profiles" / "bad" / "state.db").write_bytes(b"\x00" * 4096)
+    before = (root / "profiles" / "bad" / "state.db").read_bytes()
+    result = invoke("--root", str(root), "repair", "--apply", "--yes", "--json")
+    assert result.exit_code == 2
+    assert any(f["kind"] == "unusable_store" for f in json.loads(result.stdout)["findings"])
+    assert (root / "profiles" / "bad" / "state.db").read_bytes() == before
+
+
+def test_broken_fts_is_found_and_rebuilt(tmp_path, now, invoke):
+    root = tmp_path / "h"
+    store = SynthStore(root / "state.db", version=30)
+    store.session("s", started=now)
+    store.messages("s", 3, now)
+    store.conn.execute("INSERT INTO messages_fts(rowid, content, tool_name, tool_calls) VALUES (999, 'ghost', NULL, NULL)")
+    store.close()
+    assert fts_problems(root / "state.db")
+    doc = json.loads(invoke("--root", str(root), "repair", "--check-fts", "--json").stdout)
+    assert any(f["kind"] == "broken_fts" for f in doc["findings"])
+    invoke("--root", str(root), "repair", "--check-fts", "--apply", "--yes")
+    assert fts_problems(root / "state.db") == []
+    assert list((root / "state-snapshots").glob("state.db.repair-*"))  # backed up first
+
+
+def test_run_reports_repairs_and_applies_them_when_configured(root, invoke, tmp_path):
+    work = root / "profiles" / "work"
+    report = json.loads(invoke("--root", str(root), "run", "-p", "work", "--json").stdout)
+    (step,) = [r for r in report["results"] if r["task"] == "repair"]
+    assert any("wrong_store stray" in n for n in step["notes"]) and "stray" in row_ids(work / "state.db")
+    config = tmp_path / "admin.yaml"
+    config.write_text("defaults: {repair: apply}\n")
+    applied = json.loads(invoke("--root", str(root), "--config", str(config), "run", "-p", "work", "--json").stdout)
+    (step,) = [r for r in applied["results"] if r["task"] == "repair"]
+    assert [d["session_id"] for d in step["done"]] == ["stray"]
+    assert "stray" not in row_ids(work / "state.db") and "stray" in row_ids(root / "state.db")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("defaults: {repair: sometimes}\n")
+    refused = invoke("--root", str(root), "--config", str(bad), "run", "-p", "work")
+    assert refused.exit_code == 2 and "repair must be one of report, apply" in refused.stderr
