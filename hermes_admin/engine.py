@@ -291,9 +291,8 @@ class Engine:
             if listening:
                 self.outbox.settle({}, event_ids)  # rolled back: these events must never fire
             raise
-        self._account(time.monotonic() - began[0], result)
-        if went and result.transactions % FTS_MERGE_EVERY == 0:
-            self._fts_merge_step(result)
+        # Committed. What follows needs no write lock, so it fills the pause we owe other writers.
+        pause_until = self._account(time.monotonic() - began[0], result)
         if listening:
             committed = {event_ids[i]: ids for i, ids in went.items()}
             self.outbox.settle(committed, [e for i, e in enumerate(event_ids) if i not in went])
@@ -303,6 +302,9 @@ class Engine:
         for index, ids in went.items():
             result.done.append(self._unit_report(chunk[index], ids))
             self._remove_files(ids, result)
+        self._pause(pause_until)
+        if went and result.transactions % FTS_MERGE_EVERY == 0:
+            self._fts_merge_step(result)
         if listening:
             self._deliver([Event(event_ids[i], "delete", chunk[i].session_id, reason, ids)
                            for i, ids in went.items()], result.hook_failures)
@@ -406,7 +408,7 @@ class Engine:
                 if fires:
                     self.outbox.settle({}, event_ids)
                 raise
-            self._account(time.monotonic() - began[0], result)
+            self._pause(self._account(time.monotonic() - began[0], result))
             for index, ids in changed.items():
                 result.done.append(self._unit_report(chunk[index], ids))
             if fires:
@@ -417,15 +419,18 @@ class Engine:
         return result
 
     @staticmethod
-    def _released(held_s: float) -> None:
-        """Leave the write lock free for a while after each transaction.
+    def _pause(until: float) -> None:
+        """Leave the write lock free until `until` (see `_account`).
 
         A Hermes writer that found the lock taken sleeps in SQLite's busy handler and polls
         at growing intervals; back-to-back transactions would starve it until its busy
-        timeout (measured: waits near 1 s). Pausing for half the time we held the lock
-        lets it in (measured: worst wait under 160 ms on W1), at the cost of speed.
+        timeout (measured: waits near 1 s). Leaving the lock free for half the time we held
+        it lets it in (measured: worst wait under 160 ms on W1). Lock-free work done since
+        the commit (files, outbox) counts: only the rest is slept.
         """
-        time.sleep(max(YIELD_MIN_S, YIELD_RATIO * held_s))
+        left = until - time.monotonic()
+        if left > 0:
+            time.sleep(left)
 
     def _fts_merge_step(self, result: Result) -> None:
         """A bounded incremental merge of each FTS index, in its own short transaction.
@@ -471,8 +476,8 @@ class Engine:
 
     # -- after the commit --------------------------------------------------------
 
-    def _account(self, held_s: float, result: Result) -> None:
-        self._released(held_s)
+    def _account(self, held_s: float, result: Result) -> float:
+        """Record one transaction; returns until when the write lock should be left to others."""
         result.transactions += 1
         if result.transactions % CHECKPOINT_EVERY == 0:
             self._passive_checkpoint()  # outside any transaction: writers go on meanwhile
@@ -484,6 +489,7 @@ class Engine:
         self._per_unit = max(measured, 0.8 * self._per_unit)
         fits = int(TARGET_HOLD_S / self._per_unit) if self._per_unit > 0 else MAX_UNITS_PER_TXN
         self._chunk = max(1, min(MAX_UNITS_PER_TXN, fits, self._chunk * 2))
+        return time.monotonic() + max(YIELD_MIN_S, YIELD_RATIO * held_s)
 
     def remove_orphan_files(self, paths: list[str], result: Result) -> None:
         """Per-session files whose session row is gone (no event: no rows went)."""
