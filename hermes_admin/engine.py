@@ -35,7 +35,7 @@ from hermes_admin.outbox import Event, Outbox
 from hermes_admin.report import Progress
 from hermes_admin.store import Store
 from hermes_admin.store.connect import write_transaction
-from hermes_admin.store.read import SessionRow, load_rows, rows_for
+from hermes_admin.store.read import SessionRow, load_rows
 
 VACUUM_FREE_RATIO = 0.25
 YIELD_MIN_S = 0.002  # the write lock stays free at least this long after each of our transactions...
@@ -312,7 +312,7 @@ class Engine:
     def _delete_in_transaction(self, db, chunk: list[Unit], recheck: Recheck | None, orphans: bool):
         schema = self.store.schema
         all_ids = [i for unit in chunk for i in unit.ids]
-        fresh = rows_for(self.store, all_ids)  # inside the transaction: what exists now, as it is now
+        fresh = load_rows(self.store, all_ids)  # inside the transaction: what exists now, as it is now
         existing = set(fresh)
         blocked = {} if orphans else guards.blocked(db, schema, all_ids, self.now(), self.references)
         went: dict[int, list[str]] = {}

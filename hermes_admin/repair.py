@@ -22,7 +22,6 @@ one deletion path, so they fire `on_session_delete` in the source profile.
 from __future__ import annotations
 
 import os
-import shutil
 import sqlite3
 import stat
 import tempfile

@@ -16,7 +16,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from hermes_admin.hooks.discovery import PluginInfo
 from hermes_admin.homes import Profile
