@@ -53,39 +53,44 @@ class SessionFile:
 
 
 class FileIndex:
-    """Per-session files of one `sessions/` folder, by session id."""
+    """Per-session files of one `sessions/` folder, by session id.
 
-    def __init__(self, sessions_dir: Path, by_id: dict[str, list[SessionFile]]):
+    The scan keeps names only (a big folder holds hundreds of thousands of files);
+    a file is `lstat`ed when it is looked at, never followed.
+    """
+
+    def __init__(self, sessions_dir: Path, by_id: dict[str, list[str]]):
         self.sessions_dir = sessions_dir
+        self.folder = str(sessions_dir)
         self.by_id = by_id
 
     @classmethod
     def scan(cls, sessions_dir: Path) -> "FileIndex":
-        by_id: dict[str, list[SessionFile]] = defaultdict(list)
-        folder = str(sessions_dir)
+        by_id: dict[str, list[str]] = defaultdict(list)
         try:
-            entries = list(os.scandir(sessions_dir))
+            with os.scandir(sessions_dir) as entries:
+                for entry in entries:  # iterated, not listed: one entry in memory at a time
+                    sid = session_id_of(entry.name)
+                    if sid is not None:
+                        by_id[sid].append(entry.name)
         except (FileNotFoundError, NotADirectoryError):
-            entries = []
-        for entry in entries:
-            sid = session_id_of(entry.name)
-            if sid is None:
-                continue
-            try:
-                st = entry.stat(follow_symlinks=False)
-            except OSError:
-                continue
-            if not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
-                continue
-            by_id[sid].append(SessionFile(folder, entry.name, st.st_size, st.st_mtime, stat.S_ISLNK(st.st_mode)))
-        for files in by_id.values():
-            files.sort(key=lambda f: f.name)
+            pass
+        for names in by_id.values():
+            names.sort()
         return cls(sessions_dir, dict(by_id))
 
     def files_of(self, session_id: str) -> list[SessionFile]:
         if unsafe_id(session_id):
             return []  # such an id never names a file inside sessions/
-        return self.by_id.get(session_id, [])
+        found = []
+        for name in self.by_id.get(session_id, ()):
+            try:
+                st = os.lstat(os.path.join(self.folder, name))
+            except OSError:
+                continue  # gone meanwhile
+            if stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
+                found.append(SessionFile(self.folder, name, st.st_size, st.st_mtime, stat.S_ISLNK(st.st_mode)))
+        return found
 
     def ids(self) -> set[str]:
         return set(self.by_id)

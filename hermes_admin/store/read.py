@@ -8,6 +8,7 @@ v22 and v30 have. The bulk read of session rows is one SQL statement (see
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 import peewee
@@ -85,15 +86,20 @@ class SessionRow:
         return self.ended_at is None
 
 
+def _shared(value):
+    # A few distinct values repeated on every row: one string object each, not one per row.
+    return sys.intern(value) if isinstance(value, str) else value
+
+
 def _row(values: tuple) -> SessionRow:
     (sid, source, title, parent, started, ended, reason, archived, pinned,
      last_act, last_msg, n, delegate_from, model, key, profile_name) = values
     return SessionRow(
-        id=sid, source=source, title=title, parent_id=parent,
-        started_at=float(started or 0.0), ended_at=ended, end_reason=reason,
+        id=sid, source=_shared(source), title=title, parent_id=parent,
+        started_at=float(started or 0.0), ended_at=ended, end_reason=_shared(reason),
         archived=bool(archived), pinned=bool(pinned), last_activity_at=last_act,
         last_message_at=last_msg, message_rows=int(n), delegate_from=delegate_from,
-        model=model, session_key=key, profile_name=profile_name,
+        model=_shared(model), session_key=key, profile_name=_shared(profile_name),
     )
 
 
@@ -117,7 +123,7 @@ def _select_sessions(store: Store, where: str = "", params: list | None = None) 
         "CASE WHEN json_valid(s.model_config) THEN json_extract(s.model_config, '$._delegate_from') END, "
         f"s.model, s.session_key, s.profile_name FROM sessions s {where}"
     )
-    return [_row(values) for values in store.db.execute_sql(sql, params or []).fetchall()]
+    return [_row(values) for values in store.db.execute_sql(sql, params or [])]  # row by row: no second copy
 
 
 def load_sessions(store: Store) -> list[SessionRow]:
