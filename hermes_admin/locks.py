@@ -26,7 +26,9 @@ def state_dir(profile: Profile) -> Path:
     return path
 
 
-class _Flock:
+class Flock:
+    """A non-blocking exclusive flock on a lock file (created if missing)."""
+
     def __init__(self, path: Path, what: str):
         self.path = path
         self.what = what
@@ -51,8 +53,8 @@ class ProfileLocks:
     """Held while maintaining one profile: ours first, then Hermes' maintenance lock."""
 
     def __init__(self, profile: Profile):
-        self.ours = _Flock(state_dir(profile) / "lock", "another hermes-admin run holds this profile")
-        self.hermes = _Flock(
+        self.ours = Flock(state_dir(profile) / "lock", "another hermes-admin run holds this profile")
+        self.hermes = Flock(
             Path(f"{profile.store_path}.auto-maintenance.lock"), "Hermes is running its own maintenance"
         )
 

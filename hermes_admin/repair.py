@@ -29,17 +29,16 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from hermes_admin.engine import Engine, Result
+from hermes_admin.engine import FTS_TABLES, Engine, Result
 from hermes_admin.holders import other_holders
 from hermes_admin.homes import Profile
 from hermes_admin.lineage import Unit
-from hermes_admin.locks import LockHeld
+from hermes_admin.locks import Flock, LockHeld
 from hermes_admin.store import Store, StoreError
 from hermes_admin.store.connect import readonly_uri, write_transaction
 
 STANDARD_FOLDERS = ("sessions", "logs", "memories", "skills", "cron")
 PRIVATE_FILES = ("state.db", "state.db-wal", "state.db-shm", ".env")
-FTS_TABLES = ("messages_fts", "messages_fts_trigram")
 SILENT_KINDS = {"dangling_parent", "mislabelled"}
 
 
@@ -272,8 +271,7 @@ def _rebuild_fts(engine: Engine) -> None:
     engine.store.db.connection().backup(copy)
     copy.close()
     os.chmod(backup, 0o600)
-    from hermes_admin.locks import _Flock
-    rebuild_lock = _Flock(Path(f"{path}.fts_rebuild.lock"), "Hermes is rebuilding its FTS index")
+    rebuild_lock = Flock(Path(f"{path}.fts_rebuild.lock"), "Hermes is rebuilding its FTS index")
     rebuild_lock.acquire()
     try:
         for table in FTS_TABLES:

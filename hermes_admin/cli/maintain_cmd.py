@@ -84,22 +84,21 @@ def purge(app: App, older_than, vacuum, profiles, dry_run, yes, as_json, force, 
     run_tasks(app, profiles, request, dry_run, yes, as_json, "purge")
 
 
-@click.command("sweep-empty")
-@task_options
-@pass_app
-def sweep_empty(app: App, profiles, dry_run, yes, as_json, force):
-    """Delete ended sessions that never got a message (reason `empty_sweep`)."""
-    run_tasks(app, profiles, Request(tasks=("empty_sweep",), now=time.time(), explicit=True, force=force),
-              dry_run, yes, as_json, "sweep-empty")
+def _single_task(name: str, task: str, help_text: str) -> click.Command:
+    """A command that runs one maintenance task, whatever the policy enables."""
+    @click.command(name, help=help_text)
+    @task_options
+    @pass_app
+    def command(app: App, profiles, dry_run, yes, as_json, force):
+        run_tasks(app, profiles, Request(tasks=(task,), now=time.time(), explicit=True, force=force),
+                  dry_run, yes, as_json, name)
+    return command
 
 
-@click.command("prune-ghosts")
-@task_options
-@pass_app
-def prune_ghosts(app: App, profiles, dry_run, yes, as_json, force):
-    """Delete TUI ghosts and rows or files whose session is gone (reason `ghost_prune`)."""
-    run_tasks(app, profiles, Request(tasks=("ghost_prune",), now=time.time(), explicit=True, force=force),
-              dry_run, yes, as_json, "prune-ghosts")
+sweep_empty = _single_task("sweep-empty", "empty_sweep",
+                           "Delete ended sessions that never got a message (reason `empty_sweep`).")
+prune_ghosts = _single_task("prune-ghosts", "ghost_prune",
+                            "Delete TUI ghosts and rows or files whose session is gone (reason `ghost_prune`).")
 
 
 @click.command("archive-inactive")

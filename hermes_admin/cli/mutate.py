@@ -60,11 +60,8 @@ def _human(run: Run, verbose: int = 0) -> None:
                 click.echo(f"  kept {sid}: {why}")
 
 
-def finish(run: Run, as_json: bool, verb: str, verbose: int = 0) -> None:
-    if as_json:
-        report.emit_json(run.as_dict())
-    else:
-        _human(run, verbose)
+def problems(run: Run) -> None:
+    """Warnings and errors on stderr, whatever the output format."""
     for result in run.results:
         for line in result.files_skipped + result.hook_failures:
             report.warn(line)
@@ -72,4 +69,12 @@ def finish(run: Run, as_json: bool, verb: str, verbose: int = 0) -> None:
         report.warn(line)
     for line in run.locked + run.errors:
         report.error(line)
+
+
+def finish(run: Run, as_json: bool, verb: str, verbose: int = 0) -> None:
+    if as_json:
+        report.emit_json(run.as_dict())
+    else:
+        _human(run, verbose)
+    problems(run)
     raise click.exceptions.Exit(run.exit_code())

@@ -47,13 +47,7 @@ def repair_cmd(app: App, apply_fixes: bool, check_fts: bool, profiles, yes: bool
         for result in run.results:
             for done in result.done:
                 click.echo(f"{result.profile}: deleted {done['session_id']} ({done['rule']})")
-    for result in run.results:
-        for line in result.hook_failures + result.files_skipped:
-            report.warn(line)
-    for line in run.warnings:
-        report.warn(line)
-    for line in run.locked + run.errors:
-        report.error(line)
+    mutate.problems(run)
     unfixed = [f for f in run.findings if f.fix != "none" and not f.applied]
     code = run.exit_code()
     if code == 0 and unfixed:
