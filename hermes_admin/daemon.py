@@ -10,8 +10,9 @@ it tells systemd READY, STOPPING and WATCHDOG.
 from __future__ import annotations
 
 import logging
+import os
+import select
 import signal
-import threading
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -98,7 +99,10 @@ class Daemon:
 
     def __post_init__(self):
         self.config = self.load_config()
-        self._wake = threading.Event()
+        # A self-pipe, not a threading.Event: the signal handler must take no lock (an Event's
+        # lock may be held by the very main-thread code the signal interrupts).
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_w, False)
         self._reload = False
 
     def job(self, task: str) -> None:
@@ -132,7 +136,16 @@ class Daemon:
             self._reload = True
         else:
             stopping.request()
-        self._wake.set()
+        try:
+            os.write(self._wake_w, b"\0")
+        except BlockingIOError:
+            pass  # the pipe is full: the main loop is awake already
+
+    def _sleep(self, timeout: float) -> None:
+        """Until a signal arrives or `timeout` passes."""
+        ready, _, _ = select.select([self._wake_r], [], [], timeout)
+        if ready:
+            os.read(self._wake_r, 4096)
 
     def serve(self) -> int:
         scheduler = BackgroundScheduler(executors={"default": ThreadPoolExecutor(max_workers=1)},
@@ -146,8 +159,7 @@ class Daemon:
         sdnotify.notify("READY=1\nSTATUS=scheduled " + ", ".join(ids))
         interval = sdnotify.watchdog_interval()
         while not stopping.requested():
-            self._wake.wait(timeout=interval or 60)
-            self._wake.clear()
+            self._sleep(interval or 60)
             if interval:
                 sdnotify.notify("WATCHDOG=1")
             if self._reload and not stopping.requested():
