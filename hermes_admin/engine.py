@@ -207,7 +207,7 @@ class Engine:
             raise self.store.error(f"cannot load the CJK tokenizer {library}: {exc}; refusing to delete") from exc
 
     def _screen(self, units: list[Unit], result: Result) -> list[Unit]:
-        """Drop units with a guarded member; the rest may go ahead."""
+        """Drop units with a guarded member (a dry run's stand-in for the check each transaction makes)."""
         ids = [i for unit in units for i in unit.ids]
         blocked = guards.blocked(self.store.db, self.store.schema, ids, self.now(), self.references)
         fit = []
@@ -232,10 +232,9 @@ class Engine:
         if not units:
             return result
         self._require_tokenizer()
-        units = self._screen(units, result) if not orphans else units
         units = self._in_store_order(units)
         if self.dry_run:
-            for unit in units:
+            for unit in (units if orphans else self._screen(units, result)):
                 result.done.append(self._unit_report(unit, list(unit.ids)))
                 self._remove_files(list(unit.ids), result)  # lists them: a dry run unlinks nothing
             return result
@@ -378,8 +377,8 @@ class Engine:
         result = Result(self.profile.name, "archive" if archived else "unarchive", reason, self.dry_run)
         target, current = (1, 0) if archived else (0, 1)
         if self.dry_run:
+            rows = load_rows(self.store, [i for unit in units for i in unit.ids])
             for unit in units:
-                rows = load_rows(self.store, list(unit.ids))
                 changing = [i for i in unit.ids if i in rows and rows[i].archived != bool(target)]
                 if changing:
                     result.done.append(self._unit_report(unit, changing))
@@ -493,11 +492,10 @@ class Engine:
 
     def remove_orphan_files(self, paths: list[str], result: Result) -> None:
         """Per-session files whose session row is gone (no event: no rows went)."""
-        wanted = set(paths)
-        for sid in self.files.ids():
-            for entry in self.files.files_of(sid):
-                if os.path.join(entry.folder, entry.name) in wanted:
-                    self._unlink(entry, result)
+        for path in paths:
+            entry = self.files.entry(os.path.basename(path))
+            if entry is not None:
+                self._unlink(entry, result)
 
     def _unlink(self, entry, result: Result) -> None:
         if entry.folder != str(self.profile.sessions_dir) or os.sep in entry.name:

@@ -82,15 +82,24 @@ class FileIndex:
     def files_of(self, session_id: str) -> list[SessionFile]:
         if unsafe_id(session_id):
             return []  # such an id never names a file inside sessions/
-        found = []
-        for name in self.by_id.get(session_id, ()):
-            try:
-                st = os.lstat(os.path.join(self.folder, name))
-            except OSError:
-                continue  # gone meanwhile
-            if stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
-                found.append(SessionFile(self.folder, name, st.st_size, st.st_mtime, stat.S_ISLNK(st.st_mode)))
-        return found
+        found = (self._lstat(name) for name in self.by_id.get(session_id, ()))
+        return [entry for entry in found if entry is not None]
+
+    def entry(self, name: str) -> SessionFile | None:
+        """One indexed file by name (None if it is not a per-session file of this folder)."""
+        sid = session_id_of(name)
+        if sid is None or unsafe_id(sid) or name not in self.by_id.get(sid, ()):
+            return None
+        return self._lstat(name)
+
+    def _lstat(self, name: str) -> SessionFile | None:
+        try:
+            st = os.lstat(os.path.join(self.folder, name))
+        except OSError:
+            return None  # gone meanwhile
+        if not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
+            return None
+        return SessionFile(self.folder, name, st.st_size, st.st_mtime, stat.S_ISLNK(st.st_mode))
 
     def ids(self) -> set[str]:
         return set(self.by_id)

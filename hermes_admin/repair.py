@@ -36,6 +36,7 @@ from hermes_admin.lineage import Unit
 from hermes_admin.locks import Flock, LockHeld
 from hermes_admin.store import Store, StoreError
 from hermes_admin.store.connect import readonly_uri, write_transaction
+from hermes_admin.store.read import load_rows
 
 STANDARD_FOLDERS = ("sessions", "logs", "memories", "skills", "cron")
 PRIVATE_FILES = ("state.db", "state.db-wal", "state.db-shm", ".env")
@@ -132,11 +133,19 @@ def inspect(profile: Profile, siblings: dict[str, Profile], check_fts: bool = Fa
             "SELECT s.id, s.parent_session_id, s.session_key, s.profile_name, "
             "(s.parent_session_id IS NOT NULL AND NOT EXISTS "
             " (SELECT 1 FROM sessions p WHERE p.id = s.parent_session_id)) FROM sessions s").fetchall()
+    # Which of the rows keyed to a sibling profile are there already (an interrupted move):
+    # one read per sibling, not one per row.
+    wanted: dict[str, list[str]] = {}
+    for sid, _, key, _, _ in rows:
+        owner = namespace_of(key)
+        if owner and owner != profile.name and owner in siblings:
+            wanted.setdefault(owner, []).append(sid)
+    present = {owner: _ids_present(siblings[owner], ids) for owner, ids in wanted.items()}
     for sid, parent, key, label, dangling in rows:
         owner = namespace_of(key)
         if owner and owner != profile.name:
             if owner in siblings:
-                kind = "duplicate" if _has_session(siblings[owner], sid) else "wrong_store"
+                kind = "duplicate" if sid in present[owner] else "wrong_store"
                 fix = (f"delete this copy (profile '{owner}' holds the right one)" if kind == "duplicate"
                        else f"move to profile '{owner}' (copy, verify, delete here)")
                 found.append(Finding(profile.name, kind, sid, f"session_key {key!r} belongs to '{owner}'", fix, owner))
@@ -156,14 +165,15 @@ def inspect(profile: Profile, siblings: dict[str, Profile], check_fts: bool = Fa
     return found
 
 
-def _has_session(profile: Profile, sid: str) -> bool:
+def _ids_present(profile: Profile, ids: list[str]) -> set[str]:
+    """Which of these session ids the profile's store holds (none if it has no usable store)."""
     if not profile.has_store():
-        return False
+        return set()
     try:
         with Store.open(profile) as store:
-            return bool(store.db.execute_sql("SELECT 1 FROM sessions WHERE id = ?", [sid]).fetchone())
+            return set(load_rows(store, ids))
     except StoreError:
-        return False
+        return set()
 
 
 # -- fixing -------------------------------------------------------------------------
@@ -243,20 +253,46 @@ def _insert(db, table: str, row: dict, columns, conflict: str = "") -> None:
                    [row[c] for c in names])
 
 
-def _move(source: Engine, target_profile: Profile, sid: str, result: Result) -> None:
-    """Copy into the right store, verify there, then delete here through the engine."""
-    export = _export(source.store, sid)
-    with Engine(target_profile) as target:
-        def copy(db):
-            if not db.execute_sql("SELECT 1 FROM sessions WHERE id = ?", [sid]).fetchone():
-                _import(target.store, export)
-        write_transaction(target.store.db, copy)
-        held = target.store.db.execute_sql("SELECT COUNT(*) FROM messages WHERE session_id = ?", [sid]).fetchone()[0]
-    if held < len(export["messages"]):
-        raise RuntimeError(f"profile '{target_profile.name}' holds {held} of {len(export['messages'])} messages "
-                           f"of {sid}: this copy is kept")
-    moved = source.delete([Unit(sid, [sid], f"moved to profile '{target_profile.name}'")], "profile_repair")
+def _move(source: Engine, target_profile: Profile, moves: list[Finding], result: Result) -> None:
+    """Copy each row into the right store and verify it there (the target opened once), then
+    delete the verified rows here through the engine: one `profile_repair` event each."""
+    verified: list[Finding] = []
+    try:
+        with Engine(target_profile) as target:
+            for finding in moves:
+                _attempt(finding, lambda f=finding: _copy(source.store, target.store, f.subject))
+                if not finding.error:
+                    verified.append(finding)
+    except (LockHeld, StoreError) as exc:
+        for finding in moves:
+            finding.error = " ".join(str(exc).split())
+        return
+    if not verified:
+        return
+    units = [Unit(f.subject, [f.subject], f"moved to profile '{target_profile.name}'") for f in verified]
+    moved = source.delete(units, "profile_repair")
     result.absorb(moved)
+    went = {d["session_id"] for d in moved.done}
+    why = {s["session_id"]: s["why"] for s in moved.skipped}
+    for finding in verified:
+        if finding.subject in went:
+            finding.applied = True
+        else:
+            finding.error = f"copied, but not deleted here: {why.get(finding.subject, 'gone already')}"
+
+
+def _copy(source: Store, target: Store, sid: str) -> None:
+    """One row into the target store, in its own transaction; raises unless the target holds it whole."""
+    export = _export(source, sid)
+
+    def copy(db):
+        if not db.execute_sql("SELECT 1 FROM sessions WHERE id = ?", [sid]).fetchone():
+            _import(target, export)
+    write_transaction(target.db, copy)
+    held = target.db.execute_sql("SELECT COUNT(*) FROM messages WHERE session_id = ?", [sid]).fetchone()[0]
+    if held < len(export["messages"]):
+        raise RuntimeError(f"profile '{target.profile.name}' holds {held} of {len(export['messages'])} messages "
+                           f"of {sid}: this copy is kept")
 
 
 def _rebuild_fts(engine: Engine) -> None:
@@ -304,10 +340,14 @@ def apply(profile: Profile, findings: list[Finding], siblings: dict[str, Profile
                     else:
                         db.execute_sql("UPDATE sessions SET profile_name = ? WHERE id = ?", [profile.name, f.subject])
             _attempt_all(silent, lambda: write_transaction(engine.store.db, fix))
+        moves: dict[str, list[Finding]] = {}
         for finding in store_fixes:
             if finding.kind in ("wrong_store", "duplicate"):
-                _attempt(finding, lambda f=finding: _move(engine, siblings[f.target], f.subject, result))
-            elif finding.kind == "broken_fts":
+                moves.setdefault(finding.target, []).append(finding)
+        for target, group in moves.items():
+            _move(engine, siblings[target], group, result)
+        for finding in store_fixes:
+            if finding.kind == "broken_fts":
                 _attempt(finding, lambda: _rebuild_fts(engine))
     return result
 

@@ -65,19 +65,29 @@ class Match:
     session_id: str
 
 
-def resolve(profiles: list[Profile], id_or_prefix: str) -> tuple[list[Match], list[StoreError]]:
-    """Sessions whose id is `id_or_prefix` (or starts with it) in the given profiles."""
-    matches, errors = [], []
+def resolve_many(profiles: list[Profile], wanted: list[str]) -> tuple[dict[str, list[Match]], list[StoreError]]:
+    """For each id (or prefix): the sessions it names in these profiles. Each store is opened once."""
+    found: dict[str, list[Match]] = {w: [] for w in wanted}
+    errors = []
     for profile in profiles:
         if not profile.has_store():
             continue
         try:
             with Store.open(profile) as store:
-                matches += [Match(profile, sid) for sid in find_session_ids(store, id_or_prefix)]
+                for w in found:
+                    found[w] += [Match(profile, sid) for sid in find_session_ids(store, w)]
         except StoreError as exc:
             errors.append(exc)
-    exact = [m for m in matches if m.session_id == id_or_prefix]
-    return (exact or matches), errors
+    for w, matches in found.items():
+        exact = [m for m in matches if m.session_id == w]
+        found[w] = exact or matches
+    return found, errors
+
+
+def resolve(profiles: list[Profile], id_or_prefix: str) -> tuple[list[Match], list[StoreError]]:
+    """Sessions whose id is `id_or_prefix` (or starts with it) in the given profiles."""
+    found, errors = resolve_many(profiles, [id_or_prefix])
+    return found[id_or_prefix], errors
 
 
 def session_detail(profile: Profile, session_id: str) -> dict:

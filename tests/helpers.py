@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -44,3 +45,28 @@ def row_ids(db: Path, sql: str = "SELECT id FROM sessions") -> set[str]:
         return {r[0] for r in conn.execute(sql)}
     finally:
         conn.close()
+
+
+def expected_after_run(k: dict[str, list[str]]) -> dict[str, set[str]]:
+    """What `run` under the standard policy (retention 90 d, auto-archive 30 d) does to the
+    standard scenario's kinds: the sessions it deletes, keeps, and archives."""
+    return {
+        "gone": set(k["old_ended"] + k["old_archived"] + k["delegate_parent"] + k["delegate_child"]
+                    + k["empty_ended"] + k["tui_ghost"]),
+        "kept": set(k["recent"] + k["inactive"] + k["old_open"] + k["revived"] + k["empty_open"] + k["lineage"]
+                    + k["just_ended_empty"] + k["locked_old"] + k["keyed"] + k.get("pinned_old", [])
+                    + k.get("heartbeat_recent", [])),
+        "archived": set(k["inactive"] + k["old_open"] + k["locked_old"]),
+    }
+
+
+def untouched_by_dry_run(invoke, root: Path, names: list[str], digest) -> dict:
+    """`run --dry-run` changes no store and no sessions/ folder, and fires nothing."""
+    before = digest(root)
+    listing = {n: sorted(os.listdir(home_of(root, n) / "sessions")) for n in names}
+    dry = invoke("--root", str(root), "run", "--dry-run", "--json")
+    assert dry.exit_code == 2  # the garbage profile
+    assert digest(root) == before
+    assert {n: sorted(os.listdir(home_of(root, n) / "sessions")) for n in names} == listing
+    assert all(events(home_of(root, n)) == [] for n in names)
+    return json.loads(dry.stdout)

@@ -9,7 +9,7 @@ import click
 from hermes_admin import report
 from hermes_admin.actions.common import Run
 from hermes_admin.homes import Profile
-from hermes_admin.views import resolve
+from hermes_admin.views import resolve_many
 
 
 def dry_run_option(f):
@@ -23,10 +23,10 @@ def yes_option(f):
 def targets(profiles: list[Profile], ids: list[str]) -> tuple[dict[Profile, list[str]], list[str], list[str]]:
     """Which profile holds each id (exact or unique prefix): (by profile, not found, problems)."""
     by_profile: dict[Profile, list[str]] = {}
-    missing, problems = [], []
-    for wanted in ids:
-        matches, errors = resolve(profiles, wanted)
-        problems += [str(e) for e in errors if str(e) not in problems]
+    missing = []
+    found, errors = resolve_many(profiles, list(dict.fromkeys(ids)))
+    problems = [str(e) for e in errors]
+    for wanted, matches in found.items():
         if not matches:
             missing.append(wanted)
         elif len(matches) > 1:

@@ -23,18 +23,10 @@ class _Base(peewee.Model):
 
 
 class Session(_Base):
+    # Only what the counts and look-ups here read; the bulk read is `_select_sessions`.
     id = peewee.TextField(primary_key=True)
-    source = peewee.TextField()
-    session_key = peewee.TextField(null=True)
-    model = peewee.TextField(null=True)
-    model_config = peewee.TextField(null=True)
-    parent_session_id = peewee.TextField(null=True)
     started_at = peewee.FloatField()
     ended_at = peewee.FloatField(null=True)
-    end_reason = peewee.TextField(null=True)
-    message_count = peewee.IntegerField(null=True)
-    title = peewee.TextField(null=True)
-    profile_name = peewee.TextField(null=True)
     archived = peewee.IntegerField()
 
     class Meta:
@@ -44,7 +36,6 @@ class Session(_Base):
 class Message(_Base):
     id = peewee.AutoField()
     session_id = peewee.TextField()
-    role = peewee.TextField()
     timestamp = peewee.FloatField()
 
     class Meta:

@@ -6,7 +6,7 @@ import json
 import os
 
 from tests.conftest import fk_rows, store_digest, store_health
-from tests.helpers import events, home_of, install_plugins, row_ids
+from tests.helpers import events, expected_after_run, home_of, install_plugins, row_ids, untouched_by_dry_run
 
 POLICY = {"auto_prune": True, "retention_days": 90, "auto_archive": True, "auto_archive_days": 30}
 PROFILES = ["default", "alpha", "beta"]
@@ -22,14 +22,7 @@ def test_run_on_a_real_root(hermes_peer, tmp_path, now, invoke):
     garbage.mkdir()
     (garbage / "state.db").write_bytes(b"not a database at all" * 50)
     garbage_bytes = (garbage / "state.db").read_bytes()
-    before = store_digest(root)
-    listing = {n: sorted(os.listdir(home_of(root, n) / "sessions")) for n in PROFILES}
-
-    dry = invoke("--root", str(root), "run", "--dry-run", "--json")
-    assert dry.exit_code == 2
-    assert store_digest(root) == before
-    assert {n: sorted(os.listdir(home_of(root, n) / "sessions")) for n in PROFILES} == listing
-    assert all(events(home_of(root, n)) == [] for n in PROFILES)
+    untouched_by_dry_run(invoke, root, PROFILES, store_digest)
 
     real = invoke("--root", str(root), "run", "--json")
     assert real.exit_code == 2, real.stderr  # the garbage profile
@@ -39,12 +32,10 @@ def test_run_on_a_real_root(hermes_peer, tmp_path, now, invoke):
     for name in PROFILES:
         home, k = home_of(root, name), kinds[name]
         db = home / "state.db"
-        gone = set(k["old_ended"] + k["old_archived"] + k["delegate_parent"] + k["delegate_child"]
-                   + k["empty_ended"] + k["tui_ghost"])
-        kept = set(k["recent"] + k["inactive"] + k["old_open"] + k["revived"] + k["empty_open"] + k["lineage"]
-                   + k["just_ended_empty"] + k["locked_old"] + k["keyed"])
-        assert row_ids(db) == kept, name
-        assert row_ids(db, "SELECT id FROM sessions WHERE archived = 1") == set(k["inactive"] + k["old_open"] + k["locked_old"])
+        expected = expected_after_run(k)
+        gone = expected["gone"]
+        assert row_ids(db) == expected["kept"], name
+        assert row_ids(db, "SELECT id FROM sessions WHERE archived = 1") == expected["archived"]
         files = set(os.listdir(home / "sessions"))
         assert not any(sid in f for sid in gone | set(k["orphan_file_old"]) for f in files)
         assert {"sessions.json", "notes.txt"} <= files

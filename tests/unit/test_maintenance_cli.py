@@ -11,7 +11,7 @@ from freezegun import freeze_time
 
 from hermes_admin.synth.builder import SynthStore
 from tests.conftest import fk_rows, fts_problems, store_digest
-from tests.helpers import events, home_of, install_plugins, row_ids
+from tests.helpers import events, expected_after_run, home_of, install_plugins, row_ids, untouched_by_dry_run
 
 POLICY = {"auto_prune": True, "retention_days": 90, "auto_archive": True, "auto_archive_days": 30}
 
@@ -35,37 +35,26 @@ def test_run_dry_run_then_run(synth_root, invoke):
     garbage = root / "profiles" / "broken"
     garbage.mkdir()
     (garbage / "state.db").write_bytes(b"garbage" * 300)
-    before = store_digest(root)
-    listing = {n: sorted(os.listdir(home_of(root, n) / "sessions")) for n in ("default", "work", "legacy")}
-
-    dry = invoke("--root", str(root), "run", "--dry-run", "--json")
-    assert dry.exit_code == 2
-    assert store_digest(root) == before
-    assert {n: sorted(os.listdir(home_of(root, n) / "sessions")) for n in listing} == listing
-    assert all(events(home_of(root, n)) == [] for n in listing)
+    dry = untouched_by_dry_run(invoke, root, ["default", "work", "legacy"], store_digest)
 
     real = invoke("--root", str(root), "run", "--json")
     assert real.exit_code == 2  # the garbage profile; every other profile was maintained
     doc = json.loads(real.stdout)
     assert any("broken" in e for e in doc["errors"])
     planned = {(r["profile"], r["task"]): sorted(d["session_id"] for d in r["done"])
-               for r in json.loads(dry.stdout)["results"]}
-    assert all(r["dry_run"] and r["transactions"] == 0 for r in json.loads(dry.stdout)["results"])
+               for r in dry["results"]}
+    assert all(r["dry_run"] and r["transactions"] == 0 for r in dry["results"])
     # The dry run listed exactly what the real run then did, task by task.
     assert planned == {(r["profile"], r["task"]): sorted(d["session_id"] for d in r["done"]) for r in doc["results"]}
     for name in ("default", "work", "legacy"):
         home, k = home_of(root, name), kinds[name]
         db = home / "state.db"
         ids = row_ids(db)
-        gone = set(k["old_ended"] + k["old_archived"] + k["delegate_parent"] + k["delegate_child"]
-                   + k["empty_ended"] + k["tui_ghost"])
+        expected = expected_after_run(k)
+        gone = expected["gone"]
         assert not ids & gone
-        kept = (set(k["recent"] + k["inactive"] + k["old_open"] + k["revived"] + k["empty_open"] + k["lineage"]
-                    + k["just_ended_empty"] + k["locked_old"] + k["keyed"] + k.get("pinned_old", [])
-                    + k.get("heartbeat_recent", [])))
-        assert ids == kept
-        archived = row_ids(db, "SELECT id FROM sessions WHERE archived = 1")
-        assert archived == set(k["inactive"] + k["old_open"] + k["locked_old"])
+        assert ids == expected["kept"]
+        assert row_ids(db, "SELECT id FROM sessions WHERE archived = 1") == expected["archived"]
         assert not row_ids(db, "SELECT session_id FROM messages") - ids  # orphan rows went too
         assert fk_rows(db) == set() and fts_problems(db) == []
         files = set(os.listdir(home / "sessions"))
