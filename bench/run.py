@@ -141,6 +141,8 @@ def main() -> int:
                                   same=surviving(theirs_home) == surviving(ours_home),
                                   kept=len(surviving(ours_home)))
     print(table(results))
+    for scale, r in sorted(results.items()):
+        log(f"W{scale} writer's slowest appends (ms, write count): {r['ours_writer'].get('slowest')}")
     return 0 if verdict(results) else 1
 
 

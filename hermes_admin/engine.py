@@ -21,7 +21,9 @@ from pathlib import Path
 from typing import Callable
 
 from hermes_admin import guards, stopping
-from hermes_admin.files import FileIndex, unsafe_id
+from hermes_admin.checkpointer import Checkpointer
+from hermes_admin.group_commit import GroupCommit
+from hermes_admin.files import FileIndex, removable, unsafe_id
 from hermes_admin.guards import chunks, marks
 from hermes_admin.hermes_config import HermesConfig
 from hermes_admin.hermes_config import load as load_hermes_config
@@ -32,20 +34,18 @@ from hermes_admin.hooks.discovery import discover as discover_plugins
 from hermes_admin.lineage import Unit
 from hermes_admin.locks import ProfileLocks
 from hermes_admin.outbox import Event, Outbox
+from hermes_admin.remover import FileRemover
 from hermes_admin.report import Progress
 from hermes_admin.store import Store
 from hermes_admin.store.connect import write_transaction
 from hermes_admin.store.read import SessionRow, load_rows
+from hermes_admin.turns import Turns
 
 VACUUM_FREE_RATIO = 0.25
-YIELD_MIN_S = 0.002  # the write lock stays free at least this long after each of our transactions...
-YIELD_RATIO = 0.5  # ...and half as long as we held it: a waiting Hermes writer gets its turn
-# Our own PASSIVE checkpoints, outside any transaction. Frequent enough that the WAL stays
-# small: otherwise a Hermes writer's automatic checkpoint copies our pages inside its commit.
-CHECKPOINT_EVERY = 4
+CHECKPOINT_EVERY = 4  # transactions between our PASSIVE checkpoints (see checkpointer.py)
 FTS_TABLES = ("messages_fts", "messages_fts_trigram")
 FTS_MERGE_PAGES = 16  # a bounded incremental merge step per index...
-FTS_MERGE_EVERY = 2  # ...after every second deleting transaction
+FTS_MERGE_EVERY = 2  # ...in every second deleting transaction
 TARGET_HOLD_S = 0.015  # typical BEGIN-to-COMMIT; an FTS5 flush can make one run 5x longer
 MAX_UNITS_PER_TXN = 1024
 
@@ -114,6 +114,10 @@ class Engine:
         self.store: Store | None = None
         self.outbox: Outbox | None = None
         self.bus: HookBus | None = None
+        self.checkpointer: Checkpointer | None = None
+        self.remover: FileRemover | None = None  # committed sessions' files, removed on a thread
+        self.commits: GroupCommit | None = None
+        self.turns: Turns | None = None  # pauses between our transactions, for Hermes' writers
         self.config: HermesConfig | None = None
         self._files: FileIndex | None = None
         self._references: list[tuple[str, str]] | None = None  # unknown tables pointing at sessions
@@ -121,6 +125,7 @@ class Engine:
         self._chunk = 8  # first transactions run on a cold cache: start small, grow by measurement
         self._last_chunk = 8
         self._per_unit = 0.0  # seconds of write lock per unit, as last measured (smoothed)
+        self._deletes = 0  # deleting transactions so far (every FTS_MERGE_EVERY-th also merges)
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -142,7 +147,13 @@ class Engine:
             return
         self.locks = ProfileLocks(self.profile).__enter__()
         self.store = Store.open(self.profile, writable=True)
+        wal = self._in_wal_mode()
+        if wal:
+            self.checkpointer = Checkpointer(self.profile.store_path)
+        self.commits = GroupCommit(self.store.db, wal)
+        self.turns = Turns(self.store.db)
         self.outbox = Outbox(self.profile)
+        self.remover = FileRemover()
         timeout = self.config.hook_timeout
         self.bus = HookBus(self.profile, discover_plugins(self.profile.home, self.config), timeout)
         self.replayed = self._replay()
@@ -150,6 +161,10 @@ class Engine:
     def close(self) -> None:
         if self.bus is not None:
             self.bus.close()
+        if self.checkpointer is not None:
+            self.checkpointer.close()
+        if self.remover is not None:
+            self.remover.close()
         if self.store is not None:
             if self.store.writable:
                 self._passive_checkpoint()
@@ -159,7 +174,8 @@ class Engine:
             self.outbox.close()
         if self.locks is not None:
             self.locks.__exit__(None, None, None)
-        self.bus = self.store = self.outbox = self.locks = None
+        self.bus = self.store = self.outbox = self.locks = self.checkpointer = self.remover = None
+        self.commits = None
 
     @property
     def references(self) -> list[tuple[str, str]]:
@@ -173,9 +189,12 @@ class Engine:
             self._files = FileIndex.scan(self.profile.sessions_dir)
         return self._files
 
+    def _in_wal_mode(self) -> bool:
+        return self.store.db.execute_sql("PRAGMA journal_mode").fetchone()[0].lower() == "wal"
+
     def _passive_checkpoint(self) -> None:
         try:
-            if self.store.db.execute_sql("PRAGMA journal_mode").fetchone()[0].lower() == "wal":
+            if self._in_wal_mode():
                 self.store.db.execute_sql("PRAGMA wal_checkpoint(PASSIVE)")
         except Exception:
             pass  # a checkpoint is a courtesy; Hermes' own writers checkpoint too
@@ -240,11 +259,15 @@ class Engine:
             return result
         self.progress.start(f"{self.profile.name}: {reason}", len(units))
         try:
-            for chunk in self._chunks(units, result):
-                self._delete_chunk(chunk, reason, recheck, orphans, result)
+            for chunk, last in self._chunks(units, result):
+                self._delete_chunk(chunk, last, reason, recheck, orphans, result)
                 self.progress.advance(len(chunk))
         finally:
             self.progress.stop()
+            try:
+                self._after_durable(self.commits.flush(), result)
+            finally:
+                self._collect_files(result)
         return result
 
     def _chunks(self, units: list[Unit], result: Result):
@@ -258,7 +281,7 @@ class Engine:
             chunk = units[position:position + self._chunk]
             position += len(chunk)
             self._last_chunk = len(chunk)
-            yield chunk
+            yield chunk, position >= len(units) or stopping.requested()
 
     @property
     def listening(self) -> bool:
@@ -274,10 +297,11 @@ class Engine:
                 f"SELECT id, rowid FROM sessions WHERE id IN ({marks(part)})", part).fetchall())
         return sorted(units, key=lambda u: position.get(u.session_id, -1))
 
-    def _delete_chunk(self, chunk: list[Unit], reason: str, recheck: Recheck | None, orphans: bool,
+    def _delete_chunk(self, chunk: list[Unit], last: bool, reason: str, recheck: Recheck | None, orphans: bool,
                       result: Result) -> None:
         listening = self.listening
         event_ids = self.outbox.add_pending("delete", reason, chunk) if listening else [None] * len(chunk)
+        synced = self.commits.before(last)
         began = [0.0]
 
         def work(db):
@@ -285,28 +309,38 @@ class Engine:
             return self._delete_in_transaction(db, chunk, recheck, orphans)
 
         try:
-            went, skipped = write_transaction(self.store.db, work)
+            went, skipped, wrote = write_transaction(self.store.db, work)
         except BaseException:
             if listening:
                 self.outbox.settle({}, event_ids)  # rolled back: these events must never fire
             raise
         # Committed. What follows needs no write lock, so it fills the pause we owe other writers.
-        pause_until = self._account(time.monotonic() - began[0], result)
+        committed_at = time.monotonic()
+        self._account(committed_at - began[0], result)
         if listening:
             committed = {event_ids[i]: ids for i, ids in went.items()}
             self.outbox.settle(committed, [e for i, e in enumerate(event_ids) if i not in went])
         for index, why in skipped.items():
             unit = chunk[index]
             result.skipped.append({"session_id": unit.session_id, "ids": list(unit.ids), "why": why})
+        paths: list[str] = []
         for index, ids in went.items():
             result.done.append(self._unit_report(chunk[index], ids))
-            self._remove_files(ids, result)
-        self._pause(pause_until)
-        if went and result.transactions % FTS_MERGE_EVERY == 0:
-            self._fts_merge_step(result)
-        if listening:
-            self._deliver([Event(event_ids[i], "delete", chunk[i].session_id, reason, ids)
-                           for i, ids in went.items()], result.hook_failures)
+            paths += self._paths_of(ids, result)
+        events = [Event(event_ids[i], "delete", chunk[i].session_id, reason, ids)
+                  for i, ids in went.items()] if listening else []
+        self._after_durable(self.commits.committed(synced, wrote, (paths, events)), result)
+        self.turns.after_commit(committed_at, committed_at - began[0])
+
+    def _after_durable(self, work: list[tuple[list[str], list[Event]]], result: Result) -> None:
+        """Files, then events, of transactions whose commit is now on disk (see group_commit.py)."""
+        events = []
+        for paths, fired in work:
+            self.remover.remove(paths)
+            events += fired
+        if events:
+            self.remover.drain()  # files before events: a plugin sees the files gone
+            self._deliver(events, result.hook_failures)
 
     def _delete_in_transaction(self, db, chunk: list[Unit], recheck: Recheck | None, orphans: bool):
         schema = self.store.schema
@@ -334,11 +368,28 @@ class Engine:
             else:
                 went[index] = [i for i in unit.ids if i in existing]
         doomed = [i for ids in went.values() for i in ids]
+        wrote = False
         if doomed:
-            self._delete_rows(db, doomed)
-        return went, skipped
+            wrote = self._delete_rows(db, doomed) > 0
+            self._deletes += 1
+            if self._deletes % FTS_MERGE_EVERY == 0:
+                self._fts_merge_step(db)
+        return went, skipped, wrote
 
-    def _delete_rows(self, db, doomed: list[str]) -> None:
+    def _fts_merge_step(self, db) -> None:
+        """A bounded incremental merge of each FTS index, at the end of a deleting transaction.
+
+        Deletes leave delete markers in new FTS5 segments; left alone, FTS5 merges them
+        in bursts inside whichever write comes next (ours or Hermes'), of up to 100 ms.
+        A few pages of merging every other transaction keeps those bursts small. Hermes
+        runs the same 'merge' command itself; it changes neither content nor settings.
+        """
+        for table in FTS_TABLES:
+            if self.store.schema.has_table(table):
+                db.execute_sql(f"INSERT INTO {table}({table}, rank) VALUES ('merge', {FTS_MERGE_PAGES})")
+
+    def _delete_rows(self, db, doomed: list[str]) -> int:
+        """Returns how many rows of the store it changed."""
         schema = self.store.schema
         db.execute_sql("CREATE TEMP TABLE IF NOT EXISTS hermes_admin_doomed (id TEXT PRIMARY KEY)")
         db.execute_sql("DELETE FROM temp.hermes_admin_doomed")
@@ -354,14 +405,14 @@ class Engine:
                     f"SELECT DISTINCT {column} FROM sessions WHERE id IN {doomed_set} AND {column} IS NOT NULL"
                 ).fetchall())
         # 1. survivors whose parent goes keep living, without a parent
-        db.execute_sql(f"UPDATE sessions SET parent_session_id = NULL WHERE parent_session_id IN {doomed_set} "
-                       f"AND id NOT IN {doomed_set}")
+        changed = db.execute_sql(f"UPDATE sessions SET parent_session_id = NULL WHERE parent_session_id IN "
+                                 f"{doomed_set} AND id NOT IN {doomed_set}").rowcount
         # 2. messages while their session rows still exist (the trigram trigger reads them)
-        db.execute_sql(f"DELETE FROM messages WHERE session_id IN {doomed_set}")
+        changed += db.execute_sql(f"DELETE FROM messages WHERE session_id IN {doomed_set}").rowcount
         # 3. usage rows (they cascade, but say so), then the sessions
         if schema.has_table("session_model_usage"):
-            db.execute_sql(f"DELETE FROM session_model_usage WHERE session_id IN {doomed_set}")
-        db.execute_sql(f"DELETE FROM sessions WHERE id IN {doomed_set}")
+            changed += db.execute_sql(f"DELETE FROM session_model_usage WHERE session_id IN {doomed_set}").rowcount
+        changed += db.execute_sql(f"DELETE FROM sessions WHERE id IN {doomed_set}").rowcount
         # 4. system prompts nobody references any more
         if prompt_hashes:
             refs = " AND ".join(f"NOT EXISTS (SELECT 1 FROM sessions WHERE {c} = system_prompts.hash)"
@@ -369,6 +420,7 @@ class Engine:
             for part in chunks(sorted(prompt_hashes)):
                 db.execute_sql(f"DELETE FROM system_prompts WHERE hash IN ({marks(part)}) AND {refs}", part)
         db.execute_sql("DELETE FROM temp.hermes_admin_doomed")
+        return changed
 
     # -- archive ---------------------------------------------------------------
 
@@ -383,7 +435,8 @@ class Engine:
                 if changing:
                     result.done.append(self._unit_report(unit, changing))
             return result
-        for chunk in self._chunks(units, result):
+        for chunk, _ in self._chunks(units, result):
+            self.commits.before(last=True)  # archive commits stay synced: rare, and their events go at once
             fires = archived and reason is not None and self.listening
             event_ids = self.outbox.add_pending("archive", reason, chunk) if fires else []
             began = [0.0]
@@ -407,7 +460,9 @@ class Engine:
                 if fires:
                     self.outbox.settle({}, event_ids)
                 raise
-            self._pause(self._account(time.monotonic() - began[0], result))
+            committed_at = time.monotonic()
+            self._account(committed_at - began[0], result)
+            self.turns.after_commit(committed_at, committed_at - began[0])
             for index, ids in changed.items():
                 result.done.append(self._unit_report(chunk[index], ids))
             if fires:
@@ -416,40 +471,6 @@ class Engine:
                 self._deliver([Event(event_ids[i], "archive", chunk[i].session_id, reason, ids)
                                for i, ids in changed.items()], result.hook_failures)
         return result
-
-    @staticmethod
-    def _pause(until: float) -> None:
-        """Leave the write lock free until `until` (see `_account`).
-
-        A Hermes writer that found the lock taken sleeps in SQLite's busy handler and polls
-        at growing intervals; back-to-back transactions would starve it until its busy
-        timeout (measured: waits near 1 s). Leaving the lock free for half the time we held
-        it lets it in (measured: worst wait under 160 ms on W1). Lock-free work done since
-        the commit (files, outbox) counts: only the rest is slept.
-        """
-        left = until - time.monotonic()
-        if left > 0:
-            time.sleep(left)
-
-    def _fts_merge_step(self, result: Result) -> None:
-        """A bounded incremental merge of each FTS index, in its own short transaction.
-
-        Deletes leave delete markers in new FTS5 segments; left alone, FTS5 merges them
-        in bursts inside whichever write comes next (ours or Hermes'). A few pages of
-        merging after each transaction keeps those bursts small. Hermes runs the same
-        'merge' command itself; it changes neither content nor settings.
-        """
-        for table in FTS_TABLES:
-            if not self.store.schema.has_table(table):
-                continue
-            began = [0.0]
-
-            def merge(db, table=table):
-                began[0] = time.monotonic()
-                db.execute_sql(f"INSERT INTO {table}({table}, rank) VALUES ('merge', {FTS_MERGE_PAGES})")
-
-            write_transaction(self.store.db, merge)
-            result.longest_write_ms = max(result.longest_write_ms, (time.monotonic() - began[0]) * 1000)
 
     # -- structural ------------------------------------------------------------
 
@@ -475,11 +496,11 @@ class Engine:
 
     # -- after the commit --------------------------------------------------------
 
-    def _account(self, held_s: float, result: Result) -> float:
-        """Record one transaction; returns until when the write lock should be left to others."""
+    def _account(self, held_s: float, result: Result) -> None:
+        """Record one transaction and size the next."""
         result.transactions += 1
-        if result.transactions % CHECKPOINT_EVERY == 0:
-            self._passive_checkpoint()  # outside any transaction: writers go on meanwhile
+        if self.checkpointer is not None and result.transactions % CHECKPOINT_EVERY == 0:
+            self.checkpointer.nudge()
         result.longest_write_ms = max(result.longest_write_ms, held_s * 1000)
         # Size the next chunk from the time per unit: the estimate rises at once when a
         # transaction ran slow (FTS5 merges make some twice as slow) and falls back slowly;
@@ -488,37 +509,39 @@ class Engine:
         self._per_unit = max(measured, 0.8 * self._per_unit)
         fits = int(TARGET_HOLD_S / self._per_unit) if self._per_unit > 0 else MAX_UNITS_PER_TXN
         self._chunk = max(1, min(MAX_UNITS_PER_TXN, fits, self._chunk * 2))
-        return time.monotonic() + max(YIELD_MIN_S, YIELD_RATIO * held_s)
 
     def remove_orphan_files(self, paths: list[str], result: Result) -> None:
         """Per-session files whose session row is gone (no event: no rows went)."""
-        for path in paths:
-            entry = self.files.entry(os.path.basename(path))
-            if entry is not None:
-                self._unlink(entry, result)
+        names = [os.path.basename(path) for path in paths]
+        self._remove_paths([self.files.path_of(name) for name in names if self.files.indexed(name)], result)
+        self._collect_files(result)
 
-    def _unlink(self, entry, result: Result) -> None:
-        if entry.folder != str(self.profile.sessions_dir) or os.sep in entry.name:
-            return  # never anything outside sessions/
-        path = os.path.join(entry.folder, entry.name)
-        if self.dry_run:
-            result.files_removed.append(path)
-            return
-        try:
-            os.unlink(path)  # a symlink itself, never its target
-            result.files_removed.append(path)
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            result.files_skipped.append(f"{path}: {exc.strerror}")
-
-    def _remove_files(self, ids: list[str], result: Result) -> None:
+    def _paths_of(self, ids: list[str], result: Result) -> list[str]:
+        paths = []
         for sid in ids:
             if unsafe_id(sid):
                 result.files_skipped.append(f"session id {sid!r} cannot name a file in sessions/: files left alone")
-                continue
-            for entry in self.files.files_of(sid):
-                self._unlink(entry, result)
+            else:
+                paths += self.files.paths_of(sid)
+        return paths
+
+    def _remove_files(self, ids: list[str], result: Result) -> None:
+        self._remove_paths(self._paths_of(ids, result), result)
+
+    def _remove_paths(self, paths: list[str], result: Result) -> None:
+        """Only names the scan of sessions/ found: never anything outside it."""
+        if self.dry_run:
+            result.files_removed += [path for path in paths if removable(path)]  # a dry run lists them
+        else:
+            self.remover.remove(paths)
+
+    def _collect_files(self, result: Result) -> None:
+        """Wait for the queued removals and record them in `result`."""
+        if self.remover is not None:
+            self.remover.drain()
+            result.files_removed += self.remover.removed
+            result.files_skipped += self.remover.skipped
+            self.remover.removed, self.remover.skipped = [], []
 
     def _deliver(self, events: list[Event], failures: list[str]) -> None:
         if not self.listening:
@@ -559,6 +582,7 @@ class Engine:
         for event in undelivered:
             if event.kind == "delete":
                 self._remove_files(event.ids, scratch)
+        self._collect_files(scratch)
         self._deliver(undelivered, failures)
         return failures
 

@@ -34,6 +34,15 @@ def session_id_of(name: str) -> str | None:
     return None
 
 
+def removable(path: str) -> bool:
+    """A regular file or a symlink (itself: never followed); not a folder, not gone."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return False
+    return stat.S_ISREG(mode) or stat.S_ISLNK(mode)
+
+
 def unsafe_id(session_id: str) -> bool:
     """An id that cannot name a file inside `sessions/` (path separators, `..`, NUL)."""
     return any(bad in session_id for bad in ("/", "\\", "..", "\0")) or session_id in ("", ".")
@@ -85,12 +94,18 @@ class FileIndex:
         found = (self._lstat(name) for name in self.by_id.get(session_id, ()))
         return [entry for entry in found if entry is not None]
 
-    def entry(self, name: str) -> SessionFile | None:
-        """One indexed file by name (None if it is not a per-session file of this folder)."""
+    def paths_of(self, session_id: str) -> list[str]:
+        """The indexed names of this session's files as paths, not looked at (see `removable`)."""
+        if unsafe_id(session_id):
+            return []
+        return [os.path.join(self.folder, name) for name in self.by_id.get(session_id, ())]
+
+    def indexed(self, name: str) -> bool:
         sid = session_id_of(name)
-        if sid is None or unsafe_id(sid) or name not in self.by_id.get(sid, ()):
-            return None
-        return self._lstat(name)
+        return sid is not None and not unsafe_id(sid) and name in self.by_id.get(sid, ())
+
+    def path_of(self, name: str) -> str:
+        return os.path.join(self.folder, name)
 
     def _lstat(self, name: str) -> SessionFile | None:
         try:

@@ -1,0 +1,54 @@
+"""PASSIVE checkpoints on a thread of their own, beside the engine's transactions.
+
+Our write connection runs with automatic checkpoints off (SQLite would run
+them inside our COMMIT). Left alone, the WAL would then grow until a Hermes
+writer's own automatic checkpoint copied our pages inside *its* commit. So the
+WAL is checkpointed every few of our transactions, and on this thread: a
+PASSIVE checkpoint takes no write lock and waits for nobody, so the engine's
+next transaction (and Hermes' writers) run while its pages are copied and
+synced. Its own connection: a connection is never used by two threads at once.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from pathlib import Path
+
+
+class Checkpointer:
+    """`nudge()` asks for a checkpoint soon; `close()` stops the thread (no checkpoint of its own)."""
+
+    def __init__(self, path: Path):
+        self._conn = sqlite3.connect(str(Path(path).absolute()), timeout=0, isolation_level=None,
+                                     check_same_thread=False)
+        self._wake = threading.Condition()
+        self._asked = False
+        self._closing = False
+        self._thread = threading.Thread(target=self._loop, name="hermes-admin-checkpoint", daemon=True)
+        self._thread.start()
+
+    def nudge(self) -> None:
+        with self._wake:
+            self._asked = True
+            self._wake.notify()
+
+    def _loop(self) -> None:
+        while True:
+            with self._wake:
+                while not (self._asked or self._closing):
+                    self._wake.wait()
+                if self._closing:
+                    return
+                self._asked = False
+            try:
+                self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            except sqlite3.Error:
+                pass  # busy with another checkpointer: Hermes' writers checkpoint too
+
+    def close(self) -> None:
+        with self._wake:
+            self._closing = True
+            self._wake.notify()
+        self._thread.join()
+        self._conn.close()

@@ -1,0 +1,57 @@
+"""Removing committed sessions' files on a thread, while the engine goes on.
+
+An unlink in a folder of a quarter of a million files costs the kernel ~0.1 ms
+(measured on W10: 11 s for 95 k files), time in which the engine can run its
+next transaction. Files are queued only after their rows' commit, so the
+order rows -> files holds; `drain()` waits for everything queued, and the
+engine drains before it fires events (files before events) and at its end.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+
+from hermes_admin.files import removable
+
+_STOP = None
+
+
+class FileRemover:
+    def __init__(self):
+        self.removed: list[str] = []
+        self.skipped: list[str] = []
+        self._queue: queue.Queue = queue.Queue()
+        self._thread = threading.Thread(target=self._loop, name="hermes-admin-files", daemon=True)
+        self._thread.start()
+
+    def remove(self, paths: list[str]) -> None:
+        if paths:
+            self._queue.put(paths)
+
+    def drain(self) -> None:
+        self._queue.join()
+
+    def close(self) -> None:
+        self._queue.put(_STOP)
+        self._thread.join()
+
+    def _loop(self) -> None:
+        while True:
+            paths = self._queue.get()
+            try:
+                if paths is _STOP:
+                    return
+                for path in paths:
+                    if not removable(path):
+                        continue  # a folder, or gone meanwhile
+                    try:
+                        os.unlink(path)  # a symlink itself, never its target
+                        self.removed.append(path)
+                    except FileNotFoundError:
+                        pass
+                    except OSError as exc:
+                        self.skipped.append(f"{path}: {exc.strerror}")
+            finally:
+                self._queue.task_done()

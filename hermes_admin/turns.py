@@ -1,0 +1,57 @@
+"""Taking turns with Hermes' writers between the engine's transactions.
+
+A Hermes writer that finds the write lock taken sleeps in SQLite's busy
+handler, which polls at growing intervals (1, 2, 5, 10, 15, 20, 25 ms ...).
+Back-to-back transactions of ours would starve it until its busy timeout
+(measured: waits near 1 s). So after each commit the lock is left free long
+enough for a waiting writer's next poll: about as long as we held it (that is
+roughly how far its polls are apart by then), at most 25 ms.
+
+Whether someone else writes at all is seen in `PRAGMA data_version`, which
+changes when another connection commits: with no other writer seen for a
+second, the pause is a token one; once the other writer has had its turn (the
+version moved during the pause), the pause ends early.
+"""
+
+from __future__ import annotations
+
+import time
+
+MIN_S = 0.002  # the lock stays free at least this long after each of our commits
+MAX_S = 0.025  # a waiting writer polls at least this often after its first 50 ms
+ACTIVE_S = 1.0  # another connection committed this recently: it may be waiting now
+POLL_S = 0.001
+
+
+class Turns:
+    def __init__(self, db, clock=time.monotonic, sleep=time.sleep):
+        self.db, self.clock, self.sleep = db, clock, sleep
+        self._version = self._data_version()
+        self._other_at = float("-inf")  # when another connection was last seen committing
+        self.paused_s = 0.0
+
+    def _data_version(self) -> int:
+        return self.db.execute_sql("PRAGMA data_version").fetchone()[0]
+
+    def _other_committed(self) -> bool:
+        version = self._data_version()
+        if version == self._version:
+            return False
+        self._version = version
+        self._other_at = self.clock()
+        return True
+
+    def after_commit(self, committed_at: float, held_s: float) -> None:
+        """Leave the write lock free after a commit at `committed_at` that held it `held_s`.
+
+        Lock-free work done since the commit (files, outbox) counts toward the pause.
+        """
+        started = self.clock()
+        self._other_committed()
+        active = started - self._other_at < ACTIVE_S
+        deadline = committed_at + (min(MAX_S, max(MIN_S, held_s)) if active else MIN_S)
+        while (now := self.clock()) < deadline:
+            self.sleep(min(POLL_S, deadline - now))
+            if active and self._other_committed():
+                break  # the waiting writer had its turn
+        self.paused_s += self.clock() - started
