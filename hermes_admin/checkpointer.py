@@ -17,13 +17,15 @@ from pathlib import Path
 
 
 class Checkpointer:
-    """`nudge()` asks for a checkpoint soon; `close()` stops the thread (no checkpoint of its own)."""
+    """`nudge()` asks for a checkpoint soon; `wait_idle()` waits for the running one to end;
+    `close()` stops the thread (no checkpoint of its own)."""
 
     def __init__(self, path: Path):
         self._conn = sqlite3.connect(str(Path(path).absolute()), timeout=0, isolation_level=None,
                                      check_same_thread=False)
         self._wake = threading.Condition()
         self._asked = False
+        self._running = False
         self._closing = False
         self._thread = threading.Thread(target=self._loop, name="hermes-admin-checkpoint", daemon=True)
         self._thread.start()
@@ -31,7 +33,7 @@ class Checkpointer:
     def nudge(self) -> None:
         with self._wake:
             self._asked = True
-            self._wake.notify()
+            self._wake.notify_all()
 
     def _loop(self) -> None:
         while True:
@@ -40,15 +42,30 @@ class Checkpointer:
                     self._wake.wait()
                 if self._closing:
                     return
-                self._asked = False
+                self._asked, self._running = False, True
             try:
                 self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
             except sqlite3.Error:
                 pass  # busy with another checkpointer: Hermes' writers checkpoint too
+            finally:
+                with self._wake:
+                    self._running = False
+                    self._wake.notify_all()
+
+    def wait_idle(self) -> None:
+        """Wait until no checkpoint is running or asked for.
+
+        The engine waits here, outside any transaction, before a commit that syncs:
+        a checkpoint syncs the database file, and an fsync of the WAL issued meanwhile
+        queues behind it (measured on W10: commits of 200-300 ms, with the lock held).
+        """
+        with self._wake:
+            while (self._running or self._asked) and not self._closing:
+                self._wake.wait()
 
     def close(self) -> None:
         with self._wake:
             self._closing = True
-            self._wake.notify()
+            self._wake.notify_all()
         self._thread.join()
         self._conn.close()

@@ -42,11 +42,10 @@ from hermes_admin.store.read import SessionRow, load_rows
 from hermes_admin.turns import Turns
 
 VACUUM_FREE_RATIO = 0.25
-CHECKPOINT_EVERY = 4  # transactions between our PASSIVE checkpoints (see checkpointer.py)
+CHECKPOINT_EVERY = 4  # archive transactions between PASSIVE checkpoints (deletes: after each synced commit)
 FTS_TABLES = ("messages_fts", "messages_fts_trigram")
-FTS_MERGE_PAGES = 16  # a bounded incremental merge step per index...
-FTS_MERGE_EVERY = 2  # ...in every second deleting transaction
-TARGET_HOLD_S = 0.015  # typical BEGIN-to-COMMIT; an FTS5 flush can make one run 5x longer
+FTS_MERGE_PAGES = 64  # a bounded incremental merge step per index, in every deleting transaction
+TARGET_HOLD_S = 0.025  # typical BEGIN-to-COMMIT; an FTS5 flush can make one run 5x longer
 MAX_UNITS_PER_TXN = 1024
 
 Recheck = Callable[[Unit, dict[str, SessionRow]], str | None]
@@ -125,7 +124,6 @@ class Engine:
         self._chunk = 8  # first transactions run on a cold cache: start small, grow by measurement
         self._last_chunk = 8
         self._per_unit = 0.0  # seconds of write lock per unit, as last measured (smoothed)
-        self._deletes = 0  # deleting transactions so far (every FTS_MERGE_EVERY-th also merges)
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -153,7 +151,7 @@ class Engine:
         self.commits = GroupCommit(self.store.db, wal)
         self.turns = Turns(self.store.db)
         self.outbox = Outbox(self.profile)
-        self.remover = FileRemover()
+        self.remover = FileRemover(str(self.profile.sessions_dir))
         timeout = self.config.hook_timeout
         self.bus = HookBus(self.profile, discover_plugins(self.profile.home, self.config), timeout)
         self.replayed = self._replay()
@@ -302,6 +300,10 @@ class Engine:
         listening = self.listening
         event_ids = self.outbox.add_pending("delete", reason, chunk) if listening else [None] * len(chunk)
         synced = self.commits.before(last)
+        if synced:  # nothing else of ours syncs meanwhile (see checkpointer.py, remover.py)
+            self.remover.drain()
+            if self.checkpointer is not None:
+                self.checkpointer.wait_idle()
         began = [0.0]
 
         def work(db):
@@ -316,7 +318,7 @@ class Engine:
             raise
         # Committed. What follows needs no write lock, so it fills the pause we owe other writers.
         committed_at = time.monotonic()
-        self._account(committed_at - began[0], result)
+        self._account(committed_at - began[0], result, checkpoint=synced and wrote)
         if listening:
             committed = {event_ids[i]: ids for i, ids in went.items()}
             self.outbox.settle(committed, [e for i, e in enumerate(event_ids) if i not in went])
@@ -371,9 +373,7 @@ class Engine:
         wrote = False
         if doomed:
             wrote = self._delete_rows(db, doomed) > 0
-            self._deletes += 1
-            if self._deletes % FTS_MERGE_EVERY == 0:
-                self._fts_merge_step(db)
+            self._fts_merge_step(db)
         return went, skipped, wrote
 
     def _fts_merge_step(self, db) -> None:
@@ -381,7 +381,7 @@ class Engine:
 
         Deletes leave delete markers in new FTS5 segments; left alone, FTS5 merges them
         in bursts inside whichever write comes next (ours or Hermes'), of up to 100 ms.
-        A few pages of merging every other transaction keeps those bursts small. Hermes
+        A few pages of merging in every deleting transaction keeps those bursts small. Hermes
         runs the same 'merge' command itself; it changes neither content nor settings.
         """
         for table in FTS_TABLES:
@@ -461,7 +461,8 @@ class Engine:
                     self.outbox.settle({}, event_ids)
                 raise
             committed_at = time.monotonic()
-            self._account(committed_at - began[0], result)
+            self._account(committed_at - began[0], result,
+                          checkpoint=result.transactions % CHECKPOINT_EVERY == CHECKPOINT_EVERY - 1)
             self.turns.after_commit(committed_at, committed_at - began[0])
             for index, ids in changed.items():
                 result.done.append(self._unit_report(chunk[index], ids))
@@ -496,10 +497,10 @@ class Engine:
 
     # -- after the commit --------------------------------------------------------
 
-    def _account(self, held_s: float, result: Result) -> None:
-        """Record one transaction and size the next."""
+    def _account(self, held_s: float, result: Result, checkpoint: bool) -> None:
+        """Record one transaction and size the next; `checkpoint`: time for a PASSIVE checkpoint."""
         result.transactions += 1
-        if self.checkpointer is not None and result.transactions % CHECKPOINT_EVERY == 0:
+        if checkpoint and self.checkpointer is not None:
             self.checkpointer.nudge()
         result.longest_write_ms = max(result.longest_write_ms, held_s * 1000)
         # Size the next chunk from the time per unit: the estimate rises at once when a

@@ -4,7 +4,14 @@ An unlink in a folder of a quarter of a million files costs the kernel ~0.1 ms
 (measured on W10: 11 s for 95 k files), time in which the engine can run its
 next transaction. Files are queued only after their rows' commit, so the
 order rows -> files holds; `drain()` waits for everything queued, and the
-engine drains before it fires events (files before events) and at its end.
+engine drains before it fires events (files before events), before each
+commit that syncs, and at its end.
+
+After each batch the folder itself is synced: the removals are then on disk,
+and the filesystem journal holding them is committed here, outside any
+transaction, instead of inside the engine's next synced commit (on ext4 an
+fsync commits the whole journal: measured on W10, commits of 100-250 ms
+while the write lock was held).
 """
 
 from __future__ import annotations
@@ -19,7 +26,9 @@ _STOP = None
 
 
 class FileRemover:
-    def __init__(self):
+    def __init__(self, folder: str):
+        self.folder = folder
+        self._unsynced = False
         self.removed: list[str] = []
         self.skipped: list[str] = []
         self._queue: queue.Queue = queue.Queue()
@@ -44,6 +53,7 @@ class FileRemover:
                 if paths is _STOP:
                     return
                 for path in paths:
+                    self._unsynced = True
                     if not removable(path):
                         continue  # a folder, or gone meanwhile
                     try:
@@ -53,5 +63,20 @@ class FileRemover:
                         pass
                     except OSError as exc:
                         self.skipped.append(f"{path}: {exc.strerror}")
+                if self._unsynced and self._queue.empty():  # once per batch, before drain() returns
+                    self._sync_folder()
+                    self._unsynced = False
             finally:
                 self._queue.task_done()
+
+    def _sync_folder(self) -> None:
+        try:
+            fd = os.open(self.folder, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError:
+            return
+        try:
+            os.fsync(fd)
+        except OSError:
+            pass  # some filesystems cannot sync a folder; the removals stand
+        finally:
+            os.close(fd)

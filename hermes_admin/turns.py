@@ -50,7 +50,10 @@ class Turns:
         self._other_committed()
         active = started - self._other_at < ACTIVE_S
         deadline = committed_at + (min(MAX_S, max(MIN_S, held_s)) if active else MIN_S)
-        while (now := self.clock()) < deadline:
+        for _ in range(int(MAX_S / POLL_S) + 1):  # bounded: a stopped clock (tests) cannot hold us here
+            now = self.clock()
+            if now >= deadline:
+                break
             self.sleep(min(POLL_S, deadline - now))
             if active and self._other_committed():
                 break  # the waiting writer had its turn
