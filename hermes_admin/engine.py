@@ -6,9 +6,16 @@ messages (while their rows still exist: v30's trigram trigger looks them up),
 delete usage rows and the sessions, drop system prompts nobody references.
 Then commit, then remove the units' files, then fire the events.
 
-Transactions are `BEGIN IMMEDIATE`, sized by time so none holds the write
-lock much longer than ~50 ms, and never split a unit. Events go through the
-outbox, so a crash right after a commit still delivers them on the next start.
+Transactions are `BEGIN IMMEDIATE`, sized by time (~25 ms typical; FTS5's
+own merges make a few longer), and never split a unit. Beside them:
+- group_commit.py: one fsync per four transactions; files and events wait
+  until a synced commit covers their rows;
+- checkpointer.py and remover.py: PASSIVE checkpoints and file removal on
+  threads of their own, never overlapping a synced commit;
+- turns.py: after each commit the lock is left free until a waiting Hermes
+  writer has had its turn.
+Events go through the outbox, so a crash right after a commit still delivers
+them on the next start.
 """
 
 from __future__ import annotations
@@ -44,11 +51,30 @@ from hermes_admin.turns import Turns
 VACUUM_FREE_RATIO = 0.25
 CHECKPOINT_EVERY = 4  # archive transactions between PASSIVE checkpoints (deletes: after each synced commit)
 FTS_TABLES = ("messages_fts", "messages_fts_trigram")
-FTS_MERGE_PAGES = 64  # a bounded incremental merge step per index, in every deleting transaction
+# A bounded incremental merge step per FTS index in every deleting transaction, sized by time:
+# a page of merging costs ~0.1 ms on W1's index and ~2 ms on W10's (longer doclists).
+FTS_MERGE_PAGES = (4, 64)  # least, most
+FTS_MERGE_TARGET_S = 0.008
 TARGET_HOLD_S = 0.025  # typical BEGIN-to-COMMIT; an FTS5 flush can make one run 5x longer
 MAX_UNITS_PER_TXN = 1024
 
 Recheck = Callable[[Unit, dict[str, SessionRow]], str | None]
+
+
+class Done:
+    """One unit acted on: its head, the ids that went (or changed), the rule that chose it.
+
+    A slotted object, not a dict: a purge of 50 k units keeps 50 k of them (~120
+    bytes each instead of ~430); the JSON report turns each into a dict as it writes it.
+    """
+
+    __slots__ = ("session_id", "ids", "rule")
+
+    def __init__(self, session_id: str, ids: list[str], rule: str):
+        self.session_id, self.ids, self.rule = session_id, ids, rule
+
+    def as_dict(self) -> dict:
+        return {"session_id": self.session_id, "ids": list(self.ids), "rule": self.rule}
 
 
 @dataclass
@@ -62,7 +88,7 @@ class Result:
     task: str | None = None  # the maintenance task, when one asked
     status: str = "done"  # done | skipped (a task disabled by policy)
     why: str | None = None  # why a task was skipped
-    done: list[dict] = field(default_factory=list)
+    done: list[Done] = field(default_factory=list)
     skipped: list[dict] = field(default_factory=list)
     files_removed: list[str] = field(default_factory=list)
     files_skipped: list[str] = field(default_factory=list)
@@ -86,7 +112,7 @@ class Result:
 
     @property
     def rows(self) -> int:
-        return sum(len(d["ids"]) for d in self.done)
+        return sum(len(d.ids) for d in self.done)
 
     def as_dict(self) -> dict:
         return {
@@ -124,6 +150,7 @@ class Engine:
         self._chunk = 8  # first transactions run on a cold cache: start small, grow by measurement
         self._last_chunk = 8
         self._per_unit = 0.0  # seconds of write lock per unit, as last measured (smoothed)
+        self._merge_pages: dict[str, int] = {}  # FTS table -> pages for its next merge step
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -384,9 +411,14 @@ class Engine:
         A few pages of merging in every deleting transaction keeps those bursts small. Hermes
         runs the same 'merge' command itself; it changes neither content nor settings.
         """
+        least, most = FTS_MERGE_PAGES
         for table in FTS_TABLES:
             if self.store.schema.has_table(table):
-                db.execute_sql(f"INSERT INTO {table}({table}, rank) VALUES ('merge', {FTS_MERGE_PAGES})")
+                pages = self._merge_pages.get(table, most)
+                began = time.monotonic()
+                db.execute_sql(f"INSERT INTO {table}({table}, rank) VALUES ('merge', {pages})")
+                took = max(time.monotonic() - began, 1e-4)
+                self._merge_pages[table] = max(least, min(most, 2 * pages, int(pages * FTS_MERGE_TARGET_S / took)))
 
     def _delete_rows(self, db, doomed: list[str]) -> int:
         """Returns how many rows of the store it changed."""
@@ -587,5 +619,6 @@ class Engine:
         self._deliver(undelivered, failures)
         return failures
 
-    def _unit_report(self, unit: Unit, ids: list[str]) -> dict:
-        return {"session_id": unit.session_id, "ids": ids, "rule": unit.rule}
+    @staticmethod
+    def _unit_report(unit: Unit, ids: list[str]) -> Done:
+        return Done(unit.session_id, tuple(ids), unit.rule)

@@ -272,7 +272,7 @@ def _move(source: Engine, target_profile: Profile, moves: list[Finding], result:
     units = [Unit(f.subject, [f.subject], f"moved to profile '{target_profile.name}'") for f in verified]
     moved = source.delete(units, "profile_repair")
     result.absorb(moved)
-    went = {d["session_id"] for d in moved.done}
+    went = {d.session_id for d in moved.done}
     why = {s["session_id"]: s["why"] for s in moved.skipped}
     for finding in verified:
         if finding.subject in went:

@@ -17,13 +17,21 @@ def iso(ts: float | None) -> str | None:
     return datetime.fromtimestamp(float(ts), tz=timezone.utc).isoformat(timespec="seconds")
 
 
+def _plain(value):
+    """What JSON cannot write itself: report objects (as their dict), anything else as text."""
+    return value.as_dict() if hasattr(value, "as_dict") else str(value)
+
+
 def emit_json(document: dict) -> None:
     """Exactly one JSON document on stdout; nothing else is ever printed there with --json.
 
     Indented for a person at a terminal, compact for the scripts that read it.
     """
     indent = 2 if sys.stdout.isatty() else None
-    click.echo(json.dumps(document, indent=indent, default=str))
+    out = click.get_text_stream("stdout")
+    json.dump(document, out, indent=indent, default=_plain)  # written piece by piece: no second copy in memory
+    out.write("\n")
+    out.flush()
 
 
 def stdout_console():

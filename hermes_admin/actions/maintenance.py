@@ -24,7 +24,7 @@ from hermes_admin.locks import LockHeld
 from hermes_admin.store import StoreError
 from hermes_admin.lineage import Graph
 from hermes_admin.policy import Policy, PolicyError, effective
-from hermes_admin.store.read import load_sessions, orphan_session_ids
+from hermes_admin.store.read import load_rows, load_sessions, orphan_session_ids, related_ids, session_batches
 from hermes_admin.tasks import Selection, archive, empty, ghosts, retention
 from hermes_admin.tasks.filters import Filters
 
@@ -109,19 +109,53 @@ class _Pass:
         # As in Hermes: a filter replaces the implicit retention window, unless --older-than is given.
         days = request.older_than if request.older_than is not None else (
             0.0 if filters.given() else self.policy.retention_days)
-        graph, live = self.snapshot()
-        selection = retention.select(graph, days, request.now, live)
+        recheck = retention.recheck(days, request.now)
         if filters.given():
-            candidates = len(selection.units)
-            selection.units = [u for u in selection.units if filters.matches(graph.rows[u.session_id])]
-            unbounded = request.older_than is None and not filters.has_age_bound
-            if unbounded and candidates and len(selection.units) == candidates and not request.force:
-                raise Refused(f"profile '{self.engine.profile.name}': the filters match every ended session "
-                              "and set no age bound; add --older-than/--before or use --force")
-        result = self.engine.delete(self.unclaimed(selection), "prune", recheck=retention.recheck(days, request.now))
-        result.task, result.kept = "purge", selection.kept
+            result = self._filtered_purge(days, recheck)
+        else:
+            result = self._streamed_purge(days, recheck)
         if result.rows and (request.vacuum or self.policy.vacuum_after_prune):
             result.vacuumed = self.engine.vacuum_if_worth(result)
+        return result
+
+    def _streamed_purge(self, days: float, recheck) -> Result:
+        """Retention, a part of the store at a time: memory stays bounded whatever its size.
+
+        Sessions linked to others (lineages, delegates) are selected together, in one
+        graph; every other session is a unit by itself, so batches of them are selected
+        and deleted one after the other with the same pure rule.
+        """
+        store, now = self.engine.store, self.request.now
+        live = set(guards.live_ids(store.db, store.schema, now))
+        result = self.result("purge", "delete", "prune")
+        linked = related_ids(store)
+
+        def part(rows) -> None:
+            selection = retention.select(Graph(rows), days, now, live)
+            result.absorb(self.engine.delete(self.unclaimed(selection), "prune", recheck=recheck))
+            result.kept.update(selection.kept)
+
+        part(load_rows(store, sorted(linked)).values())
+        for batch in session_batches(store, leave_out=linked):
+            part(batch)
+            if stopping.requested():
+                break
+        return result
+
+    def _filtered_purge(self, days: float, recheck) -> Result:
+        """With filters, in one graph: the guard against matching everything needs the whole picture."""
+        request, filters = self.request, self.request.filters
+        graph, live = self.snapshot()
+        selection = retention.select(graph, days, request.now, live)
+        candidates = len(selection.units)
+        selection.units = [u for u in selection.units if filters.matches(graph.rows[u.session_id])]
+        unbounded = request.older_than is None and not filters.has_age_bound
+        if unbounded and candidates and len(selection.units) == candidates and not request.force:
+            raise Refused(f"profile '{self.engine.profile.name}': the filters match every ended session "
+                          "and set no age bound; add --older-than/--before or use --force")
+        del graph, live  # every row of the store: not needed while deleting (its memory is reused)
+        result = self.engine.delete(self.unclaimed(selection), "prune", recheck=recheck)
+        result.task, result.kept = "purge", selection.kept
         return result
 
     def auto_archive(self) -> Result:

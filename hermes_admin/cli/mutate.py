@@ -48,9 +48,9 @@ def _human(run: Run, verbose: int = 0) -> None:
     for result in run.results:
         click.echo(report.summary_line(result, run.dry_run))
         for done in result.done:
-            more = f" (+{len(done['ids']) - 1}: {', '.join(done['ids'][1:])})" if len(done["ids"]) > 1 else ""
-            rule = f": {done['rule']}" if done.get("rule") else ""
-            click.echo(f"  {done['session_id']}{more}{rule}")
+            more = f" (+{len(done.ids) - 1}: {', '.join(done.ids[1:])})" if len(done.ids) > 1 else ""
+            rule = f": {done.rule}" if done.rule else ""
+            click.echo(f"  {done.session_id}{more}{rule}")
         for skip in result.skipped:
             click.echo(f"  skipped {skip['session_id']}: {skip['why']}")
         for note in result.notes:

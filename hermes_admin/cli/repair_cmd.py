@@ -46,7 +46,7 @@ def repair_cmd(app: App, apply_fixes: bool, check_fts: bool, profiles, yes: bool
             click.echo("nothing to repair")
         for result in run.results:
             for done in result.done:
-                click.echo(f"{result.profile}: deleted {done['session_id']} ({done['rule']})")
+                click.echo(f"{result.profile}: deleted {done.session_id} ({done.rule})")
     mutate.problems(run)
     unfixed = [f for f in run.findings if f.fix != "none" and not f.applied]
     code = run.exit_code()

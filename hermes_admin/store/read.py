@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from typing import Iterator
 
 import peewee
 from peewee import SQL, fn
@@ -94,6 +95,10 @@ def _row(values: tuple) -> SessionRow:
     )
 
 
+# json_extract raises on malformed JSON: a bad model_config must not fail a read
+_DELEGATE_FROM = "CASE WHEN json_valid(model_config) THEN json_extract(model_config, '$._delegate_from') END"
+
+
 def _select_sessions(store: Store, where: str = "", params: list | None = None) -> list[SessionRow]:
     """Session rows with their message statistics, as one SQL read.
 
@@ -110,8 +115,7 @@ def _select_sessions(store: Store, where: str = "", params: list | None = None) 
         f"s.archived, {pinned}, {activity}, "
         "(SELECT MAX(m.timestamp) FROM messages m WHERE m.session_id = s.id), "
         "(SELECT COUNT(*) FROM messages m WHERE m.session_id = s.id), "
-        # json_extract raises on malformed JSON: a bad model_config must not fail a read
-        "CASE WHEN json_valid(s.model_config) THEN json_extract(s.model_config, '$._delegate_from') END, "
+        f"{_DELEGATE_FROM.replace('model_config', 's.model_config')}, "
         f"s.model, s.session_key, s.profile_name FROM sessions s {where}"
     )
     return [_row(values) for values in store.db.execute_sql(sql, params or [])]  # row by row: no second copy
@@ -120,6 +124,35 @@ def _select_sessions(store: Store, where: str = "", params: list | None = None) 
 def load_sessions(store: Store) -> list[SessionRow]:
     """Every session row of the store, with its message statistics."""
     return _select_sessions(store)
+
+
+def related_ids(store: Store) -> set[str]:
+    """Sessions at either end of a parent or delegate link: the ones whose unit may be more than themselves."""
+    found: set[str] = set()
+    sql = (f"SELECT id, parent_session_id, {_DELEGATE_FROM} FROM sessions "
+           f"WHERE parent_session_id IS NOT NULL OR {_DELEGATE_FROM} IS NOT NULL")
+    for values in store.db.execute_sql(sql):
+        found.update(v for v in values if v is not None)
+    return found
+
+
+def session_batches(store: Store, leave_out: set[str], size: int = 5000) -> Iterator[list[SessionRow]]:
+    """Every session row but `leave_out`, a few thousand at a time in rowid order.
+
+    Each batch is read when the previous one is done with (the caller may delete in
+    between: rowids only grow, so no row is read twice or skipped).
+    """
+    after = None
+    while True:
+        where, params = ("WHERE rowid > ?", [after]) if after is not None else ("", [])
+        page = store.db.execute_sql(f"SELECT rowid, id FROM sessions {where} ORDER BY rowid LIMIT {int(size)}",
+                                    params).fetchall()
+        if not page:
+            return
+        after = page[-1][0]
+        wanted = [sid for _, sid in page if sid not in leave_out]
+        rows = load_rows(store, wanted)
+        yield [rows[sid] for sid in wanted if sid in rows]
 
 
 def load_rows(store: Store, ids: list[str]) -> dict[str, SessionRow]:

@@ -7,6 +7,8 @@ as in Hermes' own auto-prune. One recent or open member keeps the whole unit.
 
 from __future__ import annotations
 
+import sys
+
 from hermes_admin.lineage import Graph, lineage_unit
 from hermes_admin.tasks import DAY, Selection, days_ago
 
@@ -44,11 +46,13 @@ def select(graph: Graph, retention_days: float, now: float, live: set[str] = fro
         unit = lineage_unit(graph, head)
         why = why_kept(graph, unit.ids, cutoff, live, now)
         if why:
+            why = sys.intern(why)  # a few hundred distinct texts over tens of thousands of rows
             for sid in unit.ids:
                 chosen.kept[sid] = why
             continue
         newest = max(graph.rows[sid].last_activity for sid in unit.ids)
-        unit.rule = f"every member ended, last active {days_ago(now, newest)} (retention {retention_days:g} days)"
+        unit.rule = sys.intern(
+            f"every member ended, last active {days_ago(now, newest)} (retention {retention_days:g} days)")
         chosen.units.append(unit)
     return chosen
 
