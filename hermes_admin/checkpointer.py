@@ -3,10 +3,13 @@
 Our write connection runs with automatic checkpoints off (SQLite would run
 them inside our COMMIT). Left alone, the WAL would then grow until a Hermes
 writer's own automatic checkpoint copied our pages inside *its* commit. So the
-WAL is checkpointed every few of our transactions, and on this thread: a
+WAL is checkpointed after each of our writing transactions, on this thread: a
 PASSIVE checkpoint takes no write lock and waits for nobody, so the engine's
 next transaction (and Hermes' writers) run while its pages are copied and
-synced. Its own connection: a connection is never used by two threads at once.
+synced. It also syncs the WAL first, outside the lock, which leaves little for
+the engine's next synced commit to flush (measured on W10: longest transaction
+218-326 ms when it ran every fourth transaction, 150 ms after each). Its own
+connection: a connection is never used by two threads at once.
 """
 
 from __future__ import annotations

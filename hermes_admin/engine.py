@@ -49,7 +49,7 @@ from hermes_admin.store.read import SessionRow, load_rows
 from hermes_admin.turns import Turns
 
 VACUUM_FREE_RATIO = 0.25
-CHECKPOINT_EVERY = 4  # archive transactions between PASSIVE checkpoints (deletes: after each synced commit)
+CHECKPOINT_EVERY = 4  # archive transactions between PASSIVE checkpoints (deletes: after each that wrote)
 FTS_TABLES = ("messages_fts", "messages_fts_trigram")
 # A bounded incremental merge step per FTS index in every deleting transaction, sized by time:
 # a page of merging costs ~0.1 ms on W1's index and ~2 ms on W10's (longer doclists).
@@ -345,7 +345,7 @@ class Engine:
             raise
         # Committed. What follows needs no write lock, so it fills the pause we owe other writers.
         committed_at = time.monotonic()
-        self._account(committed_at - began[0], result, checkpoint=synced and wrote)
+        self._account(committed_at - began[0], result, checkpoint=wrote)
         if listening:
             committed = {event_ids[i]: ids for i, ids in went.items()}
             self.outbox.settle(committed, [e for i, e in enumerate(event_ids) if i not in went])
