@@ -1,0 +1,178 @@
+"""The engine's pacing pieces, each on a real SQLite store or real files: group commit,
+taking turns with other writers, the checkpoint thread, file removal on a thread,
+and the purge that selects a batch at a time."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import sqlite3
+import time
+
+import peewee
+
+from hermes_admin.actions import maintenance
+from hermes_admin.checkpointer import Checkpointer
+from hermes_admin.files import FileIndex
+from hermes_admin.group_commit import GROUP, GroupCommit
+from hermes_admin.remover import FileRemover
+from hermes_admin.store.connect import open_readwrite
+from hermes_admin.turns import MAX_S, MIN_S, Turns
+from tests.conftest import fts_problems
+from tests.helpers import home_of, row_ids
+
+
+def wal_store(path, journal="wal"):
+    conn = sqlite3.connect(path)
+    conn.execute(f"PRAGMA journal_mode={journal}")
+    conn.execute("CREATE TABLE t (x)")
+    conn.commit()
+    conn.close()
+    return open_readwrite(path)
+
+
+def synchronous(db: peewee.SqliteDatabase) -> int:
+    return db.execute_sql("PRAGMA synchronous").fetchone()[0]
+
+
+def test_group_commit_syncs_every_group_and_holds_work_until_then(tmp_path):
+    db = wal_store(tmp_path / "s.db")
+    commits = GroupCommit(db, wal=True)
+    assert commits.enabled and commits.level == 2  # SQLite's default, FULL
+    released = []
+    for n in range(2 * GROUP):
+        synced = commits.before()
+        assert synced == (n % GROUP == GROUP - 1)
+        assert synchronous(db) == (2 if synced else 1)
+        released.append(commits.committed(synced, wrote=True, work=n))
+    assert released == [[], [], [], [0, 1, 2, 3], [], [], [], [4, 5, 6, 7]]
+    db.close()
+
+
+def test_group_commit_last_transaction_syncs_and_flush_releases_the_rest(tmp_path):
+    db = wal_store(tmp_path / "s.db")
+    commits = GroupCommit(db, wal=True)
+    assert commits.before() is False
+    db.execute_sql("INSERT INTO t VALUES (1)")
+    assert commits.committed(False, wrote=True, work="a") == []
+    # A synced commit that wrote nothing made nothing durable: "a" keeps waiting.
+    assert commits.before(last=True) is True
+    assert commits.committed(True, wrote=False, work="b") == []
+    assert commits.flush() == ["a", "b"]  # a PASSIVE checkpoint carried the fsync
+    assert synchronous(db) == 2  # the connection is left at the store's own level
+    db.close()
+
+
+def test_group_commit_leaves_rollback_journal_stores_alone(tmp_path):
+    db = wal_store(tmp_path / "s.db", journal="delete")
+    commits = GroupCommit(db, wal=False)
+    assert not commits.enabled
+    assert all(commits.before() for _ in range(GROUP + 1))
+    assert commits.committed(True, wrote=True, work=1) == [1]
+    assert synchronous(db) == 2
+    db.close()
+
+
+def test_turns_token_pause_without_other_writers(tmp_path):
+    db = wal_store(tmp_path / "s.db")
+    turns = Turns(db)
+    started = time.monotonic()
+    turns.after_commit(started, held_s=0.020)
+    assert time.monotonic() - started < MIN_S + 0.010  # nobody else writes: no real pause
+    db.close()
+
+
+def test_turns_wait_for_an_active_writer_and_end_when_it_has_written(tmp_path):
+    path = tmp_path / "s.db"
+    db = wal_store(path)
+    turns = Turns(db)
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("INSERT INTO t VALUES (1)")  # another connection writes: it is active
+    turns.after_commit(time.monotonic(), held_s=0.001)  # sees it; the version moves on
+    started = time.monotonic()
+    turns.after_commit(started, held_s=0.020)  # active, but does not write now: up to held time
+    waited = time.monotonic() - started
+    assert 0.015 <= waited < MAX_S + 0.015
+    other.close()
+    db.close()
+
+
+def test_turns_never_spin_on_a_stopped_clock(tmp_path):
+    db = wal_store(tmp_path / "s.db")
+    sleeps = []
+    turns = Turns(db, clock=lambda: 100.0, sleep=sleeps.append)
+    turns._other_at = 100.0  # an active writer, and a clock that never moves (freezegun)
+    turns.after_commit(99.99, held_s=0.020)
+    assert len(sleeps) <= int(MAX_S * 1000) + 1
+    db.close()
+
+
+def test_checkpointer_copies_the_wal_into_the_store(tmp_path):
+    path = tmp_path / "s.db"
+    db = wal_store(path)
+    db.execute_sql("PRAGMA wal_autocheckpoint=0")
+    for i in range(200):
+        db.execute_sql("INSERT INTO t VALUES (?)", [i])
+    checkpointer = Checkpointer(path)
+    checkpointer.nudge()
+    checkpointer.wait_idle()
+    checkpointer.close()
+    busy, frames, copied = db.execute_sql("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    assert frames == copied  # nothing was left to copy
+    db.close()
+
+
+def test_remover_unlinks_files_and_links_never_folders_or_targets(tmp_path):
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
+    target = tmp_path / "outside.txt"
+    target.write_text("keep me")
+    (sessions / "a.jsonl").write_text("{}")
+    (sessions / "b.jsonl").symlink_to(target)
+    (sessions / "c.json").mkdir()
+    remover = FileRemover(str(sessions))
+    remover.remove([str(sessions / n) for n in ("a.jsonl", "b.jsonl", "c.json", "gone.json")])
+    remover.drain()
+    assert sorted(os.path.basename(p) for p in remover.removed) == ["a.jsonl", "b.jsonl"]
+    assert remover.skipped == []
+    remover.close()
+    assert target.read_text() == "keep me" and (sessions / "c.json").is_dir()
+
+
+def test_file_index_keeps_only_names_an_id_does_not_predict(tmp_path):
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
+    for name in ("s1.jsonl", "s1.json", "session_s2.json", "request_dump_s1_20260101_000000_000001.json",
+                 "sessions.json", "notes.txt"):
+        (sessions / name).write_text("{}")
+    index = FileIndex.scan(sessions)
+    assert index._other == {"s1": ["request_dump_s1_20260101_000000_000001.json"]}
+    assert [f.name for f in index.files_of("s1")] == ["request_dump_s1_20260101_000000_000001.json",
+                                                        "s1.json", "s1.jsonl"]
+    assert [f.name for f in index.files_of("s2")] == ["session_s2.json"]
+    assert index.ids() == {"s1", "s2"}
+    assert index.paths_of("../x") == [] and index.files_of("nope") == []
+
+
+def test_purge_in_small_batches_does_what_one_batch_does(synth_root, invoke, monkeypatch, tmp_path):
+    """Batches of two rows against one batch of all, on identical copies: lineages and
+    delegates go (or stay) whole either way."""
+    root, kinds = synth_root
+    whole = tmp_path / "whole"
+    shutil.copytree(root, whole, symlinks=True)
+    args = ("purge", "--older-than", "90", "--yes", "--json")
+    assert invoke("--root", str(whole), *args).exit_code in (0, 1)
+    monkeypatch.setattr(maintenance, "session_batches", functools.partial(maintenance.session_batches, size=2))
+    result = invoke("--root", str(root), *args)
+    assert result.exit_code in (0, 1), result.stderr
+    for name in ("default", "work", "legacy"):
+        k = kinds[name]
+        batched, single = home_of(root, name) / "state.db", home_of(whole, name) / "state.db"
+        assert row_ids(batched) == row_ids(single)
+        assert not row_ids(batched) & set(k["old_ended"] + k["delegate_parent"] + k["delegate_child"])
+        assert set(k["lineage"]) <= row_ids(batched)
+        assert fts_problems(batched) == []
+    went = [i for r in json.loads(result.stdout)["results"] for d in r["done"] for i in d["ids"]]
+    assert len(went) == len(set(went))  # no row listed twice across batches
