@@ -1,11 +1,12 @@
 """Taking turns with Hermes' writers between the engine's transactions.
 
 A Hermes writer that finds the write lock taken sleeps in SQLite's busy
-handler, which polls at growing intervals (1, 2, 5, 10, 15, 20, 25 ms ...).
-Back-to-back transactions of ours would starve it until its busy timeout
-(measured: waits near 1 s). So after each commit the lock is left free long
-enough for a waiting writer's next poll: about as long as we held it (that is
-roughly how far its polls are apart by then), at most 25 ms.
+handler, which polls at growing intervals (1, 2, 5, 10, 15, 20, 25 ms, then
+50 ms after 128 ms of waiting and 100 ms after 228 ms). Back-to-back
+transactions of ours would starve it until its busy timeout (measured: waits
+near 1 s). So after each commit the lock is left free long enough for a
+waiting writer's next poll: one polling interval of a writer that has waited
+as long as we held the lock.
 
 Whether someone else writes at all is seen in `PRAGMA data_version`, which
 changes when another connection commits: with no other writer seen for a
@@ -18,9 +19,17 @@ from __future__ import annotations
 import time
 
 MIN_S = 0.002  # the lock stays free at least this long after each of our commits
-MAX_S = 0.025  # a waiting writer polls at least this often after its first 50 ms
+# SQLite's busy handler (sqliteDefaultBusyCallback): after waiting this long, it sleeps this long.
+POLLS = ((0.001, 0.001), (0.003, 0.002), (0.008, 0.005), (0.018, 0.010), (0.033, 0.015), (0.053, 0.020),
+         (0.128, 0.025), (0.228, 0.050))
+MAX_S = 0.100  # its interval once it has waited longer
 ACTIVE_S = 1.0  # another connection committed this recently: it may be waiting now
 POLL_S = 0.001
+
+
+def poll_interval(waited_s: float) -> float:
+    """How long a writer that has waited `waited_s` sleeps before it tries the lock again."""
+    return next((interval for until, interval in POLLS if waited_s < until), MAX_S)
 
 
 class Turns:
@@ -49,7 +58,7 @@ class Turns:
         started = self.clock()
         self._other_committed()
         active = started - self._other_at < ACTIVE_S
-        deadline = committed_at + (min(MAX_S, max(MIN_S, held_s)) if active else MIN_S)
+        deadline = committed_at + (max(MIN_S, poll_interval(held_s)) + POLL_S if active else MIN_S)
         for _ in range(int(MAX_S / POLL_S) + 1):  # bounded: a stopped clock (tests) cannot hold us here
             now = self.clock()
             if now >= deadline:

@@ -136,7 +136,7 @@ def related_ids(store: Store) -> set[str]:
     return found
 
 
-def session_batches(store: Store, leave_out: set[str], size: int = 5000) -> Iterator[list[SessionRow]]:
+def session_batches(store: Store, leave_out: set[str], size: int = 2000) -> Iterator[list[SessionRow]]:
     """Every session row but `leave_out`, a few thousand at a time in rowid order.
 
     Each batch is read when the previous one is done with (the caller may delete in
