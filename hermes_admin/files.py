@@ -1,8 +1,10 @@
 """The per-session files in a profile's `sessions/` folder.
 
-One scan of the folder per run, indexed by session id, instead of a glob per
-session. Entries are read with lstat: a symlink is listed as a link and never
-followed. `sessions.json` (the gateway's index) is never a session file.
+Never a glob per session: one scan of the folder per run finds the names a
+session id does not predict, and the ghost sweep scans once more for files
+whose session is gone. Entries are read with lstat: a symlink is listed as a
+link and never followed. `sessions.json` (the gateway's index) is never a
+session file.
 """
 
 from __future__ import annotations
