@@ -28,7 +28,7 @@ def emit_json(document: dict) -> None:
     Indented for a person at a terminal, compact for the scripts that read it.
     """
     indent = 2 if sys.stdout.isatty() else None
-    out = click.get_text_stream("stdout")
+    out = sys.stdout
     json.dump(document, out, indent=indent, default=_plain)  # written piece by piece: no second copy in memory
     out.write("\n")
     out.flush()
