@@ -11,7 +11,7 @@ own merges make a few longer), and never split a unit. Beside them:
 - group_commit.py: one fsync per four transactions; files and events wait
   until a synced commit covers their rows;
 - checkpointer.py and remover.py: PASSIVE checkpoints and file removal on
-  threads of their own, never overlapping a synced commit;
+  threads of their own (no checkpoint runs during a synced commit);
 - turns.py: after each commit the lock is left free until a waiting Hermes
   writer has had its turn.
 Events go through the outbox, so a crash right after a commit still delivers
@@ -327,10 +327,8 @@ class Engine:
         listening = self.listening
         event_ids = self.outbox.add_pending("delete", reason, chunk) if listening else [None] * len(chunk)
         synced = self.commits.before(last)
-        if synced:  # nothing else of ours syncs meanwhile (see checkpointer.py, remover.py)
-            self.remover.drain()
-            if self.checkpointer is not None:
-                self.checkpointer.wait_idle()
+        if synced and self.checkpointer is not None:
+            self.checkpointer.wait_idle()  # its database fsync would hold up our commit's (checkpointer.py)
         began = [0.0]
 
         def work(db):

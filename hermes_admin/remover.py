@@ -4,14 +4,12 @@ An unlink in a folder of a quarter of a million files costs the kernel ~0.1 ms
 (measured on W10: 11 s for 95 k files), time in which the engine can run its
 next transaction. Files are queued only after their rows' commit, so the
 order rows -> files holds; `drain()` waits for everything queued, and the
-engine drains before it fires events (files before events), before each
-commit that syncs, and at its end.
+engine drains before it fires events (files before events) and at its end.
 
 After each batch the folder itself is synced: the removals are then on disk,
 and the filesystem journal holding them is committed here, outside any
-transaction, instead of inside the engine's next synced commit (on ext4 an
-fsync commits the whole journal: measured on W10, commits of 100-250 ms
-while the write lock was held).
+transaction, rather than inside the engine's next synced commit (on ext4 an
+fsync commits the whole journal).
 """
 
 from __future__ import annotations
