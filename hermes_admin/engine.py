@@ -107,6 +107,7 @@ class Result:
         self.files_removed += other.files_removed
         self.files_skipped += other.files_skipped
         self.hook_failures += other.hook_failures
+        self.notes += other.notes
         self.transactions += other.transactions
         self.longest_write_ms = max(self.longest_write_ms, other.longest_write_ms)
 

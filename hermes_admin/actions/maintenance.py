@@ -137,9 +137,11 @@ class _Pass:
 
         part(load_rows(store, sorted(linked)).values())
         for batch in session_batches(store, leave_out=linked):
-            part(batch)
             if stopping.requested():
+                if not any(n.startswith("stopped on request") for n in result.notes):
+                    result.notes.append("stopped on request: the rest of the store waits for the next run")
                 break
+            part(batch)
         return result
 
     def _filtered_purge(self, days: float, recheck) -> Result:

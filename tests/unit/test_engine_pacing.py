@@ -13,6 +13,7 @@ import time
 
 import peewee
 
+from hermes_admin import stopping
 from hermes_admin.actions import maintenance
 from hermes_admin.checkpointer import Checkpointer
 from hermes_admin.files import FileIndex
@@ -176,3 +177,25 @@ def test_purge_in_small_batches_does_what_one_batch_does(synth_root, invoke, mon
         assert fts_problems(batched) == []
     went = [i for r in json.loads(result.stdout)["results"] for d in r["done"] for i in d["ids"]]
     assert len(went) == len(set(went))  # no row listed twice across batches
+
+
+def test_a_stop_between_batches_is_reported_and_leaves_the_rest(synth_root, invoke, monkeypatch):
+    """A stop request (the daemon's SIGTERM) ends the purge after the batch in hand, and says so."""
+    root, _ = synth_root
+    batches = functools.partial(maintenance.session_batches, size=2)
+
+    def stop_after_first(*args, **kwargs):
+        for n, batch in enumerate(batches(*args, **kwargs)):
+            yield batch
+            if n == 0:
+                stopping.request()
+
+    monkeypatch.setattr(maintenance, "session_batches", stop_after_first)
+    before = len(row_ids(home_of(root, "default") / "state.db"))
+    try:
+        result = invoke("--root", str(root), "purge", "-p", "default", "--older-than", "90", "--yes", "--json")
+    finally:
+        stopping.clear()
+    (purge,) = [r for r in json.loads(result.stdout)["results"] if r["task"] == "purge"]
+    assert any(note.startswith("stopped on request") for note in purge["notes"])
+    assert purge["rows"] + len(purge["kept"]) < before  # the later batches were never looked at
