@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from contextlib import contextmanager
 from datetime import datetime, timezone
 
 import click
@@ -104,13 +105,14 @@ class Progress:
     def __init__(self):
         self._bar = None
         self._task = None
+        self._whole = False  # one bar for a task done in parts: the parts' own bars stay hidden
 
     @staticmethod
     def wanted() -> bool:
         return sys.stderr.isatty()
 
     def start(self, label: str, total: int) -> None:
-        if total < self.MIN_UNITS or not self.wanted():
+        if self._whole or total < self.MIN_UNITS or not self.wanted():
             return
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TextColumn, TimeRemainingColumn
@@ -120,10 +122,25 @@ class Progress:
         self._task = self._bar.add_task(label, total=total)
 
     def advance(self, n: int) -> None:
-        if self._bar is not None:
+        if self._bar is not None and not self._whole:
             self._bar.advance(self._task, n)
 
     def stop(self) -> None:
-        if self._bar is not None:
+        if self._bar is not None and not self._whole:
             self._bar.stop()
             self._bar = None
+
+    @contextmanager
+    def whole(self, label: str, total: int):
+        """One bar over a task done in parts (the batched purge); yields the function that advances it."""
+        self.start(label, total)
+        self._whole = True
+
+        def step(n: int) -> None:
+            if self._bar is not None:
+                self._bar.advance(self._task, n)
+        try:
+            yield step
+        finally:
+            self._whole = False
+            self.stop()

@@ -135,13 +135,18 @@ class _Pass:
             result.absorb(self.engine.delete(self.unclaimed(selection), "prune", recheck=recheck))
             result.kept.update(selection.kept)
 
-        part(load_rows(store, sorted(linked)).values())
-        for batch in session_batches(store, leave_out=linked):
-            if stopping.requested():
-                if not any(n.startswith("stopped on request") for n in result.notes):
-                    result.notes.append("stopped on request: the rest of the store waits for the next run")
-                break
-            part(batch)
+        total = store.db.execute_sql("SELECT COUNT(*) FROM sessions").fetchone()[0]
+        with self.engine.progress.whole(f"{self.engine.profile.name}: prune", total) as looked_at:
+            rows = load_rows(store, sorted(linked))
+            part(rows.values())
+            looked_at(len(rows))
+            for batch in session_batches(store, leave_out=linked):
+                if stopping.requested():
+                    if not any(n.startswith("stopped on request") for n in result.notes):
+                        result.notes.append("stopped on request: the rest of the store waits for the next run")
+                    break
+                part(batch)
+                looked_at(len(batch))
         return result
 
     def _filtered_purge(self, days: float, recheck) -> Result:
