@@ -18,14 +18,15 @@ import sqlite3
 import threading
 from pathlib import Path
 
+from hermes_admin.store.connect import open_for_checkpoints
+
 
 class Checkpointer:
     """`nudge()` asks for a checkpoint soon; `wait_idle()` waits for the running one to end;
     `close()` stops the thread (no checkpoint of its own)."""
 
     def __init__(self, path: Path):
-        self._conn = sqlite3.connect(str(Path(path).absolute()), timeout=0, isolation_level=None,
-                                     check_same_thread=False)
+        self._conn = open_for_checkpoints(path)
         self._wake = threading.Condition()
         self._asked = False
         self._running = False

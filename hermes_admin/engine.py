@@ -49,7 +49,6 @@ from hermes_admin.store.read import SessionRow, load_rows
 from hermes_admin.turns import Turns
 
 VACUUM_FREE_RATIO = 0.25
-CHECKPOINT_EVERY = 4  # archive transactions between PASSIVE checkpoints (deletes: after each that wrote)
 FTS_TABLES = ("messages_fts", "messages_fts_trigram")
 # A bounded incremental merge step per FTS index in every deleting transaction, sized by time:
 # a page of merging costs ~0.1 ms on W1's index and ~2 ms on W10's (longer doclists).
@@ -70,7 +69,7 @@ class Done:
 
     __slots__ = ("session_id", "ids", "rule")
 
-    def __init__(self, session_id: str, ids: list[str], rule: str):
+    def __init__(self, session_id: str, ids: tuple[str, ...], rule: str):
         self.session_id, self.ids, self.rule = session_id, ids, rule
 
     def as_dict(self) -> dict:
@@ -201,7 +200,7 @@ class Engine:
         if self.locks is not None:
             self.locks.__exit__(None, None, None)
         self.bus = self.store = self.outbox = self.locks = self.checkpointer = self.remover = None
-        self.commits = None
+        self.commits = self.turns = None
 
     @property
     def references(self) -> list[tuple[str, str]]:
@@ -327,9 +326,7 @@ class Engine:
                       result: Result) -> None:
         listening = self.listening
         event_ids = self.outbox.add_pending("delete", reason, chunk) if listening else [None] * len(chunk)
-        synced = self.commits.before(last)
-        if synced and self.checkpointer is not None:
-            self.checkpointer.wait_idle()  # its database fsync would hold up our commit's (checkpointer.py)
+        synced = self._before_commit(last)
         began = [0.0]
 
         def work(db):
@@ -343,8 +340,7 @@ class Engine:
                 self.outbox.settle({}, event_ids)  # rolled back: these events must never fire
             raise
         # Committed. What follows needs no write lock, so it fills the pause we owe other writers.
-        committed_at = time.monotonic()
-        self._account(committed_at - began[0], result, checkpoint=wrote)
+        committed_at = self._account(began[0], result, wrote)
         if listening:
             committed = {event_ids[i]: ids for i, ids in went.items()}
             self.outbox.settle(committed, [e for i, e in enumerate(event_ids) if i not in went])
@@ -359,6 +355,13 @@ class Engine:
                   for i, ids in went.items()] if listening else []
         self._after_durable(self.commits.committed(synced, wrote, (paths, events)), result)
         self.turns.after_commit(committed_at, committed_at - began[0])
+
+    def _before_commit(self, last: bool) -> bool:
+        """Set this transaction's commit level; True when it syncs (then no checkpoint runs meanwhile)."""
+        synced = self.commits.before(last)
+        if synced and self.checkpointer is not None:
+            self.checkpointer.wait_idle()  # its database fsync would hold up our commit's (checkpointer.py)
+        return synced
 
     def _after_durable(self, work: list[tuple[list[str], list[Event]]], result: Result) -> None:
         """Files, then events, of transactions whose commit is now on disk (see group_commit.py)."""
@@ -467,7 +470,7 @@ class Engine:
                     result.done.append(self._unit_report(unit, changing))
             return result
         for chunk, _ in self._chunks(units, result):
-            self.commits.before(last=True)  # archive commits stay synced: rare, and their events go at once
+            self._before_commit(last=True)  # archive commits stay synced: rare, and their events go at once
             fires = archived and reason is not None and self.listening
             event_ids = self.outbox.add_pending("archive", reason, chunk) if fires else []
             began = [0.0]
@@ -491,9 +494,7 @@ class Engine:
                 if fires:
                     self.outbox.settle({}, event_ids)
                 raise
-            committed_at = time.monotonic()
-            self._account(committed_at - began[0], result,
-                          checkpoint=result.transactions % CHECKPOINT_EVERY == CHECKPOINT_EVERY - 1)
+            committed_at = self._account(began[0], result, wrote=bool(changed))
             self.turns.after_commit(committed_at, committed_at - began[0])
             for index, ids in changed.items():
                 result.done.append(self._unit_report(chunk[index], ids))
@@ -528,10 +529,15 @@ class Engine:
 
     # -- after the commit --------------------------------------------------------
 
-    def _account(self, held_s: float, result: Result, checkpoint: bool) -> None:
-        """Record one transaction and size the next; `checkpoint`: time for a PASSIVE checkpoint."""
+    def _account(self, began: float, result: Result, wrote: bool) -> float:
+        """Record a transaction just committed and size the next; returns when it committed.
+
+        A transaction that wrote is followed by a PASSIVE checkpoint on the checkpoint thread.
+        """
+        committed_at = time.monotonic()
+        held_s = committed_at - began
         result.transactions += 1
-        if checkpoint and self.checkpointer is not None:
+        if wrote and self.checkpointer is not None:
             self.checkpointer.nudge()
         result.longest_write_ms = max(result.longest_write_ms, held_s * 1000)
         # Size the next chunk from the time per unit: the estimate rises at once when a
@@ -541,11 +547,12 @@ class Engine:
         self._per_unit = max(measured, 0.8 * self._per_unit)
         fits = int(TARGET_HOLD_S / self._per_unit) if self._per_unit > 0 else MAX_UNITS_PER_TXN
         self._chunk = max(1, min(MAX_UNITS_PER_TXN, fits, self._chunk * 2))
+        return committed_at
 
     def remove_orphan_files(self, paths: list[str], result: Result) -> None:
         """Per-session files whose session row is gone (no event: no rows went)."""
         names = [os.path.basename(path) for path in paths]
-        self._remove_paths([self.files.path_of(name) for name in names if self.files.indexed(name)], result)
+        self._remove_paths([self.files.path_of(name) for name in names if self.files.is_session_file(name)], result)
         self._collect_files(result)
 
     def _paths_of(self, ids: list[str], result: Result) -> list[str]:
@@ -561,7 +568,7 @@ class Engine:
         self._remove_paths(self._paths_of(ids, result), result)
 
     def _remove_paths(self, paths: list[str], result: Result) -> None:
-        """Only names the scan of sessions/ found: never anything outside it."""
+        """Paths inside sessions/ only: built from safe ids, or from names checked by the index."""
         if self.dry_run:
             result.files_removed += [path for path in paths if removable(path)]  # a dry run lists them
         else:
@@ -570,10 +577,9 @@ class Engine:
     def _collect_files(self, result: Result) -> None:
         """Wait for the queued removals and record them in `result`."""
         if self.remover is not None:
-            self.remover.drain()
-            result.files_removed += self.remover.removed
-            result.files_skipped += self.remover.skipped
-            self.remover.removed, self.remover.skipped = [], []
+            removed, skipped = self.remover.take()
+            result.files_removed += removed
+            result.files_skipped += skipped
 
     def _deliver(self, events: list[Event], failures: list[str]) -> None:
         if not self.listening:

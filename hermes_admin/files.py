@@ -37,13 +37,17 @@ def session_id_of(name: str) -> str | None:
     return None
 
 
-def removable(path: str) -> bool:
-    """A regular file or a symlink (itself: never followed); not a folder, not gone."""
+def _file_stat(path: str) -> os.stat_result | None:
+    """lstat of a regular file or a symlink (itself: never followed); None for a folder or a gone file."""
     try:
-        mode = os.lstat(path).st_mode
+        st = os.lstat(path)
     except OSError:
-        return False
-    return stat.S_ISREG(mode) or stat.S_ISLNK(mode)
+        return None
+    return st if stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode) else None
+
+
+def removable(path: str) -> bool:
+    return _file_stat(path) is not None
 
 
 def unsafe_id(session_id: str) -> bool:
@@ -91,7 +95,6 @@ class FileIndex:
     """
 
     def __init__(self, sessions_dir: Path, other: dict[str, list[str]]):
-        self.sessions_dir = sessions_dir
         self.folder = str(sessions_dir)
         self._other = other
 
@@ -119,7 +122,8 @@ class FileIndex:
             return []
         return [os.path.join(self.folder, name) for name in self.names_of(session_id)]
 
-    def indexed(self, name: str) -> bool:
+    def is_session_file(self, name: str) -> bool:
+        """A name one of this folder's sessions' files has (or may have): never a path elsewhere."""
         sid = session_id_of(name)
         return sid is not None and not unsafe_id(sid) and name in self.names_of(sid)
 
@@ -127,11 +131,8 @@ class FileIndex:
         return os.path.join(self.folder, name)
 
     def _lstat(self, name: str) -> SessionFile | None:
-        try:
-            st = os.lstat(os.path.join(self.folder, name))
-        except OSError:
-            return None  # gone meanwhile
-        if not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
+        st = _file_stat(os.path.join(self.folder, name))
+        if st is None:
             return None
         return SessionFile(self.folder, name, st.st_size, st.st_mtime, stat.S_ISLNK(st.st_mode))
 

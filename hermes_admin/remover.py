@@ -40,6 +40,13 @@ class FileRemover:
     def drain(self) -> None:
         self._queue.join()
 
+    def take(self) -> tuple[list[str], list[str]]:
+        """Wait for everything queued; what was removed and what was not, since the last take."""
+        self.drain()
+        taken = self.removed, self.skipped
+        self.removed, self.skipped = [], []
+        return taken
+
     def close(self) -> None:
         self._queue.put(_STOP)
         self._thread.join()
@@ -51,12 +58,12 @@ class FileRemover:
                 if paths is _STOP:
                     return
                 for path in paths:
-                    self._unsynced = True
                     if not removable(path):
                         continue  # a folder, or gone meanwhile
                     try:
                         os.unlink(path)  # a symlink itself, never its target
                         self.removed.append(path)
+                        self._unsynced = True
                     except FileNotFoundError:
                         pass
                     except OSError as exc:

@@ -8,6 +8,7 @@ whole transaction with jitter, and nothing here ever sets `journal_mode`.
 from __future__ import annotations
 
 import random
+import sqlite3
 import time
 from pathlib import Path
 from typing import Callable, TypeVar
@@ -55,6 +56,15 @@ def open_readwrite(path: Path) -> peewee.SqliteDatabase:
     )
     db.connect()
     return db
+
+
+def open_for_checkpoints(path: Path) -> sqlite3.Connection:
+    """A plain connection for the checkpoint thread: no transactions, never waits for a lock.
+
+    Plain sqlite3, not peewee: peewee keeps one connection per thread, and this one is
+    opened by the engine and used by the thread it starts.
+    """
+    return sqlite3.connect(str(Path(path).absolute()), timeout=0, isolation_level=None, check_same_thread=False)
 
 
 def is_lock_error(exc: BaseException) -> bool:

@@ -96,7 +96,8 @@ def _row(values: tuple) -> SessionRow:
 
 
 # json_extract raises on malformed JSON: a bad model_config must not fail a read
-_DELEGATE_FROM = "CASE WHEN json_valid(model_config) THEN json_extract(model_config, '$._delegate_from') END"
+def _delegate_from(column: str = "model_config") -> str:
+    return f"CASE WHEN json_valid({column}) THEN json_extract({column}, '$._delegate_from') END"
 
 
 def _select_sessions(store: Store, where: str = "", params: list | None = None) -> list[SessionRow]:
@@ -115,7 +116,7 @@ def _select_sessions(store: Store, where: str = "", params: list | None = None) 
         f"s.archived, {pinned}, {activity}, "
         "(SELECT MAX(m.timestamp) FROM messages m WHERE m.session_id = s.id), "
         "(SELECT COUNT(*) FROM messages m WHERE m.session_id = s.id), "
-        f"{_DELEGATE_FROM.replace('model_config', 's.model_config')}, "
+        f"{_delegate_from('s.model_config')}, "
         f"s.model, s.session_key, s.profile_name FROM sessions s {where}"
     )
     return [_row(values) for values in store.db.execute_sql(sql, params or [])]  # row by row: no second copy
@@ -129,8 +130,8 @@ def load_sessions(store: Store) -> list[SessionRow]:
 def related_ids(store: Store) -> set[str]:
     """Sessions at either end of a parent or delegate link: the ones whose unit may be more than themselves."""
     found: set[str] = set()
-    sql = (f"SELECT id, parent_session_id, {_DELEGATE_FROM} FROM sessions "
-           f"WHERE parent_session_id IS NOT NULL OR {_DELEGATE_FROM} IS NOT NULL")
+    sql = (f"SELECT id, parent_session_id, {_delegate_from()} FROM sessions "
+           f"WHERE parent_session_id IS NOT NULL OR {_delegate_from()} IS NOT NULL")
     for values in store.db.execute_sql(sql):
         found.update(v for v in values if v is not None)
     return found
