@@ -8,10 +8,10 @@ Then commit, then remove the units' files, then fire the events.
 
 Transactions are `BEGIN IMMEDIATE`, sized by time (~25 ms typical; FTS5's
 own merges make a few longer), and never split a unit. Beside them:
-- group_commit.py: one fsync per four transactions; files and events wait
-  until a synced commit covers their rows;
-- checkpointer.py and remover.py: PASSIVE checkpoints and file removal on
-  threads of their own (no checkpoint runs during a synced commit);
+- checkpointer.py and group_commit.py: commits without an fsync, made
+  durable by PASSIVE checkpoints on a thread of their own; files and events
+  wait until a checkpoint (or the last, synced, commit) covers their rows;
+- remover.py and unlinker.py: file removal in a worker process;
 - turns.py: after each commit the lock is left free until a waiting Hermes
   writer has had its turn.
 Events go through the outbox, so a crash right after a commit still delivers
@@ -140,7 +140,7 @@ class Engine:
         self.outbox: Outbox | None = None
         self.bus: HookBus | None = None
         self.checkpointer: Checkpointer | None = None
-        self.remover: FileRemover | None = None  # committed sessions' files, removed on a thread
+        self.remover: FileRemover | None = None  # committed sessions' files, removed by a worker
         self.commits: GroupCommit | None = None
         self.turns: Turns | None = None  # pauses between our transactions, for Hermes' writers
         self.config: HermesConfig | None = None
@@ -172,10 +172,9 @@ class Engine:
             return
         self.locks = ProfileLocks(self.profile).__enter__()
         self.store = Store.open(self.profile, writable=True)
-        wal = self._in_wal_mode()
-        if wal:
+        if self._in_wal_mode():
             self.checkpointer = Checkpointer(self.profile.store_path)
-        self.commits = GroupCommit(self.store.db, wal)
+        self.commits = GroupCommit(self.store.db, self.checkpointer)
         self.turns = Turns(self.store.db)
         self.outbox = Outbox(self.profile)
         self.remover = FileRemover(str(self.profile.sessions_dir))
@@ -266,11 +265,13 @@ class Engine:
     # -- deletion --------------------------------------------------------------
 
     def delete(self, units: list[Unit], reason: str, recheck: Recheck | None = None,
-               orphans: bool = False) -> Result:
+               orphans: bool = False, more: bool = False) -> Result:
         """Delete whole units. `recheck` re-applies the selection rule inside each transaction.
 
         `orphans=True` is for units whose session rows are already gone (message
         and usage rows left behind): they go without the existence check.
+        `more=True` when another call follows at once (a purge in batches): its files
+        and events are left to that call, and the caller ends with `settle()`.
         """
         result = Result(self.profile.name, "delete", reason, self.dry_run)
         if not units:
@@ -285,15 +286,25 @@ class Engine:
         self.progress.start(f"{self.profile.name}: {reason}", len(units))
         try:
             for chunk, last in self._chunks(units, result):
-                self._delete_chunk(chunk, last, reason, recheck, orphans, result)
+                self._delete_chunk(chunk, last and not more, reason, recheck, orphans, result)
                 self.progress.advance(len(chunk))
+        except BaseException:
+            self.settle(result)  # what did commit still gets its files removed and its events
+            raise
         finally:
             self.progress.stop()
-            try:
-                self._after_durable(self.commits.flush(), result)
-            finally:
-                self._collect_files(result)
+        if not more:
+            self.settle(result)
         return result
+
+    def settle(self, result: Result) -> None:
+        """Once every commit so far is durable: its files removed, its events fired, all in `result`."""
+        if self.dry_run:
+            return
+        try:
+            self._after_durable(self.commits.flush(), result)
+        finally:
+            self._collect_files(result)
 
     def _chunks(self, units: list[Unit], result: Result):
         """Whole units, as many per transaction as the measured time allows; a stop request
@@ -326,7 +337,7 @@ class Engine:
                       result: Result) -> None:
         listening = self.listening
         event_ids = self.outbox.add_pending("delete", reason, chunk) if listening else [None] * len(chunk)
-        synced = self._before_commit(last)
+        synced = self.commits.before(last)
         began = [0.0]
 
         def work(db):
@@ -340,7 +351,7 @@ class Engine:
                 self.outbox.settle({}, event_ids)  # rolled back: these events must never fire
             raise
         # Committed. What follows needs no write lock, so it fills the pause we owe other writers.
-        committed_at = self._account(began[0], result, wrote)
+        committed_at = self._account(began[0], result)
         if listening:
             committed = {event_ids[i]: ids for i, ids in went.items()}
             self.outbox.settle(committed, [e for i, e in enumerate(event_ids) if i not in went])
@@ -355,13 +366,6 @@ class Engine:
                   for i, ids in went.items()] if listening else []
         self._after_durable(self.commits.committed(synced, wrote, (paths, events)), result)
         self.turns.after_commit(committed_at, committed_at - began[0])
-
-    def _before_commit(self, last: bool) -> bool:
-        """Set this transaction's commit level; True when it syncs (then no checkpoint runs meanwhile)."""
-        synced = self.commits.before(last)
-        if synced and self.checkpointer is not None:
-            self.checkpointer.wait_idle()  # its database fsync would hold up our commit's (checkpointer.py)
-        return synced
 
     def _after_durable(self, work: list[tuple[list[str], list[Event]]], result: Result) -> None:
         """Files, then events, of transactions whose commit is now on disk (see group_commit.py)."""
@@ -470,7 +474,7 @@ class Engine:
                     result.done.append(self._unit_report(unit, changing))
             return result
         for chunk, _ in self._chunks(units, result):
-            self._before_commit(last=True)  # archive commits stay synced: rare, and their events go at once
+            self.commits.before(last=True)  # archive commits stay synced: rare, and their events go at once
             fires = archived and reason is not None and self.listening
             event_ids = self.outbox.add_pending("archive", reason, chunk) if fires else []
             began = [0.0]
@@ -494,7 +498,8 @@ class Engine:
                 if fires:
                     self.outbox.settle({}, event_ids)
                 raise
-            committed_at = self._account(began[0], result, wrote=bool(changed))
+            committed_at = self._account(began[0], result)
+            self.commits.committed(synced=True, wrote=bool(changed), work=None)  # asks for a checkpoint
             self.turns.after_commit(committed_at, committed_at - began[0])
             for index, ids in changed.items():
                 result.done.append(self._unit_report(chunk[index], ids))
@@ -529,16 +534,11 @@ class Engine:
 
     # -- after the commit --------------------------------------------------------
 
-    def _account(self, began: float, result: Result, wrote: bool) -> float:
-        """Record a transaction just committed and size the next; returns when it committed.
-
-        A transaction that wrote is followed by a PASSIVE checkpoint on the checkpoint thread.
-        """
+    def _account(self, began: float, result: Result) -> float:
+        """Record a transaction just committed and size the next; returns when it committed."""
         committed_at = time.monotonic()
         held_s = committed_at - began
         result.transactions += 1
-        if wrote and self.checkpointer is not None:
-            self.checkpointer.nudge()
         result.longest_write_ms = max(result.longest_write_ms, held_s * 1000)
         # Size the next chunk from the time per unit: the estimate rises at once when a
         # transaction ran slow (FTS5 merges make some twice as slow) and falls back slowly;

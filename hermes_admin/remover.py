@@ -1,44 +1,65 @@
-"""Removing committed sessions' files on a thread, while the engine goes on.
+"""Removing committed sessions' files beside the engine, in a worker process.
 
-An unlink in a folder of a quarter of a million files costs the kernel ~0.1 ms
-(measured on W10: 11 s for 95 k files), time in which the engine can run its
-next transaction. Files are queued only after their rows' commit, so the
-order rows -> files holds; `drain()` waits for everything queued, and the
-engine drains before it fires events (files before events) and at its end.
+An unlink in `sessions/` costs the kernel ~0.1 ms (W10: 95 k files), time in
+which the engine can run its next transaction. The unlinks run in a process of
+their own (unlinker.py, which says why not a thread). Files are queued only
+after their rows' commit, so the order rows -> files holds; `drain()` waits
+for everything queued, and the engine drains before it fires events (files
+before events) and at its end. The worker syncs the folder before it answers
+the last batch queued, so the removals are on disk when `drain()` returns.
 
-After each batch the folder itself is synced: the removals are then on disk,
-and the filesystem journal holding them is committed here, outside any
-transaction, rather than inside the engine's next synced commit (on ext4 an
-fsync commits the whole journal).
+If the worker cannot be started, or stops, the files are removed here,
+in the engine's own thread: slower, never skipped.
 """
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
-import queue
+import subprocess
+import sys
 import threading
+from collections import deque
 
-from hermes_admin.files import removable
+from hermes_admin import unlinker
 
-_STOP = None
+PIPE_BYTES = 1 << 20  # room for ~15 k queued paths before the engine would wait on the worker
 
 
 class FileRemover:
     def __init__(self, folder: str):
         self.folder = folder
-        self._unsynced = False
         self.removed: list[str] = []
         self.skipped: list[str] = []
-        self._queue: queue.Queue = queue.Queue()
-        self._thread = threading.Thread(target=self._loop, name="hermes-admin-files", daemon=True)
-        self._thread.start()
+        self._worker: subprocess.Popen | None = None
+        self._broken = False  # the worker could not start, or stopped: remove here
+        self._sent: deque[list[str]] = deque()  # batches the worker has not answered yet
+        self._answered = threading.Condition()
+        self._reader: threading.Thread | None = None
 
     def remove(self, paths: list[str]) -> None:
-        if paths:
-            self._queue.put(paths)
+        if not paths:
+            return
+        if not self._broken and self._worker is None:
+            self._start()
+        if not self._broken:
+            with self._answered:
+                self._sent.append(paths)
+            try:
+                self._worker.stdin.write(unlinker.encode(paths))
+                self._worker.stdin.flush()
+                return
+            except (OSError, ValueError):
+                self._break()  # the reader hands back what the worker never answered
+                return
+        self._here(paths)
 
     def drain(self) -> None:
-        self._queue.join()
+        with self._answered:
+            while self._sent and not self._broken:
+                self._answered.wait()
+        self._redo_unanswered()
 
     def take(self) -> tuple[list[str], list[str]]:
         """Wait for everything queued; what was removed and what was not, since the last take."""
@@ -48,40 +69,66 @@ class FileRemover:
         return taken
 
     def close(self) -> None:
-        self._queue.put(_STOP)
-        self._thread.join()
-
-    def _loop(self) -> None:
-        while True:
-            paths = self._queue.get()
+        self.drain()
+        if self._worker is not None:
             try:
-                if paths is _STOP:
-                    return
-                for path in paths:
-                    if not removable(path):
-                        continue  # a folder, or gone meanwhile
-                    try:
-                        os.unlink(path)  # a symlink itself, never its target
-                        self.removed.append(path)
-                        self._unsynced = True
-                    except FileNotFoundError:
-                        pass
-                    except OSError as exc:
-                        self.skipped.append(f"{path}: {exc.strerror}")
-                if self._unsynced and self._queue.empty():  # once per batch, before drain() returns
-                    self._sync_folder()
-                    self._unsynced = False
-            finally:
-                self._queue.task_done()
+                self._worker.stdin.close()
+            except OSError:
+                pass
+            self._worker.wait()
+            self._reader.join()
+            self._worker = None
 
-    def _sync_folder(self) -> None:
+    # -- the worker ----------------------------------------------------------
+
+    def _start(self) -> None:
+        # The worker imports this very package, wherever it was imported from.
+        package_parent = os.path.dirname(os.path.dirname(os.path.abspath(unlinker.__file__)))
+        path = os.pathsep.join(p for p in (package_parent, os.environ.get("PYTHONPATH")) if p)
         try:
-            fd = os.open(self.folder, os.O_RDONLY | os.O_DIRECTORY)
+            self._worker = subprocess.Popen(
+                [sys.executable, "-m", "hermes_admin.unlinker", self.folder],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                close_fds=True, env=dict(os.environ, PYTHONPATH=path))
         except OSError:
+            self._broken = True
             return
-        try:
-            os.fsync(fd)
+        try:  # Linux: a larger pipe, so a burst of paths never makes the engine wait
+            fcntl.fcntl(self._worker.stdin.fileno(), getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_BYTES)
         except OSError:
-            pass  # some filesystems cannot sync a folder; the removals stand
-        finally:
-            os.close(fd)
+            pass
+        self._reader = threading.Thread(target=self._read_answers, name="hermes-admin-files", daemon=True)
+        self._reader.start()
+
+    def _read_answers(self) -> None:
+        for line in self._worker.stdout:
+            answer = json.loads(line)
+            with self._answered:
+                if not self._sent:  # already handed back after a failed write
+                    continue
+                paths = self._sent.popleft()
+                self.removed += [paths[i] for i in answer["removed"]]
+                self.skipped += [f"{paths[i]}: {why}" for i, why in answer["skipped"]]
+                self._answered.notify_all()
+        self._break()  # EOF: closed by us, or the worker died
+
+    def _break(self) -> None:
+        with self._answered:
+            self._broken = True
+            self._answered.notify_all()
+
+    def _redo_unanswered(self) -> None:
+        """Batches a stopped worker never answered: removed here (an unlink of a gone file is a no-op)."""
+        if not self._broken:
+            return
+        with self._answered:
+            left, self._sent = list(self._sent), deque()
+        for paths in left:
+            self._here(paths)
+
+    def _here(self, paths: list[str]) -> None:
+        removed, skipped = unlinker.remove_batch(paths)
+        self.removed += [paths[i] for i in removed]
+        self.skipped += [f"{paths[i]}: {why}" for i, why in skipped]
+        if removed:
+            unlinker.sync_folder(self.folder)

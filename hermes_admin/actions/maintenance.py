@@ -132,21 +132,24 @@ class _Pass:
 
         def part(rows) -> None:
             selection = retention.select(Graph(rows), days, now, live)
-            result.absorb(self.engine.delete(self.unclaimed(selection), "prune", recheck=recheck))
+            result.absorb(self.engine.delete(self.unclaimed(selection), "prune", recheck=recheck, more=True))
             result.kept.update(selection.kept)
 
         total = store.db.execute_sql("SELECT COUNT(*) FROM sessions").fetchone()[0]
-        with self.engine.progress.whole(f"{self.engine.profile.name}: prune", total) as looked_at:
-            rows = load_rows(store, sorted(linked))
-            part(rows.values())
-            looked_at(len(rows))
-            for batch in session_batches(store, leave_out=linked):
-                if stopping.requested():
-                    if not any(n.startswith("stopped on request") for n in result.notes):
-                        result.notes.append("stopped on request: the rest of the store waits for the next run")
-                    break
-                part(batch)
-                looked_at(len(batch))
+        try:
+            with self.engine.progress.whole(f"{self.engine.profile.name}: prune", total) as looked_at:
+                rows = load_rows(store, sorted(linked))
+                part(rows.values())
+                looked_at(len(rows))
+                for batch in session_batches(store, leave_out=linked):
+                    if stopping.requested():
+                        if not any(n.startswith("stopped on request") for n in result.notes):
+                            result.notes.append("stopped on request: the rest of the store waits for the next run")
+                        break
+                    part(batch)
+                    looked_at(len(batch))
+        finally:
+            self.engine.settle(result)  # the batches' files and events, once their commits are durable
         return result
 
     def _filtered_purge(self, days: float, recheck) -> Result:

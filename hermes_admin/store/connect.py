@@ -62,9 +62,13 @@ def open_for_checkpoints(path: Path) -> sqlite3.Connection:
     """A plain connection for the checkpoint thread: no transactions, never waits for a lock.
 
     Plain sqlite3, not peewee: peewee keeps one connection per thread, and this one is
-    opened by the engine and used by the thread it starts.
+    opened by the engine and used by the thread it starts. Its checkpoints sync the WAL
+    and the database file (`synchronous` FULL, set for this connection only): the
+    engine counts on that to make its unsynced commits durable (group_commit.py).
     """
-    return sqlite3.connect(str(Path(path).absolute()), timeout=0, isolation_level=None, check_same_thread=False)
+    conn = sqlite3.connect(str(Path(path).absolute()), timeout=0, isolation_level=None, check_same_thread=False)
+    conn.execute("PRAGMA synchronous=FULL")
+    return conn
 
 
 def is_lock_error(exc: BaseException) -> bool:

@@ -17,7 +17,7 @@ from hermes_admin import stopping
 from hermes_admin.actions import maintenance
 from hermes_admin.checkpointer import Checkpointer
 from hermes_admin.files import FileIndex
-from hermes_admin.group_commit import GROUP, GroupCommit
+from hermes_admin.group_commit import GroupCommit
 from hermes_admin.remover import FileRemover
 from hermes_admin.store.connect import open_readwrite
 from hermes_admin.turns import MAX_S, MIN_S, Turns
@@ -38,39 +38,74 @@ def synchronous(db: peewee.SqliteDatabase) -> int:
     return db.execute_sql("PRAGMA synchronous").fetchone()[0]
 
 
-def test_group_commit_syncs_every_group_and_holds_work_until_then(tmp_path):
-    db = wal_store(tmp_path / "s.db")
-    commits = GroupCommit(db, wal=True)
+def test_group_commit_holds_work_until_a_checkpoint_covers_it(tmp_path):
+    path = tmp_path / "s.db"
+    db = wal_store(path)
+    db.execute_sql("PRAGMA wal_autocheckpoint=0")
+    checkpointer = Checkpointer(path)
+    commits = GroupCommit(db, checkpointer)
     assert commits.enabled and commits.level == 2  # SQLite's default, FULL
-    released = []
-    for n in range(2 * GROUP):
-        synced = commits.before()
-        assert synced == (n % GROUP == GROUP - 1)
-        assert synchronous(db) == (2 if synced else 1)
-        released.append(commits.committed(synced, wrote=True, work=n))
-    assert released == [[], [], [], [0, 1, 2, 3], [], [], [], [4, 5, 6, 7]]
+    assert commits.before() is False
+    assert synchronous(db) == 1
+    db.execute_sql("INSERT INTO t VALUES (1)")
+    released = commits.committed(False, wrote=True, work="a")  # asks the thread for a checkpoint
+    checkpointer.wait_idle()
+    assert released + commits.committed(False, wrote=False, work="b") == ["a", "b"]
+    assert checkpointer.durable == 1
+    busy, frames, copied = db.execute_sql("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    assert frames == copied
+    checkpointer.close()
+    db.close()
+
+
+def test_group_commit_holds_work_while_a_reader_pins_old_frames(tmp_path):
+    path = tmp_path / "s.db"
+    db = wal_store(path)
+    db.execute_sql("PRAGMA wal_autocheckpoint=0")
+    checkpointer = Checkpointer(path)
+    commits = GroupCommit(db, checkpointer)
+    db.execute_sql("INSERT INTO t VALUES (0)")
+    released = commits.committed(False, wrote=True, work="z")
+    checkpointer.wait_idle()
+    assert released + commits.committed(False, wrote=False, work="y") == ["z", "y"]
+    reader = sqlite3.connect(path)
+    reader.execute("BEGIN")
+    reader.execute("SELECT * FROM t").fetchall()  # a snapshot before the next commit
+    db.execute_sql("INSERT INTO t VALUES (1)")
+    assert commits.committed(False, wrote=True, work="a") == []
+    checkpointer.wait_idle()
+    assert checkpointer.durable == 1  # the reader kept the checkpoint from copying commit 2
+    assert commits.committed(False, wrote=False, work="b") == []
+    reader.rollback()
+    reader.close()
+    assert commits.flush() == ["a", "b"]  # a checkpoint barrier, once the reader is gone
+    assert checkpointer.durable == 2
+    checkpointer.close()
     db.close()
 
 
 def test_group_commit_last_transaction_syncs_and_flush_releases_the_rest(tmp_path):
-    db = wal_store(tmp_path / "s.db")
-    commits = GroupCommit(db, wal=True)
-    assert commits.before() is False
-    db.execute_sql("INSERT INTO t VALUES (1)")
-    assert commits.committed(False, wrote=True, work="a") == []
-    # A synced commit that wrote nothing made nothing durable: "a" keeps waiting.
+    path = tmp_path / "s.db"
+    db = wal_store(path)
+    checkpointer = Checkpointer(path)
+    commits = GroupCommit(db, checkpointer)
     assert commits.before(last=True) is True
-    assert commits.committed(True, wrote=False, work="b") == []
-    assert commits.flush() == ["a", "b"]  # a PASSIVE checkpoint carried the fsync
+    assert synchronous(db) == 2
+    db.execute_sql("INSERT INTO t VALUES (1)")
+    assert commits.committed(True, wrote=True, work="a") == ["a"]  # its own fsync
+    assert commits.before() is False
+    assert commits.committed(False, wrote=False, work="b") == ["b"]  # follows a durable commit
+    assert commits.flush() == []
     assert synchronous(db) == 2  # the connection is left at the store's own level
+    checkpointer.close()
     db.close()
 
 
 def test_group_commit_leaves_rollback_journal_stores_alone(tmp_path):
     db = wal_store(tmp_path / "s.db", journal="delete")
-    commits = GroupCommit(db, wal=False)
+    commits = GroupCommit(db, None)
     assert not commits.enabled
-    assert all(commits.before() for _ in range(GROUP + 1))
+    assert all(commits.before() for _ in range(5))
     assert commits.committed(True, wrote=True, work=1) == [1]
     assert synchronous(db) == 2
     db.close()
