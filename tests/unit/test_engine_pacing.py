@@ -18,6 +18,7 @@ from hermes_admin.actions import maintenance
 from hermes_admin.checkpointer import Checkpointer
 from hermes_admin.files import FileIndex
 from hermes_admin.group_commit import GroupCommit
+from hermes_admin import remover as remover_module
 from hermes_admin.remover import FileRemover
 from hermes_admin.store.connect import open_readwrite
 from hermes_admin.turns import MAX_S, MIN_S, Turns
@@ -175,6 +176,47 @@ def test_remover_unlinks_files_and_links_never_folders_or_targets(tmp_path):
     assert remover.skipped == []
     remover.close()
     assert target.read_text() == "keep me" and (sessions / "c.json").is_dir()
+
+
+def test_remover_worker_handles_any_name_a_safe_id_can_make(tmp_path):
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
+    names = ["new\nline.jsonl", "sp ace.json", "\u00e9t\u00e9.jsonl", "x" * 200 + ".json"]
+    for name in names:
+        (sessions / name).write_text("{}")
+    remover = FileRemover(str(sessions))
+    remover.remove([str(sessions / n) for n in names[:2]])
+    remover.remove([str(sessions / n) for n in names[2:]])
+    removed, skipped = remover.take()
+    remover.close()
+    assert sorted(os.path.basename(p) for p in removed) == sorted(names) and skipped == []
+    assert list(sessions.iterdir()) == []
+
+
+def test_remover_removes_here_when_the_worker_cannot_start_or_dies(tmp_path, monkeypatch):
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
+    for name in ("a.json", "b.json", "c.json"):
+        (sessions / name).write_text("{}")
+    remover = FileRemover(str(sessions))
+    remover.remove([str(sessions / "a.json")])
+    remover.drain()
+    remover._worker.kill()  # dies: what follows is removed in this process
+    remover._worker.wait()
+    remover.remove([str(sessions / "b.json")])
+    removed, _ = remover.take()
+    remover.close()
+    assert sorted(os.path.basename(p) for p in removed) == ["a.json", "b.json"]
+
+    def cannot_start(*args, **kwargs):
+        raise OSError("no such interpreter")
+
+    monkeypatch.setattr(remover_module.subprocess, "Popen", cannot_start)
+    remover = FileRemover(str(sessions))
+    remover.remove([str(sessions / "c.json")])
+    removed, _ = remover.take()
+    remover.close()
+    assert [os.path.basename(p) for p in removed] == ["c.json"] and list(sessions.iterdir()) == []
 
 
 def test_file_index_keeps_only_names_an_id_does_not_predict(tmp_path):
