@@ -6,7 +6,7 @@ messages (while their rows still exist: v30's trigram trigger looks them up),
 delete usage rows and the sessions, drop system prompts nobody references.
 Then commit, then remove the units' files, then fire the events.
 
-Transactions are `BEGIN IMMEDIATE`, sized by time (~25 ms typical; FTS5's
+Transactions are `BEGIN IMMEDIATE`, sized by time (~15 ms typical; FTS5's
 own merges make a few longer), and never split a unit. Beside them:
 - checkpointer.py and group_commit.py: commits without an fsync, made
   durable by PASSIVE checkpoints on a thread of their own; files and events
@@ -55,10 +55,11 @@ FTS_TABLES = ("messages_fts", "messages_fts_trigram")
 FTS_MERGE_PAGES = (4, 64)  # least, most
 FTS_MERGE_TARGET_S = 0.008
 # Typical BEGIN-to-COMMIT. An FTS5 flush can make one run 4x longer: its segment merges grow with
-# the transaction. Measured on W1 under a writer, in one sitting: at 25 ms, 4.7-5.4 s and a
-# longest transaction of 92-101 ms; at 15 ms, 5.3-5.7 s and 72-82 ms. The speed target is the
-# one with less room, so 25 ms.
-TARGET_HOLD_S = 0.025
+# the transaction. Measured on W1 under a writer, in one sitting: at 25 ms, 4.7-5.4 s and a longest
+# transaction of 92-101 ms; at 15 ms, 5.3-5.7 s and 72-82 ms. In full bench runs an hour later,
+# 15 ms did better on both (18.5x and 53 ms, against 17.6x and 101 ms): commits no longer fsync,
+# so short transactions are cheap.
+TARGET_HOLD_S = 0.015
 MAX_UNITS_PER_TXN = 1024
 
 Recheck = Callable[[Unit, dict[str, SessionRow]], str | None]

@@ -3,7 +3,7 @@
 In WAL mode a commit at `synchronous=FULL` (SQLite's default, and Hermes')
 syncs the WAL file, with the write lock held; at `NORMAL` it does not, and the
 commit is still atomic and survives a crash of any process, only not a power
-cut. The engine keeps its transactions short for Hermes' sake (~25 ms), so an
+cut. The engine keeps its transactions short for Hermes' sake (~15 ms), so an
 fsync each would cost a good part of the lock time, and worse, it queues behind
 the checkpoint thread's own fsync of the database file (measured on W10:
 commits of 200-300 ms). So in WAL mode the engine commits at NORMAL, and the
