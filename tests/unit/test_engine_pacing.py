@@ -39,12 +39,17 @@ def synchronous(db: peewee.SqliteDatabase) -> int:
     return db.execute_sql("PRAGMA synchronous").fetchone()[0]
 
 
-def test_group_commit_holds_work_until_a_checkpoint_covers_it(tmp_path):
+def checkpointed_store(tmp_path):
+    """A WAL store whose only checkpoints are the checkpoint thread's, with group commit on it."""
     path = tmp_path / "s.db"
     db = wal_store(path)
     db.execute_sql("PRAGMA wal_autocheckpoint=0")
     checkpointer = Checkpointer(path)
-    commits = GroupCommit(db, checkpointer)
+    return path, db, checkpointer, GroupCommit(db, checkpointer)
+
+
+def test_group_commit_holds_work_until_a_checkpoint_covers_it(tmp_path):
+    path, db, checkpointer, commits = checkpointed_store(tmp_path)
     assert commits.enabled and commits.level == 2  # SQLite's default, FULL
     assert commits.before() is False
     assert synchronous(db) == 1
@@ -60,11 +65,7 @@ def test_group_commit_holds_work_until_a_checkpoint_covers_it(tmp_path):
 
 
 def test_group_commit_holds_work_while_a_reader_pins_old_frames(tmp_path):
-    path = tmp_path / "s.db"
-    db = wal_store(path)
-    db.execute_sql("PRAGMA wal_autocheckpoint=0")
-    checkpointer = Checkpointer(path)
-    commits = GroupCommit(db, checkpointer)
+    path, db, checkpointer, commits = checkpointed_store(tmp_path)
     db.execute_sql("INSERT INTO t VALUES (0)")
     released = commits.committed(False, wrote=True, work="z")
     checkpointer.wait_idle()
