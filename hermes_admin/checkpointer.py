@@ -73,9 +73,10 @@ class Checkpointer:
     def wait_idle(self) -> None:
         """Wait until no checkpoint is running or asked for.
 
-        The engine waits here, outside any transaction, before a commit that syncs:
-        a checkpoint syncs the database file, and an fsync of the WAL issued meanwhile
-        queues behind it (measured on W10: commits of 200-300 ms, with the lock held).
+        Group commit waits here, outside any transaction, before a commit that syncs
+        (a checkpoint syncs the database file, and an fsync of the WAL issued meanwhile
+        queues behind it: measured on W10, commits of 200-300 ms with the lock held),
+        and `barrier()` waits here for each checkpoint it asks for.
         """
         with self._wake:
             while (self._running or self._asked) and not self._closing:

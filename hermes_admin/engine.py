@@ -293,13 +293,10 @@ class Engine:
             for chunk, last in self._chunks(units, result):
                 self._delete_chunk(chunk, last and not more, reason, recheck, orphans, result)
                 self.progress.advance(len(chunk))
-        except BaseException:
-            self.settle(result)  # what did commit still gets its files removed and its events
-            raise
         finally:
             self.progress.stop()
-        if not more:
-            self.settle(result)
+            if not more:  # also after an error: what did commit gets its files removed and its events
+                self.settle(result)
         return result
 
     def settle(self, result: Result) -> None:
