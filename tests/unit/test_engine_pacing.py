@@ -277,3 +277,17 @@ def test_a_stop_between_batches_is_reported_and_leaves_the_rest(synth_root, invo
     (purge,) = [r for r in json.loads(result.stdout)["results"] if r["task"] == "purge"]
     assert any(note.startswith("stopped on request") for note in purge["notes"])
     assert purge["rows"] + len(purge["kept"]) < before  # the later batches were never looked at
+
+
+def test_compact_json_report_is_what_json_dump_writes(monkeypatch):
+    from hermes_admin import report
+    from hermes_admin.engine import Done
+
+    monkeypatch.setattr(report, "SLICE", 3)  # several slices, and a list just over one
+    doc = {"results": [{"done": [Done(f"s{i}", (f"s{i}", "d"), "age") for i in range(10)],
+                        "files_removed": [f"/s/{i}\n.json" for i in range(4)], "kept": {"a": "b"}}],
+           "empty": [], "short": [1, 2], "nested": [[1, {"x": (True, None)}]], 7: 1.5}
+    pieces: list[str] = []
+    report._write_compact(doc, pieces.append)
+    assert "".join(pieces) == json.dumps(doc, default=report._plain)
+
