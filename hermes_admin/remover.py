@@ -51,7 +51,7 @@ class FileRemover:
                 self._worker.stdin.flush()
                 return
             except (OSError, ValueError):
-                self._break()  # the reader hands back what the worker never answered
+                self._break()  # drain() removes here what the worker never answered
                 return
         self._here(paths)
 
