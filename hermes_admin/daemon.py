@@ -121,7 +121,7 @@ class Daemon:
             for line in run.errors + run.locked + run.warnings:
                 log.warning(line)
             for result in run.results:
-                for line in result.hook_failures + result.files_skipped:
+                for line in [*result.hook_failures, *result.files_skipped]:
                     log.warning(line)
             target = self.metrics_file or self.config.metrics_file
             if target:

@@ -42,6 +42,7 @@ from hermes_admin.lineage import Unit
 from hermes_admin.locks import ProfileLocks
 from hermes_admin.outbox import Event, Outbox
 from hermes_admin.remover import FileRemover
+from hermes_admin.spill import Spill, SpillMap
 from hermes_admin.report import Progress
 from hermes_admin.store import Store
 from hermes_admin.store.connect import write_transaction
@@ -80,6 +81,10 @@ class Done:
     def as_dict(self) -> dict:
         return {"session_id": self.session_id, "ids": list(self.ids), "rule": self.rule}
 
+    @classmethod
+    def from_dict(cls, entry: dict) -> "Done":
+        return cls(entry["session_id"], tuple(entry["ids"]), entry["rule"])
+
 
 @dataclass
 class Result:
@@ -92,12 +97,13 @@ class Result:
     task: str | None = None  # the maintenance task, when one asked
     status: str = "done"  # done | skipped (a task disabled by policy)
     why: str | None = None  # why a task was skipped
-    done: list[Done] = field(default_factory=list)
-    skipped: list[dict] = field(default_factory=list)
-    files_removed: list[str] = field(default_factory=list)
-    files_skipped: list[str] = field(default_factory=list)
+    # The lists that grow with the store are Spills: on disk past their first entries (spill.py).
+    done: Spill = field(default_factory=lambda: Spill(decode=Done.from_dict))
+    skipped: Spill = field(default_factory=Spill)  # {"session_id", "ids", "why"}
+    files_removed: Spill = field(default_factory=Spill)
+    files_skipped: Spill = field(default_factory=Spill)
     hook_failures: list[str] = field(default_factory=list)
-    kept: dict[str, str] = field(default_factory=dict)  # looked at, kept, and why
+    kept: SpillMap = field(default_factory=SpillMap)  # looked at, kept, and why
     transactions: int = 0
     longest_write_ms: float = 0.0
     vacuumed: bool = False
@@ -375,6 +381,9 @@ class Engine:
         for paths, fired in work:
             self.remover.remove(paths)
             events += fired
+        removed, skipped = self.remover.answered()  # into the report (on disk past its head) as they come
+        result.files_removed += removed
+        result.files_skipped += skipped
         if events:
             self.remover.drain()  # files before events: a plugin sees the files gone
             self._deliver(events, result.hook_failures)

@@ -137,5 +137,22 @@ class FileIndex:
         return SessionFile(self.folder, name, st.st_size, st.st_mtime, stat.S_ISLNK(st.st_mode))
 
     def ids(self) -> set[str]:
-        """Every session id with a file in the folder (a scan of its own: the ghost sweep's)."""
+        """Every session id with a file in the folder (a scan of its own)."""
         return {sid for sid, _ in _session_files(self.folder)}
+
+    def names(self, size: int) -> Iterator[list[tuple[str, str]]]:
+        """(session id, name) of every per-session file, `size` at a time: a scan of its own, for
+        the ghost sweep, which asks the store about one part at a time. Unsafe ids name no file."""
+        part: list[tuple[str, str]] = []
+        for sid, name in _session_files(self.folder):
+            if not unsafe_id(sid):
+                part.append((sid, name))
+            if len(part) >= size:
+                yield part
+                part = []
+        if part:
+            yield part
+
+    def entry(self, name: str) -> SessionFile | None:
+        """The file of that name, lstat'ed now; None if it is gone or not a file."""
+        return self._lstat(name)

@@ -64,8 +64,14 @@ class FileRemover:
     def take(self) -> tuple[list[str], list[str]]:
         """Wait for everything queued; what was removed and what was not, since the last take."""
         self.drain()
-        taken = self.removed, self.skipped
-        self.removed, self.skipped = [], []
+        return self.answered()
+
+    def answered(self) -> tuple[list[str], list[str]]:
+        """What was removed and what was not since the last call, without waiting for the rest:
+        the engine moves them into its report as it goes, so they never pile up here."""
+        with self._answered:
+            taken = self.removed, self.skipped
+            self.removed, self.skipped = [], []
         return taken
 
     def close(self) -> None:

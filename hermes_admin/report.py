@@ -9,6 +9,8 @@ from datetime import datetime, timezone
 
 import click
 
+from hermes_admin.spill import Spill, SpillMap
+
 # rich is imported where a table or a bar is drawn: the timer's `run` and `--json` never pay for it.
 
 
@@ -48,6 +50,13 @@ def _write_compact(value, write) -> None:
     are encoded SLICE items per call; short ones (the per-profile results) are walked item
     by item, so no call ever builds the whole document in memory.
     """
+    if isinstance(value, Spill):  # on disk past its head: copied out, never built whole
+        opening, closing = ("{", "}") if isinstance(value, SpillMap) else ("[", "]")
+        write(opening)
+        for n, text in enumerate(value.encoded()):
+            write(text if n == 0 else ", " + text)
+        write(closing)
+        return
     if hasattr(value, "as_dict"):
         value = value.as_dict()
     if isinstance(value, dict):

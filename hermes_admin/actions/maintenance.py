@@ -12,6 +12,7 @@ from __future__ import annotations
 import sqlite3
 import time
 from dataclasses import dataclass, field
+from typing import Iterator
 
 from hermes_admin import guards, stopping
 from hermes_admin.actions.common import Run, with_engine
@@ -24,11 +25,14 @@ from hermes_admin.locks import LockHeld
 from hermes_admin.store import StoreError
 from hermes_admin.lineage import Graph
 from hermes_admin.policy import Policy, PolicyError, effective
-from hermes_admin.store.read import load_rows, load_sessions, orphan_session_ids, related_ids, session_batches
+from hermes_admin.store.read import (existing_ids, load_rows, load_sessions, orphan_session_ids, related_ids,
+                                     session_batches)
 from hermes_admin.tasks import Selection, archive, empty, ghosts, retention
 from hermes_admin.tasks.filters import Filters
 
 ORDER = ("repair", "ghost_prune", "empty_sweep", "purge", "auto_archive")
+_REASONS = {"ghost_prune": "ghost_prune", "empty_sweep": "empty_sweep", "purge": "prune", "auto_archive": None}
+CHUNK = 2000  # files of sessions/ looked at together by the ghost sweep
 
 
 class Refused(Exception):
@@ -53,9 +57,12 @@ class _Pass:
 
     def __init__(self, engine: Engine, policy: Policy, request: Request):
         self.engine, self.policy, self.request = engine, policy, request
+        # Ids a task selected that are still in the store: all of them in a dry run, else the
+        # ones it skipped (what it did act on is gone, and kept out of this set: memory).
         self.claimed: set[str] = set()
 
     def snapshot(self) -> tuple[Graph, set[str]]:
+        """Every row of the store in one graph: only a filtered purge needs that (see _by_parts)."""
         store = self.engine.store
         live = guards.live_ids(store.db, store.schema, self.request.now)
         return Graph(load_sessions(store)), set(live)
@@ -80,26 +87,29 @@ class _Pass:
         if not (self.policy.ghost_prune or self.request.explicit):
             return self.skipped("ghost_prune", "ghost_prune is off in this profile's policy")
         now = self.request.now
-        graph, live = self.snapshot()
-        result = self.result("ghost_prune", "delete", "ghost_prune")
-        tui = ghosts.select_tui_ghosts(graph, now, live)
-        result.absorb(self.engine.delete(self.unclaimed(tui), "ghost_prune", recheck=empty.recheck))
+        result = self._by_parts("ghost_prune", lambda graph, live: ghosts.select_tui_ghosts(graph, now, live),
+                                lambda units: self.engine.delete(units, "ghost_prune", recheck=empty.recheck,
+                                                                 more=True))
         missing = orphan_session_ids(self.engine.store)
         rows = ghosts.select_orphan_rows(missing)
         result.absorb(self.engine.delete(self.unclaimed(rows), "ghost_prune", orphans=True))
-        files = ghosts.select_orphan_files(self.engine.files, set(graph.rows) | set(missing), now)
-        self.engine.remove_orphan_files(files.files, result)
-        result.kept = tui.kept | files.kept
+        # (c) files of sessions that are gone; those of `missing` went with their rows just now
+        index = self.engine.files
+        for part in index.names(CHUNK):
+            existing = set(existing_ids(self.engine.store, sorted({sid for sid, _ in part}))) | set(missing)
+            gone = [(sid, index.entry(name)) for sid, name in part if sid not in existing]  # lstat those only
+            files = ghosts.select_orphan_files([(sid, e) for sid, e in gone if e is not None], existing, now)
+            self.engine.remove_orphan_files(files.files, result)
+            result.kept.update(files.kept)
         return result
 
     def empty_sweep(self) -> Result:
         if not (self.policy.empty_sweep or self.request.explicit):
             return self.skipped("empty_sweep", "empty_sweep is off in this profile's policy")
-        graph, live = self.snapshot()
-        selection = empty.select(graph, self.policy.empty_min_age_hours, self.request.now, live)
-        result = self.engine.delete(self.unclaimed(selection), "empty_sweep", recheck=empty.recheck)
-        result.task, result.kept = "empty_sweep", selection.kept
-        return result
+        hours, now = self.policy.empty_min_age_hours, self.request.now
+        return self._by_parts("empty_sweep", lambda graph, live: empty.select(graph, hours, now, live),
+                              lambda units: self.engine.delete(units, "empty_sweep", recheck=empty.recheck,
+                                                               more=True))
 
     def purge(self) -> Result:
         request = self.request
@@ -113,44 +123,67 @@ class _Pass:
         if filters.given():
             result = self._filtered_purge(days, recheck)
         else:
-            result = self._streamed_purge(days, recheck)
+            result = self._by_parts("purge", lambda graph, live: retention.select(graph, days, request.now, live),
+                                    lambda units: self.engine.delete(units, "prune", recheck=recheck, more=True))
         if result.rows and (request.vacuum or self.policy.vacuum_after_prune):
             result.vacuumed = self.engine.vacuum_if_worth(result)
         return result
 
-    def _streamed_purge(self, days: float, recheck) -> Result:
-        """Retention, a part of the store at a time: memory stays bounded whatever its size.
+    def auto_archive(self) -> Result:
+        request = self.request
+        if not (self.policy.auto_archive or request.explicit):
+            return self.skipped("auto_archive", "auto_archive is off in this profile's policy")
+        days = request.archive_days if request.archive_days is not None else self.policy.auto_archive_days
+        return self._by_parts("auto_archive", lambda graph, live: archive.select(graph, days, request.now),
+                              lambda units: self.engine.set_archived(units, True, reason=None))  # silent
 
-        Sessions linked to others (lineages, delegates) are selected together, in one
-        graph; every other session is a unit by itself, so batches of them are selected
-        and deleted one after the other with the same pure rule.
+    # -- a part of the store at a time ----------------------------------------
+
+    def _by_parts(self, task: str, select, act) -> Result:
+        """`select` (a pure rule) and `act` (the engine) on each part of the store in turn.
+
+        The parts together are the whole store, and a unit never spans two of them, so
+        the selection is the one a single graph of every row would give (the tests
+        compare both); only one part is in memory at a time. Files and events of every
+        part are settled once, at the end.
         """
-        store, now = self.engine.store, self.request.now
-        live = set(guards.live_ids(store.db, store.schema, now))
-        result = self.result("purge", "delete", "prune")
-        linked = related_ids(store)
-
-        def part(rows) -> None:
-            selection = retention.select(Graph(rows), days, now, live)
-            result.absorb(self.engine.delete(self.unclaimed(selection), "prune", recheck=recheck, more=True))
-            result.kept.update(selection.kept)
-
-        total = store.db.execute_sql("SELECT COUNT(*) FROM sessions").fetchone()[0]
+        store = self.engine.store
+        live = set(guards.live_ids(store.db, store.schema, self.request.now))
+        result = self.result(task, "archive" if task == "auto_archive" else "delete", _REASONS[task])
         try:
-            with self.engine.progress.whole(f"{self.engine.profile.name}: prune", total) as looked_at:
-                rows = load_rows(store, sorted(linked))
-                part(rows.values())
-                looked_at(len(rows))
-                for batch in session_batches(store, leave_out=linked):
-                    if stopping.requested():
-                        if not any(n.startswith("stopped on request") for n in result.notes):
-                            result.notes.append("stopped on request: the rest of the store waits for the next run")
-                        break
-                    part(batch)
-                    looked_at(len(batch))
+            for graph in self._parts(task, result):
+                selection = select(graph, live)
+                done = act(self.unclaimed(selection))
+                if not self.engine.dry_run:  # gone (or archived, by the last task): no later task can take them
+                    self.claimed.difference_update(i for unit in done.done for i in unit.ids)
+                result.absorb(done)
+                result.kept.update(selection.kept)
         finally:
-            self.engine.settle(result)  # the batches' files and events, once their commits are durable
+            self.engine.settle(result)  # the parts' files and events, once their commits are durable
         return result
+
+    def _parts(self, task: str, result: Result) -> Iterator[Graph]:
+        """The store's sessions as graphs that never cut a unit: memory stays bounded whatever its size.
+
+        Sessions at either end of a parent or delegate link come first, together in one
+        graph (a unit is made of such links); every other session is a unit by itself,
+        without children, and comes in batches of a few thousand, in rowid order.
+        """
+        store = self.engine.store
+        linked = related_ids(store)
+        total = store.db.execute_sql("SELECT COUNT(*) FROM sessions").fetchone()[0]
+        with self.engine.progress.whole(f"{self.engine.profile.name}: {task}", total) as looked_at:
+            rows = load_rows(store, sorted(linked))
+            yield Graph(rows.values())
+            looked_at(len(rows))
+            del rows
+            for batch in session_batches(store, leave_out=linked):
+                if stopping.requested():
+                    if not any(n.startswith("stopped on request") for n in result.notes):
+                        result.notes.append("stopped on request: the rest of the store waits for the next run")
+                    return
+                yield Graph(batch)
+                looked_at(len(batch))
 
     def _filtered_purge(self, days: float, recheck) -> Result:
         """With filters, in one graph: the guard against matching everything needs the whole picture."""
@@ -165,18 +198,8 @@ class _Pass:
                           "and set no age bound; add --older-than/--before or use --force")
         del graph, live  # every row of the store: not needed while deleting (its memory is reused)
         result = self.engine.delete(self.unclaimed(selection), "prune", recheck=recheck)
-        result.task, result.kept = "purge", selection.kept
-        return result
-
-    def auto_archive(self) -> Result:
-        request = self.request
-        if not (self.policy.auto_archive or request.explicit):
-            return self.skipped("auto_archive", "auto_archive is off in this profile's policy")
-        days = request.archive_days if request.archive_days is not None else self.policy.auto_archive_days
-        graph, _ = self.snapshot()
-        selection = archive.select(graph, days, request.now)
-        result = self.engine.set_archived(self.unclaimed(selection), True, reason=None)  # silent
-        result.task, result.kept = "auto_archive", selection.kept
+        result.task = "purge"
+        result.kept.update(selection.kept)
         return result
 
 

@@ -63,7 +63,7 @@ def _human(run: Run, verbose: int = 0) -> None:
 def problems(run: Run) -> None:
     """Warnings and errors on stderr, whatever the output format."""
     for result in run.results:
-        for line in result.files_skipped + result.hook_failures:
+        for line in [*result.files_skipped, *result.hook_failures]:
             report.warn(line)
     for line in run.warnings:
         report.warn(line)

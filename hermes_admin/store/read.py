@@ -167,6 +167,16 @@ def load_rows(store: Store, ids: list[str]) -> dict[str, SessionRow]:
     return found
 
 
+def existing_ids(store: Store, ids: list[str]) -> list[str]:
+    """Those of `ids` that a sessions row has."""
+    found: list[str] = []
+    for start in range(0, len(ids), 900):
+        part = ids[start:start + 900]
+        found += [r[0] for r in store.db.execute_sql(
+            f"SELECT id FROM sessions WHERE id IN ({','.join('?' * len(part))})", part).fetchall()]
+    return found
+
+
 def find_session_ids(store: Store, id_or_prefix: str) -> list[str]:
     """The exact id if it exists, else every id starting with the prefix."""
     with store.db.bind_ctx(MODELS):

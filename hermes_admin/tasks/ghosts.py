@@ -9,7 +9,9 @@
 
 from __future__ import annotations
 
-from hermes_admin.files import FileIndex
+from typing import Iterable
+
+from hermes_admin.files import SessionFile
 from hermes_admin.lineage import Graph, Unit
 from hermes_admin.tasks import DAY, Selection
 
@@ -39,12 +41,14 @@ def select_orphan_rows(orphan_ids: list[str]) -> Selection:
                             for sid in sorted(orphan_ids)])
 
 
-def select_orphan_files(files: FileIndex, existing: set[str], now: float) -> Selection:
+def select_orphan_files(entries: Iterable[tuple[str, SessionFile]], existing: set[str], now: float) -> Selection:
+    """Of these (session id, file) pairs, the files whose session is not in `existing`."""
     chosen = Selection()
-    for sid in sorted(files.ids() - existing):
-        for entry in files.files_of(sid):
-            if entry.mtime < now - ORPHAN_FILE_AGE_S:
-                chosen.files.append(str(entry.path))
-            else:
-                chosen.kept[str(entry.path)] = "orphan file, but modified under 24 h ago"
+    for sid, entry in sorted(entries, key=lambda pair: (pair[0], pair[1].name)):
+        if sid in existing:
+            continue
+        if entry.mtime < now - ORPHAN_FILE_AGE_S:
+            chosen.files.append(str(entry.path))
+        else:
+            chosen.kept[str(entry.path)] = "orphan file, but modified under 24 h ago"
     return chosen

@@ -154,7 +154,9 @@ def test_orphan_files(tmp_path):
                       ("sessions.json", 30), ("notes.txt", 30)]:
         (sessions / name).write_text("x")
         os.utime(sessions / name, (ago(age), ago(age)))
-    selection = ghosts.select_orphan_files(FileIndex.scan(sessions), {"kept"}, NOW)
+    index = FileIndex.scan(sessions)
+    entries = [(sid, index.entry(name)) for part in index.names(2) for sid, name in part]
+    selection = ghosts.select_orphan_files(entries, {"kept"}, NOW)
     assert sorted(os.path.basename(p) for p in selection.files) == ["gone.jsonl", "session_gone.json"]
     assert [os.path.basename(p) for p in selection.kept] == ["fresh.jsonl"]
 
