@@ -129,35 +129,36 @@ def inspect(profile: Profile, siblings: dict[str, Profile], check_fts: bool = Fa
         if problem:
             return found + [Finding(profile.name, "unusable_store", str(profile.store_path),
                                     f"quick_check: {problem}", "none")]
-        rows = store.db.execute_sql(
-            "SELECT s.id, s.parent_session_id, s.session_key, s.profile_name, "
-            "(s.parent_session_id IS NOT NULL AND NOT EXISTS "
-            " (SELECT 1 FROM sessions p WHERE p.id = s.parent_session_id)) FROM sessions s").fetchall()
+        # Row by row, keeping only the rows with something to say: memory stays flat on a big store.
+        moved: list[tuple[str, str, str]] = []  # (id, session_key, owner) keyed to a sibling profile
+        for sid, parent, key, label, dangling in store.db.execute_sql(
+                "SELECT s.id, s.parent_session_id, s.session_key, s.profile_name, "
+                "(s.parent_session_id IS NOT NULL AND NOT EXISTS "
+                " (SELECT 1 FROM sessions p WHERE p.id = s.parent_session_id)) FROM sessions s"):
+            owner = namespace_of(key)
+            if owner and owner != profile.name:
+                if owner in siblings:
+                    moved.append((sid, key, owner))
+                else:
+                    found.append(Finding(profile.name, "unclaimed", sid,
+                                         f"session_key {key!r} names profile '{owner}', which does not exist", "none"))
+            elif label is not None and label != profile.name:
+                found.append(Finding(profile.name, "mislabelled", sid, f"profile_name is {label!r}",
+                                     f"relabel to '{profile.name}'"))
+            if dangling:
+                found.append(Finding(profile.name, "dangling_parent", sid, f"parent {parent!r} does not exist",
+                                     "clear parent_session_id"))
     # Which of the rows keyed to a sibling profile are there already (an interrupted move):
     # one read per sibling, not one per row.
     wanted: dict[str, list[str]] = {}
-    for sid, _, key, _, _ in rows:
-        owner = namespace_of(key)
-        if owner and owner != profile.name and owner in siblings:
-            wanted.setdefault(owner, []).append(sid)
+    for sid, _, owner in moved:
+        wanted.setdefault(owner, []).append(sid)
     present = {owner: _ids_present(siblings[owner], ids) for owner, ids in wanted.items()}
-    for sid, parent, key, label, dangling in rows:
-        owner = namespace_of(key)
-        if owner and owner != profile.name:
-            if owner in siblings:
-                kind = "duplicate" if sid in present[owner] else "wrong_store"
-                fix = (f"delete this copy (profile '{owner}' holds the right one)" if kind == "duplicate"
-                       else f"move to profile '{owner}' (copy, verify, delete here)")
-                found.append(Finding(profile.name, kind, sid, f"session_key {key!r} belongs to '{owner}'", fix, owner))
-            else:
-                found.append(Finding(profile.name, "unclaimed", sid,
-                                     f"session_key {key!r} names profile '{owner}', which does not exist", "none"))
-        elif label is not None and label != profile.name:
-            found.append(Finding(profile.name, "mislabelled", sid, f"profile_name is {label!r}",
-                                 f"relabel to '{profile.name}'"))
-        if dangling:
-            found.append(Finding(profile.name, "dangling_parent", sid, f"parent {parent!r} does not exist",
-                                 "clear parent_session_id"))
+    for sid, key, owner in moved:
+        kind = "duplicate" if sid in present[owner] else "wrong_store"
+        fix = (f"delete this copy (profile '{owner}' holds the right one)" if kind == "duplicate"
+               else f"move to profile '{owner}' (copy, verify, delete here)")
+        found.append(Finding(profile.name, kind, sid, f"session_key {key!r} belongs to '{owner}'", fix, owner))
     if check_fts:
         for problem in fts_problems(profile.store_path):
             found.append(Finding(profile.name, "broken_fts", str(profile.store_path), problem,

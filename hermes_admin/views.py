@@ -10,7 +10,8 @@ from hermes_admin.homes import Profile
 from hermes_admin.lineage import Graph
 from hermes_admin.report import iso
 from hermes_admin.store import Store, StoreError
-from hermes_admin.store.read import SessionRow, find_session_ids, journal_mode, load_sessions, profile_counts
+from hermes_admin.store.read import (SessionRow, find_session_ids, journal_mode, load_rows, most_recent, profile_counts,
+                                     related_ids)
 
 
 def _size(path) -> int | None:
@@ -55,8 +56,9 @@ def session_brief(profile: Profile, row: SessionRow) -> dict:
     }
 
 
-def list_sessions(store: Store) -> list[SessionRow]:
-    return sorted(load_sessions(store), key=lambda r: r.last_activity, reverse=True)
+def list_sessions(store: Store, limit: int) -> list[SessionRow]:
+    """The `limit` most recently active sessions, newest first (never the whole store in memory)."""
+    return most_recent(store, limit)
 
 
 @dataclass
@@ -93,7 +95,8 @@ def resolve(profiles: list[Profile], id_or_prefix: str) -> tuple[list[Match], li
 def session_detail(profile: Profile, session_id: str) -> dict:
     """Everything `sessions show` tells about one session."""
     with Store.open(profile) as store:
-        rows = load_sessions(store)
+        # its lineage, children and delegates are all linked sessions: those, not the whole store
+        rows = load_rows(store, sorted(related_ids(store) | {session_id})).values()
     graph = Graph(rows)
     row = graph.rows[session_id]
     files = FileIndex.scan(profile.sessions_dir).files_of(session_id)

@@ -36,7 +36,7 @@ def list_cmd(app: App, profiles, limit: int, as_json: bool):
             continue
         try:
             with Store.open(profile) as store:
-                briefs += [session_brief(profile, row) for row in list_sessions(store)]
+                briefs += [session_brief(profile, row) for row in list_sessions(store, limit)]
         except StoreError as exc:
             errors.append(str(exc))
     briefs.sort(key=lambda b: b["last_activity"] or "", reverse=True)

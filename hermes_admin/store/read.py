@@ -8,6 +8,7 @@ v22 and v30 have. The bulk read of session rows is one SQL statement (see
 
 from __future__ import annotations
 
+import heapq
 import sys
 from dataclasses import dataclass
 from typing import Iterator
@@ -108,10 +109,14 @@ def _select_sessions(store: Store, where: str = "", params: list | None = None) 
     130 k sessions, against 0.9 s here). The message statistics are correlated
     subqueries, each an index lookup in `messages(session_id, ...)`.
     """
+    return list(_iter_sessions(store, _sessions_sql(store, where), params))
+
+
+def _sessions_sql(store: Store, where: str = "") -> str:
     has = store.schema.has_column
     pinned = "s.pinned" if has("sessions", "pinned") else "0"
     activity = "s.last_activity_at" if has("sessions", "last_activity_at") else "NULL"
-    sql = (
+    return (
         "SELECT s.id, s.source, s.title, s.parent_session_id, s.started_at, s.ended_at, s.end_reason, "
         f"s.archived, {pinned}, {activity}, "
         "(SELECT MAX(m.timestamp) FROM messages m WHERE m.session_id = s.id), "
@@ -119,12 +124,21 @@ def _select_sessions(store: Store, where: str = "", params: list | None = None) 
         f"{_delegate_from('s.model_config')}, "
         f"s.model, s.session_key, s.profile_name FROM sessions s {where}"
     )
-    return [_row(values) for values in store.db.execute_sql(sql, params or [])]  # row by row: no second copy
+
+
+def _iter_sessions(store: Store, sql: str, params: list | None) -> Iterator[SessionRow]:
+    for values in store.db.execute_sql(sql, params or []):  # row by row: no second copy
+        yield _row(values)
 
 
 def load_sessions(store: Store) -> list[SessionRow]:
     """Every session row of the store, with its message statistics."""
     return _select_sessions(store)
+
+
+def most_recent(store: Store, limit: int) -> list[SessionRow]:
+    """The `limit` most recently active sessions, newest first; the others are read and let go."""
+    return heapq.nlargest(limit, _iter_sessions(store, _sessions_sql(store), None), key=lambda r: r.last_activity)
 
 
 def related_ids(store: Store) -> set[str]:
