@@ -25,8 +25,8 @@ from hermes_admin.locks import LockHeld
 from hermes_admin.store import StoreError
 from hermes_admin.lineage import Graph
 from hermes_admin.policy import Policy, PolicyError, effective
-from hermes_admin.store.read import (existing_ids, load_rows, load_sessions, orphan_session_ids, related_ids,
-                                     session_batches)
+from hermes_admin.parts import graph_parts
+from hermes_admin.store.read import existing_ids, orphan_session_ids
 from hermes_admin.tasks import Selection, archive, empty, ghosts, retention
 from hermes_admin.tasks.filters import Filters
 
@@ -60,12 +60,6 @@ class _Pass:
         # Ids a task selected that are still in the store: all of them in a dry run, else the
         # ones it skipped (what it did act on is gone, and kept out of this set: memory).
         self.claimed: set[str] = set()
-
-    def snapshot(self) -> tuple[Graph, set[str]]:
-        """Every row of the store in one graph: only a filtered purge needs that (see _by_parts)."""
-        store = self.engine.store
-        live = guards.live_ids(store.db, store.schema, self.request.now)
-        return Graph(load_sessions(store)), set(live)
 
     def result(self, task: str, action: str, reason: str | None) -> Result:
         return Result(self.engine.profile.name, action, reason, self.engine.dry_run, task=task)
@@ -163,44 +157,41 @@ class _Pass:
         return result
 
     def _parts(self, task: str, result: Result) -> Iterator[Graph]:
-        """The store's sessions as graphs that never cut a unit: memory stays bounded whatever its size.
-
-        Sessions at either end of a parent or delegate link come first, together in one
-        graph (a unit is made of such links); every other session is a unit by itself,
-        without children, and comes in batches of a few thousand, in rowid order.
-        """
+        """The store a part at a time (parts.py), with a progress bar; a stop request ends it."""
         store = self.engine.store
-        linked = related_ids(store)
         total = store.db.execute_sql("SELECT COUNT(*) FROM sessions").fetchone()[0]
         with self.engine.progress.whole(f"{self.engine.profile.name}: {task}", total) as looked_at:
-            rows = load_rows(store, sorted(linked))
-            yield Graph(rows.values())
-            looked_at(len(rows))
-            del rows
-            for batch in session_batches(store, leave_out=linked):
-                if stopping.requested():
-                    if not any(n.startswith("stopped on request") for n in result.notes):
+            for n, graph in enumerate(graph_parts(store)):
+                if n and stopping.requested():
+                    if not any(note.startswith("stopped on request") for note in result.notes):
                         result.notes.append("stopped on request: the rest of the store waits for the next run")
                     return
-                yield Graph(batch)
-                looked_at(len(batch))
+                yield graph
+                looked_at(len(graph.rows))
 
     def _filtered_purge(self, days: float, recheck) -> Result:
-        """With filters, in one graph: the guard against matching everything needs the whole picture."""
+        """Retention, then the filters. Two passes over the store's parts: the first only counts,
+        for the guard against filters that match every ended session, before anything goes."""
         request, filters = self.request, self.request.filters
-        graph, live = self.snapshot()
-        selection = retention.select(graph, days, request.now, live)
-        candidates = len(selection.units)
-        selection.units = [u for u in selection.units if filters.matches(graph.rows[u.session_id])]
-        unbounded = request.older_than is None and not filters.has_age_bound
-        if unbounded and candidates and len(selection.units) == candidates and not request.force:
-            raise Refused(f"profile '{self.engine.profile.name}': the filters match every ended session "
-                          "and set no age bound; add --older-than/--before or use --force")
-        del graph, live  # every row of the store: not needed while deleting (its memory is reused)
-        result = self.engine.delete(self.unclaimed(selection), "prune", recheck=recheck)
-        result.task = "purge"
-        result.kept.update(selection.kept)
-        return result
+        store = self.engine.store
+        if request.older_than is None and not filters.has_age_bound and not request.force:
+            live = set(guards.live_ids(store.db, store.schema, request.now))
+            candidates = picked = 0
+            for graph in graph_parts(store):
+                units = retention.select(graph, days, request.now, live).units
+                candidates += len(units)
+                picked += sum(1 for u in units if filters.matches(graph.rows[u.session_id]))
+            if candidates and picked == candidates:
+                raise Refused(f"profile '{self.engine.profile.name}': the filters match every ended session "
+                              "and set no age bound; add --older-than/--before or use --force")
+
+        def select(graph: Graph, live: set[str]):
+            selection = retention.select(graph, days, request.now, live)
+            selection.units = [u for u in selection.units if filters.matches(graph.rows[u.session_id])]
+            return selection
+
+        return self._by_parts("purge", select,
+                              lambda units: self.engine.delete(units, "prune", recheck=recheck, more=True))
 
 
 def repair_step(run: Run, profile: Profile, policy: Policy, request: Request) -> None:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Iterator
+
 from hermes_admin.actions.common import Run, with_engine
-from hermes_admin.engine import Engine
+from hermes_admin.engine import Engine, Result
 from hermes_admin.homes import Profile
 from hermes_admin.lineage import Graph, Unit, delete_unit
-from hermes_admin.store.read import load_sessions
+from hermes_admin.parts import graph_parts
+from hermes_admin.store.read import load_rows, related_ids
 from hermes_admin.tasks.filters import Filters
 
 NAMED = "named on the command line"
@@ -33,25 +36,50 @@ def matching(graph: Graph, filters: Filters, archiving: bool) -> list[str]:
     return picked
 
 
-def _units(engine: Engine, ids: list[str], filters: Filters | None, force: bool, archiving: bool,
-           build) -> list[Unit]:
-    graph = Graph(load_sessions(engine.store))
-    wanted = [(sid, NAMED) for sid in ids]
-    if filters is not None and filters.given():
-        picked = matching(graph, filters, archiving)
-        candidates = matching(graph, Filters(), archiving)
-        if picked and len(picked) == len(candidates) and not filters.has_age_bound and not force:
-            raise Refused(f"profile '{engine.profile.name}': the filters match all {len(picked)} candidate sessions "
-                          "and set no age bound; add --before/--after or use --force")
-        wanted += [(sid, MATCHED) for sid in picked]
-    units, taken = [], set()
-    for sid, rule in wanted:
-        if sid in taken or sid not in graph.rows:
-            continue  # already part of an earlier unit (a delegate named with its parent), or gone
-        unit = build(graph, sid, rule)
-        taken.update(unit.ids)
-        units.append(unit)
-    return units
+def _parts_of_units(engine: Engine, ids: list[str], filters: Filters | None, force: bool, archiving: bool,
+                    build) -> Iterator[list[Unit]]:
+    """The units to act on, a part of the store at a time (parts.py): never every row in memory.
+
+    Named sessions alone need only their own rows and the linked ones (a unit is made of links);
+    filters look at every part, and first count, for the guard, before anything is touched.
+    """
+    store = engine.store
+    filtering = filters is not None and filters.given()
+    if not filtering:
+        parts = [Graph(load_rows(store, sorted(related_ids(store) | set(ids))).values())]
+    else:
+        if not filters.has_age_bound and not force:
+            picked = candidates = 0
+            for graph in graph_parts(store):
+                picked += len(matching(graph, filters, archiving))
+                candidates += len(matching(graph, Filters(), archiving))
+            if picked and picked == candidates:
+                raise Refused(f"profile '{engine.profile.name}': the filters match all {picked} candidate sessions "
+                              "and set no age bound; add --before/--after or use --force")
+        parts = graph_parts(store)
+    for graph in parts:
+        wanted = [(sid, NAMED) for sid in ids if sid in graph.rows]  # the others are gone, or in another part
+        if filtering:
+            wanted += [(sid, MATCHED) for sid in matching(graph, filters, archiving)]
+        units, taken = [], set()
+        for sid, rule in wanted:
+            if sid in taken:
+                continue  # already part of an earlier unit (a delegate named with its parent)
+            unit = build(graph, sid, rule)
+            taken.update(unit.ids)
+            units.append(unit)
+        yield units
+
+
+def _by_parts(engine: Engine, units: Iterator[list[Unit]], act, action: str, reason: str | None) -> Result:
+    """`act` (the engine) on each part's units; their files and events settled once, at the end."""
+    result = Result(engine.profile.name, action, reason, engine.dry_run)
+    try:
+        for part in units:
+            result.absorb(act(part))
+    finally:
+        engine.settle(result)
+    return result
 
 
 def _guarded(run: Run, work):
@@ -66,9 +94,9 @@ def _guarded(run: Run, work):
 
 def delete(run: Run, profile: Profile, ids: list[str], filters: Filters | None = None, force: bool = False) -> None:
     """Each session with its delegates is one unit; other children are orphaned."""
-    with_engine(run, profile, _guarded(run, lambda engine: [
-        engine.delete(_units(engine, ids, filters, force, False, delete_unit), "delete")
-    ]))
+    with_engine(run, profile, _guarded(run, lambda engine: [_by_parts(
+        engine, _parts_of_units(engine, ids, filters, force, False, delete_unit),
+        lambda units: engine.delete(units, "delete", more=True), "delete", "delete")]))
 
 
 def archive(run: Run, profile: Profile, ids: list[str], archived: bool, filters: Filters | None = None,
@@ -77,7 +105,7 @@ def archive(run: Run, profile: Profile, ids: list[str], archived: bool, filters:
     def lineage(graph: Graph, sid: str, rule: str) -> Unit:
         return Unit(sid, [sid, *graph.lineage(sid)], rule)
 
-    with_engine(run, profile, _guarded(run, lambda engine: [
-        engine.set_archived(_units(engine, ids, filters, force, True, lineage), archived,
-                            "archive" if archived else None)
-    ]))
+    reason = "archive" if archived else None
+    with_engine(run, profile, _guarded(run, lambda engine: [_by_parts(
+        engine, _parts_of_units(engine, ids, filters, force, True, lineage),
+        lambda units: engine.set_archived(units, archived, reason), "archive" if archived else "unarchive", reason)]))

@@ -14,7 +14,7 @@ import time
 import peewee
 
 from hermes_admin import stopping
-from hermes_admin.actions import maintenance
+from hermes_admin import parts
 from hermes_admin.checkpointer import Checkpointer
 from hermes_admin.files import FileIndex
 from hermes_admin.group_commit import GroupCommit
@@ -243,7 +243,7 @@ def test_purge_in_small_batches_does_what_one_batch_does(synth_root, invoke, mon
     shutil.copytree(root, whole, symlinks=True)
     args = ("purge", "--older-than", "90", "--yes", "--json")
     assert invoke("--root", str(whole), *args).exit_code in (0, 1)
-    monkeypatch.setattr(maintenance, "session_batches", functools.partial(maintenance.session_batches, size=2))
+    monkeypatch.setattr(parts, "session_batches", functools.partial(parts.session_batches, size=2))
     result = invoke("--root", str(root), *args)
     assert result.exit_code in (0, 1), result.stderr
     for name in ("default", "work", "legacy"):
@@ -260,7 +260,7 @@ def test_purge_in_small_batches_does_what_one_batch_does(synth_root, invoke, mon
 def test_a_stop_between_batches_is_reported_and_leaves_the_rest(synth_root, invoke, monkeypatch):
     """A stop request (the daemon's SIGTERM) ends the purge after the batch in hand, and says so."""
     root, _ = synth_root
-    batches = functools.partial(maintenance.session_batches, size=2)
+    batches = functools.partial(parts.session_batches, size=2)
 
     def stop_after_first(*args, **kwargs):
         for n, batch in enumerate(batches(*args, **kwargs)):
@@ -268,7 +268,7 @@ def test_a_stop_between_batches_is_reported_and_leaves_the_rest(synth_root, invo
             if n == 0:
                 stopping.request()
 
-    monkeypatch.setattr(maintenance, "session_batches", stop_after_first)
+    monkeypatch.setattr(parts, "session_batches", stop_after_first)
     before = len(row_ids(home_of(root, "default") / "state.db"))
     try:
         result = invoke("--root", str(root), "purge", "-p", "default", "--older-than", "90", "--yes", "--json")

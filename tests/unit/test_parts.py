@@ -14,6 +14,7 @@ import sqlite3
 
 import pytest
 
+from hermes_admin import parts
 from hermes_admin.actions import maintenance
 from hermes_admin.lineage import Graph
 from hermes_admin.store.read import load_sessions
@@ -44,6 +45,7 @@ def outcome(stdout: str, root) -> dict:
 
 @pytest.mark.parametrize("command", [
     ("purge", "--older-than", "90"),
+    ("purge", "--source", "cli", "--before", "1d"),  # filters: the guard counts over the parts first
     ("sweep-empty",),
     ("prune-ghosts",),
     ("archive-inactive", "--days", "30"),
@@ -58,7 +60,7 @@ def test_tasks_by_parts_do_what_one_graph_does(command, synth_root, invoke, monk
         patch.setattr(maintenance._Pass, "_parts", one_graph)
         reference = invoke("--root", str(whole), *args)
     assert reference.exit_code in (0, 1), reference.stderr
-    monkeypatch.setattr(maintenance, "session_batches", functools.partial(maintenance.session_batches, size=2))
+    monkeypatch.setattr(parts, "session_batches", functools.partial(parts.session_batches, size=2))
     monkeypatch.setattr(maintenance, "CHUNK", 1)  # the ghost sweep's files, one at a time
     batched = invoke("--root", str(root), *args)
     assert batched.exit_code in (0, 1), batched.stderr
@@ -75,3 +77,33 @@ def test_tasks_by_parts_do_what_one_graph_does(command, synth_root, invoke, monk
         for name, k in kinds.items():
             assert all(any(sid in f for f in files) for sid in k["orphan_file_old"]), name
             assert all(any(sid in f for f in kept) for sid in k["orphan_file_fresh"]), name
+
+
+def whole_store(store):
+    yield Graph(load_sessions(store))
+
+
+@pytest.mark.parametrize("command", [
+    ("sessions", "delete", "--source", "cli", "--before", "1d"),
+    ("sessions", "delete", "--min-messages", "1", "--force"),  # every candidate: the guard counted the parts
+    ("sessions", "archive", "--before", "10d"),
+])
+def test_sessions_commands_by_parts_do_what_one_graph_does(command, synth_root, invoke, monkeypatch, tmp_path):
+    from hermes_admin.actions import sessions
+
+    root, _ = synth_root
+    whole = tmp_path / "whole"
+    shutil.copytree(root, whole, symlinks=True)
+    args = (*command, "--yes", "--json")
+    with monkeypatch.context() as patch:
+        patch.setattr(sessions, "graph_parts", whole_store)
+        reference = invoke("--root", str(whole), *args)
+    assert reference.exit_code in (0, 1), reference.stderr
+    monkeypatch.setattr(parts, "session_batches", functools.partial(parts.session_batches, size=2))
+    batched = invoke("--root", str(root), *args)
+    assert batched.exit_code in (0, 1), batched.stderr
+    mine, theirs = outcome(batched.stdout, root), outcome(reference.stdout, whole)
+    assert mine == theirs and any(v[0] for v in theirs.values())
+    for name in ("default", "work", "legacy"):
+        mine_db, ref_db = home_of(root, name) / "state.db", home_of(whole, name) / "state.db"
+        assert (row_ids(mine_db), archived(mine_db)) == (row_ids(ref_db), archived(ref_db))
