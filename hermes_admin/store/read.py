@@ -112,7 +112,7 @@ def _select_sessions(store: Store, where: str = "", params: list | None = None) 
     return list(_iter_sessions(store, _sessions_sql(store, where), params))
 
 
-def _sessions_sql(store: Store, where: str = "") -> str:
+def _sessions_sql(store: Store, where: str = "", with_rowid: bool = False) -> str:
     has = store.schema.has_column
     pinned = "s.pinned" if has("sessions", "pinned") else "0"
     activity = "s.last_activity_at" if has("sessions", "last_activity_at") else "NULL"
@@ -122,7 +122,7 @@ def _sessions_sql(store: Store, where: str = "") -> str:
         "(SELECT MAX(m.timestamp) FROM messages m WHERE m.session_id = s.id), "
         "(SELECT COUNT(*) FROM messages m WHERE m.session_id = s.id), "
         f"{_delegate_from('s.model_config')}, "
-        f"s.model, s.session_key, s.profile_name FROM sessions s {where}"
+        f"s.model, s.session_key, s.profile_name{', s.rowid' if with_rowid else ''} FROM sessions s {where}"
     )
 
 
@@ -154,20 +154,19 @@ def related_ids(store: Store) -> set[str]:
 def session_batches(store: Store, leave_out: set[str], size: int = 2000) -> Iterator[list[SessionRow]]:
     """Every session row but `leave_out`, a few thousand at a time in rowid order.
 
-    Each batch is read when the previous one is done with (the caller may delete in
-    between: rowids only grow, so no row is read twice or skipped).
+    One read a batch, by rowid range: no list of ids to look up. Each batch is read when
+    the previous one is done with (the caller may delete in between: rowids only grow, so
+    no row is read twice or skipped).
     """
     after = None
     while True:
-        where, params = ("WHERE rowid > ?", [after]) if after is not None else ("", [])
-        page = store.db.execute_sql(f"SELECT rowid, id FROM sessions {where} ORDER BY rowid LIMIT {int(size)}",
-                                    params).fetchall()
+        where, params = ("WHERE s.rowid > ? ", [after]) if after is not None else ("", [])
+        sql = _sessions_sql(store, f"{where}ORDER BY s.rowid LIMIT {int(size)}", with_rowid=True)
+        page = store.db.execute_sql(sql, params).fetchall()
         if not page:
             return
-        after = page[-1][0]
-        wanted = [sid for _, sid in page if sid not in leave_out]
-        rows = load_rows(store, wanted)
-        yield [rows[sid] for sid in wanted if sid in rows]
+        after = page[-1][-1]
+        yield [_row(values[:-1]) for values in page if values[0] not in leave_out]
 
 
 def load_rows(store: Store, ids: list[str]) -> dict[str, SessionRow]:
