@@ -43,6 +43,26 @@ def outcome(stdout: str, root) -> dict:
     return by_task
 
 
+def run_both(command, root, tmp_path, invoke, monkeypatch, owner, name, whole_graph) -> tuple[dict, dict]:
+    """The command on a copy of `root` with `owner.name` handing out one graph of every row, then
+    on `root` in batches of two; checks both stores were left alike, returns both outcomes."""
+    whole = tmp_path / "whole"
+    shutil.copytree(root, whole, symlinks=True)
+    args = (*command, "--yes", "--json")
+    with monkeypatch.context() as patch:
+        patch.setattr(owner, name, whole_graph)
+        reference = invoke("--root", str(whole), *args)
+    assert reference.exit_code in (0, 1), reference.stderr
+    monkeypatch.setattr(parts, "session_batches", functools.partial(parts.session_batches, size=2))
+    monkeypatch.setattr(maintenance, "CHUNK", 1)  # the ghost sweep's files, one at a time
+    batched = invoke("--root", str(root), *args)
+    assert batched.exit_code in (0, 1), batched.stderr
+    for profile in ("default", "work", "legacy"):
+        mine_db, ref_db = home_of(root, profile) / "state.db", home_of(whole, profile) / "state.db"
+        assert (row_ids(mine_db), archived(mine_db)) == (row_ids(ref_db), archived(ref_db))
+    return outcome(batched.stdout, root), outcome(reference.stdout, whole)
+
+
 @pytest.mark.parametrize("command", [
     ("purge", "--older-than", "90"),
     ("purge", "--source", "cli", "--before", "1d"),  # filters: the guard counts over the parts first
@@ -53,23 +73,8 @@ def outcome(stdout: str, root) -> dict:
 ])
 def test_tasks_by_parts_do_what_one_graph_does(command, synth_root, invoke, monkeypatch, tmp_path):
     root, kinds = synth_root
-    whole = tmp_path / "whole"
-    shutil.copytree(root, whole, symlinks=True)
-    args = (*command, "--yes", "--json")
-    with monkeypatch.context() as patch:
-        patch.setattr(maintenance._Pass, "_parts", one_graph)
-        reference = invoke("--root", str(whole), *args)
-    assert reference.exit_code in (0, 1), reference.stderr
-    monkeypatch.setattr(parts, "session_batches", functools.partial(parts.session_batches, size=2))
-    monkeypatch.setattr(maintenance, "CHUNK", 1)  # the ghost sweep's files, one at a time
-    batched = invoke("--root", str(root), *args)
-    assert batched.exit_code in (0, 1), batched.stderr
-    mine, theirs = outcome(batched.stdout, root), outcome(reference.stdout, whole)
+    mine, theirs = run_both(command, root, tmp_path, invoke, monkeypatch, maintenance._Pass, "_parts", one_graph)
     assert mine == theirs
-    for name in ("default", "work", "legacy"):
-        mine_db, ref_db = home_of(root, name) / "state.db", home_of(whole, name) / "state.db"
-        assert row_ids(mine_db) == row_ids(ref_db)
-        assert archived(mine_db) == archived(ref_db)
     assert any(theirs[key][0] for key in theirs)  # the commands did act on something
     if "prune-ghosts" in command or "run" in command:
         files = [f for key in mine for f in mine[key][2]]
@@ -92,18 +97,5 @@ def test_sessions_commands_by_parts_do_what_one_graph_does(command, synth_root, 
     from hermes_admin.actions import sessions
 
     root, _ = synth_root
-    whole = tmp_path / "whole"
-    shutil.copytree(root, whole, symlinks=True)
-    args = (*command, "--yes", "--json")
-    with monkeypatch.context() as patch:
-        patch.setattr(sessions, "graph_parts", whole_store)
-        reference = invoke("--root", str(whole), *args)
-    assert reference.exit_code in (0, 1), reference.stderr
-    monkeypatch.setattr(parts, "session_batches", functools.partial(parts.session_batches, size=2))
-    batched = invoke("--root", str(root), *args)
-    assert batched.exit_code in (0, 1), batched.stderr
-    mine, theirs = outcome(batched.stdout, root), outcome(reference.stdout, whole)
+    mine, theirs = run_both(command, root, tmp_path, invoke, monkeypatch, sessions, "graph_parts", whole_store)
     assert mine == theirs and any(v[0] for v in theirs.values())
-    for name in ("default", "work", "legacy"):
-        mine_db, ref_db = home_of(root, name) / "state.db", home_of(whole, name) / "state.db"
-        assert (row_ids(mine_db), archived(mine_db)) == (row_ids(ref_db), archived(ref_db))
