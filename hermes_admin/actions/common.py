@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterable
 
 import peewee
 
@@ -12,6 +12,7 @@ from hermes_admin import exitcodes
 from hermes_admin.engine import Engine, Result
 from hermes_admin.hermes_config import HermesConfigError
 from hermes_admin.homes import Profile
+from hermes_admin.lineage import Unit
 from hermes_admin.locks import LockHeld
 from hermes_admin.store import StoreError
 
@@ -41,6 +42,18 @@ class Run:
             "policies": {name: policy.as_dict() for name, policy in self.policies.items()},
             "longest_write_ms": round(max((r.longest_write_ms for r in self.results), default=0.0), 2),
         }
+
+
+def act_in_parts(engine: Engine, result: Result, parts: Iterable[list[Unit]],
+                 act: Callable[[list[Unit]], Result]) -> Result:
+    """`act` (one engine call) on each part's units, folded into `result`. The files and events of
+    every part are settled once, at the end; after an error too, for what did commit."""
+    try:
+        for units in parts:
+            result.absorb(act(units))
+    finally:
+        engine.settle(result)
+    return result
 
 
 def with_engine(run: Run, profile: Profile, work: Callable[[Engine], list[Result]]) -> None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from hermes_admin import guards, stopping
-from hermes_admin.actions.common import Run, with_engine
+from hermes_admin.actions.common import Run, act_in_parts, with_engine
 from hermes_admin.config import AdminConfig
 from hermes_admin.engine import Engine, Result
 from hermes_admin.hermes_config import HermesConfigError
@@ -31,7 +31,6 @@ from hermes_admin.tasks import Selection, archive, empty, ghosts, retention
 from hermes_admin.tasks.filters import Filters
 
 ORDER = ("repair", "ghost_prune", "empty_sweep", "purge", "auto_archive")
-_REASONS = {"ghost_prune": "ghost_prune", "empty_sweep": "empty_sweep", "purge": "prune", "auto_archive": None}
 CHUNK = 2000  # files of sessions/ looked at together by the ghost sweep
 
 
@@ -81,7 +80,8 @@ class _Pass:
         if not (self.policy.ghost_prune or self.request.explicit):
             return self.skipped("ghost_prune", "ghost_prune is off in this profile's policy")
         now = self.request.now
-        result = self._by_parts("ghost_prune", lambda graph, live: ghosts.select_tui_ghosts(graph, now, live),
+        result = self._by_parts("ghost_prune", "delete", "ghost_prune",
+                                lambda graph, live: ghosts.select_tui_ghosts(graph, now, live),
                                 lambda units: self.engine.delete(units, "ghost_prune", recheck=empty.recheck,
                                                                  more=True))
         missing = orphan_session_ids(self.engine.store)
@@ -101,7 +101,8 @@ class _Pass:
         if not (self.policy.empty_sweep or self.request.explicit):
             return self.skipped("empty_sweep", "empty_sweep is off in this profile's policy")
         hours, now = self.policy.empty_min_age_hours, self.request.now
-        return self._by_parts("empty_sweep", lambda graph, live: empty.select(graph, hours, now, live),
+        return self._by_parts("empty_sweep", "delete", "empty_sweep",
+                              lambda graph, live: empty.select(graph, hours, now, live),
                               lambda units: self.engine.delete(units, "empty_sweep", recheck=empty.recheck,
                                                                more=True))
 
@@ -117,7 +118,8 @@ class _Pass:
         if filters.given():
             result = self._filtered_purge(days, recheck)
         else:
-            result = self._by_parts("purge", lambda graph, live: retention.select(graph, days, request.now, live),
+            result = self._by_parts("purge", "delete", "prune",
+                                    lambda graph, live: retention.select(graph, days, request.now, live),
                                     lambda units: self.engine.delete(units, "prune", recheck=recheck, more=True))
         if result.rows and (request.vacuum or self.policy.vacuum_after_prune):
             result.vacuumed = self.engine.vacuum_if_worth(result)
@@ -128,33 +130,36 @@ class _Pass:
         if not (self.policy.auto_archive or request.explicit):
             return self.skipped("auto_archive", "auto_archive is off in this profile's policy")
         days = request.archive_days if request.archive_days is not None else self.policy.auto_archive_days
-        return self._by_parts("auto_archive", lambda graph, live: archive.select(graph, days, request.now),
-                              lambda units: self.engine.set_archived(units, True, reason=None))  # silent
+        return self._by_parts("auto_archive", "archive", None,  # silent
+                              lambda graph, live: archive.select(graph, days, request.now),
+                              lambda units: self.engine.set_archived(units, True, reason=None))
 
     # -- a part of the store at a time ----------------------------------------
 
-    def _by_parts(self, task: str, select, act) -> Result:
+    def _by_parts(self, task: str, action: str, reason: str | None, select, act) -> Result:
         """`select` (a pure rule) and `act` (the engine) on each part of the store in turn.
 
         The parts together are the whole store, and a unit never spans two of them, so
         the selection is the one a single graph of every row would give (the tests
-        compare both); only one part is in memory at a time. Files and events of every
-        part are settled once, at the end.
+        compare both); only one part is in memory at a time.
         """
         store = self.engine.store
         live = set(guards.live_ids(store.db, store.schema, self.request.now))
-        result = self.result(task, "archive" if task == "auto_archive" else "delete", _REASONS[task])
-        try:
+        result = self.result(task, action, reason)
+
+        def units() -> Iterator[list]:
             for graph in self._parts(task, result):
                 selection = select(graph, live)
-                done = act(self.unclaimed(selection))
-                if not self.engine.dry_run:  # gone (or archived, by the last task): no later task can take them
-                    self.claimed.difference_update(i for unit in done.done for i in unit.ids)
-                result.absorb(done)
                 result.kept.update(selection.kept)
-        finally:
-            self.engine.settle(result)  # the parts' files and events, once their commits are durable
-        return result
+                yield self.unclaimed(selection)
+
+        def acted(chosen: list) -> Result:
+            done = act(chosen)
+            if not self.engine.dry_run:  # gone (or archived, by the last task): no later task can take them
+                self.claimed.difference_update(i for unit in done.done for i in unit.ids)
+            return done
+
+        return act_in_parts(self.engine, result, units(), acted)
 
     def _parts(self, task: str, result: Result) -> Iterator[Graph]:
         """The store a part at a time (parts.py), with a progress bar; a stop request ends it."""
@@ -190,7 +195,7 @@ class _Pass:
             selection.units = [u for u in selection.units if filters.matches(graph.rows[u.session_id])]
             return selection
 
-        return self._by_parts("purge", select,
+        return self._by_parts("purge", "delete", "prune", select,
                               lambda units: self.engine.delete(units, "prune", recheck=recheck, more=True))
 
 

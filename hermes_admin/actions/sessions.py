@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from hermes_admin.actions.common import Run, with_engine
+from hermes_admin.actions.common import Run, act_in_parts, with_engine
 from hermes_admin.engine import Engine, Result
 from hermes_admin.homes import Profile
 from hermes_admin.lineage import Graph, Unit, delete_unit
@@ -71,17 +71,6 @@ def _parts_of_units(engine: Engine, ids: list[str], filters: Filters | None, for
         yield units
 
 
-def _by_parts(engine: Engine, units: Iterator[list[Unit]], act, action: str, reason: str | None) -> Result:
-    """`act` (the engine) on each part's units; their files and events settled once, at the end."""
-    result = Result(engine.profile.name, action, reason, engine.dry_run)
-    try:
-        for part in units:
-            result.absorb(act(part))
-    finally:
-        engine.settle(result)
-    return result
-
-
 def _guarded(run: Run, work):
     def wrapped(engine: Engine):
         try:
@@ -94,9 +83,10 @@ def _guarded(run: Run, work):
 
 def delete(run: Run, profile: Profile, ids: list[str], filters: Filters | None = None, force: bool = False) -> None:
     """Each session with its delegates is one unit; other children are orphaned."""
-    with_engine(run, profile, _guarded(run, lambda engine: [_by_parts(
-        engine, _parts_of_units(engine, ids, filters, force, False, delete_unit),
-        lambda units: engine.delete(units, "delete", more=True), "delete", "delete")]))
+    with_engine(run, profile, _guarded(run, lambda engine: [act_in_parts(
+        engine, Result(profile.name, "delete", "delete", engine.dry_run),
+        _parts_of_units(engine, ids, filters, force, False, delete_unit),
+        lambda units: engine.delete(units, "delete", more=True))]))
 
 
 def archive(run: Run, profile: Profile, ids: list[str], archived: bool, filters: Filters | None = None,
@@ -105,7 +95,8 @@ def archive(run: Run, profile: Profile, ids: list[str], archived: bool, filters:
     def lineage(graph: Graph, sid: str, rule: str) -> Unit:
         return Unit(sid, [sid, *graph.lineage(sid)], rule)
 
-    reason = "archive" if archived else None
-    with_engine(run, profile, _guarded(run, lambda engine: [_by_parts(
-        engine, _parts_of_units(engine, ids, filters, force, True, lineage),
-        lambda units: engine.set_archived(units, archived, reason), "archive" if archived else "unarchive", reason)]))
+    action, reason = ("archive", "archive") if archived else ("unarchive", None)
+    with_engine(run, profile, _guarded(run, lambda engine: [act_in_parts(
+        engine, Result(profile.name, action, reason, engine.dry_run),
+        _parts_of_units(engine, ids, filters, force, True, lineage),
+        lambda units: engine.set_archived(units, archived, reason))]))
