@@ -136,10 +136,6 @@ class FileIndex:
             return None
         return SessionFile(self.folder, name, st.st_size, st.st_mtime, stat.S_ISLNK(st.st_mode))
 
-    def ids(self) -> set[str]:
-        """Every session id with a file in the folder (a scan of its own)."""
-        return {sid for sid, _ in _session_files(self.folder)}
-
     def names(self, size: int) -> Iterator[list[tuple[str, str]]]:
         """(session id, name) of every per-session file, `size` at a time: a scan of its own, for
         the ghost sweep, which asks the store about one part at a time. Unsafe ids name no file."""

@@ -132,7 +132,8 @@ def _iter_sessions(store: Store, sql: str, params: list | None) -> Iterator[Sess
 
 
 def load_sessions(store: Store) -> list[SessionRow]:
-    """Every session row of the store, with its message statistics."""
+    """Every session row of the store, with its message statistics. The commands read a store a
+    part at a time (parts.py); the tests compare that with this one graph of every row."""
     return _select_sessions(store)
 
 
