@@ -14,10 +14,12 @@ never lost for want of a scratch file.
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 from typing import Callable, Iterable, Iterator
 
 HEAD = 256  # entries kept in memory before the rest goes to the file
+READ_BYTES = 1 << 16
 
 
 def _plain(value):
@@ -92,15 +94,17 @@ class Spill:
         return self._decode(json.loads(line))
 
     def _lines(self) -> Iterator[str]:
+        """The file's lines, read with pread: the write position never moves, so a reader
+        that stops half way leaves nothing for the next append to trip on."""
         if self._file is None:
             return
         self._file.flush()
-        self._file.seek(0)
-        try:
-            for line in self._file:
-                yield line.rstrip("\n")
-        finally:
-            self._file.seek(0, 2)  # appends go on at the end
+        fd, offset, rest = self._file.fileno(), 0, b""
+        while chunk := os.pread(fd, READ_BYTES, offset):
+            offset += len(chunk)
+            *lines, rest = (rest + chunk).split(b"\n")
+            for line in lines:
+                yield line.decode("utf-8")
 
     def encoded(self) -> Iterator[str]:
         """Each entry as JSON text, exactly as `json.dumps` writes it."""
@@ -110,11 +114,6 @@ class Spill:
 
     def as_dict(self):  # what a report that is not streamed (at a terminal) writes
         return list(self)
-
-    def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
 
 
 class SpillMap(Spill):

@@ -12,14 +12,17 @@ from hermes_admin.spill import Spill, SpillMap
 
 def test_a_spill_keeps_order_and_length_across_its_head_and_its_file(monkeypatch):
     monkeypatch.setattr(spill, "HEAD", 3)
+    monkeypatch.setattr(spill, "READ_BYTES", 7)  # lines cut across reads
     items = [f"/s/{i}\n\u00e9.json" for i in range(10)] + ["line\u2028break", ""]
     listed = Spill(items)
     assert listed._file is not None and len(listed._head) == 3
     assert len(listed) == 12 and bool(listed) and not Spill()
     assert list(listed) == items
     assert list(listed) == items  # a second pass reads the file again
-    listed.append("late")
-    assert list(listed)[-1] == "late"
+    reader = iter(listed)
+    assert [next(reader) for _ in range(5)] == items[:5]  # a reader that stops half way ...
+    listed.append("late")  # ... leaves the next entry at the end all the same
+    assert list(listed)[-1] == "late" and len(list(listed)) == 13
     assert list(listed.encoded()) == [json.dumps(item) for item in items + ["late"]]
 
 
