@@ -381,9 +381,7 @@ class Engine:
         for paths, fired in work:
             self.remover.remove(paths)
             events += fired
-        removed, skipped = self.remover.answered()  # into the report (on disk past its head) as they come
-        result.files_removed += removed
-        result.files_skipped += skipped
+        self._collect_files(result, wait=False)  # into the report (on disk past its head) as they come
         if events:
             self.remover.drain()  # files before events: a plugin sees the files gone
             self._deliver(events, result.hook_failures)
@@ -585,10 +583,10 @@ class Engine:
         else:
             self.remover.remove(paths)
 
-    def _collect_files(self, result: Result) -> None:
-        """Wait for the queued removals and record them in `result`."""
+    def _collect_files(self, result: Result, wait: bool = True) -> None:
+        """Record in `result` the removals answered so far; with `wait`, all those queued."""
         if self.remover is not None:
-            removed, skipped = self.remover.take()
+            removed, skipped = self.remover.take() if wait else self.remover.answered()
             result.files_removed += removed
             result.files_skipped += skipped
 

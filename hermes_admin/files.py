@@ -113,7 +113,7 @@ class FileIndex:
     def files_of(self, session_id: str) -> list[SessionFile]:
         if unsafe_id(session_id):
             return []  # such an id never names a file inside sessions/
-        found = (self._lstat(name) for name in self.names_of(session_id))
+        found = (self.entry(name) for name in self.names_of(session_id))
         return [entry for entry in found if entry is not None]
 
     def paths_of(self, session_id: str) -> list[str]:
@@ -130,7 +130,8 @@ class FileIndex:
     def path_of(self, name: str) -> str:
         return os.path.join(self.folder, name)
 
-    def _lstat(self, name: str) -> SessionFile | None:
+    def entry(self, name: str) -> SessionFile | None:
+        """The file of that name, lstat'ed now; None if it is gone or not a file."""
         st = _file_stat(os.path.join(self.folder, name))
         if st is None:
             return None
@@ -148,7 +149,3 @@ class FileIndex:
                 part = []
         if part:
             yield part
-
-    def entry(self, name: str) -> SessionFile | None:
-        """The file of that name, lstat'ed now; None if it is gone or not a file."""
-        return self._lstat(name)

@@ -18,6 +18,11 @@ from hermes_admin.store import Store
 from hermes_admin.store.read import load_rows, related_ids, session_batches
 
 
+def graph_around(store: Store, ids) -> Graph:
+    """These sessions with every linked one: all that a unit (or lineage) of theirs can hold."""
+    return Graph(load_rows(store, sorted(related_ids(store) | set(ids))).values())
+
+
 def graph_parts(store: Store) -> Iterator[Graph]:
     linked = related_ids(store)
     rows = load_rows(store, sorted(linked))

@@ -36,7 +36,7 @@ from hermes_admin.lineage import Unit
 from hermes_admin.locks import Flock, LockHeld
 from hermes_admin.store import Store, StoreError
 from hermes_admin.store.connect import readonly_uri, write_transaction
-from hermes_admin.store.read import load_rows
+from hermes_admin.store.read import existing_ids
 
 STANDARD_FOLDERS = ("sessions", "logs", "memories", "skills", "cron")
 PRIVATE_FILES = ("state.db", "state.db-wal", "state.db-shm", ".env")
@@ -172,7 +172,7 @@ def _ids_present(profile: Profile, ids: list[str]) -> set[str]:
         return set()
     try:
         with Store.open(profile) as store:
-            return set(load_rows(store, ids))
+            return set(existing_ids(store, ids))
     except StoreError:
         return set()
 

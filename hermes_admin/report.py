@@ -39,16 +39,13 @@ def emit_json(document: dict) -> None:
     out.flush()
 
 
-SLICE = 512  # list items encoded per json.dumps call
-
-
 def _write_compact(value, write) -> None:
-    """What `json.dump(value)` writes, piece by piece: long lists a slice at a time.
+    """What `json.dump(value)` writes, piece by piece, through the C encoder.
 
-    `json.dump` streams through the pure-Python encoder (1.7 s for a W10 purge's report);
-    `json.dumps` uses the C one. Long lists (ids, paths, units done) hold small items and
-    are encoded SLICE items per call; short ones (the per-profile results) are walked item
-    by item, so no call ever builds the whole document in memory.
+    `json.dump` streams through the pure-Python encoder (1.7 s for a W10 purge's report).
+    Here the lists that grow with the store are Spills, copied out line by line as they
+    were encoded; everything else is walked container by container and each leaf goes
+    through `json.dumps`, so no call ever builds the whole document in memory.
     """
     if isinstance(value, Spill):  # on disk past its head: copied out, never built whole
         opening, closing = ("{", "}") if isinstance(value, SpillMap) else ("[", "]")
@@ -65,11 +62,6 @@ def _write_compact(value, write) -> None:
             write(("" if n == 0 else ", ") + json.dumps(key if isinstance(key, str) else str(key)) + ": ")
             _write_compact(item, write)
         write("}")
-    elif isinstance(value, (list, tuple)) and len(value) > SLICE:
-        write("[")
-        for start in range(0, len(value), SLICE):
-            write(("" if start == 0 else ", ") + json.dumps(value[start:start + SLICE], default=_plain)[1:-1])
-        write("]")
     elif isinstance(value, (list, tuple)):
         write("[")
         for n, item in enumerate(value):

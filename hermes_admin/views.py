@@ -7,11 +7,10 @@ from dataclasses import dataclass
 
 from hermes_admin.files import FileIndex
 from hermes_admin.homes import Profile
-from hermes_admin.lineage import Graph
 from hermes_admin.report import iso
 from hermes_admin.store import Store, StoreError
-from hermes_admin.store.read import (SessionRow, find_session_ids, journal_mode, load_rows, most_recent, profile_counts,
-                                     related_ids)
+from hermes_admin.parts import graph_around
+from hermes_admin.store.read import SessionRow, find_session_ids, journal_mode, profile_counts
 
 
 def _size(path) -> int | None:
@@ -56,11 +55,6 @@ def session_brief(profile: Profile, row: SessionRow) -> dict:
     }
 
 
-def list_sessions(store: Store, limit: int) -> list[SessionRow]:
-    """The `limit` most recently active sessions, newest first (never the whole store in memory)."""
-    return most_recent(store, limit)
-
-
 @dataclass
 class Match:
     profile: Profile
@@ -95,9 +89,7 @@ def resolve(profiles: list[Profile], id_or_prefix: str) -> tuple[list[Match], li
 def session_detail(profile: Profile, session_id: str) -> dict:
     """Everything `sessions show` tells about one session."""
     with Store.open(profile) as store:
-        # its lineage, children and delegates are all linked sessions: those, not the whole store
-        rows = load_rows(store, sorted(related_ids(store) | {session_id})).values()
-    graph = Graph(rows)
+        graph = graph_around(store, [session_id])  # its lineage, children, delegates: not the whole store
     row = graph.rows[session_id]
     files = FileIndex.scan(profile.sessions_dir).files_of(session_id)
     detail = session_brief(profile, row)

@@ -8,8 +8,7 @@ from hermes_admin.actions.common import Run, act_in_parts, with_engine
 from hermes_admin.engine import Engine, Result
 from hermes_admin.homes import Profile
 from hermes_admin.lineage import Graph, Unit, delete_unit
-from hermes_admin.parts import graph_parts
-from hermes_admin.store.read import load_rows, related_ids
+from hermes_admin.parts import graph_around, graph_parts
 from hermes_admin.tasks.filters import Filters
 
 NAMED = "named on the command line"
@@ -46,7 +45,7 @@ def _parts_of_units(engine: Engine, ids: list[str], filters: Filters | None, for
     store = engine.store
     filtering = filters is not None and filters.given()
     if not filtering:
-        parts = [Graph(load_rows(store, sorted(related_ids(store) | set(ids))).values())]
+        parts = [graph_around(store, ids)]
     else:
         if not filters.has_age_bound and not force:
             picked = candidates = 0

@@ -12,8 +12,9 @@ from hermes_admin.actions.common import Run
 from hermes_admin.cli import mutate
 from hermes_admin.cli.context import App, json_option, pass_app, profile_option
 from hermes_admin.cli.maintain_cmd import build_filters, filter_options
-from hermes_admin.views import list_sessions, resolve, session_brief, session_detail
+from hermes_admin.views import resolve, session_brief, session_detail
 from hermes_admin.store import Store, StoreError
+from hermes_admin.store.read import most_recent
 
 
 @click.group()
@@ -36,7 +37,7 @@ def list_cmd(app: App, profiles, limit: int, as_json: bool):
             continue
         try:
             with Store.open(profile) as store:
-                briefs += [session_brief(profile, row) for row in list_sessions(store, limit)]
+                briefs += [session_brief(profile, row) for row in most_recent(store, limit)]
         except StoreError as exc:
             errors.append(str(exc))
     briefs.sort(key=lambda b: b["last_activity"] or "", reverse=True)

@@ -16,6 +16,7 @@ from typing import Iterator
 import peewee
 from peewee import SQL, fn
 
+from hermes_admin.guards import chunks, marks
 from hermes_admin.store.open import Store
 
 
@@ -174,20 +175,17 @@ def load_rows(store: Store, ids: list[str]) -> dict[str, SessionRow]:
     """The rows of these sessions only (those that exist), by id. The engine calls it inside
     its transactions (existence and recheck at once), where every millisecond holds the lock."""
     found: dict[str, SessionRow] = {}
-    for start in range(0, len(ids), 900):
-        part = ids[start:start + 900]
-        rows = _select_sessions(store, f"WHERE s.id IN ({','.join('?' * len(part))})", part)
-        found.update((row.id, row) for row in rows)
+    for part in chunks(ids):
+        found.update((row.id, row) for row in _select_sessions(store, f"WHERE s.id IN ({marks(part)})", part))
     return found
 
 
 def existing_ids(store: Store, ids: list[str]) -> list[str]:
     """Those of `ids` that a sessions row has."""
     found: list[str] = []
-    for start in range(0, len(ids), 900):
-        part = ids[start:start + 900]
-        found += [r[0] for r in store.db.execute_sql(
-            f"SELECT id FROM sessions WHERE id IN ({','.join('?' * len(part))})", part).fetchall()]
+    for part in chunks(ids):
+        found += [r[0] for r in store.db.execute_sql(f"SELECT id FROM sessions WHERE id IN ({marks(part)})",
+                                                     part).fetchall()]
     return found
 
 

@@ -283,7 +283,6 @@ def test_compact_json_report_is_what_json_dump_writes(monkeypatch):
     from hermes_admin import report
     from hermes_admin.engine import Done
 
-    monkeypatch.setattr(report, "SLICE", 3)  # several slices, and a list just over one
     doc = {"results": [{"done": [Done(f"s{i}", (f"s{i}", "d"), "age") for i in range(10)],
                         "files_removed": [f"/s/{i}\n.json" for i in range(4)], "kept": {"a": "b"}}],
            "empty": [], "short": [1, 2], "nested": [[1, {"x": (True, None)}]], 7: 1.5}
