@@ -6,8 +6,9 @@ from dataclasses import dataclass, field
 
 import click
 
-from hermes_admin import config as admin_config
-from hermes_admin import exitcodes, homes, report
+from hermes_admin.host import config as admin_config
+from hermes_admin import exitcodes, report
+from hermes_admin.host import discovery as homes
 
 
 @dataclass

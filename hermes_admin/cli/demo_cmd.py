@@ -10,13 +10,13 @@ from pathlib import Path
 import click
 import yaml
 
-from hermes_admin.actions.common import Run
-from hermes_admin.actions.maintenance import ORDER, Request, maintain
+from hermes_admin.profile.actions.common import Run
+from hermes_admin.profile.actions.maintenance import ORDER, Request, maintain
 from hermes_admin.cli import mutate
 from hermes_admin.cli.context import App, pass_app
 from hermes_admin.cli.profiles_cmd import show_profiles
-from hermes_admin.config import AdminConfig
-from hermes_admin.policy import shipped
+from hermes_admin.host.config import AdminConfig
+from hermes_admin.profile.policy import shipped
 from hermes_admin.synth.scenario import build_root
 
 # Two upstream-shaped profiles and one written by the PyPI release's schema.

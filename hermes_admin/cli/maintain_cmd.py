@@ -6,13 +6,13 @@ import time
 
 import click
 
-from hermes_admin import metrics
-from hermes_admin.actions.common import Run
-from hermes_admin.actions.maintenance import ORDER, Request, maintain
+from hermes_admin.host import metrics
+from hermes_admin.profile.actions.common import Run
+from hermes_admin.profile.actions.maintenance import ORDER, Request, maintain
 from hermes_admin.cli import mutate
 from hermes_admin.cli.context import App, json_option, pass_app, profile_option
-from hermes_admin.tasks.filters import FilterError, Filters, parse_when
-from hermes_admin.views import profile_summary
+from hermes_admin.profile.tasks.filters import FilterError, Filters, parse_when
+from hermes_admin.profile.views import profile_summary
 
 
 def task_options(f):

@@ -7,9 +7,9 @@ import sys
 import click
 
 from hermes_admin import report
-from hermes_admin.actions.common import Run
-from hermes_admin.homes import Profile
-from hermes_admin.views import resolve_many
+from hermes_admin.profile.actions.common import Run
+from hermes_admin.host.discovery import Profile
+from hermes_admin.profile.views import resolve_many
 
 
 def dry_run_option(f):

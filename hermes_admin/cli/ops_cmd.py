@@ -10,11 +10,12 @@ from pathlib import Path
 
 import click
 
-from hermes_admin import exitcodes, homes, report
+from hermes_admin import exitcodes, report
+from hermes_admin.host import discovery as homes
 from hermes_admin.cli.context import App, pass_app
-from hermes_admin.config import ConfigError
-from hermes_admin.config import load as load_config
-from hermes_admin.policy import shipped
+from hermes_admin.host.config import ConfigError
+from hermes_admin.host.config import load as load_config
+from hermes_admin.profile.policy import shipped
 
 PLACEHOLDER = "/usr/local/bin/hermes-admin"
 
@@ -32,7 +33,7 @@ def setup_logging(verbose: int) -> None:
 @pass_app
 def daemon(app: App, metrics_file):
     """Run the maintenance tasks on the admin config's `schedule:` until stopped."""
-    from hermes_admin.daemon import Daemon, ScheduleError, schedule  # APScheduler: only for the daemon
+    from hermes_admin.host.daemon import Daemon, ScheduleError, schedule  # APScheduler: only for the daemon
 
     setup_logging(app.verbose)
 
@@ -43,7 +44,7 @@ def daemon(app: App, metrics_file):
         roots = homes.resolve_roots(app.roots_given, config.roots, app.all_users)
         found = homes.discover(roots)
         for root in found.missing_roots:
-            logging.getLogger("hermes_admin.daemon").warning("root %s: no such folder", root)
+            logging.getLogger("hermes_admin.host.daemon").warning("root %s: no such folder", root)
         return found.profiles
 
     try:

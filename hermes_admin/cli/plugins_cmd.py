@@ -6,9 +6,9 @@ import click
 
 from hermes_admin import exitcodes, report
 from hermes_admin.cli.context import App, json_option, pass_app, profile_option
-from hermes_admin.hermes_config import HermesConfigError
-from hermes_admin.hermes_config import load as load_hermes_config
-from hermes_admin.hooks.discovery import discover
+from hermes_admin.profile.hermes_config import HermesConfigError
+from hermes_admin.profile.hermes_config import load as load_hermes_config
+from hermes_admin.profile.hooks.discovery import discover
 
 
 @click.group()

@@ -6,7 +6,7 @@ import click
 
 from hermes_admin import exitcodes, report
 from hermes_admin.cli.context import App, json_option, pass_app, profile_option
-from hermes_admin.views import profile_summary
+from hermes_admin.profile.views import profile_summary
 
 
 def show_profiles(app: App, only: tuple[str, ...], as_json: bool) -> int:

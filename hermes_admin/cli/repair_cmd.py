@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import click
 
-from hermes_admin import homes, report
-from hermes_admin.actions.repair import RepairRun, repair
+from hermes_admin import report
+from hermes_admin.host import discovery as homes
+from hermes_admin.profile.actions.repair import RepairRun, repair
 from hermes_admin.cli import mutate
 from hermes_admin.cli.context import App, json_option, pass_app, profile_option
 

@@ -7,14 +7,14 @@ import time
 import click
 
 from hermes_admin import exitcodes, report
-from hermes_admin.actions import sessions as actions
-from hermes_admin.actions.common import Run
+from hermes_admin.profile.actions import sessions as actions
+from hermes_admin.profile.actions.common import Run
 from hermes_admin.cli import mutate
 from hermes_admin.cli.context import App, json_option, pass_app, profile_option
 from hermes_admin.cli.maintain_cmd import build_filters, filter_options
-from hermes_admin.views import resolve, session_brief, session_detail
-from hermes_admin.store import Store, StoreError
-from hermes_admin.store.read import most_recent
+from hermes_admin.profile.views import resolve, session_brief, session_detail
+from hermes_admin.profile.store import Store, StoreError
+from hermes_admin.profile.store.read import most_recent
 
 
 @click.group()

@@ -143,7 +143,7 @@ def test_module_help_and_demo_with_empty_home(tmp_path):
 
 def test_interrupt_exits_130_and_usage_errors_exit_2(tmp_path, synth_root):
     root, _ = synth_root
-    code = ("import sys, hermes_admin.views as v\n"
+    code = ("import sys, hermes_admin.profile.views as v\n"
             "def stop(*a, **k): raise KeyboardInterrupt\n"
             "v.profile_summary = stop\n"
             "import hermes_admin.cli.profiles_cmd as p; p.profile_summary = stop\n"

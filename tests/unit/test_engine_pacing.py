@@ -14,14 +14,14 @@ import time
 import peewee
 
 from hermes_admin import stopping
-from hermes_admin import parts
-from hermes_admin.checkpointer import Checkpointer
-from hermes_admin.files import FileIndex
-from hermes_admin.group_commit import GroupCommit
-from hermes_admin import remover as remover_module
-from hermes_admin.remover import FileRemover
-from hermes_admin.store.connect import open_readwrite
-from hermes_admin.turns import MAX_S, MIN_S, Turns
+from hermes_admin.profile import parts
+from hermes_admin.profile.engine.checkpointer import Checkpointer
+from hermes_admin.profile.engine.files import FileIndex
+from hermes_admin.profile.engine.group_commit import GroupCommit
+from hermes_admin.profile.engine import remover as remover_module
+from hermes_admin.profile.engine.remover import FileRemover
+from hermes_admin.profile.store.connect import open_readwrite
+from hermes_admin.profile.engine.turns import MAX_S, MIN_S, Turns
 from tests.conftest import fts_problems
 from tests.helpers import home_of, row_ids
 
@@ -281,7 +281,7 @@ def test_a_stop_between_batches_is_reported_and_leaves_the_rest(synth_root, invo
 
 def test_compact_json_report_is_what_json_dump_writes(monkeypatch):
     from hermes_admin import report
-    from hermes_admin.engine import Done
+    from hermes_admin.profile.engine.engine import Done
 
     doc = {"results": [{"done": [Done(f"s{i}", (f"s{i}", "d"), "age") for i in range(10)],
                         "files_removed": [f"/s/{i}\n.json" for i in range(4)], "kept": {"a": "b"}}],

@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from hermes_admin.homes import discover, discover_root, resolve_roots, root_of_home
+from hermes_admin.host.discovery import discover, discover_root, resolve_roots, root_of_home
 
 
 @pytest.mark.parametrize("home, root", [

@@ -2,7 +2,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from hermes_admin.lineage import Graph
+from hermes_admin.profile.lineage import Graph
 
 
 @dataclass

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from hermes_admin import sdnotify
-from hermes_admin.config import AdminConfig
-from hermes_admin.daemon import DEFAULT_SCHEDULE, ScheduleError, job_id, schedule, trigger_for
+from hermes_admin.host import sdnotify
+from hermes_admin.host.config import AdminConfig
+from hermes_admin.host.daemon import DEFAULT_SCHEDULE, ScheduleError, job_id, schedule, trigger_for
 from tests.helpers import row_ids
 
 MONDAY = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)  # a Monday

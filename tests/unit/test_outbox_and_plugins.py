@@ -12,16 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from hermes_admin.hermes_config import HermesConfig
-from hermes_admin.hooks.bus import HookBus
-from hermes_admin.hooks.discovery import discover
-from hermes_admin.homes import Profile
+from hermes_admin.profile.hermes_config import HermesConfig
+from hermes_admin.profile.hooks.bus import HookBus
+from hermes_admin.profile.hooks.discovery import discover
+from hermes_admin.host.discovery import Profile
 from hermes_admin.synth.builder import SynthStore
 from tests.helpers import events, install_plugins, row_ids
 
 KILLER = """
 import os, signal, sys
-from hermes_admin import engine
+from hermes_admin.profile.engine import engine
 where = sys.argv[1]
 if where == "after-commit":
     original = engine.Engine._deliver

@@ -14,10 +14,10 @@ import sqlite3
 
 import pytest
 
-from hermes_admin import parts
-from hermes_admin.actions import maintenance
-from hermes_admin.lineage import Graph
-from hermes_admin.store.read import load_sessions
+from hermes_admin.profile import parts
+from hermes_admin.profile.actions import maintenance
+from hermes_admin.profile.lineage import Graph
+from hermes_admin.profile.store.read import load_sessions
 from tests.helpers import home_of, row_ids
 
 
@@ -94,7 +94,7 @@ def whole_store(store):
     ("sessions", "archive", "--before", "10d"),
 ])
 def test_sessions_commands_by_parts_do_what_one_graph_does(command, synth_root, invoke, monkeypatch, tmp_path):
-    from hermes_admin.actions import sessions
+    from hermes_admin.profile.actions import sessions
 
     root, _ = synth_root
     mine, theirs = run_both(command, root, tmp_path, invoke, monkeypatch, sessions, "graph_parts", whole_store)

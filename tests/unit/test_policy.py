@@ -2,9 +2,9 @@ from pathlib import Path
 
 import pytest
 
-from hermes_admin.config import AdminConfig
-from hermes_admin.hermes_config import HermesConfig
-from hermes_admin.policy import BUILTINS, PolicyError, effective, load_preset
+from hermes_admin.host.config import AdminConfig
+from hermes_admin.profile.hermes_config import HermesConfig
+from hermes_admin.profile.policy import BUILTINS, PolicyError, effective, load_preset
 
 
 def hermes(sessions=None):

@@ -2,9 +2,9 @@ import sqlite3
 
 import pytest
 
-from hermes_admin.homes import Profile
-from hermes_admin.store import Store
-from hermes_admin.store.read import find_session_ids, load_sessions, profile_counts
+from hermes_admin.host.discovery import Profile
+from hermes_admin.profile.store import Store
+from hermes_admin.profile.store.read import find_session_ids, load_sessions, profile_counts
 from hermes_admin.synth.builder import DAY, SynthStore
 from hermes_admin.synth.scenario import build_profile_home
 from tests.conftest import counts

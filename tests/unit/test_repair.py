@@ -9,7 +9,7 @@ import stat
 
 import pytest
 
-from hermes_admin.repair import namespace_of
+from hermes_admin.profile.repair import namespace_of
 from hermes_admin.synth.builder import SynthStore
 from tests.conftest import fk_rows, fts_problems, store_digest
 from tests.helpers import events, install_plugins, row_ids

@@ -5,9 +5,9 @@ import time
 import peewee
 import pytest
 
-from hermes_admin.homes import Profile
-from hermes_admin.store import Store, StoreError
-from hermes_admin.store.connect import open_readwrite, write_transaction
+from hermes_admin.host.discovery import Profile
+from hermes_admin.profile.store import Store, StoreError
+from hermes_admin.profile.store.connect import open_readwrite, write_transaction
 from hermes_admin.synth.builder import SynthStore
 
 

@@ -6,10 +6,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from hermes_admin.files import FileIndex
-from hermes_admin.lineage import Graph
-from hermes_admin.tasks import archive, empty, ghosts, retention
-from hermes_admin.tasks.filters import FilterError, Filters, parse_when
+from hermes_admin.profile.engine.files import FileIndex
+from hermes_admin.profile.lineage import Graph
+from hermes_admin.profile.tasks import archive, empty, ghosts, retention
+from hermes_admin.profile.tasks.filters import FilterError, Filters, parse_when
 
 NOW = 1_800_000_000.0
 DAY = 86400.0

@@ -1,0 +1,181 @@
+"""`hermes-admin daemon`: the maintenance tasks on a schedule (APScheduler 3.x).
+
+Jobs come from the admin config's `schedule:` (`TASK: "crontab"` or
+`TASK: {every_seconds: N}`), re-added with fixed ids at each start, run one at
+a time with missed runs coalesced. SIGTERM/SIGINT stop after the current
+transaction; SIGHUP reloads the config and reschedules. With `$NOTIFY_SOCKET`
+it tells systemd READY, STOPPING and WATCHDOG.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import signal
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from apscheduler.executors.pool import ThreadPoolExecutor
+from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.triggers.cron import CronTrigger
+from apscheduler.triggers.interval import IntervalTrigger
+
+from hermes_admin import report, stopping
+from hermes_admin.host import metrics
+from hermes_admin.host import sdnotify
+from hermes_admin.profile.actions.common import Run
+from hermes_admin.profile.actions.maintenance import ORDER, Request, maintain
+from hermes_admin.host.config import AdminConfig
+
+log = logging.getLogger("hermes_admin.host.daemon")
+
+# What each schedulable task runs.
+TASKS = {
+    "run": ORDER,
+    "purge": ("purge",),
+    "sweep-empty": ("empty_sweep",),
+    "prune-ghosts": ("ghost_prune",),
+    "archive-inactive": ("auto_archive",),
+}
+# Nightly, somewhere between 03:30 and 04:00, so many machines do not start at once.
+DEFAULT_SCHEDULE = {"run": {"cron": "30 3 * * *", "jitter": 1800}}
+
+
+class ScheduleError(Exception):
+    pass
+
+
+def job_id(task: str) -> str:
+    return f"hermes-admin:{task}"
+
+
+def trigger_for(task: str, spec) -> CronTrigger | IntervalTrigger:
+    """A trigger from `"m h dom mon dow"`, `{every_seconds: N}` or `{cron: "...", jitter: N}`."""
+    if task not in TASKS:
+        raise ScheduleError(f"schedule: unknown task {task!r} (known: {', '.join(TASKS)})")
+    if isinstance(spec, dict) and "every_seconds" in spec:
+        seconds = spec["every_seconds"]
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds <= 0:
+            raise ScheduleError(f"schedule.{task}: every_seconds must be a positive number")
+        return IntervalTrigger(seconds=seconds)
+    jitter = None
+    if isinstance(spec, dict) and "cron" in spec:
+        spec, jitter = spec["cron"], spec.get("jitter")
+    if not isinstance(spec, str):
+        raise ScheduleError(f"schedule.{task}: give a crontab string or {{every_seconds: N}}")
+    fields = spec.split()
+    if len(fields) != 5:
+        raise ScheduleError(f"schedule.{task}: {spec!r} is not a 5-field crontab line")
+    if any(ch.isdigit() for ch in fields[4]):
+        raise ScheduleError(f"schedule.{task}: write days of the week by name (mon-fri), not number: "
+                            "APScheduler 3.x counts them from Monday, unlike cron")
+    try:
+        return CronTrigger(minute=fields[0], hour=fields[1], day=fields[2], month=fields[3],
+                           day_of_week=fields[4], jitter=jitter)
+    except ValueError as exc:
+        raise ScheduleError(f"schedule.{task}: {spec!r}: {exc}") from None
+
+
+def schedule(scheduler, config: AdminConfig, job: Callable[[str], None]) -> list[str]:
+    """(Re)add every job with its fixed id; returns the ids."""
+    wanted = config.schedule or DEFAULT_SCHEDULE
+    triggers = {task: trigger_for(task, spec) for task, spec in wanted.items()}  # all valid, or none added
+    ids = []
+    for existing in scheduler.get_jobs():
+        if existing.id not in {job_id(t) for t in triggers}:
+            existing.remove()
+    for task, trigger in triggers.items():
+        scheduler.add_job(job, trigger, args=[task], id=job_id(task), name=task, replace_existing=True,
+                          coalesce=True, max_instances=1, misfire_grace_time=3600)
+        ids.append(job_id(task))
+    return ids
+
+
+@dataclass
+class Daemon:
+    load_config: Callable[[], AdminConfig]
+    discover: Callable[[AdminConfig], list]  # config -> profiles
+    metrics_file: str | None = None
+
+    def __post_init__(self):
+        self.config = self.load_config()
+        # A self-pipe, not a threading.Event: the signal handler must take no lock (an Event's
+        # lock may be held by the very main-thread code the signal interrupts).
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_w, False)
+        self._reload = False
+
+    def job(self, task: str) -> None:
+        """One scheduled task over every profile; never raises (a failing job must not kill the daemon)."""
+        started = time.time()
+        try:
+            run = Run(dry_run=False)
+            profiles = self.discover(self.config)
+            request = Request(tasks=TASKS[task], now=started, explicit=task != "run")
+            for profile in profiles:
+                if stopping.requested():
+                    break
+                maintain(run, profile, self.config, request)
+            for line in report.summary_lines(run):
+                log.info(line)
+            for line in run.errors + run.locked + run.warnings:
+                log.warning(line)
+            for result in run.results:
+                for line in [*result.hook_failures, *result.files_skipped]:
+                    log.warning(line)
+            target = self.metrics_file or self.config.metrics_file
+            if target:
+                from hermes_admin.profile.views import profile_summary
+                metrics.write(target, metrics.render(run, [profile_summary(p) for p in profiles]))
+            log.info("%s finished in %.1f s (exit status %d)", task, time.time() - started, run.exit_code())
+        except Exception:
+            log.exception("%s failed; the daemon goes on", task)
+
+    def _on_signal(self, signum, frame) -> None:
+        if signum == signal.SIGHUP:
+            self._reload = True
+        else:
+            stopping.request()
+        try:
+            os.write(self._wake_w, b"\0")
+        except BlockingIOError:
+            pass  # the pipe is full: the main loop is awake already
+
+    def _sleep(self, timeout: float) -> None:
+        """Until a signal arrives or `timeout` passes."""
+        ready, _, _ = select.select([self._wake_r], [], [], timeout)
+        if ready:
+            os.read(self._wake_r, 4096)
+
+    def serve(self) -> int:
+        scheduler = BackgroundScheduler(executors={"default": ThreadPoolExecutor(max_workers=1)},
+                                        job_defaults={"coalesce": True, "max_instances": 1})
+        ids = schedule(scheduler, self.config, self.job)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, self._on_signal)
+        scheduler.start()
+        for job in scheduler.get_jobs():
+            log.info("scheduled %s: next run %s", job.id, job.next_run_time)
+        sdnotify.notify("READY=1\nSTATUS=scheduled " + ", ".join(ids))
+        interval = sdnotify.watchdog_interval()
+        while not stopping.requested():
+            self._sleep(interval or 60)
+            if interval:
+                sdnotify.notify("WATCHDOG=1")
+            if self._reload and not stopping.requested():
+                self._reload = False
+                sdnotify.notify("RELOADING=1")
+                try:
+                    config = self.load_config()
+                    schedule(scheduler, config, self.job)
+                    self.config = config
+                    log.info("config reloaded; jobs: %s", ", ".join(j.id for j in scheduler.get_jobs()))
+                except Exception as exc:  # a bad new config keeps the old schedule
+                    log.error("config not reloaded, keeping the old schedule: %s", exc)
+                sdnotify.notify("READY=1")
+        log.info("stopping after the current transaction")
+        sdnotify.notify("STOPPING=1")
+        scheduler.shutdown(wait=True)
+        return 0

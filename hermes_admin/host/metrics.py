@@ -1,0 +1,97 @@
+"""Prometheus textfile metrics, written atomically after each run (design §9).
+
+For node_exporter's textfile collector: the file is written beside its final
+name and renamed over it, so a scrape never sees half a file.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from hermes_admin.profile.actions.common import Run
+
+HELP = {
+    "hermes_admin_sessions": ("gauge", "Session rows in the profile's store after the run."),
+    "hermes_admin_messages": ("gauge", "Message rows in the profile's store after the run."),
+    "hermes_admin_store_bytes": ("gauge", "Size of state.db in bytes."),
+    "hermes_admin_wal_bytes": ("gauge", "Size of state.db-wal in bytes."),
+    "hermes_admin_deleted": ("gauge", "Session rows deleted by the last run, by reason."),
+    "hermes_admin_archived": ("gauge", "Session rows archived by the last run."),
+    "hermes_admin_skipped": ("gauge", "Units left alone by the last run (live, guarded, changed), by task."),
+    "hermes_admin_run_errors": ("gauge", "Errors of the last run for the profile (store or config unusable)."),
+    "hermes_admin_run_seconds": ("gauge", "Wall time of each task in the last run."),
+    "hermes_admin_last_run_timestamp_seconds": ("gauge", "When the last run finished (Unix time)."),
+}
+
+
+def _labels(**labels) -> str:
+    def esc(v):
+        return str(v).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+    return "{" + ",".join(f'{k}="{esc(v)}"' for k, v in labels.items()) + "}" if labels else ""
+
+
+def render(run: Run, summaries: list[dict], finished: float | None = None) -> str:
+    """The textfile's content: HELP/TYPE lines, then one sample per line."""
+    samples: dict[str, list[str]] = {name: [] for name in HELP}
+
+    def add(name, value, **labels):
+        # repr() keeps every digit: `:g` would round a Unix time to minutes.
+        samples[name].append(f"{name}{_labels(**labels)} {value!r}")
+
+    for row in summaries:
+        if row.get("ok") and row.get("store"):
+            profile = row["name"]
+            add("hermes_admin_sessions", row["sessions"], profile=profile, home=row["home"])
+            add("hermes_admin_messages", row["messages"], profile=profile, home=row["home"])
+            add("hermes_admin_store_bytes", row["store_bytes"] or 0, profile=profile, home=row["home"])
+            add("hermes_admin_wal_bytes", row["wal_bytes"] or 0, profile=profile, home=row["home"])
+    deleted: dict[tuple[str, str], int] = {}
+    archived: dict[str, int] = {}
+    for result in run.results:
+        if result.status != "done":
+            continue
+        if result.action == "delete":
+            key = (result.profile, result.reason or "delete")
+            deleted[key] = deleted.get(key, 0) + result.rows
+        elif result.action == "archive":
+            archived[result.profile] = archived.get(result.profile, 0) + result.rows
+        if result.task:
+            add("hermes_admin_skipped", len(result.skipped), profile=result.profile, task=result.task)
+            add("hermes_admin_run_seconds", round(result.seconds, 3), profile=result.profile, task=result.task)
+    for (profile, reason), rows in sorted(deleted.items()):
+        add("hermes_admin_deleted", rows, profile=profile, reason=reason)
+    for profile, rows in sorted(archived.items()):
+        add("hermes_admin_archived", rows, profile=profile)
+    errors: dict[str, int] = {row["name"]: 0 for row in summaries}
+    for line in run.errors:
+        for name in errors:
+            if f"profile '{name}'" in line:
+                errors[name] += 1
+    for profile, count in errors.items():
+        add("hermes_admin_run_errors", count, profile=profile)
+    add("hermes_admin_last_run_timestamp_seconds", round(finished or time.time(), 3))
+    lines = []
+    for name, (kind, text) in HELP.items():
+        lines += [f"# HELP {name} {text}", f"# TYPE {name} {kind}"] + samples[name]
+    return "\n".join(lines) + "\n"
+
+
+def write(path: Path, content: str) -> None:
+    """Atomically: a temporary file in the same folder, then rename over the target."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as out:
+            out.write(content)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

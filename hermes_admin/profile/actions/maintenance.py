@@ -1,0 +1,258 @@
+"""The maintenance tasks of one profile, in the order `run` uses (design §3).
+
+repair (report) -> ghost prune -> empty sweep -> purge -> auto-archive. Each
+task selects with its pure module in `tasks/` from a fresh read of the store,
+then hands the units to the engine. A task that policy disables is reported
+as skipped, never silently left out. Within one run no row is selected by two
+tasks, so a dry run lists each row once, under the task that would take it.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from hermes_admin import stopping
+from hermes_admin.profile import guards
+from hermes_admin.profile.actions.common import Run, act_in_parts, with_engine
+from hermes_admin.host.config import AdminConfig
+from hermes_admin.profile.engine.engine import Engine, Result
+from hermes_admin.profile.hermes_config import HermesConfigError
+from hermes_admin.profile.hermes_config import load as load_hermes_config
+from hermes_admin.host.discovery import Profile, discover_root
+from hermes_admin.profile.engine.locks import LockHeld
+from hermes_admin.profile.store import StoreError
+from hermes_admin.profile.lineage import Graph
+from hermes_admin.profile.policy import Policy, PolicyError, effective
+from hermes_admin.profile.parts import graph_parts
+from hermes_admin.profile.store.read import existing_ids, orphan_session_ids
+from hermes_admin.profile.tasks import Selection, archive, empty, ghosts, retention
+from hermes_admin.profile.tasks.filters import Filters
+
+ORDER = ("repair", "ghost_prune", "empty_sweep", "purge", "auto_archive")
+CHUNK = 2000  # files of sessions/ looked at together by the ghost sweep
+
+
+class Refused(Exception):
+    """A selection too broad to run without --force."""
+
+
+@dataclass
+class Request:
+    tasks: tuple[str, ...]
+    now: float
+    explicit: bool = False  # a single-task command runs whatever the policy enables
+    dry_run: bool = False
+    force: bool = False
+    older_than: float | None = None  # purge: days, overrides retention_days
+    archive_days: float | None = None  # archive-inactive: days, overrides auto_archive_days
+    filters: Filters = field(default_factory=Filters)
+    vacuum: bool = False
+
+
+class _Pass:
+    """One profile's run: the engine, the policy, and the rows already taken by an earlier task."""
+
+    def __init__(self, engine: Engine, policy: Policy, request: Request):
+        self.engine, self.policy, self.request = engine, policy, request
+        # Ids a task selected that are still in the store: all of them in a dry run, else the
+        # ones it skipped (what it did act on is gone, and kept out of this set: memory).
+        self.claimed: set[str] = set()
+
+    def result(self, task: str, action: str, reason: str | None) -> Result:
+        return Result(self.engine.profile.name, action, reason, self.engine.dry_run, task=task)
+
+    def skipped(self, task: str, why: str) -> Result:
+        result = self.result(task, "none", None)
+        result.status, result.why = "skipped", why
+        return result
+
+    def unclaimed(self, selection: Selection) -> list:
+        units = [u for u in selection.units if not self.claimed.intersection(u.ids)]
+        for unit in units:
+            self.claimed.update(unit.ids)
+        return units
+
+    # -- the tasks -----------------------------------------------------------
+
+    def ghost_prune(self) -> Result:
+        if not (self.policy.ghost_prune or self.request.explicit):
+            return self.skipped("ghost_prune", "ghost_prune is off in this profile's policy")
+        now = self.request.now
+        result = self._by_parts("ghost_prune", "delete", "ghost_prune",
+                                lambda graph, live: ghosts.select_tui_ghosts(graph, now, live),
+                                lambda units: self.engine.delete(units, "ghost_prune", recheck=empty.recheck,
+                                                                 more=True))
+        missing = orphan_session_ids(self.engine.store)
+        rows = ghosts.select_orphan_rows(missing)
+        result.absorb(self.engine.delete(self.unclaimed(rows), "ghost_prune", orphans=True))
+        # (c) files of sessions that are gone; those of `missing` went with their rows just now
+        index = self.engine.files
+        for part in index.names(CHUNK):
+            existing = set(existing_ids(self.engine.store, sorted({sid for sid, _ in part}))) | set(missing)
+            gone = [(sid, index.entry(name)) for sid, name in part if sid not in existing]  # lstat those only
+            files = ghosts.select_orphan_files([(sid, e) for sid, e in gone if e is not None], existing, now)
+            self.engine.remove_orphan_files(files.files, result)
+            result.kept.update(files.kept)
+        return result
+
+    def empty_sweep(self) -> Result:
+        if not (self.policy.empty_sweep or self.request.explicit):
+            return self.skipped("empty_sweep", "empty_sweep is off in this profile's policy")
+        hours, now = self.policy.empty_min_age_hours, self.request.now
+        return self._by_parts("empty_sweep", "delete", "empty_sweep",
+                              lambda graph, live: empty.select(graph, hours, now, live),
+                              lambda units: self.engine.delete(units, "empty_sweep", recheck=empty.recheck,
+                                                               more=True))
+
+    def purge(self) -> Result:
+        request = self.request
+        if not (self.policy.auto_prune or request.explicit):
+            return self.skipped("purge", "auto_prune is off in this profile's policy")
+        filters = request.filters
+        # As in Hermes: a filter replaces the implicit retention window, unless --older-than is given.
+        days = request.older_than if request.older_than is not None else (
+            0.0 if filters.given() else self.policy.retention_days)
+        recheck = retention.recheck(days, request.now)
+        if filters.given():
+            result = self._filtered_purge(days, recheck)
+        else:
+            result = self._by_parts("purge", "delete", "prune",
+                                    lambda graph, live: retention.select(graph, days, request.now, live),
+                                    lambda units: self.engine.delete(units, "prune", recheck=recheck, more=True))
+        if result.rows and (request.vacuum or self.policy.vacuum_after_prune):
+            result.vacuumed = self.engine.vacuum_if_worth(result)
+        return result
+
+    def auto_archive(self) -> Result:
+        request = self.request
+        if not (self.policy.auto_archive or request.explicit):
+            return self.skipped("auto_archive", "auto_archive is off in this profile's policy")
+        days = request.archive_days if request.archive_days is not None else self.policy.auto_archive_days
+        return self._by_parts("auto_archive", "archive", None,  # silent
+                              lambda graph, live: archive.select(graph, days, request.now),
+                              lambda units: self.engine.set_archived(units, True, reason=None))
+
+    # -- a part of the store at a time ----------------------------------------
+
+    def _by_parts(self, task: str, action: str, reason: str | None, select, act) -> Result:
+        """`select` (a pure rule) and `act` (the engine) on each part of the store in turn.
+
+        The parts together are the whole store, and a unit never spans two of them, so
+        the selection is the one a single graph of every row would give (the tests
+        compare both); only one part is in memory at a time.
+        """
+        store = self.engine.store
+        live = set(guards.live_ids(store.db, store.schema, self.request.now))
+        result = self.result(task, action, reason)
+
+        def units() -> Iterator[list]:
+            for graph in self._parts(task, result):
+                selection = select(graph, live)
+                result.kept.update(selection.kept)
+                yield self.unclaimed(selection)
+
+        def acted(chosen: list) -> Result:
+            done = act(chosen)
+            if not self.engine.dry_run:  # gone (or archived, by the last task): no later task can take them
+                self.claimed.difference_update(i for unit in done.done for i in unit.ids)
+            return done
+
+        return act_in_parts(self.engine, result, units(), acted)
+
+    def _parts(self, task: str, result: Result) -> Iterator[Graph]:
+        """The store a part at a time (parts.py), with a progress bar; a stop request ends it."""
+        store = self.engine.store
+        total = store.db.execute_sql("SELECT COUNT(*) FROM sessions").fetchone()[0]
+        with self.engine.progress.whole(f"{self.engine.profile.name}: {task}", total) as looked_at:
+            for n, graph in enumerate(graph_parts(store)):
+                if n and stopping.requested():
+                    if not any(note.startswith("stopped on request") for note in result.notes):
+                        result.notes.append("stopped on request: the rest of the store waits for the next run")
+                    return
+                yield graph
+                looked_at(len(graph.rows))
+
+    def _filtered_purge(self, days: float, recheck) -> Result:
+        """Retention, then the filters. Two passes over the store's parts: the first only counts,
+        for the guard against filters that match every ended session, before anything goes."""
+        request, filters = self.request, self.request.filters
+        store = self.engine.store
+        if request.older_than is None and not filters.has_age_bound and not request.force:
+            live = set(guards.live_ids(store.db, store.schema, request.now))
+            candidates = picked = 0
+            for graph in graph_parts(store):
+                units = retention.select(graph, days, request.now, live).units
+                candidates += len(units)
+                picked += sum(1 for u in units if filters.matches(graph.rows[u.session_id]))
+            if candidates and picked == candidates:
+                raise Refused(f"profile '{self.engine.profile.name}': the filters match every ended session "
+                              "and set no age bound; add --older-than/--before or use --force")
+
+        def select(graph: Graph, live: set[str]):
+            selection = retention.select(graph, days, request.now, live)
+            selection.units = [u for u in selection.units if filters.matches(graph.rows[u.session_id])]
+            return selection
+
+        return self._by_parts("purge", "delete", "prune", select,
+                              lambda units: self.engine.delete(units, "prune", recheck=recheck, more=True))
+
+
+def repair_step(run: Run, profile: Profile, policy: Policy, request: Request) -> None:
+    """`run`'s first step: profile repair, report-only unless the policy says `repair: apply`.
+
+    It runs before the profile's engine opens: applying takes that profile's locks itself.
+    """
+    from hermes_admin.profile import repair as profile_repair
+
+    siblings = {p.name: p for p in discover_root(profile.root).profiles}
+    apply = policy.repair == "apply" and not request.dry_run
+    result = Result(profile.name, "repair", "profile_repair", not apply, task="repair")
+    started = time.monotonic()
+    try:
+        findings = profile_repair.inspect(profile, siblings)
+        fixable = [f for f in findings if f.fix != "none"]
+        if apply and fixable:
+            result = profile_repair.apply(profile, fixable, siblings)
+            result.action = "repair"
+    except (LockHeld, StoreError, sqlite3.Error) as exc:
+        run.warnings.append(f"profile '{profile.name}': repair: {' '.join(str(exc).split())}")
+        return
+    for finding in findings:
+        state = "fixed" if finding.applied else (f"not fixed: {finding.error}" if finding.error else
+                                                 "report only" if finding.fix == "none" else f"run `repair --apply` to {finding.fix}")
+        result.notes.append(f"{finding.kind} {finding.subject}: {finding.detail} ({state})")
+    result.seconds = time.monotonic() - started
+    run.results.append(result)
+
+
+def maintain(run: Run, profile: Profile, admin: AdminConfig, request: Request) -> None:
+    """Run the requested tasks on one profile; its failures are recorded, never raised."""
+    try:
+        policy = effective(profile.name, admin, load_hermes_config(profile.home), force=request.force)
+    except (HermesConfigError, PolicyError) as exc:
+        run.errors.append(f"profile '{profile.name}': skipped: {exc}")
+        return
+    run.policies[profile.name] = policy
+    if "repair" in request.tasks and profile.has_store():
+        repair_step(run, profile, policy, request)
+
+    def work(engine: Engine) -> list[Result]:
+        one_pass = _Pass(engine, policy, request)
+        results = []
+        for task in ORDER:
+            if task == "repair" or task not in request.tasks or stopping.requested():
+                continue
+            started = time.monotonic()
+            try:
+                result = getattr(one_pass, task)()
+            except Refused as exc:
+                run.errors.append(str(exc))
+                continue
+            result.seconds = time.monotonic() - started
+            results.append(result)
+        return results
+
+    with_engine(run, profile, work)

@@ -1,0 +1,101 @@
+"""`sessions delete|archive|unarchive`: sessions named on the command line or matched by filters."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from hermes_admin.profile.actions.common import Run, act_in_parts, with_engine
+from hermes_admin.profile.engine.engine import Engine, Result
+from hermes_admin.host.discovery import Profile
+from hermes_admin.profile.lineage import Graph, Unit, delete_unit
+from hermes_admin.profile.parts import graph_around, graph_parts
+from hermes_admin.profile.tasks.filters import Filters
+
+NAMED = "named on the command line"
+MATCHED = "matched by the filters"
+
+
+class Refused(Exception):
+    pass
+
+
+def matching(graph: Graph, filters: Filters, archiving: bool) -> list[str]:
+    """Sessions the filters pick, as `hermes sessions prune|archive` would: ended (for deletes),
+    unpinned, and for archiving only unarchived lineage tips; delegates follow their parents."""
+    picked = []
+    for sid in sorted(graph.rows):
+        row = graph.rows[sid]
+        if row.pinned or graph.is_delegate(sid) or not filters.matches(row):
+            continue
+        if archiving and (row.archived or graph.compression_children(sid)):
+            continue
+        if not archiving and row.ended_at is None:
+            continue
+        picked.append(sid)
+    return picked
+
+
+def _parts_of_units(engine: Engine, ids: list[str], filters: Filters | None, force: bool, archiving: bool,
+                    build) -> Iterator[list[Unit]]:
+    """The units to act on, a part of the store at a time (parts.py): never every row in memory.
+
+    Named sessions alone need only their own rows and the linked ones (a unit is made of links);
+    filters look at every part, and first count, for the guard, before anything is touched.
+    """
+    store = engine.store
+    filtering = filters is not None and filters.given()
+    if not filtering:
+        parts = [graph_around(store, ids)]
+    else:
+        if not filters.has_age_bound and not force:
+            picked = candidates = 0
+            for graph in graph_parts(store):
+                picked += len(matching(graph, filters, archiving))
+                candidates += len(matching(graph, Filters(), archiving))
+            if picked and picked == candidates:
+                raise Refused(f"profile '{engine.profile.name}': the filters match all {picked} candidate sessions "
+                              "and set no age bound; add --before/--after or use --force")
+        parts = graph_parts(store)
+    for graph in parts:
+        wanted = [(sid, NAMED) for sid in ids if sid in graph.rows]  # the others are gone, or in another part
+        if filtering:
+            wanted += [(sid, MATCHED) for sid in matching(graph, filters, archiving)]
+        units, taken = [], set()
+        for sid, rule in wanted:
+            if sid in taken:
+                continue  # already part of an earlier unit (a delegate named with its parent)
+            unit = build(graph, sid, rule)
+            taken.update(unit.ids)
+            units.append(unit)
+        yield units
+
+
+def _guarded(run: Run, work):
+    def wrapped(engine: Engine):
+        try:
+            return work(engine)
+        except Refused as exc:
+            run.errors.append(str(exc))
+            return []
+    return wrapped
+
+
+def delete(run: Run, profile: Profile, ids: list[str], filters: Filters | None = None, force: bool = False) -> None:
+    """Each session with its delegates is one unit; other children are orphaned."""
+    with_engine(run, profile, _guarded(run, lambda engine: [act_in_parts(
+        engine, Result(profile.name, "delete", "delete", engine.dry_run),
+        _parts_of_units(engine, ids, filters, force, False, delete_unit),
+        lambda units: engine.delete(units, "delete", more=True))]))
+
+
+def archive(run: Run, profile: Profile, ids: list[str], archived: bool, filters: Filters | None = None,
+            force: bool = False) -> None:
+    """The whole compression lineage flips; `archive` fires only on a real change, unarchive never."""
+    def lineage(graph: Graph, sid: str, rule: str) -> Unit:
+        return Unit(sid, [sid, *graph.lineage(sid)], rule)
+
+    action, reason = ("archive", "archive") if archived else ("unarchive", None)
+    with_engine(run, profile, _guarded(run, lambda engine: [act_in_parts(
+        engine, Result(profile.name, action, reason, engine.dry_run),
+        _parts_of_units(engine, ids, filters, force, True, lineage),
+        lambda units: engine.set_archived(units, archived, reason))]))

@@ -1,0 +1,639 @@
+"""The deletion engine: the one path every deleting or archiving command and task takes.
+
+Order inside each transaction (Hermes' own, required by its foreign keys and
+FTS triggers): orphan surviving children, delete the doomed sessions'
+messages (while their rows still exist: v30's trigram trigger looks them up),
+delete usage rows and the sessions, drop system prompts nobody references.
+Then commit, then remove the units' files, then fire the events.
+
+Transactions are `BEGIN IMMEDIATE`, sized by time (~15 ms typical; FTS5's
+own merges make a few longer), and never split a unit. Beside them:
+- checkpointer.py and group_commit.py: commits without an fsync, made
+  durable by PASSIVE checkpoints on a thread of their own; files and events
+  wait until a checkpoint (or the last, synced, commit) covers their rows;
+- remover.py and unlinker.py: file removal in a worker process;
+- turns.py: after each commit the lock is left free until a waiting Hermes
+  writer has had its turn.
+Events go through the outbox, so a crash right after a commit still delivers
+them on the next start.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from hermes_admin import stopping
+from hermes_admin.profile import guards
+from hermes_admin.profile.engine.checkpointer import Checkpointer
+from hermes_admin.profile.engine.group_commit import GroupCommit
+from hermes_admin.profile.engine.files import FileIndex, removable, unsafe_id
+from hermes_admin.profile.guards import chunks, marks
+from hermes_admin.profile.hermes_config import HermesConfig
+from hermes_admin.profile.hermes_config import load as load_hermes_config
+from hermes_admin.profile.engine.holders import other_holders
+from hermes_admin.host.discovery import Profile
+from hermes_admin.profile.hooks.bus import HookBus
+from hermes_admin.profile.hooks.discovery import discover as discover_plugins
+from hermes_admin.profile.lineage import Unit
+from hermes_admin.profile.engine.locks import ProfileLocks
+from hermes_admin.profile.engine.outbox import Event, Outbox
+from hermes_admin.profile.engine.remover import FileRemover
+from hermes_admin.spill import Spill, SpillMap
+from hermes_admin.report import Progress
+from hermes_admin.profile.store import Store
+from hermes_admin.profile.store.connect import write_transaction
+from hermes_admin.profile.store.read import SessionRow, load_rows
+from hermes_admin.profile.engine.turns import Turns
+
+VACUUM_FREE_RATIO = 0.25
+FTS_TABLES = ("messages_fts", "messages_fts_trigram")
+# A bounded incremental merge step per FTS index in every deleting transaction, sized by time:
+# a page of merging costs ~0.1 ms on W1's index and ~2 ms on W10's (longer doclists).
+FTS_MERGE_PAGES = (4, 64)  # least, most
+FTS_MERGE_TARGET_S = 0.008
+# Typical BEGIN-to-COMMIT. An FTS5 flush can make one run 4x longer: its segment merges grow with
+# the transaction. Measured on W1 under a writer, in one sitting: at 25 ms, 4.7-5.4 s and a longest
+# transaction of 92-101 ms; at 15 ms, 5.3-5.7 s and 72-82 ms. In full bench runs an hour later,
+# 15 ms did better on both (18.5x and 53 ms, against 17.6x and 101 ms): commits no longer fsync,
+# so short transactions are cheap.
+TARGET_HOLD_S = 0.015
+MAX_UNITS_PER_TXN = 1024
+
+Recheck = Callable[[Unit, dict[str, SessionRow]], str | None]
+
+
+class Done:
+    """One unit acted on: its head, the ids that went (or changed), the rule that chose it.
+
+    A slotted object, not a dict: a purge of 50 k units keeps 50 k of them (~120
+    bytes each instead of ~430); the JSON report turns each into a dict as it writes it.
+    """
+
+    __slots__ = ("session_id", "ids", "rule")
+
+    def __init__(self, session_id: str, ids: tuple[str, ...], rule: str):
+        self.session_id, self.ids, self.rule = session_id, ids, rule
+
+    def as_dict(self) -> dict:
+        return {"session_id": self.session_id, "ids": list(self.ids), "rule": self.rule}
+
+    @classmethod
+    def from_dict(cls, entry: dict) -> "Done":
+        return cls(entry["session_id"], tuple(entry["ids"]), entry["rule"])
+
+
+@dataclass
+class Result:
+    """What one engine call did (or, in a dry run, would do) in one profile."""
+
+    profile: str
+    action: str  # delete | archive | unarchive
+    reason: str | None
+    dry_run: bool
+    task: str | None = None  # the maintenance task, when one asked
+    status: str = "done"  # done | skipped (a task disabled by policy)
+    why: str | None = None  # why a task was skipped
+    # The lists that grow with the store are Spills: on disk past their first entries (spill.py).
+    done: Spill = field(default_factory=lambda: Spill(decode=Done.from_dict))
+    skipped: Spill = field(default_factory=Spill)  # {"session_id", "ids", "why"}
+    files_removed: Spill = field(default_factory=Spill)
+    files_skipped: Spill = field(default_factory=Spill)
+    hook_failures: list[str] = field(default_factory=list)
+    kept: SpillMap = field(default_factory=SpillMap)  # looked at, kept, and why
+    transactions: int = 0
+    longest_write_ms: float = 0.0
+    vacuumed: bool = False
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0  # wall time of the task
+
+    def absorb(self, other: "Result") -> None:
+        """Fold a second engine call of the same task into this result."""
+        self.done += other.done
+        self.skipped += other.skipped
+        self.files_removed += other.files_removed
+        self.files_skipped += other.files_skipped
+        self.hook_failures += other.hook_failures
+        self.notes += other.notes
+        self.transactions += other.transactions
+        self.longest_write_ms = max(self.longest_write_ms, other.longest_write_ms)
+
+    @property
+    def rows(self) -> int:
+        return sum(len(d.ids) for d in self.done)
+
+    def as_dict(self) -> dict:
+        return {
+            "profile": self.profile, "task": self.task, "status": self.status, "why": self.why,
+            "action": self.action, "reason": self.reason, "dry_run": self.dry_run,
+            "done": self.done, "skipped": self.skipped, "rows": self.rows, "kept": self.kept,
+            "files_removed": self.files_removed, "files_skipped": self.files_skipped,
+            "hook_failures": self.hook_failures, "transactions": self.transactions,
+            "longest_write_ms": round(self.longest_write_ms, 2), "vacuumed": self.vacuumed, "notes": self.notes,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+class Engine:
+    """One profile's store, opened for maintenance: locks held, outbox replayed."""
+
+    def __init__(self, profile: Profile, dry_run: bool = False, now: Callable[[], float] = time.time,
+                 progress: Progress | None = None):
+        self.profile = profile
+        self.progress = progress or Progress()
+        self.dry_run = dry_run
+        self.now = now
+        self.locks: ProfileLocks | None = None
+        self.store: Store | None = None
+        self.outbox: Outbox | None = None
+        self.bus: HookBus | None = None
+        self.checkpointer: Checkpointer | None = None
+        self.remover: FileRemover | None = None  # committed sessions' files, removed by a worker
+        self.commits: GroupCommit | None = None
+        self.turns: Turns | None = None  # pauses between our transactions, for Hermes' writers
+        self.config: HermesConfig | None = None
+        self._files: FileIndex | None = None
+        self._references: list[tuple[str, str]] | None = None  # unknown tables pointing at sessions
+        self.replayed: list[str] = []  # hook failures while replaying the outbox
+        self._chunk = 8  # first transactions run on a cold cache: start small, grow by measurement
+        self._last_chunk = 8
+        self._per_unit = 0.0  # seconds of write lock per unit, as last measured (smoothed)
+        self._merge_pages: dict[str, int] = {}  # FTS table -> pages for its next merge step
+
+    # -- lifecycle -------------------------------------------------------------
+
+    def __enter__(self) -> "Engine":
+        try:
+            self._open()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _open(self) -> None:
+        self.config = load_hermes_config(self.profile.home)
+        if self.dry_run:  # a dry run writes nothing anywhere: no lock file, no outbox
+            self.store = Store.open(self.profile)
+            return
+        self.locks = ProfileLocks(self.profile).__enter__()
+        self.store = Store.open(self.profile, writable=True)
+        if self._in_wal_mode():
+            self.checkpointer = Checkpointer(self.profile.store_path)
+        self.commits = GroupCommit(self.store.db, self.checkpointer)
+        self.turns = Turns(self.store.db)
+        self.outbox = Outbox(self.profile)
+        self.remover = FileRemover(str(self.profile.sessions_dir))
+        timeout = self.config.hook_timeout
+        self.bus = HookBus(self.profile, discover_plugins(self.profile.home, self.config), timeout)
+        self.replayed = self._replay()
+
+    def close(self) -> None:
+        if self.bus is not None:
+            self.bus.close()
+        if self.checkpointer is not None:
+            self.checkpointer.close()
+        if self.remover is not None:
+            self.remover.close()
+        if self.store is not None:
+            if self.store.writable:
+                self._passive_checkpoint()
+            self.store.close()
+        if self.outbox is not None:
+            self.outbox.forget_old()
+            self.outbox.close()
+        if self.locks is not None:
+            self.locks.__exit__(None, None, None)
+        self.bus = self.store = self.outbox = self.locks = self.checkpointer = self.remover = None
+        self.commits = self.turns = None
+
+    @property
+    def references(self) -> list[tuple[str, str]]:
+        if self._references is None:  # the schema does not change during a run: look once
+            self._references = guards.foreign_references(self.store.db, self.store.schema)
+        return self._references
+
+    @property
+    def files(self) -> FileIndex:
+        if self._files is None:  # one scan of sessions/ per run
+            self._files = FileIndex.scan(self.profile.sessions_dir)
+        return self._files
+
+    def _in_wal_mode(self) -> bool:
+        return self.store.db.execute_sql("PRAGMA journal_mode").fetchone()[0].lower() == "wal"
+
+    def _passive_checkpoint(self) -> None:
+        try:
+            if self._in_wal_mode():
+                self.store.db.execute_sql("PRAGMA wal_checkpoint(PASSIVE)")
+        except Exception:
+            pass  # a checkpoint is a courtesy; Hermes' own writers checkpoint too
+
+    # -- shared checks ---------------------------------------------------------
+
+    def _require_tokenizer(self) -> None:
+        """Deleting messages fires the CJK FTS triggers, which need Hermes' tokenizer."""
+        if not self.store.schema.has_cjk_triggers:
+            return
+        candidates = [os.environ.get("HERMES_FTS5_CJK_SO"), str(self.profile.home / "lib" / "libfts5_cjk.so")]
+        library = next((c for c in candidates if c and os.path.isfile(c)), None)
+        if library is None:
+            raise self.store.error(
+                "CJK full-text triggers need the cjk_unicode61 tokenizer: set HERMES_FTS5_CJK_SO or install "
+                f"{self.profile.home / 'lib' / 'libfts5_cjk.so'}; refusing to delete from this store")
+        conn = self.store.db.connection()
+        if not hasattr(conn, "enable_load_extension"):
+            raise self.store.error(
+                f"CJK full-text triggers need {library}, but this Python's sqlite3 cannot load "
+                "extensions; refusing to delete from this store")
+        if self.dry_run:
+            return
+        try:
+            conn.enable_load_extension(True)
+            conn.load_extension(library)
+            conn.enable_load_extension(False)
+        except sqlite3.Error as exc:
+            raise self.store.error(f"cannot load the CJK tokenizer {library}: {exc}; refusing to delete") from exc
+
+    def _screen(self, units: list[Unit], result: Result) -> list[Unit]:
+        """Drop units with a guarded member (a dry run's stand-in for the check each transaction makes)."""
+        ids = [i for unit in units for i in unit.ids]
+        blocked = guards.blocked(self.store.db, self.store.schema, ids, self.now(), self.references)
+        fit = []
+        for unit in units:
+            why = next((blocked[i] for i in unit.ids if i in blocked), None)
+            if why:
+                result.skipped.append({"session_id": unit.session_id, "ids": list(unit.ids), "why": why})
+            else:
+                fit.append(unit)
+        return fit
+
+    # -- deletion --------------------------------------------------------------
+
+    def delete(self, units: list[Unit], reason: str, recheck: Recheck | None = None,
+               orphans: bool = False, more: bool = False) -> Result:
+        """Delete whole units. `recheck` re-applies the selection rule inside each transaction.
+
+        `orphans=True` is for units whose session rows are already gone (message
+        and usage rows left behind): they go without the existence check.
+        `more=True` when another call follows at once (a purge in batches): its files
+        and events are left to that call, and the caller ends with `settle()`.
+        """
+        result = Result(self.profile.name, "delete", reason, self.dry_run)
+        if not units:
+            return result
+        self._require_tokenizer()
+        units = self._in_store_order(units)
+        if self.dry_run:
+            for unit in (units if orphans else self._screen(units, result)):
+                result.done.append(self._unit_report(unit, list(unit.ids)))
+                self._remove_files(list(unit.ids), result)  # lists them: a dry run unlinks nothing
+            return result
+        self.progress.start(f"{self.profile.name}: {reason}", len(units))
+        try:
+            for chunk, last in self._chunks(units, result):
+                self._delete_chunk(chunk, last and not more, reason, recheck, orphans, result)
+                self.progress.advance(len(chunk))
+        finally:
+            self.progress.stop()
+            if not more:  # also after an error: what did commit gets its files removed and its events
+                self.settle(result)
+        return result
+
+    def settle(self, result: Result) -> None:
+        """Once every commit so far is durable: its files removed, its events fired, all in `result`."""
+        if self.dry_run:
+            return
+        try:
+            self._after_durable(self.commits.flush(), result)
+        finally:
+            self._collect_files(result)
+
+    def _chunks(self, units: list[Unit], result: Result):
+        """Whole units, as many per transaction as the measured time allows; a stop request
+        ends the run between transactions (what is left waits for the next run)."""
+        position = 0
+        while position < len(units):
+            if stopping.requested():
+                result.notes.append(f"stopped on request: {len(units) - position} unit(s) left for the next run")
+                return
+            chunk = units[position:position + self._chunk]
+            position += len(chunk)
+            self._last_chunk = len(chunk)
+            yield chunk, position >= len(units) or stopping.requested()
+
+    @property
+    def listening(self) -> bool:
+        """Events are kept (outbox) and delivered only when a plugin of this profile listens."""
+        return self.bus is not None and self.bus.active
+
+    def _in_store_order(self, units: list[Unit]) -> list[Unit]:
+        """Units in the order their rows were written: neighbouring pages, fewer page reads."""
+        heads = [u.session_id for u in units]
+        position: dict[str, int] = {}
+        for part in chunks(heads):
+            position.update(self.store.db.execute_sql(
+                f"SELECT id, rowid FROM sessions WHERE id IN ({marks(part)})", part).fetchall())
+        return sorted(units, key=lambda u: position.get(u.session_id, -1))
+
+    def _delete_chunk(self, chunk: list[Unit], last: bool, reason: str, recheck: Recheck | None, orphans: bool,
+                      result: Result) -> None:
+        listening = self.listening
+        event_ids = self.outbox.add_pending("delete", reason, chunk) if listening else [None] * len(chunk)
+        synced = self.commits.before(last)
+        began = [0.0]
+
+        def work(db):
+            began[0] = time.monotonic()  # the write lock is ours from here to the end of COMMIT
+            return self._delete_in_transaction(db, chunk, recheck, orphans)
+
+        try:
+            went, skipped, wrote = write_transaction(self.store.db, work)
+        except BaseException:
+            if listening:
+                self.outbox.settle({}, event_ids)  # rolled back: these events must never fire
+            raise
+        # Committed. What follows needs no write lock, so it fills the pause we owe other writers.
+        committed_at = self._account(began[0], result)
+        if listening:
+            committed = {event_ids[i]: ids for i, ids in went.items()}
+            self.outbox.settle(committed, [e for i, e in enumerate(event_ids) if i not in went])
+        for index, why in skipped.items():
+            unit = chunk[index]
+            result.skipped.append({"session_id": unit.session_id, "ids": list(unit.ids), "why": why})
+        paths: list[str] = []
+        for index, ids in went.items():
+            result.done.append(self._unit_report(chunk[index], ids))
+            paths += self._paths_of(ids, result)
+        events = [Event(event_ids[i], "delete", chunk[i].session_id, reason, ids)
+                  for i, ids in went.items()] if listening else []
+        self._after_durable(self.commits.committed(synced, wrote, (paths, events)), result)
+        self.turns.after_commit(committed_at, committed_at - began[0])
+
+    def _after_durable(self, work: list[tuple[list[str], list[Event]]], result: Result) -> None:
+        """Files, then events, of transactions whose commit is now on disk (see group_commit.py)."""
+        events = []
+        for paths, fired in work:
+            self.remover.remove(paths)
+            events += fired
+        self._collect_files(result, wait=False)  # into the report (on disk past its head) as they come
+        if events:
+            self.remover.drain()  # files before events: a plugin sees the files gone
+            self._deliver(events, result.hook_failures)
+
+    def _delete_in_transaction(self, db, chunk: list[Unit], recheck: Recheck | None, orphans: bool):
+        schema = self.store.schema
+        all_ids = [i for unit in chunk for i in unit.ids]
+        fresh = load_rows(self.store, all_ids)  # inside the transaction: what exists now, as it is now
+        existing = set(fresh)
+        blocked = {} if orphans else guards.blocked(db, schema, all_ids, self.now(), self.references)
+        went: dict[int, list[str]] = {}
+        skipped: dict[int, str] = {}
+        for index, unit in enumerate(chunk):
+            if orphans:
+                if any(i in existing for i in unit.ids):
+                    skipped[index] = "its session row exists again"
+                else:
+                    went[index] = list(unit.ids)
+                continue
+            if unit.session_id not in existing:
+                skipped[index] = "gone already"
+                continue
+            why = next((blocked[i] for i in unit.ids if i in blocked), None)
+            if why is None and recheck is not None:
+                why = recheck(unit, fresh)
+            if why:
+                skipped[index] = why
+            else:
+                went[index] = [i for i in unit.ids if i in existing]
+        doomed = [i for ids in went.values() for i in ids]
+        wrote = False
+        if doomed:
+            wrote = self._delete_rows(db, doomed) > 0
+            self._fts_merge_step(db)
+        return went, skipped, wrote
+
+    def _fts_merge_step(self, db) -> None:
+        """A bounded incremental merge of each FTS index, at the end of a deleting transaction.
+
+        Deletes leave delete markers in new FTS5 segments; left alone, FTS5 merges them
+        in bursts inside whichever write comes next (ours or Hermes'), of up to 100 ms.
+        A few pages of merging in every deleting transaction keeps those bursts small. Hermes
+        runs the same 'merge' command itself; it changes neither content nor settings.
+        """
+        least, most = FTS_MERGE_PAGES
+        for table in FTS_TABLES:
+            if self.store.schema.has_table(table):
+                pages = self._merge_pages.get(table, most)
+                began = time.monotonic()
+                db.execute_sql(f"INSERT INTO {table}({table}, rank) VALUES ('merge', {pages})")
+                took = max(time.monotonic() - began, 1e-4)
+                self._merge_pages[table] = max(least, min(most, 2 * pages, int(pages * FTS_MERGE_TARGET_S / took)))
+
+    def _delete_rows(self, db, doomed: list[str]) -> int:
+        """Returns how many rows of the store it changed."""
+        schema = self.store.schema
+        db.execute_sql("CREATE TEMP TABLE IF NOT EXISTS hermes_admin_doomed (id TEXT PRIMARY KEY)")
+        db.execute_sql("DELETE FROM temp.hermes_admin_doomed")
+        for part in chunks(doomed):
+            db.execute_sql(f"INSERT OR IGNORE INTO temp.hermes_admin_doomed(id) VALUES {','.join(['(?)'] * len(part))}",
+                           part)
+        doomed_set = "(SELECT id FROM temp.hermes_admin_doomed)"
+        prompt_hashes: set[str] = set()
+        if schema.has_table("system_prompts"):
+            refs = [c for c in ("system_prompt_hash", "tool_names") if schema.has_column("sessions", c)]
+            for column in refs:
+                prompt_hashes.update(r[0] for r in db.execute_sql(
+                    f"SELECT DISTINCT {column} FROM sessions WHERE id IN {doomed_set} AND {column} IS NOT NULL"
+                ).fetchall())
+        # 1. survivors whose parent goes keep living, without a parent
+        changed = db.execute_sql(f"UPDATE sessions SET parent_session_id = NULL WHERE parent_session_id IN "
+                                 f"{doomed_set} AND id NOT IN {doomed_set}").rowcount
+        # 2. messages while their session rows still exist (the trigram trigger reads them)
+        changed += db.execute_sql(f"DELETE FROM messages WHERE session_id IN {doomed_set}").rowcount
+        # 3. usage rows (they cascade, but say so), then the sessions
+        if schema.has_table("session_model_usage"):
+            changed += db.execute_sql(f"DELETE FROM session_model_usage WHERE session_id IN {doomed_set}").rowcount
+        changed += db.execute_sql(f"DELETE FROM sessions WHERE id IN {doomed_set}").rowcount
+        # 4. system prompts nobody references any more
+        if prompt_hashes:
+            refs = " AND ".join(f"NOT EXISTS (SELECT 1 FROM sessions WHERE {c} = system_prompts.hash)"
+                                for c in ("system_prompt_hash", "tool_names") if schema.has_column("sessions", c))
+            for part in chunks(sorted(prompt_hashes)):
+                db.execute_sql(f"DELETE FROM system_prompts WHERE hash IN ({marks(part)}) AND {refs}", part)
+        db.execute_sql("DELETE FROM temp.hermes_admin_doomed")
+        return changed
+
+    # -- archive ---------------------------------------------------------------
+
+    def set_archived(self, units: list[Unit], archived: bool, reason: str | None) -> Result:
+        """Archive (or unarchive) whole units; an event fires only for a real unarchived -> archived change."""
+        result = Result(self.profile.name, "archive" if archived else "unarchive", reason, self.dry_run)
+        target, current = (1, 0) if archived else (0, 1)
+        if self.dry_run:
+            rows = load_rows(self.store, [i for unit in units for i in unit.ids])
+            for unit in units:
+                changing = [i for i in unit.ids if i in rows and rows[i].archived != bool(target)]
+                if changing:
+                    result.done.append(self._unit_report(unit, changing))
+            return result
+        for chunk, _ in self._chunks(units, result):
+            self.commits.before(last=True)  # archive commits stay synced: rare, and their events go at once
+            fires = archived and reason is not None and self.listening
+            event_ids = self.outbox.add_pending("archive", reason, chunk) if fires else []
+            began = [0.0]
+
+            def work(db, chunk=chunk):
+                began[0] = time.monotonic()
+                changed: dict[int, list[str]] = {}
+                for index, unit in enumerate(chunk):
+                    ids = list(unit.ids)
+                    flip = [r[0] for r in db.execute_sql(
+                        f"SELECT id FROM sessions WHERE id IN ({marks(ids)}) AND archived = ?", [*ids, current]
+                    ).fetchall()]
+                    if flip:
+                        db.execute_sql(f"UPDATE sessions SET archived = ? WHERE id IN ({marks(flip)})", [target, *flip])
+                        changed[index] = flip
+                return changed
+
+            try:
+                changed = write_transaction(self.store.db, work)
+            except BaseException:
+                if fires:
+                    self.outbox.settle({}, event_ids)
+                raise
+            committed_at = self._account(began[0], result)
+            self.commits.committed(synced=True, wrote=bool(changed), work=None)  # asks for a checkpoint
+            self.turns.after_commit(committed_at, committed_at - began[0])
+            for index, ids in changed.items():
+                result.done.append(self._unit_report(chunk[index], ids))
+            if fires:
+                self.outbox.settle({event_ids[i]: ids for i, ids in changed.items()},
+                                   [e for i, e in enumerate(event_ids) if i not in changed])
+                self._deliver([Event(event_ids[i], "archive", chunk[i].session_id, reason, ids)
+                               for i, ids in changed.items()], result.hook_failures)
+        return result
+
+    # -- structural ------------------------------------------------------------
+
+    def vacuum_if_worth(self, result: Result) -> bool:
+        """VACUUM after a purge: over 25 % free pages, and only while nobody else holds the store."""
+        if self.dry_run:
+            return False
+        db = self.store.db
+        pages = db.execute_sql("PRAGMA page_count").fetchone()[0]
+        free = db.execute_sql("PRAGMA freelist_count").fetchone()[0]
+        if not pages or free / pages <= VACUUM_FREE_RATIO:
+            result.notes.append(f"no VACUUM: {free}/{pages} pages free (needs over 25 %)")
+            return False
+        path = self.profile.store_path
+        holders = other_holders([path, Path(f"{path}-wal"), Path(f"{path}-shm")])
+        if holders is None or holders:
+            who = "a process that could not be inspected" if holders is None else f"pid {', '.join(map(str, holders))}"
+            result.notes.append(f"no VACUUM: the store is held by {who}")
+            return False
+        db.execute_sql("VACUUM")
+        self._passive_checkpoint()
+        return True
+
+    # -- after the commit --------------------------------------------------------
+
+    def _account(self, began: float, result: Result) -> float:
+        """Record a transaction just committed and size the next; returns when it committed."""
+        committed_at = time.monotonic()
+        held_s = committed_at - began
+        result.transactions += 1
+        result.longest_write_ms = max(result.longest_write_ms, held_s * 1000)
+        # Size the next chunk from the time per unit: the estimate rises at once when a
+        # transaction ran slow (FTS5 merges make some twice as slow) and falls back slowly;
+        # the chunk at most doubles from one transaction to the next.
+        measured = held_s / max(1, self._last_chunk)
+        self._per_unit = max(measured, 0.8 * self._per_unit)
+        fits = int(TARGET_HOLD_S / self._per_unit) if self._per_unit > 0 else MAX_UNITS_PER_TXN
+        self._chunk = max(1, min(MAX_UNITS_PER_TXN, fits, self._chunk * 2))
+        return committed_at
+
+    def remove_orphan_files(self, paths: list[str], result: Result) -> None:
+        """Per-session files whose session row is gone (no event: no rows went)."""
+        names = [os.path.basename(path) for path in paths]
+        self._remove_paths([self.files.path_of(name) for name in names if self.files.is_session_file(name)], result)
+        self._collect_files(result)
+
+    def _paths_of(self, ids: list[str], result: Result) -> list[str]:
+        paths = []
+        for sid in ids:
+            if unsafe_id(sid):
+                result.files_skipped.append(f"session id {sid!r} cannot name a file in sessions/: files left alone")
+            else:
+                paths += self.files.paths_of(sid)
+        return paths
+
+    def _remove_files(self, ids: list[str], result: Result) -> None:
+        self._remove_paths(self._paths_of(ids, result), result)
+
+    def _remove_paths(self, paths: list[str], result: Result) -> None:
+        """Paths inside sessions/ only: built from safe ids, or from names checked by the index."""
+        if self.dry_run:
+            result.files_removed += [path for path in paths if removable(path)]  # a dry run lists them
+        else:
+            self.remover.remove(paths)
+
+    def _collect_files(self, result: Result, wait: bool = True) -> None:
+        """Record in `result` the removals answered so far; with `wait`, all those queued."""
+        if self.remover is not None:
+            removed, skipped = self.remover.take() if wait else self.remover.answered()
+            result.files_removed += removed
+            result.files_skipped += skipped
+
+    def _deliver(self, events: list[Event], failures: list[str]) -> None:
+        if not self.listening:
+            if events:  # replayed events whose plugins were disabled since: nothing to call
+                self.outbox.delivered([e.id for e in events])
+            return
+        for event in events:  # each marked as soon as its plugins ran: a crash repeats at most one
+            failures += self.bus.fire(event.payload(self.profile))
+            self.outbox.delivered([event.id])
+
+    def _replay(self) -> list[str]:
+        """Finish what a previous run left: verify pending events, deliver committed ones."""
+        failures: list[str] = []
+        db = self.store.db
+        committed: dict[int, list[str]] = {}
+        dropped: list[int] = []
+        for event in self.outbox.pending():
+            ids = event.ids
+            if event.kind == "delete":
+                left = db.execute_sql(
+                    f"SELECT (SELECT COUNT(*) FROM sessions WHERE id IN ({marks(ids)})) + "
+                    f"(SELECT COUNT(*) FROM messages WHERE session_id IN ({marks(ids)}))", [*ids, *ids]
+                ).fetchone()[0]
+                done = left == 0
+            else:
+                left = db.execute_sql(
+                    f"SELECT COUNT(*) FROM sessions WHERE id IN ({marks(ids)}) AND archived = 0", ids
+                ).fetchone()[0]
+                done = left == 0
+            if done:
+                committed[event.id] = ids
+            else:
+                dropped.append(event.id)
+        if committed or dropped:
+            self.outbox.settle(committed, dropped)
+        undelivered = self.outbox.undelivered()
+        scratch = Result(self.profile.name, "replay", None, False)
+        for event in undelivered:
+            if event.kind == "delete":
+                self._remove_files(event.ids, scratch)
+        self._collect_files(scratch)
+        self._deliver(undelivered, failures)
+        return failures
+
+    @staticmethod
+    def _unit_report(unit: Unit, ids: list[str]) -> Done:
+        return Done(unit.session_id, tuple(ids), unit.rule)

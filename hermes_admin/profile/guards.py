@@ -1,0 +1,75 @@
+"""Rows the engine must not touch, whatever selected them.
+
+- a session under an unexpired `compression_locks` or `session_turn_leases`
+  row: a live Hermes process is working on it;
+- a session referenced from a table hermes-admin does not know (a newer
+  Hermes runtime ledger, say): deleting it would break that table's meaning,
+  or fail on its `ON DELETE RESTRICT`.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import peewee
+
+from hermes_admin.profile.store.schema import Schema
+
+# Tables whose references to sessions the engine handles itself.
+KNOWN_REFERENCES = {"sessions", "messages", "session_model_usage", "telegram_dm_topic_bindings"}
+CHUNK = 900  # SQLite's host-parameter limit is far above; Hermes uses 900 too
+
+
+def chunks(ids: list[str], size: int = CHUNK) -> Iterable[list[str]]:
+    for start in range(0, len(ids), size):
+        yield ids[start:start + size]
+
+
+def marks(ids: list[str]) -> str:
+    return ",".join("?" * len(ids))
+
+
+def foreign_references(db: peewee.SqliteDatabase, schema: Schema) -> list[tuple[str, str]]:
+    """(table, column) of every unknown table with a foreign key to sessions."""
+    found = []
+    for table in sorted(schema.tables - KNOWN_REFERENCES):
+        if table.startswith(("sqlite_", "messages_fts")):
+            continue
+        quoted = table.replace('"', '""')
+        for row in db.execute_sql(f'PRAGMA foreign_key_list("{quoted}")').fetchall():
+            if row[2] == "sessions":
+                found.append((table, row[3]))
+    return found
+
+
+LIVE_GUARDS = (("compression_locks", "session_id", "a live compression lock"),
+               ("session_turn_leases", "conversation_id", "a live turn lease"))
+
+
+def live_ids(db: peewee.SqliteDatabase, schema: Schema, now: float) -> dict[str, str]:
+    """Sessions a live Hermes process holds a lock or lease on (both tables are tiny)."""
+    found: dict[str, str] = {}
+    for table, column, what in LIVE_GUARDS:
+        if schema.has_table(table):
+            for (sid,) in db.execute_sql(f"SELECT {column} FROM {table} WHERE expires_at > ?", [now]).fetchall():
+                found.setdefault(sid, f"held by {what} ({table})")
+    return found
+
+
+def blocked(db: peewee.SqliteDatabase, schema: Schema, ids: list[str], now: float,
+            references: list[tuple[str, str]] | None = None) -> dict[str, str]:
+    """Session id -> why it must be left alone. `references`: foreign_references(), when already known."""
+    why: dict[str, str] = {}
+    if references is None:
+        references = foreign_references(db, schema)
+    for part in chunks(ids):
+        for table, column, what in LIVE_GUARDS:
+            if schema.has_table(table):
+                sql = f"SELECT {column} FROM {table} WHERE {column} IN ({marks(part)}) AND expires_at > ?"
+                for (sid,) in db.execute_sql(sql, [*part, now]).fetchall():
+                    why.setdefault(sid, f"held by {what} ({table})")
+        for table, column in references:
+            sql = f'SELECT DISTINCT "{column}" FROM "{table}" WHERE "{column}" IN ({marks(part)})'
+            for (sid,) in db.execute_sql(sql, part).fetchall():
+                why.setdefault(sid, f"referenced by {table}.{column}, which hermes-admin does not know")
+    return why

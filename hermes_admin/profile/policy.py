@@ -1,0 +1,163 @@
+"""Per-profile maintenance policy: a plain value, its precedence chain, its validation.
+
+Effective policy for a profile, first match wins per key (design §4):
+the admin config's entry for the profile (its own keys, then its `preset:`)
+-> the profile's `config.yaml` `sessions:` keys -> the admin config's
+`defaults:` -> Hermes' own built-ins. Like restic's policies, a Policy can
+describe itself in one sentence, which dry runs and logs print.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import platformdirs
+import yaml
+
+from hermes_admin.host.config import APP, AdminConfig
+from hermes_admin.profile.hermes_config import HermesConfig
+
+# Hermes' own defaults, plus hermes-admin's for the keys Hermes does not have.
+BUILTINS = {
+    "auto_prune": False,
+    "retention_days": 90,
+    "auto_archive": False,
+    "auto_archive_days": 3,
+    "vacuum_after_prune": False,
+    "empty_min_age_hours": 1,
+    "empty_sweep": True,
+    "ghost_prune": True,
+    "repair": "report",  # `run`'s repair step: report only, or apply the fixes
+}
+# The keys Hermes itself reads from a profile's `sessions:` section.
+HERMES_KEYS = ("auto_prune", "retention_days", "auto_archive", "auto_archive_days", "vacuum_after_prune")
+ADMIN_KEYS = set(BUILTINS) | {"preset"}
+_BOOLS = {"auto_prune", "auto_archive", "vacuum_after_prune", "empty_sweep", "ghost_prune"}
+_CHOICES = {"repair": ("report", "apply")}
+
+
+class PolicyError(Exception):
+    """A policy that cannot be used; the message names where it came from."""
+
+
+@dataclass(frozen=True)
+class Policy:
+    auto_prune: bool
+    retention_days: float
+    auto_archive: bool
+    auto_archive_days: float
+    vacuum_after_prune: bool
+    empty_min_age_hours: float
+    empty_sweep: bool
+    ghost_prune: bool
+    repair: str = "report"
+
+    def describe(self) -> str:
+        parts = [
+            f"delete ended sessions inactive over {self.retention_days:g} days" if self.auto_prune
+            else "no retention purge (auto_prune off)",
+            f"archive sessions idle over {self.auto_archive_days:g} days" if self.auto_archive
+            else "no auto-archive",
+            f"sweep empty sessions ended over {self.empty_min_age_hours:g} h ago" if self.empty_sweep
+            else "no empty sweep",
+            "prune ghost rows" if self.ghost_prune else "no ghost pruning",
+            "apply profile repairs" if self.repair == "apply" else "report profile repairs",
+        ]
+        return "; ".join(parts)
+
+    def as_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)} | {"description": self.describe()}
+
+
+def shipped(folder: str) -> Path | None:
+    """A folder shipped with hermes-admin (`profiles`, `plugins`): source tree first, then the install prefix."""
+    for base in (Path(__file__).resolve().parents[2], Path(sys.prefix) / "share" / APP):
+        if (base / folder).is_dir():
+            return base / folder
+    return None
+
+
+def preset_dirs() -> list[Path]:
+    """Where `preset: NAME` is looked up: the admin config dirs, then the presets shipped with hermes-admin."""
+    dirs = [Path(platformdirs.user_config_dir(APP)) / "profiles", Path(platformdirs.site_config_dir(APP)) / "profiles"]
+    return dirs + ([shipped("profiles")] if shipped("profiles") else [])
+
+
+def load_preset(name: str) -> tuple[dict, Path]:
+    if not name or "/" in name or name.startswith("."):
+        raise PolicyError(f"preset {name!r}: not a preset name")
+    for folder in preset_dirs():
+        path = folder / f"{name}.yaml"
+        if path.is_file():
+            try:
+                data = yaml.safe_load(path.read_text()) or {}
+            except yaml.YAMLError as exc:
+                raise PolicyError(f"{path}: not valid YAML") from exc
+            if not isinstance(data, dict):
+                raise PolicyError(f"{path}: a preset must be a mapping")
+            _check_keys(data, set(BUILTINS), str(path))
+            return data, path
+    raise PolicyError(f"preset {name!r} not found in {', '.join(str(d) for d in preset_dirs())}")
+
+
+def _check_keys(data: dict, allowed: set[str], where: str) -> None:
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        raise PolicyError(f"{where}: unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(allowed))})")
+
+
+def _coerce(key: str, value, where: str):
+    if key in _CHOICES:
+        if value not in _CHOICES[key]:
+            raise PolicyError(f"{where}: {key} must be one of {', '.join(_CHOICES[key])}, not {value!r}")
+        return value
+    if key in _BOOLS:
+        if not isinstance(value, bool):
+            raise PolicyError(f"{where}: {key} must be true or false, not {value!r}")
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise PolicyError(f"{where}: {key} must be a number, not {value!r}")
+    return float(value)
+
+
+def effective(profile_name: str, admin: AdminConfig, hermes: HermesConfig, force: bool = False) -> Policy:
+    """The policy in force for one profile; raises PolicyError with the file to blame."""
+    admin_where = str(admin.path or "admin config")
+    layers: list[tuple[dict, str]] = []
+    entry = admin.profiles.get(profile_name) or {}
+    if not isinstance(entry, dict):
+        raise PolicyError(f"{admin_where}: profiles.{profile_name} must be a mapping")
+    _check_keys(entry, ADMIN_KEYS, f"{admin_where}: profiles.{profile_name}")
+    layers.append(({k: v for k, v in entry.items() if k != "preset"}, f"{admin_where}: profiles.{profile_name}"))
+    if entry.get("preset") is not None:
+        preset, path = load_preset(str(entry["preset"]))
+        layers.append((preset, str(path)))
+    own = hermes.section("sessions")
+    layers.append(({k: own[k] for k in HERMES_KEYS if k in own}, f"{hermes.path}: sessions"))
+    _check_keys(admin.defaults, set(BUILTINS), f"{admin_where}: defaults")
+    layers.append((admin.defaults, f"{admin_where}: defaults"))
+    values = {}
+    for key, default in BUILTINS.items():
+        for layer, where in layers:
+            if key in layer:
+                values[key] = _coerce(key, layer[key], where)
+                break
+        else:
+            values[key] = default
+    policy = Policy(**values)
+    validate(policy, profile_name, force)
+    return policy
+
+
+def validate(policy: Policy, profile_name: str, force: bool = False) -> None:
+    """Refuse a policy that would select far more than anyone means, unless forced."""
+    if force:
+        return
+    if policy.retention_days < 1:
+        raise PolicyError(f"profile '{profile_name}': retention_days {policy.retention_days:g} < 1 would "
+                          "delete nearly every ended session; use --force if you mean it")
+    if policy.auto_archive_days < 1:
+        raise PolicyError(f"profile '{profile_name}': auto_archive_days {policy.auto_archive_days:g} < 1 would "
+                          "archive nearly everything; use --force if you mean it")

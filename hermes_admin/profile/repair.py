@@ -1,0 +1,373 @@
+"""Profile repair (design §6): find what is broken in a profile; with `apply`, fix it.
+
+Findings, and what applying does:
+
+| kind               | found when                                                  | fix (--apply)                          |
+|--------------------|-------------------------------------------------------------|----------------------------------------|
+| missing_folder     | a standard folder (sessions/, logs/, ...) is missing          | create it (owned by the home's owner)  |
+| loose_permissions  | state.db, -wal, -shm or .env readable by group or others    | chmod 0600 on the path                 |
+| dangling_parent    | parent_session_id names no row                              | set it NULL (silent)                   |
+| mislabelled        | profile_name names another profile, nothing says it belongs there | relabel to this profile (silent) |
+| wrong_store        | session_key `agent:<ns>:...` names another existing profile | copy into that store, verify, delete here (`profile_repair`) |
+| duplicate          | the same row in both stores after an interrupted move       | verify the right copy, delete this one (`profile_repair`) |
+| unclaimed          | session_key names a profile that does not exist             | none (report only)                     |
+| broken_fts         | an FTS index fails its integrity-check (--check-fts)        | backup, rebuild, only while unheld     |
+| unusable_store     | not a database, malformed, or fails quick_check             | none: never modified                   |
+
+Everything is read with read-only connections until a fix is applied; writes
+go through the engine's locks and transactions, and deletions through its
+one deletion path, so they fire `on_session_delete` in the source profile.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import stat
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from hermes_admin.profile.engine.engine import FTS_TABLES, Engine, Result
+from hermes_admin.profile.engine.holders import other_holders
+from hermes_admin.host.discovery import Profile
+from hermes_admin.profile.lineage import Unit
+from hermes_admin.profile.engine.locks import Flock, LockHeld
+from hermes_admin.profile.store import Store, StoreError
+from hermes_admin.profile.store.connect import readonly_uri, write_transaction
+from hermes_admin.profile.store.read import existing_ids
+
+STANDARD_FOLDERS = ("sessions", "logs", "memories", "skills", "cron")
+PRIVATE_FILES = ("state.db", "state.db-wal", "state.db-shm", ".env")
+SILENT_KINDS = {"dangling_parent", "mislabelled"}
+
+
+@dataclass
+class Finding:
+    profile: str
+    kind: str
+    subject: str  # a path or a session id
+    detail: str
+    fix: str  # what applying does ("none" for report-only kinds)
+    target: str | None = None  # the profile a row belongs to
+    applied: bool = False
+    error: str | None = None
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def namespace_of(session_key: str | None) -> str | None:
+    """The profile a gateway key names: `agent:<ns>:...`, where `main` means default."""
+    if not session_key or not session_key.startswith("agent:"):
+        return None
+    parts = session_key.split(":")
+    if len(parts) < 3 or not parts[1]:
+        return None
+    return "default" if parts[1] == "main" else parts[1]
+
+
+# -- finding ------------------------------------------------------------------------
+
+def _file_findings(profile: Profile) -> list[Finding]:
+    found = []
+    for name in STANDARD_FOLDERS:
+        if not (profile.home / name).is_dir():
+            found.append(Finding(profile.name, "missing_folder", str(profile.home / name),
+                                 f"{name}/ is missing", "create it"))
+    for name in PRIVATE_FILES:
+        path = profile.home / name
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISREG(st.st_mode) and st.st_mode & 0o077:
+            found.append(Finding(profile.name, "loose_permissions", str(path),
+                                 f"mode {stat.S_IMODE(st.st_mode):04o} is looser than 0600", "chmod 0600"))
+    return found
+
+
+def _quick_check(store: Store) -> str | None:
+    rows = store.db.execute_sql("PRAGMA quick_check").fetchall()
+    return None if rows == [("ok",)] else "; ".join(str(r[0]) for r in rows[:3])
+
+
+def fts_problems(store_path: Path) -> list[str]:
+    """FTS5 integrity-check needs a writable handle: run it on a private snapshot."""
+    problems = []
+    with tempfile.TemporaryDirectory(prefix="hermes-admin-fts-") as tmp:
+        snapshot = Path(tmp) / "snapshot.db"
+        source = sqlite3.connect(readonly_uri(store_path), uri=True)
+        target = sqlite3.connect(snapshot)
+        try:
+            source.backup(target)
+            tables = {r[0] for r in target.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            for table in FTS_TABLES:
+                if table in tables:
+                    try:
+                        target.execute(f"INSERT INTO {table}({table}, rank) VALUES ('integrity-check', 1)")
+                    except sqlite3.DatabaseError as exc:
+                        problems.append(f"{table}: {exc}")
+        finally:
+            source.close()
+            target.close()
+    return problems
+
+
+def inspect(profile: Profile, siblings: dict[str, Profile], check_fts: bool = False) -> list[Finding]:
+    """Everything wrong with one profile; reads only."""
+    found = _file_findings(profile)
+    if not profile.has_store():
+        return found
+    try:
+        store = Store.open(profile)
+    except StoreError as exc:
+        return found + [Finding(profile.name, "unusable_store", str(profile.store_path), exc.problem, "none")]
+    with store:
+        problem = _quick_check(store)
+        if problem:
+            return found + [Finding(profile.name, "unusable_store", str(profile.store_path),
+                                    f"quick_check: {problem}", "none")]
+        # Row by row, keeping only the rows with something to say: memory stays flat on a big store.
+        moved: list[tuple[str, str, str]] = []  # (id, session_key, owner) keyed to a sibling profile
+        for sid, parent, key, label, dangling in store.db.execute_sql(
+                "SELECT s.id, s.parent_session_id, s.session_key, s.profile_name, "
+                "(s.parent_session_id IS NOT NULL AND NOT EXISTS "
+                " (SELECT 1 FROM sessions p WHERE p.id = s.parent_session_id)) FROM sessions s"):
+            owner = namespace_of(key)
+            if owner and owner != profile.name:
+                if owner in siblings:
+                    moved.append((sid, key, owner))
+                else:
+                    found.append(Finding(profile.name, "unclaimed", sid,
+                                         f"session_key {key!r} names profile '{owner}', which does not exist", "none"))
+            elif label is not None and label != profile.name:
+                found.append(Finding(profile.name, "mislabelled", sid, f"profile_name is {label!r}",
+                                     f"relabel to '{profile.name}'"))
+            if dangling:
+                found.append(Finding(profile.name, "dangling_parent", sid, f"parent {parent!r} does not exist",
+                                     "clear parent_session_id"))
+    # Which of the rows keyed to a sibling profile are there already (an interrupted move):
+    # one read per sibling, not one per row.
+    wanted: dict[str, list[str]] = {}
+    for sid, _, owner in moved:
+        wanted.setdefault(owner, []).append(sid)
+    present = {owner: _ids_present(siblings[owner], ids) for owner, ids in wanted.items()}
+    for sid, key, owner in moved:
+        kind = "duplicate" if sid in present[owner] else "wrong_store"
+        fix = (f"delete this copy (profile '{owner}' holds the right one)" if kind == "duplicate"
+               else f"move to profile '{owner}' (copy, verify, delete here)")
+        found.append(Finding(profile.name, kind, sid, f"session_key {key!r} belongs to '{owner}'", fix, owner))
+    if check_fts:
+        for problem in fts_problems(profile.store_path):
+            found.append(Finding(profile.name, "broken_fts", str(profile.store_path), problem,
+                                 "back up the store, then rebuild the index (only while no other process holds it)"))
+    return found
+
+
+def _ids_present(profile: Profile, ids: list[str]) -> set[str]:
+    """Which of these session ids the profile's store holds (none if it has no usable store)."""
+    if not profile.has_store():
+        return set()
+    try:
+        with Store.open(profile) as store:
+            return set(existing_ids(store, ids))
+    except StoreError:
+        return set()
+
+
+# -- fixing -------------------------------------------------------------------------
+
+def _owner_ids(home: Path) -> tuple[int, int] | None:
+    if os.geteuid() != 0:
+        return None
+    st = os.stat(home)
+    return (st.st_uid, st.st_gid) if st.st_uid != 0 else None
+
+
+def _fix_files(finding: Finding, profile: Profile) -> None:
+    path = Path(finding.subject)
+    if finding.kind == "missing_folder":
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        owner = _owner_ids(profile.home)
+        if owner:
+            os.chown(path, *owner)
+    else:
+        if path.is_symlink() or not path.is_file():
+            raise OSError(f"{path} is not a regular file any more")
+        os.chmod(path, 0o600)  # on the path: never an open()ed descriptor of a store file
+
+
+def _export(store: Store, sid: str) -> dict:
+    """The session row, its messages (inactive ones too), usage rows and system prompt."""
+    db = store.db
+
+    def rows(sql, params):
+        cursor = db.execute_sql(sql, params)
+        names = [d[0] for d in cursor.description]
+        return [dict(zip(names, r)) for r in cursor.fetchall()]
+
+    (session,) = rows("SELECT * FROM sessions WHERE id = ?", [sid])
+    export = {"session": session, "messages": rows("SELECT * FROM messages WHERE session_id = ? ORDER BY id", [sid])}
+    export["usage"] = (rows("SELECT * FROM session_model_usage WHERE session_id = ?", [sid])
+                       if store.schema.has_table("session_model_usage") else [])
+    hashes = [session.get("system_prompt_hash"), session.get("tool_names")]
+    export["prompts"] = (rows(f"SELECT * FROM system_prompts WHERE hash IN ({','.join('?' * len(hashes))})", hashes)
+                         if store.schema.has_table("system_prompts") else [])
+    return export
+
+
+def _import(target: Store, export: dict) -> None:
+    """Into the target store, inside the caller's transaction: parents kept only when present,
+    message ids and display order regenerated, a colliding title given the id's tail."""
+    db, schema = target.db, target.schema
+    session = dict(export["session"])
+    sid = session["id"]
+    if session.get("parent_session_id") and not db.execute_sql(
+            "SELECT 1 FROM sessions WHERE id = ?", [session["parent_session_id"]]).fetchone():
+        session["parent_session_id"] = None
+    if session.get("title") and db.execute_sql(
+            "SELECT 1 FROM sessions WHERE title = ? AND id <> ?", [session["title"], sid]).fetchone():
+        session["title"] = f"{session['title']} ({sid[-6:]})"
+    if schema.has_table("system_prompts"):
+        for prompt in export["prompts"]:
+            _insert(db, "system_prompts", prompt, schema.columns["system_prompts"], "OR IGNORE")
+    elif export["prompts"] and "system_prompt" in schema.columns["sessions"]:
+        session.setdefault("system_prompt", export["prompts"][0].get("prompt"))
+    if not schema.has_column("sessions", "system_prompt_hash") or not schema.has_table("system_prompts"):
+        session.pop("system_prompt_hash", None)
+    session["profile_name"] = target.profile.name  # the row belongs here now
+    _insert(db, "sessions", session, schema.columns["sessions"])
+    columns = schema.columns["messages"] - {"id", "display_order"}
+    for message in export["messages"]:
+        _insert(db, "messages", message, columns)
+    if schema.has_table("session_model_usage"):
+        for usage in export["usage"]:
+            _insert(db, "session_model_usage", usage, schema.columns["session_model_usage"], "OR IGNORE")
+
+
+def _insert(db, table: str, row: dict, columns, conflict: str = "") -> None:
+    names = [c for c in row if c in columns]
+    quoted = ", ".join(f'"{c}"' for c in names)
+    db.execute_sql(f"INSERT {conflict} INTO {table} ({quoted}) VALUES ({', '.join('?' * len(names))})",
+                   [row[c] for c in names])
+
+
+def _move(source: Engine, target_profile: Profile, moves: list[Finding], result: Result) -> None:
+    """Copy each row into the right store and verify it there (the target opened once), then
+    delete the verified rows here through the engine: one `profile_repair` event each."""
+    verified: list[Finding] = []
+    try:
+        with Engine(target_profile) as target:
+            for finding in moves:
+                _attempt(finding, lambda f=finding: _copy(source.store, target.store, f.subject))
+                if not finding.error:
+                    verified.append(finding)
+    except (LockHeld, StoreError) as exc:
+        for finding in moves:
+            finding.error = " ".join(str(exc).split())
+        return
+    if not verified:
+        return
+    units = [Unit(f.subject, [f.subject], f"moved to profile '{target_profile.name}'") for f in verified]
+    moved = source.delete(units, "profile_repair")
+    result.absorb(moved)
+    went = {d.session_id for d in moved.done}
+    why = {s["session_id"]: s["why"] for s in moved.skipped}
+    for finding in verified:
+        if finding.subject in went:
+            finding.applied = True
+        else:
+            finding.error = f"copied, but not deleted here: {why.get(finding.subject, 'gone already')}"
+
+
+def _copy(source: Store, target: Store, sid: str) -> None:
+    """One row into the target store, in its own transaction; raises unless the target holds it whole."""
+    export = _export(source, sid)
+
+    def copy(db):
+        if not db.execute_sql("SELECT 1 FROM sessions WHERE id = ?", [sid]).fetchone():
+            _import(target, export)
+    write_transaction(target.db, copy)
+    held = target.db.execute_sql("SELECT COUNT(*) FROM messages WHERE session_id = ?", [sid]).fetchone()[0]
+    if held < len(export["messages"]):
+        raise RuntimeError(f"profile '{target.profile.name}' holds {held} of {len(export['messages'])} messages "
+                           f"of {sid}: this copy is kept")
+
+
+def _rebuild_fts(engine: Engine) -> None:
+    path = engine.profile.store_path
+    holders = other_holders([path, Path(f"{path}-wal"), Path(f"{path}-shm")])
+    if holders is None or holders:
+        raise RuntimeError("another process holds the store: the index is rebuilt only while nobody else does")
+    snapshots = engine.profile.home / "state-snapshots"
+    snapshots.mkdir(mode=0o700, exist_ok=True)
+    backup = snapshots / f"state.db.repair-{time.strftime('%Y%m%d-%H%M%S')}"
+    copy = sqlite3.connect(backup)
+    engine.store.db.connection().backup(copy)
+    copy.close()
+    os.chmod(backup, 0o600)
+    rebuild_lock = Flock(Path(f"{path}.fts_rebuild.lock"), "Hermes is rebuilding its FTS index")
+    rebuild_lock.acquire()
+    try:
+        for table in FTS_TABLES:
+            if engine.store.schema.has_table(table):
+                write_transaction(engine.store.db,
+                                  lambda db, t=table: db.execute_sql(f"INSERT INTO {t}({t}) VALUES ('rebuild')"))
+    finally:
+        rebuild_lock.release()
+
+
+def apply(profile: Profile, findings: list[Finding], siblings: dict[str, Profile]) -> Result:
+    """Fix one profile's findings. Raises LockHeld/StoreError for the profile as a whole;
+    a single fix that fails is recorded on its finding and the others still run."""
+    result = Result(profile.name, "delete", "profile_repair", False, task="repair")
+    for finding in findings:
+        if finding.kind in ("missing_folder", "loose_permissions"):
+            _attempt(finding, lambda f=finding: _fix_files(f, profile))
+    store_fixes = [f for f in findings if f.kind in ("dangling_parent", "mislabelled", "wrong_store", "duplicate",
+                                                      "broken_fts")]
+    if not store_fixes:
+        return result
+    with Engine(profile) as engine:
+        silent = [f for f in store_fixes if f.kind in SILENT_KINDS]
+        if silent:
+            def fix(db):
+                for f in silent:
+                    if f.kind == "dangling_parent":  # re-checked inside the transaction
+                        db.execute_sql("UPDATE sessions SET parent_session_id = NULL WHERE id = ? AND NOT EXISTS "
+                                       "(SELECT 1 FROM sessions p WHERE p.id = sessions.parent_session_id)", [f.subject])
+                    else:
+                        db.execute_sql("UPDATE sessions SET profile_name = ? WHERE id = ?", [profile.name, f.subject])
+            _attempt_all(silent, lambda: write_transaction(engine.store.db, fix))
+        moves: dict[str, list[Finding]] = {}
+        for finding in store_fixes:
+            if finding.kind in ("wrong_store", "duplicate"):
+                moves.setdefault(finding.target, []).append(finding)
+        for target, group in moves.items():
+            _move(engine, siblings[target], group, result)
+        for finding in store_fixes:
+            if finding.kind == "broken_fts":
+                _attempt(finding, lambda: _rebuild_fts(engine))
+    return result
+
+
+def _attempt(finding: Finding, fix) -> None:
+    try:
+        fix()
+        finding.applied = True
+    except (OSError, RuntimeError, StoreError, LockHeld, sqlite3.Error) as exc:
+        finding.error = " ".join(str(exc).split())
+    except Exception as exc:  # peewee's errors, and anything unforeseen: recorded, not raised
+        finding.error = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+
+
+def _attempt_all(findings: list[Finding], fix) -> None:
+    try:
+        fix()
+        for finding in findings:
+            finding.applied = True
+    except Exception as exc:
+        for finding in findings:
+            finding.error = f"{type(exc).__name__}: {' '.join(str(exc).split())}"

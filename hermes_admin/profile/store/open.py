@@ -1,0 +1,68 @@
+"""Open a profile's store, validated, as one object."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import peewee
+
+from hermes_admin.host.discovery import Profile
+from hermes_admin.profile.store.connect import open_readonly, open_readwrite
+from hermes_admin.profile.store.errors import StoreError
+from hermes_admin.profile.store.schema import KNOWN_SCHEMA_VERSION, Schema, read_schema
+
+
+class Store:
+    """A validated connection to one profile's `state.db` (read-only unless asked)."""
+
+    def __init__(self, profile: Profile, db: peewee.SqliteDatabase, schema: Schema, writable: bool):
+        self.profile = profile
+        self.db = db
+        self.schema = schema
+        self.writable = writable
+
+    @property
+    def path(self) -> Path:
+        return self.profile.store_path
+
+    @classmethod
+    def open(cls, profile: Profile, writable: bool = False) -> "Store":
+        path = profile.store_path
+        if not path.is_file():
+            raise StoreError(profile.name, path, "no state.db (this profile has no store yet)")
+        db = None
+        try:
+            db = open_readwrite(path) if writable else open_readonly(path)
+            schema = read_schema(db)
+        except (peewee.DatabaseError, sqlite3.DatabaseError) as exc:
+            # SQLite itself says "file is not a database": we never sniff the header.
+            if db is not None:
+                db.close()
+            raise StoreError(profile.name, path, str(exc)) from exc
+        problem = None
+        if not schema.has_table("sessions"):
+            problem = "not a Hermes store (no sessions table)"
+        elif not schema.has_table("messages"):
+            problem = "not a Hermes store (no messages table)"
+        elif schema.version is not None and schema.version > KNOWN_SCHEMA_VERSION:
+            problem = (
+                f"schema version {schema.version} is newer than this hermes-admin knows "
+                f"({KNOWN_SCHEMA_VERSION}); upgrade hermes-admin"
+            )
+        if problem:
+            db.close()
+            raise StoreError(profile.name, path, problem)
+        return cls(profile, db, schema, writable)
+
+    def error(self, problem: str) -> StoreError:
+        return StoreError(self.profile.name, self.path, problem)
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,35 @@
+"""Auto-archive for inactivity (silent: no event).
+
+Unarchived, unpinned lineages whose newest activity is older than
+`auto_archive_days`; open sessions included, as Hermes does it. The whole
+compression lineage flips to `archived = 1`.
+"""
+
+from __future__ import annotations
+
+from hermes_admin.profile.lineage import Graph, Unit
+from hermes_admin.profile.tasks import DAY, Selection, days_ago
+from hermes_admin.profile.tasks.retention import unit_heads
+
+
+def select(graph: Graph, idle_days: float, now: float) -> Selection:
+    cutoff = now - idle_days * DAY
+    chosen = Selection()
+    for head in unit_heads(graph):
+        members = graph.lineage(head)
+        rows = [graph.rows[sid] for sid in members]
+        if all(r.archived for r in rows):
+            continue
+        newest = max(r.last_activity for r in rows)
+        if any(r.pinned for r in rows):
+            why = "pinned"
+        elif newest >= cutoff:
+            why = None  # active: nothing to say about every active session
+        else:
+            chosen.units.append(Unit(head, members, f"idle since {days_ago(now, newest)} "
+                                                    f"(auto-archive after {idle_days:g} days)"))
+            continue
+        if why:
+            for sid in members:
+                chosen.kept[sid] = why
+    return chosen

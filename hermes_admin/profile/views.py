@@ -1,0 +1,107 @@
+"""Read-only views of profiles and sessions, for `profiles` and `sessions list|show`."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from hermes_admin.profile.engine.files import FileIndex
+from hermes_admin.host.discovery import Profile
+from hermes_admin.report import iso
+from hermes_admin.profile.store import Store, StoreError
+from hermes_admin.profile.parts import graph_around
+from hermes_admin.profile.store.read import SessionRow, find_session_ids, journal_mode, profile_counts
+
+
+def _size(path) -> int | None:
+    try:
+        return os.stat(path).st_size  # stat, never open: SQLite's locks stay intact
+    except OSError:
+        return None
+
+
+def profile_summary(profile: Profile) -> dict:
+    """One row of `profiles`: health and counts. Never raises for a bad store."""
+    row = {
+        "name": profile.name, "home": str(profile.home), "store": None, "ok": True, "error": None,
+        "schema_version": None, "journal_mode": None, "sessions": None, "messages": None,
+        "archived": None, "live": None, "empty": None, "store_bytes": None, "wal_bytes": None,
+        "last_activity": None,
+    }
+    if not profile.has_store():
+        return row
+    row["store"] = str(profile.store_path)
+    row["store_bytes"] = _size(profile.store_path)
+    row["wal_bytes"] = _size(f"{profile.store_path}-wal") or 0
+    try:
+        with Store.open(profile) as store:
+            counts = profile_counts(store)
+            row.update(
+                schema_version=store.schema.version, journal_mode=journal_mode(store),
+                sessions=counts.sessions, messages=counts.messages, archived=counts.archived,
+                live=counts.live, empty=counts.empty, last_activity=iso(counts.last_activity),
+            )
+    except StoreError as exc:
+        row.update(ok=False, error=str(exc))
+    return row
+
+
+def session_brief(profile: Profile, row: SessionRow) -> dict:
+    return {
+        "profile": profile.name, "id": row.id, "source": row.source, "title": row.title,
+        "started_at": iso(row.started_at), "ended_at": iso(row.ended_at), "end_reason": row.end_reason,
+        "last_activity": iso(row.last_activity), "messages": row.message_rows,
+        "archived": row.archived, "pinned": row.pinned, "open": row.is_open,
+    }
+
+
+@dataclass
+class Match:
+    profile: Profile
+    session_id: str
+
+
+def resolve_many(profiles: list[Profile], wanted: list[str]) -> tuple[dict[str, list[Match]], list[StoreError]]:
+    """For each id (or prefix): the sessions it names in these profiles. Each store is opened once."""
+    found: dict[str, list[Match]] = {w: [] for w in wanted}
+    errors = []
+    for profile in profiles:
+        if not profile.has_store():
+            continue
+        try:
+            with Store.open(profile) as store:
+                for w in found:
+                    found[w] += [Match(profile, sid) for sid in find_session_ids(store, w)]
+        except StoreError as exc:
+            errors.append(exc)
+    for w, matches in found.items():
+        exact = [m for m in matches if m.session_id == w]
+        found[w] = exact or matches
+    return found, errors
+
+
+def resolve(profiles: list[Profile], id_or_prefix: str) -> tuple[list[Match], list[StoreError]]:
+    """Sessions whose id is `id_or_prefix` (or starts with it) in the given profiles."""
+    found, errors = resolve_many(profiles, [id_or_prefix])
+    return found[id_or_prefix], errors
+
+
+def session_detail(profile: Profile, session_id: str) -> dict:
+    """Everything `sessions show` tells about one session."""
+    with Store.open(profile) as store:
+        graph = graph_around(store, [session_id])  # its lineage, children, delegates: not the whole store
+    row = graph.rows[session_id]
+    files = FileIndex.scan(profile.sessions_dir).files_of(session_id)
+    detail = session_brief(profile, row)
+    detail.update(
+        home=str(profile.home), model=row.model, session_key=row.session_key,
+        profile_name=row.profile_name, parent_id=row.parent_id,
+        delegate_of=row.delegate_from,
+        lineage=graph.lineage(session_id),
+        compression_parent=graph.compression_parent(session_id),
+        compression_children=graph.compression_children(session_id),
+        other_children=graph.other_children(session_id),
+        delegates=graph.delegates_of(session_id),
+        files=[{"path": str(f.path), "bytes": f.size, "symlink": f.is_symlink} for f in files],
+    )
+    return detail
