@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -78,12 +79,35 @@ def stdout_console():
     return Console(file=sys.stdout, soft_wrap=False, width=None if sys.stdout.isatty() else 160)
 
 
+# C0/C1 controls, DEL, and the Unicode line separators and bidirectional overrides: whatever
+# could end a line, move the cursor, retitle a terminal or reorder what a person reads.
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escape(match: re.Match) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def clean(text, limit: int | None = None) -> str:
+    """Text from a store, a file or a plugin, made safe to print: controls escaped, length bounded."""
+    text = str(text)
+    if limit is not None and len(text) > limit:
+        text = text[:limit] + "…"
+    return _CONTROLS.sub(_escape, text)
+
+
+def line(text: str) -> None:
+    """One line of human output on stdout, escaped."""
+    click.echo(clean(text))
+
+
 def warn(message: str) -> None:
-    click.echo(f"hermes-admin: warning: {message}", err=True)
+    click.echo(f"hermes-admin: warning: {clean(message, 4000)}", err=True)
 
 
 def error(message: str) -> None:
-    click.echo(f"hermes-admin: error: {message}", err=True)
+    click.echo(f"hermes-admin: error: {clean(message, 4000)}", err=True)
 
 
 def human_bytes(n: int | None) -> str:
@@ -102,8 +126,9 @@ def table(title: str | None, columns: list[str], rows: list[list[object]]):
     out = Table(title=title, show_lines=False, header_style="bold")
     for name in columns:
         out.add_column(name, overflow="fold")
-    for row in rows:
-        out.add_row(*["-" if v is None else str(v) for v in row])
+    from rich.text import Text
+    for row in rows:  # Text, not str: markup inside data is never interpreted
+        out.add_row(*[Text("-" if v is None else clean(v)) for v in row])
     return out
 
 

@@ -1,4 +1,5 @@
-"""What every command shares: the roots, the admin config and the profile selection."""
+"""What every command shares: the roots, the admin config, the profile selection, and the
+one way work reaches a profile (a job, done as the profile's owner: host/workers.py)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,11 @@ from dataclasses import dataclass, field
 
 import click
 
+from hermes_admin import exitcodes, report, stopping
 from hermes_admin.host import config as admin_config
-from hermes_admin import exitcodes, report
 from hermes_admin.host import discovery as homes
+from hermes_admin.protocol import Job, Profile
+from hermes_admin.results import RepairRun, Run
 
 
 @dataclass
@@ -18,6 +21,7 @@ class App:
     all_users: bool = False
     verbose: int = 0
     _config: admin_config.AdminConfig | None = field(default=None, repr=False)
+    _everything: homes.Discovery | None = field(default=None, repr=False)
 
     @property
     def config(self) -> admin_config.AdminConfig:
@@ -32,18 +36,67 @@ class App:
     def roots(self):
         return homes.resolve_roots(self.roots_given, self.config.roots, self.all_users)
 
-    def discover(self, only: tuple[str, ...] = ()) -> homes.Discovery:
-        """Profiles to work on; missing roots and skipped folders are reported on stderr."""
-        found = homes.discover(self.roots(), only)
+    def everything(self) -> homes.Discovery:
+        """Every profile of every root, found once per command."""
+        if self._everything is None:
+            self._everything = homes.discover(self.roots())
+        return self._everything
+
+    def discover(self, only: tuple[str, ...] = (), quiet: bool = False) -> homes.Discovery:
+        """Profiles to work on; missing roots, refused and skipped folders are reported on stderr."""
+        everything = self.everything()
+        found = homes.Discovery(profiles=[p for p in everything.profiles if not only or p.name in only],
+                                skipped=everything.skipped, missing_roots=everything.missing_roots,
+                                owners=everything.owners)
+        if quiet:
+            return found
         for root in found.missing_roots:
             report.error(f"root {root}: no such folder")
         for skipped in found.skipped:
-            report.warn(f"skipped {skipped.path}: {skipped.reason}")
+            (report.error if skipped.refused else report.warn)(f"skipped {skipped.path}: {skipped.reason}")
         if only:
             missing = sorted(set(only) - {p.name for p in found.profiles})
             for name in missing:
                 report.error(f"profile '{name}': not found in {', '.join(str(r) for r in self.roots())}")
         return found
+
+    def failed_discovery(self, found: homes.Discovery, only: tuple[str, ...] = ()) -> bool:
+        """Did finding the profiles go wrong somewhere (a missing root, a refused folder, an unknown name)?"""
+        return bool(found.missing_roots or any(s.refused for s in found.skipped)
+                    or set(only) - {p.name for p in found.profiles})
+
+    def work(self, kind: str, params: dict, profiles: list[Profile], with_policy: bool = False) -> Run:
+        """Do one kind of job on these profiles, one job per owner, and gather the reports."""
+        from hermes_admin.host.workers import by_owner, run_job
+
+        run = RepairRun(dry_run=True) if kind == "repair" else Run(dry_run=bool(params.get("dry_run", True)))
+        owners = self.everything().owners
+        params = dict(params, siblings=self._siblings())
+        for owner, group in by_owner(profiles, owners):
+            if stopping.requested():
+                run.warnings.append("stopped on request: " + ", ".join(p.name for p in group) + " not worked on")
+                continue
+            layers = {}
+            if with_policy:
+                for profile in list(group):
+                    try:
+                        layers[str(profile.home)] = admin_config.policy_layers(self.config, profile.name)
+                    except admin_config.ConfigError as exc:
+                        run.errors.append(f"profile '{profile.name}': skipped: {exc}")
+                        group.remove(profile)
+            if group:
+                run.merge(run_job(Job(kind, params, owner, group, layers), self.verbose))
+        return run
+
+    def _siblings(self) -> dict[str, list[list[str]]]:
+        """Per root, the profiles that share the owner of its `default`: where repair may move rows."""
+        everything = self.everything()
+        siblings: dict[str, list[list[str]]] = {}
+        for profile in everything.profiles:
+            root_owner = everything.owners.get(profile.root)
+            if root_owner is not None and everything.owners[profile.home].uid == root_owner.uid:
+                siblings.setdefault(str(profile.root), []).append([profile.name, str(profile.home)])
+        return siblings
 
 
 pass_app = click.make_pass_decorator(App)

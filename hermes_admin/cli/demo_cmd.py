@@ -10,13 +10,12 @@ from pathlib import Path
 import click
 import yaml
 
-from hermes_admin.profile.actions.common import Run
-from hermes_admin.profile.actions.maintenance import ORDER, Request, maintain
 from hermes_admin.cli import mutate
+from hermes_admin.cli.maintain_cmd import ORDER, request
 from hermes_admin.cli.context import App, pass_app
 from hermes_admin.cli.profiles_cmd import show_profiles
 from hermes_admin.host.config import AdminConfig
-from hermes_admin.profile.policy import shipped
+from hermes_admin.host.config import shipped
 from hermes_admin.synth.scenario import build_root
 
 # Two upstream-shaped profiles and one written by the PyPI release's schema.
@@ -41,10 +40,10 @@ def _prepare(root: Path) -> list[str]:
 
 
 def _run(app: App, dry_run: bool) -> int:
-    run = Run(dry_run=dry_run)
-    request = Request(tasks=ORDER, now=time.time())
-    for profile in app.discover().profiles:
-        maintain(run, profile, app.config, request)
+    found = app.discover()
+    run = app.work("maintain", {"request": request(ORDER, time.time(), dry_run=dry_run), "dry_run": dry_run},
+                   found.profiles, with_policy=True)
+    run.dry_run = dry_run
     try:
         mutate.finish(run, as_json=False, verb="run")
     except click.exceptions.Exit as done:

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import time
+from dataclasses import asdict
 
 import click
 
-from hermes_admin.host import metrics
-from hermes_admin.profile.actions.common import Run
-from hermes_admin.profile.actions.maintenance import ORDER, Request, maintain
 from hermes_admin.cli import mutate
 from hermes_admin.cli.context import App, json_option, pass_app, profile_option
-from hermes_admin.profile.tasks.filters import FilterError, Filters, parse_when
-from hermes_admin.profile.views import profile_summary
+from hermes_admin.filters import FilterError, Filters, parse_when
+
+# `run`'s order (design §3), as the worker's maintenance has it (profile/actions/maintenance.py).
+ORDER = ("repair", "ghost_prune", "empty_sweep", "purge", "auto_archive")
 
 
 def task_options(f):
@@ -51,19 +51,30 @@ def build_filters(now: float, source=None, end_reason=None, title=None, model=No
         raise click.BadParameter(str(exc)) from None
 
 
-def run_tasks(app: App, profiles, request: Request, dry_run: bool, yes: bool, as_json: bool, what: str,
+def request(tasks: tuple[str, ...], now: float, *, explicit: bool = False, dry_run: bool = False,
+            force: bool = False, older_than: float | None = None, archive_days: float | None = None,
+            filters: Filters | None = None, vacuum: bool = False) -> dict:
+    """What a worker's maintenance needs to know (profile/actions/maintenance.Request), as plain data."""
+    return {"tasks": list(tasks), "now": now, "explicit": explicit, "dry_run": dry_run, "force": force,
+            "older_than": older_than, "archive_days": archive_days,
+            "filters": asdict(filters or Filters()), "vacuum": vacuum}
+
+
+def run_tasks(app: App, profiles, wanted: dict, dry_run: bool, yes: bool, as_json: bool, what: str,
               metrics_file: str | None = None) -> None:
     found = app.discover(profiles)
-    run = Run(dry_run=dry_run)
-    if found.missing_roots or set(profiles) - {p.name for p in found.profiles}:
-        run.errors.append("some roots or profiles were not found (see above)")
     if found.profiles:
         mutate.confirm(f"Run {what} on {len(found.profiles)} profile(s)?", yes, dry_run)
-    for profile in found.profiles:
-        maintain(run, profile, app.config, request)
     target = metrics_file or app.config.metrics_file
-    if target and not dry_run:
-        metrics.write(target, metrics.render(run, [profile_summary(p) for p in found.profiles]))
+    summaries = bool(target and not dry_run)
+    run = app.work("maintain", {"request": wanted, "dry_run": dry_run, "summaries": summaries},
+                   found.profiles, with_policy=True)
+    run.dry_run = dry_run
+    if app.failed_discovery(found, profiles):
+        run.errors.append("some roots or profiles were not found or were refused (see above)")
+    if summaries:
+        from hermes_admin.host import metrics
+        metrics.write(target, metrics.render(run, run.data.pop("summaries", [])))
     mutate.finish(run, as_json, what, app.verbose)
 
 
@@ -79,9 +90,9 @@ def purge(app: App, older_than, vacuum, profiles, dry_run, yes, as_json, force, 
     now = time.time()
     if older_than is not None and older_than < 1 and not force:
         raise click.BadParameter("below 1 day would delete nearly every ended session; add --force", param_hint="--older-than")
-    request = Request(tasks=("purge",), now=now, explicit=True, force=force, older_than=older_than,
-                      filters=build_filters(now, **filters), vacuum=vacuum)
-    run_tasks(app, profiles, request, dry_run, yes, as_json, "purge")
+    wanted = request(("purge",), now, explicit=True, force=force, older_than=older_than,
+                     filters=build_filters(now, **filters), vacuum=vacuum, dry_run=dry_run)
+    run_tasks(app, profiles, wanted, dry_run, yes, as_json, "purge")
 
 
 def _single_task(name: str, task: str, help_text: str) -> click.Command:
@@ -90,7 +101,7 @@ def _single_task(name: str, task: str, help_text: str) -> click.Command:
     @task_options
     @pass_app
     def command(app: App, profiles, dry_run, yes, as_json, force):
-        run_tasks(app, profiles, Request(tasks=(task,), now=time.time(), explicit=True, force=force),
+        run_tasks(app, profiles, request((task,), time.time(), explicit=True, force=force, dry_run=dry_run),
                   dry_run, yes, as_json, name)
     return command
 
@@ -109,8 +120,8 @@ def archive_inactive(app: App, days, profiles, dry_run, yes, as_json, force):
     """Archive idle lineages, open ones included; pinned never (silent: no event)."""
     if days is not None and days < 1 and not force:
         raise click.BadParameter("below 1 day would archive nearly everything; add --force", param_hint="--days")
-    run_tasks(app, profiles, Request(tasks=("auto_archive",), now=time.time(), explicit=True, force=force,
-                                     archive_days=days), dry_run, yes, as_json, "archive-inactive")
+    run_tasks(app, profiles, request(("auto_archive",), time.time(), explicit=True, force=force,
+                                     archive_days=days, dry_run=dry_run), dry_run, yes, as_json, "archive-inactive")
 
 
 @click.command()
@@ -119,5 +130,5 @@ def archive_inactive(app: App, days, profiles, dry_run, yes, as_json, force):
 @pass_app
 def run(app: App, metrics_file, profiles, dry_run, yes, as_json, force):
     """One pass of every task the policy enables: what the timer calls."""
-    run_tasks(app, profiles, Request(tasks=ORDER, now=time.time(), force=force, dry_run=dry_run), dry_run, yes,
+    run_tasks(app, profiles, request(ORDER, time.time(), force=force, dry_run=dry_run), dry_run, yes,
               as_json, "run", metrics_file)

@@ -7,9 +7,8 @@ import sys
 import click
 
 from hermes_admin import report
-from hermes_admin.profile.actions.common import Run
-from hermes_admin.host.discovery import Profile
-from hermes_admin.profile.views import resolve_many
+from hermes_admin.protocol import Profile
+from hermes_admin.results import Run
 
 
 def dry_run_option(f):
@@ -20,19 +19,33 @@ def yes_option(f):
     return click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation on a terminal.")(f)
 
 
-def targets(profiles: list[Profile], ids: list[str]) -> tuple[dict[Profile, list[str]], list[str], list[str]]:
-    """Which profile holds each id (exact or unique prefix): (by profile, not found, problems)."""
+def targets(app, profiles: list[Profile], ids: list[str]) -> tuple[dict[Profile, list[str]], list[str], list[str]]:
+    """Which profile holds each id (exact or unique prefix): (by profile, not found, problems).
+
+    Every owner's worker says what each id names in its profiles; ambiguity is decided
+    here, over all of them, so an id is never taken in two places at once.
+    """
+    wanted = list(dict.fromkeys(ids))
     by_profile: dict[Profile, list[str]] = {}
     missing = []
-    found, errors = resolve_many(profiles, list(dict.fromkeys(ids)))
-    problems = [str(e) for e in errors]
-    for wanted, matches in found.items():
+    if not wanted:
+        return by_profile, missing, []
+    answer = app.work("resolve", {"wanted": wanted}, profiles)
+    problems = list(answer.errors)
+    homes = {str(p.home): p for p in profiles}
+    found: dict[str, list[tuple[Profile, str]]] = {w: [] for w in wanted}
+    for match in answer.data.get("matches", []):
+        if match.get("wanted") in found and match.get("home") in homes:
+            found[match["wanted"]].append((homes[match["home"]], match["session_id"]))
+    for want, matches in found.items():
+        exact = [m for m in matches if m[1] == want]
+        matches = exact or matches
         if not matches:
-            missing.append(wanted)
+            missing.append(want)
         elif len(matches) > 1:
-            problems.append(f"'{wanted}' is ambiguous: " + ", ".join(f"{m.profile.name}:{m.session_id}" for m in matches[:10]))
+            problems.append(f"'{want}' is ambiguous: " + ", ".join(f"{p.name}:{sid}" for p, sid in matches[:10]))
         else:
-            by_profile.setdefault(matches[0].profile, []).append(matches[0].session_id)
+            by_profile.setdefault(matches[0][0], []).append(matches[0][1])
     return by_profile, missing, problems
 
 
@@ -43,21 +56,21 @@ def confirm(question: str, yes: bool, dry_run: bool) -> None:
 
 
 def _human(run: Run, verbose: int = 0) -> None:
-    for name, policy in run.policies.items():
-        click.echo(f"{name}: policy: {policy.describe()}")
+    for policy in run.policies.values():
+        report.line(f"{policy.get('profile')}: policy: {policy.get('description')}")
     for result in run.results:
-        click.echo(report.summary_line(result, run.dry_run))
+        report.line(report.summary_line(result, run.dry_run))
         for done in result.done:
             more = f" (+{len(done.ids) - 1}: {', '.join(done.ids[1:])})" if len(done.ids) > 1 else ""
             rule = f": {done.rule}" if done.rule else ""
-            click.echo(f"  {done.session_id}{more}{rule}")
+            report.line(f"  {done.session_id}{more}{rule}")
         for skip in result.skipped:
-            click.echo(f"  skipped {skip['session_id']}: {skip['why']}")
+            report.line(f"  skipped {skip['session_id']}: {skip['why']}")
         for note in result.notes:
-            click.echo(f"  {note}")
+            report.line(f"  {note}")
         if verbose:
             for sid, why in result.kept.items():
-                click.echo(f"  kept {sid}: {why}")
+                report.line(f"  kept {sid}: {why}")
 
 
 def problems(run: Run) -> None:

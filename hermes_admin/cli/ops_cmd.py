@@ -11,11 +11,10 @@ from pathlib import Path
 import click
 
 from hermes_admin import exitcodes, report
-from hermes_admin.host import discovery as homes
 from hermes_admin.cli.context import App, pass_app
 from hermes_admin.host.config import ConfigError
 from hermes_admin.host.config import load as load_config
-from hermes_admin.profile.policy import shipped
+from hermes_admin.host.config import shipped
 
 PLACEHOLDER = "/usr/local/bin/hermes-admin"
 
@@ -40,15 +39,24 @@ def daemon(app: App, metrics_file):
     def load():
         return load_config(app.config_path)
 
-    def profiles(config):
-        roots = homes.resolve_roots(app.roots_given, config.roots, app.all_users)
-        found = homes.discover(roots)
+    def work(config, task, tasks, now, summaries):
+        """One scheduled pass: found afresh, each profile as its owner (the same path as `run`)."""
+        from hermes_admin.cli.maintain_cmd import request
+
+        job_app = App(roots_given=app.roots_given, all_users=app.all_users, verbose=app.verbose, _config=config)
+        found = job_app.discover(quiet=True)
+        log = logging.getLogger("hermes_admin.daemon")
         for root in found.missing_roots:
-            logging.getLogger("hermes_admin.host.daemon").warning("root %s: no such folder", root)
-        return found.profiles
+            log.warning("root %s: no such folder", root)
+        for skipped in found.skipped:
+            if skipped.refused:
+                log.warning("skipped %s", report.clean(f"{skipped.path}: {skipped.reason}"))
+        wanted = request(tasks, now, explicit=task != "run")
+        return job_app.work("maintain", {"request": wanted, "dry_run": False, "summaries": summaries},
+                            found.profiles, with_policy=True)
 
     try:
-        service = Daemon(load_config=load, discover=profiles, metrics_file=metrics_file)
+        service = Daemon(load_config=load, work=work, metrics_file=metrics_file)
         # Check the schedule before telling systemd we are ready.
         from apscheduler.schedulers.background import BackgroundScheduler
         schedule(BackgroundScheduler(), service.config, service.job)

@@ -6,9 +6,6 @@ import click
 
 from hermes_admin import exitcodes, report
 from hermes_admin.cli.context import App, json_option, pass_app, profile_option
-from hermes_admin.profile.hermes_config import HermesConfigError
-from hermes_admin.profile.hermes_config import load as load_hermes_config
-from hermes_admin.profile.hooks.discovery import discover
 
 
 @click.group()
@@ -23,14 +20,8 @@ def plugins():
 def list_cmd(app: App, profiles, as_json: bool):
     """Every plugin found per profile: enabled or not and why, and its hooks. Imports none."""
     found = app.discover(profiles)
-    rows, errors = [], []
-    for profile in found.profiles:
-        try:
-            config = load_hermes_config(profile.home)
-        except HermesConfigError as exc:
-            errors.append(f"profile '{profile.name}': {exc}")
-            continue
-        rows += [dict(profile=profile.name, **p.as_dict()) for p in discover(profile.home, config)]
+    answer = app.work("plugins_list", {}, found.profiles)
+    rows, errors = answer.data.get("plugins", []), answer.errors
     if as_json:
         report.emit_json({"plugins": rows, "errors": errors})
     else:
@@ -41,4 +32,4 @@ def list_cmd(app: App, profiles, as_json: bool):
         ))
     for message in errors:
         report.error(message)
-    raise click.exceptions.Exit(exitcodes.PROFILE_FAILED if errors or found.missing_roots else exitcodes.OK)
+    raise click.exceptions.Exit(exitcodes.PROFILE_FAILED if errors or app.failed_discovery(found, profiles) else exitcodes.OK)

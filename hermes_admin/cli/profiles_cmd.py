@@ -6,12 +6,12 @@ import click
 
 from hermes_admin import exitcodes, report
 from hermes_admin.cli.context import App, json_option, pass_app, profile_option
-from hermes_admin.profile.views import profile_summary
 
 
 def show_profiles(app: App, only: tuple[str, ...], as_json: bool) -> int:
     found = app.discover(only)
-    rows = [profile_summary(p) for p in found.profiles]
+    answer = app.work("profiles", {}, found.profiles)
+    rows = answer.data.get("profiles", [])
     if as_json:
         report.emit_json({"profiles": rows})
     else:
@@ -28,8 +28,9 @@ def show_profiles(app: App, only: tuple[str, ...], as_json: bool) -> int:
     for r in rows:
         if not r["ok"]:
             report.error(r["error"])
-    unknown = set(only) - {p.name for p in found.profiles}
-    failed = any(not r["ok"] for r in rows) or found.missing_roots or unknown
+    for message in answer.errors:
+        report.error(message)
+    failed = any(not r["ok"] for r in rows) or answer.errors or app.failed_discovery(found, only)
     return exitcodes.PROFILE_FAILED if failed else exitcodes.OK
 
 

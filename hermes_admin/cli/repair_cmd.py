@@ -5,19 +5,8 @@ from __future__ import annotations
 import click
 
 from hermes_admin import report
-from hermes_admin.host import discovery as homes
-from hermes_admin.profile.actions.repair import RepairRun, repair
 from hermes_admin.cli import mutate
 from hermes_admin.cli.context import App, json_option, pass_app, profile_option
-
-
-def siblings_by_root(app: App) -> dict:
-    """Every profile of every root, by root then name: where a wrong-store row belongs."""
-    everything = homes.discover(app.roots())
-    grouped: dict = {}
-    for profile in everything.profiles:
-        grouped.setdefault(profile.root, {})[profile.name] = profile
-    return grouped
 
 
 @click.command("repair")
@@ -30,24 +19,24 @@ def siblings_by_root(app: App) -> dict:
 def repair_cmd(app: App, apply_fixes: bool, check_fts: bool, profiles, yes: bool, as_json: bool):
     """Find broken profiles: folders, permissions, dangling parents, labels, rows in the wrong store."""
     found = app.discover(profiles)
-    grouped = siblings_by_root(app)
-    run = RepairRun(dry_run=not apply_fixes)
     if apply_fixes and found.profiles:
         mutate.confirm(f"Apply repairs to {len(found.profiles)} profile(s)?", yes, False)
-    for profile in found.profiles:
-        repair(run, profile, grouped.get(profile.root, {}), apply_fixes, check_fts)
+    run = app.work("repair", {"apply": apply_fixes, "check_fts": check_fts}, found.profiles)
+    run.dry_run = not apply_fixes
+    if app.failed_discovery(found, profiles):
+        run.errors.append("some roots or profiles were not found or were refused (see above)")
     if as_json:
         report.emit_json(run.as_dict())
     else:
         for finding in run.findings:
             state = "fixed" if finding.applied else ("NOT fixed: " + finding.error if finding.error else
                                                      ("would " + finding.fix if finding.fix != "none" else "report only"))
-            click.echo(f"{finding.profile}: {finding.kind}: {finding.subject}: {finding.detail} -> {state}")
-        if not run.findings:
-            click.echo("nothing to repair")
+            report.line(f"{finding.profile}: {finding.kind}: {finding.subject}: {finding.detail} -> {state}")
+        if not run.findings and not run.errors:
+            report.line("nothing to repair")
         for result in run.results:
             for done in result.done:
-                click.echo(f"{result.profile}: deleted {done.session_id} ({done.rule})")
+                report.line(f"{result.profile}: deleted {done.session_id} ({done.rule})")
     mutate.problems(run)
     unfixed = [f for f in run.findings if f.fix != "none" and not f.applied]
     code = run.exit_code()

@@ -6,15 +6,13 @@ import time
 
 import click
 
+from dataclasses import asdict
+
 from hermes_admin import exitcodes, report
-from hermes_admin.profile.actions import sessions as actions
-from hermes_admin.profile.actions.common import Run
 from hermes_admin.cli import mutate
 from hermes_admin.cli.context import App, json_option, pass_app, profile_option
 from hermes_admin.cli.maintain_cmd import build_filters, filter_options
-from hermes_admin.profile.views import resolve, session_brief, session_detail
-from hermes_admin.profile.store import Store, StoreError
-from hermes_admin.profile.store.read import most_recent
+from hermes_admin.results import Run
 
 
 @click.group()
@@ -31,15 +29,8 @@ def sessions():
 def list_cmd(app: App, profiles, limit: int, as_json: bool):
     """List sessions, most recently active first."""
     found = app.discover(profiles)
-    briefs, errors = [], []
-    for profile in found.profiles:
-        if not profile.has_store():
-            continue
-        try:
-            with Store.open(profile) as store:
-                briefs += [session_brief(profile, row) for row in most_recent(store, limit)]
-        except StoreError as exc:
-            errors.append(str(exc))
+    answer = app.work("sessions_list", {"limit": limit}, found.profiles)
+    briefs, errors = answer.data.get("sessions", []), answer.errors
     briefs.sort(key=lambda b: b["last_activity"] or "", reverse=True)
     briefs = briefs[:limit]
     if as_json:
@@ -52,7 +43,7 @@ def list_cmd(app: App, profiles, limit: int, as_json: bool):
         ))
     for message in errors:
         report.error(message)
-    failed = errors or found.missing_roots or (set(profiles) - {p.name for p in found.profiles})
+    failed = errors or app.failed_discovery(found, profiles)
     raise click.exceptions.Exit(exitcodes.PROFILE_FAILED if failed else exitcodes.OK)
 
 
@@ -70,27 +61,37 @@ def _state(brief: dict) -> str:
 def show_cmd(app: App, session_id: str, profiles, as_json: bool):
     """Show one session (ID or a unique prefix): lineage, delegates and files."""
     found = app.discover(profiles)
-    matches, errors = resolve(found.profiles, session_id)
-    for exc in errors:
-        report.error(str(exc))
-    if not matches:
+    by_profile, missing, problems = mutate.targets(app, found.profiles, [session_id])
+    ambiguous = [p for p in problems if "is ambiguous" in p]
+    for message in problems:
+        report.error(message)
+    if missing:
         report.error(f"no session matches '{session_id}'")
-        raise click.exceptions.Exit(exitcodes.WARNINGS if not errors else exitcodes.PROFILE_FAILED)
-    if len(matches) > 1:
-        names = ", ".join(f"{m.profile.name}:{m.session_id}" for m in matches[:10])
-        report.error(f"'{session_id}' is ambiguous: {names}")
+        raise click.exceptions.Exit(exitcodes.WARNINGS if not problems else exitcodes.PROFILE_FAILED)
+    if ambiguous or not by_profile:
         raise click.exceptions.Exit(exitcodes.WARNINGS)
-    detail = session_detail(matches[0].profile, matches[0].session_id)
+    ((profile, (sid,)),) = by_profile.items()
+    answer = app.work("session_detail", {"session_id": sid}, [profile])
+    for message in answer.errors:
+        report.error(message)
+    if not answer.data.get("session"):
+        raise click.exceptions.Exit(exitcodes.PROFILE_FAILED)
+    detail = answer.data["session"][0]
     if as_json:
         report.emit_json({"session": detail})
         return
+    from rich.text import Text
+
     out = report.stdout_console()
     for key, value in detail.items():
         if key == "files":
-            value = "\n".join(f["path"] + (" (symlink)" if f["symlink"] else "") for f in value) or None
+            lines = [report.clean(f["path"]) + (" (symlink)" if f["symlink"] else "") for f in value] or ["-"]
         elif isinstance(value, list):
-            value = ", ".join(value) or None
-        out.print(f"[bold]{key:>20}[/bold]  {'-' if value is None else value}", highlight=False)
+            lines = [report.clean(", ".join(str(v) for v in value) or "-")]
+        else:
+            lines = [report.clean("-" if value is None else value)]
+        for n, text in enumerate(lines):  # Text: markup inside a title is never interpreted
+            out.print(Text.assemble((f"{key if n == 0 else '':>20}", "bold"), "  ", text), highlight=False)
 
 
 def _read_ids(source) -> list[str]:
@@ -100,32 +101,37 @@ def _read_ids(source) -> list[str]:
 
 
 def _change(app: App, ids: tuple[str, ...], ids_from, profiles, dry_run: bool, yes: bool, as_json: bool,
-            force: bool, filter_values: dict, verb: str, act) -> None:
+            force: bool, filter_values: dict, verb: str) -> None:
     now = time.time()
     filters = build_filters(now, **filter_values) if filter_values is not None else None
     wanted = list(ids) + (_read_ids(ids_from) if ids_from is not None else [])
     if not wanted and not (filters and filters.given()):
         raise click.UsageError("name at least one session id, --ids-from FILE, or a filter")
     found = app.discover(profiles)
-    by_profile, missing, problems = mutate.targets(found.profiles, wanted)
+    by_profile, missing, problems = mutate.targets(app, found.profiles, wanted)
     run = Run(dry_run=dry_run)
     run.warnings += [f"no session matches '{m}'" for m in missing]
     run.errors += problems
-    chosen = list(by_profile) if not (filters and filters.given()) else found.profiles
+    if app.failed_discovery(found, profiles):
+        run.errors.append("some roots or profiles were not found or were refused (see above)")
+    filtering = bool(filters and filters.given())
+    chosen = found.profiles if filtering else [p for p in found.profiles if p in by_profile]
     if chosen:
         what = f"{sum(len(v) for v in by_profile.values())} named session(s)" + (
-            " and the sessions the filters match" if filters and filters.given() else "")
+            " and the sessions the filters match" if filtering else "")
         mutate.confirm(f"{verb.capitalize()} {what} in {len(chosen)} profile(s)?", yes, dry_run)
-    for profile in chosen:
-        act(run, profile, by_profile.get(profile, []), filters, force)
+        run.merge(app.work("change", {
+            "verb": verb, "dry_run": dry_run, "force": force,
+            "ids": {str(p.home): ids for p, ids in by_profile.items()},
+            "filters": asdict(filters) if filters is not None else None}, chosen))
     mutate.finish(run, as_json, verb)
 
 
-def _change_command(name: str, verb: str, act, help_text: str, with_filters: bool) -> None:
+def _change_command(name: str, help_text: str, with_filters: bool) -> None:
     """Register `sessions NAME ID...` with the options every changing command shares."""
     def command(app: App, ids, ids_from, profiles, dry_run, yes, as_json, force=False, **filter_values):
         _change(app, ids, ids_from, profiles, dry_run, yes, as_json, force,
-                filter_values if with_filters else None, verb, act)
+                filter_values if with_filters else None, name)
 
     options = [
         click.argument("ids", nargs=-1),
@@ -140,13 +146,11 @@ def _change_command(name: str, verb: str, act, help_text: str, with_filters: boo
     sessions.command(name, help=help_text)(pass_app(command))
 
 
-_change_command("delete", "delete", actions.delete,
+_change_command("delete",
                 "Delete sessions (ID or unique prefix, --ids-from, or filters), each with its delegates; "
                 "fires `delete`.", with_filters=True)
-_change_command("archive", "archive",
-                lambda run, profile, sids, filters, force: actions.archive(run, profile, sids, True, filters, force),
+_change_command("archive",
                 "Archive sessions with their whole compression lineage; fires `archive` on a real change.",
                 with_filters=True)
-_change_command("unarchive", "unarchive",
-                lambda run, profile, sids, filters, force: actions.archive(run, profile, sids, False),
+_change_command("unarchive",
                 "Unarchive sessions with their whole compression lineage (silent: no event).", with_filters=False)

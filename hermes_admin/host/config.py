@@ -8,6 +8,7 @@ at all is fine: every key has a default.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -86,3 +87,53 @@ def parse(path: Path) -> AdminConfig:
         profiles=data.get("profiles") or {}, schedule=data.get("schedule") or {},
         metrics_file=data.get("metrics_file"),
     )
+
+
+# -- presets and the admin side of a profile's policy ---------------------------------
+
+class PresetError(ConfigError):
+    """A preset that cannot be used; the message names the file."""
+
+
+def shipped(folder: str) -> Path | None:
+    """A folder shipped with hermes-admin (`profiles`, `plugins`): source tree first, then the install prefix."""
+    for base in (Path(__file__).resolve().parents[2], Path(sys.prefix) / "share" / APP):
+        if (base / folder).is_dir():
+            return base / folder
+    return None
+
+
+def preset_dirs() -> list[Path]:
+    """Where `preset: NAME` is looked up: the admin config dirs, then the presets shipped with hermes-admin."""
+    dirs = [Path(platformdirs.user_config_dir(APP)) / "profiles", Path(platformdirs.site_config_dir(APP)) / "profiles"]
+    return dirs + ([shipped("profiles")] if shipped("profiles") else [])
+
+
+def load_preset(name: str) -> tuple[dict, Path]:
+    if not name or "/" in name or name.startswith("."):
+        raise PresetError(f"preset {name!r}: not a preset name")
+    for folder in preset_dirs():
+        path = folder / f"{name}.yaml"
+        if path.is_file():
+            try:
+                data = yaml.safe_load(path.read_text()) or {}
+            except yaml.YAMLError as exc:
+                raise PresetError(f"{path}: not valid YAML") from exc
+            if not isinstance(data, dict):
+                raise PresetError(f"{path}: a preset must be a mapping")
+            return data, path
+    raise PresetError(f"preset {name!r} not found in {', '.join(str(d) for d in preset_dirs())}")
+
+
+
+def policy_layers(admin: AdminConfig, profile_name: str) -> dict:
+    """The admin config's part of one profile's policy, for the worker to stack under the
+    profile's own `config.yaml` (`profile.policy.effective`): its entry, preset and defaults."""
+    where = str(admin.path or "admin config")
+    entry = admin.profiles.get(profile_name) or {}
+    layers = {"entry": entry, "entry_where": f"{where}: profiles.{profile_name}",
+              "defaults": admin.defaults, "defaults_where": f"{where}: defaults"}
+    if isinstance(entry, dict) and entry.get("preset") is not None:
+        layers["preset"], path = load_preset(str(entry["preset"]))
+        layers["preset_where"] = str(path)
+    return layers

@@ -23,17 +23,15 @@ from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
 from hermes_admin import report, stopping
-from hermes_admin.host import metrics
-from hermes_admin.host import sdnotify
-from hermes_admin.profile.actions.common import Run
-from hermes_admin.profile.actions.maintenance import ORDER, Request, maintain
+from hermes_admin.host import metrics, sdnotify
 from hermes_admin.host.config import AdminConfig
+from hermes_admin.results import Run
 
-log = logging.getLogger("hermes_admin.host.daemon")
+log = logging.getLogger("hermes_admin.daemon")
 
 # What each schedulable task runs.
 TASKS = {
-    "run": ORDER,
+    "run": ("repair", "ghost_prune", "empty_sweep", "purge", "auto_archive"),
     "purge": ("purge",),
     "sweep-empty": ("empty_sweep",),
     "prune-ghosts": ("ghost_prune",),
@@ -96,7 +94,9 @@ def schedule(scheduler, config: AdminConfig, job: Callable[[str], None]) -> list
 @dataclass
 class Daemon:
     load_config: Callable[[], AdminConfig]
-    discover: Callable[[AdminConfig], list]  # config -> profiles
+    # (config, task, tasks, now, summaries) -> the gathered Run of one pass over every profile,
+    # each worked on as its owner (the CLI wires it to its App: discovery, then one job per owner)
+    work: Callable[[AdminConfig, str, tuple, float, bool], Run]
     metrics_file: str | None = None
 
     def __post_init__(self):
@@ -111,24 +111,17 @@ class Daemon:
         """One scheduled task over every profile; never raises (a failing job must not kill the daemon)."""
         started = time.time()
         try:
-            run = Run(dry_run=False)
-            profiles = self.discover(self.config)
-            request = Request(tasks=TASKS[task], now=started, explicit=task != "run")
-            for profile in profiles:
-                if stopping.requested():
-                    break
-                maintain(run, profile, self.config, request)
+            target = self.metrics_file or self.config.metrics_file
+            run = self.work(self.config, task, TASKS[task], started, bool(target))
             for line in report.summary_lines(run):
-                log.info(line)
+                log.info(report.clean(line))
             for line in run.errors + run.locked + run.warnings:
-                log.warning(line)
+                log.warning(report.clean(line, 4000))
             for result in run.results:
                 for line in [*result.hook_failures, *result.files_skipped]:
-                    log.warning(line)
-            target = self.metrics_file or self.config.metrics_file
+                    log.warning(report.clean(line, 4000))
             if target:
-                from hermes_admin.profile.views import profile_summary
-                metrics.write(target, metrics.render(run, [profile_summary(p) for p in profiles]))
+                metrics.write(target, metrics.render(run, run.data.pop("summaries", [])))
             log.info("%s finished in %.1f s (exit status %d)", task, time.time() - started, run.exit_code())
         except Exception:
             log.exception("%s failed; the daemon goes on", task)

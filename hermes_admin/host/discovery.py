@@ -1,58 +1,46 @@
-"""Find Hermes roots and the profiles inside them.
+"""Find Hermes roots, the profiles inside them, and who owns each (host side: may run as root).
 
 A root holds the `default` profile (the root folder itself) and one folder per
-named profile under `profiles/`. Nothing here opens a store: discovery only
-looks at directory entries, so it is safe on live installations.
+named profile under `profiles/`. Discovery only lists folders, through
+descriptors opened with O_NOFOLLOW and `lstat`s relative to them: it never
+follows a symlink, never opens a file, never creates anything. Who owns a
+profile is decided here, so that its work runs as that account (design §11):
+
+- a root belongs to the owner of its folder;
+- a profile is worked on only when its home and every folder from the root down
+  to it are real folders, owned by that owner, and not writable by other users;
+- the folders above the root may not hand the path over from one user to another
+  (systemd-tmpfiles' "unsafe path transition"), nor be writable by others unless
+  sticky (like /tmp).
+Anything else is skipped with the path and the reason; the other profiles go on.
 """
 
 from __future__ import annotations
 
+import grp
 import os
 import pwd
 import re
+import stat
 import sys
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
+
+from hermes_admin.protocol import Owner, Profile
 
 # Hermes' own rule for profile ids; `default` is the root and never a folder.
 PROFILE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
-STORE_FILE = "state.db"
-
-
-@dataclass(frozen=True)
-class Profile:
-    """One Hermes profile: its name, its home folder and the root it lives in."""
-
-    root: Path
-    name: str
-    home: Path
-
-    @property
-    def store_path(self) -> Path:
-        return self.home / STORE_FILE
-
-    @property
-    def sessions_dir(self) -> Path:
-        return self.home / "sessions"
-
-    @property
-    def config_path(self) -> Path:
-        return self.home / "config.yaml"
-
-    def has_store(self) -> bool:
-        # os.stat only: never open the file outside SQLite.
-        return self.store_path.is_file()
-
-    def label(self) -> str:
-        return f"{self.name} ({self.home})"
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 @dataclass(frozen=True)
 class Skipped:
-    """A folder that looks like it could be a profile but is not one."""
+    """A folder that looks like it could be a profile but is not one, or may not be worked on."""
 
     path: Path
     reason: str
+    refused: bool = False  # a profile left alone for safety (an error), not merely "not a profile"
 
 
 @dataclass
@@ -60,6 +48,13 @@ class Discovery:
     profiles: list[Profile] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
     missing_roots: list[Path] = field(default_factory=list)
+    owners: dict[Path, Owner] = field(default_factory=dict)  # home -> who works on it
+
+    def absorb(self, other: "Discovery") -> None:
+        self.profiles += other.profiles
+        self.skipped += other.skipped
+        self.missing_roots += other.missing_roots
+        self.owners.update(other.owners)
 
 
 def platform_default_root() -> Path:
@@ -81,13 +76,21 @@ def root_of_home(home: Path) -> Path:
 
 
 def all_users_roots() -> list[Path]:
-    """The default root of every local user that has one (from the password database)."""
+    """The default root of every local user that has one; a user without one is no error."""
     found = []
     for entry in pwd.getpwall():
+        if not entry.pw_dir or not entry.pw_dir.startswith("/"):
+            continue
         candidate = Path(entry.pw_dir) / ".hermes"
-        if entry.pw_dir and candidate.is_dir():
+        if os.path.lexists(candidate):  # a link is listed too, to be refused with its reason
             found.append(candidate)
     return found
+
+
+def _absolute(path: Path) -> Path:
+    """The path with its folders above resolved, its last component left as it is (a link stays a link)."""
+    path = Path(path).expanduser().absolute()
+    return Path(os.path.realpath(path.parent)) / path.name if path.name else path
 
 
 def resolve_roots(
@@ -109,53 +112,195 @@ def resolve_roots(
         roots = [Path(p).expanduser() for p in config_roots]
     elif env.get("HERMES_HOME", "").strip():
         roots = [root_of_home(Path(env["HERMES_HOME"].strip()))]
+    elif all_users:
+        roots = []  # every user's root, root's own among them when it exists
     else:
         roots = [platform_default_root()]
     if all_users:
         roots += all_users_roots()
     unique: list[Path] = []
-    seen: set[Path] = set()
     for root in roots:
-        key = root.resolve() if root.exists() else root.absolute()
-        if key not in seen:
-            seen.add(key)
+        key = _absolute(root)
+        if key not in unique:
             unique.append(key)
     return unique
 
 
+# -- who may be worked on, and as whom ------------------------------------------------
+
+@lru_cache(maxsize=None)
+def _group_members(gid: int) -> frozenset[int]:
+    """Every uid in a group: its listed members and the accounts whose primary group it is."""
+    members = set()
+    try:
+        names = grp.getgrgid(gid).gr_mem
+    except KeyError:
+        names = []
+    for name in names:
+        try:
+            members.add(pwd.getpwnam(name).pw_uid)
+        except KeyError:
+            pass
+    members.update(p.pw_uid for p in pwd.getpwall() if p.pw_gid == gid)
+    return frozenset(members)
+
+
+def writable_by_others(st: os.stat_result, owner: int) -> bool:
+    """Can anyone but `owner` (and root) change this folder's entries?"""
+    if st.st_mode & stat.S_IWOTH:
+        return True
+    return bool(st.st_mode & stat.S_IWGRP) and bool(_group_members(st.st_gid) - {owner, 0})
+
+
+def _path_problem(folder: Path, owner: int) -> str | None:
+    """Why the folders above a root are unsafe for `owner`'s work, or None.
+
+    Walking down from /: a folder writable by others (and not sticky) lets them swap what is
+    below; a folder owned by one user that holds another's entry can swap that entry.
+    """
+    parts = folder.parts
+    parent_st = None
+    for n in range(1, len(parts) + 1):
+        path = Path(*parts[:n])
+        try:
+            st = os.lstat(path)
+        except OSError as exc:
+            return f"{path}: {exc.strerror}"
+        if stat.S_ISLNK(st.st_mode):
+            return f"{path} changed into a symlink"
+        if parent_st is not None:
+            if parent_st.st_uid not in (0, st.st_uid):
+                return f"unsafe path transition: {path.parent} (uid {parent_st.st_uid}) holds {path} (uid {st.st_uid})"
+            if writable_by_others(parent_st, parent_st.st_uid) and not parent_st.st_mode & stat.S_ISVTX:
+                return f"{path.parent} is writable by other users"
+        parent_st = st
+    if parent_st is not None and writable_by_others(parent_st, parent_st.st_uid) \
+            and not parent_st.st_mode & stat.S_ISVTX:
+        return f"{folder} is writable by other users"
+    return None
+
+
+def owner_account(uid: int) -> Owner | None:
+    try:
+        entry = pwd.getpwuid(uid)
+    except KeyError:
+        return None
+    try:
+        groups = tuple(sorted(set(os.getgrouplist(entry.pw_name, entry.pw_gid))))
+    except OSError:
+        groups = (entry.pw_gid,)
+    return Owner(uid, entry.pw_gid, groups, entry.pw_name, entry.pw_dir)
+
+
+def _open_dir(name, dir_fd: int | None = None) -> int:
+    return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+
+
+def _refusal(path: Path, st: os.stat_result, owner: int) -> str | None:
+    """Why a folder of a root may not be worked on as `owner`, or None."""
+    if st.st_uid != owner:
+        return f"owned by uid {st.st_uid}, not by the root's owner (uid {owner})"
+    if writable_by_others(st, owner):
+        return f"writable by other users (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
+
+
 def discover_root(root: Path) -> Discovery:
-    """The profiles of one root: `default` plus every valid, live `profiles/<name>`."""
+    """The profiles of one root: `default` plus every valid, live `profiles/<name>`, with their owner."""
     found = Discovery()
-    if not root.is_dir():
+    root = _absolute(root)
+    try:
+        root_fd = _open_dir(root)
+    except FileNotFoundError:
         found.missing_roots.append(root)
         return found
-    found.profiles.append(Profile(root=root, name="default", home=root))
-    profiles_dir = root / "profiles"
-    if not profiles_dir.is_dir():
-        return found
-    tombstones = profiles_dir / ".deleted"
-    try:
-        entries = sorted(profiles_dir.iterdir(), key=lambda p: p.name)
     except OSError as exc:
-        found.skipped.append(Skipped(profiles_dir, f"cannot list: {exc.strerror}"))
+        reason = "is a symlink (a root must be a real folder)" if os.path.islink(root) else (
+            "not a folder" if os.path.lexists(root) else exc.strerror)
+        found.skipped.append(Skipped(root, reason, refused=True))
         return found
-    for entry in entries:
-        if not entry.is_dir():
-            continue
-        name = entry.name
-        if name == ".deleted":
-            found.skipped.append(Skipped(entry, "tombstones of deleted profiles, not a profile"))
-        elif name.startswith("."):
-            found.skipped.append(Skipped(entry, "hidden folder (staging or deleted profile)"))
-        elif name == "default":
-            found.skipped.append(Skipped(entry, "'default' is the root itself, not a folder"))
-        elif not PROFILE_NAME.match(name):
-            found.skipped.append(Skipped(entry, "not a valid profile name"))
-        elif (tombstones / name).exists():
-            found.skipped.append(Skipped(entry, "profile is marked deleted"))
-        else:
-            found.profiles.append(Profile(root=root, name=name, home=entry))
+    try:
+        st = os.fstat(root_fd)
+        owner_uid = st.st_uid
+        problem = _path_problem(root.parent, owner_uid) or (
+            f"writable by other users (mode {stat.S_IMODE(st.st_mode):04o})" if writable_by_others(st, owner_uid)
+            else None)
+        account = owner_account(owner_uid)
+        if problem is None and account is None:
+            problem = f"owned by uid {owner_uid}, which has no account"
+        if problem is None and os.geteuid() not in (0, owner_uid):
+            problem = f"belongs to {account.user}: only {account.user} or root can maintain it"
+        if problem:
+            found.skipped.append(Skipped(root, problem, refused=True))
+            return found
+        found.profiles.append(Profile(root=root, name="default", home=root))
+        found.owners[root] = account
+        _named_profiles(found, root, root_fd, account)
+    finally:
+        os.close(root_fd)
     return found
+
+
+def _named_profiles(found: Discovery, root: Path, root_fd: int, owner: Owner) -> None:
+    folder = root / "profiles"
+    try:
+        fd = _open_dir("profiles", dir_fd=root_fd)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        if os.path.islink(folder):
+            found.skipped.append(Skipped(folder, "is a symlink: its profiles are not worked on", refused=True))
+        elif exc.errno != 20:  # ENOTDIR: a file called `profiles` holds no profiles
+            found.skipped.append(Skipped(folder, f"cannot list: {exc.strerror}", refused=True))
+        return
+    try:
+        problem = _refusal(folder, os.fstat(fd), owner.uid)
+        if problem:
+            found.skipped.append(Skipped(folder, f"{problem}: its profiles are not worked on", refused=True))
+            return
+        tombstones = _tombstones(fd)
+        for name in sorted(os.listdir(fd)):
+            path = folder / name
+            try:
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISLNK(st.st_mode):
+                if not name.startswith(".") and PROFILE_NAME.match(name):
+                    found.skipped.append(Skipped(path, "is a symlink (a profile must be a real folder)", refused=True))
+                continue
+            if not stat.S_ISDIR(st.st_mode):
+                continue
+            if name == ".deleted":
+                found.skipped.append(Skipped(path, "tombstones of deleted profiles, not a profile"))
+            elif name.startswith("."):
+                found.skipped.append(Skipped(path, "hidden folder (staging or deleted profile)"))
+            elif name == "default":
+                found.skipped.append(Skipped(path, "'default' is the root itself, not a folder"))
+            elif not PROFILE_NAME.match(name):
+                found.skipped.append(Skipped(path, "not a valid profile name"))
+            elif name in tombstones:
+                found.skipped.append(Skipped(path, "profile is marked deleted"))
+            elif (problem := _refusal(path, st, owner.uid)) is not None:
+                found.skipped.append(Skipped(path, problem, refused=True))
+            else:
+                found.profiles.append(Profile(root=root, name=name, home=path))
+                found.owners[path] = owner
+    except OSError as exc:
+        found.skipped.append(Skipped(folder, f"cannot list: {exc.strerror}", refused=True))
+    finally:
+        os.close(fd)
+
+
+def _tombstones(profiles_fd: int) -> set[str]:
+    try:
+        fd = _open_dir(".deleted", dir_fd=profiles_fd)
+    except OSError:
+        return set()
+    try:
+        return set(os.listdir(fd))
+    finally:
+        os.close(fd)
 
 
 def discover(roots: list[Path], only: tuple[str, ...] | list[str] = ()) -> Discovery:
@@ -163,7 +308,8 @@ def discover(roots: list[Path], only: tuple[str, ...] | list[str] = ()) -> Disco
     total = Discovery()
     for root in roots:
         part = discover_root(root)
-        total.missing_roots += part.missing_roots
-        total.skipped += part.skipped
-        total.profiles += [p for p in part.profiles if not only or p.name in only]
+        if only:
+            part.profiles = [p for p in part.profiles if p.name in only]
+            part.owners = {p.home: part.owners[p.home] for p in part.profiles}
+        total.absorb(part)
     return total

@@ -11,7 +11,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from hermes_admin.profile.actions.common import Run
+from hermes_admin.results import Run
 
 HELP = {
     "hermes_admin_sessions": ("gauge", "Session rows in the profile's store after the run."),

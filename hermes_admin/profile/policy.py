@@ -9,14 +9,8 @@ describe itself in one sentence, which dry runs and logs print.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, fields
-from pathlib import Path
 
-import platformdirs
-import yaml
-
-from hermes_admin.host.config import APP, AdminConfig
 from hermes_admin.profile.hermes_config import HermesConfig
 
 # Hermes' own defaults, plus hermes-admin's for the keys Hermes does not have.
@@ -71,37 +65,6 @@ class Policy:
         return {f.name: getattr(self, f.name) for f in fields(self)} | {"description": self.describe()}
 
 
-def shipped(folder: str) -> Path | None:
-    """A folder shipped with hermes-admin (`profiles`, `plugins`): source tree first, then the install prefix."""
-    for base in (Path(__file__).resolve().parents[2], Path(sys.prefix) / "share" / APP):
-        if (base / folder).is_dir():
-            return base / folder
-    return None
-
-
-def preset_dirs() -> list[Path]:
-    """Where `preset: NAME` is looked up: the admin config dirs, then the presets shipped with hermes-admin."""
-    dirs = [Path(platformdirs.user_config_dir(APP)) / "profiles", Path(platformdirs.site_config_dir(APP)) / "profiles"]
-    return dirs + ([shipped("profiles")] if shipped("profiles") else [])
-
-
-def load_preset(name: str) -> tuple[dict, Path]:
-    if not name or "/" in name or name.startswith("."):
-        raise PolicyError(f"preset {name!r}: not a preset name")
-    for folder in preset_dirs():
-        path = folder / f"{name}.yaml"
-        if path.is_file():
-            try:
-                data = yaml.safe_load(path.read_text()) or {}
-            except yaml.YAMLError as exc:
-                raise PolicyError(f"{path}: not valid YAML") from exc
-            if not isinstance(data, dict):
-                raise PolicyError(f"{path}: a preset must be a mapping")
-            _check_keys(data, set(BUILTINS), str(path))
-            return data, path
-    raise PolicyError(f"preset {name!r} not found in {', '.join(str(d) for d in preset_dirs())}")
-
-
 def _check_keys(data: dict, allowed: set[str], where: str) -> None:
     unknown = sorted(set(data) - allowed)
     if unknown:
@@ -122,25 +85,34 @@ def _coerce(key: str, value, where: str):
     return float(value)
 
 
-def effective(profile_name: str, admin: AdminConfig, hermes: HermesConfig, force: bool = False) -> Policy:
-    """The policy in force for one profile; raises PolicyError with the file to blame."""
-    admin_where = str(admin.path or "admin config")
-    layers: list[tuple[dict, str]] = []
-    entry = admin.profiles.get(profile_name) or {}
+def effective(profile_name: str, layers: dict, hermes: HermesConfig, force: bool = False) -> Policy:
+    """The policy in force for one profile; raises PolicyError with the file to blame.
+
+    `layers` are the admin config's, read by the host (`host.config.policy_layers`):
+    the profile's entry, its preset, the defaults, each with where it came from.
+    """
+    stack: list[tuple[dict, str]] = []
+    entry, where = layers.get("entry") or {}, layers.get("entry_where", "admin config")
     if not isinstance(entry, dict):
-        raise PolicyError(f"{admin_where}: profiles.{profile_name} must be a mapping")
-    _check_keys(entry, ADMIN_KEYS, f"{admin_where}: profiles.{profile_name}")
-    layers.append(({k: v for k, v in entry.items() if k != "preset"}, f"{admin_where}: profiles.{profile_name}"))
-    if entry.get("preset") is not None:
-        preset, path = load_preset(str(entry["preset"]))
-        layers.append((preset, str(path)))
+        raise PolicyError(f"{where} must be a mapping")
+    _check_keys(entry, ADMIN_KEYS, where)
+    stack.append(({k: v for k, v in entry.items() if k != "preset"}, where))
+    if layers.get("preset") is not None:
+        preset, where = layers["preset"], layers.get("preset_where", "preset")
+        if not isinstance(preset, dict):
+            raise PolicyError(f"{where}: a preset must be a mapping")
+        _check_keys(preset, set(BUILTINS), where)
+        stack.append((preset, where))
     own = hermes.section("sessions")
-    layers.append(({k: own[k] for k in HERMES_KEYS if k in own}, f"{hermes.path}: sessions"))
-    _check_keys(admin.defaults, set(BUILTINS), f"{admin_where}: defaults")
-    layers.append((admin.defaults, f"{admin_where}: defaults"))
+    stack.append(({k: own[k] for k in HERMES_KEYS if k in own}, f"{hermes.path}: sessions"))
+    defaults, where = layers.get("defaults") or {}, layers.get("defaults_where", "admin config: defaults")
+    if not isinstance(defaults, dict):
+        raise PolicyError(f"{where} must be a mapping")
+    _check_keys(defaults, set(BUILTINS), where)
+    stack.append((defaults, where))
     values = {}
     for key, default in BUILTINS.items():
-        for layer, where in layers:
+        for layer, where in stack:
             if key in layer:
                 values[key] = _coerce(key, layer[key], where)
                 break

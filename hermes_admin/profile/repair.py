@@ -26,12 +26,12 @@ import sqlite3
 import stat
 import tempfile
 import time
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from hermes_admin.profile.engine.engine import FTS_TABLES, Engine, Result
+from hermes_admin.profile.engine.engine import FTS_TABLES, Engine
+from hermes_admin.results import Finding, Result
 from hermes_admin.profile.engine.holders import other_holders
-from hermes_admin.host.discovery import Profile
+from hermes_admin.protocol import Profile
 from hermes_admin.profile.lineage import Unit
 from hermes_admin.profile.engine.locks import Flock, LockHeld
 from hermes_admin.profile.store import Store, StoreError
@@ -41,21 +41,6 @@ from hermes_admin.profile.store.read import existing_ids
 STANDARD_FOLDERS = ("sessions", "logs", "memories", "skills", "cron")
 PRIVATE_FILES = ("state.db", "state.db-wal", "state.db-shm", ".env")
 SILENT_KINDS = {"dangling_parent", "mislabelled"}
-
-
-@dataclass
-class Finding:
-    profile: str
-    kind: str
-    subject: str  # a path or a session id
-    detail: str
-    fix: str  # what applying does ("none" for report-only kinds)
-    target: str | None = None  # the profile a row belongs to
-    applied: bool = False
-    error: str | None = None
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def namespace_of(session_key: str | None) -> str | None:

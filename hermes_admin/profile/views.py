@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 
 from hermes_admin.profile.engine.files import FileIndex
-from hermes_admin.host.discovery import Profile
+from hermes_admin.protocol import Profile
 from hermes_admin.report import iso
 from hermes_admin.profile.store import Store, StoreError
 from hermes_admin.profile.parts import graph_around

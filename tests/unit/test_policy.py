@@ -2,9 +2,15 @@ from pathlib import Path
 
 import pytest
 
-from hermes_admin.host.config import AdminConfig
+from hermes_admin.host.config import AdminConfig, ConfigError, load_preset, policy_layers
+from hermes_admin.profile import policy as profile_policy
 from hermes_admin.profile.hermes_config import HermesConfig
-from hermes_admin.profile.policy import BUILTINS, PolicyError, effective, load_preset
+from hermes_admin.profile.policy import BUILTINS, PolicyError
+
+
+def effective(name, admin, own, force=False):
+    """The host's layers of the admin config under the profile's own config, as a worker stacks them."""
+    return profile_policy.effective(name, policy_layers(admin, name), own, force=force)
 
 
 def hermes(sessions=None):
@@ -45,7 +51,7 @@ def test_presets_load_and_only_use_known_keys(name):
     (AdminConfig(), hermes({"retention_days": -5}), "retention_days -5 < 1"),
 ])
 def test_bad_policies_are_refused_with_the_file_named(admin, own, message):
-    with pytest.raises(PolicyError, match=message):
+    with pytest.raises((PolicyError, ConfigError), match=message):
         effective("p", admin, own)
 
 

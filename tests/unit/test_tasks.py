@@ -9,7 +9,7 @@ import pytest
 from hermes_admin.profile.engine.files import FileIndex
 from hermes_admin.profile.lineage import Graph
 from hermes_admin.profile.tasks import archive, empty, ghosts, retention
-from hermes_admin.profile.tasks.filters import FilterError, Filters, parse_when
+from hermes_admin.filters import FilterError, Filters, parse_when
 
 NOW = 1_800_000_000.0
 DAY = 86400.0

@@ -9,39 +9,13 @@ from typing import Callable, Iterable
 import peewee
 
 from hermes_admin import exitcodes
-from hermes_admin.profile.engine.engine import Engine, Result
+from hermes_admin.profile.engine.engine import Engine
+from hermes_admin.results import Result, Run
 from hermes_admin.profile.hermes_config import HermesConfigError
-from hermes_admin.host.discovery import Profile
+from hermes_admin.protocol import Profile
 from hermes_admin.profile.lineage import Unit
 from hermes_admin.profile.engine.locks import LockHeld
 from hermes_admin.profile.store import StoreError
-
-
-@dataclass
-class Run:
-    dry_run: bool
-    results: list[Result] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)  # a profile could not be processed
-    locked: list[str] = field(default_factory=list)  # another run (ours or Hermes') holds it
-    warnings: list[str] = field(default_factory=list)
-    policies: dict = field(default_factory=dict)  # profile name -> Policy, for reports
-
-    def exit_code(self) -> int:
-        if self.errors:
-            return exitcodes.PROFILE_FAILED
-        if self.locked:
-            return exitcodes.LOCKED
-        if self.warnings or any(r.skipped or r.hook_failures or r.files_skipped for r in self.results):
-            return exitcodes.WARNINGS
-        return exitcodes.OK
-
-    def as_dict(self) -> dict:
-        return {
-            "dry_run": self.dry_run, "results": [r.as_dict() for r in self.results],
-            "errors": self.errors, "locked": self.locked, "warnings": self.warnings,
-            "policies": {name: policy.as_dict() for name, policy in self.policies.items()},
-            "longest_write_ms": round(max((r.longest_write_ms for r in self.results), default=0.0), 2),
-        }
 
 
 def act_in_parts(engine: Engine, result: Result, parts: Iterable[list[Unit]],
@@ -63,7 +37,10 @@ def with_engine(run: Run, profile: Profile, work: Callable[[Engine], list[Result
             run.warnings += engine.replayed
             if engine.config is not None:
                 run.warnings += engine.config.warnings
-            run.results += work(engine)
+            results = work(engine)
+            for result in results:
+                result.home = str(profile.home)
+            run.results += results
     except LockHeld as exc:
         run.locked.append(f"profile '{profile.name}': skipped: {exc}")
     except StoreError as exc:

@@ -17,11 +17,10 @@ from typing import Iterator
 from hermes_admin import stopping
 from hermes_admin.profile import guards
 from hermes_admin.profile.actions.common import Run, act_in_parts, with_engine
-from hermes_admin.host.config import AdminConfig
 from hermes_admin.profile.engine.engine import Engine, Result
 from hermes_admin.profile.hermes_config import HermesConfigError
 from hermes_admin.profile.hermes_config import load as load_hermes_config
-from hermes_admin.host.discovery import Profile, discover_root
+from hermes_admin.protocol import Profile
 from hermes_admin.profile.engine.locks import LockHeld
 from hermes_admin.profile.store import StoreError
 from hermes_admin.profile.lineage import Graph
@@ -29,7 +28,7 @@ from hermes_admin.profile.policy import Policy, PolicyError, effective
 from hermes_admin.profile.parts import graph_parts
 from hermes_admin.profile.store.read import existing_ids, orphan_session_ids
 from hermes_admin.profile.tasks import Selection, archive, empty, ghosts, retention
-from hermes_admin.profile.tasks.filters import Filters
+from hermes_admin.filters import Filters
 
 ORDER = ("repair", "ghost_prune", "empty_sweep", "purge", "auto_archive")
 CHUNK = 2000  # files of sessions/ looked at together by the ghost sweep
@@ -200,14 +199,15 @@ class _Pass:
                               lambda units: self.engine.delete(units, "prune", recheck=recheck, more=True))
 
 
-def repair_step(run: Run, profile: Profile, policy: Policy, request: Request) -> None:
+def repair_step(run: Run, profile: Profile, policy: Policy, request: Request,
+                siblings: dict[str, Profile]) -> None:
     """`run`'s first step: profile repair, report-only unless the policy says `repair: apply`.
 
     It runs before the profile's engine opens: applying takes that profile's locks itself.
+    `siblings`: the profiles of the same root and owner (where a wrong-store row may move).
     """
     from hermes_admin.profile import repair as profile_repair
 
-    siblings = {p.name: p for p in discover_root(profile.root).profiles}
     apply = policy.repair == "apply" and not request.dry_run
     result = Result(profile.name, "repair", "profile_repair", not apply, task="repair")
     started = time.monotonic()
@@ -225,19 +225,24 @@ def repair_step(run: Run, profile: Profile, policy: Policy, request: Request) ->
                                                  "report only" if finding.fix == "none" else f"run `repair --apply` to {finding.fix}")
         result.notes.append(f"{finding.kind} {finding.subject}: {finding.detail} ({state})")
     result.seconds = time.monotonic() - started
+    result.home = str(profile.home)
     run.results.append(result)
 
 
-def maintain(run: Run, profile: Profile, admin: AdminConfig, request: Request) -> None:
-    """Run the requested tasks on one profile; its failures are recorded, never raised."""
+def maintain(run: Run, profile: Profile, layers: dict, request: Request,
+             siblings: dict[str, Profile] | None = None) -> None:
+    """Run the requested tasks on one profile; its failures are recorded, never raised.
+
+    `layers`: the admin config's part of its policy, as the host read it (host.config.policy_layers).
+    """
     try:
-        policy = effective(profile.name, admin, load_hermes_config(profile.home), force=request.force)
+        policy = effective(profile.name, layers, load_hermes_config(profile.home), force=request.force)
     except (HermesConfigError, PolicyError) as exc:
         run.errors.append(f"profile '{profile.name}': skipped: {exc}")
         return
-    run.policies[profile.name] = policy
+    run.policies[str(profile.home)] = {"profile": profile.name, **policy.as_dict()}
     if "repair" in request.tasks and profile.has_store():
-        repair_step(run, profile, policy, request)
+        repair_step(run, profile, policy, request, siblings if siblings is not None else {profile.name: profile})
 
     def work(engine: Engine) -> list[Result]:
         one_pass = _Pass(engine, policy, request)

@@ -3,29 +3,21 @@
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import dataclass, field
 
 import peewee
 
 from hermes_admin.profile import repair as profile_repair
-from hermes_admin.profile.actions.common import Run
-from hermes_admin.host.discovery import Profile
+from hermes_admin.results import RepairRun
+from hermes_admin.protocol import Profile
 from hermes_admin.profile.engine.locks import LockHeld
 from hermes_admin.profile.store import StoreError
-
-
-@dataclass
-class RepairRun(Run):
-    findings: list[profile_repair.Finding] = field(default_factory=list)
-
-    def as_dict(self) -> dict:
-        return dict(super().as_dict(), applied=not self.dry_run,
-                    findings=[f.as_dict() for f in self.findings])
 
 
 def repair(run: RepairRun, profile: Profile, siblings: dict[str, Profile], apply: bool, check_fts: bool) -> None:
     """`siblings`: every profile of the same root, by name (where wrong-store rows move to)."""
     findings = profile_repair.inspect(profile, siblings, check_fts=check_fts)
+    for finding in findings:
+        finding.home = str(profile.home)
     run.findings += findings
     for finding in findings:
         if finding.kind == "unusable_store":
@@ -33,7 +25,9 @@ def repair(run: RepairRun, profile: Profile, siblings: dict[str, Profile], apply
     if not apply or not any(f.fix != "none" for f in findings):
         return
     try:
-        run.results.append(profile_repair.apply(profile, [f for f in findings if f.fix != "none"], siblings))
+        result = profile_repair.apply(profile, [f for f in findings if f.fix != "none"], siblings)
+        result.home = str(profile.home)
+        run.results.append(result)
     except LockHeld as exc:
         run.locked.append(f"profile '{profile.name}': skipped: {exc}")
     except (StoreError, peewee.DatabaseError, sqlite3.Error) as exc:

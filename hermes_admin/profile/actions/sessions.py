@@ -6,10 +6,10 @@ from typing import Iterator
 
 from hermes_admin.profile.actions.common import Run, act_in_parts, with_engine
 from hermes_admin.profile.engine.engine import Engine, Result
-from hermes_admin.host.discovery import Profile
+from hermes_admin.protocol import Profile
 from hermes_admin.profile.lineage import Graph, Unit, delete_unit
 from hermes_admin.profile.parts import graph_around, graph_parts
-from hermes_admin.profile.tasks.filters import Filters
+from hermes_admin.filters import Filters
 
 NAMED = "named on the command line"
 MATCHED = "matched by the filters"

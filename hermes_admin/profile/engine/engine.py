@@ -36,14 +36,14 @@ from hermes_admin.profile.guards import chunks, marks
 from hermes_admin.profile.hermes_config import HermesConfig
 from hermes_admin.profile.hermes_config import load as load_hermes_config
 from hermes_admin.profile.engine.holders import other_holders
-from hermes_admin.host.discovery import Profile
+from hermes_admin.protocol import Profile
 from hermes_admin.profile.hooks.bus import HookBus
 from hermes_admin.profile.hooks.discovery import discover as discover_plugins
 from hermes_admin.profile.lineage import Unit
 from hermes_admin.profile.engine.locks import ProfileLocks
 from hermes_admin.profile.engine.outbox import Event, Outbox
+from hermes_admin.results import Done, Result
 from hermes_admin.profile.engine.remover import FileRemover
-from hermes_admin.spill import Spill, SpillMap
 from hermes_admin.report import Progress
 from hermes_admin.profile.store import Store
 from hermes_admin.profile.store.connect import write_transaction
@@ -65,77 +65,6 @@ TARGET_HOLD_S = 0.015
 MAX_UNITS_PER_TXN = 1024
 
 Recheck = Callable[[Unit, dict[str, SessionRow]], str | None]
-
-
-class Done:
-    """One unit acted on: its head, the ids that went (or changed), the rule that chose it.
-
-    A slotted object, not a dict: a purge of 50 k units keeps 50 k of them (~120
-    bytes each instead of ~430); the JSON report turns each into a dict as it writes it.
-    """
-
-    __slots__ = ("session_id", "ids", "rule")
-
-    def __init__(self, session_id: str, ids: tuple[str, ...], rule: str):
-        self.session_id, self.ids, self.rule = session_id, ids, rule
-
-    def as_dict(self) -> dict:
-        return {"session_id": self.session_id, "ids": list(self.ids), "rule": self.rule}
-
-    @classmethod
-    def from_dict(cls, entry: dict) -> "Done":
-        return cls(entry["session_id"], tuple(entry["ids"]), entry["rule"])
-
-
-@dataclass
-class Result:
-    """What one engine call did (or, in a dry run, would do) in one profile."""
-
-    profile: str
-    action: str  # delete | archive | unarchive
-    reason: str | None
-    dry_run: bool
-    task: str | None = None  # the maintenance task, when one asked
-    status: str = "done"  # done | skipped (a task disabled by policy)
-    why: str | None = None  # why a task was skipped
-    # The lists that grow with the store are Spills: on disk past their first entries (spill.py).
-    done: Spill = field(default_factory=lambda: Spill(decode=Done.from_dict))
-    skipped: Spill = field(default_factory=Spill)  # {"session_id", "ids", "why"}
-    files_removed: Spill = field(default_factory=Spill)
-    files_skipped: Spill = field(default_factory=Spill)
-    hook_failures: list[str] = field(default_factory=list)
-    kept: SpillMap = field(default_factory=SpillMap)  # looked at, kept, and why
-    transactions: int = 0
-    longest_write_ms: float = 0.0
-    vacuumed: bool = False
-    notes: list[str] = field(default_factory=list)
-    seconds: float = 0.0  # wall time of the task
-
-    def absorb(self, other: "Result") -> None:
-        """Fold a second engine call of the same task into this result."""
-        self.done += other.done
-        self.skipped += other.skipped
-        self.files_removed += other.files_removed
-        self.files_skipped += other.files_skipped
-        self.hook_failures += other.hook_failures
-        self.notes += other.notes
-        self.transactions += other.transactions
-        self.longest_write_ms = max(self.longest_write_ms, other.longest_write_ms)
-
-    @property
-    def rows(self) -> int:
-        return sum(len(d.ids) for d in self.done)
-
-    def as_dict(self) -> dict:
-        return {
-            "profile": self.profile, "task": self.task, "status": self.status, "why": self.why,
-            "action": self.action, "reason": self.reason, "dry_run": self.dry_run,
-            "done": self.done, "skipped": self.skipped, "rows": self.rows, "kept": self.kept,
-            "files_removed": self.files_removed, "files_skipped": self.files_skipped,
-            "hook_failures": self.hook_failures, "transactions": self.transactions,
-            "longest_write_ms": round(self.longest_write_ms, 2), "vacuumed": self.vacuumed, "notes": self.notes,
-            "seconds": round(self.seconds, 3),
-        }
 
 
 class Engine:

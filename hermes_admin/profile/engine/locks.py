@@ -11,7 +11,7 @@ import fcntl
 import os
 from pathlib import Path
 
-from hermes_admin.host.discovery import Profile
+from hermes_admin.protocol import Profile
 
 STATE_DIR = ".hermes-admin"  # hermes-admin's own files inside a profile home
 

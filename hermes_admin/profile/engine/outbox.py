@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from hermes_admin.host.discovery import Profile
+from hermes_admin.protocol import Profile
 from hermes_admin.profile.engine.locks import state_dir
 
 

@@ -18,7 +18,7 @@ import sys
 import time
 
 from hermes_admin.profile.hooks.discovery import PluginInfo
-from hermes_admin.host.discovery import Profile
+from hermes_admin.protocol import Profile
 
 STARTUP_TIMEOUT_S = 60.0
 

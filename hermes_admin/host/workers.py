@@ -1,0 +1,203 @@
+"""One worker per owner: start it as that owner, hand it its job, gather its report.
+
+The host never works on a home itself. For the homes of the account it runs as
+(a user over her own homes, root over root's) there is no boundary to cross, and
+the job runs here, through the same job functions. For anyone else's, root
+starts a worker that the kernel switches to the owner (supplementary groups,
+gid, uid) before it runs any code, in an isolated interpreter (`-I`: no current
+folder, no user site on sys.path), with a clean environment, stdin from
+/dev/null, a session of its own (no controlling terminal) and no descriptor
+of root's but its three pipes. What it answers is read as untrusted
+(protocol.Reader); its log lines are relayed escaped and bounded.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import hermes_admin
+from hermes_admin import stopping
+from hermes_admin.protocol import MAX_LINE, Job, Owner, Profile, ProtocolError, Reader
+from hermes_admin.report import clean
+from hermes_admin.results import RepairRun, Run
+
+PATH = "/usr/local/bin:/usr/bin:/bin"
+BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from hermes_admin.profile.worker import main; main()"
+LOG_BYTES = 256 << 10  # a worker's log relayed at most; past it, one line says how much was dropped
+STOP_GRACE_S = 12.0  # after a stop request, how long a worker may take to finish its transaction
+FIX = ("install hermes-admin where every user can run it (a venv under /opt, the system "
+       "site-packages, or pipx)")
+
+
+def package_parent() -> str:
+    """The folder that holds the running `hermes_admin` package: the worker imports this very copy."""
+    return str(Path(hermes_admin.__file__).resolve().parent.parent)
+
+
+def clean_environment(owner: Owner) -> dict[str, str]:
+    return {"HOME": owner.home, "USER": owner.user, "LOGNAME": owner.user, "PATH": PATH,
+            "LANG": os.environ.get("LANG") or "C.UTF-8"}
+
+
+def in_process(owner: Owner) -> bool:
+    """The homes of the account we run as need no switch (HERMES_ADMIN_WORKER=process forces one)."""
+    return owner.uid == os.geteuid() and os.environ.get("HERMES_ADMIN_WORKER") != "process"
+
+
+def run_job(job: Job, verbose: int = 0) -> Run:
+    """Do `job` as its owner and return its report; never raises for the worker's faults."""
+    if in_process(job.owner):
+        from hermes_admin.profile.jobs import serve
+
+        return serve(job)
+    if os.geteuid() != 0 and job.owner.uid != os.geteuid():
+        return _failed(job, f"belongs to {job.owner.user}: only {job.owner.user} or root can maintain it")
+    return Spawned(job, verbose).run()
+
+
+def _failed(job: Job, why: str) -> Run:
+    run = RepairRun(dry_run=True) if job.kind == "repair" else Run(dry_run=True)
+    run.errors += [f"profile '{p.name}': {p.home}: {why}" for p in job.profiles]
+    return run
+
+
+class Spawned:
+    """A worker process for one job, and the conversation with it."""
+
+    def __init__(self, job: Job, verbose: int = 0):
+        self.job = job
+        self.verbose = verbose
+        self.reader = Reader({str(p.home) for p in job.profiles}, repair=job.kind == "repair")
+        self.log_bytes = 0
+        self.last_log = ""
+        self.proc: subprocess.Popen | None = None
+
+    def run(self) -> Run:
+        owner = self.job.owner
+        job_r, job_w = os.pipe()
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-I", "-c", BOOT, package_parent(), str(job_r)],
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(job_r,),
+                close_fds=True, env=clean_environment(owner), cwd="/", user=owner.uid, group=owner.gid,
+                extra_groups=list(owner.groups), start_new_session=True, umask=0o077)
+        except OSError as exc:
+            os.close(job_w)
+            return _failed(self.job, f"cannot run {sys.executable} as {owner.user}: "
+                                     f"{exc.strerror or exc}; {FIX}")
+        finally:
+            os.close(job_r)
+        try:
+            with os.fdopen(job_w, "wb") as sink:
+                sink.write(self.job.encode())
+        except OSError:
+            pass  # the worker is gone already: what it said, or did not, tells why
+        problem = self._converse()
+        code = self.proc.wait()
+        run = self.reader.run
+        if problem is None and not self.reader.ended:
+            if self.reader.hello is None:
+                problem = (f"the worker could not start as {owner.user} (exit status {code}"
+                           + (f": {self.last_log}" if self.last_log else "") + f"); {FIX}")
+            else:
+                problem = f"the worker for {owner.user} stopped before its report (exit status {code})"
+        if problem:
+            run.errors += [f"profile '{p.name}': {p.home}: {problem}" for p in self.job.profiles
+                           if not any(r.home == str(p.home) for r in run.results)] or [f"worker for {owner.user}: {problem}"]
+        return run
+
+    def _converse(self) -> str | None:
+        """Read replies and logs until both pipes close; returns what went wrong, if anything."""
+        proc = self.proc
+        selector = selectors.DefaultSelector()
+        selector.register(proc.stdout, selectors.EVENT_READ, "reply")
+        selector.register(proc.stderr, selectors.EVENT_READ, "log")
+        buffers = {"reply": b"", "log": b""}
+        open_pipes = 2
+        deadline = None
+        problem = None
+        while open_pipes:
+            if stopping.requested() and deadline is None:
+                deadline = time.monotonic() + STOP_GRACE_S
+                self._signal(signal.SIGTERM)
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if deadline is None:
+                timeout = 0.5  # look at stop requests now and then
+            try:
+                events = selector.select(timeout)
+            except KeyboardInterrupt:
+                stopping.request()
+                continue
+            if deadline is not None and time.monotonic() >= deadline and not events:
+                problem = problem or "did not stop within its grace time after a stop request; killed"
+                self._kill()
+            for key, _ in events:
+                chunk = os.read(key.fileobj.fileno(), 65536)
+                if not chunk:
+                    selector.unregister(key.fileobj)
+                    open_pipes -= 1
+                    continue
+                if problem is not None and key.data == "reply":
+                    continue
+                buffers[key.data] += chunk
+                *lines, buffers[key.data] = buffers[key.data].split(b"\n")
+                for line in lines:
+                    if key.data == "log":
+                        self._log(line)
+                        continue
+                    try:
+                        self.reader.line(line)
+                    except ProtocolError as exc:
+                        problem = f"the worker broke the protocol ({exc}); stopped"
+                        self._kill()
+                        break
+                if key.data == "reply" and len(buffers["reply"]) > MAX_LINE and problem is None:
+                    problem = f"the worker sent a message over {MAX_LINE} bytes; stopped"
+                    self._kill()
+                if key.data == "log" and len(buffers["log"]) > 4096:
+                    self._log(buffers["log"])
+                    buffers["log"] = b""
+        selector.close()
+        if buffers["log"]:
+            self._log(buffers["log"])
+        return problem
+
+    def _log(self, line: bytes) -> None:
+        """A line the worker wrote on its stderr: relayed escaped and bounded, never raw."""
+        text = clean(line.decode("utf-8", "replace"), limit=1000)
+        if not text:
+            return
+        self.last_log = text
+        if self.log_bytes > LOG_BYTES:
+            return
+        self.log_bytes += len(line)
+        if self.log_bytes > LOG_BYTES:
+            text = f"(more output of this worker dropped after {LOG_BYTES} bytes)"
+        print(f"hermes-admin: {self.job.owner.user}: {text}", file=sys.stderr)
+
+    def _signal(self, signum: int) -> None:
+        try:
+            os.kill(self.proc.pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def _kill(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # the worker and whatever stayed in its session
+        except (ProcessLookupError, PermissionError):
+            self._signal(signal.SIGKILL)
+
+
+def by_owner(profiles: list[Profile], owners: dict[Path, Owner]) -> list[tuple[Owner, list[Profile]]]:
+    """The profiles grouped by who owns them, in the order they were found."""
+    groups: dict[int, tuple[Owner, list[Profile]]] = {}
+    for profile in profiles:
+        owner = owners[profile.home]
+        groups.setdefault(owner.uid, (owner, []))[1].append(profile)
+    return list(groups.values())

@@ -1,0 +1,199 @@
+"""The kinds of work a worker does, each over the profiles of its one owner.
+
+A job names its kind and carries plain parameters (protocol.Job); the answer is
+always a Run: results, errors, warnings, and for list-type jobs its rows in
+`run.data`. The host merges the answers of every owner and renders them.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable
+
+from hermes_admin.protocol import Job, Profile
+from hermes_admin.results import RepairRun, Run
+
+
+class HomeChanged(Exception):
+    """The home is not the owner's any more (swapped since the host looked at it)."""
+
+
+def _enter(profile: Profile, isolated: bool) -> None:
+    """In a worker of its own: the home as the current folder, and still the owner's."""
+    if not isolated:
+        return
+    os.chdir(profile.home)
+    if os.stat(".").st_uid != os.geteuid():
+        raise HomeChanged(f"profile '{profile.name}': {profile.home}: not owned by this worker's user any more; "
+                          "left alone")
+
+
+def _each(job: Job, run: Run, isolated: bool, work: Callable[[Profile], None]) -> None:
+    """`work` on every profile of the job; a home that changed hands is an error, the others go on."""
+    from hermes_admin import stopping
+
+    for profile in job.profiles:
+        if stopping.requested():
+            break
+        try:
+            _enter(profile, isolated)
+        except HomeChanged as exc:
+            run.errors.append(str(exc))
+            continue
+        except OSError as exc:
+            run.errors.append(f"profile '{profile.name}': {profile.home}: {exc.strerror}")
+            continue
+        work(profile)
+
+
+def _request(params: dict):
+    from hermes_admin.profile.actions.maintenance import Request
+    from hermes_admin.filters import Filters
+
+    fields = dict(params["request"])
+    fields["tasks"] = tuple(fields["tasks"])
+    fields["filters"] = Filters(**fields.get("filters") or {})
+    return Request(**fields)
+
+
+def _siblings(job: Job, profile: Profile) -> dict[str, Profile]:
+    """The profiles of the same root and owner: where a wrong-store row may move (design §6)."""
+    listed = job.params.get("siblings", {}).get(str(profile.root), [])
+    siblings = {name: Profile(profile.root, name, Path(home)) for name, home in listed}
+    siblings.setdefault(profile.name, profile)
+    return siblings
+
+
+def maintain(job: Job, isolated: bool) -> Run:
+    from hermes_admin.profile.actions.maintenance import maintain as maintain_profile
+    from hermes_admin.profile.views import profile_summary
+
+    request = _request(job.params)
+    run = Run(dry_run=request.dry_run)
+
+    def work(profile: Profile) -> None:
+        maintain_profile(run, profile, job.layers.get(str(profile.home), {}), request, _siblings(job, profile))
+        if job.params.get("summaries"):
+            run.data.setdefault("summaries", []).append(profile_summary(profile))
+
+    _each(job, run, isolated, work)
+    return run
+
+
+def profiles(job: Job, isolated: bool) -> Run:
+    from hermes_admin.profile.views import profile_summary
+
+    run = Run(dry_run=True)
+    _each(job, run, isolated, lambda p: run.data.setdefault("profiles", []).append(profile_summary(p)))
+    return run
+
+
+def sessions_list(job: Job, isolated: bool) -> Run:
+    from hermes_admin.profile.store import Store, StoreError
+    from hermes_admin.profile.store.read import most_recent
+    from hermes_admin.profile.views import session_brief
+
+    run = Run(dry_run=True)
+    limit = int(job.params["limit"])
+
+    def work(profile: Profile) -> None:
+        if not profile.has_store():
+            return
+        try:
+            with Store.open(profile) as store:
+                run.data.setdefault("sessions", []).extend(
+                    session_brief(profile, row) for row in most_recent(store, limit))
+        except StoreError as exc:
+            run.errors.append(str(exc))
+
+    _each(job, run, isolated, work)
+    return run
+
+
+def resolve(job: Job, isolated: bool) -> Run:
+    """Which sessions each wanted id (or prefix) names, in each profile: the host decides ambiguity."""
+    from hermes_admin.profile.views import resolve_many
+
+    run = Run(dry_run=True)
+
+    def work(profile: Profile) -> None:
+        found, errors = resolve_many([profile], list(job.params["wanted"]))
+        run.errors += [str(e) for e in errors]
+        for wanted, matches in found.items():
+            run.data.setdefault("matches", []).extend(
+                {"wanted": wanted, "home": str(profile.home), "session_id": m.session_id} for m in matches)
+
+    _each(job, run, isolated, work)
+    return run
+
+
+def session_detail(job: Job, isolated: bool) -> Run:
+    from hermes_admin.profile.views import session_detail as detail
+
+    run = Run(dry_run=True)
+    _each(job, run, isolated,
+          lambda p: run.data.setdefault("session", []).append(detail(p, job.params["session_id"])))
+    return run
+
+
+def change(job: Job, isolated: bool) -> Run:
+    """`sessions delete|archive|unarchive`: named ids per home, and/or filters."""
+    from hermes_admin.profile.actions import sessions as actions
+    from hermes_admin.filters import Filters
+
+    params = job.params
+    run = Run(dry_run=bool(params["dry_run"]))
+    filters = Filters(**params["filters"]) if params.get("filters") is not None else None
+    verb, force = params["verb"], bool(params.get("force"))
+
+    def work(profile: Profile) -> None:
+        ids = list(params["ids"].get(str(profile.home), []))
+        if verb == "delete":
+            actions.delete(run, profile, ids, filters, force)
+        else:
+            actions.archive(run, profile, ids, verb == "archive", filters if verb == "archive" else None, force)
+
+    _each(job, run, isolated, work)
+    return run
+
+
+def repair(job: Job, isolated: bool) -> Run:
+    from hermes_admin.profile.actions.repair import repair as repair_profile
+
+    apply = bool(job.params["apply"])
+    run = RepairRun(dry_run=not apply)
+    _each(job, run, isolated,
+          lambda p: repair_profile(run, p, _siblings(job, p), apply, bool(job.params.get("check_fts"))))
+    return run
+
+
+def plugins_list(job: Job, isolated: bool) -> Run:
+    from hermes_admin.profile.hermes_config import HermesConfigError
+    from hermes_admin.profile.hermes_config import load as load_hermes_config
+    from hermes_admin.profile.hooks.discovery import discover
+
+    run = Run(dry_run=True)
+
+    def work(profile: Profile) -> None:
+        try:
+            config = load_hermes_config(profile.home)
+        except HermesConfigError as exc:
+            run.errors.append(f"profile '{profile.name}': {exc}")
+            return
+        run.data.setdefault("plugins", []).extend(
+            dict(profile=profile.name, home=str(profile.home), **p.as_dict()) for p in discover(profile.home, config))
+
+    _each(job, run, isolated, work)
+    return run
+
+
+KINDS: dict[str, Callable[[Job, bool], Run]] = {
+    "maintain": maintain, "profiles": profiles, "sessions_list": sessions_list, "resolve": resolve,
+    "session_detail": session_detail, "change": change, "repair": repair, "plugins_list": plugins_list,
+}
+
+
+def serve(job: Job, isolated: bool = False) -> Run:
+    """Do one job. `isolated`: in a worker process of its own, which may change its current folder."""
+    return KINDS[job.kind](job, isolated)

@@ -1,0 +1,292 @@
+"""What crosses between the host (which may be root) and a worker (a home's owner).
+
+The host sends one job; the worker answers with JSON lines on its stdout:
+
+    -> {"kind", "params", "owner": {"uid", "gid", "groups", "user", "home"},
+        "profiles": [{"root", "name", "home", "layers"}]}          (one line, on its own pipe)
+    <- {"t": "hello", "uid", "gid", "groups"}                         who the worker really is
+    <- {"t": "result", "v": {...}}  then  {"t": "item", "f": FIELD, "v": ...} / {"t": "kept", ...}
+    <- {"t": "data", "k": KEY, "v": ...}                               rows of list-type jobs
+    <- {"t": "end", "v": {"dry_run", "errors", "locked", "warnings", "policies", "findings"}}
+
+The worker runs a home's owner's code paths, so the host trusts nothing it reads:
+every line is size-bounded, every field type-checked, and a result is accepted only
+for a home the job gave that worker (`Reader`). Long lists travel an item a line
+and land in the host's Spills, so a report never has to fit in one message.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hermes_admin.results import Done, Finding, RepairRun, Result, Run
+
+MAX_LINE = 1 << 20  # one message; a longer one ends the worker (an item is a few hundred bytes)
+STORE_FILE = "state.db"
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One Hermes profile: its name, its home folder and the root it lives in."""
+
+    root: Path
+    name: str
+    home: Path
+
+    @property
+    def store_path(self) -> Path:
+        return self.home / STORE_FILE
+
+    @property
+    def sessions_dir(self) -> Path:
+        return self.home / "sessions"
+
+    @property
+    def config_path(self) -> Path:
+        return self.home / "config.yaml"
+
+    def has_store(self) -> bool:
+        # Worker side only (it stats inside the home). os.stat: never open the file outside SQLite.
+        return self.store_path.is_file()
+
+    def label(self) -> str:
+        return f"{self.name} ({self.home})"
+
+
+@dataclass(frozen=True)
+class Owner:
+    """Who a worker becomes: the account that owns the homes it is given."""
+
+    uid: int
+    gid: int
+    groups: tuple[int, ...]
+    user: str
+    home: str  # the account's own home folder (its HOME), not a profile home
+
+    def as_dict(self) -> dict:
+        return {"uid": self.uid, "gid": self.gid, "groups": list(self.groups), "user": self.user, "home": self.home}
+
+
+@dataclass
+class Job:
+    """One kind of work (see `profile/jobs.py`) over the profiles of one owner."""
+
+    kind: str
+    params: dict
+    owner: Owner
+    profiles: list[Profile]
+    layers: dict[str, dict] = field(default_factory=dict)  # home -> the admin config's policy layers
+
+    def encode(self) -> bytes:
+        return (json.dumps({
+            "kind": self.kind, "params": self.params, "owner": self.owner.as_dict(),
+            "profiles": [{"root": str(p.root), "name": p.name, "home": str(p.home),
+                          "layers": self.layers.get(str(p.home), {})} for p in self.profiles],
+        }) + "\n").encode()
+
+    @classmethod
+    def decode(cls, line: bytes) -> "Job":
+        data = json.loads(line)
+        o = data["owner"]
+        owner = Owner(int(o["uid"]), int(o["gid"]), tuple(int(g) for g in o["groups"]), str(o["user"]), str(o["home"]))
+        profiles = [Profile(Path(p["root"]), p["name"], Path(p["home"])) for p in data["profiles"]]
+        layers = {p["home"]: p["layers"] for p in data["profiles"]}
+        return cls(data["kind"], data["params"], owner, profiles, layers)
+
+
+# -- the worker's side: writing a report -------------------------------------------
+
+_SPILLS = ("done", "skipped", "files_removed", "files_skipped")
+
+
+class Writer:
+    """Writes a Run as protocol lines through `write` (a text stream's write)."""
+
+    def __init__(self, write):
+        self._write = write
+
+    def send(self, message: dict) -> None:
+        self._write(json.dumps(message, default=_plain) + "\n")
+
+    def hello(self, uid: int, gid: int, groups: list[int]) -> None:
+        self.send({"t": "hello", "uid": uid, "gid": gid, "groups": groups})
+
+    def run(self, run: Run) -> None:
+        for result in run.results:
+            header = {k: v for k, v in result.as_dict().items() if k not in _SPILLS and k != "kept"}
+            self.send({"t": "result", "v": header})
+            for name in _SPILLS:
+                for item in getattr(result, name):
+                    self.send({"t": "item", "f": name, "v": item})
+            for sid, why in result.kept.items():
+                self.send({"t": "kept", "k": sid, "v": why})
+        for key, rows in run.data.items():
+            for row in rows:
+                self.send({"t": "data", "k": key, "v": row})
+        self.send({"t": "end", "v": {
+            "dry_run": run.dry_run, "errors": run.errors, "locked": run.locked, "warnings": run.warnings,
+            "policies": run.policies, "findings": [f.as_dict() for f in getattr(run, "findings", [])],
+        }})
+
+
+def _plain(value):
+    return value.as_dict() if hasattr(value, "as_dict") else str(value)
+
+
+# -- the host's side: reading a report, trusting nothing ----------------------------
+
+class ProtocolError(Exception):
+    """A worker said something that is not the protocol: it is stopped and its profiles failed."""
+
+
+def _text(value, limit: int = 4096) -> str:
+    if not isinstance(value, str):
+        raise ProtocolError(f"expected text, got {type(value).__name__}")
+    return value if len(value) <= limit else value[:limit] + "…"
+
+
+def _opt_text(value) -> str | None:
+    return None if value is None else _text(value)
+
+
+def _texts(value, limit: int = 100_000) -> list[str]:
+    if not isinstance(value, list) or len(value) > limit:
+        raise ProtocolError("expected a list of text")
+    return [_text(v) for v in value]
+
+
+def _number(value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ProtocolError("expected a finite number")
+    return value
+
+
+def _flag(value) -> bool:
+    if not isinstance(value, bool):
+        raise ProtocolError("expected true or false")
+    return value
+
+
+def _plain_json(value, depth: int = 0):
+    """A JSON value of bounded depth whose texts are bounded (rows, policies, details)."""
+    if depth > 8:
+        raise ProtocolError("nested too deep")
+    if value is None or isinstance(value, (bool, int)):
+        return value
+    if isinstance(value, float):
+        return _number(value)
+    if isinstance(value, str):
+        return _text(value, 65536)
+    if isinstance(value, list):
+        return [_plain_json(v, depth + 1) for v in value]
+    if isinstance(value, dict):
+        return {_text(k, 256): _plain_json(v, depth + 1) for k, v in value.items()}
+    raise ProtocolError("not a JSON value")
+
+
+class Reader:
+    """Builds the worker's Run from its lines; `homes` are the only profiles it may report on."""
+
+    def __init__(self, homes: set[str], repair: bool = False):
+        self.homes = homes
+        self.run: Run = RepairRun(dry_run=False) if repair else Run(dry_run=False)
+        self.hello: dict | None = None
+        self.ended = False
+        self._result: Result | None = None
+
+    def line(self, raw: bytes) -> None:
+        if len(raw) > MAX_LINE:
+            raise ProtocolError(f"a message of {len(raw)} bytes (at most {MAX_LINE})")
+        try:
+            message = json.loads(raw)
+        except (ValueError, RecursionError):
+            raise ProtocolError("a line that is not JSON") from None
+        if not isinstance(message, dict) or not isinstance(message.get("t"), str):
+            raise ProtocolError("a message without a type")
+        kind = message["t"]
+        if self.ended:
+            raise ProtocolError("a message after the end")
+        if kind == "hello":
+            self.hello = {k: message.get(k) for k in ("uid", "gid", "groups")}
+        elif self.hello is None:
+            raise ProtocolError("a report before the worker said who it is")
+        elif kind == "result":
+            self._result = self._header(message.get("v"))
+            self.run.results.append(self._result)
+        elif kind == "item":
+            self._item(message.get("f"), message.get("v"))
+        elif kind == "kept":
+            if self._result is None:
+                raise ProtocolError("a kept entry outside a result")
+            self._result.kept[_text(message.get("k"), 1024)] = _text(message.get("v"))
+        elif kind == "data":
+            key = _text(message.get("k"), 64)
+            self.run.data.setdefault(key, []).append(_plain_json(message.get("v")))
+        elif kind == "end":
+            self._end(message.get("v"))
+        else:
+            raise ProtocolError(f"unknown message type {kind[:32]!r}")
+
+    def _header(self, v) -> Result:
+        if not isinstance(v, dict):
+            raise ProtocolError("a result that is not an object")
+        home = _text(v.get("home") or "")
+        if home not in self.homes:
+            raise ProtocolError("a result for a profile this worker was not given")
+        result = Result(_text(v.get("profile"), 256), _text(v.get("action"), 32), _opt_text(v.get("reason")),
+                        _flag(v.get("dry_run")), task=_opt_text(v.get("task")))
+        result.home = home
+        result.status = _text(v.get("status"), 32)
+        result.why = _opt_text(v.get("why"))
+        result.hook_failures = _texts(v.get("hook_failures"))
+        result.notes = _texts(v.get("notes"))
+        result.transactions = int(_number(v.get("transactions")))
+        result.longest_write_ms = float(_number(v.get("longest_write_ms")))
+        result.vacuumed = _flag(v.get("vacuumed"))
+        result.seconds = float(_number(v.get("seconds")))
+        return result
+
+    def _item(self, name, value) -> None:
+        if self._result is None or name not in _SPILLS:
+            raise ProtocolError("an item outside a result")
+        spill = getattr(self._result, name)
+        if name == "done":
+            if not isinstance(value, dict):
+                raise ProtocolError("a unit that is not an object")
+            spill.append(Done(_text(value.get("session_id"), 1024), tuple(_texts(value.get("ids"))),
+                              _text(value.get("rule") or "")))
+        elif name == "skipped":
+            if not isinstance(value, dict):
+                raise ProtocolError("a skipped entry that is not an object")
+            spill.append({"session_id": _text(value.get("session_id"), 1024),
+                          "ids": _texts(value.get("ids") or []), "why": _text(value.get("why"))})
+        else:
+            spill.append(_text(value))
+
+    def _end(self, v) -> None:
+        if not isinstance(v, dict):
+            raise ProtocolError("an end that is not an object")
+        run = self.run
+        run.dry_run = _flag(v.get("dry_run"))
+        run.errors += _texts(v.get("errors"))
+        run.locked += _texts(v.get("locked"))
+        run.warnings += _texts(v.get("warnings"))
+        policies = v.get("policies") or {}
+        if not isinstance(policies, dict):
+            raise ProtocolError("policies that are not an object")
+        for key, policy in policies.items():
+            if _text(key, 4096) not in self.homes:
+                raise ProtocolError("a policy for a profile this worker was not given")
+            run.policies[key] = _plain_json(policy)
+        if isinstance(run, RepairRun):
+            for f in v.get("findings") or []:
+                if not isinstance(f, dict):
+                    raise ProtocolError("a finding that is not an object")
+                run.findings.append(Finding(
+                    _text(f.get("profile"), 256), _text(f.get("kind"), 64), _text(f.get("subject")),
+                    _text(f.get("detail")), _text(f.get("fix")), _opt_text(f.get("target")),
+                    _flag(f.get("applied")), _opt_text(f.get("error")), home=_opt_text(f.get("home"))))
+        self.ended = True

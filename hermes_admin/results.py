@@ -1,0 +1,155 @@
+"""What one piece of work did in one profile: the report types both sides share.
+
+The worker builds them as it works (`profile/`); they cross to the host as
+protocol messages (`protocol.py`) and the host renders them for people, JSON,
+metrics and the exit code. Data only: nothing here touches a home.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from hermes_admin import exitcodes
+from hermes_admin.spill import Spill, SpillMap
+
+
+class Done:
+    """One unit acted on: its head, the ids that went (or changed), the rule that chose it.
+
+    A slotted object, not a dict: a purge of 50 k units keeps 50 k of them (~120
+    bytes each instead of ~430); the JSON report turns each into a dict as it writes it.
+    """
+
+    __slots__ = ("session_id", "ids", "rule")
+
+    def __init__(self, session_id: str, ids: tuple[str, ...], rule: str):
+        self.session_id, self.ids, self.rule = session_id, ids, rule
+
+    def as_dict(self) -> dict:
+        return {"session_id": self.session_id, "ids": list(self.ids), "rule": self.rule}
+
+    @classmethod
+    def from_dict(cls, entry: dict) -> "Done":
+        return cls(entry["session_id"], tuple(entry["ids"]), entry["rule"])
+
+
+@dataclass
+class Result:
+    """What one engine call did (or, in a dry run, would do) in one profile."""
+
+    profile: str
+    action: str  # delete | archive | unarchive
+    reason: str | None
+    dry_run: bool
+    task: str | None = None  # the maintenance task, when one asked
+    status: str = "done"  # done | skipped (a task disabled by policy)
+    why: str | None = None  # why a task was skipped
+    # The lists that grow with the store are Spills: on disk past their first entries (spill.py).
+    done: Spill = field(default_factory=lambda: Spill(decode=Done.from_dict))
+    skipped: Spill = field(default_factory=Spill)  # {"session_id", "ids", "why"}
+    files_removed: Spill = field(default_factory=Spill)
+    files_skipped: Spill = field(default_factory=Spill)
+    hook_failures: list[str] = field(default_factory=list)
+    kept: SpillMap = field(default_factory=SpillMap)  # looked at, kept, and why
+    transactions: int = 0
+    longest_write_ms: float = 0.0
+    vacuumed: bool = False
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0  # wall time of the task
+    home: str | None = None  # the profile's home: what tells two roots' `default` apart
+
+    def absorb(self, other: "Result") -> None:
+        """Fold a second engine call of the same task into this result."""
+        self.done += other.done
+        self.skipped += other.skipped
+        self.files_removed += other.files_removed
+        self.files_skipped += other.files_skipped
+        self.hook_failures += other.hook_failures
+        self.notes += other.notes
+        self.transactions += other.transactions
+        self.longest_write_ms = max(self.longest_write_ms, other.longest_write_ms)
+
+    @property
+    def rows(self) -> int:
+        return sum(len(d.ids) for d in self.done)
+
+    def as_dict(self) -> dict:
+        return {
+            "profile": self.profile, "home": self.home, "task": self.task, "status": self.status, "why": self.why,
+            "action": self.action, "reason": self.reason, "dry_run": self.dry_run,
+            "done": self.done, "skipped": self.skipped, "rows": self.rows, "kept": self.kept,
+            "files_removed": self.files_removed, "files_skipped": self.files_skipped,
+            "hook_failures": self.hook_failures, "transactions": self.transactions,
+            "longest_write_ms": round(self.longest_write_ms, 2), "vacuumed": self.vacuumed, "notes": self.notes,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+@dataclass
+class Run:
+    dry_run: bool
+    results: list[Result] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # a profile could not be processed
+    locked: list[str] = field(default_factory=list)  # another run (ours or Hermes') holds it
+    warnings: list[str] = field(default_factory=list)
+    policies: dict = field(default_factory=dict)  # home -> the policy as a dict (with its profile name)
+    data: dict = field(default_factory=dict)  # rows of list-type jobs (profiles, sessions, plugins, ...)
+
+    def exit_code(self) -> int:
+        if self.errors:
+            return exitcodes.PROFILE_FAILED
+        if self.locked:
+            return exitcodes.LOCKED
+        if self.warnings or any(r.skipped or r.hook_failures or r.files_skipped for r in self.results):
+            return exitcodes.WARNINGS
+        return exitcodes.OK
+
+    def merge(self, other: "Run") -> None:
+        """Fold another owner's report into this one (the host gathers one per worker)."""
+        self.results += other.results
+        self.errors += other.errors
+        self.locked += other.locked
+        self.warnings += other.warnings
+        self.policies.update(other.policies)
+        for key, rows in other.data.items():
+            self.data.setdefault(key, []).extend(rows)
+        if hasattr(self, "findings") and hasattr(other, "findings"):
+            self.findings += other.findings
+
+    def as_dict(self) -> dict:
+        return {
+            "dry_run": self.dry_run, "results": [r.as_dict() for r in self.results],
+            "errors": self.errors, "locked": self.locked, "warnings": self.warnings,
+            "policies": self.policies,
+            "longest_write_ms": round(max((r.longest_write_ms for r in self.results), default=0.0), 2),
+        }
+
+
+
+
+@dataclass
+class Finding:
+    profile: str
+    kind: str
+    subject: str  # a path or a session id
+    detail: str
+    fix: str  # what applying does ("none" for report-only kinds)
+    target: str | None = None  # the profile a row belongs to
+    applied: bool = False
+    error: str | None = None
+    home: str | None = None
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+
+@dataclass
+class RepairRun(Run):
+    findings: list[Finding] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return dict(super().as_dict(), applied=not self.dry_run,
+                    findings=[f.as_dict() for f in self.findings])
+
+
