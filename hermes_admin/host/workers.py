@@ -21,28 +21,15 @@ import sys
 import time
 from pathlib import Path
 
-import hermes_admin
-from hermes_admin import stopping
+from hermes_admin import child, stopping
 from hermes_admin.protocol import MAX_LINE, Job, Owner, Profile, ProtocolError, Reader
 from hermes_admin.report import clean
 from hermes_admin.results import RepairRun, Run
 
-PATH = "/usr/local/bin:/usr/bin:/bin"
-BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from hermes_admin.profile.worker import main; main()"
 LOG_BYTES = 256 << 10  # a worker's log relayed at most; past it, one line says how much was dropped
 STOP_GRACE_S = 12.0  # after a stop request, how long a worker may take to finish its transaction
 FIX = ("install hermes-admin where every user can run it (a venv under /opt, the system "
        "site-packages, or pipx)")
-
-
-def package_parent() -> str:
-    """The folder that holds the running `hermes_admin` package: the worker imports this very copy."""
-    return str(Path(hermes_admin.__file__).resolve().parent.parent)
-
-
-def clean_environment(owner: Owner) -> dict[str, str]:
-    return {"HOME": owner.home, "USER": owner.user, "LOGNAME": owner.user, "PATH": PATH,
-            "LANG": os.environ.get("LANG") or "C.UTF-8"}
 
 
 def in_process(owner: Owner) -> bool:
@@ -83,9 +70,9 @@ class Spawned:
         job_r, job_w = os.pipe()
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-I", "-c", BOOT, package_parent(), str(job_r)],
+                child.argv("hermes_admin.profile.worker", str(job_r)),
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(job_r,),
-                close_fds=True, env=clean_environment(owner), cwd="/", user=owner.uid, group=owner.gid,
+                close_fds=True, env=child.environment(owner.home, owner.user), cwd="/", user=owner.uid, group=owner.gid,
                 extra_groups=list(owner.groups), start_new_session=True, umask=0o077)
         except OSError as exc:
             os.close(job_w)

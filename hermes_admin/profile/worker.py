@@ -2,7 +2,7 @@
 
 The host (host/workers.py) starts it as
 
-    python -I -c BOOT PACKAGE_PARENT JOB_FD
+    python -I -c BOOT PACKAGE_PARENT JOB_FD       (child.argv)
 
 after the kernel switched it to the owner's supplementary groups, gid and uid,
 with a clean environment, stdin from /dev/null, no controlling terminal, and no
@@ -61,7 +61,7 @@ def _no_new_privileges() -> None:
         pass
 
 
-def main() -> None:
+def main() -> int:
     job_fd = int(sys.argv[2])
     replies = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
     os.dup2(2, 1)  # whatever else prints goes to the log pipe, never into the protocol
@@ -71,7 +71,7 @@ def main() -> None:
     problem = identity_problem(job.owner)
     if problem:
         print(f"worker for {job.owner.user} refuses to run: {problem}", file=sys.stderr)
-        sys.exit(REFUSED)
+        return REFUSED
     if job.owner.uid != 0:
         _no_new_privileges()
 
@@ -87,7 +87,4 @@ def main() -> None:
     writer.hello(os.getuid(), os.getgid(), sorted(os.getgroups()))
     writer.run(serve(job, isolated=True))
     replies.flush()
-
-
-if __name__ == "__main__":
-    main()
+    return 0

@@ -17,7 +17,7 @@ from hermes_admin.profile.hooks.bus import HookBus
 from hermes_admin.profile.hooks.discovery import discover
 from hermes_admin.protocol import Profile
 from hermes_admin.synth.builder import SynthStore
-from tests.helpers import events, install_plugins, row_ids
+from tests.helpers import TEST_PLUGINS, events, install_plugins, row_ids
 
 KILLER = """
 import os, signal, sys
@@ -130,39 +130,21 @@ def test_shipped_audit_plugin_logs_each_event(root, invoke):
     assert entry["session_id"] == "a" and entry["reason"] == "delete" and entry["profile"] == "default"
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run the worker as another user")
-def test_worker_runs_as_the_homes_owner(now):
-    base = Path(tempfile.mkdtemp(prefix="hermes-admin-owner-"))
-    try:
-        os.chmod(base, 0o755)
-        home = base / "h"
-        store = SynthStore(home / "state.db", version=30)
-        store.session("a", started=now)
-        store.close()
-        (home / "plugins" / "whoami").mkdir(parents=True)
-        (home / "plugins" / "whoami" / "plugin.yaml").write_text("name: whoami\n")
-        (home / "plugins" / "whoami" / "__init__.py").write_text(
-            "import os\n"
-            "def register(ctx):\n"
-            "    ctx.register_hook('on_session_delete', lambda session_id: open(os.path.join("
-            "os.environ['HERMES_HOME'], 'uid'), 'w').write(str(os.getuid())))\n")
-        for path in [home, *home.rglob("*")]:
-            os.chown(path, 65534, 65534)
-        profile = Profile(base, "default", home)
-        config = HermesConfig(home / "config.yaml", {"plugins": {"enabled": ["whoami"]}})
-        bus = HookBus(profile, discover(home, config, environ={}), timeout=20)
-        owner = bus._owner()
-        assert owner["user"] == 65534 and owner["group"] == 65534 and owner["extra_groups"] == []
-        try:
-            reachable = subprocess.run([sys.executable, "-c", "import hermes_admin"], user=65534, group=65534,
-                                       extra_groups=[], capture_output=True).returncode == 0
-        except PermissionError:
-            reachable = False
-        if not reachable:
-            pytest.skip(f"{sys.executable} or hermes_admin is not readable by an unprivileged user here")
-        failures = bus.fire({"session_id": "a", "reason": "delete", "profile": "default",
-                             "deleted_ids": None, "sessions_dir": str(home / "sessions")})
-        bus.close()
-        assert failures == [] and (home / "uid").read_text() == "65534"
-    finally:
-        shutil.rmtree(base)
+def test_the_bus_never_runs_another_users_plugins_as_root(now, tmp_path):
+    """Plugins run as the home's owner because the whole worker is the owner (tests/root/ proves it
+    with real users); a bus that finds itself root over someone else's home refuses."""
+    if os.geteuid() != 0:
+        pytest.skip("only root can own a home as someone else here")  # CI runs as root
+    home = tmp_path / "h"
+    store = SynthStore(home / "state.db", version=30)
+    store.session("a", started=now)
+    store.close()
+    shutil.copytree(TEST_PLUGINS / "recorder", home / "plugins" / "recorder")
+    os.chown(home, 65534, 65534)
+    config = HermesConfig(home / "config.yaml", {"plugins": {"enabled": ["recorder"]}})
+    bus = HookBus(Profile(tmp_path, "default", home), discover(home, config, environ={}), timeout=20)
+    failures = bus.fire({"session_id": "a", "reason": "delete", "profile": "default",
+                         "deleted_ids": None, "sessions_dir": str(home / "sessions")})
+    bus.close()
+    assert len(failures) == 1 and "refusing to run another user's plugins as root" in failures[0]
+    assert events(home) == []

@@ -22,6 +22,7 @@ import sys
 import threading
 from collections import deque
 
+from hermes_admin import child
 from hermes_admin.profile.engine import unlinker
 
 PIPE_BYTES = 1 << 20  # room for ~15 k queued paths before the engine would wait on the worker
@@ -88,14 +89,11 @@ class FileRemover:
     # -- the worker ----------------------------------------------------------
 
     def _start(self) -> None:
-        # The worker imports this very package, wherever it was imported from.
-        package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(unlinker.__file__)))))
-        path = os.pathsep.join(p for p in (package_parent, os.environ.get("PYTHONPATH")) if p)
-        try:
+        try:  # this very package, in an isolated interpreter (child.py)
             self._worker = subprocess.Popen(
-                [sys.executable, "-m", "hermes_admin.profile.engine.unlinker", self.folder],
+                child.argv("hermes_admin.profile.engine.unlinker", self.folder),
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                close_fds=True, env=dict(os.environ, PYTHONPATH=path))
+                close_fds=True, env=child.own_environment())
         except OSError:
             self._broken = True
             return

@@ -1,4 +1,4 @@
-"""Removing files in a process of its own: `python -m hermes_admin.profile.engine.unlinker FOLDER`.
+"""Removing files in a process of its own (child.argv('hermes_admin.profile.engine.unlinker', FOLDER)).
 
 Why a process: an unlink costs the kernel ~0.1 ms here, and a thread of the
 engine's process must take the GIL back after each one, waiting on the
@@ -85,7 +85,8 @@ class _Frames:
         return [os.fsdecode(p) for p in payload.split(b"\0")] if payload else []
 
 
-def main(folder: str) -> int:
+def main(folder: str | None = None) -> int:
+    folder = folder if folder is not None else sys.argv[2]
     frames = _Frames(sys.stdin.fileno())
     unsynced = False
     while (paths := frames.next()) is not None:
@@ -100,6 +101,3 @@ def main(folder: str) -> int:
         sync_folder(folder)
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))

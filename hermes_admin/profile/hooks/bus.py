@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 import os
-import pwd
 import select
 import signal
 import subprocess
 import sys
 import time
 
+from hermes_admin import child
 from hermes_admin.profile.hooks.discovery import PluginInfo
 from hermes_admin.protocol import Profile
 
@@ -44,28 +44,18 @@ class HookBus:
 
     # -- worker process ------------------------------------------------------
 
-    def _owner(self) -> dict:
-        """Run as the home's owner when we are root and the home is someone else's."""
-        if os.geteuid() != 0:
-            return {}
-        st = os.stat(self.profile.home)
-        if st.st_uid == 0:
-            return {}
-        try:
-            home = pwd.getpwuid(st.st_uid).pw_dir
-        except KeyError:
-            home = str(self.profile.home)
-        return {"user": st.st_uid, "group": st.st_gid, "extra_groups": [], "env_home": home}
-
     def _start(self) -> list[str]:
-        owner = self._owner()
-        env = dict(os.environ, HERMES_HOME=str(self.profile.home), PYTHONUNBUFFERED="1")
-        if "env_home" in owner:
-            env["HOME"] = owner.pop("env_home")
+        # This process already is the home's owner (privilege separation: host/workers.py); a
+        # plugin never runs as root over another user's home, even if that were ever not so.
+        if os.geteuid() == 0 and os.lstat(self.profile.home).st_uid != 0:
+            raise WorkerGone("refusing to run another user's plugins as root")
+        # A clean environment, this very package in an isolated interpreter, a session of its own,
+        # no descriptor but its pipes and the log.
+        env = child.own_environment(HERMES_HOME=str(self.profile.home), PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "hermes_admin.profile.hooks.worker"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None, env=env,
-            cwd=str(self.profile.home), start_new_session=True, **owner,
+            child.argv("hermes_admin.profile.hooks.worker"),
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None, env=env, close_fds=True,
+            cwd=str(self.profile.home), start_new_session=True,
         )
         self._buffer = b""
         self._send({

@@ -1,6 +1,6 @@
 """The plugin worker: imports one profile's enabled plugins and runs their callbacks.
 
-Started by `hooks.bus` as `python -m hermes_admin.profile.hooks.worker`, as the home's
+Started by `hooks.bus` in an isolated interpreter (child.argv), as the home's
 owner, so untrusted plugin code never runs inside hermes-admin (nor as root
 over another user's home). It speaks JSON lines: requests on stdin, replies on
 a private copy of stdout; the plugins' own prints go to stderr.
@@ -119,7 +119,7 @@ async def _await(awaitable):
     return await awaitable
 
 
-def main() -> None:
+def main() -> int:
     replies = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # whatever plugins print goes to stderr, never into the protocol
     sys.stdout = sys.stderr
@@ -145,7 +145,4 @@ def main() -> None:
                 traceback.print_exc(file=sys.stderr)
             send({"done": index, "error": error})
         send({"finished": True})
-
-
-if __name__ == "__main__":
-    main()
+    return 0

@@ -1,0 +1,47 @@
+"""How hermes-admin starts a Python process of its own (a worker, the plugin worker, the file remover).
+
+In isolated mode (`-I`: no current folder, no user site, no PYTHON* variables on
+sys.path), importing this very copy of the package by its absolute location:
+a `hermes_admin/` folder in whatever folder the process starts in is never
+imported, whoever planted it there.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import hermes_admin
+
+PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+def package_parent() -> str:
+    """The folder that holds the running `hermes_admin` package."""
+    return str(Path(hermes_admin.__file__).resolve().parent.parent)
+
+
+def argv(module: str, *args: str) -> list[str]:
+    """`module`'s main() in an isolated interpreter; its own arguments start at sys.argv[2]."""
+    boot = f"import sys; sys.path.insert(0, sys.argv[1]); from {module} import main; sys.exit(main())"
+    return [sys.executable, "-I", "-c", boot, package_parent(), *args]
+
+
+def environment(home: str, user: str, **extra: str) -> dict[str, str]:
+    """A clean environment: who the process is, a fixed PATH, the language; nothing else inherited."""
+    env = {"HOME": home, "USER": user, "LOGNAME": user, "PATH": PATH, "LANG": os.environ.get("LANG") or "C.UTF-8"}
+    env.update(extra)
+    return env
+
+
+def own_environment(**extra: str) -> dict[str, str]:
+    """The clean environment of the account this process runs as (for its own children)."""
+    import pwd
+
+    try:
+        entry = pwd.getpwuid(os.geteuid())
+        home, user = entry.pw_dir, entry.pw_name
+    except KeyError:
+        home, user = os.environ.get("HOME", "/"), str(os.geteuid())
+    return environment(home, user, **extra)
