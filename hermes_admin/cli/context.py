@@ -3,6 +3,7 @@ one way work reaches a profile (a job, done as the profile's owner: host/workers
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 import click
@@ -84,8 +85,14 @@ class App:
                     except admin_config.ConfigError as exc:
                         run.errors.append(f"profile '{profile.name}': skipped: {exc}")
                         group.remove(profile)
-            if group:
-                run.merge(run_job(Job(kind, params, owner, group, layers), self.verbose))
+            if not group:
+                continue
+            if os.geteuid() == 0 and owner.uid != 0 and not params.get("dry_run", True):
+                from hermes_admin.host.leftovers import hand_back
+                for profile in group:
+                    run.warnings += [f"profile '{profile.name}': {path}: left as root's by an older hermes-admin; "
+                                     f"handed back to {owner.user}" for path in hand_back(profile.home, owner)]
+            run.merge(run_job(Job(kind, params, owner, group, layers), self.verbose))
         return run
 
     def _siblings(self) -> dict[str, list[list[str]]]:

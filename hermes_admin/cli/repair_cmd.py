@@ -21,7 +21,8 @@ def repair_cmd(app: App, apply_fixes: bool, check_fts: bool, profiles, yes: bool
     found = app.discover(profiles)
     if apply_fixes and found.profiles:
         mutate.confirm(f"Apply repairs to {len(found.profiles)} profile(s)?", yes, False)
-    run = app.work("repair", {"apply": apply_fixes, "check_fts": check_fts}, found.profiles)
+    run = app.work("repair", {"apply": apply_fixes, "check_fts": check_fts, "dry_run": not apply_fixes},
+                   found.profiles)
     run.dry_run = not apply_fixes
     if app.failed_discovery(found, profiles):
         run.errors.append("some roots or profiles were not found or were refused (see above)")

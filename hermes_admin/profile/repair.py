@@ -33,7 +33,7 @@ from hermes_admin.results import Finding, Result
 from hermes_admin.profile.engine.holders import other_holders
 from hermes_admin.protocol import Profile
 from hermes_admin.profile.lineage import Unit
-from hermes_admin.profile.engine.locks import Flock, LockHeld
+from hermes_admin.profile.engine.locks import Flock, LockHeld, state_folder
 from hermes_admin.profile.store import Store, StoreError
 from hermes_admin.profile.store.connect import readonly_uri, write_transaction
 from hermes_admin.profile.store.read import existing_ids
@@ -164,24 +164,25 @@ def _ids_present(profile: Profile, ids: list[str]) -> set[str]:
 
 # -- fixing -------------------------------------------------------------------------
 
-def _owner_ids(home: Path) -> tuple[int, int] | None:
-    if os.geteuid() != 0:
-        return None
-    st = os.stat(home)
-    return (st.st_uid, st.st_gid) if st.st_uid != 0 else None
-
-
 def _fix_files(finding: Finding, profile: Profile) -> None:
+    """As the home's owner (this worker is): a folder made is the owner's; nothing follows a link."""
     path = Path(finding.subject)
     if finding.kind == "missing_folder":
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        owner = _owner_ids(profile.home)
-        if owner:
-            os.chown(path, *owner)
-    else:
-        if path.is_symlink() or not path.is_file():
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            if not stat.S_ISDIR(os.lstat(path).st_mode):
+                raise OSError(f"{path} exists and is not a folder") from None
+        return
+    # chmod through an O_PATH descriptor of the path itself (O_NOFOLLOW: a link is refused, never
+    # followed). An O_PATH descriptor takes and drops no POSIX lock, so SQLite's locks stay intact.
+    fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(f"{path} is not a regular file any more")
-        os.chmod(path, 0o600)  # on the path: never an open()ed descriptor of a store file
+        os.chmod(f"/proc/self/fd/{fd}", 0o600)
+    finally:
+        os.close(fd)
 
 
 def _export(store: Store, sid: str) -> dict:
@@ -286,13 +287,13 @@ def _rebuild_fts(engine: Engine) -> None:
     holders = other_holders([path, Path(f"{path}-wal"), Path(f"{path}-shm")])
     if holders is None or holders:
         raise RuntimeError("another process holds the store: the index is rebuilt only while nobody else does")
-    snapshots = engine.profile.home / "state-snapshots"
-    snapshots.mkdir(mode=0o700, exist_ok=True)
-    backup = snapshots / f"state.db.repair-{time.strftime('%Y%m%d-%H%M%S')}"
+    snapshots = state_folder(engine.profile.home / "state-snapshots", engine.notes)
+    backup = snapshots / f"state.db.repair-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    # Made new (O_EXCL, O_NOFOLLOW: never through a link at the name), 0600, then filled by SQLite.
+    os.close(os.open(backup, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
     copy = sqlite3.connect(backup)
     engine.store.db.connection().backup(copy)
     copy.close()
-    os.chmod(backup, 0o600)
     rebuild_lock = Flock(Path(f"{path}.fts_rebuild.lock"), "Hermes is rebuilding its FTS index")
     rebuild_lock.acquire()
     try:

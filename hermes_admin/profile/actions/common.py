@@ -34,7 +34,7 @@ def with_engine(run: Run, profile: Profile, work: Callable[[Engine], list[Result
     """Open the profile's engine, do `work`, record results; one profile's failure never stops the others."""
     try:
         with Engine(profile, dry_run=run.dry_run) as engine:
-            run.warnings += engine.replayed
+            run.warnings += engine.replayed + [f"profile '{profile.name}': {note}" for note in engine.notes]
             if engine.config is not None:
                 run.warnings += engine.config.warnings
             results = work(engine)
@@ -50,3 +50,6 @@ def with_engine(run: Run, profile: Profile, work: Callable[[Engine], list[Result
     except (peewee.DatabaseError, sqlite3.Error) as exc:
         # The transaction rolled back: nothing of it was deleted, and its events never fire.
         run.errors.append(f"profile '{profile.name}': {profile.store_path}: {' '.join(str(exc).split())}")
+    except OSError as exc:  # a folder or file of ours that is unusable: this profile only
+        where = exc.filename or profile.home
+        run.errors.append(f"profile '{profile.name}': {where}: {exc.strerror or exc}")

@@ -88,6 +88,7 @@ class Engine:
         self._files: FileIndex | None = None
         self._references: list[tuple[str, str]] | None = None  # unknown tables pointing at sessions
         self.replayed: list[str] = []  # hook failures while replaying the outbox
+        self.notes: list[str] = []  # leftovers set aside while opening (locks.py)
         self._chunk = 8  # first transactions run on a cold cache: start small, grow by measurement
         self._last_chunk = 8
         self._per_unit = 0.0  # seconds of write lock per unit, as last measured (smoothed)
@@ -111,13 +112,13 @@ class Engine:
         if self.dry_run:  # a dry run writes nothing anywhere: no lock file, no outbox
             self.store = Store.open(self.profile)
             return
-        self.locks = ProfileLocks(self.profile).__enter__()
+        self.locks = ProfileLocks(self.profile, self.notes).__enter__()
         self.store = Store.open(self.profile, writable=True)
         if self._in_wal_mode():
             self.checkpointer = Checkpointer(self.profile.store_path)
         self.commits = GroupCommit(self.store.db, self.checkpointer)
         self.turns = Turns(self.store.db)
-        self.outbox = Outbox(self.profile)
+        self.outbox = Outbox(self.profile, self.notes)
         self.remover = FileRemover(str(self.profile.sessions_dir))
         timeout = self.config.hook_timeout
         self.bus = HookBus(self.profile, discover_plugins(self.profile.home, self.config), timeout)

@@ -3,12 +3,21 @@
 Both are kernel `flock`s, released by the kernel when the process dies, so a
 crash never leaves a stale lock behind. Lock files are separate files: the
 store and its sidecars are never opened outside SQLite.
+
+Files made here never follow a symlink in their last component (O_NOFOLLOW):
+a lock path that is a link is refused. What an older, root-run hermes-admin left
+behind (a root-owned `.hermes-admin/` or lock file, which this owner can neither
+open nor remove) is moved aside under a name that says so, and reported: it never
+stops the owner's own runs.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
+import stat
+import time
 from pathlib import Path
 
 from hermes_admin.protocol import Profile
@@ -20,22 +29,77 @@ class LockHeld(Exception):
     pass
 
 
-def state_dir(profile: Profile) -> Path:
-    path = profile.home / STATE_DIR
-    path.mkdir(mode=0o700, exist_ok=True)
+class UnsafePath(OSError):
+    """A path of ours inside a home that is a link, a file where a folder belongs, or not ours."""
+
+
+def set_aside(path: Path, why: str) -> str:
+    """Move a leftover out of the way (in the same folder), returning the line that reports it."""
+    target = path.with_name(f"{path.name}.set-aside-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
+    os.rename(path, target)
+    return f"{path}: {why}; moved aside to {target.name} (remove it as its owner)"
+
+
+def state_dir(profile: Profile, notes: list[str] | None = None) -> Path:
+    """`<home>/.hermes-admin/`, made if missing: a real folder of this process's user, or refused."""
+    return state_folder(profile.home / STATE_DIR, notes)
+
+
+def state_folder(path: Path, notes: list[str] | None = None) -> Path:
+    """A folder of ours in a home (`.hermes-admin/`, `state-snapshots/`): made 0700 if missing; a link
+    or a file there is refused; one another user left behind is moved aside and a new one made."""
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        raise UnsafePath(errno.ELOOP, "is a symlink: hermes-admin keeps its files only in a real folder", str(path))
+    if not stat.S_ISDIR(st.st_mode):
+        raise UnsafePath(errno.ENOTDIR, "is not a folder (hermes-admin keeps its lock and outbox there)", str(path))
+    if st.st_uid != os.geteuid():
+        line = set_aside(path, f"owned by uid {st.st_uid} (left by an older root-run hermes-admin)")
+        if notes is not None:
+            notes.append(line)
+        os.mkdir(path, 0o700)
     return path
 
 
-class Flock:
-    """A non-blocking exclusive flock on a lock file (created if missing)."""
+def regular_file(path: Path, what: str) -> None:
+    """Refuse a path of ours that exists as anything but a plain file of this process's user."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(st.st_mode):
+        raise UnsafePath(errno.ELOOP, f"is a symlink; refusing to use it as {what}", str(path))
+    if not stat.S_ISREG(st.st_mode):
+        raise UnsafePath(errno.EISDIR, f"is not a plain file; cannot use it as {what}", str(path))
 
-    def __init__(self, path: Path, what: str):
+
+class Flock:
+    """A non-blocking exclusive flock on a lock file (created if missing, never through a link)."""
+
+    def __init__(self, path: Path, what: str, notes: list[str] | None = None):
         self.path = path
         self.what = what
+        self.notes = notes
         self.fd: int | None = None
 
     def acquire(self) -> None:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        regular_file(self.path, "a lock file")
+        flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+        try:
+            fd = os.open(self.path, flags, 0o600)
+        except PermissionError:
+            st = os.lstat(self.path)
+            if st.st_uid == os.geteuid() or os.geteuid() == 0:
+                raise
+            # Nobody but its owner (root, for an older hermes-admin's leftover) could ever hold it.
+            line = set_aside(self.path, f"owned by uid {st.st_uid}, unusable as a lock")
+            if self.notes is not None:
+                self.notes.append(line)
+            fd = os.open(self.path, flags | os.O_EXCL, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -52,10 +116,10 @@ class Flock:
 class ProfileLocks:
     """Held while maintaining one profile: ours first, then Hermes' maintenance lock."""
 
-    def __init__(self, profile: Profile):
-        self.ours = Flock(state_dir(profile) / "lock", "another hermes-admin run holds this profile")
+    def __init__(self, profile: Profile, notes: list[str] | None = None):
+        self.ours = Flock(state_dir(profile, notes) / "lock", "another hermes-admin run holds this profile", notes)
         self.hermes = Flock(
-            Path(f"{profile.store_path}.auto-maintenance.lock"), "Hermes is running its own maintenance"
+            Path(f"{profile.store_path}.auto-maintenance.lock"), "Hermes is running its own maintenance", notes
         )
 
     def __enter__(self) -> "ProfileLocks":

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hermes_admin.protocol import Profile
-from hermes_admin.profile.engine.locks import state_dir
+from hermes_admin.profile.engine.locks import regular_file, state_dir
 
 
 @dataclass
@@ -46,9 +46,10 @@ class Event:
 
 
 class Outbox:
-    def __init__(self, profile: Profile):
+    def __init__(self, profile: Profile, notes: list[str] | None = None):
         self.profile = profile
-        self.path: Path = state_dir(profile) / "outbox.db"
+        self.path: Path = state_dir(profile, notes) / "outbox.db"
+        regular_file(self.path, "the outbox")
         self.conn = sqlite3.connect(self.path, isolation_level=None)
         # Our own file: WAL with synchronous=NORMAL keeps every commit across the death of this
         # process (kill -9 included), at a fraction of an fsync per event.
