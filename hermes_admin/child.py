@@ -45,3 +45,64 @@ def own_environment(**extra: str) -> dict[str, str]:
     except KeyError:
         home, user = os.environ.get("HOME", "/"), str(os.geteuid())
     return environment(home, user, **extra)
+
+
+# -- what our children leave behind ------------------------------------------------
+
+PR_SET_CHILD_SUBREAPER = 36
+_ours: set[int] = set()  # children we started ourselves (the file remover, plugin workers)
+
+
+def ours(pid: int) -> None:
+    """A child this process started and waits for itself: never taken for an orphan."""
+    _ours.add(pid)
+
+
+def become_subreaper() -> None:
+    """Linux: processes our children leave behind (double-forked, `setsid` included) become ours."""
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _children() -> list[int]:
+    me = str(os.getpid())
+    found = []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return found
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[1].decode() == me:  # the field after the state is the parent's pid
+            found.append(int(name))
+    return found
+
+
+def reap_orphans() -> int:
+    """Kill and reap every child of ours we did not start ourselves; returns how many."""
+    killed = 0
+    for _ in range(50):  # a plugin's leftovers may fork while we kill: a few rounds
+        strays = [pid for pid in _children() if pid not in _ours]
+        if not strays:
+            break
+        for pid in strays:
+            try:
+                os.kill(pid, 9)
+                killed += 1
+            except ProcessLookupError:
+                pass
+        for pid in strays:
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+    return killed

@@ -4,4 +4,6 @@ OK = 0
 WARNINGS = 1  # done, but a plugin failed or items were skipped
 PROFILE_FAILED = 2  # a profile or store could not be processed; the others were
 LOCKED = 3  # another hermes-admin run holds the lock
+USAGE = 64  # sysexits' EX_USAGE: the command line is wrong
+INTERNAL = 70  # sysexits' EX_SOFTWARE: a bug of ours
 INTERRUPTED = 130

@@ -129,6 +129,7 @@ class Writer:
         self.send({"t": "end", "v": {
             "dry_run": run.dry_run, "errors": run.errors, "locked": run.locked, "warnings": run.warnings,
             "policies": run.policies, "findings": [f.as_dict() for f in getattr(run, "findings", [])],
+            "internal": run.internal,
         }})
 
 
@@ -274,6 +275,7 @@ class Reader:
         run.errors += _texts(v.get("errors"))
         run.locked += _texts(v.get("locked"))
         run.warnings += _texts(v.get("warnings"))
+        run.internal = run.internal or v.get("internal") is True
         policies = v.get("policies") or {}
         if not isinstance(policies, dict):
             raise ProtocolError("policies that are not an object")

@@ -12,6 +12,8 @@ import click
 
 from hermes_admin.spill import Spill, SpillMap
 
+VERBOSE = 0  # -v: tracebacks and per-unit detail (set once per command; a worker gets it in its job)
+
 # rich is imported where a table or a bar is drawn: the timer's `run` and `--json` never pay for it.
 
 

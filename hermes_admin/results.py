@@ -94,8 +94,11 @@ class Run:
     warnings: list[str] = field(default_factory=list)
     policies: dict = field(default_factory=dict)  # home -> the policy as a dict (with its profile name)
     data: dict = field(default_factory=dict)  # rows of list-type jobs (profiles, sessions, plugins, ...)
+    internal: bool = False  # a bug of ours ended a profile's work (exit 70)
 
     def exit_code(self) -> int:
+        if self.internal:
+            return exitcodes.INTERNAL
         if self.errors:
             return exitcodes.PROFILE_FAILED
         if self.locked:
@@ -111,6 +114,7 @@ class Run:
         self.locked += other.locked
         self.warnings += other.warnings
         self.policies.update(other.policies)
+        self.internal = self.internal or other.internal
         for key, rows in other.data.items():
             self.data.setdefault(key, []).extend(rows)
         if hasattr(self, "findings") and hasattr(other, "findings"):

@@ -72,7 +72,7 @@ class App:
 
         run = RepairRun(dry_run=True) if kind == "repair" else Run(dry_run=bool(params.get("dry_run", True)))
         owners = self.everything().owners
-        params = dict(params, siblings=self._siblings())
+        params = dict(params, siblings=self._siblings(), verbose=self.verbose)
         for owner, group in by_owner(profiles, owners):
             if stopping.requested():
                 run.warnings.append("stopped on request: " + ", ".join(p.name for p in group) + " not worked on")

@@ -6,12 +6,14 @@ is reported by the caller with the profile and path; nothing is guessed.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
 DEFAULT_HOOK_TIMEOUT_S = 30.0
+# hermes-admin's ceiling for one callback in unattended runs: also what Hermes' "0 = no cap" means here.
 MAX_HOOK_TIMEOUT_S = 600.0
 
 
@@ -38,16 +40,18 @@ class HermesConfig:
         return _names(self.section("plugins").get("disabled"))
 
     @property
-    def hook_timeout(self) -> float | None:
-        """`plugins.hook_callback_timeout`: default 30 s, 0 = none, at most 600 s."""
+    def hook_timeout(self) -> float:
+        """`plugins.hook_callback_timeout`: default 30 s; at most 600 s, which is also what 0 (Hermes'
+        "no cap") means for an unattended run; anything but a finite number >= 0 means 30 s, with a warning."""
         raw = self.section("plugins").get("hook_callback_timeout", DEFAULT_HOOK_TIMEOUT_S)
-        if isinstance(raw, bool) or not isinstance(raw, (int, float)) or raw < 0:
+        if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not math.isfinite(raw) or raw < 0:
             self.warnings.append(
-                f"{self.path}: plugins.hook_callback_timeout {raw!r} is not a number >= 0; using 30 s"
+                f"{self.path}: plugins.hook_callback_timeout {str(raw)[:40]!r} is not a finite number >= 0; "
+                "using 30 s"
             )
             return DEFAULT_HOOK_TIMEOUT_S
         if raw == 0:
-            return None
+            return MAX_HOOK_TIMEOUT_S
         return min(float(raw), MAX_HOOK_TIMEOUT_S)
 
 

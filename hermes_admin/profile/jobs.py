@@ -44,7 +44,22 @@ def _each(job: Job, run: Run, isolated: bool, work: Callable[[Profile], None]) -
         except OSError as exc:
             run.errors.append(f"profile '{profile.name}': {profile.home}: {exc.strerror}")
             continue
-        work(profile)
+        try:
+            work(profile)
+        except KeyboardInterrupt:
+            raise
+        except OSError as exc:  # disk full, read-only, an I/O error: this profile's fault, named
+            where = exc.filename or profile.home
+            run.errors.append(f"profile '{profile.name}': {where}: {exc.strerror or exc}")
+        except Exception as exc:  # a bug of ours: this profile ends, the others go on (exit 70)
+            import traceback
+
+            from hermes_admin import report
+            run.internal = True
+            run.errors.append(f"profile '{profile.name}': internal error: {type(exc).__name__}: {exc}"
+                              + ("" if report.VERBOSE else " (run with -v for the traceback)"))
+            if report.VERBOSE:
+                traceback.print_exc()
 
 
 def _request(params: dict):
@@ -196,4 +211,7 @@ KINDS: dict[str, Callable[[Job, bool], Run]] = {
 
 def serve(job: Job, isolated: bool = False) -> Run:
     """Do one job. `isolated`: in a worker process of its own, which may change its current folder."""
+    from hermes_admin import report
+
+    report.VERBOSE = int(job.params.get("verbose") or 0)
     return KINDS[job.kind](job, isolated)

@@ -103,12 +103,14 @@ def test_discovery_layouts_and_opt_in(tmp_path):
     assert not any(p.enabled for p in none)  # opt-in
 
 
-@pytest.mark.parametrize("raw, expected", [(None, 30.0), (2, 2.0), (0, None), (900, 600.0), (-1, 30.0), ("x", 30.0)])
+@pytest.mark.parametrize("raw, expected", [(None, 30.0), (2, 2.0), (0, 600.0), (900, 600.0), (-1, 30.0),
+                                           ("x", 30.0), (float("nan"), 30.0), (float("inf"), 30.0), (True, 30.0)])
 def test_hook_timeout_setting(raw, expected):
+    """0 is Hermes' "no cap": here it is hermes-admin's ceiling for unattended runs (600 s)."""
     plugins = {} if raw is None else {"hook_callback_timeout": raw}
     config = HermesConfig(Path("config.yaml"), {"plugins": plugins})
     assert config.hook_timeout == expected
-    assert bool(config.warnings) == (raw in (-1, "x"))
+    assert bool(config.warnings) == (raw is not None and raw not in (2, 0, 900))
 
 
 def test_plugins_list_command(root, invoke):

@@ -37,7 +37,7 @@ from hermes_admin.profile.hermes_config import HermesConfig
 from hermes_admin.profile.hermes_config import load as load_hermes_config
 from hermes_admin.profile.engine.holders import other_holders
 from hermes_admin.protocol import Profile
-from hermes_admin.profile.hooks.bus import HookBus
+from hermes_admin.profile.hooks.bus import DeliveryStopped, HookBus
 from hermes_admin.profile.hooks.discovery import discover as discover_plugins
 from hermes_admin.profile.lineage import Unit
 from hermes_admin.profile.engine.locks import ProfileLocks
@@ -244,6 +244,8 @@ class Engine:
             self._after_durable(self.commits.flush(), result)
         finally:
             self._collect_files(result)
+            if self.bus is not None:
+                result.hook_failures += self.bus.repeats()
 
     def _chunks(self, units: list[Unit], result: Result):
         """Whole units, as many per transaction as the measured time allows; a stop request
@@ -527,7 +529,12 @@ class Engine:
                 self.outbox.delivered([e.id for e in events])
             return
         for event in events:  # each marked as soon as its plugins ran: a crash repeats at most one
-            failures += self.bus.fire(event.payload(self.profile))
+            try:
+                failures += self.bus.fire(event.payload(self.profile))
+            except DeliveryStopped:  # a stop request: this event and the rest wait for the next run
+                failures.append(f"profile '{self.profile.name}': stopped on request; "
+                                f"{len(events) - events.index(event)} event(s) left for the next run")
+                return
             self.outbox.delivered([event.id])
 
     def _replay(self) -> list[str]:

@@ -94,6 +94,7 @@ class FileRemover:
                 child.argv("hermes_admin.profile.engine.unlinker", self.folder),
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                 close_fds=True, env=child.own_environment())
+            child.ours(self._worker.pid)
         except OSError:
             self._broken = True
             return

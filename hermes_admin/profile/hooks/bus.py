@@ -3,7 +3,16 @@
 One worker per profile, started on the first event. Each callback is bounded
 by the profile's `plugins.hook_callback_timeout`: past it the worker is
 killed, restarted, and the event goes on with the next callback. A raising or
-crashing callback is logged; the others still run.
+crashing callback is reported once per plugin and kind of failure; the others
+still run.
+
+The worker runs plugin code, so nothing it writes is trusted: each reply is a
+size-bounded JSON object of the one shape the protocol expects next, and every
+wait has a deadline kept here, whatever the worker writes. A stop request
+(SIGTERM/SIGINT) ends a delivery within half a second: the event stays in the
+outbox, undelivered, for the next run. What a plugin started and left behind
+(double-forked, `setsid` included) is killed when its worker goes: this process
+is their child subreaper (child.py).
 """
 
 from __future__ import annotations
@@ -16,27 +25,38 @@ import subprocess
 import sys
 import time
 
-from hermes_admin import child
+from hermes_admin import child, report, stopping
 from hermes_admin.profile.hooks.discovery import PluginInfo
 from hermes_admin.protocol import Profile
 
 STARTUP_TIMEOUT_S = 60.0
+MAX_REPLY = 64 << 10  # one reply line; a longer one is a broken worker
+POLL_S = 0.5  # how often a wait looks at stop requests
 
 
 class WorkerGone(Exception):
     pass
 
 
+class WorkerBroke(WorkerGone):
+    """The worker wrote something that is not the protocol."""
+
+
+class DeliveryStopped(Exception):
+    """A stop was requested while a callback ran: the event is left for the next run."""
+
+
 class HookBus:
-    def __init__(self, profile: Profile, plugins: list[PluginInfo], timeout: float | None, log=None):
+    def __init__(self, profile: Profile, plugins: list[PluginInfo], timeout: float, log=None):
         self.profile = profile
         self.plugins = [p for p in plugins if p.enabled]
         self.timeout = timeout
-        self.log = log or (lambda message: print(f"hermes-admin: {message}", file=sys.stderr))
+        self.log = log or (lambda message: print(f"hermes-admin: {report.clean(message, 2000)}", file=sys.stderr))
         self.proc: subprocess.Popen | None = None
         self.callbacks: list[str] = []
         self._buffer = b""
         self._running = 0
+        self._reported: dict[tuple[str, str], int] = {}  # (plugin, kind of failure) -> times seen
 
     @property
     def active(self) -> bool:
@@ -52,22 +72,29 @@ class HookBus:
         # A clean environment, this very package in an isolated interpreter, a session of its own,
         # no descriptor but its pipes and the log.
         env = child.own_environment(HERMES_HOME=str(self.profile.home), PYTHONUNBUFFERED="1")
+        child.become_subreaper()
         self.proc = subprocess.Popen(
             child.argv("hermes_admin.profile.hooks.worker"),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None, env=env, close_fds=True,
             cwd=str(self.profile.home), start_new_session=True,
         )
+        child.ours(self.proc.pid)
         self._buffer = b""
         self._send({
-            "home": str(self.profile.home), "profile": self.profile.name,
+            "home": str(self.profile.home), "profile": self.profile.name, "verbose": report.VERBOSE,
             "plugins": [{"key": p.key, "source": p.source, "location": p.location} for p in self.plugins],
         })
-        ready = self._receive(STARTUP_TIMEOUT_S)
-        if ready is None or not ready.get("ready"):
+        try:
+            ready = self._receive(time.monotonic() + STARTUP_TIMEOUT_S)
+        except WorkerGone:
+            ready = None
+        callbacks = ready.get("callbacks") if isinstance(ready, dict) and ready.get("ready") is True else None
+        errors = ready.get("errors") if isinstance(ready, dict) else None
+        if not _texts(callbacks) or not _texts(errors):
             self._kill()
             raise WorkerGone("plugin worker did not start")
-        self.callbacks = ready["callbacks"]
-        return ready.get("errors", [])
+        self.callbacks = [report.clean(c, 200) for c in callbacks]
+        return [f"profile '{self.profile.name}': {report.clean(e, 2000)}" for e in errors]
 
     def _send(self, message: dict) -> None:
         try:
@@ -76,23 +103,32 @@ class HookBus:
         except (BrokenPipeError, OSError) as exc:
             raise WorkerGone(str(exc)) from exc
 
-    def _receive(self, timeout: float | None) -> dict | None:
-        """The next reply, or None when the timeout passes first."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+    def _receive(self, deadline: float) -> dict | None:
+        """The next reply, or None when `deadline` (monotonic) passes first; checks stop requests."""
         out = self.proc.stdout
         while b"\n" not in self._buffer:
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
+            if stopping.requested():
+                raise DeliveryStopped()
+            left = deadline - time.monotonic()
+            if left <= 0:
                 return None
-            ready, _, _ = select.select([out], [], [], left)
+            ready, _, _ = select.select([out], [], [], min(left, POLL_S))
             if not ready:
-                return None
+                continue
             chunk = os.read(out.fileno(), 65536)
             if not chunk:
                 raise WorkerGone("plugin worker exited")
             self._buffer += chunk
+            if len(self._buffer) > MAX_REPLY and b"\n" not in self._buffer:
+                raise WorkerBroke(f"a reply over {MAX_REPLY} bytes")
         line, self._buffer = self._buffer.split(b"\n", 1)
-        return json.loads(line)
+        try:
+            reply = json.loads(line)
+        except (ValueError, RecursionError):
+            raise WorkerBroke("a reply that is not JSON") from None
+        if not isinstance(reply, dict):
+            raise WorkerBroke("a reply that is not an object")
+        return reply
 
     def _kill(self) -> None:
         if self.proc is None:
@@ -108,6 +144,7 @@ class HookBus:
             except OSError:
                 pass
         self.proc = None
+        child.reap_orphans()  # what its plugins started, setsid or not, goes with it
 
     def close(self) -> None:
         if self.proc is not None:
@@ -117,11 +154,26 @@ class HookBus:
             except (OSError, subprocess.TimeoutExpired):
                 pass
             self._kill()
+        for line in self.repeats():
+            self.log(line)
+
+    def repeats(self) -> list[str]:
+        """How often each reported failure came back since the last call (one line each)."""
+        lines = []
+        for (plugin, kind), times in self._reported.items():
+            if times > 1:
+                lines.append(f"profile '{self.profile.name}': plugin {plugin}: {kind} {times - 1} more time(s)")
+                self._reported[(plugin, kind)] = 1
+        return lines
 
     # -- delivery ------------------------------------------------------------
 
     def fire(self, payload: dict) -> list[str]:
-        """Call every `on_session_delete` callback with this event; returns the failures."""
+        """Call every `on_session_delete` callback with this event; returns the failures to report.
+
+        Raises DeliveryStopped when a stop was requested meanwhile: the caller leaves the
+        event undelivered in the outbox.
+        """
         if not self.active:
             return []
         failures: list[str] = []
@@ -131,40 +183,72 @@ class HookBus:
                 try:
                     failures += self._start()
                 except (WorkerGone, OSError) as exc:
-                    failures.append(f"profile '{self.profile.name}': plugins not run: {exc}")
+                    self._failure(failures, "*", "plugins not run", str(exc))
                     return failures
             if start >= len(self.callbacks):
                 return failures
             self._running = start
             try:
                 self._send({"event": payload, "start": start})
-                outcome = self._run_until_finished(failures)
+                outcome = self._run_until_finished(failures, start)
+            except DeliveryStopped:
+                self._kill()
+                raise
+            except WorkerBroke as exc:
+                outcome = ("broke", self._running, str(exc))
             except WorkerGone:
-                outcome = ("died", self._running)
+                outcome = ("died", self._running, "")
             if outcome == "finished":
                 return failures
-            what, running = outcome
+            what, running, detail = outcome
             name = self.callbacks[running] if running < len(self.callbacks) else "?"
             if what == "timeout":
-                failures.append(f"profile '{self.profile.name}': plugin {name}: on_session_delete "
-                                f"timed out after {self.timeout:g} s; worker restarted")
+                self._failure(failures, name, "timed out",
+                              f"on_session_delete timed out after {self.timeout:g} s; worker restarted")
+            elif what == "broke":
+                self._failure(failures, name, "broke the protocol",
+                              f"its worker broke the protocol ({detail}); worker restarted")
             else:
-                failures.append(f"profile '{self.profile.name}': plugin {name}: worker died; restarted")
+                self._failure(failures, name, "worker died", "worker died; restarted")
             self._kill()
             start = running + 1
 
-    def _run_until_finished(self, failures: list[str]):
-        """Read replies for one event: "finished", or ("timeout", index) of the callback that hung."""
+    def _failure(self, failures: list[str], plugin: str, kind: str, text: str) -> None:
+        """One line per plugin and kind of failure; repeats are counted and told once at close."""
+        key = (plugin, kind)
+        self._reported[key] = self._reported.get(key, 0) + 1
+        if self._reported[key] == 1:
+            failures.append(f"profile '{self.profile.name}': plugin {plugin}: {report.clean(text, 2000)}")
+
+    def _run_until_finished(self, failures: list[str], start: int):
+        """Replies for one event, in the one order the protocol allows: start i, done i, ..., finished.
+
+        "finished", or (what, index, detail) for the callback that hung, or whose worker broke.
+        Every wait has a deadline: `timeout` for a callback to finish, a short one between them.
+        """
+        expected = start
         while True:
-            reply = self._receive(None)
-            if "finished" in reply:
+            reply = self._receive(time.monotonic() + min(self.timeout, STARTUP_TIMEOUT_S))
+            if reply is None:
+                return ("timeout", expected, "")
+            if reply.get("finished") is True and len(reply) == 1 and expected == len(self.callbacks):
                 return "finished"
-            if "start" not in reply:
-                continue
-            self._running = reply["start"]
-            done = self._receive(self.timeout)
+            if reply.get("start") != expected or len(reply) != 1 or expected >= len(self.callbacks):
+                raise WorkerBroke("an out-of-order reply")
+            self._running = expected
+            done = self._receive(time.monotonic() + self.timeout)
             if done is None:
-                return ("timeout", self._running)
-            if done.get("error"):
-                failures.append(f"profile '{self.profile.name}': plugin {self.callbacks[self._running]}: "
-                                f"on_session_delete raised {done['error']}")
+                return ("timeout", expected, "")
+            error = done.get("error")
+            if done.get("done") != expected or set(done) != {"done", "error"} or not (
+                    error is None or isinstance(error, str)):
+                raise WorkerBroke("a malformed reply")
+            if error:
+                first_line = error.strip().splitlines()[0] if error.strip() else error
+                self._failure(failures, self.callbacks[expected], "raised",
+                              f"on_session_delete raised {first_line}")
+            expected += 1
+
+
+def _texts(value) -> bool:
+    return isinstance(value, list) and len(value) <= 1000 and all(isinstance(v, str) for v in value)

@@ -141,8 +141,9 @@ def main() -> int:
             try:
                 call(hooks[index][1], payload)
             except BaseException as exc:  # SystemExit included: one callback never stops the others
-                error = f"{type(exc).__name__}: {exc}"
-                traceback.print_exc(file=sys.stderr)
+                error = f"{type(exc).__name__}: {exc}"[:2000]
+                if spec.get("verbose"):  # the bus reports one line per plugin; the traceback only under -v
+                    traceback.print_exc(file=sys.stderr)
             send({"done": index, "error": error})
         send({"finished": True})
     return 0
