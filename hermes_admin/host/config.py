@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import platformdirs
-import yaml
+from hermes_admin import yamlfile
 
 APP = "hermes-admin"
 TOP_LEVEL_KEYS = {"roots", "defaults", "profiles", "schedule", "metrics_file"}
@@ -62,16 +62,14 @@ def load(explicit: str | None = None, environ: dict[str, str] | None = None) -> 
 
 def parse(path: Path) -> AdminConfig:
     try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        where = getattr(exc, "problem_mark", None)
-        line = f" (line {where.line + 1})" if where else ""
-        raise ConfigError(f"{path}: not valid YAML{line}") from exc
+        data = yamlfile.load(path) or {}
+    except yamlfile.YAMLRefused as exc:
+        raise ConfigError(str(exc)) from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: must be a mapping of keys, not {type(data).__name__}")
-    unknown = sorted(set(data) - TOP_LEVEL_KEYS)
+    unknown = sorted(map(str, set(data) - TOP_LEVEL_KEYS))[:10]
     if unknown:
         raise ConfigError(f"{path}: unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(TOP_LEVEL_KEYS))})")
     roots = data.get("roots") or []
@@ -116,9 +114,11 @@ def load_preset(name: str) -> tuple[dict, Path]:
         path = folder / f"{name}.yaml"
         if path.is_file():
             try:
-                data = yaml.safe_load(path.read_text()) or {}
-            except yaml.YAMLError as exc:
-                raise PresetError(f"{path}: not valid YAML") from exc
+                data = yamlfile.load(path) or {}
+            except yamlfile.YAMLRefused as exc:
+                raise PresetError(str(exc)) from None
+            except OSError as exc:
+                raise PresetError(f"{path}: cannot read: {exc.strerror}") from None
             if not isinstance(data, dict):
                 raise PresetError(f"{path}: a preset must be a mapping")
             return data, path

@@ -7,10 +7,11 @@ is reported by the caller with the profile and path; nothing is guessed.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
+from hermes_admin import yamlfile
 
 DEFAULT_HOOK_TIMEOUT_S = 30.0
 # hermes-admin's ceiling for one callback in unattended runs: also what Hermes' "0 = no cap" means here.
@@ -65,13 +66,12 @@ def _names(value) -> list[str]:
 
 def load(home: Path) -> HermesConfig:
     path = Path(home) / "config.yaml"
-    if not path.is_file():
+    if not os.path.lexists(path):
         return HermesConfig(path)
     try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise HermesConfigError(f"{path}: not valid YAML" + (f" (line {mark.line + 1})" if mark else "")) from exc
+        data = yamlfile.load(path) or {}
+    except yamlfile.YAMLRefused as exc:
+        raise HermesConfigError(str(exc)) from None
     except OSError as exc:
         raise HermesConfigError(f"{path}: cannot read: {exc.strerror}") from exc
     if not isinstance(data, dict):

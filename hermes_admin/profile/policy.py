@@ -66,22 +66,30 @@ class Policy:
 
 
 def _check_keys(data: dict, allowed: set[str], where: str) -> None:
-    unknown = sorted(set(data) - allowed)
+    unknown = sorted(set(data) - allowed, key=str)
     if unknown:
-        raise PolicyError(f"{where}: unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(allowed))})")
+        shown = ", ".join(_short(k) if not isinstance(k, str) or len(k) > 60 else k for k in unknown[:10])
+        more = f" and {len(unknown) - 10} more" if len(unknown) > 10 else ""
+        raise PolicyError(f"{where}: unknown key(s) {shown}{more} (known: {', '.join(sorted(allowed))})")
+
+
+def _short(value) -> str:
+    """A value quoted in an error: never more than a line of it."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _coerce(key: str, value, where: str):
     if key in _CHOICES:
         if value not in _CHOICES[key]:
-            raise PolicyError(f"{where}: {key} must be one of {', '.join(_CHOICES[key])}, not {value!r}")
+            raise PolicyError(f"{where}: {key} must be one of {', '.join(_CHOICES[key])}, not {_short(value)}")
         return value
     if key in _BOOLS:
         if not isinstance(value, bool):
-            raise PolicyError(f"{where}: {key} must be true or false, not {value!r}")
+            raise PolicyError(f"{where}: {key} must be true or false, not {_short(value)}")
         return value
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise PolicyError(f"{where}: {key} must be a number, not {value!r}")
+        raise PolicyError(f"{where}: {key} must be a number, not {_short(value)}")
     return float(value)
 
 

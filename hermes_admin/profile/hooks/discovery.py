@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
 
-import yaml
+from hermes_admin import yamlfile
 
 from hermes_admin.profile.hermes_config import HermesConfig
 
@@ -53,9 +53,12 @@ def _read_manifest(path: Path, key: str) -> PluginInfo:
     folder = path.parent
     info = PluginInfo(key=key, name=key, source="directory", location=str(folder))
     try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except (yaml.YAMLError, OSError) as exc:
-        info.error = f"{path}: unreadable manifest ({type(exc).__name__})"
+        data = yamlfile.load(path) or {}
+    except yamlfile.YAMLRefused as exc:
+        info.error = f"unreadable manifest: {exc}"
+        return info
+    except OSError as exc:
+        info.error = f"{path}: unreadable manifest ({exc.strerror})"
         return info
     if isinstance(data, dict):
         info.name = str(data.get("name") or key)

@@ -1,0 +1,82 @@
+"""Hostile and broken input: bounded YAML, escaped output, one bad profile never stops the others."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+
+from hermes_admin import yamlfile
+from hermes_admin.report import clean
+from hermes_admin.synth.builder import SynthStore
+from tests.helpers import home_of
+
+BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{c}: &{c} [{', '.join(['*' + p] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
+
+
+@pytest.mark.parametrize("text, says", [
+    (BOMB, "unfold into over"),
+    ("a: &a [*a]\n", "refers to a value that holds it"),
+    ("[" * 5000 + "]" * 5000, "levels deep"),
+    ("a: [1, 2\n", "not valid YAML (line 2)"),
+], ids=["bomb", "recursive", "deep", "broken"])
+def test_yaml_bombs_and_garbage_are_refused_fast(text, says):
+    started = time.monotonic()
+    with pytest.raises(yamlfile.YAMLRefused) as refused:
+        yamlfile.parse(text, "/x/config.yaml")
+    assert says in str(refused.value) and str(refused.value).startswith("/x/config.yaml: ")
+    assert time.monotonic() - started < 1.0
+
+
+def test_yaml_files_that_are_too_big_or_not_files_are_refused(tmp_path):
+    big = tmp_path / "big.yaml"
+    big.write_text("k: " + "v" * (yamlfile.MAX_BYTES + 10) + "\n")
+    with pytest.raises(yamlfile.YAMLRefused, match="at most"):
+        yamlfile.load(big)
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)
+    with pytest.raises(yamlfile.YAMLRefused, match="not a plain file"):
+        yamlfile.load(fifo)  # never blocks on a fifo
+    folder = tmp_path / "dir.yaml"
+    folder.mkdir()
+    with pytest.raises(yamlfile.YAMLRefused, match="not a plain file"):
+        yamlfile.load(folder)
+
+
+def test_a_bomb_in_one_profile_names_it_and_the_others_still_run(synth_root, invoke):
+    root, _ = synth_root
+    (home_of(root, "work") / "config.yaml").write_text(BOMB)
+    started = time.monotonic()
+    result = invoke("--root", str(root), "run", "--dry-run", "--json")
+    assert time.monotonic() - started < 20
+    assert result.exit_code == 2
+    doc = json.loads(result.stdout)
+    assert any("profile 'work'" in e and "config.yaml" in e and "refused" in e for e in doc["errors"])
+    assert {r["profile"] for r in doc["results"]} >= {"default", "legacy"}
+    assert len(result.stderr) < 20_000
+
+
+def test_escape_sequences_in_data_never_reach_the_terminal(tmp_path, now, invoke):
+    root = tmp_path / "h"
+    store = SynthStore(root / "state.db", version=30)
+    evil = "\x1b]0;owned\x07\x1b[2J\rall profiles OK\n[link=http://x]click[/link]\u202e"
+    store.session("s1", started=now - 200 * 86400, ended=now - 199 * 86400, end_reason="x", title=evil)
+    store.close()
+    listing = invoke("--root", str(root), "sessions", "list")
+    shown = invoke("--root", str(root), "sessions", "show", "s1")
+    purge = invoke("--root", str(root), "purge", "--older-than", "90", "--dry-run", "-v")
+    for result in (listing, shown, purge):
+        for stream in (result.stdout, result.stderr):
+            assert "\x1b" not in stream and "\x07" not in stream and "\r" not in stream and "\u202e" not in stream
+    assert "\\x1b" in listing.stdout or "\\x1b" in shown.stdout
+    assert "[link=http://x]" in shown.stdout  # markup is shown as text, never interpreted
+    as_json = json.loads(invoke("--root", str(root), "sessions", "show", "s1", "--json").stdout)
+    assert as_json["session"]["title"] == evil  # --json stays exact
+
+
+def test_clean_escapes_controls_and_bounds_length():
+    assert clean("a\x1b[1mb\nc") == "a\\x1b[1mb\\x0ac"
+    assert clean("x" * 50, limit=10) == "x" * 10 + "…"
