@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 
 import click
 
-from hermes_admin import __version__, exitcodes
+from hermes_admin import __version__, exitcodes, stopping
 from hermes_admin.cli.context import App
 from hermes_admin.cli.demo_cmd import demo
 from hermes_admin.cli.ops_cmd import daemon, systemd
@@ -39,18 +40,43 @@ for command in (purge, sweep_empty, prune_ghosts, archive_inactive, run, daemon,
     cli.add_command(command)
 
 
+def _stop_request(signum, frame) -> None:
+    """SIGINT/SIGTERM: stop after the current transaction and report what was done; a second one aborts."""
+    if stopping.requested() and signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    stopping.request()
+    name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+    click.echo(f"hermes-admin: {name}: stopping after the current transaction (Ctrl-C again to abort)", err=True)
+
+
 def main() -> None:
-    """The console script: click's own handling, except that Ctrl-C exits 130 (design §8)."""
+    """The console script: click's own handling; a stop request reports what was done and exits 130;
+    usage errors exit 64 and internal errors 70, never a code that means "a profile failed" (design §12)."""
+    signal.signal(signal.SIGTERM, _stop_request)
+    signal.signal(signal.SIGINT, _stop_request)
     try:
         code = cli.main(prog_name="hermes-admin", standalone_mode=False)
     except click.exceptions.Abort as abort:
-        interrupted = isinstance(abort.__cause__, KeyboardInterrupt)
-        click.echo("hermes-admin: interrupted" if interrupted else "Aborted!", err=True)
-        sys.exit(exitcodes.INTERRUPTED if interrupted else exitcodes.WARNINGS)
+        interrupted = isinstance(abort.__cause__, KeyboardInterrupt) or stopping.requested()
+        click.echo("hermes-admin: interrupted" if interrupted else "Aborted: nothing was changed", err=True)
+        sys.exit(exitcodes.INTERRUPTED)
     except KeyboardInterrupt:
         click.echo("hermes-admin: interrupted", err=True)
         sys.exit(exitcodes.INTERRUPTED)
+    except click.exceptions.UsageError as exc:
+        exc.show()
+        sys.exit(exitcodes.USAGE)
     except click.ClickException as exc:
         exc.show()
-        sys.exit(exc.exit_code)
+        sys.exit(exitcodes.USAGE if exc.exit_code == 2 else exc.exit_code)
+    except Exception:  # a bug of ours: one line, the traceback only under -v
+        import traceback
+        if "-v" in sys.argv or "--verbose" in sys.argv or any(a.startswith("-vv") for a in sys.argv):
+            traceback.print_exc()
+        kind, value = sys.exc_info()[:2]
+        click.echo(f"hermes-admin: internal error: {kind.__name__}: {value} (run with -v for the traceback)",
+                   err=True)
+        sys.exit(exitcodes.INTERNAL)
+    if stopping.requested() and code in (None, exitcodes.OK, exitcodes.WARNINGS):
+        code = exitcodes.INTERRUPTED
     sys.exit(code if isinstance(code, int) else exitcodes.OK)

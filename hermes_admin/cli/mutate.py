@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 
 import click
 
-from hermes_admin import report
+from hermes_admin import exitcodes, report, stopping
 from hermes_admin.protocol import Profile
 from hermes_admin.results import Run
 
@@ -50,9 +51,14 @@ def targets(app, profiles: list[Profile], ids: list[str]) -> tuple[dict[Profile,
 
 
 def confirm(question: str, yes: bool, dry_run: bool) -> None:
+    """Ask on a terminal; Ctrl-C at the prompt aborts at once (nothing was done yet)."""
     if yes or dry_run or not sys.stdin.isatty():
         return
-    click.confirm(question, abort=True, err=True)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        click.confirm(question, abort=True, err=True)
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _human(run: Run, verbose: int = 0) -> None:
@@ -90,4 +96,6 @@ def finish(run: Run, as_json: bool, verb: str, verbose: int = 0) -> None:
     else:
         _human(run, verbose)
     problems(run)
-    raise click.exceptions.Exit(run.exit_code())
+    if stopping.requested():
+        report.warn("stopped on request: the report above is what was done; the rest waits for the next run")
+    raise click.exceptions.Exit(exitcodes.INTERRUPTED if stopping.requested() else run.exit_code())

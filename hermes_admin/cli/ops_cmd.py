@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from hermes_admin import exitcodes, report
+from hermes_admin import exitcodes, report, stopping
 from hermes_admin.cli.context import App, pass_app
 from hermes_admin.host.config import ConfigError
 from hermes_admin.host.config import load as load_config
@@ -63,7 +63,9 @@ def daemon(app: App, metrics_file):
     except (ConfigError, ScheduleError) as exc:
         report.error(str(exc))
         raise click.exceptions.Exit(exitcodes.PROFILE_FAILED)
-    raise click.exceptions.Exit(service.serve())
+    code = service.serve()
+    stopping.clear()  # SIGTERM is how a daemon is meant to stop: exit 0, not "interrupted"
+    raise click.exceptions.Exit(code)
 
 
 def executable() -> str:

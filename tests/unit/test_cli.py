@@ -141,7 +141,7 @@ def test_module_help_and_demo_with_empty_home(tmp_path):
     assert all(name in demo.stdout for name in ("default", "work", "legacy"))
 
 
-def test_interrupt_exits_130_and_usage_errors_exit_2(tmp_path, synth_root):
+def test_interrupt_exits_130_and_usage_errors_exit_64(tmp_path, synth_root):
     root, _ = synth_root
     code = ("import sys, hermes_admin.profile.views as v\n"
             "def stop(*a, **k): raise KeyboardInterrupt\n"
@@ -155,7 +155,7 @@ def test_interrupt_exits_130_and_usage_errors_exit_2(tmp_path, synth_root):
     assert done.returncode == 130 and "interrupted" in done.stderr
     usage = subprocess.run([sys.executable, "-m", "hermes_admin", "purge", "--older-than", "x"],
                            capture_output=True, text=True, env=env)
-    assert usage.returncode == 2 and "older-than" in usage.stderr
+    assert usage.returncode == 64 and "older-than" in usage.stderr  # sysexits: never 2, "a profile failed"
     ok = subprocess.run([sys.executable, "-m", "hermes_admin", "--root", str(root), "profiles", "--json"],
                         capture_output=True, text=True, env=env)
     assert ok.returncode == 0 and json.loads(ok.stdout)["profiles"]

@@ -25,31 +25,54 @@ def act_in_parts(engine: Engine, result: Result, parts: Iterable[list[Unit]],
     try:
         for units in parts:
             result.absorb(act(units))
+    except Exception as exc:
+        exc.partial_result = result  # what committed before the failure still reaches the report
+        raise
     finally:
         engine.settle(result)
     return result
 
 
 def with_engine(run: Run, profile: Profile, work: Callable[[Engine], list[Result]]) -> None:
-    """Open the profile's engine, do `work`, record results; one profile's failure never stops the others."""
+    """Open the profile's engine, do `work`, record results; one profile's failure never stops the others.
+
+    What `work` finished before a failure (its results so far, and the part of the failing task that
+    committed) is reported with the error.
+    """
+    done: list[Result] = []
     try:
         with Engine(profile, dry_run=run.dry_run) as engine:
             run.warnings += engine.replayed + [f"profile '{profile.name}': {note}" for note in engine.notes]
             if engine.config is not None:
                 run.warnings += engine.config.warnings
-            results = work(engine)
-            for result in results:
-                result.home = str(profile.home)
-            run.results += results
-    except LockHeld as exc:
+            done += work(engine)
+    except BaseException as exc:
+        done += getattr(exc, "finished_results", [])  # tasks that finished before the failing one
+        partial = getattr(exc, "partial_result", None)
+        if partial is not None and partial not in done:
+            partial.notes.append(f"stopped by: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}")
+            done.append(partial)
+        _record(run, profile, exc)
+    finally:
+        for result in done:
+            result.home = str(profile.home)
+        run.results += done
+
+
+def _record(run: Run, profile: Profile, exc: BaseException) -> None:
+    """A profile's failure, as one line in the report; anything else (a bug, Ctrl-C) goes on up."""
+    if isinstance(exc, LockHeld):
         run.locked.append(f"profile '{profile.name}': skipped: {exc}")
-    except StoreError as exc:
+    elif isinstance(exc, StoreError):
         run.errors.append(str(exc))
-    except HermesConfigError as exc:
+    elif isinstance(exc, HermesConfigError):
         run.errors.append(f"profile '{profile.name}': {exc}")
-    except (peewee.DatabaseError, sqlite3.Error) as exc:
+    elif isinstance(exc, (peewee.DatabaseError, sqlite3.Error)):
         # The transaction rolled back: nothing of it was deleted, and its events never fire.
-        run.errors.append(f"profile '{profile.name}': {profile.store_path}: {' '.join(str(exc).split())}")
-    except OSError as exc:  # a folder or file of ours that is unusable: this profile only
+        where = getattr(exc, "filename", None) or profile.store_path
+        run.errors.append(f"profile '{profile.name}': {where}: {' '.join(str(exc).split())}")
+    elif isinstance(exc, OSError):  # a folder or file of ours that is unusable, disk full: this profile only
         where = exc.filename or profile.home
         run.errors.append(f"profile '{profile.name}': {where}: {exc.strerror or exc}")
+    else:
+        raise exc

@@ -247,17 +247,21 @@ def maintain(run: Run, profile: Profile, layers: dict, request: Request,
     def work(engine: Engine) -> list[Result]:
         one_pass = _Pass(engine, policy, request)
         results = []
-        for task in ORDER:
-            if task == "repair" or task not in request.tasks or stopping.requested():
-                continue
-            started = time.monotonic()
-            try:
-                result = getattr(one_pass, task)()
-            except Refused as exc:
-                run.errors.append(str(exc))
-                continue
-            result.seconds = time.monotonic() - started
-            results.append(result)
+        try:
+            for task in ORDER:
+                if task == "repair" or task not in request.tasks or stopping.requested():
+                    continue
+                started = time.monotonic()
+                try:
+                    result = getattr(one_pass, task)()
+                except Refused as exc:
+                    run.errors.append(str(exc))
+                    continue
+                result.seconds = time.monotonic() - started
+                results.append(result)
+        except BaseException as exc:
+            exc.finished_results = results  # reported with the failure (actions/common.with_engine)
+            raise
         return results
 
     with_engine(run, profile, work)
