@@ -33,6 +33,7 @@ class SynthStore:
         self.version = version
         self.profile = profile
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        (self.path.parent / "sessions").mkdir(exist_ok=True)  # every Hermes home has one
         if self.path.exists():
             raise FileExistsError(f"{self.path} exists: synthetic stores are only written new")
         self.conn = sqlite3.connect(self.path, isolation_level=None)

@@ -111,7 +111,7 @@ def test_traversal_id_rows_go_files_outside_stay(tmp_path, now, invoke):
     store.session("../victim", started=now - 10, ended=now - 5, end_reason="x")
     store.messages("../victim", 2, now - 10)
     store.close()
-    (root / "sessions").mkdir()
+    (root / "sessions").mkdir(exist_ok=True)
     (root / "victim.json").write_text("must survive\n")
     result = invoke("--root", str(root), "sessions", "delete", "../victim", "--json")
     assert result.exit_code == 1
@@ -125,7 +125,7 @@ def test_symlinked_transcript_is_unlinked_target_kept(tmp_path, now, invoke):
     store = SynthStore(root / "state.db", version=22)
     store.session("s1", started=now - 10, ended=now - 5, end_reason="x")
     store.close()
-    (root / "sessions").mkdir()
+    (root / "sessions").mkdir(exist_ok=True)
     target = tmp_path / "precious.txt"
     target.write_text("keep me\n")
     os.symlink(target, root / "sessions" / "s1.jsonl")

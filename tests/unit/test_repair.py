@@ -44,7 +44,7 @@ def root(request, tmp_path, now):
     target = SynthStore(root / "profiles" / "other" / "state.db", version=target_version, profile="other")
     target.session("x", started=now, title="hello")  # a title that collides with the moved row's
     target.close()
-    (root / "sessions").mkdir()
+    (root / "sessions").mkdir(exist_ok=True)
     for home in (root, root / "profiles" / "work", root / "profiles" / "other"):
         install_plugins(home, ["recorder"], enabled=["recorder"])
     return root

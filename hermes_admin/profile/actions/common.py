@@ -40,9 +40,10 @@ def with_engine(run: Run, profile: Profile, work: Callable[[Engine], list[Result
     committed) is reported with the error.
     """
     done: list[Result] = []
+    engine = Engine(profile, dry_run=run.dry_run)
     try:
-        with Engine(profile, dry_run=run.dry_run) as engine:
-            run.warnings += engine.replayed + [f"profile '{profile.name}': {note}" for note in engine.notes]
+        with engine:
+            run.warnings += engine.replayed
             if engine.config is not None:
                 run.warnings += engine.config.warnings
             done += work(engine)
@@ -57,6 +58,7 @@ def with_engine(run: Run, profile: Profile, work: Callable[[Engine], list[Result
         for result in done:
             result.home = str(profile.home)
         run.results += done
+        run.warnings += [f"profile '{profile.name}': {note}" for note in engine.notes]
 
 
 def _record(run: Run, profile: Profile, exc: BaseException) -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +42,7 @@ from hermes_admin.profile.hooks.bus import DeliveryStopped, HookBus
 from hermes_admin.profile.hooks.discovery import discover as discover_plugins
 from hermes_admin.profile.lineage import Unit
 from hermes_admin.profile.engine.locks import ProfileLocks
-from hermes_admin.profile.engine.outbox import Event, Outbox
+from hermes_admin.profile.engine.outbox import Event, Outbox, OutboxError
 from hermes_admin.results import Done, Result
 from hermes_admin.profile.engine.remover import FileRemover
 from hermes_admin.report import Progress
@@ -65,6 +66,21 @@ TARGET_HOLD_S = 0.015
 MAX_UNITS_PER_TXN = 1024
 
 Recheck = Callable[[Unit, dict[str, SessionRow]], str | None]
+
+
+def _sessions_folder_notes(profile: Profile) -> list[str]:
+    """A missing or odd `sessions/` is worth a warning: no transcript file can be removed there."""
+    try:
+        st = os.lstat(profile.sessions_dir)
+    except FileNotFoundError:
+        return [f"{profile.sessions_dir}: missing; no transcript files to remove"]
+    except OSError as exc:
+        return [f"{profile.sessions_dir}: {exc.strerror}; transcript files are left alone"]
+    if stat.S_ISLNK(st.st_mode):
+        return []  # the owner's own choice: followed as the owner, never as anyone else
+    if not stat.S_ISDIR(st.st_mode):
+        return [f"{profile.sessions_dir}: not a folder; transcript files are left alone"]
+    return []
 
 
 class Engine:
@@ -151,7 +167,8 @@ class Engine:
 
     @property
     def files(self) -> FileIndex:
-        if self._files is None:  # one scan of sessions/ per run
+        if self._files is None:  # one scan of sessions/ per run; the first need of it says if it is odd
+            self.notes += _sessions_folder_notes(self.profile)
             self._files = FileIndex.scan(self.profile.sessions_dir)
         return self._files
 
@@ -528,14 +545,18 @@ class Engine:
             if events:  # replayed events whose plugins were disabled since: nothing to call
                 self.outbox.delivered([e.id for e in events])
             return
-        for event in events:  # each marked as soon as its plugins ran: a crash repeats at most one
+        for n, event in enumerate(events):  # each marked as soon as its plugins ran: a crash repeats one
             try:
                 failures += self.bus.fire(event.payload(self.profile))
+                self.outbox.delivered([event.id])
             except DeliveryStopped:  # a stop request: this event and the rest wait for the next run
                 failures.append(f"profile '{self.profile.name}': stopped on request; "
-                                f"{len(events) - events.index(event)} event(s) left for the next run")
+                                f"{len(events) - n} event(s) left in the outbox for the next run")
                 return
-            self.outbox.delivered([event.id])
+            except OutboxError as exc:  # disk full, read-only: no more deliveries (no repeats) this run
+                failures.append(f"profile '{self.profile.name}': {exc}; deliveries stopped, "
+                                f"{len(events) - n} event(s) left for the next run (the first may repeat)")
+                return
 
     def _replay(self) -> list[str]:
         """Finish what a previous run left: verify pending events, deliver committed ones."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import json
 import os
 import stat
 import time
@@ -80,10 +81,11 @@ def regular_file(path: Path, what: str) -> None:
 class Flock:
     """A non-blocking exclusive flock on a lock file (created if missing, never through a link)."""
 
-    def __init__(self, path: Path, what: str, notes: list[str] | None = None):
+    def __init__(self, path: Path, what: str, notes: list[str] | None = None, record: bool = False):
         self.path = path
         self.what = what
         self.notes = notes
+        self.record = record  # write our pid into it (ours only: Hermes' lock records are Hermes')
         self.fd: int | None = None
 
     def acquire(self) -> None:
@@ -103,9 +105,13 @@ class Flock:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            holder = _holder(fd)
             os.close(fd)
-            raise LockHeld(f"{self.path}: {self.what}") from None
+            raise LockHeld(f"{self.path}: {self.what}" + (f" (pid {holder})" if holder else "")) from None
         self.fd = fd
+        if self.record:
+            os.ftruncate(fd, 0)  # who holds it, for the next run that finds it held
+            os.pwrite(fd, json.dumps({"pid": os.getpid(), "acquired_at": time.time()}).encode(), 0)
 
     def release(self) -> None:
         if self.fd is not None:
@@ -113,11 +119,22 @@ class Flock:
             self.fd = None
 
 
+def _holder(fd: int) -> int | None:
+    """The pid a lock file's holder wrote there (ours and Hermes' both write a small JSON record)."""
+    try:
+        record = json.loads(os.pread(fd, 4096, 0) or b"null")
+    except (OSError, ValueError):
+        return None
+    pid = record.get("pid") if isinstance(record, dict) else None
+    return pid if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 else None
+
+
 class ProfileLocks:
     """Held while maintaining one profile: ours first, then Hermes' maintenance lock."""
 
     def __init__(self, profile: Profile, notes: list[str] | None = None):
-        self.ours = Flock(state_dir(profile, notes) / "lock", "another hermes-admin run holds this profile", notes)
+        self.ours = Flock(state_dir(profile, notes) / "lock", "another hermes-admin run holds this profile", notes,
+                          record=True)
         self.hermes = Flock(
             Path(f"{profile.store_path}.auto-maintenance.lock"), "Hermes is running its own maintenance", notes
         )

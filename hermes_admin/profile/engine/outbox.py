@@ -12,18 +12,31 @@ A crash between the store's commit and `committed` leaves a pending event;
 on the next start it is checked against the store itself: rows gone (or,
 for an archive, archived) means the transaction committed, so the event is
 delivered; rows still there means it rolled back, so the event is dropped.
+
+Delivery is at-least-once: an event is marked delivered right after its
+plugins ran, so a crash in between repeats that one event on the next run.
+Each event has a stable id (`event_id`, passed to the callbacks that declare
+it) by which a plugin can drop the repeat.
+
+Faults of the outbox are named as the outbox's (OutboxError, never the store's):
+a write that fails (disk full, read-only) stops deliveries for the run, and
+what is left stays for the next one. A malformed outbox is set aside, kept for
+inspection and reported once, and a new one is started, so the profile is
+maintained again.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sqlite3
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from hermes_admin.protocol import Profile
-from hermes_admin.profile.engine.locks import regular_file, state_dir
+from hermes_admin.profile.engine.locks import regular_file, set_aside, state_dir
 
 
 @dataclass
@@ -34,15 +47,27 @@ class Event:
     reason: str
     ids: list[str]  # every row that went with the unit
 
+    @property
+    def event_id(self) -> str:
+        """Stable across re-deliveries (the outbox row and what it says): a plugin may drop a repeat by it."""
+        digest = hashlib.sha256(json.dumps([self.session_id, self.reason, self.ids]).encode()).hexdigest()
+        return f"{self.id}-{digest[:16]}"
+
     def payload(self, profile: Profile) -> dict:
-        """The hook's keyword arguments (design §7), JSON-safe."""
+        """The hook's keyword arguments (design §7), JSON-safe; `event_id` only reaches callbacks
+        that declare it (hooks/worker.call)."""
         return {
             "session_id": self.session_id,
             "reason": self.reason,
             "profile": profile.name,
             "deleted_ids": list(self.ids) if len(self.ids) > 1 else None,
             "sessions_dir": str(profile.sessions_dir),
+            "event_id": self.event_id,
         }
+
+
+class OutboxError(OSError):
+    """The outbox could not be read or written; the message names outbox.db."""
 
 
 class Outbox:
@@ -50,16 +75,51 @@ class Outbox:
         self.profile = profile
         self.path: Path = state_dir(profile, notes) / "outbox.db"
         regular_file(self.path, "the outbox")
-        self.conn = sqlite3.connect(self.path, isolation_level=None)
-        # Our own file: WAL with synchronous=NORMAL keeps every commit across the death of this
-        # process (kill -9 included), at a fraction of an fsync per event.
-        self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute("PRAGMA synchronous=NORMAL")
-        self.conn.execute(
-            "CREATE TABLE IF NOT EXISTS events (id INTEGER PRIMARY KEY, created REAL NOT NULL, "
-            "state TEXT NOT NULL, kind TEXT NOT NULL, session_id TEXT NOT NULL, reason TEXT NOT NULL, "
-            "ids TEXT NOT NULL)"
-        )
+        try:
+            self.conn = self._open()
+        except sqlite3.DatabaseError as exc:
+            if isinstance(exc, sqlite3.OperationalError) and "locked" not in str(exc) and "malformed" not in str(exc) \
+                    and "not a database" not in str(exc):
+                raise OutboxError(f"{self.path}: {exc}") from None
+            line = set_aside(self.path, f"malformed ({exc}); its undelivered events are lost")
+            for sidecar in ("-wal", "-shm"):
+                if (side := self.path.with_name(self.path.name + sidecar)).exists():
+                    set_aside(side, "beside a malformed outbox")
+            if notes is not None:
+                notes.append(line)
+            self.conn = self._open()
+
+    def _open(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, isolation_level=None)
+        try:
+            # Our own file: WAL with synchronous=NORMAL keeps every commit across the death of this
+            # process (kill -9 included), at a fraction of an fsync per event.
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS events (id INTEGER PRIMARY KEY, created REAL NOT NULL, "
+                "state TEXT NOT NULL, kind TEXT NOT NULL, session_id TEXT NOT NULL, reason TEXT NOT NULL, "
+                "ids TEXT NOT NULL)"
+            )
+            conn.execute("SELECT COUNT(*) FROM events").fetchone()
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    @contextmanager
+    def _writing(self):
+        """One transaction of the outbox; its failure is the outbox's, named so."""
+        try:
+            self.conn.execute("BEGIN IMMEDIATE")
+            yield self.conn
+            self.conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            try:
+                self.conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+            raise OutboxError(f"{self.path}: {exc}") from None
 
     def close(self) -> None:
         self.conn.close()
@@ -67,37 +127,40 @@ class Outbox:
     def add_pending(self, kind: str, reason: str, units) -> list[int]:
         """One pending event per unit; returns their ids in unit order."""
         ids = []
-        self.conn.execute("BEGIN IMMEDIATE")
-        for unit in units:
-            cur = self.conn.execute(
-                "INSERT INTO events(created, state, kind, session_id, reason, ids) VALUES (?, 'pending', ?, ?, ?, ?)",
-                (time.time(), kind, unit.session_id, reason, json.dumps(list(unit.ids))),
-            )
-            ids.append(cur.lastrowid)
-        self.conn.execute("COMMIT")
+        with self._writing() as conn:
+            for unit in units:
+                cur = conn.execute(
+                    "INSERT INTO events(created, state, kind, session_id, reason, ids) VALUES (?, 'pending', ?, ?, ?, ?)",
+                    (time.time(), kind, unit.session_id, reason, json.dumps(list(unit.ids))),
+                )
+                ids.append(cur.lastrowid)
         return ids
 
     def settle(self, committed: dict[int, list[str]], dropped: list[int]) -> None:
         """After the store transaction: committed events get the rows that really went."""
-        self.conn.execute("BEGIN IMMEDIATE")
-        for event_id, ids in committed.items():
-            self.conn.execute("UPDATE events SET state='committed', ids=? WHERE id=?", (json.dumps(ids), event_id))
-        self.conn.executemany("DELETE FROM events WHERE id=?", [(i,) for i in dropped])
-        self.conn.execute("COMMIT")
+        with self._writing() as conn:
+            for event_id, ids in committed.items():
+                conn.execute("UPDATE events SET state='committed', ids=? WHERE id=?", (json.dumps(ids), event_id))
+            conn.executemany("DELETE FROM events WHERE id=?", [(i,) for i in dropped])
 
     def delivered(self, event_ids: list[int]) -> None:
-        self.conn.execute("BEGIN IMMEDIATE")
-        self.conn.executemany("UPDATE events SET state='delivered' WHERE id=?", [(i,) for i in event_ids])
-        self.conn.execute("COMMIT")
+        with self._writing() as conn:
+            conn.executemany("UPDATE events SET state='delivered' WHERE id=?", [(i,) for i in event_ids])
 
     def forget_old(self) -> None:
         """Keep a short history only: delivered events are not needed after a day."""
-        self.conn.execute("DELETE FROM events WHERE state='delivered' AND created < ?", (time.time() - 86400,))
+        try:
+            self.conn.execute("DELETE FROM events WHERE state='delivered' AND created < ?", (time.time() - 86400,))
+        except sqlite3.Error:
+            pass  # history only: the next run tries again
 
     def _events(self, state: str) -> list[Event]:
-        rows = self.conn.execute(
-            "SELECT id, kind, session_id, reason, ids FROM events WHERE state=? ORDER BY id", (state,)
-        ).fetchall()
+        try:
+            rows = self.conn.execute(
+                "SELECT id, kind, session_id, reason, ids FROM events WHERE state=? ORDER BY id", (state,)
+            ).fetchall()
+        except sqlite3.Error as exc:
+            raise OutboxError(f"{self.path}: {exc}") from None
         return [Event(i, k, s, r, json.loads(ids)) for i, k, s, r, ids in rows]
 
     def pending(self) -> list[Event]:

@@ -105,10 +105,11 @@ def call(callback, payload: dict):
         params = inspect.signature(callback).parameters.values()
     except (TypeError, ValueError):
         params = None
+    names = {p.name for p in params or () if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
     if params is None or any(p.kind is p.VAR_KEYWORD for p in params):
-        kwargs = payload
+        # Hermes' own arguments; `event_id` is hermes-admin's addition, for callbacks that name it
+        kwargs = {k: v for k, v in payload.items() if k != "event_id" or k in names}
     else:
-        names = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
         kwargs = {k: v for k, v in payload.items() if k in names}
     result = callback(**kwargs)
     if inspect.isawaitable(result):

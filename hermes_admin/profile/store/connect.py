@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import sqlite3
+import sys
 import time
 from pathlib import Path
 from typing import Callable, TypeVar
@@ -23,6 +24,7 @@ T = TypeVar("T")
 WRITE_BUSY_TIMEOUT_S = 0.2
 READ_BUSY_TIMEOUT_S = 5.0
 WRITE_PATIENCE_S = 20.0
+SAY_WAIT_S = 2.0  # a wait on the lock this long is told on stderr
 
 
 def readonly_uri(path: Path) -> str:
@@ -88,6 +90,7 @@ def write_transaction(
     again. Jitter as Hermes does it: short waits first, longer ones later.
     """
     started = time.monotonic()
+    said = False
     while True:
         try:
             with db.atomic():
@@ -96,5 +99,9 @@ def write_transaction(
             waited = time.monotonic() - started
             if not is_lock_error(exc) or waited >= patience_s:
                 raise
+            if waited >= SAY_WAIT_S and not said:  # never silent: a person or the journal sees why
+                print(f"hermes-admin: {db.database}: another process holds the write lock; "
+                      f"waiting up to {patience_s:.0f} s", file=sys.stderr, flush=True)
+                said = True
             delay = random.uniform(0.02, 0.15) if waited < 2.0 else random.uniform(0.25, 1.0)
             sleep(min(delay, max(0.0, patience_s - waited)))
