@@ -15,6 +15,9 @@ from hermes_admin.protocol import Job, Profile
 from hermes_admin.results import RepairRun, Run
 
 
+CHANGING = ("maintain", "change", "repair")  # the kinds of job that change stores (not when dry)
+
+
 @dataclass
 class App:
     roots_given: tuple[str, ...] = ()
@@ -23,6 +26,7 @@ class App:
     verbose: int = 0
     _config: admin_config.AdminConfig | None = field(default=None, repr=False)
     _everything: homes.Discovery | None = field(default=None, repr=False)
+    _run_locks: object = field(default=None, repr=False)  # host.runlock.RunLocks, once a change starts
 
     @property
     def config(self) -> admin_config.AdminConfig:
@@ -33,6 +37,11 @@ class App:
                 report.error(f"config: {exc}")
                 raise click.exceptions.Exit(exitcodes.PROFILE_FAILED)
         return self._config
+
+    def close(self) -> None:
+        """At the end of a command (or a daemon job): the run locks go."""
+        if self._run_locks is not None:
+            self._run_locks.release()
 
     def roots(self):
         return homes.resolve_roots(self.roots_given, self.config.roots, self.all_users)
@@ -71,6 +80,14 @@ class App:
         from hermes_admin.host.workers import by_owner, run_job
 
         run = RepairRun(dry_run=True) if kind == "repair" else Run(dry_run=bool(params.get("dry_run", True)))
+        if kind in CHANGING and not params.get("dry_run", True) and profiles:
+            from hermes_admin.host.runlock import RootBusy, RunLocks
+            try:  # every root or none: never two half-runs
+                self._run_locks = self._run_locks or RunLocks()
+                self._run_locks.take([p.root for p in profiles])
+            except (RootBusy, OSError) as exc:
+                run.locked.append(str(exc))
+                return run
         owners = self.everything().owners
         params = dict(params, siblings=self._siblings(), verbose=self.verbose)
         for owner, group in by_owner(profiles, owners):

@@ -30,6 +30,7 @@ from hermes_admin.cli.sessions_cmd import sessions
 def cli(ctx: click.Context, roots, config_path, all_users, verbose):
     """Maintenance for Hermes Agent installations: every profile of every root."""
     ctx.obj = App(roots_given=tuple(roots), config_path=config_path, all_users=all_users, verbose=verbose)
+    ctx.call_on_close(ctx.obj.close)
 
 
 cli.add_command(profiles)

@@ -52,8 +52,11 @@ def daemon(app: App, metrics_file):
             if skipped.refused:
                 log.warning("skipped %s", report.clean(f"{skipped.path}: {skipped.reason}"))
         wanted = request(tasks, now, explicit=task != "run")
-        return job_app.work("maintain", {"request": wanted, "dry_run": False, "summaries": summaries},
-                            found.profiles, with_policy=True)
+        try:
+            return job_app.work("maintain", {"request": wanted, "dry_run": False, "summaries": summaries},
+                                found.profiles, with_policy=True)
+        finally:
+            job_app.close()
 
     try:
         service = Daemon(load_config=load, work=work, metrics_file=metrics_file)

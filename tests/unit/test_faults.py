@@ -1,0 +1,101 @@
+"""One bad profile never stops the others: odd paths, a malformed outbox, busy roots and locks."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+
+from hermes_admin.host.runlock import RunLocks
+from tests.helpers import home_of, install_plugins, row_ids
+
+
+def old_ids(db):
+    return row_ids(db, "SELECT id FROM sessions WHERE ended_at IS NOT NULL AND archived = 0")
+
+
+def test_a_file_where_our_folder_goes_fails_that_profile_only(synth_root, invoke):
+    root, _ = synth_root
+    (home_of(root, "work") / ".hermes-admin").write_text("not a folder")
+    before = row_ids(home_of(root, "default") / "state.db")
+    result = invoke("--root", str(root), "purge", "--older-than", "90", "--yes", "--json")
+    assert result.exit_code == 2
+    doc = json.loads(result.stdout)
+    assert any("profile 'work'" in e and ".hermes-admin" in e and "not a folder" in e for e in doc["errors"])
+    assert row_ids(home_of(root, "default") / "state.db") < before  # the others were maintained
+    assert "Traceback" not in result.stderr
+
+
+def test_a_folder_where_hermes_lock_goes_fails_that_profile_only(synth_root, invoke):
+    root, _ = synth_root
+    (home_of(root, "legacy") / "state.db.auto-maintenance.lock").mkdir()
+    result = invoke("--root", str(root), "purge", "--older-than", "90", "--yes", "--json")
+    assert result.exit_code == 2
+    doc = json.loads(result.stdout)
+    assert any("profile 'legacy'" in e and "auto-maintenance.lock" in e for e in doc["errors"])
+    assert {r["profile"] for r in doc["results"]} >= {"default", "work"}
+
+
+def test_a_malformed_outbox_is_set_aside_once_and_the_profile_is_maintained(synth_root, invoke):
+    root, _ = synth_root
+    home = home_of(root, "work")
+    (home / ".hermes-admin").mkdir()
+    (home / ".hermes-admin" / "outbox.db").write_bytes(b"garbage" * 1000)
+    first = invoke("--root", str(root), "purge", "-p", "work", "--older-than", "90", "--yes", "--json")
+    assert first.exit_code == 1, first.stderr  # done, with a warning
+    assert "outbox.db" in first.stderr and "malformed" in first.stderr and "moved aside" in first.stderr
+    assert any(name.startswith("outbox.db.set-aside-") for name in os.listdir(home / ".hermes-admin"))
+    again = invoke("--root", str(root), "purge", "-p", "work", "--older-than", "90", "--yes", "--json")
+    assert again.exit_code == 0, again.stderr
+    assert "malformed" not in again.stderr
+
+
+def test_a_second_run_on_a_busy_root_does_nothing_and_exits_3(synth_root, invoke):
+    root, _ = synth_root
+    before = {name: row_ids(home_of(root, name) / "state.db") for name in ("default", "work", "legacy")}
+    held = RunLocks()
+    held.take([root])
+    try:
+        result = invoke("--root", str(root), "purge", "--older-than", "90", "--yes", "--json")
+    finally:
+        held.release()
+    assert result.exit_code == 3
+    assert f"pid {os.getpid()}" in result.stderr and "nothing was done" in result.stderr
+    assert {name: row_ids(home_of(root, name) / "state.db") for name in before} == before
+    dry = invoke("--root", str(root), "purge", "--older-than", "90", "--dry-run", "--json")
+    assert dry.exit_code == 0  # a dry run takes no lock
+
+
+def test_a_held_profile_lock_names_its_holder(synth_root, invoke):
+    root, _ = synth_root
+    lock = home_of(root, "work") / ".hermes-admin" / "lock"
+    lock.parent.mkdir()
+    with open(lock, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        held.write(json.dumps({"pid": 4242}))
+        held.flush()
+        result = invoke("--root", str(root), "purge", "--older-than", "90", "--yes")
+    assert result.exit_code == 3
+    assert "profile 'work'" in result.stderr and "pid 4242" in result.stderr
+
+
+def test_an_odd_sessions_folder_is_a_warning(synth_root, invoke):
+    root, _ = synth_root
+    home = home_of(root, "work")
+    for entry in (home / "sessions").iterdir():
+        entry.unlink()
+    (home / "sessions").rmdir()
+    (home / "sessions").write_text("a file")
+    result = invoke("--root", str(root), "purge", "-p", "work", "--older-than", "90", "--yes")
+    assert result.exit_code == 1
+    assert "sessions: not a folder" in result.stderr
+
+
+def test_plugin_failures_are_one_line_each(tmp_path, synth_root, invoke):
+    root, _ = synth_root
+    install_plugins(root, ["raiser"], enabled=["raiser"])
+    result = invoke("--root", str(root), "purge", "-p", "default", "--older-than", "90", "--yes")
+    lines = [line for line in result.stderr.splitlines() if "plugin raiser" in line]
+    assert len([line for line in lines if "on_session_delete raised RuntimeError" in line]) == 1, result.stderr
+    assert len(lines) <= 2 and all("more time(s)" in line for line in lines[1:])  # then how often, once
+    assert "Traceback" not in result.stderr
