@@ -115,15 +115,18 @@ def _change(app: App, ids: tuple[str, ...], ids_from, profiles, dry_run: bool, y
     if app.failed_discovery(found, profiles):
         run.errors.append("some roots or profiles were not found or were refused (see above)")
     filtering = bool(filters and filters.given())
-    chosen = found.profiles if filtering else [p for p in found.profiles if p in by_profile]
-    if chosen:
+    targets = found.profiles if filtering else [p for p in found.profiles if p in by_profile]
+    if targets:
         what = f"{sum(len(v) for v in by_profile.values())} named session(s)" + (
             " and the sessions the filters match" if filtering else "")
-        mutate.confirm(f"{verb.capitalize()} {what} in {len(chosen)} profile(s)?", yes, dry_run)
+        mutate.confirm(f"{verb.capitalize()} {what} in {len(targets)} profile(s)?", yes, dry_run)
+    if targets or not dry_run:
+        # Every selected profile goes to its worker: one that holds none of the ids only replays what
+        # an earlier run left in its outbox (any command that writes delivers those first).
         run.merge(app.work("change", {
             "verb": verb, "dry_run": dry_run, "force": force,
             "ids": {str(p.home): ids for p, ids in by_profile.items()},
-            "filters": asdict(filters) if filters is not None else None}, chosen))
+            "filters": asdict(filters) if filters is not None else None}, targets if dry_run else found.profiles))
     mutate.finish(run, as_json, verb)
 
 

@@ -164,6 +164,13 @@ def change(job: Job, isolated: bool) -> Run:
 
     def work(profile: Profile) -> None:
         ids = list(params["ids"].get(str(profile.home), []))
+        if not ids and (filters is None or not filters.given()):
+            # Nothing named here: only what an earlier run left in the outbox, which opening replays.
+            from hermes_admin.profile.actions.common import with_engine
+            from hermes_admin.profile.engine.outbox import has_work
+            if not run.dry_run and has_work(profile):
+                with_engine(run, profile, lambda engine: [])
+            return
         if verb == "delete":
             actions.delete(run, profile, ids, filters, force)
         else:

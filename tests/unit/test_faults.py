@@ -99,3 +99,27 @@ def test_plugin_failures_are_one_line_each(tmp_path, synth_root, invoke):
     assert len([line for line in lines if "on_session_delete raised RuntimeError" in line]) == 1, result.stderr
     assert len(lines) <= 2 and all("more time(s)" in line for line in lines[1:])  # then how often, once
     assert "Traceback" not in result.stderr
+
+
+def test_the_same_sessions_delete_again_delivers_what_a_crash_left(synth_root, invoke):
+    """A kill after the commit leaves an event in the outbox: naming the gone session again delivers it."""
+    import sqlite3
+    import time
+
+    from tests.helpers import events
+
+    root, kinds = synth_root
+    install_plugins(root, ["recorder"], enabled=["recorder"])
+    (root / ".hermes-admin").mkdir()
+    conn = sqlite3.connect(root / ".hermes-admin" / "outbox.db")
+    conn.execute("CREATE TABLE events (id INTEGER PRIMARY KEY, created REAL NOT NULL, state TEXT NOT NULL, "
+                 "kind TEXT NOT NULL, session_id TEXT NOT NULL, reason TEXT NOT NULL, ids TEXT NOT NULL)")
+    conn.execute("INSERT INTO events VALUES (1, ?, 'committed', 'delete', 'gone-1', 'delete', '[\"gone-1\"]')",
+                 (time.time(),))
+    conn.commit()
+    conn.close()
+    result = invoke("--root", str(root), "sessions", "delete", "gone-1", "--yes")
+    assert "no session matches 'gone-1'" in result.stderr
+    assert [e["session_id"] for e in events(root)] == ["gone-1"]
+    again = invoke("--root", str(root), "sessions", "delete", "gone-1", "--yes")
+    assert again.exit_code == 1 and [e["session_id"] for e in events(root)] == ["gone-1"]  # once

@@ -168,3 +168,19 @@ class Outbox:
 
     def undelivered(self) -> list[Event]:
         return self._events("committed")
+
+
+def has_work(profile: Profile) -> bool:
+    """Does the profile's outbox hold events not yet delivered? Read-only, nothing created."""
+    path = profile.home / ".hermes-admin" / "outbox.db"
+    if not path.is_file() or path.is_symlink():
+        return False
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            return conn.execute("SELECT 1 FROM events WHERE state IN ('pending', 'committed') LIMIT 1").fetchone() \
+                is not None
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return True  # unreadable: opening the profile for writing will say what is wrong
