@@ -90,6 +90,12 @@ class App:
                 return run
         owners = self.everything().owners
         params = dict(params, siblings=self._siblings(), verbose=self.verbose)
+        if with_policy:
+            known = {p.name for p in self.everything().profiles}
+            for name in sorted(map(str, self.config.profiles)):
+                if name not in known:
+                    run.warnings.append(f"{self.config.path or 'admin config'}: profiles.{name}: matches no profile "
+                                        f"of {', '.join(str(r) for r in self.roots())} (a typo?)")
         for owner, group in by_owner(profiles, owners):
             if stopping.requested():
                 run.warnings.append("stopped on request: " + ", ".join(p.name for p in group) + " not worked on")

@@ -18,6 +18,14 @@ DEFAULT_HOOK_TIMEOUT_S = 30.0
 MAX_HOOK_TIMEOUT_S = 600.0
 
 
+# Every key Hermes itself reads from `sessions:` (hermes-admin uses the first five); anything else
+# there is most likely a typo, which is warned about: Hermes may add keys, so it never skips a profile.
+SESSIONS_KEYS = {"auto_prune", "retention_days", "auto_archive", "auto_archive_days", "vacuum_after_prune",
+                 "min_vacuum_interval_days", "min_interval_hours", "write_json_snapshots", "max_resume_messages",
+                 "max_export_messages", "tool_payload_retention_days", "fts_optimize_notice", "cjk_fts",
+                 "search_slow_ms"}
+
+
 class HermesConfigError(Exception):
     pass
 
@@ -76,4 +84,9 @@ def load(home: Path) -> HermesConfig:
         raise HermesConfigError(f"{path}: cannot read: {exc.strerror}") from exc
     if not isinstance(data, dict):
         raise HermesConfigError(f"{path}: must be a mapping, not {type(data).__name__}")
-    return HermesConfig(path, data)
+    config = HermesConfig(path, data)
+    unknown = sorted(map(str, set(config.section("sessions")) - SESSIONS_KEYS))
+    if unknown:
+        shown = ", ".join(k[:40] for k in unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
+        config.warnings.append(f"{path}: sessions: unknown key(s) {shown} (a typo? not used)")
+    return config

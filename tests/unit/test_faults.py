@@ -123,3 +123,17 @@ def test_the_same_sessions_delete_again_delivers_what_a_crash_left(synth_root, i
     assert [e["session_id"] for e in events(root)] == ["gone-1"]
     again = invoke("--root", str(root), "sessions", "delete", "gone-1", "--yes")
     assert again.exit_code == 1 and [e["session_id"] for e in events(root)] == ["gone-1"]  # once
+
+
+def test_typos_are_warned_about_and_nothing_is_skipped(synth_root, invoke, tmp_path):
+    root, _ = synth_root
+    config = home_of(root, "work") / "config.yaml"
+    config.write_text("sessions: {auto_prnue: true, retention_days: 90}\n")
+    admin = tmp_path / "admin.yaml"
+    admin.write_text("profiles: {wrok: {retention_days: 30}}\n")
+    result = invoke("--root", str(root), "--config", str(admin), "run", "--dry-run", "--json")
+    assert result.exit_code == 1, result.stderr
+    assert "sessions: unknown key(s) auto_prnue" in result.stderr and str(config) in result.stderr
+    assert "profiles.wrok: matches no profile" in result.stderr
+    doc = json.loads(result.stdout)
+    assert {r["profile"] for r in doc["results"]} == {"default", "work", "legacy"}  # nothing skipped
