@@ -2,7 +2,9 @@
 
 Each trial copies one prebuilt profile home (a v30 store with the standard synthetic scenario
 plus ~1,200 old ended sessions, some of them compression lineages and parents with delegates,
-some with transcript files; a recording plugin `rec` enabled), starts one deleting command on it
+some with transcript files, one under a live compression lock; rows dated as if written two hours
+ago, so none crosses an age threshold while the trials run; a recording plugin `rec` enabled),
+starts one deleting command on it
 
     purge --older-than 90 --yes --json
     sessions delete --before 100d --yes --json
@@ -71,6 +73,7 @@ COMMANDS = {
 SIGNALS = {"KILL": signal.SIGKILL, "INT": signal.SIGINT, "TERM": signal.SIGTERM}
 EVENTS_FILE = "recorded-events.jsonl"
 COMMAND_TIMEOUT_S = 120.0
+BUILT_AGO_S = 2 * 3600.0  # the store's rows are dated as if written this long ago
 
 RECORDER = '''\
 """Records every on_session_delete event, one fsynced JSON line each."""
@@ -118,6 +121,8 @@ def build_home(home: Path, bulk: int, now: float) -> None:
         store.messages(sid, 3, started)
         if i % 4 == 0:
             write_session_files(home / "sessions", sid, ("jsonl",), mtime=started)
+        if i == 1:  # under a live compression lock (the scenario's own expires an hour after `now`)
+            store.compression_lock(sid, expires=now + BUILT_AGO_S + 2 * DAY)
         if kind == 3:  # a compression lineage: root -> middle -> tip, all old and ended
             mid = store.session(session_id_at(started + 31, f"bulk:{i}:mid"), started=started + 31,
                                 ended=started + 40, end_reason="compression", parent=sid)
@@ -430,7 +435,13 @@ def run_trial(trial: Trial, base: Base, work: Path, strict: bool) -> Trial:
     allowed = 1 if (trial.signal == "KILL" and first.signalled) else 0
     if trial.repeats > allowed:
         twice = [(eid, c) for eid, c in counts.items() if c > 1]
-        p.append(f"{trial.repeats} repeat(s), at most {allowed} allowed: {twice[:3]}")
+        where = []
+        for eid, _ in twice[:3]:
+            firsts = [i for i, e in enumerate(mid_events) if e.get("event_id") == eid]
+            where.append(f"{eid}: {sum(1 for e in mid_events if e.get('event_id') == eid)}x by the interrupted "
+                         f"command" + (" (its last event)" if firsts and firsts[-1] == len(mid_events) - 1 else "")
+                         + f", {sum(1 for e in events[len(mid_events):] if e.get('event_id') == eid)}x by the follow-up")
+        p.append(f"{trial.repeats} repeat(s), at most {allowed} allowed: {'; '.join(where)}")
     by_id: dict[str, dict] = {}
     for e in events:
         first_seen = by_id.setdefault(e.get("event_id"), e)
@@ -472,7 +483,9 @@ def prepare(work: Path, bulk: int, jobs: int) -> Base:
     home = work / "base" / "root"
     home.mkdir(parents=True)
     began = time.monotonic()
-    build_home(home, bulk, time.time())
+    # Two hours back: no row then sits just at a threshold the clock would move it across while the
+    # trials run (the scenario's old_archived session was last active 100 days + 3 minutes ago).
+    build_home(home, bulk, time.time() - BUILT_AGO_S)
     before = snapshot(home / "state.db")
     base = Base(home, before, {c: units_of(home / "state.db", c) for c in COMMANDS})
     print(f"base store: {len(before.ids)} sessions, {len(base.units['purge'])} multi-row units, "

@@ -35,6 +35,12 @@ class Profile:
     root: Path
     name: str
     home: Path
+    display: str | None = field(default=None, compare=False)  # ROOT:NAME when several roots are in view
+
+    @property
+    def shown(self) -> str:
+        """How messages name it: its name, or ROOT:NAME where two roots may both have that name."""
+        return self.display or self.name
 
     @property
     def store_path(self) -> Path:
@@ -83,16 +89,16 @@ class Job:
     def encode(self) -> bytes:
         return (json.dumps({
             "kind": self.kind, "params": self.params, "owner": self.owner.as_dict(),
-            "profiles": [{"root": str(p.root), "name": p.name, "home": str(p.home),
+            "profiles": [{"root": str(p.root), "name": p.name, "home": str(p.home), "display": p.display,
                           "layers": self.layers.get(str(p.home), {})} for p in self.profiles],
-        }) + "\n").encode()
+        }, default=str) + "\n").encode()
 
     @classmethod
     def decode(cls, line: bytes) -> "Job":
         data = json.loads(line)
         o = data["owner"]
         owner = Owner(int(o["uid"]), int(o["gid"]), tuple(int(g) for g in o["groups"]), str(o["user"]), str(o["home"]))
-        profiles = [Profile(Path(p["root"]), p["name"], Path(p["home"])) for p in data["profiles"]]
+        profiles = [Profile(Path(p["root"]), p["name"], Path(p["home"]), p.get("display")) for p in data["profiles"]]
         layers = {p["home"]: p["layers"] for p in data["profiles"]}
         return cls(data["kind"], data["params"], owner, profiles, layers)
 

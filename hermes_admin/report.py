@@ -77,8 +77,11 @@ def _write_compact(value, write) -> None:
 
 
 def stdout_console():
+    """Tables for people on stdout: as wide as the terminal; piped, never wrapped at all."""
     from rich.console import Console
-    return Console(file=sys.stdout, soft_wrap=False, width=None if sys.stdout.isatty() else 160)
+    tty = sys.stdout.isatty()
+    return Console(file=sys.stdout, soft_wrap=False, width=None if tty else 1_000_000, no_color=not tty,
+                   highlight=False)
 
 
 # C0/C1 controls, DEL, and the Unicode line separators and bidirectional overrides: whatever
@@ -123,14 +126,40 @@ def human_bytes(n: int | None) -> str:
     return str(n)
 
 
-def table(title: str | None, columns: list[str], rows: list[list[object]]):
+def shorten_middle(text: str, width: int) -> str:
+    """`/home/alice/…/profiles/work`: a long path keeps both its ends."""
+    if len(text) <= width or width < 5:
+        return text
+    head = (width - 1) // 2
+    return text[:head] + "…" + text[len(text) - (width - 1 - head):]
+
+
+def table(title: str | None, columns: list[str], rows: list[list[object]], squeeze: tuple[str, ...] = ("home",)):
+    """A table that never folds a cell: on a terminal narrower than the table, the `squeeze` columns
+    (paths) are shortened in the middle to fit; piped, every cell is whole."""
+    import shutil
+
     from rich.table import Table
+    from rich.text import Text
+
+    cells = [["-" if v is None else clean(v) for v in row] for row in rows]
+    if sys.stdout.isatty() and cells:
+        width = shutil.get_terminal_size((100, 24)).columns
+        natural = [max([len(name)] + [len(row[i]) for row in cells]) for i, name in enumerate(columns)]
+        over = sum(natural) + 3 * len(columns) + 1 - width
+        squeezable = [i for i, name in enumerate(columns) if name in squeeze]
+        for i in squeezable:
+            if over <= 0:
+                break
+            target = max(len(columns[i]), 16, natural[i] - over)
+            over -= natural[i] - target
+            for row in cells:
+                row[i] = shorten_middle(row[i], target)
     out = Table(title=title, show_lines=False, header_style="bold")
     for name in columns:
-        out.add_column(name, overflow="fold")
-    from rich.text import Text
-    for row in rows:  # Text, not str: markup inside data is never interpreted
-        out.add_row(*[Text("-" if v is None else clean(v)) for v in row])
+        out.add_column(name, no_wrap=True, overflow="ellipsis")
+    for row in cells:  # Text, not str: markup inside data is never interpreted
+        out.add_row(*[Text(v) for v in row])
     return out
 
 
@@ -139,7 +168,8 @@ _VERBS = {"delete": "deleted", "archive": "archived", "unarchive": "unarchived",
 
 def summary_line(result, dry_run: bool) -> str:
     """One line per task per profile, with counts: what logs and the journal show."""
-    where = f"{result.profile}: {result.task}" if result.task else result.profile
+    name = result.label or result.profile
+    where = f"{name}: {result.task}" if result.task else name
     if result.status == "skipped":
         return f"{where}: skipped ({result.why})"
     if result.action == "repair" and not result.done:

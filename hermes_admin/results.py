@@ -57,6 +57,7 @@ class Result:
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0  # wall time of the task
     home: str | None = None  # the profile's home: what tells two roots' `default` apart
+    label: str | None = field(default=None, compare=False)  # how people read it (ROOT:NAME, several roots)
 
     def absorb(self, other: "Result") -> None:
         """Fold a second engine call of the same task into this result."""

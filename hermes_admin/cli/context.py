@@ -4,7 +4,8 @@ one way work reaches a profile (a job, done as the profile's owner: host/workers
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import click
 
@@ -47,17 +48,35 @@ class App:
         return homes.resolve_roots(self.roots_given, self.config.roots, self.all_users)
 
     def everything(self) -> homes.Discovery:
-        """Every profile of every root, found once per command."""
+        """Every profile of every root, found once per command. Where several roots are in view,
+        each profile is shown as ROOT:NAME, so two roots' `default`s never read alike."""
         if self._everything is None:
-            self._everything = homes.discover(self.roots())
+            found = homes.discover(self.roots())
+            if len({p.root for p in found.profiles}) > 1:
+                found.profiles = [replace(p, display=f"{p.root}:{p.name}") for p in found.profiles]
+            self._everything = found
         return self._everything
+
+    def labels(self) -> dict[str, str]:
+        """home -> how output names the profile (its name, or ROOT:NAME with several roots)."""
+        return {str(p.home): p.shown for p in self.everything().profiles}
+
+    @staticmethod
+    def selects(profile: Profile, wanted: str) -> bool:
+        """`-p` takes NAME (in every root), ROOT:NAME, or a profile's home folder."""
+        if wanted == profile.name:
+            return True
+        root, sep, name = wanted.rpartition(":")
+        if sep and name == profile.name and root and homes._absolute(Path(root)) == profile.root:
+            return True
+        return "/" in wanted and homes._absolute(Path(wanted)) == profile.home
 
     def discover(self, only: tuple[str, ...] = (), quiet: bool = False) -> homes.Discovery:
         """Profiles to work on; missing roots, refused and skipped folders are reported on stderr."""
         everything = self.everything()
-        found = homes.Discovery(profiles=[p for p in everything.profiles if not only or p.name in only],
-                                skipped=everything.skipped, missing_roots=everything.missing_roots,
-                                owners=everything.owners)
+        chosen = [p for p in everything.profiles if not only or any(self.selects(p, w) for w in only)]
+        found = homes.Discovery(profiles=chosen, skipped=everything.skipped,
+                                missing_roots=everything.missing_roots, owners=everything.owners)
         if quiet:
             return found
         for root in found.missing_roots:
@@ -65,7 +84,7 @@ class App:
         for skipped in found.skipped:
             (report.error if skipped.refused else report.warn)(f"skipped {skipped.path}: {skipped.reason}")
         if only:
-            missing = sorted(set(only) - {p.name for p in found.profiles})
+            missing = [w for w in only if not any(self.selects(p, w) for p in found.profiles)]
             for name in missing:
                 report.error(f"profile '{name}': not found in {', '.join(str(r) for r in self.roots())}")
         return found
@@ -73,7 +92,7 @@ class App:
     def failed_discovery(self, found: homes.Discovery, only: tuple[str, ...] = ()) -> bool:
         """Did finding the profiles go wrong somewhere (a missing root, a refused folder, an unknown name)?"""
         return bool(found.missing_roots or any(s.refused for s in found.skipped)
-                    or set(only) - {p.name for p in found.profiles})
+                    or any(not any(self.selects(p, w) for p in found.profiles) for w in only))
 
     def work(self, kind: str, params: dict, profiles: list[Profile], with_policy: bool = False) -> Run:
         """Do one kind of job on these profiles, one job per owner, and gather the reports."""
@@ -106,16 +125,21 @@ class App:
                     try:
                         layers[str(profile.home)] = admin_config.policy_layers(self.config, profile.name)
                     except admin_config.ConfigError as exc:
-                        run.errors.append(f"profile '{profile.name}': skipped: {exc}")
+                        run.errors.append(f"profile '{profile.shown}': skipped: {exc}")
                         group.remove(profile)
             if not group:
                 continue
             if os.geteuid() == 0 and owner.uid != 0 and not params.get("dry_run", True):
                 from hermes_admin.host.leftovers import hand_back
                 for profile in group:
-                    run.warnings += [f"profile '{profile.name}': {path}: left as root's by an older hermes-admin; "
+                    run.warnings += [f"profile '{profile.shown}': {path}: left as root's by an older hermes-admin; "
                                      f"handed back to {owner.user}" for path in hand_back(profile.home, owner)]
             run.merge(run_job(Job(kind, params, owner, group, layers), self.verbose))
+        labels = self.labels()
+        for result in run.results:
+            result.label = labels.get(result.home or "", result.profile)
+        for home, policy in run.policies.items():
+            policy["label"] = labels.get(home, policy.get("profile"))
         return run
 
     def _siblings(self) -> dict[str, list[list[str]]]:

@@ -44,7 +44,7 @@ def targets(app, profiles: list[Profile], ids: list[str]) -> tuple[dict[Profile,
         if not matches:
             missing.append(want)
         elif len(matches) > 1:
-            problems.append(f"'{want}' is ambiguous: " + ", ".join(f"{p.name}:{sid}" for p, sid in matches[:10]))
+            problems.append(f"'{want}' is ambiguous: " + ", ".join(f"{p.shown}:{sid}" for p, sid in matches[:10]))
         else:
             by_profile.setdefault(matches[0][0], []).append(matches[0][1])
     return by_profile, missing, problems
@@ -63,7 +63,7 @@ def confirm(question: str, yes: bool, dry_run: bool) -> None:
 
 def _human(run: Run, verbose: int = 0) -> None:
     for policy in run.policies.values():
-        report.line(f"{policy.get('profile')}: policy: {policy.get('description')}")
+        report.line(f"{policy.get('label') or policy.get('profile')}: policy: {policy.get('description')}")
     for result in run.results:
         report.line(report.summary_line(result, run.dry_run))
         for done in result.done:

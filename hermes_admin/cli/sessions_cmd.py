@@ -31,6 +31,7 @@ def list_cmd(app: App, profiles, limit: int, as_json: bool):
     found = app.discover(profiles)
     answer = app.work("sessions_list", {"limit": limit}, found.profiles)
     briefs, errors = answer.data.get("sessions", []), answer.errors
+    labels = app.labels()
     briefs.sort(key=lambda b: b["last_activity"] or "", reverse=True)
     briefs = briefs[:limit]
     if as_json:
@@ -38,8 +39,8 @@ def list_cmd(app: App, profiles, limit: int, as_json: bool):
     else:
         report.stdout_console().print(report.table(
             None, ["profile", "id", "source", "title", "last activity", "msgs", "state"],
-            [[b["profile"], b["id"], b["source"], b["title"], b["last_activity"], b["messages"], _state(b)]
-             for b in briefs],
+            [[labels.get(b.get("home"), b["profile"]), b["id"], b["source"], b["title"], b["last_activity"],
+              b["messages"], _state(b)] for b in briefs],
         ))
     for message in errors:
         report.error(message)

@@ -121,7 +121,10 @@ class Daemon:
                 for line in [*result.hook_failures, *result.files_skipped]:
                     log.warning(report.clean(line, 4000))
             if target:
-                metrics.write(target, metrics.render(run, run.data.pop("summaries", [])))
+                try:
+                    metrics.write(target, metrics.render(run, run.data.pop("summaries", [])))
+                except OSError as exc:
+                    log.error("metrics file %s: %s", target, exc.strerror or exc)
             log.info("%s finished in %.1f s (exit status %d)", task, time.time() - started, run.exit_code())
         except Exception:
             log.exception("%s failed; the daemon goes on", task)

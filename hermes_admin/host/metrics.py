@@ -48,30 +48,36 @@ def render(run: Run, summaries: list[dict], finished: float | None = None) -> st
             add("hermes_admin_messages", row["messages"], profile=profile, home=row["home"])
             add("hermes_admin_store_bytes", row["store_bytes"] or 0, profile=profile, home=row["home"])
             add("hermes_admin_wal_bytes", row["wal_bytes"] or 0, profile=profile, home=row["home"])
-    deleted: dict[tuple[str, str], int] = {}
-    archived: dict[str, int] = {}
+    # Every series is keyed by the profile's home as well as its name: two roots' `default`s never
+    # merge, and nothing is summed across roots.
+    deleted: dict[tuple[str, str, str], int] = {}
+    archived: dict[tuple[str, str], int] = {}
     for result in run.results:
         if result.status != "done":
             continue
+        home = result.home or ""
         if result.action == "delete":
-            key = (result.profile, result.reason or "delete")
+            key = (result.profile, home, result.reason or "delete")
             deleted[key] = deleted.get(key, 0) + result.rows
         elif result.action == "archive":
-            archived[result.profile] = archived.get(result.profile, 0) + result.rows
-        if result.task:
-            add("hermes_admin_skipped", len(result.skipped), profile=result.profile, task=result.task)
-            add("hermes_admin_run_seconds", round(result.seconds, 3), profile=result.profile, task=result.task)
-    for (profile, reason), rows in sorted(deleted.items()):
-        add("hermes_admin_deleted", rows, profile=profile, reason=reason)
-    for profile, rows in sorted(archived.items()):
-        add("hermes_admin_archived", rows, profile=profile)
-    errors: dict[str, int] = {row["name"]: 0 for row in summaries}
-    for line in run.errors:
-        for name in errors:
-            if f"profile '{name}'" in line:
-                errors[name] += 1
-    for profile, count in errors.items():
-        add("hermes_admin_run_errors", count, profile=profile)
+            archived[(result.profile, home)] = archived.get((result.profile, home), 0) + result.rows
+    per_task: dict[tuple[str, str, str], list] = {}
+    for result in run.results:
+        if result.task:  # one series per (profile, home, task), whatever the number of engine calls
+            entry = per_task.setdefault((result.profile, result.home or "", result.task), [0, 0.0])
+            entry[0] += len(result.skipped)
+            entry[1] += result.seconds
+    for (profile, home, task), (skipped, seconds) in sorted(per_task.items()):
+        add("hermes_admin_skipped", skipped, profile=profile, home=home, task=task)
+        add("hermes_admin_run_seconds", round(seconds, 3), profile=profile, home=home, task=task)
+    for (profile, home, reason), rows in sorted(deleted.items()):
+        add("hermes_admin_deleted", rows, profile=profile, home=home, reason=reason)
+    for (profile, home), rows in sorted(archived.items()):
+        add("hermes_admin_archived", rows, profile=profile, home=home)
+    for row in summaries:
+        label = row.get("label") or row["name"]
+        count = sum(1 for line in run.errors if f"profile '{label}'" in line)
+        add("hermes_admin_run_errors", count, profile=row["name"], home=row["home"])
     add("hermes_admin_last_run_timestamp_seconds", round(finished or time.time(), 3))
     lines = []
     for name, (kind, text) in HELP.items():

@@ -50,7 +50,7 @@ def run_job(job: Job, verbose: int = 0) -> Run:
 
 def _failed(job: Job, why: str) -> Run:
     run = RepairRun(dry_run=True) if job.kind == "repair" else Run(dry_run=True)
-    run.errors += [f"profile '{p.name}': {p.home}: {why}" for p in job.profiles]
+    run.errors += [f"profile '{p.shown}': {p.home}: {why}" for p in job.profiles]
     return run
 
 
@@ -95,7 +95,7 @@ class Spawned:
             else:
                 problem = f"the worker for {owner.user} stopped before its report (exit status {code})"
         if problem:
-            run.errors += [f"profile '{p.name}': {p.home}: {problem}" for p in self.job.profiles
+            run.errors += [f"profile '{p.shown}': {p.home}: {problem}" for p in self.job.profiles
                            if not any(r.home == str(p.home) for r in run.results)] or [f"worker for {owner.user}: {problem}"]
         return run
 

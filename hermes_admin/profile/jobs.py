@@ -25,7 +25,7 @@ def _enter(profile: Profile, isolated: bool) -> None:
         return
     os.chdir(profile.home)
     if os.stat(".").st_uid != os.geteuid():
-        raise HomeChanged(f"profile '{profile.name}': {profile.home}: not owned by this worker's user any more; "
+        raise HomeChanged(f"profile '{profile.shown}': {profile.home}: not owned by this worker's user any more; "
                           "left alone")
 
 
@@ -42,7 +42,7 @@ def _each(job: Job, run: Run, isolated: bool, work: Callable[[Profile], None]) -
             run.errors.append(str(exc))
             continue
         except OSError as exc:
-            run.errors.append(f"profile '{profile.name}': {profile.home}: {exc.strerror}")
+            run.errors.append(f"profile '{profile.shown}': {profile.home}: {exc.strerror}")
             continue
         try:
             work(profile)
@@ -50,13 +50,13 @@ def _each(job: Job, run: Run, isolated: bool, work: Callable[[Profile], None]) -
             raise
         except OSError as exc:  # disk full, read-only, an I/O error: this profile's fault, named
             where = exc.filename or profile.home
-            run.errors.append(f"profile '{profile.name}': {where}: {exc.strerror or exc}")
+            run.errors.append(f"profile '{profile.shown}': {where}: {exc.strerror or exc}")
         except Exception as exc:  # a bug of ours: this profile ends, the others go on (exit 70)
             import traceback
 
             from hermes_admin import report
             run.internal = True
-            run.errors.append(f"profile '{profile.name}': internal error: {type(exc).__name__}: {exc}"
+            run.errors.append(f"profile '{profile.shown}': internal error: {type(exc).__name__}: {exc}"
                               + ("" if report.VERBOSE else " (run with -v for the traceback)"))
             if report.VERBOSE:
                 traceback.print_exc()
@@ -90,7 +90,7 @@ def maintain(job: Job, isolated: bool) -> Run:
     def work(profile: Profile) -> None:
         maintain_profile(run, profile, job.layers.get(str(profile.home), {}), request, _siblings(job, profile))
         if job.params.get("summaries"):
-            run.data.setdefault("summaries", []).append(profile_summary(profile))
+            run.data.setdefault("summaries", []).append(dict(profile_summary(profile), label=profile.shown))
 
     _each(job, run, isolated, work)
     return run
@@ -201,7 +201,7 @@ def plugins_list(job: Job, isolated: bool) -> Run:
         try:
             config = load_hermes_config(profile.home)
         except HermesConfigError as exc:
-            run.errors.append(f"profile '{profile.name}': {exc}")
+            run.errors.append(f"profile '{profile.shown}': {exc}")
             return
         run.data.setdefault("plugins", []).extend(
             dict(profile=profile.name, home=str(profile.home), **p.as_dict()) for p in discover(profile.home, config))

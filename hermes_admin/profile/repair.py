@@ -256,7 +256,7 @@ def _move(source: Engine, target_profile: Profile, moves: list[Finding], result:
         return
     if not verified:
         return
-    units = [Unit(f.subject, [f.subject], f"moved to profile '{target_profile.name}'") for f in verified]
+    units = [Unit(f.subject, [f.subject], f"moved to profile '{target_profile.shown}'") for f in verified]
     moved = source.delete(units, "profile_repair")
     result.absorb(moved)
     went = {d.session_id for d in moved.done}
@@ -278,7 +278,7 @@ def _copy(source: Store, target: Store, sid: str) -> None:
     write_transaction(target.db, copy)
     held = target.db.execute_sql("SELECT COUNT(*) FROM messages WHERE session_id = ?", [sid]).fetchone()[0]
     if held < len(export["messages"]):
-        raise RuntimeError(f"profile '{target.profile.name}' holds {held} of {len(export['messages'])} messages "
+        raise RuntimeError(f"profile '{target.profile.shown}' holds {held} of {len(export['messages'])} messages "
                            f"of {sid}: this copy is kept")
 
 

@@ -48,7 +48,7 @@ def profile_summary(profile: Profile) -> dict:
 
 def session_brief(profile: Profile, row: SessionRow) -> dict:
     return {
-        "profile": profile.name, "id": row.id, "source": row.source, "title": row.title,
+        "profile": profile.name, "home": str(profile.home), "id": row.id, "source": row.source, "title": row.title,
         "started_at": iso(row.started_at), "ended_at": iso(row.ended_at), "end_reason": row.end_reason,
         "last_activity": iso(row.last_activity), "messages": row.message_rows,
         "archived": row.archived, "pinned": row.pinned, "open": row.is_open,

@@ -166,7 +166,8 @@ def test_run_writes_the_textfile(synth_root, tmp_path, invoke):
     result = invoke("--root", str(root), "run", "--metrics-file", str(target))
     assert result.exit_code == 0, result.stderr
     samples = parse_textfile(target.read_text())
-    assert samples['hermes_admin_deleted{profile="work",reason="ghost_prune"}'] == 2  # TUI ghost + orphan rows
+    work = root / "profiles" / "work"
+    assert samples[f'hermes_admin_deleted{{profile="work",home="{work}",reason="ghost_prune"}}'] == 2  # ghost + orphans
     assert any(k.startswith("hermes_admin_run_seconds{") for k in samples)
     assert not list(tmp_path.glob(".m.prom.*"))  # no temporary file left behind
 

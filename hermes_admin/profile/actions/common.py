@@ -58,23 +58,23 @@ def with_engine(run: Run, profile: Profile, work: Callable[[Engine], list[Result
         for result in done:
             result.home = str(profile.home)
         run.results += done
-        run.warnings += [f"profile '{profile.name}': {note}" for note in engine.notes]
+        run.warnings += [f"profile '{profile.shown}': {note}" for note in engine.notes]
 
 
 def _record(run: Run, profile: Profile, exc: BaseException) -> None:
     """A profile's failure, as one line in the report; anything else (a bug, Ctrl-C) goes on up."""
     if isinstance(exc, LockHeld):
-        run.locked.append(f"profile '{profile.name}': skipped: {exc}")
+        run.locked.append(f"profile '{profile.shown}': skipped: {exc}")
     elif isinstance(exc, StoreError):
         run.errors.append(str(exc))
     elif isinstance(exc, HermesConfigError):
-        run.errors.append(f"profile '{profile.name}': {exc}")
+        run.errors.append(f"profile '{profile.shown}': {exc}")
     elif isinstance(exc, (peewee.DatabaseError, sqlite3.Error)):
         # The transaction rolled back: nothing of it was deleted, and its events never fire.
         where = getattr(exc, "filename", None) or profile.store_path
-        run.errors.append(f"profile '{profile.name}': {where}: {' '.join(str(exc).split())}")
+        run.errors.append(f"profile '{profile.shown}': {where}: {' '.join(str(exc).split())}")
     elif isinstance(exc, OSError):  # a folder or file of ours that is unusable, disk full: this profile only
         where = exc.filename or profile.home
-        run.errors.append(f"profile '{profile.name}': {where}: {exc.strerror or exc}")
+        run.errors.append(f"profile '{profile.shown}': {where}: {exc.strerror or exc}")
     else:
         raise exc

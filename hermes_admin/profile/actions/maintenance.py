@@ -187,7 +187,7 @@ class _Pass:
                 candidates += len(units)
                 picked += sum(1 for u in units if filters.matches(graph.rows[u.session_id]))
             if candidates and picked == candidates:
-                raise Refused(f"profile '{self.engine.profile.name}': the filters match every ended session "
+                raise Refused(f"profile '{self.engine.profile.shown}': the filters match every ended session "
                               "and set no age bound; add --older-than/--before or use --force")
 
         def select(graph: Graph, live: set[str]):
@@ -218,7 +218,7 @@ def repair_step(run: Run, profile: Profile, policy: Policy, request: Request,
             result = profile_repair.apply(profile, fixable, siblings)
             result.action = "repair"
     except (LockHeld, StoreError, sqlite3.Error) as exc:
-        run.warnings.append(f"profile '{profile.name}': repair: {' '.join(str(exc).split())}")
+        run.warnings.append(f"profile '{profile.shown}': repair: {' '.join(str(exc).split())}")
         return
     for finding in findings:
         state = "fixed" if finding.applied else (f"not fixed: {finding.error}" if finding.error else
@@ -236,9 +236,9 @@ def maintain(run: Run, profile: Profile, layers: dict, request: Request,
     `layers`: the admin config's part of its policy, as the host read it (host.config.policy_layers).
     """
     try:
-        policy = effective(profile.name, layers, load_hermes_config(profile.home), force=request.force)
+        policy = effective(profile.shown, layers, load_hermes_config(profile.home), force=request.force)
     except (HermesConfigError, PolicyError) as exc:
-        run.errors.append(f"profile '{profile.name}': skipped: {exc}")
+        run.errors.append(f"profile '{profile.shown}': skipped: {exc}")
         return
     run.policies[str(profile.home)] = {"profile": profile.name, **policy.as_dict()}
     if "repair" in request.tasks and profile.has_store():

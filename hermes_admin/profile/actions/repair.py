@@ -21,7 +21,7 @@ def repair(run: RepairRun, profile: Profile, siblings: dict[str, Profile], apply
     run.findings += findings
     for finding in findings:
         if finding.kind == "unusable_store":
-            run.errors.append(f"profile '{profile.name}': {finding.subject}: {finding.detail} (left untouched)")
+            run.errors.append(f"profile '{profile.shown}': {finding.subject}: {finding.detail} (left untouched)")
     if not apply or not any(f.fix != "none" for f in findings):
         return
     try:
@@ -29,9 +29,9 @@ def repair(run: RepairRun, profile: Profile, siblings: dict[str, Profile], apply
         result.home = str(profile.home)
         run.results.append(result)
     except LockHeld as exc:
-        run.locked.append(f"profile '{profile.name}': skipped: {exc}")
+        run.locked.append(f"profile '{profile.shown}': skipped: {exc}")
     except (StoreError, peewee.DatabaseError, sqlite3.Error) as exc:
-        run.errors.append(f"profile '{profile.name}': {' '.join(str(exc).split())}")
+        run.errors.append(f"profile '{profile.shown}': {' '.join(str(exc).split())}")
     for finding in findings:
         if finding.error:
-            run.warnings.append(f"profile '{profile.name}': {finding.kind} {finding.subject}: not fixed: {finding.error}")
+            run.warnings.append(f"profile '{profile.shown}': {finding.kind} {finding.subject}: not fixed: {finding.error}")

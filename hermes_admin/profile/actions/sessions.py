@@ -53,7 +53,7 @@ def _parts_of_units(engine: Engine, ids: list[str], filters: Filters | None, for
                 picked += len(matching(graph, filters, archiving))
                 candidates += len(matching(graph, Filters(), archiving))
             if picked and picked == candidates:
-                raise Refused(f"profile '{engine.profile.name}': the filters match all {picked} candidate sessions "
+                raise Refused(f"profile '{engine.profile.shown}': the filters match all {picked} candidate sessions "
                               "and set no age bound; add --before/--after or use --force")
         parts = graph_parts(store)
     for graph in parts:

@@ -550,11 +550,11 @@ class Engine:
                 failures += self.bus.fire(event.payload(self.profile))
                 self.outbox.delivered([event.id])
             except DeliveryStopped:  # a stop request: this event and the rest wait for the next run
-                failures.append(f"profile '{self.profile.name}': stopped on request; "
+                failures.append(f"profile '{self.profile.shown}': stopped on request; "
                                 f"{len(events) - n} event(s) left in the outbox for the next run")
                 return
             except OutboxError as exc:  # disk full, read-only: no more deliveries (no repeats) this run
-                failures.append(f"profile '{self.profile.name}': {exc}; deliveries stopped, "
+                failures.append(f"profile '{self.profile.shown}': {exc}; deliveries stopped, "
                                 f"{len(events) - n} event(s) left for the next run (the first may repeat)")
                 return
 

@@ -94,7 +94,7 @@ class HookBus:
             self._kill()
             raise WorkerGone("plugin worker did not start")
         self.callbacks = [report.clean(c, 200) for c in callbacks]
-        return [f"profile '{self.profile.name}': {report.clean(e, 2000)}" for e in errors]
+        return [f"profile '{self.profile.shown}': {report.clean(e, 2000)}" for e in errors]
 
     def _send(self, message: dict) -> None:
         try:
@@ -162,7 +162,7 @@ class HookBus:
         lines = []
         for (plugin, kind), times in self._reported.items():
             if times > 1:
-                lines.append(f"profile '{self.profile.name}': plugin {plugin}: {kind} {times - 1} more time(s)")
+                lines.append(f"profile '{self.profile.shown}': plugin {plugin}: {kind} {times - 1} more time(s)")
                 self._reported[(plugin, kind)] = 1
         return lines
 
@@ -218,7 +218,7 @@ class HookBus:
         key = (plugin, kind)
         self._reported[key] = self._reported.get(key, 0) + 1
         if self._reported[key] == 1:
-            failures.append(f"profile '{self.profile.name}': plugin {plugin}: {report.clean(text, 2000)}")
+            failures.append(f"profile '{self.profile.shown}': plugin {plugin}: {report.clean(text, 2000)}")
 
     def _run_until_finished(self, failures: list[str], start: int):
         """Replies for one event, in the one order the protocol allows: start i, done i, ..., finished.

@@ -30,7 +30,7 @@ class Store:
     def open(cls, profile: Profile, writable: bool = False) -> "Store":
         path = profile.store_path
         if not path.is_file():
-            raise StoreError(profile.name, path, "no state.db (this profile has no store yet)")
+            raise StoreError(profile.shown, path, "no state.db (this profile has no store yet)")
         db = None
         try:
             db = open_readwrite(path) if writable else open_readonly(path)
@@ -39,7 +39,7 @@ class Store:
             # SQLite itself says "file is not a database": we never sniff the header.
             if db is not None:
                 db.close()
-            raise StoreError(profile.name, path, str(exc)) from exc
+            raise StoreError(profile.shown, path, str(exc)) from exc
         problem = None
         if not schema.has_table("sessions"):
             problem = "not a Hermes store (no sessions table)"
@@ -52,11 +52,11 @@ class Store:
             )
         if problem:
             db.close()
-            raise StoreError(profile.name, path, problem)
+            raise StoreError(profile.shown, path, problem)
         return cls(profile, db, schema, writable)
 
     def error(self, problem: str) -> StoreError:
-        return StoreError(self.profile.name, self.path, problem)
+        return StoreError(self.profile.shown, self.path, problem)
 
     def close(self) -> None:
         self.db.close()
