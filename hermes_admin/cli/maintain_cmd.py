@@ -7,6 +7,7 @@ from dataclasses import asdict
 
 import click
 
+from hermes_admin import report
 from hermes_admin.cli import mutate
 from hermes_admin.cli.context import App, json_option, pass_app, profile_option
 from hermes_admin.filters import FilterError, Filters, parse_when
@@ -63,8 +64,11 @@ def request(tasks: tuple[str, ...], now: float, *, explicit: bool = False, dry_r
 def run_tasks(app: App, profiles, wanted: dict, dry_run: bool, yes: bool, as_json: bool, what: str,
               metrics_file: str | None = None) -> None:
     found = app.discover(profiles)
-    if found.profiles:
-        mutate.confirm(f"Run {what} on {len(found.profiles)} profile(s)?", yes, dry_run)
+    if found.profiles and mutate.asks(yes, dry_run):
+        # what a person is asked to agree to: counted first by a dry run of the same work
+        preview = app.work("maintain", {"request": dict(wanted, dry_run=True), "dry_run": True},
+                           found.profiles, with_policy=True)
+        mutate.confirm(f"{what}: {mutate.counted(preview)}. Go on?", yes, dry_run)
     target = metrics_file or app.config.metrics_file
     summaries = bool(target and not dry_run)
     run = app.work("maintain", {"request": wanted, "dry_run": dry_run, "summaries": summaries},
@@ -83,7 +87,8 @@ def run_tasks(app: App, profiles, wanted: dict, dry_run: bool, yes: bool, as_jso
 
 @click.command()
 @click.option("--older-than", type=click.FloatRange(min=0), metavar="DAYS",
-              help="Inactive for more than DAYS (default: the profile's retention_days).")
+              help="Inactive for more than DAYS (default: the profile's retention_days; with filters and "
+                   "no --older-than, as in Hermes, no age bound at all).")
 @click.option("--vacuum", is_flag=True, help="VACUUM afterwards if over 25 % of pages are free and nobody holds the store.")
 @filter_options
 @task_options
@@ -93,8 +98,12 @@ def purge(app: App, older_than, vacuum, profiles, dry_run, yes, as_json, force, 
     now = time.time()
     if older_than is not None and older_than < 1 and not force:
         raise click.BadParameter("below 1 day would delete nearly every ended session; add --force", param_hint="--older-than")
+    chosen = build_filters(now, **filters)
+    if chosen.given() and older_than is None:
+        report.warn("filters without --older-than replace the retention window (as in Hermes): every ended "
+                    "session they match goes, whatever its age; add --older-than DAYS to keep recent ones")
     wanted = request(("purge",), now, explicit=True, force=force, older_than=older_than,
-                     filters=build_filters(now, **filters), vacuum=vacuum, dry_run=dry_run)
+                     filters=chosen, vacuum=vacuum, dry_run=dry_run)
     run_tasks(app, profiles, wanted, dry_run, yes, as_json, "purge")
 
 

@@ -50,9 +50,24 @@ def targets(app, profiles: list[Profile], ids: list[str]) -> tuple[dict[Profile,
     return by_profile, missing, problems
 
 
+def asks(yes: bool, dry_run: bool) -> bool:
+    """Will `confirm` ask? Only a person at a terminal, for a change without --yes."""
+    return not (yes or dry_run or not sys.stdin.isatty())
+
+
+def counted(preview: Run) -> str:
+    """`12 session(s) in 3 profile(s) would be deleted, 4 archived`: what a prompt asks about."""
+    gone = {r.home for r in preview.results if r.action in ("delete", "repair") and r.rows}
+    archived = {r.home for r in preview.results if r.action == "archive" and r.rows}
+    deleted = sum(r.rows for r in preview.results if r.action in ("delete", "repair"))
+    flipped = sum(r.rows for r in preview.results if r.action == "archive")
+    return (f"{deleted} session(s) in {len(gone)} profile(s) would be deleted, "
+            f"{flipped} in {len(archived)} archived")
+
+
 def confirm(question: str, yes: bool, dry_run: bool) -> None:
     """Ask on a terminal; Ctrl-C at the prompt aborts at once (nothing was done yet)."""
-    if yes or dry_run or not sys.stdin.isatty():
+    if not asks(yes, dry_run):
         return
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
@@ -64,14 +79,15 @@ def confirm(question: str, yes: bool, dry_run: bool) -> None:
 def _human(run: Run, verbose: int = 0) -> None:
     for policy in run.policies.values():
         report.line(f"{policy.get('label') or policy.get('profile')}: policy: {policy.get('description')}")
-    for result in run.results:
+    for result in run.results:  # one line per task per profile; the units under -v, or in a dry run
         report.line(report.summary_line(result, run.dry_run))
-        for done in result.done:
-            more = f" (+{len(done.ids) - 1}: {', '.join(done.ids[1:])})" if len(done.ids) > 1 else ""
-            rule = f": {done.rule}" if done.rule else ""
-            report.line(f"  {done.session_id}{more}{rule}")
-        for skip in result.skipped:
-            report.line(f"  skipped {skip['session_id']}: {skip['why']}")
+        if verbose or run.dry_run:
+            for done in result.done:
+                more = f" (+{len(done.ids) - 1}: {', '.join(done.ids[1:])})" if len(done.ids) > 1 else ""
+                rule = f": {done.rule}" if done.rule else ""
+                report.line(f"  {done.session_id}{more}{rule}")
+            for skip in result.skipped:
+                report.line(f"  skipped {skip['session_id']}: {skip['why']}")
         for note in result.notes:
             report.line(f"  {note}")
         if verbose:

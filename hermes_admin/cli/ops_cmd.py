@@ -76,7 +76,9 @@ def executable() -> str:
     return str(Path(found).resolve()) if found else str(Path(sys.argv[0]).resolve())
 
 
-def render_units(user: bool, exe: str, roots: list[Path] | None) -> dict[str, str]:
+def render_units(user: bool, exe: str, roots: list[Path] | None, writable: list[Path] | None = None) -> dict[str, str]:
+    """The shipped units with this executable; `roots` replace --all-users, and ReadWritePaths= covers
+    them and `writable` (the metrics folder) as well as the shipped defaults."""
     folder = shipped("systemd")
     if folder is None:
         raise click.ClickException("the systemd units are not installed with this copy of hermes-admin")
@@ -84,10 +86,14 @@ def render_units(user: bool, exe: str, roots: list[Path] | None) -> dict[str, st
     units = {}
     for path in sorted(folder.glob("hermes-admin*")):
         text = path.read_text().replace(PLACEHOLDER, exe)
-        if roots and not user:
-            paths = " ".join(f"-{r}" for r in roots)
-            text = "\n".join(f"ReadWritePaths={paths}" if line.startswith("ReadWritePaths=") else line
+        if not user and (roots or writable):
+            def paths(line: str) -> str:
+                given = [f"-{r}" for r in (roots or [])] + [f"-{w}" for w in (writable or [])]
+                kept = [] if roots else line.split("=", 1)[1].split()
+                return "ReadWritePaths=" + " ".join(dict.fromkeys(kept + given))
+            text = "\n".join(paths(line) if line.startswith("ReadWritePaths=") else line
                              for line in text.splitlines()) + "\n"
+        if roots and not user:
             text = text.replace(f"{exe} --all-users ", f"{exe} " + " ".join(f"--root {r}" for r in roots) + " ")
         units[path.name] = text
     return units
@@ -104,8 +110,11 @@ def systemd():
 @pass_app
 def print_units(app: App, user: bool, target: str | None):
     """The units with the real path of this hermes-admin (and the --root folders, when given)."""
-    roots = [Path(r).expanduser().absolute() for r in app.roots_given] or None
-    units = render_units(user, executable(), roots)
+    given = app.roots_given or tuple(app.config.roots)  # --root, else the admin config's roots:
+    roots = [Path(r).expanduser().absolute() for r in given] or None
+    metrics = app.config.metrics_file
+    writable = [Path(metrics).expanduser().absolute().parent] if metrics else None
+    units = render_units(user, executable(), roots, writable)
     if target:
         Path(target).mkdir(parents=True, exist_ok=True)
         for name, text in units.items():

@@ -117,18 +117,20 @@ def _change(app: App, ids: tuple[str, ...], ids_from, profiles, dry_run: bool, y
         run.errors.append("some roots or profiles were not found or were refused (see above)")
     filtering = bool(filters and filters.given())
     targets = found.profiles if filtering else [p for p in found.profiles if p in by_profile]
-    if targets:
-        what = f"{sum(len(v) for v in by_profile.values())} named session(s)" + (
-            " and the sessions the filters match" if filtering else "")
-        mutate.confirm(f"{verb.capitalize()} {what} in {len(targets)} profile(s)?", yes, dry_run)
+    params = {"verb": verb, "dry_run": dry_run, "force": force,
+              "ids": {str(p.home): ids for p, ids in by_profile.items()},
+              "filters": asdict(filters) if filters is not None else None}
+    if targets and mutate.asks(yes, dry_run):  # counted first, by a dry run of the same change
+        preview = app.work("change", dict(params, dry_run=True), targets)
+        units = sum(len(r.done) for r in preview.results)
+        rows = sum(r.rows for r in preview.results)
+        where = len({r.home for r in preview.results if r.done})
+        mutate.confirm(f"{verb.capitalize()} {units} unit(s), {rows} session(s), in {where} profile(s)?", yes, dry_run)
     if targets or not dry_run:
         # Every selected profile goes to its worker: one that holds none of the ids only replays what
         # an earlier run left in its outbox (any command that writes delivers those first).
-        run.merge(app.work("change", {
-            "verb": verb, "dry_run": dry_run, "force": force,
-            "ids": {str(p.home): ids for p, ids in by_profile.items()},
-            "filters": asdict(filters) if filters is not None else None}, targets if dry_run else found.profiles))
-    mutate.finish(run, as_json, verb)
+        run.merge(app.work("change", params, targets if dry_run else found.profiles))
+    mutate.finish(run, as_json, verb, app.verbose)
 
 
 def _change_command(name: str, help_text: str, with_filters: bool) -> None:

@@ -71,3 +71,15 @@ def test_an_unwritable_metrics_file_is_one_line_and_the_report_still_goes_out(tw
     doc = json.loads(result.stdout)
     assert doc["results"] and any("metrics file /proc/hermes-admin-no/m.prom" in e for e in doc["errors"])
     assert "Traceback" not in result.stderr
+
+
+def test_systemd_print_covers_the_configs_roots_and_metrics_folder(tmp_path, invoke):
+    config = tmp_path / "admin.yaml"
+    config.write_text("roots: [/srv/hermes-a, /srv/hermes-b]\nmetrics_file: /var/lib/prometheus/node-exporter/h.prom\n")
+    out = invoke("--config", str(config), "systemd", "print")
+    assert out.exit_code == 0, out.stderr
+    service = out.stdout.split("# ---- hermes-admin.service ----")[1].split("# ----")[0]
+    rw = [line for line in service.splitlines() if line.startswith("ReadWritePaths=")][0]
+    for path in ("/srv/hermes-a", "/srv/hermes-b", "/var/lib/prometheus/node-exporter"):
+        assert f"-{path}" in rw.split("=", 1)[1].split()
+    assert "--root /srv/hermes-a --root /srv/hermes-b run" in service
