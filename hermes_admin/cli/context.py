@@ -94,6 +94,15 @@ class App:
         return bool(found.missing_roots or any(s.refused for s in found.skipped)
                     or any(not any(self.selects(p, w) for p in found.profiles) for w in only))
 
+    def exit_code(self, answer: Run, found: homes.Discovery, only: tuple[str, ...] = (), failed: bool = False) -> int:
+        """The exit code of a command that lists (README "Exit codes"): 70 for a bug of ours, 2 when a
+        profile, store or root could not be processed, else 0."""
+        if answer.internal:
+            return exitcodes.INTERNAL
+        if failed or answer.errors or self.failed_discovery(found, only):
+            return exitcodes.PROFILE_FAILED
+        return exitcodes.OK
+
     def work(self, kind: str, params: dict, profiles: list[Profile], with_policy: bool = False) -> Run:
         """Do one kind of job on these profiles, one job per owner, and gather the reports."""
         from hermes_admin.host.workers import by_owner, run_job

@@ -32,4 +32,4 @@ def list_cmd(app: App, profiles, as_json: bool):
         ))
     for message in errors:
         report.error(message)
-    raise click.exceptions.Exit(exitcodes.PROFILE_FAILED if errors or app.failed_discovery(found, profiles) else exitcodes.OK)
+    raise click.exceptions.Exit(app.exit_code(answer, found, profiles))

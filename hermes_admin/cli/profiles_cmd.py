@@ -30,8 +30,7 @@ def show_profiles(app: App, only: tuple[str, ...], as_json: bool) -> int:
             report.error(r["error"])
     for message in answer.errors:
         report.error(message)
-    failed = any(not r["ok"] for r in rows) or answer.errors or app.failed_discovery(found, only)
-    return exitcodes.PROFILE_FAILED if failed else exitcodes.OK
+    return app.exit_code(answer, found, only, failed=any(not r["ok"] for r in rows))
 
 
 @click.command()

@@ -44,8 +44,7 @@ def list_cmd(app: App, profiles, limit: int, as_json: bool):
         ))
     for message in errors:
         report.error(message)
-    failed = errors or app.failed_discovery(found, profiles)
-    raise click.exceptions.Exit(exitcodes.PROFILE_FAILED if failed else exitcodes.OK)
+    raise click.exceptions.Exit(app.exit_code(answer, found, profiles))
 
 
 def _state(brief: dict) -> str:
@@ -68,7 +67,8 @@ def show_cmd(app: App, session_id: str, profiles, as_json: bool):
         report.error(message)
     if missing:
         report.error(f"no session matches '{session_id}'")
-        raise click.exceptions.Exit(exitcodes.WARNINGS if not problems else exitcodes.PROFILE_FAILED)
+        failed = problems or app.failed_discovery(found, profiles)
+        raise click.exceptions.Exit(exitcodes.PROFILE_FAILED if failed else exitcodes.WARNINGS)
     if ambiguous or not by_profile:
         raise click.exceptions.Exit(exitcodes.WARNINGS)
     ((profile, (sid,)),) = by_profile.items()
@@ -76,7 +76,7 @@ def show_cmd(app: App, session_id: str, profiles, as_json: bool):
     for message in answer.errors:
         report.error(message)
     if not answer.data.get("session"):
-        raise click.exceptions.Exit(exitcodes.PROFILE_FAILED)
+        raise click.exceptions.Exit(exitcodes.INTERNAL if answer.internal else exitcodes.PROFILE_FAILED)
     detail = answer.data["session"][0]
     if as_json:
         report.emit_json({"session": detail})

@@ -235,6 +235,11 @@ def maintain(run: Run, profile: Profile, layers: dict, request: Request,
 
     `layers`: the admin config's part of its policy, as the host read it (host.config.policy_layers).
     """
+    if not profile.has_store():  # a profile Hermes never used yet: nothing to do, not an error
+        result = Result(profile.name, "none", None, request.dry_run, status="skipped",
+                        why="no store yet: nothing to do", home=str(profile.home))
+        run.results.append(result)
+        return
     try:
         policy = effective(profile.shown, layers, load_hermes_config(profile.home), force=request.force)
     except (HermesConfigError, PolicyError) as exc:

@@ -1,0 +1,12 @@
+"""Every command a user can run, in a form that works on the synthetic scenario (SESSION: an id in it)."""
+
+COMMANDS = [
+    ["profiles"], ["sessions", "list"], ["sessions", "show", "SESSION"],
+    ["sessions", "delete", "SESSION", "--yes"], ["sessions", "archive", "SESSION", "--yes"],
+    ["sessions", "unarchive", "SESSION", "--yes"],
+    ["purge", "--older-than", "90", "--yes"], ["sweep-empty", "--yes"], ["prune-ghosts", "--yes"],
+    ["archive-inactive", "--days", "30", "--yes"], ["repair"], ["repair", "--apply", "--yes"],
+    ["run", "--yes"], ["run", "--dry-run"], ["plugins", "list"],
+]
+READ_ONLY = [["profiles"], ["sessions", "list"], ["sessions", "show", "SESSION"], ["repair"], ["run", "--dry-run"],
+             ["plugins", "list"]]

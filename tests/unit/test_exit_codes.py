@@ -1,0 +1,104 @@
+"""One exit-code contract for every command (README "Exit codes"):
+
+0 done; 1 done with warnings; 2 a profile, store or root could not be processed (the others were);
+3 a lock is held; 64 usage error; 70 internal error; 130 interrupted (after printing what was done).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from hermes_admin.host.runlock import RunLocks
+from tests.cli_commands import COMMANDS, READ_ONLY
+
+CHANGING = [c for c in COMMANDS if c not in READ_ONLY]
+
+
+def run_main(*args, env=None):
+    """The console script itself (click's own usage handling included)."""
+    env = dict(os.environ, HERMES_ADMIN_CONFIG="", **(env or {}))
+    return subprocess.run([sys.executable, "-m", "hermes_admin", *args], capture_output=True, text=True, env=env,
+                          timeout=120)
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c))
+def test_ok_on_a_healthy_root(command, synth_root, invoke):
+    root, kinds = synth_root
+    args = [a.replace("SESSION", kinds["default"]["recent"][0]) for a in command]
+    result = invoke("--root", str(root), *args)
+    assert result.exit_code in (0, 1), result.stderr  # 1 where the scenario's plugins or guards warn
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c))
+def test_a_missing_root_is_2(command, tmp_path, invoke):
+    result = invoke("--root", str(tmp_path / "nope"), *[a.replace("SESSION", "x") for a in command])
+    assert result.exit_code == 2, (result.exit_code, result.stderr)
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c))
+def test_a_profile_without_a_store_yet_is_nothing_to_do(command, tmp_path, invoke):
+    root = tmp_path / "hermes"
+    (root / "profiles" / "fresh").mkdir(parents=True)
+    result = invoke("--root", str(root), *[a.replace("SESSION", "x") for a in command])
+    expected = (0, 1) if command[:2] not in (["sessions", "show"],) else (1,)  # show: no such session
+    assert result.exit_code in expected, (result.exit_code, result.stderr)
+
+
+@pytest.mark.parametrize("command", CHANGING, ids=lambda c: " ".join(c))
+def test_a_busy_root_is_3(command, synth_root, invoke):
+    root, kinds = synth_root
+    held = RunLocks()
+    held.take([root])
+    try:
+        result = invoke("--root", str(root), *[a.replace("SESSION", kinds["default"]["recent"][0]) for a in command])
+    finally:
+        held.release()
+    assert result.exit_code == 3, (result.exit_code, result.stderr)
+
+
+@pytest.mark.parametrize("args", [["purge", "--older-than", "x"], ["no-such-command"], ["run", "--bogus"],
+                                  ["sessions", "delete"], ["--root"]])
+def test_usage_errors_are_64(args):
+    done = run_main(*args)
+    assert done.returncode == 64, done.stderr
+
+
+def test_an_internal_error_is_70_with_one_line(synth_root, tmp_path):
+    root, _ = synth_root
+    code = ("import sys, hermes_admin.profile.views as v\n"
+            "def boom(*a, **k): raise ZeroDivisionError('a bug')\n"
+            "v.profile_summary = boom\n"
+            "from hermes_admin.cli.main import main\n"
+            f"sys.argv = ['hermes-admin', '--root', {str(root)!r}, 'profiles']\n"
+            "main()\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=dict(os.environ, HERMES_ADMIN_CONFIG="", HOME=str(tmp_path)))
+    assert done.returncode == 70, done.stderr
+    assert "internal error" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_an_interrupted_purge_prints_what_it_did_and_exits_130(synth_root, tmp_path):
+    """A stop request between two parts of the store: the first part's deletions are reported."""
+    root, _ = synth_root
+    code = ("import sys, functools, os, signal\n"
+            "from hermes_admin.profile import parts\n"
+            "real = parts.session_batches\n"
+            "def batches(store, size=2000, **kw):\n"
+            "    for n, batch in enumerate(real(store, size=2, **kw)):\n"
+            "        if n == 1: os.kill(os.getpid(), signal.SIGTERM)\n"
+            "        yield batch\n"
+            "parts.session_batches = batches\n"
+            "from hermes_admin.cli.main import main\n"
+            f"sys.argv = ['hermes-admin', '--root', {str(root)!r}, 'purge', '--older-than', '90', '--yes', '--json']\n"
+            "main()\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=dict(os.environ, HERMES_ADMIN_CONFIG="", HOME=str(tmp_path)))
+    assert done.returncode == 130, done.stderr
+    doc = json.loads(done.stdout)
+    assert sum(r["rows"] for r in doc["results"]) > 0
+    assert "stopping after the current transaction" in done.stderr
