@@ -8,17 +8,49 @@ import sys
 import click
 
 from hermes_admin import __version__, exitcodes, stopping
-from hermes_admin.cli.context import App
-from hermes_admin.cli.demo_cmd import demo
-from hermes_admin.cli.ops_cmd import daemon, systemd
-from hermes_admin.cli.maintain_cmd import archive_inactive, prune_ghosts, purge, run, sweep_empty
-from hermes_admin.cli.plugins_cmd import plugins
-from hermes_admin.cli.profiles_cmd import profiles
-from hermes_admin.cli.repair_cmd import repair_cmd
-from hermes_admin.cli.sessions_cmd import sessions
+
+# name -> (module, attribute, short help). A command's module is imported only when it runs, so
+# `--help` and `--version` load click and nothing else (tests/unit/test_cli.py checks the help texts).
+COMMANDS = {
+    "profiles": ("profiles_cmd", "profiles", "List every profile with its health and counts."),
+    "sessions": ("sessions_cmd", "sessions", "Look at, delete or archive sessions."),
+    "purge": ("maintain_cmd", "purge",
+              "Delete ended, unpinned sessions past retention, whole lineages at a time (reason `prune`)."),
+    "sweep-empty": ("maintain_cmd", "sweep_empty",
+                    "Delete ended sessions that never got a message (reason `empty_sweep`)."),
+    "prune-ghosts": ("maintain_cmd", "prune_ghosts",
+                     "Delete TUI ghosts and rows or files whose session is gone (reason `ghost_prune`)."),
+    "archive-inactive": ("maintain_cmd", "archive_inactive",
+                         "Archive idle lineages, open ones included; pinned never (silent: no event)."),
+    "run": ("maintain_cmd", "run", "One pass of every task the policy enables: what the timer calls."),
+    "repair": ("repair_cmd", "repair_cmd",
+               "Find broken profiles: folders, permissions, dangling parents, labels, rows in the wrong store."),
+    "plugins": ("plugins_cmd", "plugins", "Hermes plugins that receive `on_session_delete`."),
+    "daemon": ("ops_cmd", "daemon", "Run the maintenance tasks on the admin config's `schedule:` until stopped."),
+    "systemd": ("ops_cmd", "systemd", "systemd units for hermes-admin."),
+    "demo": ("demo_cmd", "demo", "Build a throwaway Hermes root with several profiles and run on it."),
+}
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class LazyGroup(click.Group):
+    """Subcommands imported on use; the listing in --help comes from COMMANDS."""
+
+    def list_commands(self, ctx):
+        return list(COMMANDS)
+
+    def get_command(self, ctx, name):
+        if name not in COMMANDS:
+            return None
+        from importlib import import_module
+        module, attribute, _ = COMMANDS[name]
+        return getattr(import_module(f"hermes_admin.cli.{module}"), attribute)
+
+    def format_commands(self, ctx, formatter):
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, short) for name, (_, _, short) in COMMANDS.items()])
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--root", "roots", multiple=True, metavar="PATH", type=click.Path(),
               help="A Hermes root (repeatable). Default: $HERMES_HOME's root, else ~/.hermes.")
 @click.option("--config", "config_path", metavar="FILE", type=click.Path(),
@@ -29,16 +61,10 @@ from hermes_admin.cli.sessions_cmd import sessions
 @click.pass_context
 def cli(ctx: click.Context, roots, config_path, all_users, verbose):
     """Maintenance for Hermes Agent installations: every profile of every root."""
+    from hermes_admin.cli.context import App
+
     ctx.obj = App(roots_given=tuple(roots), config_path=config_path, all_users=all_users, verbose=verbose)
     ctx.call_on_close(ctx.obj.close)
-
-
-cli.add_command(profiles)
-cli.add_command(sessions)
-cli.add_command(demo)
-cli.add_command(plugins)
-for command in (purge, sweep_empty, prune_ghosts, archive_inactive, run, daemon, systemd, repair_cmd):
-    cli.add_command(command)
 
 
 def _stop_request(signum, frame) -> None:

@@ -159,3 +159,24 @@ def test_interrupt_exits_130_and_usage_errors_exit_64(tmp_path, synth_root):
     ok = subprocess.run([sys.executable, "-m", "hermes_admin", "--root", str(root), "profiles", "--json"],
                         capture_output=True, text=True, env=env)
     assert ok.returncode == 0 and json.loads(ok.stdout)["profiles"]
+
+
+def test_the_lazy_command_table_says_what_each_command_says():
+    """`--help` lists the commands from a table (nothing imported); it must match their own help."""
+    import click
+
+    from hermes_admin.cli.main import COMMANDS, cli
+    ctx = click.Context(cli)
+    for name, (_, _, short) in COMMANDS.items():
+        assert cli.get_command(ctx, name).help.strip().splitlines()[0] == short, name
+
+
+def test_help_imports_no_command():
+    code = ("import sys; from hermes_admin.cli.main import main; sys.argv = ['hermes-admin', '--help']\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            "loaded = sorted(m for m in sys.modules if m.startswith('hermes_admin.'))\n"
+            "print(loaded, file=sys.stderr)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    loaded = eval(done.stderr.strip().splitlines()[-1])
+    assert set(loaded) <= {"hermes_admin.cli", "hermes_admin.cli.main", "hermes_admin.exitcodes",
+                           "hermes_admin.stopping"}, loaded
