@@ -379,8 +379,11 @@ def run_trial(trial: Trial, base: Base, work: Path, strict: bool) -> Trial:
     early = False
     report = None
     if trial.signal != "KILL" and first.signalled:
-        if first.rc == -sig and not first.stdout.strip():
-            early = True  # killed by the signal's default action: before main() set the handlers
+        if not first.stdout.strip() and (first.rc == -sig or (
+                first.rc == 1 and first.stderr.rstrip().endswith("KeyboardInterrupt"))):
+            # killed by the signal's default action (or Python's KeyboardInterrupt while it was
+            # still importing): the handlers of cli.main.main() were not set yet
+            early = True
             if mid.ids != before.ids or mid_events:
                 p.append(f"killed by SIG{trial.signal} before its handlers were set, yet "
                          f"{trial.first} row(s) went and {len(mid_events)} event(s) fired")
@@ -454,7 +457,9 @@ def run_trial(trial: Trial, base: Base, work: Path, strict: bool) -> Trial:
     gone = before.ids - after.ids
     silent = gone - set(announced)
     if silent:
-        p.append(f"{len(silent)} deleted row(s) never announced, e.g. {sorted(silent)[:3]}")
+        by_first = silent - mid.ids
+        p.append(f"{len(silent)} deleted row(s) never announced ({len(by_first)} deleted by the interrupted "
+                 f"command, {len(silent) - len(by_first)} by the follow-up), e.g. {sorted(silent)[:3]}")
     twice = [sid for sid, c in announced.items() if c > 1]
     if twice:
         p.append(f"{len(twice)} row(s) announced under two event ids, e.g. {sorted(twice)[:3]}")

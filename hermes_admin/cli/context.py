@@ -117,7 +117,8 @@ class App:
                 run.locked.append(str(exc))
                 return run
         owners = self.everything().owners
-        params = dict(params, siblings=self._siblings(), verbose=self.verbose)
+        params = dict(params, siblings=self._siblings(), verbose=self.verbose,
+                      safe_mode=os.environ.get("HERMES_SAFE_MODE", ""))  # a worker's environment is clean
         if with_policy:
             known = {p.name for p in self.everything().profiles}
             for name in sorted(map(str, self.config.profiles)):

@@ -73,9 +73,13 @@ def _request(params: dict):
 
 
 def _siblings(job: Job, profile: Profile) -> dict[str, Profile]:
-    """The profiles of the same root and owner: where a wrong-store row may move (design §6)."""
-    listed = job.params.get("siblings", {}).get(str(profile.root), [])
-    siblings = {name: Profile(profile.root, name, Path(home)) for name, home in listed}
+    """The profiles of the same root and owner: where a wrong-store row may move (design §6).
+    Built once per root and job (a root of 50 profiles asks 50 times)."""
+    cache = job.__dict__.setdefault("_siblings", {})
+    if profile.root not in cache:
+        listed = job.params.get("siblings", {}).get(str(profile.root), [])
+        cache[profile.root] = {name: Profile(profile.root, name, Path(home)) for name, home in listed}
+    siblings = dict(cache[profile.root])
     siblings.setdefault(profile.name, profile)
     return siblings
 
@@ -221,4 +225,6 @@ def serve(job: Job, isolated: bool = False) -> Run:
     from hermes_admin import report
 
     report.VERBOSE = int(job.params.get("verbose") or 0)
+    if isolated and job.params.get("safe_mode"):  # the invoker's HERMES_SAFE_MODE, into a clean environment
+        os.environ["HERMES_SAFE_MODE"] = str(job.params["safe_mode"])
     return KINDS[job.kind](job, isolated)

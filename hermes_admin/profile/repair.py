@@ -21,6 +21,7 @@ one deletion path, so they fire `on_session_delete` in the source profile.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import stat
@@ -100,16 +101,22 @@ def fts_problems(store_path: Path) -> list[str]:
     return problems
 
 
-def inspect(profile: Profile, siblings: dict[str, Profile], check_fts: bool = False) -> list[Finding]:
-    """Everything wrong with one profile; reads only."""
+def inspect(profile: Profile, siblings: dict[str, Profile], check_fts: bool = False,
+            store: Store | None = None) -> list[Finding]:
+    """Everything wrong with one profile; reads only. `store`: one the caller has open already
+    (the engine's, in `run`: one connection per profile, not two), left open."""
     found = _file_findings(profile)
     if not profile.has_store():
         return found
-    try:
-        store = Store.open(profile)
-    except StoreError as exc:
-        return found + [Finding(profile.name, "unusable_store", str(profile.store_path), exc.problem, "none")]
-    with store:
+    if store is None:
+        try:
+            store = Store.open(profile)
+        except StoreError as exc:
+            return found + [Finding(profile.name, "unusable_store", str(profile.store_path), exc.problem, "none")]
+        held = store
+    else:
+        held = contextlib.nullcontext()
+    with held:
         problem = _quick_check(store)
         if problem:
             return found + [Finding(profile.name, "unusable_store", str(profile.store_path),

@@ -26,7 +26,7 @@ from hermes_admin.profile.store import StoreError
 from hermes_admin.profile.lineage import Graph
 from hermes_admin.profile.policy import Policy, PolicyError, effective
 from hermes_admin.profile.parts import graph_parts
-from hermes_admin.profile.store.read import existing_ids, orphan_session_ids
+from hermes_admin.profile.store.read import any_without_messages, existing_ids, orphan_session_ids
 from hermes_admin.profile.tasks import Selection, archive, empty, ghosts, retention
 from hermes_admin.filters import Filters
 
@@ -80,10 +80,13 @@ class _Pass:
         if not (self.policy.ghost_prune or self.request.explicit):
             return self.skipped("ghost_prune", "ghost_prune is off in this profile's policy")
         now = self.request.now
-        result = self._by_parts("ghost_prune", "delete", "ghost_prune",
-                                lambda graph, live: ghosts.select_tui_ghosts(graph, now, live),
-                                lambda units: self.engine.delete(units, "ghost_prune", recheck=empty.recheck,
-                                                                 more=True))
+        if any_without_messages(self.engine.store, source="tui"):
+            result = self._by_parts("ghost_prune", "delete", "ghost_prune",
+                                    lambda graph, live: ghosts.select_tui_ghosts(graph, now, live),
+                                    lambda units: self.engine.delete(units, "ghost_prune", recheck=empty.recheck,
+                                                                     more=True))
+        else:  # no TUI session without messages: no ghost to select or keep (store/read.py)
+            result = self.result("ghost_prune", "delete", "ghost_prune")
         missing = orphan_session_ids(self.engine.store)
         rows = ghosts.select_orphan_rows(missing)
         result.absorb(self.engine.delete(self.unclaimed(rows), "ghost_prune", orphans=True))
@@ -101,6 +104,8 @@ class _Pass:
         if not (self.policy.empty_sweep or self.request.explicit):
             return self.skipped("empty_sweep", "empty_sweep is off in this profile's policy")
         hours, now = self.policy.empty_min_age_hours, self.request.now
+        if not any_without_messages(self.engine.store):  # nothing empty: nothing to select or keep
+            return self.result("empty_sweep", "delete", "empty_sweep")
         return self._by_parts("empty_sweep", "delete", "empty_sweep",
                               lambda graph, live: empty.select(graph, hours, now, live),
                               lambda units: self.engine.delete(units, "empty_sweep", recheck=empty.recheck,
@@ -200,7 +205,7 @@ class _Pass:
 
 
 def repair_step(run: Run, profile: Profile, policy: Policy, request: Request,
-                siblings: dict[str, Profile]) -> None:
+                siblings: dict[str, Profile], store=None) -> None:
     """`run`'s first step: profile repair, report-only unless the policy says `repair: apply`.
 
     It runs before the profile's engine opens: applying takes that profile's locks itself.
@@ -212,7 +217,7 @@ def repair_step(run: Run, profile: Profile, policy: Policy, request: Request,
     result = Result(profile.name, "repair", "profile_repair", not apply, task="repair")
     started = time.monotonic()
     try:
-        findings = profile_repair.inspect(profile, siblings)
+        findings = profile_repair.inspect(profile, siblings, store=store)
         fixable = [f for f in findings if f.fix != "none"]
         if apply and fixable:
             result = profile_repair.apply(profile, fixable, siblings)
@@ -246,10 +251,14 @@ def maintain(run: Run, profile: Profile, layers: dict, request: Request,
         run.errors.append(f"profile '{profile.shown}': skipped: {exc}")
         return
     run.policies[str(profile.home)] = {"profile": profile.name, **policy.as_dict()}
-    if "repair" in request.tasks and profile.has_store():
-        repair_step(run, profile, policy, request, siblings if siblings is not None else {profile.name: profile})
+    siblings = siblings if siblings is not None else {profile.name: profile}
+    applying = policy.repair == "apply" and not request.dry_run
+    if "repair" in request.tasks and applying:  # fixes take the profile's locks themselves: before the engine
+        repair_step(run, profile, policy, request, siblings)
 
     def work(engine: Engine) -> list[Result]:
+        if "repair" in request.tasks and not applying:  # a report reads through the engine's own connection
+            repair_step(run, profile, policy, request, siblings, store=engine.store)
         one_pass = _Pass(engine, policy, request)
         results = []
         try:

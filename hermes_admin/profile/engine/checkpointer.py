@@ -30,17 +30,24 @@ class Checkpointer:
     `close()` stops the thread (no checkpoint of its own)."""
 
     def __init__(self, path: Path):
-        self._conn = open_for_checkpoints(path)
+        self._path = path
+        self._conn = None  # opened, and the thread started, on the first commit that asks: a run
+        self._thread: threading.Thread | None = None  # with nothing to delete costs neither
         self._wake = threading.Condition()
         self._asked = False
         self._asked_seq = 0  # the newest commit a checkpoint was asked to cover
         self.durable = 0  # every commit numbered up to this one is on disk
         self._running = False
         self._closing = False
+
+    def _start(self) -> None:
+        self._conn = open_for_checkpoints(self._path)
         self._thread = threading.Thread(target=self._loop, name="hermes-admin-checkpoint", daemon=True)
         self._thread.start()
 
     def nudge(self, seq: int = 0) -> None:
+        if self._thread is None:
+            self._start()
         with self._wake:
             self._asked = True
             self._asked_seq = max(self._asked_seq, seq)
@@ -93,6 +100,8 @@ class Checkpointer:
         return False
 
     def close(self) -> None:
+        if self._thread is None:
+            return
         with self._wake:
             self._closing = True
             self._wake.notify_all()

@@ -137,7 +137,9 @@ class Engine:
         self.outbox = Outbox(self.profile, self.notes)
         self.remover = FileRemover(str(self.profile.sessions_dir))
         timeout = self.config.hook_timeout
-        self.bus = HookBus(self.profile, discover_plugins(self.profile.home, self.config), timeout)
+        # opt-in: with nothing in plugins.enabled there is nothing to find (and no folder to scan)
+        plugins = discover_plugins(self.profile.home, self.config) if self.config.plugins_enabled else []
+        self.bus = HookBus(self.profile, plugins, timeout)
         self.replayed = self._replay()
 
     def close(self) -> None:

@@ -73,10 +73,23 @@ class OutboxError(OSError):
 class Outbox:
     def __init__(self, profile: Profile, notes: list[str] | None = None):
         self.profile = profile
+        self.notes = notes
         self.path: Path = state_dir(profile, notes) / "outbox.db"
         regular_file(self.path, "the outbox")
+        self._conn: sqlite3.Connection | None = None
+        if self.path.exists():  # else made on the first event: a run that deletes nothing makes no file
+            self._connect()
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        if self._conn is None:
+            self._connect()
+        return self._conn
+
+    def _connect(self) -> None:
+        notes = self.notes
         try:
-            self.conn = self._open()
+            self._conn = self._open()
         except sqlite3.DatabaseError as exc:
             if isinstance(exc, sqlite3.OperationalError) and "locked" not in str(exc) and "malformed" not in str(exc) \
                     and "not a database" not in str(exc):
@@ -87,7 +100,7 @@ class Outbox:
                     set_aside(side, "beside a malformed outbox")
             if notes is not None:
                 notes.append(line)
-            self.conn = self._open()
+            self._conn = self._open()
 
     def _open(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, isolation_level=None)
@@ -122,7 +135,8 @@ class Outbox:
             raise OutboxError(f"{self.path}: {exc}") from None
 
     def close(self) -> None:
-        self.conn.close()
+        if self._conn is not None:
+            self._conn.close()
 
     def add_pending(self, kind: str, reason: str, units) -> list[int]:
         """One pending event per unit; returns their ids in unit order."""
@@ -149,12 +163,16 @@ class Outbox:
 
     def forget_old(self) -> None:
         """Keep a short history only: delivered events are not needed after a day."""
+        if self._conn is None:
+            return
         try:
             self.conn.execute("DELETE FROM events WHERE state='delivered' AND created < ?", (time.time() - 86400,))
         except sqlite3.Error:
             pass  # history only: the next run tries again
 
     def _events(self, state: str) -> list[Event]:
+        if self._conn is None:
+            return []  # no outbox yet: nothing was ever left in it
         try:
             rows = self.conn.execute(
                 "SELECT id, kind, session_id, reason, ids FROM events WHERE state=? ORDER BY id", (state,)

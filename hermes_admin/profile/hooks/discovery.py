@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from functools import lru_cache
 from importlib.metadata import entry_points
 from pathlib import Path
 
@@ -91,11 +92,15 @@ def _directory_plugins(home: Path) -> list[PluginInfo]:
     return found
 
 
+@lru_cache(maxsize=1)
+def _installed_entry_points() -> tuple[tuple[str, str], ...]:
+    """The interpreter's `hermes_agent.plugins` entry points: the same for every profile, read once."""
+    return tuple((ep.name, ep.value) for ep in entry_points(group=ENTRY_POINT_GROUP))
+
+
 def _entry_point_plugins() -> list[PluginInfo]:
-    return [
-        PluginInfo(key=ep.name, name=ep.name, source="entry-point", location=ep.value)
-        for ep in entry_points(group=ENTRY_POINT_GROUP)
-    ]
+    return [PluginInfo(key=name, name=name, source="entry-point", location=value)
+            for name, value in _installed_entry_points()]
 
 
 def discover(home: Path, config: HermesConfig, environ: dict[str, str] | None = None) -> list[PluginInfo]:

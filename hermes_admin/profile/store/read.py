@@ -245,3 +245,17 @@ def orphan_session_ids(store: Store) -> list[str]:
                "WHERE NOT EXISTS (SELECT 1 FROM sessions s WHERE s.id = t.session_id)")
         found.update(r[0] for r in store.db.execute_sql(sql).fetchall())
     return sorted(found)
+
+
+def any_without_messages(store: Store, source: str | None = None) -> bool:
+    """Is there a session (of `source`, when given) without a single message row?
+
+    The empty sweep and the TUI-ghost prune look only at such sessions: where there is none,
+    their graphs would select nothing and keep nothing, so they need not be built.
+    """
+    sql = "SELECT 1 FROM sessions s WHERE NOT EXISTS (SELECT 1 FROM messages m WHERE m.session_id = s.id)"
+    params: list = []
+    if source is not None:
+        sql += " AND s.source = ?"
+        params.append(source)
+    return store.db.execute_sql(sql + " LIMIT 1", params).fetchone() is not None

@@ -44,13 +44,13 @@ def read_schema(db: peewee.SqliteDatabase) -> Schema:
     tables = frozenset(n for t, n in objects if t == "table")
     views = frozenset(n for t, n in objects if t == "view")
     triggers = frozenset(n for t, n in objects if t == "trigger")
-    columns = {}
-    for table in tables:
-        # FTS shadow tables are many and uninteresting.
-        if table.startswith(("messages_fts", "sqlite_")):
-            continue
-        rows = db.execute_sql(f"PRAGMA table_info({_ident(table)})").fetchall()
-        columns[table] = frozenset(r[1] for r in rows)
+    # Every table's columns in one statement (FTS shadow tables are many and uninteresting).
+    named: dict[str, set[str]] = {t: set() for t in tables if not t.startswith(("messages_fts", "sqlite_"))}
+    for table, column in db.execute_sql(
+            "SELECT m.name, p.name FROM sqlite_master AS m JOIN pragma_table_info(m.name) AS p "
+            "WHERE m.type = 'table' AND m.name NOT LIKE 'messages_fts%' AND m.name NOT LIKE 'sqlite_%'").fetchall():
+        named.setdefault(table, set()).add(column)
+    columns = {table: frozenset(names) for table, names in named.items()}
     version = None
     if "schema_version" in tables:
         row = db.execute_sql("SELECT MAX(version) FROM schema_version").fetchone()
