@@ -166,10 +166,26 @@ class App:
 pass_app = click.make_pass_decorator(App)
 
 
+def complete_profiles(ctx: click.Context, param, incomplete: str):
+    """Shell completion of `-p`: every profile's NAME and ROOT:NAME, found as a command would find them."""
+    from click.shell_completion import CompletionItem
+
+    top = ctx.find_root().params
+    app = App(roots_given=tuple(top.get("roots") or ()), config_path=top.get("config_path"),
+              all_users=bool(top.get("all_users")))
+    try:
+        found = app.everything().profiles
+    except (click.exceptions.Exit, OSError):
+        return []
+    names = sorted({p.name for p in found} | {f"{p.root}:{p.name}" for p in found})
+    return [CompletionItem(name) for name in names if name.startswith(incomplete)]
+
+
 def profile_option(f):
     return click.option(
-        "--profile", "-p", "profiles", multiple=True, metavar="NAME",
-        help="Only this profile (repeatable; default: every profile of every root).",
+        "--profile", "-p", "profiles", multiple=True, metavar="NAME", shell_complete=complete_profiles,
+        help="Only this profile: NAME (in every root), ROOT:NAME or its home folder (repeatable; "
+             "default: every profile of every root).",
     )(f)
 
 

@@ -83,3 +83,19 @@ def test_systemd_print_covers_the_configs_roots_and_metrics_folder(tmp_path, inv
     for path in ("/srv/hermes-a", "/srv/hermes-b", "/var/lib/prometheus/node-exporter"):
         assert f"-{path}" in rw.split("=", 1)[1].split()
     assert "--root /srv/hermes-a --root /srv/hermes-b run" in service
+
+
+def test_shell_completion_offers_profile_names_and_root_names(two_roots, tmp_path):
+    import subprocess
+    import sys
+    a, b = two_roots
+    env = dict(os.environ, _HERMES_ADMIN_COMPLETE="bash_complete", COMP_WORDS=f"hermes-admin --root {a} profiles -p w",
+               COMP_CWORD="5", HERMES_ADMIN_CONFIG="")
+    done = subprocess.run([sys.executable, "-c", "from hermes_admin.cli.main import cli; cli(prog_name='hermes-admin')"],
+                          capture_output=True, text=True, env=env)
+    assert "plain,work" in done.stdout.splitlines(), done.stdout + done.stderr
+    env["COMP_WORDS"] = f"hermes-admin --root {a} --root {b} profiles -p {b}:"
+    env["COMP_CWORD"] = "7"
+    done = subprocess.run([sys.executable, "-c", "from hermes_admin.cli.main import cli; cli(prog_name='hermes-admin')"],
+                          capture_output=True, text=True, env=env)
+    assert f"plain,{b}:work" in done.stdout.splitlines() and f"plain,{b}:default" in done.stdout.splitlines()
