@@ -6,6 +6,8 @@ import fcntl
 import json
 import os
 
+import pytest
+
 from hermes_admin.host.runlock import RunLocks
 from tests.helpers import home_of, install_plugins, row_ids
 
@@ -137,3 +139,84 @@ def test_typos_are_warned_about_and_nothing_is_skipped(synth_root, invoke, tmp_p
     assert "profiles.wrok: matches no profile" in result.stderr
     doc = json.loads(result.stdout)
     assert {r["profile"] for r in doc["results"]} == {"default", "work", "legacy"}  # nothing skipped
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_a_stop_while_a_plugin_hangs_ends_within_15_s_and_leaves_no_plugin_behind(tmp_path, now, sig):
+    """The sleeper plugin hangs for 300 s (timeout 300 s): a stop request still ends the run quickly,
+    the event stays in the outbox for the next run, and no process of the plugin lives on."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from hermes_admin.synth.builder import SynthStore
+
+    root = tmp_path / "h"
+    store = SynthStore(root / "state.db", version=30)
+    store.session("a", started=now - 10, ended=now - 5, end_reason="x")
+    store.close()
+    install_plugins(root, ["sleeper"], enabled=["sleeper"], timeout=300)
+    env = dict(os.environ, HERMES_ADMIN_CONFIG="", HOME=str(tmp_path))
+    proc = subprocess.Popen([sys.executable, "-m", "hermes_admin", "--root", str(root), "sessions", "delete", "a",
+                             "--yes", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    time.sleep(3)  # the delete committed; the callback hangs
+    started = time.monotonic()
+    proc.send_signal(getattr(signal, sig))
+    out, err = proc.communicate(timeout=30)
+    assert time.monotonic() - started < 15
+    assert proc.returncode == 130, err
+    doc = json.loads(out)
+    assert doc["results"][0]["rows"] == 1  # what was done is reported
+    assert processes_in(root) == []  # the plugin worker ran with the home as its current folder
+    assert "a" not in row_ids(root / "state.db")
+    import sqlite3
+    conn = sqlite3.connect(root / ".hermes-admin" / "outbox.db")
+    assert conn.execute("SELECT state FROM events").fetchall() == [("committed",)]  # for the next run
+    conn.close()
+
+
+def processes_in(folder) -> list[int]:
+    """Pids of the processes whose current folder is `folder`."""
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                if os.readlink(f"/proc/{name}/cwd") == str(folder):
+                    found.append(int(name))
+            except OSError:
+                pass
+    return found
+
+
+def test_what_a_plugin_leaves_behind_dies_with_its_worker(tmp_path, now, invoke):
+    """A plugin that double-forks and calls setsid escapes a process-group kill: it is reaped anyway."""
+    import time
+
+    from hermes_admin.synth.builder import SynthStore
+
+    root = tmp_path / "h"
+    store = SynthStore(root / "state.db", version=30)
+    store.session("a", started=now - 10, ended=now - 5, end_reason="x")
+    store.close()
+    folder = root / "plugins" / "escaper"
+    folder.mkdir(parents=True)
+    (folder / "plugin.yaml").write_text("name: escaper\n")
+    (folder / "__init__.py").write_text(
+        "import os, time\n"
+        "def register(ctx):\n"
+        "    def cb(session_id):\n"
+        "        if os.fork() == 0:\n"
+        "            os.setsid()\n"
+        "            if os.fork() == 0:\n"
+        "                open(os.path.join(os.environ['HERMES_HOME'], 'escaped.pid'), 'w').write(str(os.getpid()))\n"
+        "                time.sleep(120)\n"
+        "            os._exit(0)\n"
+        "        time.sleep(0.5)\n"
+        "    ctx.register_hook('on_session_delete', cb)\n")
+    (root / "config.yaml").write_text("plugins: {enabled: [escaper]}\n")
+    result = invoke("--root", str(root), "sessions", "delete", "a", "--yes")
+    assert result.exit_code == 0, result.stderr
+    pid = int((root / "escaped.pid").read_text())
+    time.sleep(0.2)
+    assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
