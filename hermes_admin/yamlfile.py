@@ -75,8 +75,23 @@ def _expanded_size(root) -> int:
     return sizes[id(root)]
 
 
+def _bracket_depth(text: str) -> int:
+    """How deep `[`/`{` nest, quotes ignored: PyYAML's scanner slows down with the flow level long
+    before its composer could refuse the depth, so a pathological nest is refused unread."""
+    depth = deepest = 0
+    for ch in text:
+        if ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth = max(0, depth - 1)
+    return deepest
+
+
 def parse(text: str, where: str):
     """The document in `text`; raises YAMLRefused naming `where`."""
+    if _bracket_depth(text) > 2 * MAX_DEPTH:
+        raise YAMLRefused(f"{where}: refused: nested over {MAX_DEPTH} levels deep")
     try:
         return yaml.load(text, Loader=_BoundedLoader)
     except YAMLRefused as exc:
@@ -106,3 +121,17 @@ def load(path: Path):
     except UnicodeDecodeError:
         raise YAMLRefused(f"{path}: not UTF-8 text") from None
     return parse(text, str(path))
+
+
+def load_mapping(path: Path, what: str = "a mapping of keys") -> dict:
+    """A file that must hold a mapping (every config hermes-admin reads); YAMLRefused names the file,
+    whether it cannot be read, is refused, or holds something else. An empty file is an empty mapping."""
+    try:
+        data = load(path)
+    except OSError as exc:
+        raise YAMLRefused(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise YAMLRefused(f"{path}: must be {what}, not {type(data).__name__}")
+    return data

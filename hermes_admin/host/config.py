@@ -62,13 +62,9 @@ def load(explicit: str | None = None, environ: dict[str, str] | None = None) -> 
 
 def parse(path: Path) -> AdminConfig:
     try:
-        data = yamlfile.load(path) or {}
+        data = yamlfile.load_mapping(path)
     except yamlfile.YAMLRefused as exc:
         raise ConfigError(str(exc)) from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: must be a mapping of keys, not {type(data).__name__}")
     unknown = sorted(map(str, set(data) - TOP_LEVEL_KEYS))[:10]
     if unknown:
         raise ConfigError(f"{path}: unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(TOP_LEVEL_KEYS))})")
@@ -114,14 +110,9 @@ def load_preset(name: str) -> tuple[dict, Path]:
         path = folder / f"{name}.yaml"
         if path.is_file():
             try:
-                data = yamlfile.load(path) or {}
+                return yamlfile.load_mapping(path, "a mapping (a preset)"), path
             except yamlfile.YAMLRefused as exc:
                 raise PresetError(str(exc)) from None
-            except OSError as exc:
-                raise PresetError(f"{path}: cannot read: {exc.strerror}") from None
-            if not isinstance(data, dict):
-                raise PresetError(f"{path}: a preset must be a mapping")
-            return data, path
     raise PresetError(f"preset {name!r} not found in {', '.join(str(d) for d in preset_dirs())}")
 
 

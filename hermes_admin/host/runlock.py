@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
-import json
 import os
 import stat
-import time
 from pathlib import Path
+
+from hermes_admin import lockrecord
 
 
 class RootBusy(Exception):
@@ -61,12 +61,11 @@ class RunLocks:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
-                    holder = _holder(fd)
+                    holder = lockrecord.holder(fd)
                     os.close(fd)
                     raise RootBusy(f"root {root}: another hermes-admin run" + (f" (pid {holder})" if holder else "")
                                    + " is working on it; nothing was done here") from None
-                os.ftruncate(fd, 0)
-                os.pwrite(fd, json.dumps({"pid": os.getpid(), "root": str(root), "since": time.time()}).encode(), 0)
+                lockrecord.write(fd, root=str(root))
                 taken[root] = fd
         except BaseException:
             for fd in taken.values():
@@ -78,12 +77,3 @@ class RunLocks:
         for fd in self.held.values():
             os.close(fd)  # closing the descriptor drops the flock
         self.held.clear()
-
-
-def _holder(fd: int) -> int | None:
-    try:
-        record = json.loads(os.pread(fd, 4096, 0) or b"null")
-    except (OSError, ValueError):
-        return None
-    pid = record.get("pid") if isinstance(record, dict) else None
-    return pid if isinstance(pid, int) and not isinstance(pid, bool) else None

@@ -77,13 +77,9 @@ def load(home: Path) -> HermesConfig:
     if not os.path.lexists(path):
         return HermesConfig(path)
     try:
-        data = yamlfile.load(path) or {}
+        data = yamlfile.load_mapping(path)
     except yamlfile.YAMLRefused as exc:
         raise HermesConfigError(str(exc)) from None
-    except OSError as exc:
-        raise HermesConfigError(f"{path}: cannot read: {exc.strerror}") from exc
-    if not isinstance(data, dict):
-        raise HermesConfigError(f"{path}: must be a mapping, not {type(data).__name__}")
     config = HermesConfig(path, data)
     unknown = sorted(map(str, set(config.section("sessions")) - SESSIONS_KEYS))
     if unknown:

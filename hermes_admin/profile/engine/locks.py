@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import json
 import os
 import stat
 import time
 from pathlib import Path
 
+from hermes_admin import lockrecord
 from hermes_admin.protocol import Profile
 
 STATE_DIR = ".hermes-admin"  # hermes-admin's own files inside a profile home
@@ -105,28 +105,17 @@ class Flock:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = _holder(fd)
+            holder = lockrecord.holder(fd)
             os.close(fd)
             raise LockHeld(f"{self.path}: {self.what}" + (f" (pid {holder})" if holder else "")) from None
         self.fd = fd
         if self.record:
-            os.ftruncate(fd, 0)  # who holds it, for the next run that finds it held
-            os.pwrite(fd, json.dumps({"pid": os.getpid(), "acquired_at": time.time()}).encode(), 0)
+            lockrecord.write(fd)  # who holds it, for the next run that finds it held
 
     def release(self) -> None:
         if self.fd is not None:
             os.close(self.fd)  # closing the descriptor drops the flock
             self.fd = None
-
-
-def _holder(fd: int) -> int | None:
-    """The pid a lock file's holder wrote there (ours and Hermes' both write a small JSON record)."""
-    try:
-        record = json.loads(os.pread(fd, 4096, 0) or b"null")
-    except (OSError, ValueError):
-        return None
-    pid = record.get("pid") if isinstance(record, dict) else None
-    return pid if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 else None
 
 
 class ProfileLocks:
