@@ -231,7 +231,10 @@ class Reader:
             self._result.kept[_text(message.get("k"), 1024)] = _text(message.get("v"))
         elif kind == "data":
             key = _text(message.get("k"), 64)
-            self.run.data.setdefault(key, []).append(_plain_json(message.get("v")))
+            row = _plain_json(message.get("v"))
+            if isinstance(row, dict) and "home" in row and row["home"] not in self.homes:
+                raise ProtocolError("a row for a profile this worker was not given")
+            self.run.data.setdefault(key, []).append(row)
         elif kind == "end":
             self._end(message.get("v"))
         else:
