@@ -113,9 +113,11 @@ class App:
             try:  # every root or none: never two half-runs
                 self._run_locks = self._run_locks or RunLocks()
                 self._run_locks.take([p.root for p in profiles])
-            except (RootBusy, OSError) as exc:
+            except RootBusy as exc:
                 run.locked.append(str(exc))
                 return run
+            except OSError as exc:  # no place for the run lock: each profile's own lock still holds
+                run.warnings.append(f"run lock not taken ({exc.strerror or exc}); the profiles' own locks apply")
         owners = self.everything().owners
         params = dict(params, siblings=self._siblings(), verbose=self.verbose,
                       safe_mode=os.environ.get("HERMES_SAFE_MODE", ""))  # a worker's environment is clean

@@ -38,7 +38,7 @@ def _folder() -> Path:
         pass
     st = os.lstat(folder)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
-        raise RootBusy(f"{folder}: not a private folder of this account; cannot take the run lock")
+        raise OSError(f"{folder}: not a folder of this account only, or writable by others")
     return folder
 
 
