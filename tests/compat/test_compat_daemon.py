@@ -32,7 +32,8 @@ def test_daemon_on_a_real_root(hermes_peer, tmp_path, now):
             proc.kill()
     samples = parse_textfile(metrics.read_text())
     assert any(k.startswith('hermes_admin_sessions{profile="alpha"') for k in samples)
-    assert any(k.startswith('hermes_admin_deleted{profile="alpha",reason="prune"}') for k in samples)
+    alpha = root / "profiles" / "alpha"
+    assert any(k == f'hermes_admin_deleted{{profile="alpha",home="{alpha}",reason="prune"}}' for k in samples)
     assert samples["hermes_admin_last_run_timestamp_seconds"] > now
     assert store_health(db) == []
     assert hermes_peer.hermes(root / "profiles" / "alpha", "sessions", "list").returncode == 0
