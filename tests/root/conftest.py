@@ -89,6 +89,42 @@ def _build_venv(venv: Path) -> Path:
     return venv
 
 
+@pytest.fixture(scope="session")
+def user_hermes() -> Path:
+    """The real Hermes Agent, in a venv of the system Python that every user can run (the compat
+    tier's peer lives under root's home): built once, under a lock, and kept in CACHE."""
+    from tests import peer
+
+    CACHE.mkdir(parents=True, exist_ok=True)
+    venv = CACHE / f"hermes-agent-{peer.HERMES_VERSION}"
+    with open(CACHE / "hermes.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (venv / ".hermes-admin-peer-ok").exists():
+            done = subprocess.run([str(SYSTEM_PYTHON), "-m", "venv", "--clear", str(venv)], capture_output=True, text=True)
+            _need(done.returncode == 0, f"{SYSTEM_PYTHON} -m venv failed: {done.stderr.strip()[-500:]}")
+            done = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet",
+                                   "--disable-pip-version-check", f"hermes-agent=={peer.HERMES_VERSION}"],
+                                  capture_output=True, text=True)
+            _need(done.returncode == 0, f"installing hermes-agent into {venv} failed: {done.stderr.strip()[-2000:]}")
+            (venv / ".hermes-admin-peer-ok").write_text(peer.HERMES_VERSION + "\n")
+        for folder, _, files in os.walk(venv):
+            os.chmod(folder, os.stat(folder).st_mode | 0o755)
+            for name in files:
+                path = os.path.join(folder, name)
+                if not os.path.islink(path):
+                    os.chmod(path, os.stat(path).st_mode | 0o444)
+    builder = CACHE / "peer_build.py"  # where every user can read it, wherever this checkout is
+    shutil.copy(REPO / "tests" / "compat" / "peer_build.py", builder)
+    os.chmod(builder, 0o644)
+    return venv
+
+
+def as_user(user: "User", argv: list[str], env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    base = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": str(user.home), "NO_COLOR": "1"}
+    return subprocess.run(argv, capture_output=True, text=True, env=dict(base, **(env or {})), timeout=timeout,
+                          user=user.uid, group=user.gid, extra_groups=[], cwd=str(user.home), stdin=subprocess.DEVNULL)
+
+
 @dataclass
 class User:
     name: str

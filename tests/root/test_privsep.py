@@ -115,3 +115,32 @@ def test_without_a_runnable_interpreter_each_profile_says_so(make_user, tmp_path
         assert f"profile 'default': {alice.root}" in done.stderr and "install hermes-admin where every user" in done.stderr
     assert row_ids(alice.root / "state.db") == before
     assert root_owned(alice.root) == []
+
+
+def test_the_real_hermes_works_on_her_store_after_roots_run(make_user, admin, user_hermes):
+    """Her root written by the real Hermes 0.19.0 as her; root maintains it; Hermes and SQLite, as her, agree."""
+    import time
+
+    from tests.conftest import store_health
+    from tests.root.conftest import as_user
+
+    alice = make_user("alice")
+    now = time.time()
+    spec = {"root": str(alice.root), "now": now, "profiles": ["default", "work"], "plugins_enabled": [],
+            "sessions": STANDARD, "orphans": True}
+    built = as_user(alice, [str(user_hermes / "bin" / "python"), str(user_hermes.parent / "peer_build.py"),
+                            json.dumps(spec)])
+    assert built.returncode == 0, built.stderr[-2000:]
+    kinds = json.loads(built.stdout)
+    done = admin("--root", str(alice.root), "run", "--json")
+    assert done.returncode in (0, 1), done.stderr
+    assert root_owned(alice.home) == []
+    for name in ("default", "work"):
+        home = alice.root if name == "default" else alice.root / "profiles" / name
+        assert not set(kinds[name]["old_ended"]) & row_ids(home / "state.db")  # the policy was applied
+        listing = as_user(alice, [str(user_hermes / "bin" / "hermes"), "sessions", "list"],
+                          env={"HERMES_HOME": str(home)})
+        assert listing.returncode == 0, listing.stderr[-2000:]
+        assert store_health(home / "state.db", foreign_keys=False) == []
+    again = admin("--root", str(alice.root), "run", "--json", as_user=alice)
+    assert again.returncode in (0, 1) and "Traceback" not in again.stderr
