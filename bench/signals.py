@@ -29,8 +29,10 @@ run time, then runs the same command again without signals (the follow-up) and c
     present or wholly gone); finally the follow-up leaves the same sessions a clean run leaves.
 
 A SIGINT/SIGTERM that lands before hermes-admin has installed its handlers (interpreter start and
-imports) kills the process by the signal: reported as `early`, a pass when nothing was changed
-(with --strict, a failure).
+imports) kills the process by the signal: reported as `early`, a pass when nothing was changed.
+One that lands in interpreter shutdown, after the report and all the work (Python has restored
+the default handlers by then), also ends it by the signal: `late`, a pass when the report is
+valid and the follow-up finds nothing left to do. With --strict both are failures.
 
     cd /work/main && python bench/signals.py --trials 120 --seed 1 [--jobs 2] [--keep] [--strict]
 
@@ -376,7 +378,7 @@ def run_trial(trial: Trial, base: Base, work: Path, strict: bool) -> Trial:
         p.append(f"after the signal: {len(named_mid & mid.ids)} event(s) name rows still in the store, "
                  f"e.g. {sorted(named_mid & mid.ids)[:3]}")
 
-    early = False
+    early = late = False
     report = None
     if trial.signal != "KILL" and first.signalled:
         if not first.stdout.strip() and (first.rc == -sig or (
@@ -398,7 +400,13 @@ def run_trial(trial: Trial, base: Base, work: Path, strict: bool) -> Trial:
                 said, went = done_ids(report, before.ids), before.ids - mid.ids
                 p.append(f"the report lists {len(said)} deleted row(s), {len(went)} went "
                          f"(listed, not gone: {sorted(said - went)[:3]}; gone, not listed: {sorted(went - said)[:3]})")
-            if first.rc not in (130, 0, 1):
+            if first.rc == -sig and report is not None:
+                # the report is out, and the signal's default action ended the process: it landed in
+                # interpreter shutdown, after the work (checked below: the follow-up finds none left)
+                late = True
+                if strict:
+                    p.append(f"killed by SIG{trial.signal} in interpreter shutdown, after its report (rc {first.rc})")
+            elif first.rc not in (130, 0, 1):
                 p.append(f"exit code {first.rc}, expected 130")
     elif not first.hung and first.rc not in (0, 1) and not (trial.signal == "KILL" and first.signalled):
         p.append(f"exit code {first.rc} (the command finished before the signal)")
@@ -420,7 +428,7 @@ def run_trial(trial: Trial, base: Base, work: Path, strict: bool) -> Trial:
     events = recorded(home)
     trial.events = len(events)
     follow_events = len(events) - len(mid_events)
-    if first.signalled and not early and first.rc in (0, 1) and (trial.second or follow_events):
+    if first.signalled and not early and (late or first.rc in (0, 1)) and (trial.second or follow_events):
         p.append(f"exit code {first.rc} after SIG{trial.signal}, but work was left: the follow-up deleted "
                  f"{trial.second} row(s) and delivered {follow_events} event(s) (expected 130)")
     p += check_store(after, base, units, "after the follow-up")
@@ -477,6 +485,8 @@ def run_trial(trial: Trial, base: Base, work: Path, strict: bool) -> Trial:
         trial.verdict = "FAIL"
     elif early:
         trial.verdict = "ok (early: died by the signal before its handlers, nothing changed)"
+    elif late:
+        trial.verdict = "ok (late: died by the signal in shutdown, after its report and all its work)"
     elif not first.signalled:
         trial.verdict = "ok (finished before the signal)"
     return trial
@@ -522,7 +532,7 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="keep the temporary folders (their path is printed)")
     parser.add_argument("--jobs", type=int, default=2, help="trials run at once (default 2)")
     parser.add_argument("--sessions", type=int, default=1200, help="old bulk units in the base store")
-    parser.add_argument("--strict", action="store_true", help="a signal before the handlers are set fails")
+    parser.add_argument("--strict", action="store_true", help="an early or late signal (before the handlers are set, in shutdown) fails")
     args = parser.parse_args()
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     rng = random.Random(seed)
@@ -565,10 +575,11 @@ def main() -> int:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
     early = sum(1 for t in done if t.verdict.startswith("ok (early"))
+    late = sum(1 for t in done if t.verdict.startswith("ok (late"))
     unsent = sum(1 for t in done if t.verdict.startswith("ok (finished"))
     by_signal = Counter(t.signal for t in done)
     print(f"seed {seed}: {len(done) - len(failed)} passed, {len(failed)} failed "
-          f"({', '.join(f'SIG{s} {c}' for s, c in sorted(by_signal.items()))}; {early} early, "
+          f"({', '.join(f'SIG{s} {c}' for s, c in sorted(by_signal.items()))}; {early} early, {late} late, "
           f"{unsent} finished before the signal; {time.monotonic() - started:.0f} s)"
           + (f"; kept in {work}" if args.keep else ""))
     if failed:

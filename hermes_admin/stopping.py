@@ -8,16 +8,26 @@ after the current transaction.
 
 from __future__ import annotations
 
+import time
+
 _requested = False
+_at = 0.0  # time.monotonic() of the first request
 
 
 def request() -> None:
-    global _requested
+    global _requested, _at
+    if not _requested:
+        _at = time.monotonic()
     _requested = True
 
 
 def requested() -> bool:
     return _requested
+
+
+def requested_at() -> float:
+    """When the stop was first asked for (monotonic); meaningful only once requested()."""
+    return _at
 
 
 def clear() -> None:

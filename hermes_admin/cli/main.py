@@ -5,7 +5,24 @@ from __future__ import annotations
 import signal
 import sys
 
-import click
+
+def _stop_request(signum, frame) -> None:
+    """SIGINT/SIGTERM: stop after the current transaction and report what was done; a second one aborts."""
+    from hermes_admin import stopping
+
+    if stopping.requested() and signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    stopping.request()
+    name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+    print(f"hermes-admin: {name}: stopping after the current transaction (Ctrl-C again to abort)",
+          file=sys.stderr, flush=True)
+
+
+# First thing, before the imports: a stop that comes while the command starts is a stop request too.
+signal.signal(signal.SIGTERM, _stop_request)
+signal.signal(signal.SIGINT, _stop_request)
+
+import click  # noqa: E402
 
 from hermes_admin import __version__, exitcodes, stopping
 
@@ -67,35 +84,43 @@ def cli(ctx: click.Context, roots, config_path, all_users, verbose):
     ctx.call_on_close(ctx.obj.close)
 
 
-def _stop_request(signum, frame) -> None:
-    """SIGINT/SIGTERM: stop after the current transaction and report what was done; a second one aborts."""
-    if stopping.requested() and signum == signal.SIGINT:
-        raise KeyboardInterrupt
-    stopping.request()
-    name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
-    click.echo(f"hermes-admin: {name}: stopping after the current transaction (Ctrl-C again to abort)", err=True)
-
-
 def main() -> None:
     """The console script: click's own handling; a stop request reports what was done and exits 130;
     usage errors exit 64 and internal errors 70, never a code that means "a profile failed" (design §12)."""
     signal.signal(signal.SIGTERM, _stop_request)
     signal.signal(signal.SIGINT, _stop_request)
+    _exit(_run())
+
+
+def _exit(code: int) -> None:
+    """Leave with `code` once everything is written: no signal during interpreter shutdown (when
+    Python no longer runs our handlers) can turn a finished, reported run into a killed one."""
+    import os
+
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
+def _run() -> int:
     try:
         code = cli.main(prog_name="hermes-admin", standalone_mode=False)
     except click.exceptions.Abort as abort:
         interrupted = isinstance(abort.__cause__, KeyboardInterrupt) or stopping.requested()
         click.echo("hermes-admin: interrupted" if interrupted else "Aborted: nothing was changed", err=True)
-        sys.exit(exitcodes.INTERRUPTED)
+        return exitcodes.INTERRUPTED
     except KeyboardInterrupt:
         click.echo("hermes-admin: interrupted", err=True)
-        sys.exit(exitcodes.INTERRUPTED)
+        return exitcodes.INTERRUPTED
     except click.exceptions.UsageError as exc:
         exc.show()
-        sys.exit(exitcodes.USAGE)
+        return exitcodes.USAGE
     except click.ClickException as exc:
         exc.show()
-        sys.exit(exitcodes.USAGE if exc.exit_code == 2 else exc.exit_code)
+        return exitcodes.USAGE if exc.exit_code == 2 else exc.exit_code
     except Exception:  # a bug of ours: one line, the traceback only under -v
         import traceback
         if "-v" in sys.argv or "--verbose" in sys.argv or any(a.startswith("-vv") for a in sys.argv):
@@ -103,7 +128,7 @@ def main() -> None:
         kind, value = sys.exc_info()[:2]
         click.echo(f"hermes-admin: internal error: {kind.__name__}: {value} (run with -v for the traceback)",
                    err=True)
-        sys.exit(exitcodes.INTERNAL)
+        return exitcodes.INTERNAL
     if stopping.requested() and code in (None, exitcodes.OK, exitcodes.WARNINGS):
         code = exitcodes.INTERRUPTED
-    sys.exit(code if isinstance(code, int) else exitcodes.OK)
+    return code if isinstance(code, int) else exitcodes.OK

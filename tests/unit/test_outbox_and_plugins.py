@@ -150,3 +150,52 @@ def test_the_bus_never_runs_another_users_plugins_as_root(now, tmp_path):
     bus.close()
     assert len(failures) == 1 and "refusing to run another user's plugins as root" in failures[0]
     assert events(home) == []
+
+
+def test_a_stop_while_the_plugin_worker_starts_leaves_nothing_marked(tmp_path, now):
+    """Found by bench/signals.py: a stop during the first start must not leave a half-started worker
+    that later "delivers" events to no callback."""
+    from hermes_admin import stopping
+    from hermes_admin.profile.hooks.bus import DeliveryStopped
+
+    home = tmp_path / "h"
+    store = SynthStore(home / "state.db", version=30)
+    store.session("a", started=now)
+    store.close()
+    shutil.copytree(TEST_PLUGINS / "recorder", home / "plugins" / "recorder")
+    config = HermesConfig(home / "config.yaml", {"plugins": {"enabled": ["recorder"]}})
+    bus = HookBus(Profile(tmp_path, "default", home), discover(home, config, environ={}), timeout=20)
+    payload = {"session_id": "a", "reason": "delete", "profile": "default", "deleted_ids": None,
+               "sessions_dir": str(home / "sessions")}
+    stopping.request()
+    stopping._at -= 60  # as if asked a minute ago: past any grace
+    try:
+        with pytest.raises(DeliveryStopped):
+            bus.fire(payload)
+        assert bus.proc is None and bus.callbacks == []
+    finally:
+        stopping.clear()
+    assert bus.fire(payload) == [] and [e["session_id"] for e in events(home)] == ["a"]  # started anew
+    bus.close()
+
+
+def test_a_stop_lets_the_event_already_sent_finish_once(tmp_path, now):
+    """A stop request during a quick callback: that event is delivered (and marked), never repeated."""
+    from hermes_admin import stopping
+
+    home = tmp_path / "h"
+    store = SynthStore(home / "state.db", version=30)
+    store.session("a", started=now)
+    store.close()
+    shutil.copytree(TEST_PLUGINS / "recorder", home / "plugins" / "recorder")
+    config = HermesConfig(home / "config.yaml", {"plugins": {"enabled": ["recorder"]}})
+    bus = HookBus(Profile(tmp_path, "default", home), discover(home, config, environ={}), timeout=20)
+    bus._start()
+    stopping.request()  # just now: within the grace
+    try:
+        assert bus.fire({"session_id": "a", "reason": "delete", "profile": "default", "deleted_ids": None,
+                         "sessions_dir": str(home / "sessions")}) == []
+    finally:
+        stopping.clear()
+        bus.close()
+    assert [e["session_id"] for e in events(home)] == ["a"]

@@ -548,6 +548,10 @@ class Engine:
                 self.outbox.delivered([e.id for e in events])
             return
         for n, event in enumerate(events):  # each marked as soon as its plugins ran: a crash repeats one
+            if stopping.requested():  # a stop request: no new event is sent; the rest wait in the outbox
+                failures.append(f"profile '{self.profile.shown}': stopped on request; "
+                                f"{len(events) - n} event(s) left in the outbox for the next run")
+                return
             try:
                 failures += self.bus.fire(event.payload(self.profile))
                 self.outbox.delivered([event.id])

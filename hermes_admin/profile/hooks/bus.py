@@ -9,8 +9,9 @@ still run.
 The worker runs plugin code, so nothing it writes is trusted: each reply is a
 size-bounded JSON object of the one shape the protocol expects next, and every
 wait has a deadline kept here, whatever the worker writes. A stop request
-(SIGTERM/SIGINT) ends a delivery within half a second: the event stays in the
-outbox, undelivered, for the next run. What a plugin started and left behind
+(SIGTERM/SIGINT) lets the event already sent finish (it is then delivered once),
+and ends a callback still running five seconds later: that event stays in the
+outbox, undelivered, for the next run; no later event is sent. What a plugin started and left behind
 (double-forked, `setsid` included) is killed when its worker goes: this process
 is their child subreaper (child.py).
 """
@@ -32,6 +33,7 @@ from hermes_admin.protocol import Profile
 STARTUP_TIMEOUT_S = 60.0
 MAX_REPLY = 64 << 10  # one reply line; a longer one is a broken worker
 POLL_S = 0.5  # how often a wait looks at stop requests
+STOP_GRACE_S = 5.0  # after a stop request, how long an event already sent may take to finish
 
 
 class WorkerGone(Exception):
@@ -88,6 +90,10 @@ class HookBus:
             ready = self._receive(time.monotonic() + STARTUP_TIMEOUT_S)
         except WorkerGone:
             ready = None
+        except BaseException:  # a stop while it starts: no half-started worker is left to "deliver"
+            self._kill()
+            self.callbacks = []
+            raise
         callbacks = ready.get("callbacks") if isinstance(ready, dict) and ready.get("ready") is True else None
         errors = ready.get("errors") if isinstance(ready, dict) else None
         if not _texts(callbacks) or not _texts(errors):
@@ -104,10 +110,15 @@ class HookBus:
             raise WorkerGone(str(exc)) from exc
 
     def _receive(self, deadline: float) -> dict | None:
-        """The next reply, or None when `deadline` (monotonic) passes first; checks stop requests."""
+        """The next reply, or None when `deadline` (monotonic) passes first.
+
+        After a stop request, an event already sent may still finish within STOP_GRACE_S (then it is
+        marked delivered and never repeated); a callback still running past that raises
+        DeliveryStopped, and its event stays in the outbox for the next run.
+        """
         out = self.proc.stdout
         while b"\n" not in self._buffer:
-            if stopping.requested():
+            if stopping.requested() and time.monotonic() >= stopping.requested_at() + STOP_GRACE_S:
                 raise DeliveryStopped()
             left = deadline - time.monotonic()
             if left <= 0:
