@@ -15,7 +15,7 @@ import os
 import stat
 from pathlib import Path
 
-import yaml
+from functools import lru_cache
 
 MAX_BYTES = 1 << 20  # Hermes' own config.yaml is a few KB
 MAX_NODES = 100_000  # values once every alias is unfolded
@@ -26,26 +26,34 @@ class YAMLRefused(ValueError):
     """A YAML file that cannot be used; the message names the file and says why, briefly."""
 
 
-class _BoundedLoader(yaml.SafeLoader):
-    _depth = 0
+@lru_cache(maxsize=1)
+def _loader():
+    """PyYAML's safe loader, bounded: imported on the first file read (a run without configs never pays)."""
+    import yaml
 
-    def compose_node(self, parent, index):
-        self._depth += 1
-        try:
-            if self._depth > MAX_DEPTH:
-                raise YAMLRefused(f"nested over {MAX_DEPTH} levels deep")
-            return super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
+    class BoundedLoader(yaml.SafeLoader):
+        _depth = 0
 
-    def compose_document(self):
-        node = super().compose_document()
-        _expanded_size(node)
-        return node
+        def compose_node(self, parent, index):
+            self._depth += 1
+            try:
+                if self._depth > MAX_DEPTH:
+                    raise YAMLRefused(f"nested over {MAX_DEPTH} levels deep")
+                return super().compose_node(parent, index)
+            finally:
+                self._depth -= 1
+
+        def compose_document(self):
+            node = super().compose_document()
+            _expanded_size(node)
+            return node
+
+    return yaml, BoundedLoader
 
 
 def _expanded_size(root) -> int:
     """How many values the document holds once every alias is unfolded (memoized: linear in the file)."""
+    yaml = _loader()[0]
     sizes: dict[int, int] = {}
     stack = [(root, False)]
     walking: set[int] = set()
@@ -92,8 +100,9 @@ def parse(text: str, where: str):
     """The document in `text`; raises YAMLRefused naming `where`."""
     if _bracket_depth(text) > 2 * MAX_DEPTH:
         raise YAMLRefused(f"{where}: refused: nested over {MAX_DEPTH} levels deep")
+    yaml, loader = _loader()
     try:
-        return yaml.load(text, Loader=_BoundedLoader)
+        return yaml.load(text, Loader=loader)
     except YAMLRefused as exc:
         raise YAMLRefused(f"{where}: refused: {exc}") from None
     except RecursionError:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from functools import lru_cache
-from importlib.metadata import entry_points
 from pathlib import Path
 
 from hermes_admin import yamlfile
@@ -95,6 +94,8 @@ def _directory_plugins(home: Path) -> list[PluginInfo]:
 @lru_cache(maxsize=1)
 def _installed_entry_points() -> tuple[tuple[str, str], ...]:
     """The interpreter's `hermes_agent.plugins` entry points: the same for every profile, read once."""
+    from importlib.metadata import entry_points
+
     return tuple((ep.name, ep.value) for ep in entry_points(group=ENTRY_POINT_GROUP))
 
 
