@@ -220,3 +220,82 @@ def test_what_a_plugin_leaves_behind_dies_with_its_worker(tmp_path, now, invoke)
     pid = int((root / "escaped.pid").read_text())
     time.sleep(0.2)
     assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 4 MiB tmpfs of our own (root can mount here; elsewhere the tests that need it skip)."""
+    import subprocess
+
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
+def _two_roots(tmp_path, disk):
+    from hermes_admin.synth.scenario import build_root
+    from tests.conftest import NOW
+
+    good, bad = tmp_path / "good" / "hermes", disk / "hermes"
+    build_root(good, {"default": 30}, now=NOW)
+    build_root(bad, {"default": 30}, now=NOW)
+    return good, bad
+
+
+def test_a_read_only_filesystem_fails_that_root_only(tmp_path, small_disk, invoke):
+    import subprocess
+
+    good, bad = _two_roots(tmp_path, small_disk)
+    before = row_ids(bad / "state.db")
+    assert subprocess.run(["mount", "-o", "remount,ro", str(small_disk)]).returncode == 0
+    result = invoke("--root", str(good), "--root", str(bad), "purge", "--older-than", "90", "--yes", "--json")
+    assert result.exit_code == 2, result.stderr
+    doc = json.loads(result.stdout)
+    assert any(str(bad) in e and "Read-only file system" in e for e in doc["errors"]), doc["errors"]
+    assert any(r["home"] == str(good) and r["rows"] for r in doc["results"])  # the other root was maintained
+    assert row_ids(bad / "state.db") == before and "Traceback" not in result.stderr
+
+
+def test_a_full_disk_fails_that_root_only_and_loses_nothing(tmp_path, small_disk, invoke):
+    good, bad = _two_roots(tmp_path, small_disk)
+    before = row_ids(bad / "state.db")
+    with open(small_disk / "filler", "wb") as filler:  # fill the disk to the last block
+        try:
+            while True:
+                filler.write(b"\0" * 65536)
+                filler.flush()
+        except OSError:
+            pass
+    result = invoke("--root", str(good), "--root", str(bad), "purge", "--older-than", "90", "--yes", "--json")
+    assert result.exit_code == 2, result.stderr
+    doc = json.loads(result.stdout)
+    assert any(str(bad) in e for e in doc["errors"]), doc["errors"]
+    assert any(r["home"] == str(good) and r["rows"] for r in doc["results"])
+    assert "Traceback" not in result.stderr
+    (small_disk / "filler").unlink()
+    assert row_ids(bad / "state.db") == before  # refused before anything went: nothing deleted unannounced
+    from tests.conftest import store_health
+    assert store_health(bad / "state.db", foreign_keys=False) == []  # whatever happened, the store is whole
+
+
+def test_a_wait_on_a_locked_store_is_told(synth_root, invoke):
+    """Hermes (here: another connection) holds the write lock for a few seconds: the wait is said."""
+    import sqlite3
+    import threading
+    import time
+
+    root, kinds = synth_root
+    holder = sqlite3.connect(root / "state.db", isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN IMMEDIATE")
+    release = threading.Timer(3.5, lambda: holder.execute("ROLLBACK"))
+    release.start()
+    try:
+        result = invoke("--root", str(root), "sessions", "delete", kinds["default"]["recent"][0], "--yes")
+    finally:
+        release.join()
+        holder.close()
+    assert "another process holds the write lock; waiting" in result.stderr
+    assert result.exit_code == 0, result.stderr
