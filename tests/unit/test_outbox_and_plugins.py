@@ -152,12 +152,8 @@ def test_the_bus_never_runs_another_users_plugins_as_root(now, tmp_path):
     assert events(home) == []
 
 
-def test_a_stop_while_the_plugin_worker_starts_leaves_nothing_marked(tmp_path, now):
-    """Found by bench/signals.py: a stop during the first start must not leave a half-started worker
-    that later "delivers" events to no callback."""
-    from hermes_admin import stopping
-    from hermes_admin.profile.hooks.bus import DeliveryStopped
-
+def recorder_bus(tmp_path, now):
+    """A profile with one session and the recorder plugin enabled, and a bus for it."""
     home = tmp_path / "h"
     store = SynthStore(home / "state.db", version=30)
     store.session("a", started=now)
@@ -165,6 +161,16 @@ def test_a_stop_while_the_plugin_worker_starts_leaves_nothing_marked(tmp_path, n
     shutil.copytree(TEST_PLUGINS / "recorder", home / "plugins" / "recorder")
     config = HermesConfig(home / "config.yaml", {"plugins": {"enabled": ["recorder"]}})
     bus = HookBus(Profile(tmp_path, "default", home), discover(home, config, environ={}), timeout=20)
+    return home, bus
+
+
+def test_a_stop_while_the_plugin_worker_starts_leaves_nothing_marked(tmp_path, now):
+    """Found by bench/signals.py: a stop during the first start must not leave a half-started worker
+    that later "delivers" events to no callback."""
+    from hermes_admin import stopping
+    from hermes_admin.profile.hooks.bus import DeliveryStopped
+
+    home, bus = recorder_bus(tmp_path, now)
     payload = {"session_id": "a", "reason": "delete", "profile": "default", "deleted_ids": None,
                "sessions_dir": str(home / "sessions")}
     stopping.request()
@@ -183,13 +189,7 @@ def test_a_stop_lets_the_event_already_sent_finish_once(tmp_path, now):
     """A stop request during a quick callback: that event is delivered (and marked), never repeated."""
     from hermes_admin import stopping
 
-    home = tmp_path / "h"
-    store = SynthStore(home / "state.db", version=30)
-    store.session("a", started=now)
-    store.close()
-    shutil.copytree(TEST_PLUGINS / "recorder", home / "plugins" / "recorder")
-    config = HermesConfig(home / "config.yaml", {"plugins": {"enabled": ["recorder"]}})
-    bus = HookBus(Profile(tmp_path, "default", home), discover(home, config, environ={}), timeout=20)
+    home, bus = recorder_bus(tmp_path, now)
     bus._start()
     stopping.request()  # just now: within the grace
     try:
