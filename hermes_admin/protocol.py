@@ -25,6 +25,8 @@ from pathlib import Path
 from hermes_admin.results import Done, Finding, RepairRun, Result, Run
 
 MAX_LINE = 1 << 20  # one message; a longer one ends the worker (an item is a few hundred bytes)
+# A whole report: the long lists go to the host's Spills on disk, but rows and texts are in memory.
+MAX_REPORT = 256 << 20
 STORE_FILE = "state.db"
 
 
@@ -152,6 +154,10 @@ class ProtocolError(Exception):
 def _text(value, limit: int = 4096) -> str:
     if not isinstance(value, str):
         raise ProtocolError(f"expected text, got {type(value).__name__}")
+    try:
+        value.encode("utf-8")  # a lone surrogate would crash whoever prints it
+    except UnicodeEncodeError:
+        raise ProtocolError("text that is not UTF-8") from None
     return value if len(value) <= limit else value[:limit] + "…"
 
 
@@ -202,9 +208,21 @@ class Reader:
         self.run: Run = RepairRun(dry_run=False) if repair else Run(dry_run=False)
         self.hello: dict | None = None
         self.ended = False
+        self.bytes_read = 0
         self._result: Result | None = None
 
     def line(self, raw: bytes) -> None:
+        try:
+            self._line(raw)
+        except ProtocolError:
+            raise
+        except Exception as exc:  # whatever a malformed message trips over is the worker's fault
+            raise ProtocolError(f"a malformed message ({type(exc).__name__})") from None
+
+    def _line(self, raw: bytes) -> None:
+        self.bytes_read += len(raw)
+        if self.bytes_read > MAX_REPORT:
+            raise ProtocolError(f"a report over {MAX_REPORT >> 20} MiB")
         if len(raw) > MAX_LINE:
             raise ProtocolError(f"a message of {len(raw)} bytes (at most {MAX_LINE})")
         try:
@@ -293,11 +311,16 @@ class Reader:
                 raise ProtocolError("a policy for a profile this worker was not given")
             run.policies[key] = _plain_json(policy)
         if isinstance(run, RepairRun):
-            for f in v.get("findings") or []:
+            findings = v.get("findings") or []
+            if not isinstance(findings, list):
+                raise ProtocolError("findings that are not a list")
+            for f in findings:
                 if not isinstance(f, dict):
                     raise ProtocolError("a finding that is not an object")
                 run.findings.append(Finding(
                     _text(f.get("profile"), 256), _text(f.get("kind"), 64), _text(f.get("subject")),
                     _text(f.get("detail")), _text(f.get("fix")), _opt_text(f.get("target")),
                     _flag(f.get("applied")), _opt_text(f.get("error")), home=_opt_text(f.get("home"))))
+                if run.findings[-1].home not in self.homes:
+                    raise ProtocolError("a finding for a profile this worker was not given")
         self.ended = True

@@ -86,7 +86,7 @@ def stdout_console():
 
 # C0/C1 controls, DEL, and the Unicode line separators and bidirectional overrides: whatever
 # could end a line, move the cursor, retitle a terminal or reorder what a person reads.
-_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 
 
 def _escape(match: re.Match) -> str:

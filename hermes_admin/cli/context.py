@@ -69,7 +69,8 @@ class App:
         root, sep, name = wanted.rpartition(":")
         if sep and name == profile.name and root and homes._absolute(Path(root)) == profile.root:
             return True
-        return "/" in wanted and homes._absolute(Path(wanted)) == profile.home
+        # a home folder as spelled (never resolved through links: a link could name someone else's)
+        return "/" in wanted and Path(os.path.normpath(os.path.abspath(wanted))) == profile.home
 
     def discover(self, only: tuple[str, ...] = (), quiet: bool = False) -> homes.Discovery:
         """Profiles to work on; missing roots, refused and skipped folders are reported on stderr."""

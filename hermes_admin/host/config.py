@@ -8,6 +8,7 @@ at all is fine: every key has a default.
 from __future__ import annotations
 
 import os
+import stat
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,7 +61,23 @@ def load(explicit: str | None = None, environ: dict[str, str] | None = None) -> 
     return AdminConfig()
 
 
+def trusted(path: Path) -> None:
+    """As root, a config (or preset) file is used only if root owns it and nobody else can write it
+    or swap it: under `sudo -E` or `su`, $HERMES_ADMIN_CONFIG and the user config dir are a user's."""
+    if os.geteuid() != 0:
+        return
+    for place in [path, *Path(os.path.abspath(path)).parents]:
+        try:
+            st = os.stat(place)
+        except OSError:
+            return  # the read that follows says what is wrong
+        if st.st_uid != 0 or (st.st_mode & 0o022 and not (place != path and st.st_mode & stat.S_ISVTX)):
+            raise ConfigError(f"{path}: refusing it as root: {place} is not root's alone "
+                              f"(uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o})")
+
+
 def parse(path: Path) -> AdminConfig:
+    trusted(path)
     try:
         data = yamlfile.load_mapping(path)
     except yamlfile.YAMLRefused as exc:
@@ -109,6 +126,7 @@ def load_preset(name: str) -> tuple[dict, Path]:
     for folder in preset_dirs():
         path = folder / f"{name}.yaml"
         if path.is_file():
+            trusted(path)
             try:
                 return yamlfile.load_mapping(path, "a mapping (a preset)"), path
             except yamlfile.YAMLRefused as exc:

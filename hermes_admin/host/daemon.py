@@ -123,7 +123,7 @@ class Daemon:
             if target:
                 try:
                     metrics.write(target, metrics.render(run, run.data.pop("summaries", [])))
-                except OSError as exc:
+                except (OSError, ValueError) as exc:
                     log.error("metrics file %s: %s", target, exc.strerror or exc)
             log.info("%s finished in %.1f s (exit status %d)", task, time.time() - started, run.exit_code())
         except Exception:

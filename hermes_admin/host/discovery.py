@@ -22,6 +22,7 @@ import os
 import pwd
 import re
 import stat
+import struct
 import sys
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -89,7 +90,7 @@ def all_users_roots() -> list[Path]:
 
 def _absolute(path: Path) -> Path:
     """The path with its folders above resolved, its last component left as it is (a link stays a link)."""
-    path = Path(path).expanduser().absolute()
+    path = Path(os.path.normpath(Path(path).expanduser().absolute()))  # no `..` spellings of one root
     return Path(os.path.realpath(path.parent)) / path.name if path.name else path
 
 
@@ -145,11 +146,40 @@ def _group_members(gid: int) -> frozenset[int]:
     return frozenset(members)
 
 
-def writable_by_others(st: os.stat_result, owner: int) -> bool:
-    """Can anyone but `owner` (and root) change this folder's entries?"""
+def writable_by_others(st: os.stat_result, owner: int, acl: bytes | None = None) -> bool:
+    """Can anyone but `owner` (and root) change this folder's entries (mode bits, and its POSIX ACL)?"""
     if st.st_mode & stat.S_IWOTH:
         return True
-    return bool(st.st_mode & stat.S_IWGRP) and bool(_group_members(st.st_gid) - {owner, 0})
+    if st.st_mode & stat.S_IWGRP and _group_members(st.st_gid) - {owner, 0}:
+        return True
+    return bool(acl) and _acl_lets_others_write(acl, owner)
+
+
+_ACL_USER, _ACL_GROUP, _ACL_MASK = 0x02, 0x08, 0x10
+
+
+def _acl_lets_others_write(acl: bytes, owner: int) -> bool:
+    """A `system.posix_acl_access` value: does a named user or group entry (under the mask) grant write?"""
+    entries = [struct.unpack_from("<HHI", acl, offset) for offset in range(4, len(acl) - 7, 8)]
+    mask = next((perm for tag, perm, _ in entries if tag == _ACL_MASK), 0o7)
+    for tag, perm, ident in entries:
+        if perm & mask & 0o2:
+            if tag == _ACL_USER and ident not in (owner, 0):
+                return True
+            if tag == _ACL_GROUP and _group_members(ident) - {owner, 0}:
+                return True
+    return False
+
+
+def _acl(target, dir_fd: int | None = None) -> bytes | None:
+    """The folder's access ACL, if it has one (an fd, or a name relative to `dir_fd`, never followed)."""
+    try:
+        if isinstance(target, int):
+            return os.getxattr(target, "system.posix_acl_access")
+        path = target if dir_fd is None else f"/proc/self/fd/{dir_fd}/{target}"
+        return os.getxattr(path, "system.posix_acl_access", follow_symlinks=False)
+    except OSError:
+        return None
 
 
 def _path_problem(folder: Path, owner: int) -> str | None:
@@ -196,11 +226,11 @@ def _open_dir(name, dir_fd: int | None = None) -> int:
     return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
 
 
-def _refusal(path: Path, st: os.stat_result, owner: int) -> str | None:
+def _refusal(path: Path, st: os.stat_result, owner: int, acl: bytes | None = None) -> str | None:
     """Why a folder of a root may not be worked on as `owner`, or None."""
     if st.st_uid != owner:
         return f"owned by uid {st.st_uid}, not by the root's owner (uid {owner})"
-    if writable_by_others(st, owner):
+    if writable_by_others(st, owner, acl):
         return f"writable by other users (mode {stat.S_IMODE(st.st_mode):04o})"
     return None
 
@@ -222,9 +252,10 @@ def discover_root(root: Path) -> Discovery:
     try:
         st = os.fstat(root_fd)
         owner_uid = st.st_uid
-        problem = _path_problem(root.parent, owner_uid) or (
-            f"writable by other users (mode {stat.S_IMODE(st.st_mode):04o})" if writable_by_others(st, owner_uid)
-            else None)
+        # the walk includes the root itself: a folder of one user may hold only that user's root
+        problem = _path_problem(root, owner_uid) or (
+            f"writable by other users (mode {stat.S_IMODE(st.st_mode):04o}, or its ACL)"
+            if writable_by_others(st, owner_uid, _acl(root_fd)) else None)
         account = owner_account(owner_uid)
         if problem is None and account is None:
             problem = f"owned by uid {owner_uid}, which has no account"
@@ -254,7 +285,7 @@ def _named_profiles(found: Discovery, root: Path, root_fd: int, owner: Owner) ->
             found.skipped.append(Skipped(folder, f"cannot list: {exc.strerror}", refused=True))
         return
     try:
-        problem = _refusal(folder, os.fstat(fd), owner.uid)
+        problem = _refusal(folder, os.fstat(fd), owner.uid, _acl(fd))
         if problem:
             found.skipped.append(Skipped(folder, f"{problem}: its profiles are not worked on", refused=True))
             return
@@ -281,7 +312,7 @@ def _named_profiles(found: Discovery, root: Path, root_fd: int, owner: Owner) ->
                 found.skipped.append(Skipped(path, "not a valid profile name"))
             elif name in tombstones:
                 found.skipped.append(Skipped(path, "profile is marked deleted"))
-            elif (problem := _refusal(path, st, owner.uid)) is not None:
+            elif (problem := _refusal(path, st, owner.uid, _acl(name, fd))) is not None:
                 found.skipped.append(Skipped(path, problem, refused=True))
             else:
                 found.profiles.append(Profile(root=root, name=name, home=path))
@@ -305,6 +336,7 @@ def _tombstones(profiles_fd: int) -> set[str]:
 
 def discover(roots: list[Path], only: tuple[str, ...] | list[str] = ()) -> Discovery:
     """Profiles of every root; `only` restricts to those names (all roots)."""
+    _group_members.cache_clear()  # groups change: a long-lived daemon looks afresh at every pass
     total = Discovery()
     for root in roots:
         part = discover_root(root)

@@ -41,8 +41,13 @@ def render(run: Run, summaries: list[dict], finished: float | None = None) -> st
         # repr() keeps every digit: `:g` would round a Unix time to minutes.
         samples[name].append(f"{name}{_labels(**labels)} {value!r}")
 
+    # Rows come from workers: only well-formed ones become samples (a number where a number goes).
+    summaries = [row for row in summaries if isinstance(row, dict) and isinstance(row.get("name"), str)
+                 and isinstance(row.get("home"), str)
+                 and all(isinstance(row.get(k), (int, type(None))) and not isinstance(row.get(k), bool)
+                         for k in ("sessions", "messages", "store_bytes", "wal_bytes"))]
     for row in summaries:
-        if row.get("ok") and row.get("store"):
+        if row.get("ok") and row.get("store") and row["sessions"] is not None and row["messages"] is not None:
             profile = row["name"]
             add("hermes_admin_sessions", row["sessions"], profile=profile, home=row["home"])
             add("hermes_admin_messages", row["messages"], profile=profile, home=row["home"])

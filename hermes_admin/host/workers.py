@@ -28,6 +28,7 @@ from hermes_admin.results import RepairRun, Run
 
 LOG_BYTES = 256 << 10  # a worker's log relayed at most; past it, one line says how much was dropped
 STOP_GRACE_S = 12.0  # after a stop request, how long a worker may take to finish its transaction
+PIPE_GRACE_S = 2.0  # after its report (or its exit), how long a worker's pipes may stay open
 FIX = ("install hermes-admin where every user can run it (a venv under /opt, the system "
        "site-packages, or pipx)")
 
@@ -86,7 +87,11 @@ class Spawned:
         except OSError:
             pass  # the worker is gone already: what it said, or did not, tells why
         problem = self._converse()
-        code = self.proc.wait()
+        try:
+            code = self.proc.wait(timeout=PIPE_GRACE_S)
+        except subprocess.TimeoutExpired:  # its report is in (or never will be): it does not linger
+            self._kill()
+            code = self.proc.wait()
         run = self.reader.run
         if problem is None and not self.reader.ended:
             if self.reader.hello is None:
@@ -100,30 +105,38 @@ class Spawned:
         return run
 
     def _converse(self) -> str | None:
-        """Read replies and logs until both pipes close; returns what went wrong, if anything."""
+        """Read replies and logs until both pipes close, or until the worker is done with them:
+        its report ended, or it exited, and a short grace passed (a process of the owner's may hold
+        a copy of a pipe forever: never waited for). A stop request is passed on; past its grace
+        time the worker is killed. Returns what went wrong, if anything."""
         proc = self.proc
         selector = selectors.DefaultSelector()
         selector.register(proc.stdout, selectors.EVENT_READ, "reply")
         selector.register(proc.stderr, selectors.EVENT_READ, "log")
         buffers = {"reply": b"", "log": b""}
         open_pipes = 2
-        deadline = None
+        stop_deadline = None  # after a stop request: the worker's time to finish its transaction
+        done_deadline = None  # after its report ended or it exited: how long its pipes may stay open
         problem = None
         while open_pipes:
-            if stopping.requested() and deadline is None:
-                deadline = time.monotonic() + STOP_GRACE_S
+            now = time.monotonic()
+            if stopping.requested() and stop_deadline is None:
+                stop_deadline = now + STOP_GRACE_S
                 self._signal(signal.SIGTERM)
-            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if deadline is None:
-                timeout = 0.5  # look at stop requests now and then
+            if done_deadline is None and (self.reader.ended or proc.poll() is not None):
+                done_deadline = now + PIPE_GRACE_S
+            deadlines = [d for d in (stop_deadline, done_deadline) if d is not None]
+            if deadlines and now >= min(deadlines):
+                if proc.poll() is None:
+                    problem = problem or "did not stop within its grace time after a stop request; killed"
+                    self._kill()
+                break  # whatever still holds the pipes is not ours to wait for
+            timeout = min([0.5] + [d - now for d in deadlines])
             try:
-                events = selector.select(timeout)
+                events = selector.select(max(0.0, timeout))
             except KeyboardInterrupt:
                 stopping.request()
                 continue
-            if deadline is not None and time.monotonic() >= deadline and not events:
-                problem = problem or "did not stop within its grace time after a stop request; killed"
-                self._kill()
             for key, _ in events:
                 chunk = os.read(key.fileobj.fileno(), 65536)
                 if not chunk:
@@ -151,6 +164,8 @@ class Spawned:
                     self._log(buffers["log"])
                     buffers["log"] = b""
         selector.close()
+        for stream in (proc.stdout, proc.stderr):
+            stream.close()
         if buffers["log"]:
             self._log(buffers["log"])
         return problem

@@ -144,3 +144,46 @@ def test_the_real_hermes_works_on_her_store_after_roots_run(make_user, admin, us
         assert store_health(home / "state.db", foreign_keys=False) == []
     again = admin("--root", str(alice.root), "run", "--json", as_user=alice)
     assert again.returncode in (0, 1) and "Traceback" not in again.stderr
+
+
+def test_a_root_owned_root_in_her_folder_is_refused(make_user, admin):
+    """`sudo hermes` may leave a root-owned ~/.hermes in her home: she could swap it after discovery,
+    so it is never worked on (as root, in-process) at all."""
+    alice = make_user("alice")
+    build_user_root(alice, {"default": 30})
+    os.lchown(alice.root, 0, 0)
+    done = admin("--root", str(alice.root), "run")
+    assert done.returncode == 2
+    assert "unsafe path transition" in done.stderr and str(alice.root) in done.stderr
+
+
+def test_a_home_path_through_her_link_never_selects_bobs_profile(make_user, admin):
+    """`-p ~alice/.hermes/profiles/work` where her `profiles` links to bob's: bob's `work` is not taken."""
+    alice, bob = make_user("alice"), make_user("bob")
+    build_user_root(bob, {"default": 30, "work": 30})
+    alice.root.mkdir()
+    os.symlink(bob.root / "profiles", alice.root / "profiles")
+    chown_tree(alice.root, alice)
+    before = row_ids(bob.root / "profiles" / "work" / "state.db")
+    done = admin("--root", str(alice.root), "--root", str(bob.root), "purge", "--older-than", "1", "--force",
+                 "--yes", "--json", "-p", str(alice.root / "profiles" / "work"))
+    assert done.returncode == 2, done.stderr
+    assert json.loads(done.stdout)["results"] == []
+    assert row_ids(bob.root / "profiles" / "work" / "state.db") == before
+
+
+def test_a_folder_others_may_write_through_an_acl_is_refused(make_user, admin):
+    """Mode 0755, but an ACL entry lets bob write in her `profiles/`: he could swap her profile."""
+    import struct
+    alice, bob = make_user("alice"), make_user("bob")
+    build_user_root(alice, {"default": 30, "work": 30})
+    # version 2; USER_OBJ rwx, USER bob rwx, GROUP_OBJ r-x, MASK rwx, OTHER r-x
+    acl = struct.pack("<I", 2) + b"".join(struct.pack("<HHI", tag, perm, ident) for tag, perm, ident in [
+        (0x01, 7, 0xFFFFFFFF), (0x02, 7, bob.uid), (0x04, 5, 0xFFFFFFFF), (0x10, 7, 0xFFFFFFFF),
+        (0x20, 5, 0xFFFFFFFF)])
+    os.setxattr(alice.root / "profiles", "system.posix_acl_access", acl)
+    done = admin("--root", str(alice.root), "profiles", "--json")
+    assert done.returncode == 2
+    assert "writable by other users" in done.stderr and "profiles" in done.stderr
+    names = {r["name"] for r in json.loads(done.stdout)["profiles"]}
+    assert names == {"default"}  # her default is fine; nothing under the ACL'd folder is worked on

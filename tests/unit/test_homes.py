@@ -54,3 +54,9 @@ def test_home_without_store_is_a_profile(tmp_path):
     (tmp_path / "h").mkdir()
     (profile,) = discover_root(tmp_path / "h").profiles
     assert not profile.has_store()
+
+
+def test_one_root_spelled_two_ways_is_one_root(tmp_path):
+    (tmp_path / "h" / "profiles" / "work").mkdir(parents=True)
+    odd = str(tmp_path / "h" / "profiles" / "..")
+    assert resolve_roots([str(tmp_path / "h"), odd], environ={}) == [tmp_path / "h"]

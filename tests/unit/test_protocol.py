@@ -75,3 +75,14 @@ def test_an_oversized_line_is_refused():
     reader = Reader({"/h/a"})
     with pytest.raises(ProtocolError, match="bytes"):
         reader.line(b" " * (MAX_LINE + 1))
+
+
+def test_odd_but_parseable_reports_are_refused_not_crashed_on():
+    for end in ({"t": "end", "v": {"dry_run": False, "errors": [], "locked": [], "warnings": [], "policies": {},
+                                   "findings": 5}},
+                {"t": "end", "v": {"dry_run": False, "errors": ["\ud800"], "locked": [], "warnings": [],
+                                   "policies": {}}}):
+        reader = Reader({"/h/a"}, repair=True)
+        reader.line(lines_of(Run(dry_run=False))[0])
+        with pytest.raises(ProtocolError):
+            reader.line(json.dumps(end).encode())
