@@ -299,3 +299,42 @@ def test_a_wait_on_a_locked_store_is_told(synth_root, invoke):
         holder.close()
     assert "another process holds the write lock; waiting" in result.stderr
     assert result.exit_code == 0, result.stderr
+
+
+@pytest.mark.parametrize("forgery", [b"5\n", b'{"done": 0, "error": null}\n', b"x" * (3 << 20)],
+                         ids=["a-number", "a-fake-done-then-hang", "an-endless-line"])
+def test_a_plugin_that_lies_on_the_protocol_is_stopped_in_bounded_time(tmp_path, now, invoke, forgery):
+    """The plugin writes forged replies into its worker's reply pipe (found by scanning its fds), then
+    hangs: the bus refuses them, kills the worker, and the run finishes, named, without a traceback."""
+    import time
+
+    from hermes_admin.synth.builder import SynthStore
+
+    root = tmp_path / "h"
+    store = SynthStore(root / "state.db", version=30)
+    store.session("a", started=now - 10, ended=now - 5, end_reason="x")
+    store.close()
+    folder = root / "plugins" / "liar"
+    folder.mkdir(parents=True)
+    (folder / "plugin.yaml").write_text("name: liar\n")
+    (folder / "__init__.py").write_text(
+        "import os, stat, time\n"
+        f"FORGERY = {forgery!r}\n"
+        "def register(ctx):\n"
+        "    def cb(session_id):\n"
+        "        for fd in range(3, 64):\n"
+        "            try:\n"
+        "                if stat.S_ISFIFO(os.fstat(fd).st_mode):\n"
+        "                    os.write(fd, FORGERY)\n"
+        "            except OSError:\n"
+        "                pass\n"
+        "        time.sleep(300)\n"
+        "    ctx.register_hook('on_session_delete', cb)\n")
+    (root / "config.yaml").write_text("plugins: {enabled: [liar], hook_callback_timeout: 5}\n")
+    started = time.monotonic()
+    result = invoke("--root", str(root), "sessions", "delete", "a", "--yes", "--json")
+    assert time.monotonic() - started < 30
+    assert result.exit_code == 1, result.stderr  # done, with the plugin's failure as a warning
+    failures = json.loads(result.stdout)["results"][0]["hook_failures"]
+    assert any("plugin liar" in f for f in failures), failures
+    assert "Traceback" not in result.stderr and processes_in(root) == []

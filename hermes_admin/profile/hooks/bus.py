@@ -240,8 +240,8 @@ class HookBus:
         expected = start
         while True:
             reply = self._receive(time.monotonic() + min(self.timeout, STARTUP_TIMEOUT_S))
-            if reply is None:
-                return ("timeout", expected, "")
+            if reply is None:  # silence between callbacks: the last one started has not really finished
+                return ("timeout", self._running, "")
             if reply.get("finished") is True and len(reply) == 1 and expected == len(self.callbacks):
                 return "finished"
             if reply.get("start") != expected or len(reply) != 1 or expected >= len(self.callbacks):
