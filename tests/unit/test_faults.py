@@ -195,14 +195,7 @@ def test_what_a_plugin_leaves_behind_dies_with_its_worker(tmp_path, now, invoke)
 
     from hermes_admin.synth.builder import SynthStore
 
-    root = tmp_path / "h"
-    store = SynthStore(root / "state.db", version=30)
-    store.session("a", started=now - 10, ended=now - 5, end_reason="x")
-    store.close()
-    folder = root / "plugins" / "escaper"
-    folder.mkdir(parents=True)
-    (folder / "plugin.yaml").write_text("name: escaper\n")
-    (folder / "__init__.py").write_text(
+    root = ended_session_with_plugin(tmp_path, now, "escaper",
         "import os, time\n"
         "def register(ctx):\n"
         "    def cb(session_id):\n"
@@ -214,7 +207,6 @@ def test_what_a_plugin_leaves_behind_dies_with_its_worker(tmp_path, now, invoke)
         "            os._exit(0)\n"
         "        time.sleep(0.5)\n"
         "    ctx.register_hook('on_session_delete', cb)\n")
-    (root / "config.yaml").write_text("plugins: {enabled: [escaper]}\n")
     result = invoke("--root", str(root), "sessions", "delete", "a", "--yes")
     assert result.exit_code == 0, result.stderr
     pid = int((root / "escaped.pid").read_text())
@@ -310,14 +302,7 @@ def test_a_plugin_that_lies_on_the_protocol_is_stopped_in_bounded_time(tmp_path,
 
     from hermes_admin.synth.builder import SynthStore
 
-    root = tmp_path / "h"
-    store = SynthStore(root / "state.db", version=30)
-    store.session("a", started=now - 10, ended=now - 5, end_reason="x")
-    store.close()
-    folder = root / "plugins" / "liar"
-    folder.mkdir(parents=True)
-    (folder / "plugin.yaml").write_text("name: liar\n")
-    (folder / "__init__.py").write_text(
+    root = ended_session_with_plugin(tmp_path, now, "liar",
         "import os, stat, time\n"
         f"FORGERY = {forgery!r}\n"
         "def register(ctx):\n"
@@ -329,8 +314,7 @@ def test_a_plugin_that_lies_on_the_protocol_is_stopped_in_bounded_time(tmp_path,
         "            except OSError:\n"
         "                pass\n"
         "        time.sleep(300)\n"
-        "    ctx.register_hook('on_session_delete', cb)\n")
-    (root / "config.yaml").write_text("plugins: {enabled: [liar], hook_callback_timeout: 5}\n")
+        "    ctx.register_hook('on_session_delete', cb)\n", timeout=5)
     started = time.monotonic()
     result = invoke("--root", str(root), "sessions", "delete", "a", "--yes", "--json")
     assert time.monotonic() - started < 30
@@ -338,3 +322,20 @@ def test_a_plugin_that_lies_on_the_protocol_is_stopped_in_bounded_time(tmp_path,
     failures = json.loads(result.stdout)["results"][0]["hook_failures"]
     assert any("plugin liar" in f for f in failures), failures
     assert "Traceback" not in result.stderr and processes_in(root) == []
+
+
+def ended_session_with_plugin(tmp_path, now, name: str, source: str, timeout: float | None = None):
+    """A root with one ended session `a` and one enabled plugin `name` whose code is `source`."""
+    from hermes_admin.synth.builder import SynthStore
+
+    root = tmp_path / "h"
+    store = SynthStore(root / "state.db", version=30)
+    store.session("a", started=now - 10, ended=now - 5, end_reason="x")
+    store.close()
+    folder = root / "plugins" / name
+    folder.mkdir(parents=True)
+    (folder / "plugin.yaml").write_text(f"name: {name}\n")
+    (folder / "__init__.py").write_text(source)
+    extra = f", hook_callback_timeout: {timeout:g}" if timeout is not None else ""
+    (root / "config.yaml").write_text(f"plugins: {{enabled: [{name}]{extra}}}\n")
+    return root
