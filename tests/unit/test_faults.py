@@ -193,8 +193,6 @@ def test_what_a_plugin_leaves_behind_dies_with_its_worker(tmp_path, now, invoke)
     """A plugin that double-forks and calls setsid escapes a process-group kill: it is reaped anyway."""
     import time
 
-    from hermes_admin.synth.builder import SynthStore
-
     root = ended_session_with_plugin(tmp_path, now, "escaper",
         "import os, time\n"
         "def register(ctx):\n"
@@ -299,8 +297,6 @@ def test_a_plugin_that_lies_on_the_protocol_is_stopped_in_bounded_time(tmp_path,
     """The plugin writes forged replies into its worker's reply pipe (found by scanning its fds), then
     hangs: the bus refuses them, kills the worker, and the run finishes, named, without a traceback."""
     import time
-
-    from hermes_admin.synth.builder import SynthStore
 
     root = ended_session_with_plugin(tmp_path, now, "liar",
         "import os, stat, time\n"
