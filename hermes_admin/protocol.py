@@ -60,9 +60,6 @@ class Profile:
         # Worker side only (it stats inside the home). os.stat: never open the file outside SQLite.
         return self.store_path.is_file()
 
-    def label(self) -> str:
-        return f"{self.name} ({self.home})"
-
 
 @dataclass(frozen=True)
 class Owner:

@@ -67,7 +67,7 @@ class App:
         if wanted == profile.name:
             return True
         root, sep, name = wanted.rpartition(":")
-        if sep and name == profile.name and root and homes._absolute(Path(root)) == profile.root:
+        if sep and name == profile.name and root and homes.absolute(Path(root)) == profile.root:
             return True
         # a home folder as spelled (never resolved through links: a link could name someone else's)
         return "/" in wanted and Path(os.path.normpath(os.path.abspath(wanted))) == profile.home

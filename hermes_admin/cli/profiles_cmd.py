@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from hermes_admin import exitcodes, report
+from hermes_admin import report
 from hermes_admin.cli.context import App, json_option, pass_app, profile_option
 
 

@@ -88,7 +88,7 @@ def all_users_roots() -> list[Path]:
     return found
 
 
-def _absolute(path: Path) -> Path:
+def absolute(path: Path) -> Path:
     """The path with its folders above resolved, its last component left as it is (a link stays a link)."""
     path = Path(os.path.normpath(Path(path).expanduser().absolute()))  # no `..` spellings of one root
     return Path(os.path.realpath(path.parent)) / path.name if path.name else path
@@ -121,7 +121,7 @@ def resolve_roots(
         roots += all_users_roots()
     unique: list[Path] = []
     for root in roots:
-        key = _absolute(root)
+        key = absolute(root)
         if key not in unique:
             unique.append(key)
     return unique
@@ -182,8 +182,8 @@ def _acl(target, dir_fd: int | None = None) -> bytes | None:
         return None
 
 
-def _path_problem(folder: Path, owner: int) -> str | None:
-    """Why the folders above a root are unsafe for `owner`'s work, or None.
+def _path_problem(folder: Path) -> str | None:
+    """Why the path down to a root (the root included) is unsafe to work on, or None.
 
     Walking down from /: a folder writable by others (and not sticky) lets them swap what is
     below; a folder owned by one user that holds another's entry can swap that entry.
@@ -238,7 +238,7 @@ def _refusal(path: Path, st: os.stat_result, owner: int, acl: bytes | None = Non
 def discover_root(root: Path) -> Discovery:
     """The profiles of one root: `default` plus every valid, live `profiles/<name>`, with their owner."""
     found = Discovery()
-    root = _absolute(root)
+    root = absolute(root)
     try:
         root_fd = _open_dir(root)
     except FileNotFoundError:
@@ -253,7 +253,7 @@ def discover_root(root: Path) -> Discovery:
         st = os.fstat(root_fd)
         owner_uid = st.st_uid
         # the walk includes the root itself: a folder of one user may hold only that user's root
-        problem = _path_problem(root, owner_uid) or (
+        problem = _path_problem(root) or (
             f"writable by other users (mode {stat.S_IMODE(st.st_mode):04o}, or its ACL)"
             if writable_by_others(st, owner_uid, _acl(root_fd)) else None)
         account = owner_account(owner_uid)

@@ -72,16 +72,15 @@ def _request(params: dict):
     return Request(**fields)
 
 
-def _siblings(job: Job, profile: Profile) -> dict[str, Profile]:
-    """The profiles of the same root and owner: where a wrong-store row may move (design §6).
-    Built once per root and job (a root of 50 profiles asks 50 times)."""
-    cache = job.__dict__.setdefault("_siblings", {})
-    if profile.root not in cache:
-        listed = job.params.get("siblings", {}).get(str(profile.root), [])
-        cache[profile.root] = {name: Profile(profile.root, name, Path(home)) for name, home in listed}
-    siblings = dict(cache[profile.root])
-    siblings.setdefault(profile.name, profile)
-    return siblings
+def _siblings_by_root(job: Job) -> dict[Path, dict[str, Profile]]:
+    """Per root, its profiles of this owner (the host lists them): where a wrong-store row may move
+    (design §6). Built once per job, not once per profile."""
+    return {Path(root): {name: Profile(Path(root), name, Path(home)) for name, home in listed}
+            for root, listed in job.params.get("siblings", {}).items()}
+
+
+def _siblings(by_root: dict[Path, dict[str, Profile]], profile: Profile) -> dict[str, Profile]:
+    return {profile.name: profile, **by_root.get(profile.root, {})}
 
 
 def maintain(job: Job, isolated: bool) -> Run:
@@ -90,9 +89,10 @@ def maintain(job: Job, isolated: bool) -> Run:
 
     request = _request(job.params)
     run = Run(dry_run=request.dry_run)
+    siblings = _siblings_by_root(job)
 
     def work(profile: Profile) -> None:
-        maintain_profile(run, profile, job.layers.get(str(profile.home), {}), request, _siblings(job, profile))
+        maintain_profile(run, profile, job.layers.get(str(profile.home), {}), request, _siblings(siblings, profile))
         if job.params.get("summaries"):
             run.data.setdefault("summaries", []).append(dict(profile_summary(profile), label=profile.shown))
 
@@ -131,17 +131,23 @@ def sessions_list(job: Job, isolated: bool) -> Run:
 
 
 def resolve(job: Job, isolated: bool) -> Run:
-    """Which sessions each wanted id (or prefix) names, in each profile: the host decides ambiguity."""
-    from hermes_admin.profile.views import resolve_many
+    """Which sessions each wanted id (or prefix) names, in each profile: the host decides exactness and
+    ambiguity over all of them (cli/mutate.targets)."""
+    from hermes_admin.profile.store import Store, StoreError
+    from hermes_admin.profile.store.read import find_session_ids
 
     run = Run(dry_run=True)
 
     def work(profile: Profile) -> None:
-        found, errors = resolve_many([profile], list(job.params["wanted"]))
-        run.errors += [str(e) for e in errors]
-        for wanted, matches in found.items():
-            run.data.setdefault("matches", []).extend(
-                {"wanted": wanted, "home": str(profile.home), "session_id": m.session_id} for m in matches)
+        if not profile.has_store():
+            return
+        try:
+            with Store.open(profile) as store:
+                run.data.setdefault("matches", []).extend(
+                    {"wanted": wanted, "home": str(profile.home), "session_id": sid}
+                    for wanted in job.params["wanted"] for sid in find_session_ids(store, wanted))
+        except StoreError as exc:
+            run.errors.append(str(exc))
 
     _each(job, run, isolated, work)
     return run
@@ -189,8 +195,9 @@ def repair(job: Job, isolated: bool) -> Run:
 
     apply = bool(job.params["apply"])
     run = RepairRun(dry_run=not apply)
+    siblings = _siblings_by_root(job)
     _each(job, run, isolated,
-          lambda p: repair_profile(run, p, _siblings(job, p), apply, bool(job.params.get("check_fts"))))
+          lambda p: repair_profile(run, p, _siblings(siblings, p), apply, bool(job.params.get("check_fts"))))
     return run
 
 

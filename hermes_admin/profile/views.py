@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
 from hermes_admin.profile.engine.files import FileIndex
 from hermes_admin.protocol import Profile
 from hermes_admin.report import iso
 from hermes_admin.profile.store import Store, StoreError
 from hermes_admin.profile.parts import graph_around
-from hermes_admin.profile.store.read import SessionRow, find_session_ids, journal_mode, profile_counts
+from hermes_admin.profile.store.read import SessionRow, journal_mode, profile_counts
 
 
 def _size(path) -> int | None:
@@ -53,37 +52,6 @@ def session_brief(profile: Profile, row: SessionRow) -> dict:
         "last_activity": iso(row.last_activity), "messages": row.message_rows,
         "archived": row.archived, "pinned": row.pinned, "open": row.is_open,
     }
-
-
-@dataclass
-class Match:
-    profile: Profile
-    session_id: str
-
-
-def resolve_many(profiles: list[Profile], wanted: list[str]) -> tuple[dict[str, list[Match]], list[StoreError]]:
-    """For each id (or prefix): the sessions it names in these profiles. Each store is opened once."""
-    found: dict[str, list[Match]] = {w: [] for w in wanted}
-    errors = []
-    for profile in profiles:
-        if not profile.has_store():
-            continue
-        try:
-            with Store.open(profile) as store:
-                for w in found:
-                    found[w] += [Match(profile, sid) for sid in find_session_ids(store, w)]
-        except StoreError as exc:
-            errors.append(exc)
-    for w, matches in found.items():
-        exact = [m for m in matches if m.session_id == w]
-        found[w] = exact or matches
-    return found, errors
-
-
-def resolve(profiles: list[Profile], id_or_prefix: str) -> tuple[list[Match], list[StoreError]]:
-    """Sessions whose id is `id_or_prefix` (or starts with it) in the given profiles."""
-    found, errors = resolve_many(profiles, [id_or_prefix])
-    return found[id_or_prefix], errors
 
 
 def session_detail(profile: Profile, session_id: str) -> dict:

@@ -23,7 +23,6 @@ import stat
 import subprocess
 import tempfile
 import termios
-import textwrap
 import time
 from pathlib import Path
 
@@ -537,6 +536,7 @@ def test_07_planted_package_in_the_current_folder(make_user, admin, markers):
 
     done = admin("--root", str(alice.root), "run", cwd=alice.root)
     listed = admin("--root", str(alice.root), "sessions", "list", cwd=alice.home)
+    assert "Traceback" not in listed.stderr, explain(listed)
 
     planted = [n for n in notes(markers) if n.get("label") == "pkg"]
     assert_never_root(planted)
@@ -865,6 +865,7 @@ def test_12_daemon_as_root_runs_her_plugin_as_her(make_user, markers, system_ven
         proc.send_signal(signal.SIGTERM)
         try:
             code = proc.wait(15)
+            assert code == 0, f"the daemon exited {code} on SIGTERM"
         except subprocess.TimeoutExpired:
             pytest.fail(f"the daemon did not stop within 15 s of SIGTERM: {(tmp_path / 'daemon.err').read_text()[-3000:]}")
     finally:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.helpers import TEST_PLUGINS, expected_after_run, row_ids
+from tests.helpers import expected_after_run, row_ids
 from tests.root.conftest import build_user_root, chown_tree, root_owned
 
 WHOAMI = '''

@@ -68,16 +68,20 @@ def test_usage_errors_are_64(args):
     assert done.returncode == 64, done.stderr
 
 
+def main_patched(patch: str, args: list[str], home) -> subprocess.CompletedProcess:
+    """The console script's main() in a fresh interpreter, after `patch` (Python) ran there."""
+    code = patch + ("from hermes_admin.cli.main import main\n"
+                    f"import sys; sys.argv = ['hermes-admin', *{args!r}]\n"
+                    "main()\n")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=dict(os.environ, HERMES_ADMIN_CONFIG="", HOME=str(home)))
+
+
 def test_an_internal_error_is_70_with_one_line(synth_root, tmp_path):
     root, _ = synth_root
-    code = ("import sys, hermes_admin.profile.views as v\n"
-            "def boom(*a, **k): raise ZeroDivisionError('a bug')\n"
-            "v.profile_summary = boom\n"
-            "from hermes_admin.cli.main import main\n"
-            f"sys.argv = ['hermes-admin', '--root', {str(root)!r}, 'profiles']\n"
-            "main()\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=dict(os.environ, HERMES_ADMIN_CONFIG="", HOME=str(tmp_path)))
+    done = main_patched("import hermes_admin.profile.views as v\n"
+                        "def boom(*a, **k): raise ZeroDivisionError('a bug')\n"
+                        "v.profile_summary = boom\n", ["--root", str(root), "profiles"], tmp_path)
     assert done.returncode == 70, done.stderr
     assert "internal error" in done.stderr and "Traceback" not in done.stderr
 
@@ -85,19 +89,15 @@ def test_an_internal_error_is_70_with_one_line(synth_root, tmp_path):
 def test_an_interrupted_purge_prints_what_it_did_and_exits_130(synth_root, tmp_path):
     """A stop request between two parts of the store: the first part's deletions are reported."""
     root, _ = synth_root
-    code = ("import sys, functools, os, signal\n"
-            "from hermes_admin.profile import parts\n"
-            "real = parts.session_batches\n"
-            "def batches(store, size=2000, **kw):\n"
-            "    for n, batch in enumerate(real(store, size=2, **kw)):\n"
-            "        if n == 1: os.kill(os.getpid(), signal.SIGTERM)\n"
-            "        yield batch\n"
-            "parts.session_batches = batches\n"
-            "from hermes_admin.cli.main import main\n"
-            f"sys.argv = ['hermes-admin', '--root', {str(root)!r}, 'purge', '--older-than', '90', '--yes', '--json']\n"
-            "main()\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=dict(os.environ, HERMES_ADMIN_CONFIG="", HOME=str(tmp_path)))
+    done = main_patched("import os, signal\n"
+                        "from hermes_admin.profile import parts\n"
+                        "real = parts.session_batches\n"
+                        "def batches(store, size=2000, **kw):\n"
+                        "    for n, batch in enumerate(real(store, size=2, **kw)):\n"
+                        "        if n == 1: os.kill(os.getpid(), signal.SIGTERM)\n"
+                        "        yield batch\n"
+                        "parts.session_batches = batches\n",
+                        ["--root", str(root), "purge", "--older-than", "90", "--yes", "--json"], tmp_path)
     assert done.returncode == 130, done.stderr
     doc = json.loads(done.stdout)
     assert sum(r["rows"] for r in doc["results"]) > 0

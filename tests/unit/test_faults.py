@@ -275,7 +275,6 @@ def test_a_wait_on_a_locked_store_is_told(synth_root, invoke):
     """Hermes (here: another connection) holds the write lock for a few seconds: the wait is said."""
     import sqlite3
     import threading
-    import time
 
     root, kinds = synth_root
     holder = sqlite3.connect(root / "state.db", isolation_level=None, check_same_thread=False)

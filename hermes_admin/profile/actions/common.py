@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 import peewee
 
-from hermes_admin import exitcodes
 from hermes_admin.profile.engine.engine import Engine
 from hermes_admin.results import Result, Run
 from hermes_admin.profile.hermes_config import HermesConfigError

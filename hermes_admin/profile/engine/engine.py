@@ -24,7 +24,6 @@ import os
 import sqlite3
 import stat
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 

@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import fcntl
 import json
-import os
 import subprocess
-import sys
 import threading
 from collections import deque
 

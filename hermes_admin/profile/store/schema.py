@@ -34,10 +34,6 @@ class Schema:
         return any(t.startswith("messages_fts_cjk") for t in self.triggers)
 
 
-def _ident(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
 def read_schema(db: peewee.SqliteDatabase) -> Schema:
     """Introspect a store. Raises peewee.DatabaseError for a file that is not a database."""
     objects = db.execute_sql("SELECT type, name FROM sqlite_master").fetchall()
