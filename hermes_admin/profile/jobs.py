@@ -108,49 +108,43 @@ def profiles(job: Job, isolated: bool) -> Run:
     return run
 
 
-def sessions_list(job: Job, isolated: bool) -> Run:
+def _rows_of_stores(job: Job, isolated: bool, key: str, rows: Callable) -> Run:
+    """`rows(profile, store)` from every profile's store opened read-only, into `run.data[key]`;
+    a profile without a store has none, an unusable store is that profile's error."""
     from hermes_admin.profile.store import Store, StoreError
-    from hermes_admin.profile.store.read import most_recent
-    from hermes_admin.profile.views import session_brief
 
     run = Run(dry_run=True)
-    limit = int(job.params["limit"])
 
     def work(profile: Profile) -> None:
         if not profile.has_store():
             return
         try:
             with Store.open(profile) as store:
-                run.data.setdefault("sessions", []).extend(
-                    session_brief(profile, row) for row in most_recent(store, limit))
+                run.data.setdefault(key, []).extend(rows(profile, store))
         except StoreError as exc:
             run.errors.append(str(exc))
 
     _each(job, run, isolated, work)
     return run
+
+
+def sessions_list(job: Job, isolated: bool) -> Run:
+    from hermes_admin.profile.store.read import most_recent
+    from hermes_admin.profile.views import session_brief
+
+    limit = int(job.params["limit"])
+    return _rows_of_stores(job, isolated, "sessions",
+                           lambda profile, store: [session_brief(profile, row) for row in most_recent(store, limit)])
 
 
 def resolve(job: Job, isolated: bool) -> Run:
     """Which sessions each wanted id (or prefix) names, in each profile: the host decides exactness and
     ambiguity over all of them (cli/mutate.targets)."""
-    from hermes_admin.profile.store import Store, StoreError
     from hermes_admin.profile.store.read import find_session_ids
 
-    run = Run(dry_run=True)
-
-    def work(profile: Profile) -> None:
-        if not profile.has_store():
-            return
-        try:
-            with Store.open(profile) as store:
-                run.data.setdefault("matches", []).extend(
-                    {"wanted": wanted, "home": str(profile.home), "session_id": sid}
-                    for wanted in job.params["wanted"] for sid in find_session_ids(store, wanted))
-        except StoreError as exc:
-            run.errors.append(str(exc))
-
-    _each(job, run, isolated, work)
-    return run
+    return _rows_of_stores(job, isolated, "matches", lambda profile, store: [
+        {"wanted": wanted, "home": str(profile.home), "session_id": sid}
+        for wanted in job.params["wanted"] for sid in find_session_ids(store, wanted)])
 
 
 def session_detail(job: Job, isolated: bool) -> Run:
