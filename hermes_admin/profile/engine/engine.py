@@ -31,6 +31,8 @@ from hermes_admin import stopping
 from hermes_admin.profile import guards
 from hermes_admin.profile.engine.checkpointer import Checkpointer
 from hermes_admin.profile.engine.group_commit import GroupCommit
+from hermes_admin.profile.engine import exports
+from hermes_admin.profile.engine.exports import ExportError, ExportFile, Exported, Settings
 from hermes_admin.profile.engine.files import FileIndex, removable, unsafe_id
 from hermes_admin.profile.guards import chunks, marks
 from hermes_admin.profile.hermes_config import HermesConfig
@@ -63,6 +65,16 @@ FTS_MERGE_TARGET_S = 0.008
 # so short transactions are cheap.
 TARGET_HOLD_S = 0.015
 MAX_UNITS_PER_TXN = 1024
+# The cost model: a unit's weight is the bytes of its messages plus a fixed cost per row and unit
+# (exports.ROW_WEIGHT, UNIT_WEIGHT); the lock time per weight is measured on every transaction.
+# Before the first measurement: a guess on the slow side (FTS5 tokenizes every byte twice).
+# Before the first measurement: Hermes' own stores (both FTS indexes) take ~0.5 us per byte.
+FIRST_S_PER_WEIGHT = 0.6e-6
+MIN_WEIGHT = 4096  # the least a transaction is given, whatever the measurement says
+# A unit goes in several transactions when one would hold the lock longer than this; units that
+# fit are packed by TARGET_HOLD_S, and a split unit's steps too.
+SPLIT_AT_S = 0.050
+EXPORT_UNITS = 2000  # units per export member: one fsync and manifest write each
 
 Recheck = Callable[[Unit, dict[str, SessionRow]], str | None]
 
@@ -86,8 +98,11 @@ class Engine:
     """One profile's store, opened for maintenance: locks held, outbox replayed."""
 
     def __init__(self, profile: Profile, dry_run: bool = False, now: Callable[[], float] = time.time,
-                 progress: Progress | None = None):
+                 progress: Progress | None = None, exports: Settings | None = None):
         self.profile = profile
+        self.export_settings = exports or Settings()
+        self.export: ExportFile | None = None  # this run's export, made on the first unit deleted
+        self.recovered: list[Result] = []  # units of an interrupted split delete, finished or restored
         self.progress = progress or Progress()
         self.dry_run = dry_run
         self.now = now
@@ -104,9 +119,9 @@ class Engine:
         self._references: list[tuple[str, str]] | None = None  # unknown tables pointing at sessions
         self.replayed: list[str] = []  # hook failures while replaying the outbox
         self.notes: list[str] = []  # leftovers set aside while opening (locks.py)
-        self._chunk = 8  # first transactions run on a cold cache: start small, grow by measurement
-        self._last_chunk = 8
-        self._per_unit = 0.0  # seconds of write lock per unit, as last measured (smoothed)
+        self._s_per_weight = FIRST_S_PER_WEIGHT  # seconds of write lock per unit of weight (smoothed)
+        self._budget = int(TARGET_HOLD_S / FIRST_S_PER_WEIGHT)  # the weight the next transaction may carry
+        self._last_weight = 0
         self._merge_pages: dict[str, int] = {}  # FTS table -> pages for its next merge step
 
     # -- lifecycle -------------------------------------------------------------
@@ -139,6 +154,8 @@ class Engine:
         # opt-in: with nothing in plugins.enabled there is nothing to find (and no folder to scan)
         plugins = discover_plugins(self.profile.home, self.config) if self.config.plugins_enabled else []
         self.bus = HookBus(self.profile, plugins, timeout)
+        self.export = ExportFile(self.profile, self.export_settings, self.now)
+        self._finish_splits()  # before the replay: a finished split's event is then committed
         self.replayed = self._replay()
 
     def close(self) -> None:
@@ -153,6 +170,7 @@ class Engine:
                 self._passive_checkpoint()
             self.store.close()
         if self.outbox is not None:
+            self._prune_exports()
             self.outbox.forget_old()
             self.outbox.close()
         if self.locks is not None:
@@ -245,8 +263,11 @@ class Engine:
             return result
         self.progress.start(f"{self.profile.name}: {reason}", len(units))
         try:
-            for chunk, last in self._chunks(units, result):
-                self._delete_chunk(chunk, last and not more, reason, recheck, orphans, result)
+            for chunk, exported, last in self._steps(units, reason, orphans, result):
+                if exported is not None:
+                    self._split(chunk[0], exported, reason, recheck, result)
+                else:
+                    self._delete_chunk(chunk, last and not more, reason, recheck, orphans, result)
                 self.progress.advance(len(chunk))
         finally:
             self.progress.stop()
@@ -265,18 +286,89 @@ class Engine:
             if self.bus is not None:
                 result.hook_failures += self.bus.repeats()
 
-    def _chunks(self, units: list[Unit], result: Result):
-        """Whole units, as many per transaction as the measured time allows; a stop request
-        ends the run between transactions (what is left waits for the next run)."""
-        position = 0
+    @property
+    def budget(self) -> int:
+        """The weight the next transaction may carry (see _account)."""
+        return self._budget
+
+    def _too_big(self, weight: int) -> bool:
+        """Would one transaction of this weight hold the lock too long (as measured so far)?"""
+        return weight > self._budget and weight * self._s_per_weight > SPLIT_AT_S
+
+    def _steps(self, units: list[Unit], reason: str, orphans: bool, result: Result):
+        """(units, None, last) for one transaction of whole units, as many as the time allows, or
+        ([unit], its export, last) for a unit too big for one, deleted in steps (_split).
+
+        Each batch of units is exported (and so weighed) before any of it is deleted. A stop
+        request ends the run between transactions (what is left waits for the next run).
+        """
+        position, weights, exported = 0, {}, {}
         while position < len(units):
             if stopping.requested():
                 result.notes.append(f"stopped on request: {len(units) - position} unit(s) left for the next run")
                 return
-            chunk = units[position:position + self._chunk]
-            position += len(chunk)
-            self._last_chunk = len(chunk)
-            yield chunk, position >= len(units) or stopping.requested()
+            if units[position].session_id not in weights:
+                weights, exported = self._prepare(units[position:position + EXPORT_UNITS], reason, orphans)
+            first = units[position]
+            if not orphans and self._too_big(weights[first.session_id]):
+                position += 1
+                found = exported.get(first.session_id) or self._export_now(first, reason)
+                if found is None:  # its rows are gone: the transaction says so
+                    yield [first], None, position >= len(units)
+                else:
+                    yield [first], found, position >= len(units)
+                continue
+            chunk, weight = [], 0
+            while position < len(units) and len(chunk) < MAX_UNITS_PER_TXN:
+                unit = units[position]
+                w = weights.get(unit.session_id)
+                if w is None or (chunk and (weight + w > self._budget or (not orphans and self._too_big(w)))):
+                    break
+                chunk.append(unit)
+                weight += w
+                position += 1
+            self._last_weight = max(weight, 1)
+            yield chunk, None, position >= len(units) or stopping.requested()
+
+    def _prepare(self, batch: list[Unit], reason: str, orphans: bool) -> tuple[dict[str, int], dict[str, Exported]]:
+        """Weights of a batch of units, and the export of those that must have one, on disk and verified.
+
+        Every unit is exported unless `export_keep_days` is 0; then only those too big for one
+        transaction. Orphan rows (no session row) have nothing to export in Hermes' shape.
+        """
+        if orphans or self.export_settings.keep_days <= 0:
+            weights = self._weigh(batch)
+            if orphans:
+                return weights, {}
+            big = [u for u in batch if self._too_big(weights[u.session_id])]
+            return weights, self._write_export(big, reason) if big else {}
+        written = self._write_export(batch, reason)
+        weights = {u.session_id: written[u.session_id].weight if u.session_id in written else exports.UNIT_WEIGHT
+                   for u in batch}
+        return weights, written
+
+    def _export_now(self, unit: Unit, reason: str) -> Exported | None:
+        return self._write_export([unit], reason).get(unit.session_id)
+
+    def _write_export(self, units: list[Unit], reason: str) -> dict[str, Exported]:
+        try:
+            return self.export.write(self.store.db, self.store.schema, units, reason)
+        except ExportError as exc:
+            raise self.store.error(f"{exc}; no session of this profile was deleted after it") from None
+
+    def _weigh(self, units: list[Unit]) -> dict[str, int]:
+        """Each unit's weight from the store (as an export would have measured it, near enough)."""
+        texts = [c for c in ("content", "tool_calls", "reasoning", "reasoning_content", "api_content")
+                 if self.store.schema.has_column("messages", c)]
+        size = " + ".join(f"TOTAL(LENGTH({c}))" for c in texts) or "0"
+        of_session: dict[str, int] = {}
+        ids = [i for unit in units for i in unit.ids]
+        for part in chunks(ids):
+            for sid, count, chars in self.store.db.execute_sql(
+                    f"SELECT session_id, COUNT(*), {size} FROM messages WHERE session_id IN ({marks(part)}) "
+                    f"GROUP BY session_id", part).fetchall():
+                of_session[sid] = int(chars or 0) + count * exports.ROW_WEIGHT
+        return {u.session_id: exports.UNIT_WEIGHT + sum(of_session.get(i, 0) for i in u.ids) for u in units}
 
     @property
     def listening(self) -> bool:
@@ -326,10 +418,164 @@ class Engine:
         self._after_durable(self.commits.committed(synced, wrote, (paths, events)), result)
         self.turns.after_commit(committed_at, committed_at - began[0])
 
+    # -- units too big for one transaction ------------------------------------------
+
+    def _split(self, unit: Unit, exported: Exported, reason: str, recheck: Recheck | None, result: Result) -> None:
+        """Delete one big unit in steps of messages, then its rows; it is already exported.
+
+        The split is recorded in the outbox before the first step, so that a crash between steps is
+        finished (or undone) by the next start (_finish_splits); its one event is pending from
+        then on, committed after the last step, dropped if the unit is restored.
+        """
+        listening = self.listening
+        event_id = self.outbox.add_pending("delete", reason, [unit])[0] if listening else None
+        record = {"session_id": unit.session_id, "ids": list(unit.ids), "rule": unit.rule, "reason": reason,
+                  "event_id": event_id, "exported": exported.__dict__}
+        try:
+            split_id = self.outbox.begin_split(record)
+        except BaseException:
+            if listening:
+                self.outbox.settle({}, [event_id])
+            raise
+        try:
+            self._run_split(split_id, unit, exported, reason, recheck, event_id, result)
+        except Exception as exc:  # a step failed (and rolled back): what went before it comes back
+            try:
+                self._undo_split(split_id, unit, exported, event_id, f"a step failed ({exc})", result)
+            except Exception:
+                pass  # left in the outbox: the next start finishes or restores it
+            raise
+
+    def _message_weights(self, unit: Unit, upto: int) -> list[tuple[int, int]]:
+        texts = [c for c in ("content", "tool_calls", "reasoning", "reasoning_content", "api_content")
+                 if self.store.schema.has_column("messages", c)]
+        size = " + ".join(f"COALESCE(LENGTH({c}), 0)" for c in texts) or "0"
+        ids = list(unit.ids)
+        return [(i, int(w) + exports.ROW_WEIGHT) for i, w in self.store.db.execute_sql(
+            f"SELECT id, {size} FROM messages WHERE session_id IN ({marks(ids)}) AND id <= ? ORDER BY id",
+            [*ids, upto]).fetchall()]
+
+    def _changed(self, db, unit: Unit, exported: Exported, left: int, recheck: Recheck | None) -> str | None:
+        """Inside a step's transaction: why the unit must not lose more rows, if it changed since its export."""
+        ids = list(unit.ids)
+        rows = exports.session_rows(db, ids)
+        if len(rows) != exported.sessions or exports.fingerprint(rows) != exported.fingerprint:
+            return "its session rows changed while it was being deleted in steps"
+        newer, kept = db.execute_sql(
+            f"SELECT COALESCE(SUM(id > ?), 0), COALESCE(SUM(id <= ?), 0) FROM messages WHERE session_id IN ({marks(ids)})",
+            [exported.max_message_id, exported.max_message_id, *ids]).fetchone()
+        if newer:
+            return "a new message arrived while it was being deleted in steps"
+        if kept != left:
+            return "its messages changed while it was being deleted in steps"
+        blocked = guards.blocked(db, self.store.schema, ids, self.now(), self.references)
+        why = next((blocked[i] for i in ids if i in blocked), None)
+        if why is None and recheck is not None:
+            why = recheck(unit, load_rows(self.store, ids))
+        return why
+
+    def _run_split(self, split_id: int, unit: Unit, exported: Exported, reason: str, recheck: Recheck | None,
+                   event_id: int | None, result: Result) -> None:
+        remaining = self._message_weights(unit, exported.max_message_id)
+        while True:
+            if stopping.requested():
+                result.notes.append(f"stopped on request while deleting {unit.session_id} in steps: "
+                                    "the next run finishes it (or restores it, if it changed)")
+                return
+            step, weight = [], 0
+            for message_id, w in remaining:
+                if step and weight + w > self._budget:
+                    break
+                step.append(message_id)
+                weight += w
+            final = len(step) == len(remaining)
+            self._last_weight = max(weight + (exports.UNIT_WEIGHT if final else 0), 1)
+            self.commits.before(last=False)
+            began = [0.0]
+
+            def work(db, step=step, final=final, left=len(remaining)):
+                began[0] = time.monotonic()
+                why = self._changed(db, unit, exported, left, recheck)
+                if why:
+                    return why
+                if final:
+                    present = [r[0] for r in db.execute_sql(
+                        f"SELECT id FROM sessions WHERE id IN ({marks(list(unit.ids))})", list(unit.ids)).fetchall()]
+                    self._delete_rows(db, present)
+                else:
+                    self._delete_messages(db, step)
+                self._fts_merge_step(db)
+                return None
+
+            why = write_transaction(self.store.db, work)
+            if why:
+                self._undo_split(split_id, unit, exported, event_id, why, result)
+                return
+            committed_at = self._account(began[0], result)
+            remaining = remaining[len(step):]
+            if final:
+                break
+            self.commits.committed(synced=False, wrote=True, work=None)
+            self.turns.after_commit(committed_at, committed_at - began[0])
+        ids = [i for i in unit.ids]
+        if event_id is not None:
+            self.outbox.settle({event_id: ids}, [])
+        self.outbox.end_split(split_id)
+        result.done.append(self._unit_report(unit, ids))
+        events = [Event(event_id, "delete", unit.session_id, reason, ids)] if event_id is not None else []
+        self._after_durable(self.commits.committed(False, True, (self._paths_of(ids, result), events)), result)
+        self.turns.after_commit(committed_at, committed_at - began[0])
+
+    def _undo_split(self, split_id: int, unit: Unit, exported: Exported, event_id: int | None, why: str,
+                    result: Result) -> None:
+        """The unit changed between steps: what went comes back from its export, and it is kept."""
+        from hermes_admin.profile.engine.restore import Restorer
+
+        restorer = Restorer(self)
+        put = 0
+        member = {"offset": exported.offset, "length": exported.length}
+        for fields, messages in exports.read_member(Path(exported.path), member, check=False):
+            if fields.get("id") in unit.ids:
+                put += restorer.session(fields, messages, missing_only=True)[1]
+        if event_id is not None:
+            self.outbox.settle({}, [event_id])
+        self.outbox.end_split(split_id)
+        result.skipped.append({"session_id": unit.session_id, "ids": list(unit.ids),
+                               "why": f"{why}: kept, {put} deleted message(s) restored from {exported.path}"})
+
+    def _finish_splits(self) -> None:
+        """Units an earlier run left half-deleted: finished if unchanged since their export, else restored."""
+        for split_id, record in self.outbox.splits():
+            unit = Unit(record["session_id"], record["ids"], record.get("rule", ""))
+            exported = Exported(**record["exported"])
+            result = Result(self.profile.name, "delete", record["reason"], False, task="resume")
+            self._require_tokenizer()
+            left = self.store.db.execute_sql(
+                f"SELECT (SELECT COUNT(*) FROM sessions WHERE id IN ({marks(list(unit.ids))}))",
+                list(unit.ids)).fetchone()[0]
+            if left == 0:  # its last step committed; what followed it did not
+                ids = list(unit.ids)
+                if record.get("event_id") is not None:
+                    self.outbox.settle({record["event_id"]: ids}, [])
+                self.outbox.end_split(split_id)
+                result.done.append(self._unit_report(unit, ids))
+                self._remove_files(ids, result)
+                self._collect_files(result)
+            else:
+                # Re-checked against its export at every step, as in the run that began it; the
+                # selection rule itself is that run's (a pure function of rows that did not change).
+                self._run_split(split_id, unit, exported, record["reason"], None, record.get("event_id"), result)
+                self.settle(result)
+            result.notes.append(f"an interrupted delete of {unit.session_id} in steps, from an earlier run")
+            self.recovered.append(result)
+
     def _after_durable(self, work: list[tuple[list[str], list[Event]]], result: Result) -> None:
         """Files, then events, of transactions whose commit is now on disk (see group_commit.py)."""
         events = []
-        for paths, fired in work:
+        for item in work:
+            if item is None:  # a commit with nothing to follow it (a step of a split delete)
+                continue
+            paths, fired = item
             self.remover.remove(paths)
             events += fired
         self._collect_files(result, wait=False)  # into the report (on disk past its head) as they come
@@ -386,6 +632,12 @@ class Engine:
                 took = max(time.monotonic() - began, 1e-4)
                 self._merge_pages[table] = max(least, min(most, 2 * pages, int(pages * FTS_MERGE_TARGET_S / took)))
 
+    @staticmethod
+    def _delete_messages(db, message_ids: list[int]) -> None:
+        """One step of a split delete: these messages only (their session rows stay until the last step)."""
+        for part in chunks(message_ids):
+            db.execute_sql(f"DELETE FROM messages WHERE id IN ({marks(part)})", part)
+
     def _delete_rows(self, db, doomed: list[str]) -> int:
         """Returns how many rows of the store it changed."""
         schema = self.store.schema
@@ -433,7 +685,7 @@ class Engine:
                 if changing:
                     result.done.append(self._unit_report(unit, changing))
             return result
-        for chunk, _ in self._chunks(units, result):
+        for chunk in self._by_count(units, result):
             self.commits.before(last=True)  # archive commits stay synced: rare, and their events go at once
             fires = archived and reason is not None and self.listening
             event_ids = self.outbox.add_pending("archive", reason, chunk) if fires else []
@@ -500,14 +752,34 @@ class Engine:
         held_s = committed_at - began
         result.transactions += 1
         result.longest_write_ms = max(result.longest_write_ms, held_s * 1000)
-        # Size the next chunk from the time per unit: the estimate rises at once when a
-        # transaction ran slow (FTS5 merges make some twice as slow) and falls back slowly;
-        # the chunk at most doubles from one transaction to the next.
-        measured = held_s / max(1, self._last_chunk)
-        self._per_unit = max(measured, 0.8 * self._per_unit)
-        fits = int(TARGET_HOLD_S / self._per_unit) if self._per_unit > 0 else MAX_UNITS_PER_TXN
-        self._chunk = max(1, min(MAX_UNITS_PER_TXN, fits, self._chunk * 2))
+        # The time per weight: the estimate rises at once when a transaction ran slow (FTS5
+        # merges make some twice as slow) and falls back slowly; the budget at most doubles
+        # from one transaction to the next.
+        measured = held_s / max(1, self._last_weight)
+        self._s_per_weight = max(measured, 0.8 * self._s_per_weight)
+        fits = int(TARGET_HOLD_S / self._s_per_weight)
+        self._budget = max(MIN_WEIGHT, min(fits, 2 * max(self._budget, self._last_weight)))
         return committed_at
+
+    def paced(self, began: float, weight: int, result: Result | None = None) -> None:
+        """After a commit of work outside the delete path (a restore step): measured, then the turn."""
+        self._last_weight = max(weight, 1)
+        committed_at = self._account(began, result or Result(self.profile.name, "restore", None, False))
+        self.commits.committed(synced=False, wrote=True, work=None)
+        self.turns.after_commit(committed_at, committed_at - began)
+
+    def _by_count(self, units: list[Unit], result: Result):
+        """Archive flips: a row update each, so units by count, sized like the deletes."""
+        position = 0
+        while position < len(units):
+            if stopping.requested():
+                result.notes.append(f"stopped on request: {len(units) - position} unit(s) left for the next run")
+                return
+            count = max(1, min(MAX_UNITS_PER_TXN, self._budget // exports.UNIT_WEIGHT))
+            chunk = units[position:position + count]
+            position += len(chunk)
+            self._last_weight = len(chunk) * exports.UNIT_WEIGHT
+            yield chunk
 
     def remove_orphan_files(self, paths: list[str], result: Result) -> None:
         """Per-session files whose session row is gone (no event: no rows went)."""
@@ -596,6 +868,20 @@ class Engine:
         self._collect_files(scratch)
         self._deliver(undelivered, failures)
         return failures
+
+    def _prune_exports(self) -> None:
+        """Exports past `export_keep_days` go, except those an unfinished split delete still needs."""
+        try:
+            keep = {record["exported"]["path"] for _, record in self.outbox.splits()}
+            self.notes += exports.prune(self.profile, self.export_settings, self.now(), keep)
+        except (OSError, KeyError, TypeError) as exc:  # housekeeping: the next run tries again
+            self.notes.append(f"old exports not pruned: {exc}")
+
+    def restore(self, path: Path, wanted: set[str] | None, result: Result) -> None:
+        """`hermes-admin restore`: units of an export back into this store (restore.py)."""
+        from hermes_admin.profile.engine.restore import restore_file
+
+        restore_file(self, path, wanted, self.dry_run, result)
 
     @staticmethod
     def _unit_report(unit: Unit, ids: list[str]) -> Done:

@@ -114,6 +114,12 @@ class Outbox:
                 "state TEXT NOT NULL, kind TEXT NOT NULL, session_id TEXT NOT NULL, reason TEXT NOT NULL, "
                 "ids TEXT NOT NULL)"
             )
+            # Units being deleted in several steps (engine._split): the next start finishes or
+            # restores each one left here.
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS splits (id INTEGER PRIMARY KEY, created REAL NOT NULL, "
+                "record TEXT NOT NULL)"
+            )
             conn.execute("SELECT COUNT(*) FROM events").fetchone()
         except BaseException:
             conn.close()
@@ -157,6 +163,29 @@ class Outbox:
                 conn.execute("UPDATE events SET state='committed', ids=? WHERE id=?", (json.dumps(ids), event_id))
             conn.executemany("DELETE FROM events WHERE id=?", [(i,) for i in dropped])
 
+    def begin_split(self, record: dict) -> int:
+        """A unit about to be deleted in steps; synced, since a power cut must not lose it either."""
+        self.conn.execute("PRAGMA synchronous=FULL")
+        try:
+            with self._writing() as conn:
+                return conn.execute("INSERT INTO splits(created, record) VALUES (?, ?)",
+                                    (time.time(), json.dumps(record))).lastrowid
+        finally:
+            self.conn.execute("PRAGMA synchronous=NORMAL")
+
+    def end_split(self, split_id: int) -> None:
+        with self._writing() as conn:
+            conn.execute("DELETE FROM splits WHERE id=?", (split_id,))
+
+    def splits(self) -> list[tuple[int, dict]]:
+        if self._conn is None:
+            return []
+        try:
+            rows = self.conn.execute("SELECT id, record FROM splits ORDER BY id").fetchall()
+        except sqlite3.Error as exc:
+            raise OutboxError(f"{self.path}: {exc}") from None
+        return [(i, json.loads(record)) for i, record in rows]
+
     def delivered(self, event_ids: list[int]) -> None:
         with self._writing() as conn:
             conn.executemany("UPDATE events SET state='delivered' WHERE id=?", [(i,) for i in event_ids])
@@ -196,8 +225,12 @@ def has_work(profile: Profile) -> bool:
     try:
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
         try:
-            return conn.execute("SELECT 1 FROM events WHERE state IN ('pending', 'committed') LIMIT 1").fetchone() \
-                is not None
+            if conn.execute("SELECT 1 FROM events WHERE state IN ('pending', 'committed') LIMIT 1").fetchone():
+                return True
+            try:
+                return conn.execute("SELECT 1 FROM splits LIMIT 1").fetchone() is not None
+            except sqlite3.OperationalError:
+                return False  # an outbox of an older version: no splits table
         finally:
             conn.close()
     except sqlite3.Error:

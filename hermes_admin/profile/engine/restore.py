@@ -1,0 +1,142 @@
+"""Putting exported units back into a store, in short transactions.
+
+Two callers: `hermes-admin restore FILE` (a unit whose session id exists is left alone and
+reported), and the engine itself, when a unit it was deleting in several steps changed meanwhile
+(`missing_only`: the session rows are still there; the messages already deleted go back).
+
+Rows go back as they were exported: every column the store still has, message ids included (Hermes'
+message ids are AUTOINCREMENT, never reused), so `content` is byte-identical and Hermes' own
+triggers index it again in both FTS tables. A parent that no longer exists is dropped from the
+child's row, as Hermes' own import does. Order per session: its system prompts, the row, usage
+rows, then its messages, as many per transaction as the engine's time budget allows.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from hermes_admin.profile.engine.exports import ROW_WEIGHT, decode_value, load_manifest, read_member
+from hermes_admin.profile.guards import marks
+from hermes_admin.profile.store.connect import write_transaction
+
+EXTRAS = ("messages", "session_model_usage", "system_prompts")
+MAX_ROWS_PER_TXN = 500
+
+
+def _columns(db, table: str) -> list[str]:
+    return [row[1] for row in db.execute_sql(f"PRAGMA table_info({table})").fetchall()]
+
+
+def _insert(db, table: str, columns: list[str], row: dict, verb: str = "INSERT") -> None:
+    names = [c for c in columns if c in row]
+    db.execute_sql(f"{verb} INTO {table} ({', '.join(names)}) VALUES ({marks(names)})",
+                   [decode_value(row[c]) for c in names])
+
+
+class Restorer:
+    """Restores records into the engine's store, paced like its deletes (engine.budget, engine.turns)."""
+
+    def __init__(self, engine):
+        self.engine = engine
+        self.db = engine.store.db
+        self.schema = engine.store.schema
+        self.columns = {t: _columns(self.db, t) for t in ("sessions", "messages", "session_model_usage",
+                                                         "system_prompts") if self.schema.has_table(t)}
+
+    def _exists(self, sid: str) -> bool:
+        return self.db.execute_sql("SELECT 1 FROM sessions WHERE id = ?", [sid]).fetchone() is not None
+
+    def session(self, fields: dict, messages, missing_only: bool, dry_run: bool = False) -> tuple[str, int]:
+        """One record: ("restored"|"exists"|"absent", messages put back)."""
+        sid = fields.get("id")
+        exists = self._exists(sid)
+        if missing_only != exists:  # a restore never overwrites; a roll-back never makes a row anew
+            return ("exists" if exists else "absent"), 0
+        if dry_run:
+            return "restored", sum(1 for _ in messages)
+        head = None if missing_only else fields
+        batch: list[dict] = []
+        weight, count = 0, 0
+        for message in messages:
+            batch.append(message)
+            weight += sum(len(v) for v in message.values() if isinstance(v, str)) + ROW_WEIGHT
+            if weight >= self.engine.budget or len(batch) >= MAX_ROWS_PER_TXN:
+                count += self._write(head, batch)
+                head, batch, weight = None, [], 0
+        if batch or head is not None:
+            count += self._write(head, batch)
+        return "restored", count
+
+    def _write(self, head: dict | None, messages: list[dict]) -> int:
+        began = [0.0]
+
+        def work(db):
+            began[0] = time.monotonic()
+            if head is not None:
+                self._session_row(db, head)
+            ids = [m["id"] for m in messages if isinstance(m.get("id"), int)]
+            taken = {r[0] for r in db.execute_sql(f"SELECT id FROM messages WHERE id IN ({marks(ids)})", ids)} \
+                if ids else set()
+            put = 0
+            for message in messages:
+                if message.get("id") in taken:
+                    # Already there (a roll-back meets the rows never deleted): left as they are.
+                    continue
+                _insert(db, "messages", self.columns["messages"], message)
+                put += 1
+            return put
+
+        put = write_transaction(self.db, work)
+        weight = sum(sum(len(v) for v in m.values() if isinstance(v, str)) + ROW_WEIGHT for m in messages)
+        self.engine.paced(began[0], weight)
+        return put
+
+    def _session_row(self, db, fields: dict) -> None:
+        row = {k: v for k, v in fields.items() if k not in EXTRAS}
+        parent = row.get("parent_session_id")
+        if parent and db.execute_sql("SELECT 1 FROM sessions WHERE id = ?", [parent]).fetchone() is None:
+            row["parent_session_id"] = None  # detached, as Hermes' own import does
+        for prompt in fields.get("system_prompts") or []:
+            if "system_prompts" in self.columns:
+                _insert(db, "system_prompts", self.columns["system_prompts"], prompt, "INSERT OR IGNORE")
+        _insert(db, "sessions", self.columns["sessions"], row)
+        for usage in fields.get("session_model_usage") or []:
+            if "session_model_usage" in self.columns:
+                _insert(db, "session_model_usage", self.columns["session_model_usage"], usage, "INSERT OR IGNORE")
+
+
+def units_of(manifest: dict, wanted: set[str] | None) -> list[tuple[dict, list]]:
+    """(member, unit entries) to restore: every unit, or those holding a wanted session id."""
+    chosen = []
+    for member in manifest["members"]:
+        units = [u for u in member["units"] if wanted is None or wanted.intersection(u[3] if len(u) > 3 else u[:1])]
+        if units:
+            chosen.append((member, units))
+    return chosen
+
+
+def restore_file(engine, path: Path, wanted: set[str] | None, dry_run: bool, result) -> None:
+    """`hermes-admin restore FILE`: every (wanted) unit of the export back, existing ids left alone."""
+    manifest = load_manifest(path)
+    if manifest.get("home") != str(engine.profile.home):
+        raise engine.store.error(f"{path} is an export of the profile at {manifest.get('home')}, not of this one; "
+                                 "nothing restored")
+    from hermes_admin.results import Done
+
+    restorer = Restorer(engine)
+    for member, units in units_of(manifest, wanted):
+        ids = {i for u in units for i in (u[3] if len(u) > 3 else u[:1])}
+        unseen = set(ids)
+        for fields, messages in read_member(path, member):
+            sid = fields.get("id")
+            if sid not in ids:
+                continue
+            state, count = restorer.session(fields, messages, missing_only=False, dry_run=dry_run)
+            if state == "restored":
+                result.done.append(Done(sid, (sid,), f"restored from {path.name} ({count} messages)"))
+            else:
+                result.skipped.append({"session_id": sid, "ids": [sid], "why": "exists in the store: left alone"})
+            unseen.discard(sid)
+        for sid in sorted(unseen):
+            result.skipped.append({"session_id": sid, "ids": [sid], "why": "not in the export"})
