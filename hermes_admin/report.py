@@ -163,7 +163,8 @@ def table(title: str | None, columns: list[str], rows: list[list[object]], squee
     return out
 
 
-_VERBS = {"delete": "deleted", "archive": "archived", "unarchive": "unarchived", "repair": "deleted by repair"}
+_VERBS = {"delete": "deleted", "archive": "archived", "unarchive": "unarchived", "repair": "deleted by repair",
+          "restore": "restored"}
 
 
 def summary_line(result, dry_run: bool) -> str:

@@ -16,8 +16,15 @@ from hermes_admin.filters import FilterError, Filters, parse_when
 ORDER = ("repair", "ghost_prune", "empty_sweep", "purge", "auto_archive")
 
 
+def export_dir_option(f):
+    return click.option("--export-dir", metavar="DIR", type=click.Path(file_okay=False),
+                        help="Export deleted units here (default: the policy's export_dir, else "
+                             "<home>/.hermes-admin/exports).")(f)
+
+
 def task_options(f):
     for option in (
+        export_dir_option,
         click.option("--force", is_flag=True, help="Allow a policy or filter that would select nearly everything."),
         json_option, mutate.yes_option, mutate.dry_run_option, profile_option,
     ):
@@ -54,11 +61,17 @@ def build_filters(now: float, source=None, end_reason=None, title=None, model=No
 
 def request(tasks: tuple[str, ...], now: float, *, explicit: bool = False, dry_run: bool = False,
             force: bool = False, older_than: float | None = None, archive_days: float | None = None,
-            filters: Filters | None = None, vacuum: bool = False) -> dict:
+            filters: Filters | None = None, vacuum: bool = False, export_dir: str | None = None) -> dict:
     """What a worker's maintenance needs to know (profile/actions/maintenance.Request), as plain data."""
     return {"tasks": list(tasks), "now": now, "explicit": explicit, "dry_run": dry_run, "force": force,
             "older_than": older_than, "archive_days": archive_days,
-            "filters": asdict(filters or Filters()), "vacuum": vacuum}
+            "filters": asdict(filters or Filters()), "vacuum": vacuum, "export_dir": absolute_dir(export_dir)}
+
+
+def absolute_dir(path: str | None) -> str | None:
+    """A folder named on the command line, as the invoker meant it (a worker runs in the home)."""
+    import os
+    return os.path.abspath(os.path.expanduser(path)) if path else None
 
 
 def run_tasks(app: App, profiles, wanted: dict, dry_run: bool, yes: bool, as_json: bool, what: str,
@@ -93,7 +106,7 @@ def run_tasks(app: App, profiles, wanted: dict, dry_run: bool, yes: bool, as_jso
 @filter_options
 @task_options
 @pass_app
-def purge(app: App, older_than, vacuum, profiles, dry_run, yes, as_json, force, **filters):
+def purge(app: App, older_than, vacuum, profiles, dry_run, yes, as_json, force, export_dir, **filters):
     """Delete ended, unpinned sessions past retention, whole lineages at a time (reason `prune`)."""
     now = time.time()
     if older_than is not None and older_than < 1 and not force:
@@ -103,7 +116,7 @@ def purge(app: App, older_than, vacuum, profiles, dry_run, yes, as_json, force, 
         report.warn("filters without --older-than replace the retention window (as in Hermes): every ended "
                     "session they match goes, whatever its age; add --older-than DAYS to keep recent ones")
     wanted = request(("purge",), now, explicit=True, force=force, older_than=older_than,
-                     filters=chosen, vacuum=vacuum, dry_run=dry_run)
+                     filters=chosen, vacuum=vacuum, dry_run=dry_run, export_dir=export_dir)
     run_tasks(app, profiles, wanted, dry_run, yes, as_json, "purge")
 
 
@@ -112,9 +125,9 @@ def _single_task(name: str, task: str, help_text: str) -> click.Command:
     @click.command(name, help=help_text)
     @task_options
     @pass_app
-    def command(app: App, profiles, dry_run, yes, as_json, force):
-        run_tasks(app, profiles, request((task,), time.time(), explicit=True, force=force, dry_run=dry_run),
-                  dry_run, yes, as_json, name)
+    def command(app: App, profiles, dry_run, yes, as_json, force, export_dir):
+        run_tasks(app, profiles, request((task,), time.time(), explicit=True, force=force, dry_run=dry_run,
+                                         export_dir=export_dir), dry_run, yes, as_json, name)
     return command
 
 
@@ -128,7 +141,7 @@ prune_ghosts = _single_task("prune-ghosts", "ghost_prune",
 @click.option("--days", type=click.FloatRange(min=0), help="Idle for more than N days (default: auto_archive_days).")
 @task_options
 @pass_app
-def archive_inactive(app: App, days, profiles, dry_run, yes, as_json, force):
+def archive_inactive(app: App, days, profiles, dry_run, yes, as_json, force, export_dir):
     """Archive idle lineages, open ones included; pinned never (silent: no event)."""
     if days is not None and days < 1 and not force:
         raise click.BadParameter("below 1 day would archive nearly everything; add --force", param_hint="--days")
@@ -140,7 +153,7 @@ def archive_inactive(app: App, days, profiles, dry_run, yes, as_json, force):
 @click.option("--metrics-file", type=click.Path(dir_okay=False), help="Write Prometheus textfile metrics after the run.")
 @task_options
 @pass_app
-def run(app: App, metrics_file, profiles, dry_run, yes, as_json, force):
+def run(app: App, metrics_file, profiles, dry_run, yes, as_json, force, export_dir):
     """One pass of every task the policy enables: what the timer calls."""
-    run_tasks(app, profiles, request(ORDER, time.time(), force=force, dry_run=dry_run), dry_run, yes,
-              as_json, "run", metrics_file)
+    run_tasks(app, profiles, request(ORDER, time.time(), force=force, dry_run=dry_run, export_dir=export_dir),
+              dry_run, yes, as_json, "run", metrics_file)

@@ -11,7 +11,7 @@ from dataclasses import asdict
 from hermes_admin import exitcodes, report
 from hermes_admin.cli import mutate
 from hermes_admin.cli.context import App, json_option, pass_app, profile_option
-from hermes_admin.cli.maintain_cmd import build_filters, filter_options
+from hermes_admin.cli.maintain_cmd import absolute_dir, build_filters, export_dir_option, filter_options
 from hermes_admin.results import Run
 
 
@@ -102,7 +102,7 @@ def _read_ids(source) -> list[str]:
 
 
 def _change(app: App, ids: tuple[str, ...], ids_from, profiles, dry_run: bool, yes: bool, as_json: bool,
-            force: bool, filter_values: dict, verb: str) -> None:
+            force: bool, filter_values: dict, verb: str, export_dir: str | None = None) -> None:
     now = time.time()
     filters = build_filters(now, **filter_values) if filter_values is not None else None
     wanted = list(ids) + (_read_ids(ids_from) if ids_from is not None else [])
@@ -119,7 +119,7 @@ def _change(app: App, ids: tuple[str, ...], ids_from, profiles, dry_run: bool, y
     targets = found.profiles if filtering else [p for p in found.profiles if p in by_profile]
     params = {"verb": verb, "dry_run": dry_run, "force": force,
               "ids": {str(p.home): ids for p, ids in by_profile.items()},
-              "filters": asdict(filters) if filters is not None else None}
+              "filters": asdict(filters) if filters is not None else None, "export_dir": absolute_dir(export_dir)}
     if targets and mutate.asks(yes, dry_run):  # counted first, by a dry run of the same change
         preview = app.work("change", dict(params, dry_run=True), targets)
         units = sum(len(r.done) for r in preview.results)
@@ -129,15 +129,16 @@ def _change(app: App, ids: tuple[str, ...], ids_from, profiles, dry_run: bool, y
     if targets or not dry_run:
         # Every selected profile goes to its worker: one that holds none of the ids only replays what
         # an earlier run left in its outbox (any command that writes delivers those first).
-        run.merge(app.work("change", params, targets if dry_run else found.profiles))
+        run.merge(app.work("change", params, targets if dry_run else found.profiles, with_policy=verb == "delete"))
     mutate.finish(run, as_json, verb, app.verbose)
 
 
 def _change_command(name: str, help_text: str, with_filters: bool) -> None:
     """Register `sessions NAME ID...` with the options every changing command shares."""
-    def command(app: App, ids, ids_from, profiles, dry_run, yes, as_json, force=False, **filter_values):
+    def command(app: App, ids, ids_from, profiles, dry_run, yes, as_json, force=False, export_dir=None,
+                **filter_values):
         _change(app, ids, ids_from, profiles, dry_run, yes, as_json, force,
-                filter_values if with_filters else None, name)
+                filter_values if with_filters else None, name, export_dir)
 
     options = [
         click.argument("ids", nargs=-1),
@@ -147,6 +148,8 @@ def _change_command(name: str, help_text: str, with_filters: bool) -> None:
     if with_filters:
         options += [filter_options, click.option("--force", is_flag=True,
                                                   help="Allow filters that match every candidate session.")]
+    if name == "delete":
+        options.append(export_dir_option)
     for option in reversed(options):
         command = option(command)
     sessions.command(name, help=help_text)(pass_app(command))

@@ -176,11 +176,30 @@ def change(job: Job, isolated: bool) -> Run:
                 with_engine(run, profile, lambda engine: [])
             return
         if verb == "delete":
-            actions.delete(run, profile, ids, filters, force)
+            from hermes_admin.profile.actions.common import export_settings
+            exports = export_settings(profile, job.layers.get(str(profile.home)), params.get("export_dir"))
+            actions.delete(run, profile, ids, filters, force, exports)
         else:
             actions.archive(run, profile, ids, verb == "archive", filters if verb == "archive" else None, force)
 
     _each(job, run, isolated, work)
+    return run
+
+
+def restore(job: Job, isolated: bool) -> Run:
+    """`restore FILE`: one profile (the host chose it), the file read as its owner."""
+    from hermes_admin.profile.actions.exports import restore as restore_units
+
+    run = Run(dry_run=bool(job.params["dry_run"]))
+    _each(job, run, isolated, lambda p: restore_units(run, p, job.params["file"], job.params.get("sessions")))
+    return run
+
+
+def exports_list(job: Job, isolated: bool) -> Run:
+    from hermes_admin.profile.actions.exports import listing
+
+    run = Run(dry_run=True)
+    _each(job, run, isolated, lambda p: listing(run, p, job.layers.get(str(p.home)), job.params.get("export_dir")))
     return run
 
 
@@ -218,6 +237,7 @@ def plugins_list(job: Job, isolated: bool) -> Run:
 KINDS: dict[str, Callable[[Job, bool], Run]] = {
     "maintain": maintain, "profiles": profiles, "sessions_list": sessions_list, "resolve": resolve,
     "session_detail": session_detail, "change": change, "repair": repair, "plugins_list": plugins_list,
+    "restore": restore, "exports_list": exports_list,
 }
 
 

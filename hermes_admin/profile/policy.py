@@ -24,12 +24,15 @@ BUILTINS = {
     "empty_sweep": True,
     "ghost_prune": True,
     "repair": "report",  # `run`'s repair step: report only, or apply the fixes
+    "export_dir": None,  # where deleted units are exported first (None: <home>/.hermes-admin/exports)
+    "export_keep_days": 7,  # 0: export only the units deleted in several steps, and only until done
 }
 # The keys Hermes itself reads from a profile's `sessions:` section.
 HERMES_KEYS = ("auto_prune", "retention_days", "auto_archive", "auto_archive_days", "vacuum_after_prune")
 ADMIN_KEYS = set(BUILTINS) | {"preset"}
 _BOOLS = {"auto_prune", "auto_archive", "vacuum_after_prune", "empty_sweep", "ghost_prune"}
 _CHOICES = {"repair": ("report", "apply")}
+_PATHS = {"export_dir"}
 
 
 class PolicyError(Exception):
@@ -47,6 +50,8 @@ class Policy:
     empty_sweep: bool
     ghost_prune: bool
     repair: str = "report"
+    export_dir: str | None = None
+    export_keep_days: float = 7.0
 
     def describe(self) -> str:
         parts = [
@@ -58,6 +63,8 @@ class Policy:
             else "no empty sweep",
             "prune ghost rows" if self.ghost_prune else "no ghost pruning",
             "apply profile repairs" if self.repair == "apply" else "report profile repairs",
+            f"exports kept {self.export_keep_days:g} days" + (f" in {self.export_dir}" if self.export_dir else "")
+            if self.export_keep_days > 0 else "exports only of units deleted in steps",
         ]
         return "; ".join(parts)
 
@@ -80,6 +87,10 @@ def _short(value) -> str:
 
 
 def _coerce(key: str, value, where: str):
+    if key in _PATHS:
+        if value is not None and (not isinstance(value, str) or not value or "\0" in value):
+            raise PolicyError(f"{where}: {key} must be a folder path, not {_short(value)}")
+        return value
     if key in _CHOICES:
         if value not in _CHOICES[key]:
             raise PolicyError(f"{where}: {key} must be one of {', '.join(_CHOICES[key])}, not {_short(value)}")
@@ -88,8 +99,10 @@ def _coerce(key: str, value, where: str):
         if not isinstance(value, bool):
             raise PolicyError(f"{where}: {key} must be true or false, not {_short(value)}")
         return value
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
         raise PolicyError(f"{where}: {key} must be a number, not {_short(value)}")
+    if key == "export_keep_days" and value < 0:
+        raise PolicyError(f"{where}: {key} must be 0 or more, not {_short(value)}")
     return float(value)
 
 

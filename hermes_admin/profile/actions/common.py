@@ -8,6 +8,7 @@ from typing import Callable, Iterable
 import peewee
 
 from hermes_admin.profile.engine.engine import Engine
+from hermes_admin.profile.engine.exports import Settings
 from hermes_admin.results import Result, Run
 from hermes_admin.profile.hermes_config import HermesConfigError
 from hermes_admin.protocol import Profile
@@ -31,19 +32,37 @@ def act_in_parts(engine: Engine, result: Result, parts: Iterable[list[Unit]],
     return result
 
 
-def with_engine(run: Run, profile: Profile, work: Callable[[Engine], list[Result]]) -> None:
+def export_settings(profile: Profile, layers: dict | None, export_dir: str | None = None) -> Settings:
+    """Where and how long the profile's exports go: `--export-dir`, else its policy, else the defaults.
+
+    For commands that do not run the policy's tasks (`sessions delete`): a policy that cannot be
+    read here is the defaults; the commands that use it say what is wrong with it.
+    """
+    from hermes_admin.profile.hermes_config import load as load_hermes_config
+    from hermes_admin.profile.policy import PolicyError, effective
+
+    try:
+        policy = effective(profile.shown, layers or {}, load_hermes_config(profile.home), force=True)
+    except (HermesConfigError, PolicyError):
+        return Settings(export_dir)
+    return Settings(export_dir or policy.export_dir, policy.export_keep_days)
+
+
+def with_engine(run: Run, profile: Profile, work: Callable[[Engine], list[Result]],
+                exports: Settings | None = None) -> None:
     """Open the profile's engine, do `work`, record results; one profile's failure never stops the others.
 
     What `work` finished before a failure (its results so far, and the part of the failing task that
     committed) is reported with the error.
     """
     done: list[Result] = []
-    engine = Engine(profile, dry_run=run.dry_run)
+    engine = Engine(profile, dry_run=run.dry_run, exports=exports)
     try:
         with engine:
             run.warnings += engine.replayed
             if engine.config is not None:
                 run.warnings += engine.config.warnings
+            done += engine.recovered  # units an interrupted run left half-deleted, finished or restored
             done += work(engine)
     except BaseException as exc:
         done += getattr(exc, "finished_results", [])  # tasks that finished before the failing one

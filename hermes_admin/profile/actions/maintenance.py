@@ -18,6 +18,7 @@ from hermes_admin import stopping
 from hermes_admin.profile import guards
 from hermes_admin.profile.actions.common import Run, act_in_parts, with_engine
 from hermes_admin.profile.engine.engine import Engine, Result
+from hermes_admin.profile.engine.exports import Settings
 from hermes_admin.profile.hermes_config import HermesConfigError
 from hermes_admin.profile.hermes_config import load as load_hermes_config
 from hermes_admin.protocol import Profile
@@ -49,6 +50,7 @@ class Request:
     archive_days: float | None = None  # archive-inactive: days, overrides auto_archive_days
     filters: Filters = field(default_factory=Filters)
     vacuum: bool = False
+    export_dir: str | None = None  # --export-dir: over the policy's
 
 
 class _Pass:
@@ -278,4 +280,5 @@ def maintain(run: Run, profile: Profile, layers: dict, request: Request,
             raise
         return results
 
-    with_engine(run, profile, work)
+    exports = Settings(request.export_dir or policy.export_dir, policy.export_keep_days)
+    with_engine(run, profile, work, exports)

@@ -6,6 +6,7 @@ from typing import Iterator
 
 from hermes_admin.profile.actions.common import Run, act_in_parts, with_engine
 from hermes_admin.profile.engine.engine import Engine, Result
+from hermes_admin.profile.engine.exports import Settings
 from hermes_admin.protocol import Profile
 from hermes_admin.profile.lineage import Graph, Unit, delete_unit
 from hermes_admin.profile.parts import graph_around, graph_parts
@@ -80,12 +81,14 @@ def _guarded(run: Run, work):
     return wrapped
 
 
-def delete(run: Run, profile: Profile, ids: list[str], filters: Filters | None = None, force: bool = False) -> None:
+def delete(run: Run, profile: Profile, ids: list[str], filters: Filters | None = None, force: bool = False,
+           exports: Settings | None = None) -> None:
     """Each session with its delegates is one unit; other children are orphaned."""
     with_engine(run, profile, _guarded(run, lambda engine: [act_in_parts(
         engine, Result(profile.name, "delete", "delete", engine.dry_run),
         _parts_of_units(engine, ids, filters, force, False, delete_unit),
-        lambda units: engine.delete(units, "delete", more=True))]))
+        lambda units: engine.delete(units, "delete", more=True))]), exports)
+
 
 
 def archive(run: Run, profile: Profile, ids: list[str], archived: bool, filters: Filters | None = None,

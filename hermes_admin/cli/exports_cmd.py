@@ -1,0 +1,82 @@
+"""`restore FILE` and `exports list`: the exports every delete writes first, put back or shown."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import click
+
+from hermes_admin import report
+from hermes_admin.cli import mutate
+from hermes_admin.cli.context import App, json_option, pass_app, profile_option
+from hermes_admin.cli.maintain_cmd import absolute_dir, export_dir_option
+from hermes_admin.results import Run
+
+
+def _owner_of(path: Path, profiles):
+    """The profile whose default export folder holds `path` (compared as spelled, never resolved)."""
+    folder = path.parent
+    for profile in profiles:
+        if folder == profile.home / ".hermes-admin" / "exports":
+            return profile
+    return None
+
+
+@click.command()
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--session", "sessions", multiple=True, metavar="ID",
+              help="Only the unit holding this session id (repeatable).")
+@profile_option
+@mutate.dry_run_option
+@mutate.yes_option
+@json_option
+@pass_app
+def restore(app: App, file, sessions, profiles, dry_run, yes, as_json):
+    """Put the units of an export back; a session id that exists is left alone and reported."""
+    path = Path(os.path.normpath(os.path.abspath(file)))
+    found = app.discover(profiles)
+    chosen = found.profiles if profiles else [p for p in [_owner_of(path, found.profiles)] if p]
+    if len(chosen) != 1:
+        raise click.UsageError(
+            f"{path}: name the profile to restore into with -p (the file is not in a profile's "
+            "default export folder)" if not chosen else
+            f"-p selects {len(chosen)} profiles ({', '.join(p.shown for p in chosen)}); restore goes into one")
+    mutate.confirm(f"Restore the units of {path.name} into profile '{chosen[0].shown}'?", yes, dry_run)
+    params = {"file": str(path), "sessions": list(sessions) or None, "dry_run": dry_run}
+    run = Run(dry_run=dry_run)
+    run.merge(app.work("restore", params, chosen))
+    mutate.finish(run, as_json, "restore", app.verbose)
+
+
+@click.group()
+def exports():
+    """The exports every delete writes first (restorable with `restore FILE`)."""
+
+
+@exports.command("list")
+@profile_option
+@export_dir_option
+@json_option
+@pass_app
+def list_cmd(app: App, profiles, export_dir, as_json: bool):
+    """Every profile's exports, oldest first: when, what they hold, where."""
+    found = app.discover(profiles)
+    answer = app.work("exports_list", {"export_dir": absolute_dir(export_dir)}, found.profiles, with_policy=True)
+    rows = answer.data.get("exports", [])
+    labels = app.labels()
+    if as_json:
+        report.emit_json({"exports": rows, "warnings": answer.warnings, "errors": answer.errors})
+    else:
+        report.stdout_console().print(report.table(
+            None, ["profile", "created", "units", "sessions", "messages", "size", "reasons", "file"],
+            [[labels.get(r["home"], r["profile"]),
+              time.strftime("%Y-%m-%d %H:%M", time.localtime(r["created"])) if r.get("created") else "-",
+              r["units"], r["sessions"], r["messages"], f"{r['bytes'] / 1e6:.1f} MB", ", ".join(r["reasons"]),
+              r["file"]] for r in rows]))
+        for line in answer.warnings:
+            report.warn(line)
+    for message in answer.errors:
+        report.error(message)
+    raise click.exceptions.Exit(app.exit_code(answer, found, profiles))

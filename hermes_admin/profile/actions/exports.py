@@ -1,0 +1,35 @@
+"""`restore FILE` and `exports list`: what the engine exported before deleting, put back or shown."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hermes_admin.profile.actions.common import Run, export_settings, with_engine
+from hermes_admin.profile.engine import exports
+from hermes_admin.profile.engine.engine import Engine, Result
+from hermes_admin.protocol import Profile
+
+
+def restore(run: Run, profile: Profile, path: str, sessions: list[str] | None) -> None:
+    """Units of an export back into this profile's store; a session id that exists is left alone."""
+    def work(engine: Engine) -> list[Result]:
+        result = Result(profile.name, "restore", None, engine.dry_run)
+        result.notes.append("transcript files in sessions/ are not part of an export: they stay gone")
+        engine.restore(Path(path), set(sessions) if sessions else None, result)
+        return [result]
+
+    with_engine(run, profile, work)
+
+
+def listing(run: Run, profile: Profile, layers: dict | None, export_dir: str | None) -> None:
+    """This profile's exports: file, when, how many units, sessions and messages."""
+    try:
+        found = exports.listing(profile, export_settings(profile, layers, export_dir))
+    except exports.ExportError as exc:
+        run.errors.append(f"profile '{profile.shown}': {exc}")
+        return
+    for item in found:
+        if "problem" in item:
+            run.warnings.append(f"profile '{profile.shown}': {item['problem']}")
+        else:
+            run.data.setdefault("exports", []).append(item)

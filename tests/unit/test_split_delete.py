@@ -1,0 +1,286 @@
+"""Units too big for one transaction: exported first, deleted in steps, restored when they change,
+finished or restored after a crash, and put back by `restore`, byte for byte."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from hermes_admin.profile.engine import engine as engine_module
+from hermes_admin.profile.engine.turns import Turns
+from hermes_admin.synth.builder import SynthStore
+from tests.conftest import fts_problems
+from tests.helpers import events, install_plugins, row_ids
+
+DAY = 86400.0
+WORDS = [f"w{n}" for n in range(400)] + ["the", "and", "error", "file", "def", "return"]
+
+
+def text(rng: random.Random, size: int) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(size // 5))[:size]
+
+
+@pytest.fixture
+def store(tmp_path, now):
+    """A default profile: one old lineage of 240 big messages with a delegate, three small old ones,
+    one recent one; the recorder plugin listens."""
+    root = tmp_path / "hermes"
+    rng = random.Random(7)
+    synth = SynthStore(root / "state.db", 30)
+    old = now - 200 * DAY
+    synth.session("big", started=old, ended=old + 3600, end_reason="user_exit", system_prompt="you are hermes")
+    for i in range(240):
+        synth.conn.execute(
+            "INSERT INTO messages(session_id, role, content, tool_calls, timestamp) VALUES (?, ?, ?, ?, ?)",
+            ("big", "assistant" if i % 2 else "tool", text(rng, rng.randint(2000, 9000)),
+             json.dumps([{"id": f"call_{i}", "function": {"name": "terminal", "arguments": "{}"}}]) if i % 2 else None,
+             old + i))
+    synth.usage("big", when=old)
+    synth.session("big-child", started=old + 10, ended=old + 20, end_reason="user_exit", parent="big",
+                  delegate_from="big")
+    synth.messages("big-child", 30, old + 10, 1, text="delegate work")
+    for n in range(3):
+        synth.session(f"small-{n}", started=old, ended=old + 60, end_reason="user_exit")
+        synth.messages(f"small-{n}", 4, old, 1)
+    synth.session("recent", started=now - DAY, ended=now - DAY + 60, end_reason="user_exit")
+    synth.messages("recent", 4, now - DAY, 1)
+    synth.close()
+    for sid in ("big", "small-0"):
+        (root / "sessions" / f"{sid}.jsonl").write_text("{}\n")
+    install_plugins(root, ["recorder"], enabled=["recorder"], timeout=10)
+    return root
+
+
+@pytest.fixture
+def small_steps(monkeypatch):
+    """Transactions sized for a few messages: the big lineage goes in many steps."""
+    monkeypatch.setattr(engine_module, "TARGET_HOLD_S", 0.004)
+    monkeypatch.setattr(engine_module, "SPLIT_AT_S", 0.006)
+
+
+def contents(db: Path, sids=("big", "big-child")) -> dict[int, str]:
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return {i: hashlib.sha256((c or "").encode()).hexdigest() + str(t) for i, c, t in conn.execute(
+            f"SELECT id, content, tool_calls FROM messages WHERE session_id IN ({','.join('?' * len(sids))})", sids)}
+    finally:
+        conn.close()
+
+
+def purge(invoke, root, *more):
+    return invoke("--root", str(root), "purge", "--older-than", "90", "--yes", "--json", *more)
+
+
+def only_export(root: Path) -> Path:
+    (path,) = (root / ".hermes-admin" / "exports").glob("*.jsonl.gz")
+    return path
+
+
+def test_a_big_unit_goes_in_short_steps_with_one_event_and_comes_back_byte_identical(store, invoke, small_steps):
+    db = store / "state.db"
+    before = contents(db)
+    result = purge(invoke, store)
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    (res,) = [r for r in doc["results"] if r["task"] == "purge"]
+    assert res["transactions"] > 20  # the lineage alone took many steps
+    assert row_ids(db) == {"recent"}
+    assert not row_ids(db, "SELECT DISTINCT session_id FROM messages") - {"recent"}
+    gone = [e for e in events(store) if e["session_id"] == "big"]
+    assert len(gone) == 1 and sorted(gone[0]["deleted_ids"]) == ["big", "big-child"]
+    assert not (store / "sessions" / "big.jsonl").exists()
+    assert fts_problems(db) == []
+    outbox = sqlite3.connect(store / ".hermes-admin" / "outbox.db")
+    assert outbox.execute("SELECT COUNT(*) FROM splits").fetchone()[0] == 0
+
+    back = invoke("--root", str(store), "restore", str(only_export(store)), "--yes", "--json")
+    assert back.exit_code == 0, back.stderr
+    assert row_ids(db) == {"recent", "big", "big-child", "small-0", "small-1", "small-2"}
+    assert contents(db) == before
+    assert fts_problems(db) == []
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
+    assert conn.execute("SELECT COUNT(*) FROM session_model_usage WHERE session_id='big'").fetchone()[0] == 1
+    assert conn.execute("SELECT parent_session_id FROM sessions WHERE id='big-child'").fetchone()[0] == "big"
+    conn.close()
+
+    again = invoke("--root", str(store), "restore", str(only_export(store)), "--yes", "--json")
+    skipped = json.loads(again.stdout)["results"][0]["skipped"]
+    assert {s["session_id"] for s in skipped} == {"big", "big-child", "small-0", "small-1", "small-2"}
+    assert all("exists" in s["why"] for s in skipped)
+
+
+def test_a_unit_that_changes_between_steps_is_restored_and_kept(store, invoke, small_steps, monkeypatch):
+    db = store / "state.db"
+    before = contents(db)
+    original = Turns.after_commit
+    calls = [0]
+
+    def hermes_writes_meanwhile(self, committed_at, held_s):
+        calls[0] += 1
+        if calls[0] == 5:  # between two steps of the big lineage: a live Hermes appends to it
+            conn = sqlite3.connect(db, timeout=5)
+            conn.execute("INSERT INTO messages(session_id, role, content, timestamp) VALUES ('big', 'user', 'back', 1)")
+            conn.commit()
+            conn.close()
+        return original(self, committed_at, held_s)
+
+    monkeypatch.setattr(Turns, "after_commit", hermes_writes_meanwhile)
+    result = purge(invoke, store)
+    assert result.exit_code == 1, result.stderr  # a unit skipped is a warning
+    (res,) = [r for r in json.loads(result.stdout)["results"] if r["task"] == "purge"]
+    (kept,) = [s for s in res["skipped"] if s["session_id"] == "big"]
+    assert "a new message arrived" in kept["why"] and "restored" in kept["why"]
+    assert {"big", "big-child"} <= row_ids(db)
+    now_there = contents(db)
+    assert {k: v for k, v in now_there.items() if k in before} == before  # every old message, byte for byte
+    assert len(now_there) == len(before) + 1
+    assert [e for e in events(store) if e["session_id"] == "big"] == []
+    assert (store / "sessions" / "big.jsonl").exists()
+    assert fts_problems(db) == []
+
+
+CRASHER = textwrap.dedent("""
+    import os, sys
+    from hermes_admin.profile.engine import engine, outbox
+    engine.TARGET_HOLD_S, engine.SPLIT_AT_S = 0.004, 0.006
+    point, after = sys.argv[1], int(sys.argv[2])
+    seen = [0]
+
+    def count():
+        seen[0] += 1
+        if seen[0] >= after:
+            os._exit(9)  # as kill -9: no cleanup of any kind
+
+    if point == "step":  # between steps: after the n-th step committed
+        original = engine.Engine._account
+        def account(self, began, result):
+            value = original(self, began, result)
+            count()
+            return value
+        engine.Engine._account = account
+    elif point == "inside":  # inside a step's transaction, before its commit
+        original = engine.Engine._delete_messages
+        def delete(db, ids):
+            original(db, ids)
+            count()
+        engine.Engine._delete_messages = staticmethod(delete)
+    elif point == "settle":  # the last step committed, the outbox not told
+        original = outbox.Outbox.settle
+        def settle(self, committed, dropped):
+            if committed:
+                os._exit(9)
+            return original(self, committed, dropped)
+        outbox.Outbox.settle = settle
+    sys.argv = ["hermes-admin", *sys.argv[3:]]
+    from hermes_admin.cli.main import main
+    main()
+""")
+
+
+def crash(root: Path, tmp_path: Path, point: str, after: int) -> int:
+    env = dict(os.environ, HOME=str(tmp_path / "home"), HERMES_HOME="", HERMES_ADMIN_CONFIG="",
+               XDG_CONFIG_HOME=str(tmp_path / "xdg"))
+    done = subprocess.run([sys.executable, "-c", CRASHER, point, str(after), "--root", str(root), "purge",
+                           "--older-than", "90", "--yes"], env=env, capture_output=True, text=True, timeout=120)
+    return done.returncode
+
+
+@pytest.mark.parametrize("point,after", [("step", 3), ("step", 40), ("inside", 2), ("inside", 60), ("settle", 1)])
+def test_a_crash_during_a_split_is_finished_by_the_next_run(store, invoke, tmp_path, point, after):
+    db = store / "state.db"
+    before = contents(db)
+    assert crash(store, tmp_path, point, after) == 9
+    assert "big" in row_ids(db) or not contents(db)  # whole, or its rows all gone
+    result = purge(invoke, store)
+    assert result.exit_code == 0, result.stderr
+    assert row_ids(db) == {"recent"}
+    assert contents(db) == {}
+    assert len([e for e in events(store) if e["session_id"] == "big"]) == 1  # announced exactly once
+    assert not (store / "sessions" / "big.jsonl").exists()
+    assert fts_problems(db) == []
+    exports = sorted((store / ".hermes-admin" / "exports").glob("*.jsonl.gz"))
+    for path in exports:  # everything deleted is in some export of the two runs
+        invoke("--root", str(store), "restore", str(path), "--yes")
+    assert contents(db) == before
+    assert fts_problems(db) == []
+
+
+def test_a_crashed_split_whose_unit_changed_is_restored_by_the_next_run(store, invoke, tmp_path):
+    db = store / "state.db"
+    before = contents(db)
+    assert crash(store, tmp_path, "step", 4) == 9
+    assert len(contents(db)) < len(before)  # half-deleted
+    conn = sqlite3.connect(db)
+    conn.execute("UPDATE sessions SET pinned = 1 WHERE id = 'big'")  # pinned meanwhile: it must stay
+    conn.commit()
+    conn.close()
+    result = invoke("--root", str(store), "sessions", "list", "--json")  # a read never finishes anything
+    assert len(contents(db)) < len(before)
+    result = purge(invoke, store)
+    assert result.exit_code == 1, result.stderr
+    doc = json.loads(result.stdout)
+    resumed = [r for r in doc["results"] if r["task"] == "resume"]
+    assert resumed and "changed" in resumed[0]["skipped"][0]["why"]
+    assert contents(db) == before
+    assert [e for e in events(store) if e["session_id"] == "big"] == []
+    assert fts_problems(db) == []
+
+
+def test_an_export_that_cannot_be_written_stops_the_deletes_before_any(store, invoke):
+    exports = store / ".hermes-admin" / "exports"
+    exports.parent.mkdir(exist_ok=True)
+    exports.write_text("a file where the folder belongs")
+    result = purge(invoke, store)
+    assert result.exit_code == 2
+    assert str(exports) in result.stderr and "no session of this profile was deleted" in result.stderr
+    assert {"big", "small-0", "small-1", "small-2"} <= row_ids(store / "state.db")
+
+
+def test_export_dir_and_keep_days(store, invoke, tmp_path, now):
+    elsewhere = tmp_path / "exports-elsewhere"
+    result = purge(invoke, store, "--export-dir", str(elsewhere))
+    assert result.exit_code == 0, result.stderr
+    (path,) = elsewhere.glob("*.jsonl.gz")
+    assert (path.stat().st_mode & 0o777) == 0o600 and (elsewhere.stat().st_mode & 0o777) == 0o700
+    listed = invoke("--root", str(store), "exports", "list", "--export-dir", str(elsewhere), "--json")
+    (item,) = json.loads(listed.stdout)["exports"]
+    assert item["sessions"] == 5 and item["units"] == 4 and item["reasons"] == ["prune"]
+    assert item["messages"] == 240 + 30 + 12
+    # restore needs the profile named when the file is not in its default folder
+    refused = invoke("--root", str(store), "restore", str(path), "--yes")
+    assert refused.exit_code == 2 and "-p" in refused.stderr  # a usage error (64 from the console script)
+    assert invoke("--root", str(store), "restore", str(path), "-p", "default", "--session", "small-1",
+                  "--yes").exit_code == 0
+    assert "small-1" in row_ids(store / "state.db") and "big" not in row_ids(store / "state.db")
+
+    manifest = Path(str(path) + ".json")
+    doc = json.loads(manifest.read_text())
+    doc["created"] = now - 8 * DAY
+    manifest.write_text(json.dumps(doc))
+    invoke("--root", str(store), "purge", "--older-than", "90", "--yes", "--export-dir", str(elsewhere))
+    assert not path.exists() and not manifest.exists()  # past export_keep_days (7): pruned
+
+
+def test_keep_days_zero_exports_only_what_is_split(store, invoke, small_steps):
+    (store / "config.yaml").write_text((store / "config.yaml").read_text() + "\n")
+    config = tmp = store.parent / "admin.yaml"
+    config.write_text("defaults:\n  export_keep_days: 0\n")
+    result = invoke("--root", str(store), "--config", str(tmp), "purge", "--older-than", "90", "--yes")
+    assert result.exit_code == 0, result.stderr
+    assert list((store / ".hermes-admin" / "exports").glob("*.jsonl.gz")) == []  # done, so not kept
+
+
+def test_a_dry_run_exports_nothing(store, invoke):
+    result = invoke("--root", str(store), "purge", "--older-than", "90", "--dry-run")
+    assert result.exit_code == 0
+    assert not (store / ".hermes-admin" / "exports").exists()
