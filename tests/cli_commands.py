@@ -6,7 +6,7 @@ COMMANDS = [
     ["sessions", "unarchive", "SESSION", "--yes"],
     ["purge", "--older-than", "90", "--yes"], ["sweep-empty", "--yes"], ["prune-ghosts", "--yes"],
     ["archive-inactive", "--days", "30", "--yes"], ["repair"], ["repair", "--apply", "--yes"],
-    ["run", "--yes"], ["run", "--dry-run"], ["plugins", "list"],
+    ["run", "--yes"], ["run", "--dry-run"], ["plugins", "list"], ["exports", "list"],
 ]
 READ_ONLY = [["profiles"], ["sessions", "list"], ["sessions", "show", "SESSION"], ["repair"], ["run", "--dry-run"],
-             ["plugins", "list"]]
+             ["plugins", "list"], ["exports", "list"]]

@@ -284,3 +284,20 @@ def test_a_dry_run_exports_nothing(store, invoke):
     result = invoke("--root", str(store), "purge", "--older-than", "90", "--dry-run")
     assert result.exit_code == 0
     assert not (store / ".hermes-admin" / "exports").exists()
+
+
+def test_restore_of_a_missing_or_foreign_file_is_one_error_line(store, invoke, tmp_path):
+    missing = store / ".hermes-admin" / "exports" / "nope.jsonl.gz"
+    result = invoke("--root", str(store), "restore", str(missing), "--yes")
+    assert result.exit_code == 2 and str(missing) in result.stderr and "Traceback" not in result.stderr
+    other = tmp_path / "other"
+    other.mkdir()
+    assert purge(invoke, store, "--export-dir", str(other)).exit_code == 0
+    (path,) = other.glob("*.jsonl.gz")
+    manifest = Path(str(path) + ".json")
+    doc = json.loads(manifest.read_text())
+    doc["home"] = "/somewhere/else"
+    manifest.write_text(json.dumps(doc))
+    result = invoke("--root", str(store), "restore", str(path), "-p", "default", "--yes")
+    assert result.exit_code == 2 and "not of this one" in result.stderr
+    assert "small-0" not in row_ids(store / "state.db")
