@@ -1,0 +1,128 @@
+"""The plain-SQL floor: the least work that deletes what `hermes-admin purge --older-than DAYS` deletes.
+
+Usage: python floor.py HOME [DAYS]  -> prints one JSON line
+
+Nothing else may run on the store. Plain sqlite3 (foreign keys on, SQLite's
+default synchronous=FULL, the store's own journal mode), no chunking, no
+events, no safety checks:
+
+1. select the sessions retention purges (tasks/retention.py): every member of
+   a unit ended, not pinned, not live (a compression lock), last activity
+   (the newest of `last_activity_at`, the newest message, else `started_at`)
+   before the cutoff. A unit here is a connected group of parent links, which
+   is the same as hermes-admin's units when every child is a delegate or a
+   compression continuation (true of the bench workloads);
+2. one transaction, set-based, in the engine's order (`_delete_rows`):
+   orphan surviving children, delete messages, usage rows, sessions, then
+   system prompts nobody references any more; then a PASSIVE checkpoint
+   (hermes-admin checkpoints its own commits too);
+3. unlink the sessions' files found by one scan of sessions/ (the names
+   hermes-admin's files.py matches).
+
+Every step is timed; `seconds` is the whole, from opening the store to the last unlink.
+"""
+
+import json
+import os
+import re
+import sqlite3
+import sys
+import time
+from pathlib import Path
+
+DAY = 86400.0
+_REQUEST_DUMP = re.compile(r"^request_dump_(?P<id>.+?)_(?P<ts>\d{8}_\d{6}(?:_\d+)?|\d+)\.json$")
+_SNAPSHOT = re.compile(r"^session_(?P<id>.+)\.json$")
+_TRANSCRIPT = re.compile(r"^(?P<id>.+)\.(?:json|jsonl)$")
+
+
+def session_id_of(name: str):
+    if name == "sessions.json":
+        return None
+    for pattern in (_REQUEST_DUMP, _SNAPSHOT, _TRANSCRIPT):
+        match = pattern.match(name)
+        if match:
+            return match.group("id")
+    return None
+
+
+def main() -> None:
+    home = Path(sys.argv[1])
+    days = float(sys.argv[2]) if len(sys.argv) > 2 else 90.0
+    started = time.monotonic()
+    cutoff = time.time() - days * DAY
+    conn = sqlite3.connect(home / "state.db", isolation_level=None)
+    conn.execute("PRAGMA foreign_keys=ON")
+    cols = {r[1] for r in conn.execute("PRAGMA table_info(sessions)")}
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    pinned = "s.pinned" if "pinned" in cols else "0"
+    activity = "s.last_activity_at" if "last_activity_at" in cols else "NULL"
+    live = "s.id IN (SELECT session_id FROM compression_locks)" if "compression_locks" in tables else "0"
+    rows = conn.execute(
+        f"SELECT s.id, s.parent_session_id, s.ended_at IS NOT NULL AND NOT {pinned} AND NOT ({live}) AND "
+        f"MAX(COALESCE({activity}, 0), COALESCE((SELECT MAX(m.timestamp) FROM messages m "
+        f"WHERE m.session_id = s.id), s.started_at)) < ? FROM sessions s", (cutoff,)).fetchall()
+    # a unit goes whole or not at all: one kept member keeps every session linked to it
+    parent = {sid: p for sid, p, _ in rows}
+    links: dict[str, list[str]] = {}
+    for sid, p in parent.items():
+        if p in parent:
+            links.setdefault(sid, []).append(p)
+            links.setdefault(p, []).append(sid)
+    kept = [sid for sid, _, ok in rows if not ok]
+    blocked = set(kept)
+    while kept:
+        for other in links.get(kept.pop(), ()):
+            if other not in blocked:
+                blocked.add(other)
+                kept.append(other)
+    doomed = [sid for sid, _, ok in rows if ok and sid not in blocked]
+    selected = time.monotonic()
+
+    conn.execute("BEGIN IMMEDIATE")
+    conn.execute("CREATE TEMP TABLE doomed (id TEXT PRIMARY KEY)")
+    conn.executemany("INSERT INTO temp.doomed VALUES (?)", [(sid,) for sid in doomed])
+    ids = "(SELECT id FROM temp.doomed)"
+    refs = [c for c in ("system_prompt_hash", "tool_names") if c in cols] if "system_prompts" in tables else []
+    hashes = set()
+    for column in refs:
+        hashes.update(r[0] for r in conn.execute(
+            f"SELECT DISTINCT {column} FROM sessions WHERE id IN {ids} AND {column} IS NOT NULL"))
+    counts = {"orphaned": conn.execute(f"UPDATE sessions SET parent_session_id = NULL WHERE parent_session_id IN "
+                                       f"{ids} AND id NOT IN {ids}").rowcount}
+    counts["messages"] = conn.execute(f"DELETE FROM messages WHERE session_id IN {ids}").rowcount
+    if "session_model_usage" in tables:
+        counts["usage"] = conn.execute(f"DELETE FROM session_model_usage WHERE session_id IN {ids}").rowcount
+    counts["sessions"] = conn.execute(f"DELETE FROM sessions WHERE id IN {ids}").rowcount
+    if hashes:
+        conn.execute("CREATE TEMP TABLE gone_prompts (hash TEXT PRIMARY KEY)")
+        conn.executemany("INSERT INTO temp.gone_prompts VALUES (?)", [(h,) for h in hashes])
+        unused = " AND ".join(f"NOT EXISTS (SELECT 1 FROM sessions WHERE {c} = system_prompts.hash)" for c in refs)
+        counts["system_prompts"] = conn.execute(
+            f"DELETE FROM system_prompts WHERE hash IN (SELECT hash FROM temp.gone_prompts) AND {unused}").rowcount
+    conn.execute("COMMIT")
+    committed = time.monotonic()
+    conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+    conn.close()
+    checkpointed = time.monotonic()
+
+    doomed_set, unlinked = set(doomed), 0
+    folder = home / "sessions"
+    if folder.is_dir():
+        with os.scandir(folder) as entries:
+            names = [e.name for e in entries if session_id_of(e.name) in doomed_set]
+        for name in names:
+            try:
+                os.unlink(folder / name)
+                unlinked += 1
+            except FileNotFoundError:
+                pass
+    ended = time.monotonic()
+    print(json.dumps({"seconds": round(ended - started, 3), "select_s": round(selected - started, 3),
+                      "delete_s": round(committed - selected, 3), "checkpoint_s": round(checkpointed - committed, 3),
+                      "files_s": round(ended - checkpointed, 3), "files": unlinked, "deleted": len(doomed),
+                      "rows": sum(counts.values()), "counts": counts}))
+
+
+if __name__ == "__main__":
+    main()
