@@ -75,6 +75,7 @@ def test_a_long_real_conversation_goes_in_steps_and_restores_for_hermes(hermes_p
 
     monkeypatch.setattr(engine_module, "TARGET_HOLD_S", 0.004)  # many steps, whatever this machine's speed
     monkeypatch.setattr(engine_module, "SPLIT_AT_S", 0.006)
+    monkeypatch.setattr(engine_module, "IDLE_HOLD_S", 0.004)
     result = invoke("--root", str(home), "purge", "--older-than", "90", "--yes", "--json")
     assert result.exit_code == 0, result.stderr
     (purge,) = [r for r in json.loads(result.stdout)["results"] if r["task"] == "purge"]

@@ -65,6 +65,7 @@ def small_steps(monkeypatch):
     """Transactions sized for a few messages: the big lineage goes in many steps."""
     monkeypatch.setattr(engine_module, "TARGET_HOLD_S", 0.004)
     monkeypatch.setattr(engine_module, "SPLIT_AT_S", 0.006)
+    monkeypatch.setattr(engine_module, "IDLE_HOLD_S", 0.004)
 
 
 def contents(db: Path, sids=("big", "big-child")) -> dict[int, str]:
@@ -152,7 +153,7 @@ def test_a_unit_that_changes_between_steps_is_restored_and_kept(store, invoke, s
 CRASHER = textwrap.dedent("""
     import os, sys
     from hermes_admin.profile.engine import engine, outbox
-    engine.TARGET_HOLD_S, engine.SPLIT_AT_S = 0.004, 0.006
+    engine.TARGET_HOLD_S, engine.SPLIT_AT_S, engine.IDLE_HOLD_S = 0.004, 0.006, 0.004
     point, after = sys.argv[1], int(sys.argv[2])
     seen = [0]
 
@@ -195,7 +196,7 @@ def crash(root: Path, tmp_path: Path, point: str, after: int) -> int:
     return done.returncode
 
 
-@pytest.mark.parametrize("point,after", [("step", 3), ("step", 40), ("inside", 2), ("inside", 60), ("settle", 1)])
+@pytest.mark.parametrize("point,after", [("step", 3), ("step", 15), ("inside", 2), ("inside", 12), ("settle", 1)])
 def test_a_crash_during_a_split_is_finished_by_the_next_run(store, invoke, tmp_path, point, after):
     db = store / "state.db"
     before = contents(db)

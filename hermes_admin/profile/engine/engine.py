@@ -6,8 +6,12 @@ messages (while their rows still exist: v30's trigram trigger looks them up),
 delete usage rows and the sessions, drop system prompts nobody references.
 Then commit, then remove the units' files, then fire the events.
 
-Transactions are `BEGIN IMMEDIATE`, sized by time (~15 ms typical; FTS5's
-own merges make a few longer), and never split a unit. Beside them:
+Transactions are `BEGIN IMMEDIATE`, sized by time: ~15 ms while another
+writer is seen, ~40 ms while none is (FTS5's own merges make a few longer).
+Units are weighed by the bytes of their messages; one too big for a
+transaction is exported first and deleted in steps (`_split`). Every unit is
+exported before its delete commits (exports.py; a thread exports the next
+batch while the current one is deleted). Beside them:
 - checkpointer.py and group_commit.py: commits without an fsync, made
   durable by PASSIVE checkpoints on a thread of their own; files and events
   wait until a checkpoint (or the last, synced, commit) covers their rows;
@@ -54,16 +58,16 @@ from hermes_admin.profile.engine.turns import Turns
 
 VACUUM_FREE_RATIO = 0.25
 FTS_TABLES = ("messages_fts", "messages_fts_trigram")
-# A bounded incremental merge step per FTS index in every deleting transaction, sized by time:
-# a page of merging costs ~0.1 ms on W1's index and ~2 ms on W10's (longer doclists).
-FTS_MERGE_PAGES = (4, 64)  # least, most
-FTS_MERGE_TARGET_S = 0.008
 # Typical BEGIN-to-COMMIT. An FTS5 flush can make one run 4x longer: its segment merges grow with
 # the transaction. Measured on W1 under a writer, in one sitting: at 25 ms, 4.7-5.4 s and a longest
 # transaction of 92-101 ms; at 15 ms, 5.3-5.7 s and 72-82 ms. In full bench runs an hour later,
 # 15 ms did better on both (18.5x and 53 ms, against 17.6x and 101 ms): commits no longer fsync,
 # so short transactions are cheap.
 TARGET_HOLD_S = 0.015
+# With no other writer seen for a second nobody waits on the lock, and each transaction costs a
+# flush of both FTS indexes and a pause: fewer, longer ones (a writer that comes meanwhile waits
+# at most one of them, and from its first commit on the transactions are short again).
+IDLE_HOLD_S = 0.040
 MAX_UNITS_PER_TXN = 1024
 # The cost model: a unit's weight is the bytes of its messages plus a fixed cost per row and unit
 # (exports.ROW_WEIGHT, UNIT_WEIGHT); the lock time per weight is measured on every transaction.
@@ -74,7 +78,9 @@ MIN_WEIGHT = 4096  # the least a transaction is given, whatever the measurement 
 # A unit goes in several transactions when one would hold the lock longer than this; units that
 # fit are packed by TARGET_HOLD_S, and a split unit's steps too.
 SPLIT_AT_S = 0.050
-EXPORT_UNITS = 2000  # units per export member: one fsync and manifest write each
+RATE_WINDOW = 15
+EXPORT_UNITS = 500  # units per export member: one fsync and manifest write each
+FIRST_EXPORT_UNITS = 8
 
 Recheck = Callable[[Unit, dict[str, SessionRow]], str | None]
 
@@ -94,6 +100,23 @@ def _sessions_folder_notes(profile: Profile) -> list[str]:
     return []
 
 
+class _Reads:
+    """A read-only connection for the export thread, with the one method exports.py calls."""
+
+    def __init__(self, path: Path):
+        from hermes_admin.profile.store.connect import readonly_uri
+
+        self.conn = sqlite3.connect(readonly_uri(path), uri=True, isolation_level=None, check_same_thread=False,
+                                    timeout=5.0)
+        self.conn.execute("PRAGMA query_only=1")
+
+    def execute_sql(self, sql: str, params=()):
+        return self.conn.execute(sql, params)
+
+    def close(self) -> None:
+        self.conn.close()
+
+
 class Engine:
     """One profile's store, opened for maintenance: locks held, outbox replayed."""
 
@@ -103,6 +126,8 @@ class Engine:
         self.export_settings = exports or Settings()
         self.export: ExportFile | None = None  # this run's export, made on the first unit deleted
         self.recovered: list[Result] = []  # units of an interrupted split delete, finished or restored
+        self._ahead = None  # the export thread (_steps), made on first use
+        self._reads: _Reads | None = None  # its read-only connection
         self.progress = progress or Progress()
         self.dry_run = dry_run
         self.now = now
@@ -120,9 +145,9 @@ class Engine:
         self.replayed: list[str] = []  # hook failures while replaying the outbox
         self.notes: list[str] = []  # leftovers set aside while opening (locks.py)
         self._s_per_weight = FIRST_S_PER_WEIGHT  # seconds of write lock per unit of weight (smoothed)
+        self._rates: list[float] = []  # the last transactions' seconds per weight
         self._budget = int(TARGET_HOLD_S / FIRST_S_PER_WEIGHT)  # the weight the next transaction may carry
         self._last_weight = 0
-        self._merge_pages: dict[str, int] = {}  # FTS table -> pages for its next merge step
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -159,6 +184,12 @@ class Engine:
         self.replayed = self._replay()
 
     def close(self) -> None:
+        if self._ahead is not None:  # an export under way finishes (a member is whole or not listed)
+            self._ahead.shutdown(wait=True)
+            self._ahead = None
+        if self._reads is not None:
+            self._reads.close()
+            self._reads = None
         if self.bus is not None:
             self.bus.close()
         if self.checkpointer is not None:
@@ -293,22 +324,35 @@ class Engine:
 
     def _too_big(self, weight: int) -> bool:
         """Would one transaction of this weight hold the lock too long (as measured so far)?"""
-        return weight > self._budget and weight * self._s_per_weight > SPLIT_AT_S
+        return weight > self._budget and weight * self._s_per_weight > max(SPLIT_AT_S, IDLE_HOLD_S)
 
     def _steps(self, units: list[Unit], reason: str, orphans: bool, result: Result):
         """(units, None, last) for one transaction of whole units, as many as the time allows, or
         ([unit], its export, last) for a unit too big for one, deleted in steps (_split).
 
-        Each batch of units is exported (and so weighed) before any of it is deleted. A stop
+        Each batch of units is exported (and so weighed) before any of it is deleted; the next
+        batch's export runs on a thread of its own meanwhile (reading, JSON and compression are
+        lock-free work: they need not wait for the deletes, nor the deletes for them). A stop
         request ends the run between transactions (what is left waits for the next run).
         """
         position, weights, exported = 0, {}, {}
+        ahead = None  # (where the next batch starts, its export running on the thread)
         while position < len(units):
             if stopping.requested():
                 result.notes.append(f"stopped on request: {len(units) - position} unit(s) left for the next run")
                 return
             if units[position].session_id not in weights:
-                weights, exported = self._prepare(units[position:position + EXPORT_UNITS], reason, orphans)
+                # The first batch is small: its export is the only one the deletes wait for.
+                size = FIRST_EXPORT_UNITS if position == 0 else EXPORT_UNITS
+                if ahead is not None and ahead[0] == position:
+                    weights, exported = ahead[1].result()
+                else:
+                    weights, exported = self._prepare(units[position:position + size], reason, orphans)
+                following = position + size
+                ahead = None
+                if following < len(units):
+                    ahead = (following, self._exporter().submit(
+                        self._prepare, units[following:following + EXPORT_UNITS], reason, orphans, True))
             first = units[position]
             if not orphans and self._too_big(weights[first.session_id]):
                 position += 1
@@ -330,19 +374,35 @@ class Engine:
             self._last_weight = max(weight, 1)
             yield chunk, None, position >= len(units) or stopping.requested()
 
-    def _prepare(self, batch: list[Unit], reason: str, orphans: bool) -> tuple[dict[str, int], dict[str, Exported]]:
+    def _exporter(self):
+        """The thread that exports the next batch, with a read-only connection of its own."""
+        if self._ahead is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._ahead = ThreadPoolExecutor(1, thread_name_prefix="hermes-admin-export")
+        return self._ahead
+
+    def _reader(self):
+        if self._reads is None:
+            self._reads = _Reads(self.profile.store_path)
+        return self._reads
+
+    def _prepare(self, batch: list[Unit], reason: str, orphans: bool,
+                 ahead: bool = False) -> tuple[dict[str, int], dict[str, Exported]]:
         """Weights of a batch of units, and the export of those that must have one, on disk and verified.
 
         Every unit is exported unless `export_keep_days` is 0; then only those too big for one
         transaction. Orphan rows (no session row) have nothing to export in Hermes' shape.
+        `ahead`: on the export thread, through its own read-only connection.
         """
+        db = self._reader() if ahead else self.store.db
         if orphans or self.export_settings.keep_days <= 0:
-            weights = self._weigh(batch)
+            weights = self._weigh(batch, db)
             if orphans:
                 return weights, {}
             big = [u for u in batch if self._too_big(weights[u.session_id])]
-            return weights, self._write_export(big, reason) if big else {}
-        written = self._write_export(batch, reason)
+            return weights, self._write_export(big, reason, db) if big else {}
+        written = self._write_export(batch, reason, db)
         weights = {u.session_id: written[u.session_id].weight if u.session_id in written else exports.UNIT_WEIGHT
                    for u in batch}
         return weights, written
@@ -350,13 +410,13 @@ class Engine:
     def _export_now(self, unit: Unit, reason: str) -> Exported | None:
         return self._write_export([unit], reason).get(unit.session_id)
 
-    def _write_export(self, units: list[Unit], reason: str) -> dict[str, Exported]:
+    def _write_export(self, units: list[Unit], reason: str, db=None) -> dict[str, Exported]:
         try:
-            return self.export.write(self.store.db, self.store.schema, units, reason)
+            return self.export.write(db or self.store.db, self.store.schema, units, reason)
         except ExportError as exc:
             raise self.store.error(f"{exc}; no session of this profile was deleted after it") from None
 
-    def _weigh(self, units: list[Unit]) -> dict[str, int]:
+    def _weigh(self, units: list[Unit], db) -> dict[str, int]:
         """Each unit's weight from the store (as an export would have measured it, near enough)."""
         texts = [c for c in ("content", "tool_calls", "reasoning", "reasoning_content", "api_content")
                  if self.store.schema.has_column("messages", c)]
@@ -364,7 +424,7 @@ class Engine:
         of_session: dict[str, int] = {}
         ids = [i for unit in units for i in unit.ids]
         for part in chunks(ids):
-            for sid, count, chars in self.store.db.execute_sql(
+            for sid, count, chars in db.execute_sql(
                     f"SELECT session_id, COUNT(*), {size} FROM messages WHERE session_id IN ({marks(part)}) "
                     f"GROUP BY session_id", part).fetchall():
                 of_session[sid] = int(chars or 0) + count * exports.ROW_WEIGHT
@@ -396,7 +456,7 @@ class Engine:
             return self._delete_in_transaction(db, chunk, recheck, orphans)
 
         try:
-            went, skipped, wrote = write_transaction(self.store.db, work)
+            went, skipped, wrote = write_transaction(self.store.db, work, on_busy=self.turns.busy)
         except BaseException:
             if listening:
                 self.outbox.settle({}, event_ids)  # rolled back: these events must never fire
@@ -504,10 +564,9 @@ class Engine:
                     self._delete_rows(db, present)
                 else:
                     self._delete_messages(db, step)
-                self._fts_merge_step(db)
                 return None
 
-            why = write_transaction(self.store.db, work)
+            why = write_transaction(self.store.db, work, on_busy=self.turns.busy)
             if why:
                 self._undo_split(split_id, unit, exported, event_id, why, result)
                 return
@@ -612,25 +671,7 @@ class Engine:
         wrote = False
         if doomed:
             wrote = self._delete_rows(db, doomed) > 0
-            self._fts_merge_step(db)
         return went, skipped, wrote
-
-    def _fts_merge_step(self, db) -> None:
-        """A bounded incremental merge of each FTS index, at the end of a deleting transaction.
-
-        Deletes leave delete markers in new FTS5 segments; left alone, FTS5 merges them
-        in bursts inside whichever write comes next (ours or Hermes'), of up to 100 ms.
-        A few pages of merging in every deleting transaction keeps those bursts small. Hermes
-        runs the same 'merge' command itself; it changes neither content nor settings.
-        """
-        least, most = FTS_MERGE_PAGES
-        for table in FTS_TABLES:
-            if self.store.schema.has_table(table):
-                pages = self._merge_pages.get(table, most)
-                began = time.monotonic()
-                db.execute_sql(f"INSERT INTO {table}({table}, rank) VALUES ('merge', {pages})")
-                took = max(time.monotonic() - began, 1e-4)
-                self._merge_pages[table] = max(least, min(most, 2 * pages, int(pages * FTS_MERGE_TARGET_S / took)))
 
     @staticmethod
     def _delete_messages(db, message_ids: list[int]) -> None:
@@ -705,7 +746,7 @@ class Engine:
                 return changed
 
             try:
-                changed = write_transaction(self.store.db, work)
+                changed = write_transaction(self.store.db, work, on_busy=self.turns.busy)
             except BaseException:
                 if fires:
                     self.outbox.settle({}, event_ids)
@@ -756,8 +797,13 @@ class Engine:
         # merges make some twice as slow) and falls back slowly; the budget at most doubles
         # from one transaction to the next.
         measured = held_s / max(1, self._last_weight)
-        self._s_per_weight = max(measured, 0.8 * self._s_per_weight)
-        fits = int(TARGET_HOLD_S / self._s_per_weight)
+        # The median of the last transactions: an FTS5 merge makes a few of them several times
+        # slower whatever their size, and must not shrink the next ones to nothing.
+        self._rates.append(measured)
+        del self._rates[:-RATE_WINDOW]
+        self._s_per_weight = max(sorted(self._rates)[len(self._rates) // 2], 1e-9)  # a stopped clock: tests
+        target = TARGET_HOLD_S if self.turns is None or self.turns.others_active else IDLE_HOLD_S
+        fits = int(target / self._s_per_weight)
         self._budget = max(MIN_WEIGHT, min(fits, 2 * max(self._budget, self._last_weight)))
         return committed_at
 

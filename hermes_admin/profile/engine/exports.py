@@ -24,6 +24,7 @@ import hashlib
 import json
 import os
 import stat
+import threading
 import time
 import zlib
 from dataclasses import dataclass
@@ -134,6 +135,7 @@ class ExportFile:
         self.profile, self.settings, self.clock = profile, settings, clock
         self.path: Path | None = None
         self.manifest: dict | None = None
+        self._lock = threading.Lock()  # members are appended one at a time (the engine exports ahead)
 
     def _create(self) -> None:
         folder = _folder(self.settings.folder_of(self.profile))
@@ -160,6 +162,10 @@ class ExportFile:
     def write(self, db, schema, units, reason: str) -> dict[str, Exported]:
         """Append one member holding `units`; returns what was written, by head session id, once the
         member is on disk, verified, and in the manifest."""
+        with self._lock:
+            return self._write(db, schema, units, reason)
+
+    def _write(self, db, schema, units, reason: str) -> dict[str, Exported]:
         if self.path is None:
             self._create()
         digest, compressor = hashlib.sha256(), zlib.compressobj(LEVEL, zlib.DEFLATED, 31)

@@ -87,7 +87,7 @@ class Restorer:
                 put += 1
             return put
 
-        put = write_transaction(self.db, work)
+        put = write_transaction(self.db, work, on_busy=self.engine.turns.busy)
         weight = sum(sum(len(v) for v in m.values() if isinstance(v, str)) + ROW_WEIGHT for m in messages)
         self.engine.paced(began[0], weight)
         return put

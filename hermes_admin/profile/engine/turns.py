@@ -50,6 +50,16 @@ class Turns:
         self._other_at = self.clock()
         return True
 
+    def busy(self) -> None:
+        """Our transaction found the lock taken: another writer is at work (a Hermes append, or
+        its own FTS optimize, which commits nothing for seconds), and may come back at once."""
+        self._other_at = self.clock()
+
+    @property
+    def others_active(self) -> bool:
+        """Has another connection committed within the last ACTIVE_S (as last looked)?"""
+        return self.clock() - self._other_at < ACTIVE_S
+
     def after_commit(self, committed_at: float, held_s: float) -> None:
         """Leave the write lock free after a commit at `committed_at` that held it `held_s`.
 

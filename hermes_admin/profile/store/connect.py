@@ -83,6 +83,7 @@ def write_transaction(
     work: Callable[[peewee.SqliteDatabase], T],
     patience_s: float = WRITE_PATIENCE_S,
     sleep: Callable[[float], None] = time.sleep,
+    on_busy: Callable[[], None] | None = None,
 ) -> T:
     """Run `work` inside one `BEGIN IMMEDIATE` transaction, retried whole on lock.
 
@@ -99,6 +100,8 @@ def write_transaction(
             waited = time.monotonic() - started
             if not is_lock_error(exc) or waited >= patience_s:
                 raise
+            if on_busy is not None:  # someone else writes: the caller paces itself for them
+                on_busy()
             if waited >= SAY_WAIT_S and not said:  # never silent: a person or the journal sees why
                 print(f"hermes-admin: {db.database}: another process holds the write lock; "
                       f"waiting up to {patience_s:.0f} s", file=sys.stderr, flush=True)
