@@ -24,7 +24,6 @@ def export_dir_option(f):
 
 def task_options(f):
     for option in (
-        export_dir_option,
         click.option("--force", is_flag=True, help="Allow a policy or filter that would select nearly everything."),
         json_option, mutate.yes_option, mutate.dry_run_option, profile_option,
     ):
@@ -104,6 +103,7 @@ def run_tasks(app: App, profiles, wanted: dict, dry_run: bool, yes: bool, as_jso
                    "no --older-than, as in Hermes, no age bound at all).")
 @click.option("--vacuum", is_flag=True, help="VACUUM afterwards if over 25 % of pages are free and nobody holds the store.")
 @filter_options
+@export_dir_option
 @task_options
 @pass_app
 def purge(app: App, older_than, vacuum, profiles, dry_run, yes, as_json, force, export_dir, **filters):
@@ -123,6 +123,7 @@ def purge(app: App, older_than, vacuum, profiles, dry_run, yes, as_json, force, 
 def _single_task(name: str, task: str, help_text: str) -> click.Command:
     """A command that runs one maintenance task, whatever the policy enables."""
     @click.command(name, help=help_text)
+    @export_dir_option
     @task_options
     @pass_app
     def command(app: App, profiles, dry_run, yes, as_json, force, export_dir):
@@ -141,7 +142,7 @@ prune_ghosts = _single_task("prune-ghosts", "ghost_prune",
 @click.option("--days", type=click.FloatRange(min=0), help="Idle for more than N days (default: auto_archive_days).")
 @task_options
 @pass_app
-def archive_inactive(app: App, days, profiles, dry_run, yes, as_json, force, export_dir):
+def archive_inactive(app: App, days, profiles, dry_run, yes, as_json, force):
     """Archive idle lineages, open ones included; pinned never (silent: no event)."""
     if days is not None and days < 1 and not force:
         raise click.BadParameter("below 1 day would archive nearly everything; add --force", param_hint="--days")
@@ -151,6 +152,7 @@ def archive_inactive(app: App, days, profiles, dry_run, yes, as_json, force, exp
 
 @click.command()
 @click.option("--metrics-file", type=click.Path(dir_okay=False), help="Write Prometheus textfile metrics after the run.")
+@export_dir_option
 @task_options
 @pass_app
 def run(app: App, metrics_file, profiles, dry_run, yes, as_json, force, export_dir):

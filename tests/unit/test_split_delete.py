@@ -175,6 +175,12 @@ CRASHER = textwrap.dedent("""
             original(db, ids)
             count()
         engine.Engine._delete_messages = staticmethod(delete)
+    elif point == "begun":  # the split recorded, no step yet
+        original = outbox.Outbox.begin_split
+        def begin(self, record):
+            original(self, record)
+            os._exit(9)
+        outbox.Outbox.begin_split = begin
     elif point == "settle":  # the last step committed, the outbox not told
         original = outbox.Outbox.settle
         def settle(self, committed, dropped):
@@ -196,7 +202,8 @@ def crash(root: Path, tmp_path: Path, point: str, after: int) -> int:
     return done.returncode
 
 
-@pytest.mark.parametrize("point,after", [("step", 3), ("step", 15), ("inside", 2), ("inside", 12), ("settle", 1)])
+@pytest.mark.parametrize("point,after", [("begun", 1), ("step", 3), ("step", 15), ("inside", 2),
+                                                ("inside", 12), ("settle", 1)])
 def test_a_crash_during_a_split_is_finished_by_the_next_run(store, invoke, tmp_path, point, after):
     db = store / "state.db"
     before = contents(db)
@@ -302,3 +309,89 @@ def test_restore_of_a_missing_or_foreign_file_is_one_error_line(store, invoke, t
     result = invoke("--root", str(store), "restore", str(path), "-p", "default", "--yes")
     assert result.exit_code == 2 and "not of this one" in result.stderr
     assert "small-0" not in row_ids(store / "state.db")
+
+
+def test_a_failure_after_the_last_step_loses_neither_the_unit_nor_its_event(store, invoke, small_steps, monkeypatch):
+    from hermes_admin.profile.engine import outbox as outbox_module
+
+    original, calls = outbox_module.Outbox.end_split, [0]
+
+    def failing(self, split_id):
+        calls[0] += 1
+        if calls[0] == 1:
+            raise outbox_module.OutboxError("outbox.db: disk I/O error (on purpose)")
+        return original(self, split_id)
+
+    monkeypatch.setattr(outbox_module.Outbox, "end_split", failing)
+    first = purge(invoke, store)
+    assert first.exit_code == 2 and "on purpose" in first.stderr
+    assert {"big", "big-child"}.isdisjoint(row_ids(store / "state.db"))  # gone: never "kept"
+    purge(invoke, store)
+    assert len([e for e in events(store) if e["session_id"] == "big"]) == 1
+    outbox = sqlite3.connect(store / ".hermes-admin" / "outbox.db")
+    assert outbox.execute("SELECT COUNT(*) FROM splits").fetchone()[0] == 0
+
+
+def test_a_message_hermes_deletes_meanwhile_stays_deleted_when_the_unit_is_restored(store, invoke, small_steps,
+                                                                                 monkeypatch):
+    db = store / "state.db"
+    before = contents(db)
+    newest = max(before)
+    original, calls = Turns.after_commit, [0]
+
+    def hermes_rewinds(self, committed_at, held_s):
+        calls[0] += 1
+        if calls[0] == 4:
+            conn = sqlite3.connect(db, timeout=5)
+            conn.execute("DELETE FROM messages WHERE id = ?", (newest,))
+            conn.commit()
+            conn.close()
+        return original(self, committed_at, held_s)
+
+    monkeypatch.setattr(Turns, "after_commit", hermes_rewinds)
+    result = purge(invoke, store)
+    assert result.exit_code == 1, result.stderr
+    expected = {k: v for k, v in before.items() if k != newest}
+    assert contents(db) == expected  # ours came back; Hermes' own delete stands
+    assert fts_problems(db) == []
+
+
+def test_commands_without_the_policy_never_prune_exports(store, invoke, now):
+    assert purge(invoke, store).exit_code == 0
+    path = only_export(store)
+    manifest = Path(str(path) + ".json")
+    doc = json.loads(manifest.read_text())
+    doc["created"] = now - 30 * DAY
+    manifest.write_text(json.dumps(doc))
+    assert invoke("--root", str(store), "sessions", "archive", "recent", "--yes").exit_code in (0, 1)
+    assert invoke("--root", str(store), "restore", str(path), "--session", "small-0", "--yes").exit_code == 0
+    assert path.exists() and manifest.exists()
+
+
+def test_a_hostile_export_cannot_write_into_other_sessions_nor_crash_restore(store, invoke):
+    import gzip
+
+    assert purge(invoke, store).exit_code == 0
+    path = only_export(store)
+    manifest_path = Path(str(path) + ".json")
+    manifest = json.loads(manifest_path.read_text())
+    record = {"id": "small-0", "source": "cli", "started_at": 1.0, "ended_at": 2.0,
+              "messages": [{"id": 999999999, "session_id": "recent", "role": "user", "content": "injected",
+                            "timestamp": 3.0}]}
+    data = (json.dumps(record) + "\n").encode()
+    body = gzip.compress(data)
+    manifest["members"] = [{"offset": 0, "length": len(body), "bytes": len(data),
+                            "sha256": hashlib.sha256(data).hexdigest(), "reason": "prune",
+                            "units": [["small-0", 1, 1, ["small-0"]]]}]
+    path.write_bytes(body)
+    manifest_path.write_text(json.dumps(manifest))
+    assert invoke("--root", str(store), "restore", str(path), "--yes").exit_code == 0
+    conn = sqlite3.connect(store / "state.db")
+    rows = conn.execute("SELECT session_id, id FROM messages WHERE content = 'injected'").fetchall()
+    assert len(rows) == 1 and rows[0][0] == "small-0" and rows[0][1] != 999999999  # its own session, a real id
+    conn.close()
+
+    manifest_path.write_text("[1, 2, 3]")
+    broken = invoke("--root", str(store), "restore", str(path), "--yes")
+    assert broken.exit_code == 2 and "not a hermes-admin export manifest" in broken.stderr
+    assert "Traceback" not in broken.stderr and "internal error" not in broken.stderr

@@ -28,6 +28,8 @@ import os
 import sqlite3
 import stat
 import time
+
+import peewee
 from pathlib import Path
 from typing import Callable
 
@@ -71,8 +73,8 @@ IDLE_HOLD_S = 0.040
 MAX_UNITS_PER_TXN = 1024
 # The cost model: a unit's weight is the bytes of its messages plus a fixed cost per row and unit
 # (exports.ROW_WEIGHT, UNIT_WEIGHT); the lock time per weight is measured on every transaction.
-# Before the first measurement: a guess on the slow side (FTS5 tokenizes every byte twice).
-# Before the first measurement: Hermes' own stores (both FTS indexes) take ~0.5 us per byte.
+# Before the first measurement: Hermes' own stores (both FTS indexes tokenize every byte) take
+# ~0.4-0.5 us per byte here; a little more, to be on the safe side.
 FIRST_S_PER_WEIGHT = 0.6e-6
 MIN_WEIGHT = 4096  # the least a transaction is given, whatever the measurement says
 # A unit goes in several transactions when one would hold the lock longer than this; units that
@@ -113,6 +115,19 @@ class _Reads:
     def execute_sql(self, sql: str, params=()):
         return self.conn.execute(sql, params)
 
+    def snapshot(self):
+        """One read transaction: a unit's rows, usage and messages as of one moment."""
+        from contextlib import contextmanager
+
+        @contextmanager
+        def reading():
+            self.conn.execute("BEGIN")
+            try:
+                yield
+            finally:
+                self.conn.execute("COMMIT")
+        return reading()
+
     def close(self) -> None:
         self.conn.close()
 
@@ -124,6 +139,8 @@ class Engine:
                  progress: Progress | None = None, exports: Settings | None = None):
         self.profile = profile
         self.export_settings = exports or Settings()
+        self._prunes = exports is not None  # only a command that knows the policy prunes old exports
+        self._split_done: tuple | None = None  # (rows, committed at, held) of a split's last step
         self.export: ExportFile | None = None  # this run's export, made on the first unit deleted
         self.recovered: list[Result] = []  # units of an interrupted split delete, finished or restored
         self._ahead = None  # the export thread (_steps), made on first use
@@ -185,11 +202,13 @@ class Engine:
 
     def close(self) -> None:
         if self._ahead is not None:  # an export under way finishes (a member is whole or not listed)
-            self._ahead.shutdown(wait=True)
+            self._ahead.shutdown(wait=True, cancel_futures=True)
             self._ahead = None
         if self._reads is not None:
             self._reads.close()
             self._reads = None
+        if self.export is not None:
+            self.export.close()
         if self.bus is not None:
             self.bus.close()
         if self.checkpointer is not None:
@@ -294,11 +313,11 @@ class Engine:
             return result
         self.progress.start(f"{self.profile.name}: {reason}", len(units))
         try:
-            for chunk, exported, last in self._steps(units, reason, orphans, result):
-                if exported is not None:
-                    self._split(chunk[0], exported, reason, recheck, result)
+            for chunk, exported, split, last in self._steps(units, reason, orphans, result):
+                if split:
+                    self._split(chunk[0], exported[chunk[0].session_id], reason, recheck, result)
                 else:
-                    self._delete_chunk(chunk, last and not more, reason, recheck, orphans, result)
+                    self._delete_chunk(chunk, exported, last and not more, reason, recheck, orphans, result)
                 self.progress.advance(len(chunk))
         finally:
             self.progress.stop()
@@ -324,11 +343,11 @@ class Engine:
 
     def _too_big(self, weight: int) -> bool:
         """Would one transaction of this weight hold the lock too long (as measured so far)?"""
-        return weight > self._budget and weight * self._s_per_weight > max(SPLIT_AT_S, IDLE_HOLD_S)
+        return weight > self._budget and weight * self._s_per_weight > SPLIT_AT_S
 
     def _steps(self, units: list[Unit], reason: str, orphans: bool, result: Result):
-        """(units, None, last) for one transaction of whole units, as many as the time allows, or
-        ([unit], its export, last) for a unit too big for one, deleted in steps (_split).
+        """(units, their exports, False, last) for one transaction of whole units, as many as the time
+        allows, or ([unit], its export, True, last) for a unit too big for one, deleted in steps (_split).
 
         Each batch of units is exported (and so weighed) before any of it is deleted; the next
         batch's export runs on a thread of its own meanwhile (reading, JSON and compression are
@@ -352,15 +371,15 @@ class Engine:
                 ahead = None
                 if following < len(units):
                     ahead = (following, self._exporter().submit(
-                        self._prepare, units[following:following + EXPORT_UNITS], reason, orphans, True))
+                        self._prepare, units[following:following + EXPORT_UNITS], reason, orphans))
             first = units[position]
             if not orphans and self._too_big(weights[first.session_id]):
                 position += 1
                 found = exported.get(first.session_id) or self._export_now(first, reason)
                 if found is None:  # its rows are gone: the transaction says so
-                    yield [first], None, position >= len(units)
+                    yield [first], {}, False, position >= len(units)
                 else:
-                    yield [first], found, position >= len(units)
+                    yield [first], {first.session_id: found}, True, position >= len(units)
                 continue
             chunk, weight = [], 0
             while position < len(units) and len(chunk) < MAX_UNITS_PER_TXN:
@@ -372,7 +391,8 @@ class Engine:
                 weight += w
                 position += 1
             self._last_weight = max(weight, 1)
-            yield chunk, None, position >= len(units) or stopping.requested()
+            found = {u.session_id: exported[u.session_id] for u in chunk if u.session_id in exported}
+            yield chunk, found, False, position >= len(units) or stopping.requested()
 
     def _exporter(self):
         """The thread that exports the next batch, with a read-only connection of its own."""
@@ -387,15 +407,14 @@ class Engine:
             self._reads = _Reads(self.profile.store_path)
         return self._reads
 
-    def _prepare(self, batch: list[Unit], reason: str, orphans: bool,
-                 ahead: bool = False) -> tuple[dict[str, int], dict[str, Exported]]:
+    def _prepare(self, batch: list[Unit], reason: str, orphans: bool) -> tuple[dict[str, int], dict[str, Exported]]:
         """Weights of a batch of units, and the export of those that must have one, on disk and verified.
 
         Every unit is exported unless `export_keep_days` is 0; then only those too big for one
         transaction. Orphan rows (no session row) have nothing to export in Hermes' shape.
-        `ahead`: on the export thread, through its own read-only connection.
+        On the export thread or not, it reads through the export's own read-only connection.
         """
-        db = self._reader() if ahead else self.store.db
+        db = self._reader()  # its own connection, whichever thread: each unit read in one snapshot
         if orphans or self.export_settings.keep_days <= 0:
             weights = self._weigh(batch, db)
             if orphans:
@@ -412,15 +431,13 @@ class Engine:
 
     def _write_export(self, units: list[Unit], reason: str, db=None) -> dict[str, Exported]:
         try:
-            return self.export.write(db or self.store.db, self.store.schema, units, reason)
+            return self.export.write(db or self._reader(), self.store.schema, units, reason)
         except ExportError as exc:
             raise self.store.error(f"{exc}; no session of this profile was deleted after it") from None
 
     def _weigh(self, units: list[Unit], db) -> dict[str, int]:
         """Each unit's weight from the store (as an export would have measured it, near enough)."""
-        texts = [c for c in ("content", "tool_calls", "reasoning", "reasoning_content", "api_content")
-                 if self.store.schema.has_column("messages", c)]
-        size = " + ".join(f"TOTAL(LENGTH({c}))" for c in texts) or "0"
+        size = self._text_size("TOTAL(LENGTH({}))")
         of_session: dict[str, int] = {}
         ids = [i for unit in units for i in unit.ids]
         for part in chunks(ids):
@@ -444,8 +461,8 @@ class Engine:
                 f"SELECT id, rowid FROM sessions WHERE id IN ({marks(part)})", part).fetchall())
         return sorted(units, key=lambda u: position.get(u.session_id, -1))
 
-    def _delete_chunk(self, chunk: list[Unit], last: bool, reason: str, recheck: Recheck | None, orphans: bool,
-                      result: Result) -> None:
+    def _delete_chunk(self, chunk: list[Unit], exported: dict[str, Exported], last: bool, reason: str,
+                      recheck: Recheck | None, orphans: bool, result: Result) -> None:
         listening = self.listening
         event_ids = self.outbox.add_pending("delete", reason, chunk) if listening else [None] * len(chunk)
         synced = self.commits.before(last)
@@ -453,7 +470,7 @@ class Engine:
 
         def work(db):
             began[0] = time.monotonic()  # the write lock is ours from here to the end of COMMIT
-            return self._delete_in_transaction(db, chunk, recheck, orphans)
+            return self._delete_in_transaction(db, chunk, exported, recheck, orphans)
 
         try:
             went, skipped, wrote = write_transaction(self.store.db, work, on_busy=self.turns.busy)
@@ -497,29 +514,108 @@ class Engine:
             if listening:
                 self.outbox.settle({}, [event_id])
             raise
+        self._run_split(split_id, record, unit, exported, recheck, result)
+
+    def _run_split(self, split_id: int, record: dict, unit: Unit, exported: Exported, recheck: Recheck | None,
+                   result: Result, resumed: bool = False) -> None:
+        """The steps, then what follows the last one. A step that fails (and rolled back) or finds the
+        unit changed puts back what the earlier steps deleted (`resumed`: a run before this one
+        took some too, so every exported message that is missing); once the last step has
+        committed, the unit is gone whatever fails after it (its event is committed first)."""
+        taken: list[int] = []
+        deleted = None if resumed else taken
         try:
-            self._run_split(split_id, unit, exported, reason, recheck, event_id, result)
-        except Exception as exc:  # a step failed (and rolled back): what went before it comes back
+            outcome = self._steps_of_split(unit, exported, recheck, taken, result)
+        except Exception as exc:
             try:
-                self._undo_split(split_id, unit, exported, event_id, f"a step failed ({exc})", result)
+                self._undo_split(split_id, record, unit, exported, f"a step failed ({exc})", deleted, result)
             except Exception:
-                pass  # left in the outbox: the next start finishes or restores it
+                pass  # the record stays in the outbox: the next start finishes or restores the unit
             raise
+        if outcome == "stopped":
+            return
+        if outcome is not None:  # changed since its export: what our steps deleted comes back
+            self._undo_split(split_id, record, unit, exported, outcome, deleted, result)
+            return
+        present, committed_at, held_s = self._split_done
+        self._after_split(split_id, record, unit, present, result)
+        self.turns.after_commit(committed_at, held_s)
+
+    def _steps_of_split(self, unit: Unit, exported: Exported, recheck: Recheck | None, deleted: list[int],
+                        result: Result) -> str | None:
+        """Delete the unit's messages in id order, a step per transaction, then its rows: None when
+        the last step committed, "stopped" on a stop request, else why the unit must stay."""
+        remaining = self._message_weights(unit, exported.max_message_id)
+        while True:
+            if stopping.requested():
+                result.notes.append(f"stopped on request while deleting {unit.session_id} in steps: "
+                                    "the next run finishes it (or restores it, if it changed)")
+                return "stopped"
+            step, weight = [], 0
+            for message_id, w in remaining:
+                if step and weight + w > self._budget:
+                    break
+                step.append(message_id)
+                weight += w
+            final = len(step) == len(remaining)
+            self._last_weight = max(weight + (exports.UNIT_WEIGHT if final else 0), 1)
+            self.commits.before(last=False)
+            began = [0.0]
+            present: list[str] = []
+
+            def work(db, step=step, final=final, left=len(remaining)):
+                began[0] = time.monotonic()
+                why = self._changed(db, unit, exported, left, recheck)
+                if why:
+                    return why
+                if final:
+                    present[:] = [r[0] for r in db.execute_sql(
+                        f"SELECT id FROM sessions WHERE id IN ({marks(list(unit.ids))})", list(unit.ids)).fetchall()]
+                    self._delete_rows(db, present)
+                else:
+                    self._delete_messages(db, step)
+                return None
+
+            why = write_transaction(self.store.db, work, on_busy=self.turns.busy)
+            if why:
+                return why
+            committed_at = self._account(began[0], result)
+            deleted += step
+            remaining = remaining[len(step):]
+            if final:
+                self._split_done = (present, committed_at, committed_at - began[0])
+                return None
+            self.commits.committed(synced=False, wrote=True, work=None)
+            self.turns.after_commit(committed_at, committed_at - began[0])
+
+    def _after_split(self, split_id: int, record: dict, unit: Unit, present: list[str], result: Result) -> None:
+        """The last step committed: the event is committed, the record ends, files and the event follow."""
+        event_id = record.get("event_id")
+        if event_id is not None:
+            self.outbox.settle({event_id: present}, [])
+        self.outbox.end_split(split_id)
+        result.done.append(self._unit_report(unit, present))
+        events = [Event(event_id, "delete", unit.session_id, record["reason"], present)] if event_id is not None else []
+        self._after_durable(self.commits.committed(False, True, (self._paths_of(present, result), events)), result)
 
     def _message_weights(self, unit: Unit, upto: int) -> list[tuple[int, int]]:
-        texts = [c for c in ("content", "tool_calls", "reasoning", "reasoning_content", "api_content")
-                 if self.store.schema.has_column("messages", c)]
-        size = " + ".join(f"COALESCE(LENGTH({c}), 0)" for c in texts) or "0"
+        size = self._text_size("COALESCE(LENGTH({}), 0)")
         ids = list(unit.ids)
         return [(i, int(w) + exports.ROW_WEIGHT) for i, w in self.store.db.execute_sql(
             f"SELECT id, {size} FROM messages WHERE session_id IN ({marks(ids)}) AND id <= ? ORDER BY id",
             [*ids, upto]).fetchall()]
 
+    def _text_size(self, each: str) -> str:
+        """SQL for the bytes of a message's text columns (what FTS5 tokenizes, near enough)."""
+        texts = [c for c in ("content", "tool_calls", "reasoning", "reasoning_content", "api_content")
+                 if self.store.schema.has_column("messages", c)]
+        return " + ".join(each.format(c) for c in texts) or "0"
+
     def _changed(self, db, unit: Unit, exported: Exported, left: int, recheck: Recheck | None) -> str | None:
         """Inside a step's transaction: why the unit must not lose more rows, if it changed since its export."""
         ids = list(unit.ids)
         rows = exports.session_rows(db, ids)
-        if len(rows) != exported.sessions or exports.fingerprint(rows) != exported.fingerprint:
+        if len(rows) != exported.sessions or exports.fingerprint(db, rows) != exported.fingerprint:
             return "its session rows changed while it was being deleted in steps"
         newer, kept = db.execute_sql(
             f"SELECT COALESCE(SUM(id > ?), 0), COALESCE(SUM(id <= ?), 0) FROM messages WHERE session_id IN ({marks(ids)})",
@@ -534,99 +630,65 @@ class Engine:
             why = recheck(unit, load_rows(self.store, ids))
         return why
 
-    def _run_split(self, split_id: int, unit: Unit, exported: Exported, reason: str, recheck: Recheck | None,
-                   event_id: int | None, result: Result) -> None:
-        remaining = self._message_weights(unit, exported.max_message_id)
-        while True:
-            if stopping.requested():
-                result.notes.append(f"stopped on request while deleting {unit.session_id} in steps: "
-                                    "the next run finishes it (or restores it, if it changed)")
-                return
-            step, weight = [], 0
-            for message_id, w in remaining:
-                if step and weight + w > self._budget:
-                    break
-                step.append(message_id)
-                weight += w
-            final = len(step) == len(remaining)
-            self._last_weight = max(weight + (exports.UNIT_WEIGHT if final else 0), 1)
-            self.commits.before(last=False)
-            began = [0.0]
-
-            def work(db, step=step, final=final, left=len(remaining)):
-                began[0] = time.monotonic()
-                why = self._changed(db, unit, exported, left, recheck)
-                if why:
-                    return why
-                if final:
-                    present = [r[0] for r in db.execute_sql(
-                        f"SELECT id FROM sessions WHERE id IN ({marks(list(unit.ids))})", list(unit.ids)).fetchall()]
-                    self._delete_rows(db, present)
-                else:
-                    self._delete_messages(db, step)
-                return None
-
-            why = write_transaction(self.store.db, work, on_busy=self.turns.busy)
-            if why:
-                self._undo_split(split_id, unit, exported, event_id, why, result)
-                return
-            committed_at = self._account(began[0], result)
-            remaining = remaining[len(step):]
-            if final:
-                break
-            self.commits.committed(synced=False, wrote=True, work=None)
-            self.turns.after_commit(committed_at, committed_at - began[0])
-        ids = [i for i in unit.ids]
-        if event_id is not None:
-            self.outbox.settle({event_id: ids}, [])
-        self.outbox.end_split(split_id)
-        result.done.append(self._unit_report(unit, ids))
-        events = [Event(event_id, "delete", unit.session_id, reason, ids)] if event_id is not None else []
-        self._after_durable(self.commits.committed(False, True, (self._paths_of(ids, result), events)), result)
-        self.turns.after_commit(committed_at, committed_at - began[0])
-
-    def _undo_split(self, split_id: int, unit: Unit, exported: Exported, event_id: int | None, why: str,
-                    result: Result) -> None:
-        """The unit changed between steps: what went comes back from its export, and it is kept."""
+    def _undo_split(self, split_id: int, record: dict, unit: Unit, exported: Exported, why: str,
+                    deleted: list[int] | None, result: Result) -> None:
+        """The unit changed between steps: what our steps deleted comes back from its export, and it is
+        kept. `deleted`: the message ids our steps took (None after a crash: every exported message
+        that is missing). The record says "undoing" first, so a crash meanwhile goes on undoing."""
         from hermes_admin.profile.engine.restore import Restorer
 
+        if not record.get("undoing"):
+            record = dict(record, undoing=why, deleted=deleted)
+            self.outbox.update_split(split_id, record)
+        wanted = set(record["deleted"]) if record.get("deleted") is not None else None
         restorer = Restorer(self)
         put = 0
         member = {"offset": exported.offset, "length": exported.length}
         for fields, messages in exports.read_member(Path(exported.path), member, check=False):
             if fields.get("id") in unit.ids:
-                put += restorer.session(fields, messages, missing_only=True)[1]
-        if event_id is not None:
-            self.outbox.settle({}, [event_id])
+                chosen = (m for m in messages if wanted is None or m.get("id") in wanted)
+                put += restorer.session(fields, chosen, missing_only=True)[1]
+        if record.get("event_id") is not None:
+            self.outbox.settle({}, [record["event_id"]])
         self.outbox.end_split(split_id)
         result.skipped.append({"session_id": unit.session_id, "ids": list(unit.ids),
-                               "why": f"{why}: kept, {put} deleted message(s) restored from {exported.path}"})
+                               "why": f"{record['undoing']}: kept, {put} deleted message(s) restored from "
+                                      f"{exported.path}"})
 
     def _finish_splits(self) -> None:
-        """Units an earlier run left half-deleted: finished if unchanged since their export, else restored."""
+        """Units an earlier run left half-deleted: finished if unchanged since their export, else restored.
+
+        One record that cannot be dealt with (its export unreadable, say) is reported and kept for
+        the next run; it never stops the profile's other work.
+        """
         for split_id, record in self.outbox.splits():
-            unit = Unit(record["session_id"], record["ids"], record.get("rule", ""))
-            exported = Exported(**record["exported"])
-            result = Result(self.profile.name, "delete", record["reason"], False, task="resume")
-            self._require_tokenizer()
-            left = self.store.db.execute_sql(
-                f"SELECT (SELECT COUNT(*) FROM sessions WHERE id IN ({marks(list(unit.ids))}))",
-                list(unit.ids)).fetchone()[0]
-            if left == 0:  # its last step committed; what followed it did not
-                ids = list(unit.ids)
-                if record.get("event_id") is not None:
-                    self.outbox.settle({record["event_id"]: ids}, [])
-                self.outbox.end_split(split_id)
-                result.done.append(self._unit_report(unit, ids))
-                self._remove_files(ids, result)
-                self._collect_files(result)
-            else:
-                # Re-checked against its export at every step, as in the run that began it; the
-                # selection rule itself is that run's (a pure function of rows that did not change).
-                self._run_split(split_id, unit, exported, record["reason"], None, record.get("event_id"), result)
-                self.settle(result)
-            result.notes.append(f"an interrupted delete of {unit.session_id} in steps, from an earlier run")
+            result = Result(self.profile.name, "delete", record.get("reason"), False, task="resume")
+            try:
+                self._finish_split(split_id, record, result)
+            except (ExportError, OutboxError, sqlite3.Error, peewee.DatabaseError, KeyError, TypeError,
+                    ValueError) as exc:
+                self.notes.append(f"an interrupted delete in steps ({record.get('session_id')!r}) could not be "
+                                  f"finished or restored: {exc}; it stays recorded for the next run")
+                continue
+            result.notes.append(f"an interrupted delete of {record['session_id']} in steps, from an earlier run")
             self.recovered.append(result)
+
+    def _finish_split(self, split_id: int, record: dict, result: Result) -> None:
+        unit = Unit(record["session_id"], record["ids"], record.get("rule", ""))
+        exported = Exported(**record["exported"])
+        self._require_tokenizer()
+        if record.get("undoing"):  # the crash came while it was being put back: go on putting it back
+            self._undo_split(split_id, record, unit, exported, record["undoing"], None, result)
+            return
+        left = self.store.db.execute_sql(
+            f"SELECT COUNT(*) FROM sessions WHERE id IN ({marks(list(unit.ids))})", list(unit.ids)).fetchone()[0]
+        if left == 0:  # its last step committed; what followed it did not
+            self._after_split(split_id, record, unit, list(unit.ids), result)
+        else:
+            # Re-checked against its export at every step, as in the run that began it; the rule that
+            # chose it is that run's (the unit was chosen then; it is finished only if unchanged since).
+            self._run_split(split_id, record, unit, exported, None, result, resumed=True)
+        self.settle(result)
 
     def _after_durable(self, work: list[tuple[list[str], list[Event]]], result: Result) -> None:
         """Files, then events, of transactions whose commit is now on disk (see group_commit.py)."""
@@ -642,12 +704,14 @@ class Engine:
             self.remover.drain()  # files before events: a plugin sees the files gone
             self._deliver(events, result.hook_failures)
 
-    def _delete_in_transaction(self, db, chunk: list[Unit], recheck: Recheck | None, orphans: bool):
+    def _delete_in_transaction(self, db, chunk: list[Unit], exported: dict[str, Exported], recheck: Recheck | None,
+                               orphans: bool):
         schema = self.store.schema
         all_ids = [i for unit in chunk for i in unit.ids]
         fresh = load_rows(self.store, all_ids)  # inside the transaction: what exists now, as it is now
         existing = set(fresh)
         blocked = {} if orphans else guards.blocked(db, schema, all_ids, self.now(), self.references)
+        blocked.update(self._unlike_exports(db, [u for u in chunk if u.session_id in exported], exported))
         went: dict[int, list[str]] = {}
         skipped: dict[int, str] = {}
         for index, unit in enumerate(chunk):
@@ -672,6 +736,33 @@ class Engine:
         if doomed:
             wrote = self._delete_rows(db, doomed) > 0
         return went, skipped, wrote
+
+    @staticmethod
+    def _unlike_exports(db, units: list[Unit], exported: dict[str, Exported]) -> dict[str, str]:
+        """Inside the transaction: units whose rows are not those exported (a message came, went or
+        grew since), each id -> why. They stay, exported or not, until a run exports them as they are."""
+        if not units:
+            return {}
+        ids = [i for unit in units for i in unit.ids]
+        counts: dict[str, tuple[int, int]] = {}
+        for part in chunks(ids):
+            for sid, count, newest in db.execute_sql(
+                    f"SELECT session_id, COUNT(*), MAX(id) FROM messages WHERE session_id IN ({marks(part)}) "
+                    f"GROUP BY session_id", part).fetchall():
+                counts[sid] = (count, newest or 0)
+        rows: dict[str, tuple] = {r[0]: r for r in exports.session_rows(db, ids)}
+        why = {}
+        for unit in units:
+            found = exported[unit.session_id]
+            present = [rows[i] for i in unit.ids if i in rows]
+            messages = sum(counts.get(i, (0, 0))[0] for i in unit.ids)
+            newest = max((counts.get(i, (0, 0))[1] for i in unit.ids), default=0)
+            if not present:
+                continue  # gone already: the caller says so
+            if (messages != found.messages or newest > found.max_message_id
+                    or exports.fingerprint(db, present) != found.fingerprint):
+                why.update({i: "changed since it was exported (left for the next run)" for i in unit.ids})
+        return why
 
     @staticmethod
     def _delete_messages(db, message_ids: list[int]) -> None:
@@ -917,6 +1008,8 @@ class Engine:
 
     def _prune_exports(self) -> None:
         """Exports past `export_keep_days` go, except those an unfinished split delete still needs."""
+        if not self._prunes or self.dry_run:
+            return
         try:
             keep = {record["exported"]["path"] for _, record in self.outbox.splits()}
             self.notes += exports.prune(self.profile, self.export_settings, self.now(), keep)

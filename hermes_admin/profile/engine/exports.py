@@ -8,7 +8,8 @@ plus `messages` (every column of every message row, in id order), and, where the
 the file, so a file is always a valid gzip stream, however a run ended.
 
 Before any delete of a batch commits, its member is written, fsynced, read back and checked against
-the length and SHA-256 of what was written; then the manifest beside the file
+the length and SHA-256 of what was written (a member that fails is cut off again, so the
+file stays one valid gzip stream); then the manifest beside the file
 (`<file>.json`: the profile, its home, and every member's offset, length, checksum and units) is
 replaced atomically. A member the manifest does not list was never relied on.
 
@@ -19,6 +20,7 @@ Messages are written one at a time into the compressor and read back the same wa
 from __future__ import annotations
 
 import base64
+import codecs
 import errno
 import hashlib
 import json
@@ -40,6 +42,7 @@ MANIFEST = ".json"
 DEFAULT_KEEP_DAYS = 7.0
 LEVEL = 1  # zlib's fastest: text compresses ~4x even so, at a fraction of the time of level 6
 READ_CHUNK = 1 << 20
+MAX_VALUE = 64 << 20  # a single JSON value read back: Hermes caps a message's content far below
 DAY = 86400.0
 
 
@@ -83,14 +86,25 @@ def dumps(value) -> str:
 
 
 def decode_value(value):
-    if isinstance(value, dict) and set(value) == {"$bytes"}:
-        return base64.b64decode(value["$bytes"])
-    return value
+    """A column's value as it was: a BLOB from its `$bytes`; anything not a plain SQL value is refused."""
+    if isinstance(value, dict) and set(value) == {"$bytes"} and isinstance(value["$bytes"], str):
+        try:
+            return base64.b64decode(value["$bytes"], validate=True)
+        except ValueError:
+            raise ValueError("a BLOB value that is not base64") from None
+    if value is None or isinstance(value, (str, int, float)):
+        return value
+    raise ValueError(f"a column value that is a {type(value).__name__}")
 
 
-def fingerprint(rows: list[tuple]) -> str:
-    """Session rows (sorted, every column) as one digest: any change of any column changes it."""
-    return hashlib.sha256(dumps(sorted(rows, key=lambda r: str(r[0]))).encode()).hexdigest()
+def fingerprint(db, rows: list[tuple]) -> str:
+    """Session rows (sorted) as one digest: a change of any column changes it, but for the parent
+    link, which the engine's own deletes cut when a parent goes (a unit exported ahead of that
+    is the same conversation)."""
+    names = [d[0] for d in db.execute_sql("SELECT * FROM sessions LIMIT 0").description]
+    skip = names.index("parent_session_id") if "parent_session_id" in names else None
+    kept = [r[:skip] + r[skip + 1:] if skip is not None else r for r in rows]
+    return hashlib.sha256(dumps(sorted(kept, key=lambda r: str(r[0]))).encode()).hexdigest()
 
 
 def session_rows(db, ids: list[str]) -> list[tuple]:
@@ -117,14 +131,22 @@ def _fsync_dir(folder: Path) -> None:
 
 
 def _folder(path: Path) -> Path:
-    """The export folder, made 0700 if missing; a link or a file there is refused."""
+    """The export folder, made 0700 if missing. A link, a file, a folder of another user or one others
+    may write into is refused: exports hold whole conversations (a shared `export_dir` needs a
+    folder per user)."""
     try:
+        made = not path.exists()
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if made:
+            _fsync_dir(path.parent)
         st = os.lstat(path)
     except OSError as exc:
         raise ExportError(exc.errno, f"cannot make the export folder: {exc.strerror}", str(path)) from None
     if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
         raise ExportError(errno.ENOTDIR, "is not a real folder; no export is written there", str(path))
+    if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        raise ExportError(errno.EPERM, "is another user's folder, or others may write into it; no export is "
+                                       "written there", str(path))
     return path
 
 
@@ -136,6 +158,7 @@ class ExportFile:
         self.path: Path | None = None
         self.manifest: dict | None = None
         self._lock = threading.Lock()  # members are appended one at a time (the engine exports ahead)
+        self._fd: int | None = None  # the file as created (O_EXCL): never opened again by its name
 
     def _create(self) -> None:
         folder = _folder(self.settings.folder_of(self.profile))
@@ -145,8 +168,7 @@ class ExportFile:
             path = folder / f"{stamp}-{_safe_name(self.profile.name)}-{home_tag}-{os.getpid()}" \
                             f"{'-' + str(n) if n else ''}{SUFFIX}"
             try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-                os.close(fd)
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
                 _fsync_dir(folder)
                 break
             except FileExistsError:
@@ -155,7 +177,7 @@ class ExportFile:
                 raise ExportError(exc.errno, f"cannot create the export: {exc.strerror}", str(path)) from None
         else:
             raise ExportError(errno.EEXIST, "cannot create the export: too many of the same name", str(path))
-        self.path = path
+        self.path, self._fd = path, fd
         self.manifest = {"format": FORMAT, "profile": self.profile.name, "home": str(self.profile.home),
                          "root": str(self.profile.root), "created": self.clock(), "members": []}
 
@@ -170,9 +192,9 @@ class ExportFile:
             self._create()
         digest, compressor = hashlib.sha256(), zlib.compressobj(LEVEL, zlib.DEFLATED, 31)
         size = [0]
+        offset = os.lseek(self._fd, 0, os.SEEK_END)
         try:
-            with open(self.path, "ab") as out:
-                offset = out.tell()
+            with os.fdopen(os.dup(self._fd), "ab") as out:
 
                 def put(text: str) -> None:
                     data = text.encode("utf-8", "surrogatepass")
@@ -180,18 +202,27 @@ class ExportFile:
                     size[0] += len(data)
                     out.write(compressor.compress(data))
 
-                found = {unit.session_id: self._unit(db, schema, unit, put) for unit in units}
+                found = {}
+                for unit in units:
+                    with db.snapshot():
+                        found[unit.session_id] = self._unit(db, schema, unit, put)
                 ids = {unit.session_id: unit.ids for unit in units}
                 out.write(compressor.flush())
                 out.flush()
                 os.fsync(out.fileno())
                 length = out.tell() - offset
-        except OSError as exc:
-            raise ExportError(exc.errno, f"cannot write the export: {exc.strerror}", str(self.path)) from None
-        expected = (digest.hexdigest(), size[0])
-        if verify_member(self.path, offset, length) != expected:
-            raise ExportError(errno.EIO, "the export read back differs from what was written; nothing deleted",
-                              str(self.path))
+            expected = (digest.hexdigest(), size[0])
+            if verify_member(self._fd, offset, length) != expected:
+                raise ExportError(errno.EIO, "the export read back differs from what was written; nothing deleted",
+                                  str(self.path))
+        except BaseException as exc:
+            try:  # a member that is not whole goes again: the file stays one valid gzip stream
+                os.ftruncate(self._fd, offset)
+            except OSError:
+                pass
+            if isinstance(exc, OSError) and not isinstance(exc, ExportError):
+                raise ExportError(exc.errno, f"cannot write the export: {exc.strerror}", str(self.path)) from None
+            raise
         written = {sid: e for sid, e in found.items() if e is not None}
         for item in written.values():
             item.offset, item.length = offset, length
@@ -235,13 +266,18 @@ class ExportFile:
                 weight += len(text) + ROW_WEIGHT
                 max_id = max(max_id, message[0] if isinstance(message[0], int) else 0)
             put("]}\n")
-        return Exported(str(self.path), 0, 0, len(rows), messages, weight, max_id, fingerprint(rows))
+        return Exported(str(self.path), 0, 0, len(rows), messages, weight, max_id, fingerprint(db, rows))
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
     def _save_manifest(self) -> None:
         path = Path(str(self.path) + MANIFEST)
-        temporary = path.with_name(path.name + f".{os.getpid()}.tmp")
+        temporary = path.with_name(path.name + f".{os.getpid()}.{len(self.manifest['members'])}.tmp")
         try:
-            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
             with os.fdopen(fd, "w") as out:
                 out.write(json.dumps(self.manifest))
                 out.flush()
@@ -261,10 +297,12 @@ def _dicts(db, sql: str, params: list) -> list[dict]:
 # -- reading -------------------------------------------------------------------
 
 
-def _member_text(path: Path, offset: int, length: int) -> Iterator[bytes]:
-    """The uncompressed bytes of one member, a piece at a time."""
+def _member_text(path, offset: int, length: int) -> Iterator[bytes]:
+    """The uncompressed bytes of one member, a piece at a time (never more than READ_CHUNK at once,
+    whatever the compressed bytes expand to). `path`: a file name, or a descriptor of it."""
     inflater = zlib.decompressobj(31)
-    with open(path, "rb") as source:
+    opened = os.fdopen(os.dup(path), "rb") if isinstance(path, int) else open(path, "rb", opener=_no_follow)
+    with opened as source:
         source.seek(offset)
         left = length
         while left > 0:
@@ -272,13 +310,20 @@ def _member_text(path: Path, offset: int, length: int) -> Iterator[bytes]:
             if not data:
                 raise ExportError(errno.EIO, "the export is shorter than its manifest says", str(path))
             left -= len(data)
-            yield inflater.decompress(data)
-        yield inflater.flush()
+            while data:
+                yield inflater.decompress(data, READ_CHUNK)
+                data = inflater.unconsumed_tail
+        while not inflater.eof and (piece := inflater.decompress(b"", READ_CHUNK)):
+            yield piece
     if not inflater.eof:
         raise ExportError(errno.EIO, "an export member ends early", str(path))
 
 
-def verify_member(path: Path, offset: int, length: int) -> tuple[str, int]:
+def _no_follow(path, flags):
+    return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC)
+
+
+def verify_member(path, offset: int, length: int) -> tuple[str, int]:
     digest, size = hashlib.sha256(), 0
     try:
         for data in _member_text(path, offset, length):
@@ -299,12 +344,22 @@ def load_manifest(path: Path) -> dict:
         raise ExportError(exc.errno, f"cannot read the export's manifest: {exc.strerror}", str(manifest_path)) from None
     except ValueError:
         raise ExportError(errno.EINVAL, "the export's manifest is not valid JSON", str(manifest_path)) from None
-    members = manifest.get("members") if isinstance(manifest, dict) else None
-    if manifest.get("format") != FORMAT or not isinstance(members, list) or not all(
-            isinstance(m, dict) and isinstance(m.get("offset"), int) and isinstance(m.get("length"), int)
-            and isinstance(m.get("sha256"), str) and isinstance(m.get("units"), list) for m in members):
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT \
+            or not isinstance(manifest.get("members"), list) or not all(map(_good_member, manifest["members"])):
         raise ExportError(errno.EINVAL, "not a hermes-admin export manifest", str(manifest_path))
     return manifest
+
+
+def _good_member(member) -> bool:
+    def good_unit(unit) -> bool:
+        return (isinstance(unit, list) and len(unit) == 4 and isinstance(unit[0], str)
+                and all(isinstance(n, int) and not isinstance(n, bool) for n in unit[1:3])
+                and isinstance(unit[3], list) and all(isinstance(i, str) for i in unit[3]))
+
+    return (isinstance(member, dict) and all(isinstance(member.get(k), int) and not isinstance(member.get(k), bool)
+                                             and member[k] >= 0 for k in ("offset", "length", "bytes"))
+            and isinstance(member.get("sha256"), str) and isinstance(member.get("units"), list)
+            and all(map(good_unit, member["units"])))
 
 
 class _Parser:
@@ -313,12 +368,14 @@ class _Parser:
     def __init__(self, pieces: Iterator[bytes], path: Path):
         self.pieces, self.path = pieces, path
         self.decoder = json.JSONDecoder()
-        self.utf8 = __import__("codecs").getincrementaldecoder("utf-8")("surrogatepass")
+        self.utf8 = codecs.getincrementaldecoder("utf-8")("surrogatepass")
         self.buf, self.pos, self.eof = "", 0, False
 
     def _fill(self) -> bool:
         if self.eof:
             return False
+        if len(self.buf) - self.pos > MAX_VALUE:  # one value larger than any row Hermes stores
+            raise self._bad(f"a value over {MAX_VALUE >> 20} MiB")
         piece = next(self.pieces, None)
         if piece is None:
             self.eof = True
@@ -372,6 +429,8 @@ class _Parser:
                 if session or messages_seen:
                     self._expect(",")
                 key = self._value()
+                if not isinstance(key, str):
+                    raise self._bad("a key is not a string")
                 self._expect(":")
                 if key == "messages":  # the last key: its items stream to the caller
                     messages_seen = True

@@ -173,6 +173,14 @@ class Outbox:
         finally:
             self.conn.execute("PRAGMA synchronous=NORMAL")
 
+    def update_split(self, split_id: int, record: dict) -> None:
+        self.conn.execute("PRAGMA synchronous=FULL")
+        try:
+            with self._writing() as conn:
+                conn.execute("UPDATE splits SET record=? WHERE id=?", (json.dumps(record), split_id))
+        finally:
+            self.conn.execute("PRAGMA synchronous=NORMAL")
+
     def end_split(self, split_id: int) -> None:
         with self._writing() as conn:
             conn.execute("DELETE FROM splits WHERE id=?", (split_id,))

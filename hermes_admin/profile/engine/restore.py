@@ -13,8 +13,11 @@ rows, then its messages, as many per transaction as the engine's time budget all
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from pathlib import Path
+
+import peewee
 
 from hermes_admin.profile.engine.exports import ROW_WEIGHT, decode_value, load_manifest, read_member
 from hermes_admin.profile.guards import marks
@@ -47,26 +50,45 @@ class Restorer:
     def _exists(self, sid: str) -> bool:
         return self.db.execute_sql("SELECT 1 FROM sessions WHERE id = ?", [sid]).fetchone() is not None
 
+    def _same_row(self, fields: dict) -> bool:
+        """Is the session row in the store the one exported (a restore that was cut short, say)?"""
+        cursor = self.db.execute_sql("SELECT * FROM sessions WHERE id = ?", [fields.get("id")])
+        names = [d[0] for d in cursor.description]
+        row = cursor.fetchone()
+        return row is not None and all(fields.get(n) == v for n, v in zip(names, row) if n in fields)
+
     def session(self, fields: dict, messages, missing_only: bool, dry_run: bool = False) -> tuple[str, int]:
-        """One record: ("restored"|"exists"|"absent", messages put back)."""
+        """One record: ("restored"|"completed"|"exists"|"absent", messages put back).
+
+        A session that exists exactly as exported (an earlier restore cut short) gets its missing
+        messages: "completed". Any other existing session is left alone.
+        """
         sid = fields.get("id")
+        if not isinstance(sid, str) or not sid:
+            raise ValueError("a session without an id")
         exists = self._exists(sid)
-        if missing_only != exists:  # a restore never overwrites; a roll-back never makes a row anew
-            return ("exists" if exists else "absent"), 0
+        state = "restored"
+        if exists and not missing_only:
+            if not self._same_row(fields):
+                return "exists", 0
+            missing_only, state = True, "completed"
+        if missing_only and not exists:  # a roll-back never makes a row anew
+            return "absent", 0
         if dry_run:
-            return "restored", sum(1 for _ in messages)
+            return state, sum(1 for _ in messages)
         head = None if missing_only else fields
         batch: list[dict] = []
         weight, count = 0, 0
         for message in messages:
+            message = dict(message, session_id=sid)  # never into another session, whatever the file says
             batch.append(message)
-            weight += sum(len(v) for v in message.values() if isinstance(v, str)) + ROW_WEIGHT
+            weight += _weight(message)
             if weight >= self.engine.budget or len(batch) >= MAX_ROWS_PER_TXN:
                 count += self._write(head, batch)
                 head, batch, weight = None, [], 0
         if batch or head is not None:
             count += self._write(head, batch)
-        return "restored", count
+        return state, count
 
     def _write(self, head: dict | None, messages: list[dict]) -> int:
         began = [0.0]
@@ -75,21 +97,24 @@ class Restorer:
             began[0] = time.monotonic()
             if head is not None:
                 self._session_row(db, head)
-            ids = [m["id"] for m in messages if isinstance(m.get("id"), int)]
-            taken = {r[0] for r in db.execute_sql(f"SELECT id FROM messages WHERE id IN ({marks(ids)})", ids)} \
-                if ids else set()
+            ids = [m["id"] for m in messages if isinstance(m.get("id"), int) and not isinstance(m["id"], bool)]
+            taken = dict(db.execute_sql(f"SELECT id, session_id FROM messages WHERE id IN ({marks(ids)})",
+                                        ids).fetchall()) if ids else {}
+            newest = _sequence(db)
             put = 0
             for message in messages:
-                if message.get("id") in taken:
-                    # Already there (a roll-back meets the rows never deleted): left as they are.
-                    continue
+                mid = message.get("id")
+                if taken.get(mid) == message["session_id"]:
+                    continue  # already there (a roll-back meets the rows it never deleted): left as it is
+                if mid in taken or not isinstance(mid, int) or isinstance(mid, bool) or not 0 < mid <= newest:
+                    # an id another message holds now, or one Hermes never gave out: a new id, same content
+                    message = {k: v for k, v in message.items() if k != "id"}
                 _insert(db, "messages", self.columns["messages"], message)
                 put += 1
             return put
 
         put = write_transaction(self.db, work, on_busy=self.engine.turns.busy)
-        weight = sum(sum(len(v) for v in m.values() if isinstance(v, str)) + ROW_WEIGHT for m in messages)
-        self.engine.paced(began[0], weight)
+        self.engine.paced(began[0], sum(map(_weight, messages)))
         return put
 
     def _session_row(self, db, fields: dict) -> None:
@@ -97,20 +122,41 @@ class Restorer:
         parent = row.get("parent_session_id")
         if parent and db.execute_sql("SELECT 1 FROM sessions WHERE id = ?", [parent]).fetchone() is None:
             row["parent_session_id"] = None  # detached, as Hermes' own import does
-        for prompt in fields.get("system_prompts") or []:
-            if "system_prompts" in self.columns:
+        referenced = {row.get(c) for c in ("system_prompt_hash", "tool_names")} - {None}
+        for prompt in _dicts(fields.get("system_prompts")):
+            if "system_prompts" in self.columns and prompt.get("hash") in referenced:  # only the row's own
                 _insert(db, "system_prompts", self.columns["system_prompts"], prompt, "INSERT OR IGNORE")
         _insert(db, "sessions", self.columns["sessions"], row)
-        for usage in fields.get("session_model_usage") or []:
+        for usage in _dicts(fields.get("session_model_usage")):
             if "session_model_usage" in self.columns:
-                _insert(db, "session_model_usage", self.columns["session_model_usage"], usage, "INSERT OR IGNORE")
+                _insert(db, "session_model_usage", self.columns["session_model_usage"],
+                        dict(usage, session_id=row["id"]), "INSERT OR IGNORE")
+
+
+def _dicts(value) -> list[dict]:
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def _weight(message: dict) -> int:
+    return sum(len(v) for v in message.values() if isinstance(v, str)) + ROW_WEIGHT
+
+
+def _sequence(db) -> int:
+    """The newest message id Hermes has given out (AUTOINCREMENT's record), or the newest row's."""
+    try:
+        row = db.execute_sql("SELECT seq FROM sqlite_sequence WHERE name = 'messages'").fetchone()
+    except Exception:
+        row = None
+    if row is None:
+        row = db.execute_sql("SELECT COALESCE(MAX(id), 0) FROM messages").fetchone()
+    return int(row[0] or 0)
 
 
 def units_of(manifest: dict, wanted: set[str] | None) -> list[tuple[dict, list]]:
     """(member, unit entries) to restore: every unit, or those holding a wanted session id."""
     chosen = []
     for member in manifest["members"]:
-        units = [u for u in member["units"] if wanted is None or wanted.intersection(u[3] if len(u) > 3 else u[:1])]
+        units = [u for u in member["units"] if wanted is None or wanted.intersection(u[3])]
         if units:
             chosen.append((member, units))
     return chosen
@@ -126,17 +172,24 @@ def restore_file(engine, path: Path, wanted: set[str] | None, dry_run: bool, res
 
     restorer = Restorer(engine)
     for member, units in units_of(manifest, wanted):
-        ids = {i for u in units for i in (u[3] if len(u) > 3 else u[:1])}
+        ids = {i for u in units for i in u[3]}
         unseen = set(ids)
         for fields, messages in read_member(path, member):
             sid = fields.get("id")
             if sid not in ids:
                 continue
-            state, count = restorer.session(fields, messages, missing_only=False, dry_run=dry_run)
-            if state == "restored":
-                result.done.append(Done(sid, (sid,), f"restored from {path.name} ({count} messages)"))
+            unseen.discard(sid)
+            try:
+                state, count = restorer.session(fields, messages, missing_only=False, dry_run=dry_run)
+            except (ValueError, TypeError, sqlite3.Error, peewee.DatabaseError) as exc:
+                # a record this store cannot take (a hostile or damaged file): this session only
+                result.skipped.append({"session_id": sid, "ids": [sid], "why": f"not restored: {exc}"})
+                continue
+            if state == "completed" and count == 0:
+                result.skipped.append({"session_id": sid, "ids": [sid], "why": "exists as exported: nothing to put back"})
+            elif state in ("restored", "completed"):
+                result.done.append(Done(sid, (sid,), f"{state} from {path.name} ({count} messages)"))
             else:
                 result.skipped.append({"session_id": sid, "ids": [sid], "why": "exists in the store: left alone"})
-            unseen.discard(sid)
         for sid in sorted(unseen):
             result.skipped.append({"session_id": sid, "ids": [sid], "why": "not in the export"})

@@ -57,7 +57,8 @@ class Turns:
 
     @property
     def others_active(self) -> bool:
-        """Has another connection committed within the last ACTIVE_S (as last looked)?"""
+        """Has another writer been seen within the last ACTIVE_S: a commit of another connection
+        (as last looked), or the lock found taken (`busy`)?"""
         return self.clock() - self._other_at < ACTIVE_S
 
     def after_commit(self, committed_at: float, held_s: float) -> None:
