@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 
 from tests.helpers import expected_after_run, row_ids
-from tests.root.conftest import build_user_root, chown_tree, root_owned
+from tests.root.conftest import build_user_root, chown_tree, mode, root_owned
 
 WHOAMI = '''
 import json, os, sys
@@ -187,3 +187,27 @@ def test_a_folder_others_may_write_through_an_acl_is_refused(make_user, admin):
     assert "writable by other users" in done.stderr and "profiles" in done.stderr
     names = {r["name"] for r in json.loads(done.stdout)["profiles"]}
     assert names == {"default"}  # her default is fine; nothing under the ACL'd folder is worked on
+
+
+def test_exports_and_restore_as_root_are_the_owners_files_and_work(make_user, admin):
+    alice, mallory = make_user("alice"), make_user("mallory")
+    build_user_root(alice, {"default": 30})
+    build_user_root(mallory, {"default": 30})
+    before = row_ids(alice.root / "state.db")
+    done = admin("--root", str(alice.root), "purge", "--older-than", "90", "--yes")
+    assert done.returncode in (0, 1), done.stderr
+    folder = alice.root / ".hermes-admin" / "exports"
+    (export,) = folder.glob("*.jsonl.gz")
+    for path in (folder, export, Path(str(export) + ".json")):
+        assert os.lstat(path).st_uid == alice.uid, path
+    assert mode(folder) == 0o700 and mode(export) == 0o600
+    assert root_owned(alice.root) == []
+    listed = admin("--root", str(alice.root), "exports", "list", "--json")
+    assert json.loads(listed.stdout)["exports"][0]["file"] == str(export)
+    back = admin("--root", str(alice.root), "restore", str(export), "--yes")
+    assert back.returncode == 0, back.stderr
+    assert row_ids(alice.root / "state.db") == before
+    assert root_owned(alice.root) == []
+    # an "export" mallory points at alice's store is read as mallory: she cannot read alice's files
+    theirs = admin("--root", str(mallory.root), "restore", str(export), "-p", "default", "--yes")
+    assert theirs.returncode == 2 and "Permission denied" in theirs.stderr
