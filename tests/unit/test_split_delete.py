@@ -395,3 +395,31 @@ def test_a_hostile_export_cannot_write_into_other_sessions_nor_crash_restore(sto
     broken = invoke("--root", str(store), "restore", str(path), "--yes")
     assert broken.exit_code == 2 and "not a hermes-admin export manifest" in broken.stderr
     assert "Traceback" not in broken.stderr and "internal error" not in broken.stderr
+
+
+@pytest.mark.parametrize("at", [3, 200])
+def test_a_stop_request_during_a_split_leaves_the_unit_whole_either_way(store, invoke, small_steps, monkeypatch, at):
+    """Early: what went comes back (less work than finishing); late: the unit is finished."""
+    from hermes_admin import stopping
+
+    db = store / "state.db"
+    before = contents(db)
+    original, calls = Turns.after_commit, [0]
+
+    def stop_meanwhile(self, committed_at, held_s):
+        calls[0] += 1
+        if calls[0] == at:
+            stopping.request()
+        return original(self, committed_at, held_s)
+
+    monkeypatch.setattr(Turns, "after_commit", stop_meanwhile)
+    try:
+        purge(invoke, store)
+    finally:
+        stopping.clear()
+    now_there = contents(db)
+    assert now_there in (before, {})  # whole, or wholly gone
+    gone = [e for e in events(store) if e["session_id"] == "big"]
+    assert len(gone) == (0 if now_there else 1)
+    assert sqlite3.connect(store / ".hermes-admin" / "outbox.db").execute("SELECT COUNT(*) FROM splits").fetchone()[0] == 0
+    assert fts_problems(db) == []

@@ -532,9 +532,7 @@ class Engine:
             except Exception:
                 pass  # the record stays in the outbox: the next start finishes or restores the unit
             raise
-        if outcome == "stopped":
-            return
-        if outcome is not None:  # changed since its export: what our steps deleted comes back
+        if outcome is not None:  # changed since its export, or a stop: what our steps deleted comes back
             self._undo_split(split_id, record, unit, exported, outcome, deleted, result)
             return
         present, committed_at, held_s = self._split_done
@@ -544,13 +542,14 @@ class Engine:
     def _steps_of_split(self, unit: Unit, exported: Exported, recheck: Recheck | None, deleted: list[int],
                         result: Result) -> str | None:
         """Delete the unit's messages in id order, a step per transaction, then its rows: None when
-        the last step committed, "stopped" on a stop request, else why the unit must stay."""
+        the last step committed, else why the unit must stay (a change, or a stop request)."""
         remaining = self._message_weights(unit, exported.max_message_id)
+        went = 0  # weight our steps took
         while True:
-            if stopping.requested():
-                result.notes.append(f"stopped on request while deleting {unit.session_id} in steps: "
-                                    "the next run finishes it (or restores it, if it changed)")
-                return "stopped"
+            # A stop request never leaves Hermes a conversation half gone: what is less work,
+            # finishing the unit or putting back what went, is done first.
+            if stopping.requested() and sum(w for _, w in remaining) > went:
+                return "stopped on request"
             step, weight = [], 0
             for message_id, w in remaining:
                 if step and weight + w > self._budget:
@@ -581,6 +580,7 @@ class Engine:
                 return why
             committed_at = self._account(began[0], result)
             deleted += step
+            went += weight
             remaining = remaining[len(step):]
             if final:
                 self._split_done = (present, committed_at, committed_at - began[0])
