@@ -140,6 +140,7 @@ class Engine:
         self.profile = profile
         self.export_settings = exports or Settings()
         self._prunes = exports is not None  # only a command that knows the policy prunes old exports
+        self._session_columns: list[str] | None = None
         self._split_done: tuple | None = None  # (rows, committed at, held) of a split's last step
         self.export: ExportFile | None = None  # this run's export, made on the first unit deleted
         self.recovered: list[Result] = []  # units of an interrupted split delete, finished or restored
@@ -615,7 +616,7 @@ class Engine:
         """Inside a step's transaction: why the unit must not lose more rows, if it changed since its export."""
         ids = list(unit.ids)
         rows = exports.session_rows(db, ids)
-        if len(rows) != exported.sessions or exports.fingerprint(db, rows) != exported.fingerprint:
+        if len(rows) != exported.sessions or exports.fingerprint(self._columns(db), rows) != exported.fingerprint:
             return "its session rows changed while it was being deleted in steps"
         newer, kept = db.execute_sql(
             f"SELECT COALESCE(SUM(id > ?), 0), COALESCE(SUM(id <= ?), 0) FROM messages WHERE session_id IN ({marks(ids)})",
@@ -737,8 +738,12 @@ class Engine:
             wrote = self._delete_rows(db, doomed) > 0
         return went, skipped, wrote
 
-    @staticmethod
-    def _unlike_exports(db, units: list[Unit], exported: dict[str, Exported]) -> dict[str, str]:
+    def _columns(self, db) -> list[str]:
+        if self._session_columns is None:  # the schema does not change during a run
+            self._session_columns = exports.session_columns(db)
+        return self._session_columns
+
+    def _unlike_exports(self, db, units: list[Unit], exported: dict[str, Exported]) -> dict[str, str]:
         """Inside the transaction: units whose rows are not those exported (a message came, went or
         grew since), each id -> why. They stay, exported or not, until a run exports them as they are."""
         if not units:
@@ -751,6 +756,7 @@ class Engine:
                     f"GROUP BY session_id", part).fetchall():
                 counts[sid] = (count, newest or 0)
         rows: dict[str, tuple] = {r[0]: r for r in exports.session_rows(db, ids)}
+        columns = self._columns(db)
         why = {}
         for unit in units:
             found = exported[unit.session_id]
@@ -760,7 +766,7 @@ class Engine:
             if not present:
                 continue  # gone already: the caller says so
             if (messages != found.messages or newest > found.max_message_id
-                    or exports.fingerprint(db, present) != found.fingerprint):
+                    or exports.fingerprint(columns, present) != found.fingerprint):
                 why.update({i: "changed since it was exported (left for the next run)" for i in unit.ids})
         return why
 

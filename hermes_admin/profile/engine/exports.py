@@ -97,11 +97,14 @@ def decode_value(value):
     raise ValueError(f"a column value that is a {type(value).__name__}")
 
 
-def fingerprint(db, rows: list[tuple]) -> str:
-    """Session rows (sorted) as one digest: a change of any column changes it, but for the parent
-    link, which the engine's own deletes cut when a parent goes (a unit exported ahead of that
-    is the same conversation)."""
-    names = [d[0] for d in db.execute_sql("SELECT * FROM sessions LIMIT 0").description]
+def session_columns(db) -> list[str]:
+    return [d[0] for d in db.execute_sql("SELECT * FROM sessions LIMIT 0").description]
+
+
+def fingerprint(names: list[str], rows: list[tuple]) -> str:
+    """Session rows (sorted; `names`: session_columns) as one digest: a change of any column changes
+    it, but for the parent link, which the engine's own deletes cut when a parent goes (a unit
+    exported ahead of that is the same conversation)."""
     skip = names.index("parent_session_id") if "parent_session_id" in names else None
     kept = [r[:skip] + r[skip + 1:] if skip is not None else r for r in rows]
     return hashlib.sha256(dumps(sorted(kept, key=lambda r: str(r[0]))).encode()).hexdigest()
@@ -203,9 +206,12 @@ class ExportFile:
                     out.write(compressor.compress(data))
 
                 found = {}
-                for unit in units:
-                    with db.snapshot():
-                        found[unit.session_id] = self._unit(db, schema, unit, put)
+                with db.snapshot():  # the whole member as of one moment: each unit consistent in itself
+                    columns = session_columns(db)
+                    rows = {r[0]: r for r in session_rows(db, [i for u in units for i in u.ids])}
+                    usage = self._usage(db, schema, list(rows))
+                    for unit in units:
+                        found[unit.session_id] = self._unit(db, schema, unit, put, columns, rows, usage)
                 ids = {unit.session_id: unit.ids for unit in units}
                 out.write(compressor.flush())
                 out.flush()
@@ -232,13 +238,20 @@ class ExportFile:
         self._save_manifest()
         return written
 
-    def _unit(self, db, schema, unit, put) -> Exported | None:
+    @staticmethod
+    def _usage(db, schema, ids: list[str]) -> dict[str, list[dict]]:
+        found: dict[str, list[dict]] = {}
+        if schema.has_table("session_model_usage"):
+            for part in chunks(ids):
+                for row in _dicts(db, f"SELECT * FROM session_model_usage WHERE session_id IN ({marks(part)})", part):
+                    found.setdefault(row["session_id"], []).append(row)
+        return found
+
+    def _unit(self, db, schema, unit, put, columns, by_id, usage) -> Exported | None:
         ids = list(unit.ids)
-        rows = session_rows(db, ids)
+        rows = [by_id[i] for i in ids if i in by_id]
         if not rows:
             return None
-        columns = [d[0] for d in db.execute_sql("SELECT * FROM sessions LIMIT 0").description]
-        by_id = {r[0]: r for r in rows}
         messages, weight, max_id = 0, UNIT_WEIGHT, 0
         for sid in ids:  # unit order: a lineage's root first, so a restore meets parents first
             row = by_id.get(sid)
@@ -246,8 +259,7 @@ class ExportFile:
                 continue
             record = dict(zip(columns, row))
             if schema.has_table("session_model_usage"):
-                record["session_model_usage"] = _dicts(db, "SELECT * FROM session_model_usage WHERE session_id = ?",
-                                                       [sid])
+                record["session_model_usage"] = usage.get(sid, [])
             if schema.has_table("system_prompts"):
                 hashes = [record.get(c) for c in ("system_prompt_hash", "tool_names") if record.get(c)]
                 if hashes:
@@ -266,7 +278,7 @@ class ExportFile:
                 weight += len(text) + ROW_WEIGHT
                 max_id = max(max_id, message[0] if isinstance(message[0], int) else 0)
             put("]}\n")
-        return Exported(str(self.path), 0, 0, len(rows), messages, weight, max_id, fingerprint(db, rows))
+        return Exported(str(self.path), 0, 0, len(rows), messages, weight, max_id, fingerprint(columns, rows))
 
     def close(self) -> None:
         if self._fd is not None:
