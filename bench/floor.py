@@ -24,26 +24,14 @@ Every step is timed; `seconds` is the whole, from opening the store to the last 
 
 import json
 import os
-import re
 import sqlite3
 import sys
 import time
 from pathlib import Path
 
 DAY = 86400.0
-_REQUEST_DUMP = re.compile(r"^request_dump_(?P<id>.+?)_(?P<ts>\d{8}_\d{6}(?:_\d+)?|\d+)\.json$")
-_SNAPSHOT = re.compile(r"^session_(?P<id>.+)\.json$")
-_TRANSCRIPT = re.compile(r"^(?P<id>.+)\.(?:json|jsonl)$")
-
-
-def session_id_of(name: str):
-    if name == "sessions.json":
-        return None
-    for pattern in (_REQUEST_DUMP, _SNAPSHOT, _TRANSCRIPT):
-        match = pattern.match(name)
-        if match:
-            return match.group("id")
-    return None
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from hermes_admin.profile.engine.files import session_id_of  # noqa: E402  (the file names Hermes uses)
 
 
 def main() -> None:
