@@ -9,7 +9,7 @@ Then commit, then remove the units' files, then fire the events.
 Transactions are `BEGIN IMMEDIATE`, sized by time: ~15 ms while another
 writer is seen, ~40 ms while none is (FTS5's own merges make a few longer).
 Units are weighed by the bytes of their messages; one too big for a
-transaction is exported first and deleted in steps (`_split`). Every unit is
+transaction is exported first and deleted in steps (splits.py). Every unit is
 exported before its delete commits (exports.py; a thread exports the next
 batch while the current one is deleted). Beside them:
 - checkpointer.py and group_commit.py: commits without an fsync, made
@@ -29,7 +29,6 @@ import sqlite3
 import stat
 import time
 
-import peewee
 from pathlib import Path
 from typing import Callable
 
@@ -52,10 +51,11 @@ from hermes_admin.profile.engine.locks import ProfileLocks
 from hermes_admin.profile.engine.outbox import Event, Outbox, OutboxError
 from hermes_admin.results import Done, Result
 from hermes_admin.profile.engine.remover import FileRemover
+from hermes_admin.profile.engine.splits import Recheck, SplitDeletes
 from hermes_admin.report import Progress
 from hermes_admin.profile.store import Store
 from hermes_admin.profile.store.connect import write_transaction
-from hermes_admin.profile.store.read import SessionRow, load_rows
+from hermes_admin.profile.store.read import load_rows
 from hermes_admin.profile.engine.turns import Turns
 
 VACUUM_FREE_RATIO = 0.25
@@ -84,7 +84,6 @@ RATE_WINDOW = 15
 EXPORT_UNITS = 500  # units per export member: one fsync and manifest write each
 FIRST_EXPORT_UNITS = 8
 
-Recheck = Callable[[Unit, dict[str, SessionRow]], str | None]
 
 
 def _sessions_folder_notes(profile: Profile) -> list[str]:
@@ -132,7 +131,7 @@ class _Reads:
         self.conn.close()
 
 
-class Engine:
+class Engine(SplitDeletes):
     """One profile's store, opened for maintenance: locks held, outbox replayed."""
 
     def __init__(self, profile: Profile, dry_run: bool = False, now: Callable[[], float] = time.time,
@@ -436,6 +435,12 @@ class Engine:
         except ExportError as exc:
             raise self.store.error(f"{exc}; no session of this profile was deleted after it") from None
 
+    def _text_size(self, each: str) -> str:
+        """SQL for the bytes of a message's text columns (what FTS5 tokenizes, near enough)."""
+        texts = [c for c in ("content", "tool_calls", "reasoning", "reasoning_content", "api_content")
+                 if self.store.schema.has_column("messages", c)]
+        return " + ".join(each.format(c) for c in texts) or "0"
+
     def _weigh(self, units: list[Unit], db) -> dict[str, int]:
         """Each unit's weight from the store (as an export would have measured it, near enough)."""
         size = self._text_size("TOTAL(LENGTH({}))")
@@ -495,201 +500,6 @@ class Engine:
                   for i, ids in went.items()] if listening else []
         self._after_durable(self.commits.committed(synced, wrote, (paths, events)), result)
         self.turns.after_commit(committed_at, committed_at - began[0])
-
-    # -- units too big for one transaction ------------------------------------------
-
-    def _split(self, unit: Unit, exported: Exported, reason: str, recheck: Recheck | None, result: Result) -> None:
-        """Delete one big unit in steps of messages, then its rows; it is already exported.
-
-        The split is recorded in the outbox before the first step, so that a crash between steps is
-        finished (or undone) by the next start (_finish_splits); its one event is pending from
-        then on, committed after the last step, dropped if the unit is restored.
-        """
-        listening = self.listening
-        event_id = self.outbox.add_pending("delete", reason, [unit])[0] if listening else None
-        record = {"session_id": unit.session_id, "ids": list(unit.ids), "rule": unit.rule, "reason": reason,
-                  "event_id": event_id, "exported": exported.__dict__}
-        try:
-            split_id = self.outbox.begin_split(record)
-        except BaseException:
-            if listening:
-                self.outbox.settle({}, [event_id])
-            raise
-        self._run_split(split_id, record, unit, exported, recheck, result)
-
-    def _run_split(self, split_id: int, record: dict, unit: Unit, exported: Exported, recheck: Recheck | None,
-                   result: Result, resumed: bool = False) -> None:
-        """The steps, then what follows the last one. A step that fails (and rolled back) or finds the
-        unit changed puts back what the earlier steps deleted (`resumed`: a run before this one
-        took some too, so every exported message that is missing); once the last step has
-        committed, the unit is gone whatever fails after it (its event is committed first)."""
-        taken: list[int] = []
-        deleted = None if resumed else taken
-        try:
-            outcome = self._steps_of_split(unit, exported, recheck, taken, result)
-        except Exception as exc:
-            try:
-                self._undo_split(split_id, record, unit, exported, f"a step failed ({exc})", deleted, result)
-            except Exception:
-                pass  # the record stays in the outbox: the next start finishes or restores the unit
-            raise
-        if outcome is not None:  # changed since its export, or a stop: what our steps deleted comes back
-            self._undo_split(split_id, record, unit, exported, outcome, deleted, result)
-            return
-        present, committed_at, held_s = self._split_done
-        self._after_split(split_id, record, unit, present, result)
-        self.turns.after_commit(committed_at, held_s)
-
-    def _steps_of_split(self, unit: Unit, exported: Exported, recheck: Recheck | None, deleted: list[int],
-                        result: Result) -> str | None:
-        """Delete the unit's messages in id order, a step per transaction, then its rows: None when
-        the last step committed, else why the unit must stay (a change, or a stop request)."""
-        remaining = self._message_weights(unit, exported.max_message_id)
-        went = 0  # weight our steps took
-        while True:
-            # A stop request never leaves Hermes a conversation half gone: what is less work,
-            # finishing the unit or putting back what went, is done first.
-            if stopping.requested() and sum(w for _, w in remaining) > went:
-                return "stopped on request"
-            step, weight = [], 0
-            for message_id, w in remaining:
-                if step and weight + w > self._budget:
-                    break
-                step.append(message_id)
-                weight += w
-            final = len(step) == len(remaining)
-            self._last_weight = max(weight + (exports.UNIT_WEIGHT if final else 0), 1)
-            self.commits.before(last=False)
-            began = [0.0]
-            present: list[str] = []
-
-            def work(db, step=step, final=final, left=len(remaining)):
-                began[0] = time.monotonic()
-                why = self._changed(db, unit, exported, left, recheck)
-                if why:
-                    return why
-                if final:
-                    present[:] = [r[0] for r in db.execute_sql(
-                        f"SELECT id FROM sessions WHERE id IN ({marks(list(unit.ids))})", list(unit.ids)).fetchall()]
-                    self._delete_rows(db, present)
-                else:
-                    self._delete_messages(db, step)
-                return None
-
-            why = write_transaction(self.store.db, work, on_busy=self.turns.busy)
-            if why:
-                return why
-            committed_at = self._account(began[0], result)
-            deleted += step
-            went += weight
-            remaining = remaining[len(step):]
-            if final:
-                self._split_done = (present, committed_at, committed_at - began[0])
-                return None
-            self.commits.committed(synced=False, wrote=True, work=None)
-            self.turns.after_commit(committed_at, committed_at - began[0])
-
-    def _after_split(self, split_id: int, record: dict, unit: Unit, present: list[str], result: Result) -> None:
-        """The last step committed: the event is committed, the record ends, files and the event follow."""
-        event_id = record.get("event_id")
-        if event_id is not None:
-            self.outbox.settle({event_id: present}, [])
-        self.outbox.end_split(split_id)
-        result.done.append(self._unit_report(unit, present))
-        events = [Event(event_id, "delete", unit.session_id, record["reason"], present)] if event_id is not None else []
-        self._after_durable(self.commits.committed(False, True, (self._paths_of(present, result), events)), result)
-
-    def _message_weights(self, unit: Unit, upto: int) -> list[tuple[int, int]]:
-        size = self._text_size("COALESCE(LENGTH({}), 0)")
-        ids = list(unit.ids)
-        return [(i, int(w) + exports.ROW_WEIGHT) for i, w in self.store.db.execute_sql(
-            f"SELECT id, {size} FROM messages WHERE session_id IN ({marks(ids)}) AND id <= ? ORDER BY id",
-            [*ids, upto]).fetchall()]
-
-    def _text_size(self, each: str) -> str:
-        """SQL for the bytes of a message's text columns (what FTS5 tokenizes, near enough)."""
-        texts = [c for c in ("content", "tool_calls", "reasoning", "reasoning_content", "api_content")
-                 if self.store.schema.has_column("messages", c)]
-        return " + ".join(each.format(c) for c in texts) or "0"
-
-    def _changed(self, db, unit: Unit, exported: Exported, left: int, recheck: Recheck | None) -> str | None:
-        """Inside a step's transaction: why the unit must not lose more rows, if it changed since its export."""
-        ids = list(unit.ids)
-        rows = exports.session_rows(db, ids)
-        if len(rows) != exported.sessions or exports.fingerprint(self._columns(db), rows) != exported.fingerprint:
-            return "its session rows changed while it was being deleted in steps"
-        newer, kept = db.execute_sql(
-            f"SELECT COALESCE(SUM(id > ?), 0), COALESCE(SUM(id <= ?), 0) FROM messages WHERE session_id IN ({marks(ids)})",
-            [exported.max_message_id, exported.max_message_id, *ids]).fetchone()
-        if newer:
-            return "a new message arrived while it was being deleted in steps"
-        if kept != left:
-            return "its messages changed while it was being deleted in steps"
-        blocked = guards.blocked(db, self.store.schema, ids, self.now(), self.references)
-        why = next((blocked[i] for i in ids if i in blocked), None)
-        if why is None and recheck is not None:
-            why = recheck(unit, load_rows(self.store, ids))
-        return why
-
-    def _undo_split(self, split_id: int, record: dict, unit: Unit, exported: Exported, why: str,
-                    deleted: list[int] | None, result: Result) -> None:
-        """The unit changed between steps: what our steps deleted comes back from its export, and it is
-        kept. `deleted`: the message ids our steps took (None after a crash: every exported message
-        that is missing). The record says "undoing" first, so a crash meanwhile goes on undoing."""
-        from hermes_admin.profile.engine.restore import Restorer
-
-        if not record.get("undoing"):
-            record = dict(record, undoing=why, deleted=deleted)
-            self.outbox.update_split(split_id, record)
-        wanted = set(record["deleted"]) if record.get("deleted") is not None else None
-        restorer = Restorer(self)
-        put = 0
-        member = {"offset": exported.offset, "length": exported.length}
-        for fields, messages in exports.read_member(Path(exported.path), member, check=False):
-            if fields.get("id") in unit.ids:
-                chosen = (m for m in messages if wanted is None or m.get("id") in wanted)
-                put += restorer.session(fields, chosen, missing_only=True)[1]
-        if record.get("event_id") is not None:
-            self.outbox.settle({}, [record["event_id"]])
-        self.outbox.end_split(split_id)
-        result.skipped.append({"session_id": unit.session_id, "ids": list(unit.ids),
-                               "why": f"{record['undoing']}: kept, {put} deleted message(s) restored from "
-                                      f"{exported.path}"})
-
-    def _finish_splits(self) -> None:
-        """Units an earlier run left half-deleted: finished if unchanged since their export, else restored.
-
-        One record that cannot be dealt with (its export unreadable, say) is reported and kept for
-        the next run; it never stops the profile's other work.
-        """
-        for split_id, record in self.outbox.splits():
-            result = Result(self.profile.name, "delete", record.get("reason"), False, task="resume")
-            try:
-                self._finish_split(split_id, record, result)
-            except (ExportError, OutboxError, sqlite3.Error, peewee.DatabaseError, KeyError, TypeError,
-                    ValueError) as exc:
-                self.notes.append(f"an interrupted delete in steps ({record.get('session_id')!r}) could not be "
-                                  f"finished or restored: {exc}; it stays recorded for the next run")
-                continue
-            result.notes.append(f"an interrupted delete of {record['session_id']} in steps, from an earlier run")
-            self.recovered.append(result)
-
-    def _finish_split(self, split_id: int, record: dict, result: Result) -> None:
-        unit = Unit(record["session_id"], record["ids"], record.get("rule", ""))
-        exported = Exported(**record["exported"])
-        self._require_tokenizer()
-        if record.get("undoing"):  # the crash came while it was being put back: go on putting it back
-            self._undo_split(split_id, record, unit, exported, record["undoing"], None, result)
-            return
-        left = self.store.db.execute_sql(
-            f"SELECT COUNT(*) FROM sessions WHERE id IN ({marks(list(unit.ids))})", list(unit.ids)).fetchone()[0]
-        if left == 0:  # its last step committed; what followed it did not
-            self._after_split(split_id, record, unit, list(unit.ids), result)
-        else:
-            # Re-checked against its export at every step, as in the run that began it; the rule that
-            # chose it is that run's (the unit was chosen then; it is finished only if unchanged since).
-            self._run_split(split_id, record, unit, exported, None, result, resumed=True)
-        self.settle(result)
 
     def _after_durable(self, work: list[tuple[list[str], list[Event]]], result: Result) -> None:
         """Files, then events, of transactions whose commit is now on disk (see group_commit.py)."""

@@ -163,23 +163,25 @@ class Outbox:
                 conn.execute("UPDATE events SET state='committed', ids=? WHERE id=?", (json.dumps(ids), event_id))
             conn.executemany("DELETE FROM events WHERE id=?", [(i,) for i in dropped])
 
-    def begin_split(self, record: dict) -> int:
-        """A unit about to be deleted in steps; synced, since a power cut must not lose it either."""
+    @contextmanager
+    def _synced(self):
+        """One transaction that a power cut cannot undo either (a split's record: its unit is half gone)."""
         self.conn.execute("PRAGMA synchronous=FULL")
         try:
             with self._writing() as conn:
-                return conn.execute("INSERT INTO splits(created, record) VALUES (?, ?)",
-                                    (time.time(), json.dumps(record))).lastrowid
+                yield conn
         finally:
             self.conn.execute("PRAGMA synchronous=NORMAL")
 
+    def begin_split(self, record: dict) -> int:
+        """A unit about to be deleted in steps."""
+        with self._synced() as conn:
+            return conn.execute("INSERT INTO splits(created, record) VALUES (?, ?)",
+                                (time.time(), json.dumps(record))).lastrowid
+
     def update_split(self, split_id: int, record: dict) -> None:
-        self.conn.execute("PRAGMA synchronous=FULL")
-        try:
-            with self._writing() as conn:
-                conn.execute("UPDATE splits SET record=? WHERE id=?", (json.dumps(record), split_id))
-        finally:
-            self.conn.execute("PRAGMA synchronous=NORMAL")
+        with self._synced() as conn:
+            conn.execute("UPDATE splits SET record=? WHERE id=?", (json.dumps(record), split_id))
 
     def end_split(self, split_id: int) -> None:
         with self._writing() as conn:
