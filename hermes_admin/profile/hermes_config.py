@@ -26,6 +26,10 @@ SESSIONS_KEYS = {"auto_prune", "retention_days", "auto_archive", "auto_archive_d
                  "search_slow_ms"}
 
 
+# The only sections read: the rest of the file (700 lines in Hermes' default) is checked, never built.
+SECTIONS = frozenset({"sessions", "plugins"})
+
+
 class HermesConfigError(Exception):
     pass
 
@@ -77,7 +81,7 @@ def load(home: Path) -> HermesConfig:
     if not os.path.lexists(path):
         return HermesConfig(path)
     try:
-        data = yamlfile.load_mapping(path)
+        data = yamlfile.load_mapping(path, keys=SECTIONS)
     except yamlfile.YAMLRefused as exc:
         raise HermesConfigError(str(exc)) from None
     config = HermesConfig(path, data)

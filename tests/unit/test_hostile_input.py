@@ -31,6 +31,50 @@ def test_yaml_bombs_and_garbage_are_refused_fast(text, says):
     assert time.monotonic() - started < 1.0
 
 
+# 150 levels, within the bound libyaml is trusted with; under `sessions`, which a profile's config is read for
+DEEP_BLOCK = "sessions:\n" + "".join(" " * i + f"k{i}:\n" for i in range(1, 150)) + " " * 150 + "v\n"
+
+
+@pytest.mark.parametrize("pure", [False, True], ids=["libyaml", "pure-python"])
+@pytest.mark.parametrize("text, says", [
+    (BOMB, "unfold into over"),
+    ("a: &a [*a]\n", "refers to a value that holds it"),
+    (DEEP_BLOCK, "levels deep"),
+    ("- " * 5000 + "x\n", "levels deep"),  # past the bound libyaml is trusted with: always pure Python
+    ("sessions: {a: 1\n", "not valid YAML"),
+], ids=["bomb", "recursive", "deep-block", "deep-dashes", "broken"])
+def test_both_loaders_refuse_the_same_files(monkeypatch, pure, text, says):
+    if pure:
+        monkeypatch.setattr(yamlfile, "C_NESTING", -1)
+    for keys in (None, frozenset({"sessions"})):
+        with pytest.raises(yamlfile.YAMLRefused, match=says):
+            yamlfile.parse(text, "/x/config.yaml", keys)
+
+
+CONFIGS = [
+    "model: {default: m}\nsessions:\n  retention_days: 30\n  auto_prune: true\nplugins:\n  enabled: [a, b]\n",
+    "base: &b {retention_days: 7, auto_prune: yes}\nsessions:\n  <<: *b\n  retention_days: 9\n",
+    "<<: {sessions: {retention_days: 3}}\nplugins: {hook_callback_timeout: 0}\n",
+    "sessions: {retention_days: 1}\nsessions: {retention_days: 2}\n",  # the last of a duplicated key wins
+    "'sessions': !!map {auto_archive: on}\nother: [1, 2, {x: 2001-12-14}]\n",
+    "sessions: [not, a, mapping]\n",
+    "- a list\n",
+    "",
+]
+
+
+@pytest.mark.parametrize("text", CONFIGS)
+def test_both_loaders_read_the_same_values_and_keys_pick_only_their_sections(monkeypatch, text):
+    keys = frozenset({"sessions", "plugins"})
+    fast_all, fast_keys = yamlfile.parse(text, "x"), yamlfile.parse(text, "x", keys)
+    monkeypatch.setattr(yamlfile, "C_NESTING", -1)
+    assert (yamlfile.parse(text, "x"), yamlfile.parse(text, "x", keys)) == (fast_all, fast_keys)
+    if isinstance(fast_all, dict):
+        assert fast_keys == {k: v for k, v in fast_all.items() if k in keys}
+    else:
+        assert fast_keys == fast_all
+
+
 def test_yaml_files_that_are_too_big_or_not_files_are_refused(tmp_path):
     big = tmp_path / "big.yaml"
     big.write_text("k: " + "v" * (yamlfile.MAX_BYTES + 10) + "\n")

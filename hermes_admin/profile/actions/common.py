@@ -10,7 +10,7 @@ import peewee
 from hermes_admin.profile.engine.engine import Engine
 from hermes_admin.profile.engine.exports import Settings
 from hermes_admin.results import Result, Run
-from hermes_admin.profile.hermes_config import HermesConfigError
+from hermes_admin.profile.hermes_config import HermesConfig, HermesConfigError
 from hermes_admin.protocol import Profile
 from hermes_admin.profile.lineage import Unit
 from hermes_admin.profile.engine.locks import LockHeld
@@ -49,14 +49,14 @@ def export_settings(profile: Profile, layers: dict | None, export_dir: str | Non
 
 
 def with_engine(run: Run, profile: Profile, work: Callable[[Engine], list[Result]],
-                exports: Settings | None = None) -> None:
+                exports: Settings | None = None, config: HermesConfig | None = None) -> None:
     """Open the profile's engine, do `work`, record results; one profile's failure never stops the others.
 
     What `work` finished before a failure (its results so far, and the part of the failing task that
     committed) is reported with the error.
     """
     done: list[Result] = []
-    engine = Engine(profile, dry_run=run.dry_run, exports=exports)
+    engine = Engine(profile, dry_run=run.dry_run, exports=exports, config=config)
     try:
         with engine:
             run.warnings += engine.replayed

@@ -248,7 +248,8 @@ def maintain(run: Run, profile: Profile, layers: dict, request: Request,
         run.results.append(result)
         return
     try:
-        policy = effective(profile.shown, layers, load_hermes_config(profile.home), force=request.force)
+        config = load_hermes_config(profile.home)  # once: the engine uses it too
+        policy = effective(profile.shown, layers, config, force=request.force)
     except (HermesConfigError, PolicyError) as exc:
         run.errors.append(f"profile '{profile.shown}': skipped: {exc}")
         return
@@ -281,4 +282,4 @@ def maintain(run: Run, profile: Profile, layers: dict, request: Request,
         return results
 
     exports = Settings(request.export_dir or policy.export_dir, policy.export_keep_days)
-    with_engine(run, profile, work, exports)
+    with_engine(run, profile, work, exports, config)

@@ -135,7 +135,8 @@ class Engine(SplitDeletes):
     """One profile's store, opened for maintenance: locks held, outbox replayed."""
 
     def __init__(self, profile: Profile, dry_run: bool = False, now: Callable[[], float] = time.time,
-                 progress: Progress | None = None, exports: Settings | None = None):
+                 progress: Progress | None = None, exports: Settings | None = None,
+                 config: HermesConfig | None = None):
         self.profile = profile
         self.export_settings = exports or Settings()
         self._prunes = exports is not None  # only a command that knows the policy prunes old exports
@@ -156,7 +157,7 @@ class Engine(SplitDeletes):
         self.remover: FileRemover | None = None  # committed sessions' files, removed by a worker
         self.commits: GroupCommit | None = None
         self.turns: Turns | None = None  # pauses between our transactions, for Hermes' writers
-        self.config: HermesConfig | None = None
+        self.config = config  # the profile's config.yaml, when the caller has read it already
         self._files: FileIndex | None = None
         self._references: list[tuple[str, str]] | None = None  # unknown tables pointing at sessions
         self.replayed: list[str] = []  # hook failures while replaying the outbox
@@ -180,7 +181,8 @@ class Engine(SplitDeletes):
         self.close()
 
     def _open(self) -> None:
-        self.config = load_hermes_config(self.profile.home)
+        if self.config is None:
+            self.config = load_hermes_config(self.profile.home)
         if self.dry_run:  # a dry run writes nothing anywhere: no lock file, no outbox
             self.store = Store.open(self.profile)
             return
