@@ -1,3 +1,3 @@
-from hermes_admin.cli.main import main
+from hermes_admin.cli.entry import main
 
 main()

@@ -87,6 +87,25 @@ def cli(ctx: click.Context, roots, config_path, all_users, verbose):
     ctx.call_on_close(ctx.obj.close)
 
 
+def help_text_source() -> str:
+    """help_text.py as it must read: `hermes-admin --help` as click prints it on a terminal of
+    HELP_COLUMNS or more, which entry.py answers with before click is imported. tests/unit/test_cli.py
+    checks the file against this; `write_help_text()` writes it anew."""
+    from hermes_admin.cli.entry import HELP_COLUMNS
+
+    with click.Context(cli, info_name="hermes-admin", terminal_width=HELP_COLUMNS - 2, **cli.context_settings) as ctx:
+        text = ctx.get_help() + "\n"
+    assert '"""' not in text and "\\" not in text, "the help text must fit in a plain triple-quoted string"
+    return ('"""`hermes-admin --help` on a terminal of 80 columns or more, for cli/entry.py. Written by\n'
+            'cli/main.py:write_help_text(); do not edit."""\n\nTEXT = """\\\n' + text + '"""\n')
+
+
+def write_help_text() -> None:
+    from pathlib import Path
+
+    Path(__file__).with_name("help_text.py").write_text(help_text_source())
+
+
 def main() -> None:
     """The console script: click's own handling; a stop request reports what was done and exits 130;
     usage errors exit 64 and internal errors 70, never a code that means "a profile failed" (design §12)."""

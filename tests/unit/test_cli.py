@@ -2,6 +2,9 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 from tests.conftest import counts, store_digest
 
@@ -171,14 +174,31 @@ def test_the_lazy_command_table_says_what_each_command_says():
         assert cli.get_command(ctx, name).help.strip().splitlines()[0] == short, name
 
 
-def test_help_imports_no_command():
-    code = ("import os, sys; from hermes_admin.cli.main import main; sys.argv = ['hermes-admin', '--help']\n"
-            "def stay(code): raise SystemExit(code)\n"
-            "os._exit = stay\n"
-            "try:\n    main()\nexcept SystemExit:\n    pass\n"
-            "loaded = sorted(m for m in sys.modules if m.startswith('hermes_admin.'))\n"
-            "print(loaded, file=sys.stderr)\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+@pytest.mark.parametrize("args, columns", [(["--help"], "80"), (["-h"], "200"), (["--version"], "20")])
+def test_help_and_version_are_answered_without_click(args, columns):
+    code = (f"import sys; sys.argv = ['hermes-admin'] + {args!r}\n"
+            "from hermes_admin.cli.entry import main\n"
+            "main()\n"
+            "print(sorted(m for m in sys.modules if m == 'click' or m.startswith('hermes_admin.')), file=sys.stderr)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=dict(os.environ, COLUMNS=columns))
     loaded = eval(done.stderr.strip().splitlines()[-1])
-    assert set(loaded) <= {"hermes_admin.cli", "hermes_admin.cli.main", "hermes_admin.exitcodes",
-                           "hermes_admin.stopping"}, loaded
+    assert set(loaded) <= {"hermes_admin.cli", "hermes_admin.cli.entry", "hermes_admin.cli.help_text"}, loaded
+    full = subprocess.run([sys.executable, "-c", "from hermes_admin.cli.main import main; main()", *args],
+                          capture_output=True, text=True, env=dict(os.environ, COLUMNS=columns))
+    assert done.stdout == full.stdout and full.returncode == 0  # the same bytes as click's own answer
+
+
+def test_help_text_is_click_s_own():
+    from hermes_admin.cli import help_text
+    from hermes_admin.cli.main import help_text_source
+
+    assert Path(help_text.__file__).read_text() == help_text_source(), (
+        "cli/help_text.py is out of date: python -c 'from hermes_admin.cli.main import write_help_text; "
+        "write_help_text()'")
+
+
+def test_a_narrow_terminal_gets_click_s_own_help():
+    done = subprocess.run([sys.executable, "-m", "hermes_admin", "--help"], capture_output=True, text=True,
+                          env=dict(os.environ, COLUMNS="60"))
+    assert done.returncode == 0 and max(map(len, done.stdout.splitlines())) <= 60

@@ -1,0 +1,44 @@
+"""`hermes-admin --help` on a terminal of 80 columns or more, for cli/entry.py. Written by
+cli/main.py:write_help_text(); do not edit."""
+
+TEXT = """\
+Usage: hermes-admin [OPTIONS] COMMAND [ARGS]...
+
+  Maintenance for Hermes Agent installations: every profile of every root.
+
+Options:
+  --root PATH    A Hermes root (repeatable). Default: $HERMES_HOME's root,
+                 else ~/.hermes.
+  --config FILE  Admin config (default: $HERMES_ADMIN_CONFIG, the user/site
+                 config dir, /etc/hermes-admin).
+  --all-users    Also every local user's default root.
+  -v, --verbose  More detail on stderr.
+  --version      Show the version and exit.
+  -h, --help     Show this message and exit.
+
+Commands:
+  profiles          List every profile with its health and counts.
+  sessions          Look at, delete or archive sessions.
+  purge             Delete ended, unpinned sessions past retention, whole
+                    lineages at a time (reason `prune`).
+  sweep-empty       Delete ended sessions that never got a message (reason
+                    `empty_sweep`).
+  prune-ghosts      Delete TUI ghosts and rows or files whose session is gone
+                    (reason `ghost_prune`).
+  archive-inactive  Archive idle lineages, open ones included; pinned never
+                    (silent: no event).
+  run               One pass of every task the policy enables: what the timer
+                    calls.
+  repair            Find broken profiles: folders, permissions, dangling
+                    parents, labels, rows in the wrong store.
+  restore           Put the units of an export back; a session id that exists
+                    is left alone and reported.
+  exports           The exports every delete writes first (restorable with
+                    `restore FILE`).
+  plugins           Hermes plugins that receive `on_session_delete`.
+  daemon            Run the maintenance tasks on the admin config's
+                    `schedule:` until stopped.
+  systemd           systemd units for hermes-admin.
+  demo              Build a throwaway Hermes root with several profiles and
+                    run on it.
+"""
