@@ -26,6 +26,7 @@ BUILTINS = {
     "repair": "report",  # `run`'s repair step: report only, or apply the fixes
     "export_dir": None,  # where deleted units are exported first (None: <home>/.hermes-admin/exports)
     "export_keep_days": 7,  # 0: export only the units deleted in several steps, and only until done
+    "quick_check_hours": 24,  # `run` reads a whole store (PRAGMA quick_check) at most this often; 0: every run
 }
 # The keys Hermes itself reads from a profile's `sessions:` section.
 HERMES_KEYS = ("auto_prune", "retention_days", "auto_archive", "auto_archive_days", "vacuum_after_prune")
@@ -52,6 +53,7 @@ class Policy:
     repair: str = "report"
     export_dir: str | None = None
     export_keep_days: float = 7.0
+    quick_check_hours: float = 24.0
 
     def describe(self) -> str:
         parts = [
@@ -62,7 +64,8 @@ class Policy:
             f"sweep empty sessions ended over {self.empty_min_age_hours:g} h ago" if self.empty_sweep
             else "no empty sweep",
             "prune ghost rows" if self.ghost_prune else "no ghost pruning",
-            "apply profile repairs" if self.repair == "apply" else "report profile repairs",
+            ("apply profile repairs" if self.repair == "apply" else "report profile repairs")
+            + (f", quick_check every {self.quick_check_hours:g} h" if self.quick_check_hours > 0 else ", quick_check every run"),
             f"exports kept {self.export_keep_days:g} days" + (f" in {self.export_dir}" if self.export_dir else "")
             if self.export_keep_days > 0 else "exports only of units deleted in steps",
         ]
@@ -101,7 +104,7 @@ def _coerce(key: str, value, where: str):
         return value
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
         raise PolicyError(f"{where}: {key} must be a number, not {_short(value)}")
-    if key == "export_keep_days" and value < 0:
+    if key in ("export_keep_days", "quick_check_hours") and value < 0:
         raise PolicyError(f"{where}: {key} must be 0 or more, not {_short(value)}")
     return float(value)
 

@@ -102,9 +102,10 @@ def fts_problems(store_path: Path) -> list[str]:
 
 
 def inspect(profile: Profile, siblings: dict[str, Profile], check_fts: bool = False,
-            store: Store | None = None) -> list[Finding]:
+            store: Store | None = None, quick_check: bool = True) -> list[Finding]:
     """Everything wrong with one profile; reads only. `store`: one the caller has open already
-    (the engine's, in `run`: one connection per profile, not two), left open."""
+    (the engine's, in `run`: one connection per profile, not two), left open. `quick_check`: False
+    when `run` checked this store recently (profile/integrity.py)."""
     found = _file_findings(profile)
     if not profile.has_store():
         return found
@@ -117,7 +118,7 @@ def inspect(profile: Profile, siblings: dict[str, Profile], check_fts: bool = Fa
     else:
         held = contextlib.nullcontext()
     with held:
-        problem = _quick_check(store)
+        problem = _quick_check(store) if quick_check else None
         if problem:
             return found + [Finding(profile.name, "unusable_store", str(profile.store_path),
                                     f"quick_check: {problem}", "none")]

@@ -135,3 +135,44 @@ def test_run_reports_repairs_and_applies_them_when_configured(root, invoke, tmp_
     bad.write_text("defaults: {repair: sometimes}\n")
     refused = invoke("--root", str(root), "--config", str(bad), "run", "-p", "work")
     assert refused.exit_code == 2 and "repair must be one of report, apply" in refused.stderr
+
+
+def test_run_reads_a_whole_store_once_a_day_and_again_when_it_is_replaced(synth_root, invoke, monkeypatch, tmp_path):
+    """quick_check reads every page (seconds on a GB store): `run` does it when the last passing
+    check is older than quick_check_hours, or the store is another file; `repair` always."""
+    from hermes_admin.profile import repair
+
+    root, _ = synth_root
+    checked = []
+    real = repair._quick_check
+    monkeypatch.setattr(repair, "_quick_check", lambda store: checked.append(store.profile.name) or real(store))
+
+    def run(*extra):
+        checked.clear()
+        assert invoke("--root", str(root), *extra, "run", "--json").exit_code == 0
+        return sorted(checked)
+
+    assert invoke("--root", str(root), "run", "--dry-run", "--json").exit_code == 0
+    assert sorted(checked) == ["default", "legacy", "work"] and not (root / ".hermes-admin" / "quick-check").exists()
+    assert run() == ["default", "legacy", "work"]  # a dry run records nothing
+    assert run() == []
+    work = root / "profiles" / "work" / "state.db"
+    os.rename(work, work.with_suffix(".old"))  # a new file (another inode) in its place
+    os.link(work.with_suffix(".old"), work.with_suffix(".new"))
+    (work.with_suffix(".new")).rename(work)
+    assert run() == []  # the same inode under another name is the same store
+    work.write_bytes(work.with_suffix(".old").read_bytes())
+    os.unlink(work.with_suffix(".old"))
+    assert run() == []  # rewritten in place: same inode; the day decides
+    copy = work.with_name("copy.db")
+    copy.write_bytes(work.read_bytes())
+    copy.rename(work)
+    assert run() == ["work"]
+    (root / ".hermes-admin" / "quick-check").write_text("{garbage")
+    assert run() == ["default"]
+    config = tmp_path / "admin.yaml"
+    config.write_text("defaults:\n  quick_check_hours: 0\n")
+    assert run("--config", str(config)) == ["default", "legacy", "work"]
+    checked.clear()
+    assert invoke("--root", str(root), "repair", "--json").exit_code in (0, 1)  # 1: it found things
+    assert sorted(checked) == ["default", "legacy", "work"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 import os
 import random
 import sqlite3
@@ -271,7 +272,11 @@ def test_export_dir_and_keep_days(store, invoke, tmp_path, now):
                   "--yes").exit_code == 0
     assert "small-1" in row_ids(store / "state.db") and "big" not in row_ids(store / "state.db")
 
-    manifest = Path(str(path) + ".json")
+    # as if begun 8 days ago: its name's stamp and its manifest's `created`
+    old = path.with_name(time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now - 8 * DAY)) + path.name[16:])
+    path.rename(old)
+    Path(str(path) + ".json").rename(str(old) + ".json")
+    path, manifest = old, Path(str(old) + ".json")
     doc = json.loads(manifest.read_text())
     doc["created"] = now - 8 * DAY
     manifest.write_text(json.dumps(doc))

@@ -213,13 +213,16 @@ def repair_step(run: Run, profile: Profile, policy: Policy, request: Request,
     It runs before the profile's engine opens: applying takes that profile's locks itself.
     `siblings`: the profiles of the same root and owner (where a wrong-store row may move).
     """
-    from hermes_admin.profile import repair as profile_repair
+    from hermes_admin.profile import integrity, repair as profile_repair
 
     apply = policy.repair == "apply" and not request.dry_run
     result = Result(profile.name, "repair", "profile_repair", not apply, task="repair")
     started = time.monotonic()
     try:
-        findings = profile_repair.inspect(profile, siblings, store=store)
+        check = integrity.due(profile, policy.quick_check_hours, request.now)
+        findings = profile_repair.inspect(profile, siblings, store=store, quick_check=check)
+        if check and not request.dry_run and not any(f.kind == "unusable_store" for f in findings):
+            integrity.passed(profile, request.now)
         fixable = [f for f in findings if f.fix != "none"]
         if apply and fixable:
             result = profile_repair.apply(profile, fixable, siblings)

@@ -25,6 +25,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 import stat
 import threading
 import time
@@ -38,6 +39,8 @@ from hermes_admin.protocol import Profile
 
 FORMAT = 1
 SUFFIX = ".jsonl.gz"
+STAMP = "%Y%m%dT%H%M%SZ"  # an export's name begins with when it was begun, in UTC: names sort by time
+_STAMPED = re.compile(r"\d{8}T\d{6}Z")
 MANIFEST = ".json"
 DEFAULT_KEEP_DAYS = 7.0
 LEVEL = 1  # zlib's fastest: text compresses ~4x even so, at a fraction of the time of level 6
@@ -166,13 +169,13 @@ class ExportFile:
     def _create(self) -> None:
         folder = _folder(self.settings.folder_of(self.profile))
         home_tag = hashlib.sha256(str(self.profile.home).encode()).hexdigest()[:8]
-        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(self.clock()))
+        stamp = time.strftime(STAMP, time.gmtime(self.clock()))
         for n in range(100):  # one run per process at a time, but tests run many in one second
             path = folder / f"{stamp}-{_safe_name(self.profile.name)}-{home_tag}-{os.getpid()}" \
                             f"{'-' + str(n) if n else ''}{SUFFIX}"
             try:
+                # no fsync of the folder yet: the first manifest's, before any delete commits, covers this name too
                 fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-                _fsync_dir(folder)
                 break
             except FileExistsError:
                 continue
@@ -519,7 +522,13 @@ def prune(profile: Profile, settings: Settings, now: float, keep: set[str]) -> l
     """Remove this profile's exports older than `keep_days` (not those in `keep`); returns problems."""
     problems = []
     horizon = now - settings.keep_days * DAY
-    for item in listing(profile, settings) if os.path.isdir(settings.folder_of(profile)) else []:
+    folder = settings.folder_of(profile)
+    stamp = time.strftime(STAMP, time.gmtime(horizon))
+    try:  # names begin with when the export was begun: only the old ones' manifests need reading
+        old = [n for n in os.listdir(folder) if n.endswith(SUFFIX) and not (_STAMPED.match(n) and n >= stamp)]
+    except OSError:  # no folder yet, or one listing() will name
+        old = [] if not os.path.isdir(folder) else [None]
+    for item in listing(profile, settings) if old else []:
         if "problem" in item or item["file"] in keep or (item.get("created") or now) >= horizon:
             continue
         for path in (item["file"], item["file"] + MANIFEST):

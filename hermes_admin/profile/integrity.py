@@ -1,0 +1,73 @@
+"""When `run` reads a whole store through `PRAGMA quick_check`.
+
+quick_check reads every page: 10.5 s for a 957 MB store, once per profile and run,
+and an open read transaction all that time (a WAL store cannot checkpoint past it).
+So the timer's run checks a store when its last passing check is older than the
+policy's `quick_check_hours` (24; 0: every run), or when the store file is not the
+one that passed (a new inode: replaced, restored from a backup); `repair` always
+checks. What passed is kept in `<home>/.hermes-admin/quick-check` as the owner's
+file; it buys no durability, so it is written without fsync: lost or garbled, it
+only means one check more.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from hermes_admin.protocol import Profile
+
+RECORD = "quick-check"
+MAX_RECORD = 4096
+
+
+def due(profile: Profile, hours: float, now: float) -> bool:
+    """Whether the profile's store is to be checked in this run."""
+    if hours <= 0:
+        return True
+    passed = _read(profile)
+    try:
+        st = os.stat(profile.store_path)
+    except OSError:
+        return True
+    if passed is None or passed.get("store") != [st.st_dev, st.st_ino]:
+        return True
+    at = passed.get("at")
+    return not isinstance(at, (int, float)) or not (now - hours * 3600 < at <= now)
+
+
+def passed(profile: Profile, now: float) -> None:
+    """Record that the store passed now (never raises: the worst is one check more next time)."""
+    from hermes_admin.profile.engine.locks import regular_file, state_dir
+
+    try:
+        st = os.stat(profile.store_path)
+        path = state_dir(profile) / RECORD
+        regular_file(path, "the quick-check record")
+        temp = path.with_name(f".{RECORD}.{os.getpid()}")
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            json.dump({"store": [st.st_dev, st.st_ino], "at": now}, out)
+        os.replace(temp, path)
+    except OSError:
+        pass
+
+
+def _read(profile: Profile) -> dict | None:
+    path = Path(profile.home) / ".hermes-admin" / RECORD
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        data = os.read(fd, MAX_RECORD)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    try:
+        record = json.loads(data)
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
