@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from hermes_admin.results import Done, Finding, RepairRun, Result, Run
@@ -44,11 +45,11 @@ class Profile:
         """How messages name it: its name, or ROOT:NAME where two roots may both have that name."""
         return self.display or self.name
 
-    @property
+    @cached_property  # asked for many times per profile and run; a frozen instance never changes
     def store_path(self) -> Path:
         return self.home / STORE_FILE
 
-    @property
+    @cached_property
     def sessions_dir(self) -> Path:
         return self.home / "sessions"
 

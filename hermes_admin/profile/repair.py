@@ -58,12 +58,13 @@ def namespace_of(session_key: str | None) -> str | None:
 
 def _file_findings(profile: Profile) -> list[Finding]:
     found = []
+    home = str(profile.home)
     for name in STANDARD_FOLDERS:
-        if not (profile.home / name).is_dir():
-            found.append(Finding(profile.name, "missing_folder", str(profile.home / name),
+        if not os.path.isdir(os.path.join(home, name)):
+            found.append(Finding(profile.name, "missing_folder", os.path.join(home, name),
                                  f"{name}/ is missing", "create it"))
     for name in PRIVATE_FILES:
-        path = profile.home / name
+        path = os.path.join(home, name)
         try:
             st = os.lstat(path)
         except FileNotFoundError:

@@ -169,6 +169,8 @@ def session_batches(store: Store, leave_out: set[str], size: int = 2000) -> Iter
             return
         after = page[-1][-1]
         yield [_row(values[:-1]) for values in page if values[0] not in leave_out]
+        if len(page) < size:  # the last one (a row added since has a newer rowid: a new session)
+            return
 
 
 def load_rows(store: Store, ids: list[str]) -> dict[str, SessionRow]:
