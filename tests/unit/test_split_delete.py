@@ -428,3 +428,32 @@ def test_a_stop_request_during_a_split_leaves_the_unit_whole_either_way(store, i
     assert len(gone) == (0 if now_there else 1)
     assert sqlite3.connect(store / ".hermes-admin" / "outbox.db").execute("SELECT COUNT(*) FROM splits").fetchone()[0] == 0
     assert fts_problems(db) == []
+
+
+def test_what_commits_before_a_split_released_during_its_steps_is_done_in_that_run(tmp_path, invoke, now,
+                                                                                   small_steps, monkeypatch):
+    """Small units commit, then a big one goes in steps: the small ones' files and events, released
+    by a step's commit (their checkpoint came meanwhile), are done then, not left for the next run."""
+    from hermes_admin.profile.engine.group_commit import GroupCommit
+
+    # each commit durable once the next one is made, as if a checkpoint came in between
+    monkeypatch.setattr(GroupCommit, "_durable", lambda self: self.seq - 1)
+    root = tmp_path / "hermes"
+    rng = random.Random(5)
+    synth = SynthStore(root / "state.db", 30)
+    old = now - 200 * DAY
+    for n in range(3):  # first in the store, so first deleted
+        synth.session(f"small-{n}", started=old, ended=old + 60, end_reason="user_exit")
+        synth.messages(f"small-{n}", 4, old, 1)
+    synth.session("big", started=old, ended=old + 3600, end_reason="user_exit")
+    for i in range(120):
+        synth.conn.execute("INSERT INTO messages(session_id, role, content, timestamp) VALUES (?, ?, ?, ?)",
+                           ("big", "tool", text(rng, 6000), old + i))
+    synth.close()
+    for sid in ("small-0", "small-1", "small-2", "big"):
+        (root / "sessions" / f"{sid}.jsonl").write_text("{}\n")
+    install_plugins(root, ["recorder"], enabled=["recorder"], timeout=10)
+    result = purge(invoke, root)
+    assert result.exit_code == 0, result.stderr
+    assert sorted(e["session_id"] for e in events(root)) == ["big", "small-0", "small-1", "small-2"]
+    assert not list((root / "sessions").glob("*.jsonl"))

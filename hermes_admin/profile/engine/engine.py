@@ -718,9 +718,11 @@ class Engine(SplitDeletes):
 
     def paced(self, began: float, weight: int, result: Result | None = None) -> None:
         """After a commit of work outside the delete path (a restore step): measured, then the turn."""
+        result = result or Result(self.profile.name, "restore", None, False)
         self._last_weight = max(weight, 1)
-        committed_at = self._account(began, result or Result(self.profile.name, "restore", None, False))
-        self.commits.committed(synced=False, wrote=True, work=None)
+        committed_at = self._account(began, result)
+        # what earlier transactions' commits released meanwhile (their files, their events)
+        self._after_durable(self.commits.committed(synced=False, wrote=True, work=None), result)
         self.turns.after_commit(committed_at, committed_at - began)
 
     def _by_count(self, units: list[Unit], result: Result):

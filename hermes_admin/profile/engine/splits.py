@@ -126,7 +126,8 @@ class SplitDeletes:
             if final:
                 self._split_done = (present, committed_at, committed_at - began[0])
                 return None
-            self.commits.committed(synced=False, wrote=True, work=None)
+            # what earlier transactions' commits released meanwhile (their files, their events)
+            self._after_durable(self.commits.committed(synced=False, wrote=True, work=None), result)
             self.turns.after_commit(committed_at, committed_at - began[0])
 
     def _after_split(self, split_id: int, record: dict, unit: Unit, present: list[str], result: Result) -> None:
