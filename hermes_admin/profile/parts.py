@@ -23,10 +23,12 @@ def graph_around(store: Store, ids) -> Graph:
     return Graph(load_rows(store, sorted(related_ids(store) | set(ids))).values())
 
 
-def graph_parts(store: Store) -> Iterator[Graph]:
+def graph_parts(store: Store, only: str | None = None) -> Iterator[Graph]:
+    """`only`: a condition (SQL, on `s`) that every session the rule could pick or keep meets;
+    the other unlinked sessions are not read (the linked ones always are: a unit spans them)."""
     linked = related_ids(store)
     rows = load_rows(store, sorted(linked))
     yield Graph(rows.values())
     del rows
-    for batch in session_batches(store, leave_out=linked):
+    for batch in session_batches(store, leave_out=linked, only=only):
         yield Graph(batch)

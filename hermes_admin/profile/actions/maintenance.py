@@ -27,7 +27,7 @@ from hermes_admin.profile.store import StoreError
 from hermes_admin.profile.lineage import Graph
 from hermes_admin.profile.policy import Policy, PolicyError, effective
 from hermes_admin.profile.parts import graph_parts
-from hermes_admin.profile.store.read import any_without_messages, existing_ids, orphan_session_ids
+from hermes_admin.profile.store.read import WITHOUT_MESSAGES, any_without_messages, existing_ids, orphan_session_ids
 from hermes_admin.profile.tasks import Selection, archive, empty, ghosts, retention
 from hermes_admin.filters import Filters
 
@@ -86,7 +86,7 @@ class _Pass:
             result = self._by_parts("ghost_prune", "delete", "ghost_prune",
                                     lambda graph, live: ghosts.select_tui_ghosts(graph, now, live),
                                     lambda units: self.engine.delete(units, "ghost_prune", recheck=empty.recheck,
-                                                                     more=True))
+                                                                     more=True), only=WITHOUT_MESSAGES)
         else:  # no TUI session without messages: no ghost to select or keep (store/read.py)
             result = self.result("ghost_prune", "delete", "ghost_prune")
         missing = orphan_session_ids(self.engine.store)
@@ -111,7 +111,7 @@ class _Pass:
         return self._by_parts("empty_sweep", "delete", "empty_sweep",
                               lambda graph, live: empty.select(graph, hours, now, live),
                               lambda units: self.engine.delete(units, "empty_sweep", recheck=empty.recheck,
-                                                               more=True))
+                                                               more=True), only=WITHOUT_MESSAGES)
 
     def purge(self) -> Result:
         request = self.request
@@ -143,19 +143,20 @@ class _Pass:
 
     # -- a part of the store at a time ----------------------------------------
 
-    def _by_parts(self, task: str, action: str, reason: str | None, select, act) -> Result:
+    def _by_parts(self, task: str, action: str, reason: str | None, select, act, only: str | None = None) -> Result:
         """`select` (a pure rule) and `act` (the engine) on each part of the store in turn.
 
         The parts together are the whole store, and a unit never spans two of them, so
         the selection is the one a single graph of every row would give (the tests
-        compare both); only one part is in memory at a time.
+        compare both); only one part is in memory at a time. `only`: the condition every
+        unlinked session the rule can pick or keep meets (parts.graph_parts).
         """
         store = self.engine.store
         live = set(guards.live_ids(store.db, store.schema, self.request.now))
         result = self.result(task, action, reason)
 
         def units() -> Iterator[list]:
-            for graph in self._parts(task, result):
+            for graph in self._parts(task, result, only):
                 selection = select(graph, live)
                 result.kept.update(selection.kept)
                 yield self.unclaimed(selection)
@@ -168,12 +169,12 @@ class _Pass:
 
         return act_in_parts(self.engine, result, units(), acted)
 
-    def _parts(self, task: str, result: Result) -> Iterator[Graph]:
+    def _parts(self, task: str, result: Result, only: str | None = None) -> Iterator[Graph]:
         """The store a part at a time (parts.py), with a progress bar; a stop request ends it."""
         store = self.engine.store
-        total = store.db.execute_sql("SELECT COUNT(*) FROM sessions").fetchone()[0]
+        total = store.db.execute_sql(f"SELECT COUNT(*) FROM sessions s {f'WHERE {only}' if only else ''}").fetchone()[0]
         with self.engine.progress.whole(f"{self.engine.profile.name}: {task}", total) as looked_at:
-            for n, graph in enumerate(graph_parts(store)):
+            for n, graph in enumerate(graph_parts(store, only)):
                 if n and stopping.requested():
                     if not any(note.startswith("stopped on request") for note in result.notes):
                         result.notes.append("stopped on request: the rest of the store waits for the next run")

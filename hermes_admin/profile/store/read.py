@@ -153,8 +153,10 @@ def related_ids(store: Store) -> set[str]:
     return found
 
 
-def session_batches(store: Store, leave_out: set[str], size: int = 2000) -> Iterator[list[SessionRow]]:
-    """Every session row but `leave_out`, a few thousand at a time in rowid order.
+def session_batches(store: Store, leave_out: set[str], size: int = 2000,
+                    only: str | None = None) -> Iterator[list[SessionRow]]:
+    """Every session row but `leave_out` (that meets the condition `only`, on `s`), a few thousand
+    at a time in rowid order.
 
     One read a batch, by rowid range: no list of ids to look up. Each batch is read when
     the previous one is done with (the caller may delete in between: rowids only grow, so
@@ -162,7 +164,9 @@ def session_batches(store: Store, leave_out: set[str], size: int = 2000) -> Iter
     """
     after = None
     while True:
-        where, params = ("WHERE s.rowid > ? ", [after]) if after is not None else ("", [])
+        conditions = ([f"({only})"] if only else []) + (["s.rowid > ?"] if after is not None else [])
+        where = f"WHERE {' AND '.join(conditions)} " if conditions else ""
+        params = [after] if after is not None else []
         sql = _sessions_sql(store, f"{where}ORDER BY s.rowid LIMIT {int(size)}", with_rowid=True)
         page = store.db.execute_sql(sql, params).fetchall()
         if not page:
@@ -249,13 +253,17 @@ def orphan_session_ids(store: Store) -> list[str]:
     return sorted(found)
 
 
+# The sessions the empty sweep and the TUI-ghost prune look at (a condition on `s`).
+WITHOUT_MESSAGES = "NOT EXISTS (SELECT 1 FROM messages m WHERE m.session_id = s.id)"
+
+
 def any_without_messages(store: Store, source: str | None = None) -> bool:
     """Is there a session (of `source`, when given) without a single message row?
 
     The empty sweep and the TUI-ghost prune look only at such sessions: where there is none,
     their graphs would select nothing and keep nothing, so they need not be built.
     """
-    sql = "SELECT 1 FROM sessions s WHERE NOT EXISTS (SELECT 1 FROM messages m WHERE m.session_id = s.id)"
+    sql = f"SELECT 1 FROM sessions s WHERE {WITHOUT_MESSAGES}"
     params: list = []
     if source is not None:
         sql += " AND s.source = ?"
