@@ -172,7 +172,8 @@ class _Pass:
     def _parts(self, task: str, result: Result, only: str | None = None) -> Iterator[Graph]:
         """The store a part at a time (parts.py), with a progress bar; a stop request ends it."""
         store = self.engine.store
-        total = store.db.execute_sql(f"SELECT COUNT(*) FROM sessions s {f'WHERE {only}' if only else ''}").fetchone()[0]
+        where = f"WHERE {only}" if only else ""
+        total = store.db.execute_sql(f"SELECT COUNT(*) FROM sessions s {where}").fetchone()[0]
         with self.engine.progress.whole(f"{self.engine.profile.name}: {task}", total) as looked_at:
             for n, graph in enumerate(graph_parts(store, only)):
                 if n and stopping.requested():

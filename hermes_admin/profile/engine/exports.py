@@ -523,12 +523,16 @@ def prune(profile: Profile, settings: Settings, now: float, keep: set[str]) -> l
     problems = []
     horizon = now - settings.keep_days * DAY
     folder = settings.folder_of(profile)
+    if not os.path.isdir(folder):
+        return problems
     stamp = time.strftime(STAMP, time.gmtime(horizon))
-    try:  # names begin with when the export was begun: only the old ones' manifests need reading
-        old = [n for n in os.listdir(folder) if n.endswith(SUFFIX) and not (_STAMPED.match(n) and n >= stamp)]
-    except OSError:  # no folder yet, or one listing() will name
-        old = [] if not os.path.isdir(folder) else [None]
-    for item in listing(profile, settings) if old else []:
+    try:  # names begin with the second the export was begun: manifests are read only when one may be old
+        if not any(n.endswith(SUFFIX) and not (_STAMPED.match(n) and n[:len(stamp)] > stamp)
+                   for n in os.listdir(folder)):
+            return problems
+    except OSError:
+        pass  # listing() says what is wrong
+    for item in listing(profile, settings):
         if "problem" in item or item["file"] in keep or (item.get("created") or now) >= horizon:
             continue
         for path in (item["file"], item["file"] + MANIFEST):
