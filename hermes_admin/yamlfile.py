@@ -11,9 +11,12 @@ Refusing takes milliseconds and a few MB, whatever the file holds.
 Files are parsed by libyaml where PyYAML has it: Hermes' own config.yaml
 (15 KB, 700 lines) takes ~100 ms to compose in pure Python and ~7 ms in C, once
 per profile and run. libyaml's composer recurses without a limit of its own, so
-it is given only a text whose nesting is bounded (_nesting_bound); anything
-else, and hosts without libyaml, take the pure-Python loader, which counts the
-depth as it goes. Both refuse the same files for the same reasons.
+it is given only a text whose nesting is bounded (_nesting_bound, which counts
+every bracket, quoted or not); anything else, a file libyaml finds invalid (PyYAML,
+which Hermes uses, decides), and hosts without libyaml take the pure-Python
+loader, which counts the depth as it goes. Bombs, self-reference and deep nests
+are refused on both paths; where only some sections are built (a profile's
+config.yaml), the libyaml path applies the bounds to those sections.
 """
 
 from __future__ import annotations
@@ -99,7 +102,8 @@ def _expanded_size(root, max_depth: int = MAX_DEPTH) -> int:
 def _nesting_bound(text: str, brackets: int) -> int:
     """At least how deep the document can nest, from its text alone. A block collection inside another
     is indented further or opened by an indicator (`-`, `?`, `:`) on its line, or is a sequence under
-    a key at the key's own indent (hence the 2x); a flow collection opens with a bracket."""
+    a key at the key's own indent (hence the 2x); a flow collection opens with a bracket (`brackets`:
+    how many the text has, anywhere: a quoted `]` must not cancel a real `[`)."""
     deepest_line = 0
     for line in text.split("\n"):
         body = line.lstrip(" ")
@@ -127,29 +131,21 @@ def _bracket_depth(text: str) -> int:
 def parse(text: str, where: str, keys: frozenset[str] | None = None):
     """The document in `text`; raises YAMLRefused naming `where`. With `keys`, a mapping document
     yields only those top-level keys: the rest is read, never built into values."""
-    brackets = _bracket_depth(text)
-    if brackets > 2 * MAX_DEPTH:
+    if _bracket_depth(text) > 2 * MAX_DEPTH:
         raise YAMLRefused(f"{where}: refused: nested over {MAX_DEPTH} levels deep")
     yaml, bounded = _loader()
-    fast = getattr(yaml, "CSafeLoader", None) if _nesting_bound(text, brackets) <= C_NESTING else None
-    loader = fast(text) if fast else bounded(text)
+    fast = getattr(yaml, "CSafeLoader", None)
+    if fast is not None and _nesting_bound(text, text.count("[") + text.count("{")) <= C_NESTING:
+        try:
+            return _read(yaml, fast(text), text, keys, measure=True)
+        except yaml.YAMLError:
+            pass  # libyaml and PyYAML differ on a few edge cases: PyYAML, as Hermes uses it, decides
+        except YAMLRefused as exc:
+            raise YAMLRefused(f"{where}: refused: {exc}") from None
+        except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
+            raise YAMLRefused(f"{where}: not valid YAML (a value: {type(exc).__name__})") from None
     try:
-        node = loader.get_single_node()  # the bounded loader measures as it composes
-        if node is None:
-            return None
-        if keys is None or not isinstance(node, yaml.MappingNode):
-            if fast:
-                _expanded_size(node)
-            return loader.construct_document(node)
-        loader.flatten_mapping(node)  # `<<` merge keys, as the constructor would apply them
-        chosen = [(k.value, v) for k, v in node.value
-                  if isinstance(k, yaml.ScalarNode) and k.tag == "tag:yaml.org,2002:str" and k.value in keys]
-        if fast and "&" in text:  # an alias may reach anything from anywhere: measure it all
-            _expanded_size(node)
-        elif fast:  # no anchor, so no alias: a tree, of which only what is built can matter
-            for _, value in chosen:
-                _expanded_size(value, MAX_DEPTH - 1)
-        return {name: loader.construct_object(value, deep=True) for name, value in chosen}  # the last wins
+        return _read(yaml, bounded(text), text, keys, measure=False)  # it measures as it composes
     except YAMLRefused as exc:
         raise YAMLRefused(f"{where}: refused: {exc}") from None
     except RecursionError:
@@ -157,6 +153,31 @@ def parse(text: str, where: str, keys: frozenset[str] | None = None):
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         raise YAMLRefused(f"{where}: not valid YAML" + (f" (line {mark.line + 1})" if mark else "")) from None
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:  # a tag whose value is not
+        raise YAMLRefused(f"{where}: not valid YAML (a value: {type(exc).__name__})") from None
+
+
+def _read(yaml, loader, text: str, keys: frozenset[str] | None, measure: bool):
+    """The values of the document `loader` holds. `measure`: size and depth checked here (libyaml
+    composes without counting), on what is built: with `keys` and no anchor in the text (so no
+    alias), only the chosen sections, one level below the document (merge keys applied)."""
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        if keys is None or not isinstance(node, yaml.MappingNode) or node.tag != "tag:yaml.org,2002:map":
+            if measure:
+                _expanded_size(node)
+            return loader.construct_document(node)
+        if measure and "&" in text:  # an alias may reach anything from anywhere: measure it all
+            _expanded_size(node)
+        loader.flatten_mapping(node)  # `<<` merge keys, as the constructor would apply them
+        chosen = [(k.value, v) for k, v in node.value
+                  if isinstance(k, yaml.ScalarNode) and k.tag == "tag:yaml.org,2002:str" and k.value in keys]
+        if measure and "&" not in text:
+            for _, value in chosen:
+                _expanded_size(value, MAX_DEPTH - 1)
+        return {name: loader.construct_object(value, deep=True) for name, value in chosen}  # the last wins
     finally:
         loader.dispose()
 

@@ -15,17 +15,30 @@ HELP_COLUMNS = 80  # click's help is as wide on every terminal this wide or wide
 def main() -> None:
     args = sys.argv[1:]
     if args == ["--version"]:
-        sys.stdout.write(f"hermes-admin, version {__version__}\n")
+        _say(f"hermes-admin, version {__version__}\n")
     elif args in (["--help"], ["-h"]) and _columns() >= HELP_COLUMNS:
         from hermes_admin.cli.help_text import TEXT
 
-        sys.stdout.write(TEXT)
+        _say(TEXT)
     else:
         from hermes_admin.cli.main import main as full
 
         full()
-        return
-    sys.stdout.flush()
+
+
+def _say(text: str) -> None:
+    """Write it all; an output that cannot take it (a full disk, a closed pipe) is one line and the
+    internal-error code, as for every other command."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except (OSError, ValueError, AttributeError) as exc:
+        from hermes_admin import exitcodes
+
+        try:
+            print(f"hermes-admin: internal error: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        finally:
+            os._exit(exitcodes.INTERNAL)
 
 
 def _columns() -> int:

@@ -4,8 +4,9 @@ quick_check reads every page: 10.5 s for a 957 MB store, once per profile and ru
 and an open read transaction all that time (a WAL store cannot checkpoint past it).
 So the timer's run checks a store when its last passing check is older than the
 policy's `quick_check_hours` (24; 0: every run), or when the store file is not the
-one that passed (a new inode: replaced, restored from a backup); `repair` always
-checks. What passed is kept in `<home>/.hermes-admin/quick-check` as the owner's
+one that passed (another inode: replaced, restored from a backup; a copy made into
+the inode the old file just freed, `rm` then `cp`, can look like the same file and
+waits for its day); `repair` always checks. What passed is kept in `<home>/.hermes-admin/quick-check` as the owner's
 file; it buys no durability, so it is written without fsync: lost or garbled, it
 only means one check more.
 """
@@ -22,33 +23,39 @@ RECORD = "quick-check"
 MAX_RECORD = 4096
 
 
-def due(profile: Profile, hours: float, now: float) -> bool:
-    """Whether the profile's store is to be checked in this run."""
-    if hours <= 0:
-        return True
-    passed = _read(profile)
+def identity(profile: Profile) -> list[int] | None:
+    """Which file the store is, taken before a check (a store replaced meanwhile is another file)."""
     try:
         st = os.stat(profile.store_path)
     except OSError:
+        return None
+    return [st.st_dev, st.st_ino]
+
+
+def due(profile: Profile, hours: float, now: float, store: list[int] | None) -> bool:
+    """Whether the profile's store (`store`: its identity) is to be checked in this run."""
+    if hours <= 0 or store is None:
         return True
-    if passed is None or passed.get("store") != [st.st_dev, st.st_ino]:
+    passed = _read(profile)
+    if passed is None or passed.get("store") != store:
         return True
     at = passed.get("at")
     return not isinstance(at, (int, float)) or not (now - hours * 3600 < at <= now)
 
 
-def passed(profile: Profile, now: float) -> None:
-    """Record that the store passed now (never raises: the worst is one check more next time)."""
+def passed(profile: Profile, now: float, store: list[int] | None) -> None:
+    """Record that the store `store` passed now (never raises: the worst is one check more next time)."""
     from hermes_admin.profile.engine.locks import regular_file, state_dir
 
+    if store is None:
+        return
     try:
-        st = os.stat(profile.store_path)
         path = state_dir(profile) / RECORD
         regular_file(path, "the quick-check record")
         temp = path.with_name(f".{RECORD}.{os.getpid()}")
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         with os.fdopen(fd, "w") as out:
-            json.dump({"store": [st.st_dev, st.st_ino], "at": now}, out)
+            json.dump({"store": store, "at": now}, out)
         os.replace(temp, path)
     except OSError:
         pass

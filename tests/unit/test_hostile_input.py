@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -124,3 +126,41 @@ def test_escape_sequences_in_data_never_reach_the_terminal(tmp_path, now, invoke
 def test_clean_escapes_controls_and_bounds_length():
     assert clean("a\x1b[1mb\nc") == "a\\x1b[1mb\\x0ac"
     assert clean("x" * 50, limit=10) == "x" * 10 + "…"
+
+
+@pytest.mark.parametrize("text", [
+    "[']', " * 50000 + "x" + "]" * 50000 + "\n",  # a quoted `]` after each `[`: the nest is 50 000 deep
+    "sessions: " + "[ #]\n" * 60000 + "x" + "]" * 60000,  # the same with comments
+], ids=["quoted-brackets", "commented-brackets"])
+def test_a_nest_hidden_behind_quotes_is_refused_not_a_crash(text, tmp_path):
+    """libyaml recurses without a limit: such a text must never reach it (a crash would end every
+    profile's run), so it is run in a process of its own here."""
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    code = ("import sys; from hermes_admin import yamlfile\n"
+            "try:\n    yamlfile.load_mapping(__import__('pathlib').Path(sys.argv[1]), keys=frozenset({'sessions'}))\n"
+            "except yamlfile.YAMLRefused as exc:\n    print(exc)\n")
+    done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "levels deep" in done.stdout, (done.returncode, done.stderr[-300:])
+
+
+@pytest.mark.parametrize("text, expect", [
+    ("sessions: {a:\t1}\n", {"sessions": {"a": 1}}),  # libyaml refuses it, PyYAML (as Hermes) reads it
+    ("x: a\x7fb\n# " + "-" * 600 + "\n", "not valid YAML"),  # the pure-Python path, a forbidden character
+    ("sessions: !!int abc\n", "not valid YAML"),
+    ("sessions:\n  a: !!timestamp x\n", "not valid YAML"),
+])
+def test_what_hermes_reads_is_read_and_what_nobody_can_is_one_error(text, expect):
+    keys = frozenset({"sessions", "plugins"})
+    if isinstance(expect, dict):
+        assert yamlfile.parse(text, "/x/config.yaml", keys) == expect
+    else:
+        with pytest.raises(yamlfile.YAMLRefused, match=expect):
+            yamlfile.parse(text, "/x/config.yaml", keys)
+
+
+def test_a_set_is_not_a_mapping(tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text("--- !!set\n? sessions\n? plugins\n")
+    with pytest.raises(yamlfile.YAMLRefused, match="must be a mapping of keys, not set"):
+        yamlfile.load_mapping(path, keys=frozenset({"sessions"}))

@@ -457,3 +457,15 @@ def test_what_commits_before_a_split_released_during_its_steps_is_done_in_that_r
     assert result.exit_code == 0, result.stderr
     assert sorted(e["session_id"] for e in events(root)) == ["big", "small-0", "small-1", "small-2"]
     assert not list((root / "sessions").glob("*.jsonl"))
+
+
+def test_exports_kept_forever_are_never_pruned(store, invoke, tmp_path):
+    """`export_keep_days: .inf` (or a horizon before any clock) keeps every export, quietly."""
+    assert purge(invoke, store).exit_code == 0
+    (path,) = (store / ".hermes-admin" / "exports").glob("*.jsonl.gz")
+    config = tmp_path / "admin.yaml"
+    for days in (".inf", "1.0e+12"):
+        config.write_text(f"defaults:\n  export_keep_days: {days}\n")
+        result = invoke("--root", str(store), "--config", str(config), "run", "--json")
+        assert result.exit_code == 0, result.stderr
+        assert path.exists() and "not pruned" not in result.stdout

@@ -221,10 +221,11 @@ def repair_step(run: Run, profile: Profile, policy: Policy, request: Request,
     result = Result(profile.name, "repair", "profile_repair", not apply, task="repair")
     started = time.monotonic()
     try:
-        check = integrity.due(profile, policy.quick_check_hours, request.now)
+        checked = integrity.identity(profile)  # before the check: a store replaced meanwhile is not this one
+        check = integrity.due(profile, policy.quick_check_hours, request.now, checked)
         findings = profile_repair.inspect(profile, siblings, store=store, quick_check=check)
         if check and not request.dry_run and not any(f.kind == "unusable_store" for f in findings):
-            integrity.passed(profile, request.now)
+            integrity.passed(profile, request.now, checked)
         fixable = [f for f in findings if f.fix != "none"]
         if apply and fixable:
             result = profile_repair.apply(profile, fixable, siblings)

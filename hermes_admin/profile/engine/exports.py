@@ -525,7 +525,10 @@ def prune(profile: Profile, settings: Settings, now: float, keep: set[str]) -> l
     folder = settings.folder_of(profile)
     if not os.path.isdir(folder):
         return problems
-    stamp = time.strftime(STAMP, time.gmtime(horizon))
+    try:
+        stamp = time.strftime(STAMP, time.gmtime(horizon))
+    except (OverflowError, OSError, ValueError):  # kept "forever" (.inf, or past what a clock can say)
+        return problems
     try:  # names begin with the second the export was begun: manifests are read only when one may be old
         if not any(n.endswith(SUFFIX) and not (_STAMPED.match(n) and n[:len(stamp)] > stamp)
                    for n in os.listdir(folder)):

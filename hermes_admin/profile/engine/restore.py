@@ -40,8 +40,9 @@ def _insert(db, table: str, columns: list[str], row: dict, verb: str = "INSERT")
 class Restorer:
     """Restores records into the engine's store, paced like its deletes (engine.budget, engine.turns)."""
 
-    def __init__(self, engine):
+    def __init__(self, engine, result=None):
         self.engine = engine
+        self.result = result  # what the engine reports into as it paces (what earlier commits released)
         self.db = engine.store.db
         self.schema = engine.store.schema
         self.columns = {t: _columns(self.db, t) for t in ("sessions", "messages", "session_model_usage",
@@ -114,7 +115,7 @@ class Restorer:
             return put
 
         put = write_transaction(self.db, work, on_busy=self.engine.turns.busy)
-        self.engine.paced(began[0], sum(map(_weight, messages)))
+        self.engine.paced(began[0], sum(map(_weight, messages)), self.result)
         return put
 
     def _session_row(self, db, fields: dict) -> None:
@@ -170,7 +171,7 @@ def restore_file(engine, path: Path, wanted: set[str] | None, dry_run: bool, res
                                  "nothing restored")
     from hermes_admin.results import Done
 
-    restorer = Restorer(engine)
+    restorer = Restorer(engine, result)
     for member, units in units_of(manifest, wanted):
         ids = {i for u in units for i in u[3]}
         unseen = set(ids)

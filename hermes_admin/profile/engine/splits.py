@@ -177,7 +177,7 @@ class SplitDeletes:
             record = dict(record, undoing=why, deleted=deleted)
             self.outbox.update_split(split_id, record)
         wanted = set(record["deleted"]) if record.get("deleted") is not None else None
-        restorer = Restorer(self)
+        restorer = Restorer(self, result)
         put = 0
         member = {"offset": exported.offset, "length": exported.length}
         for fields, messages in exports.read_member(Path(exported.path), member, check=False):
