@@ -123,12 +123,18 @@ def inspect(profile: Profile, siblings: dict[str, Profile], check_fts: bool = Fa
         if problem:
             return found + [Finding(profile.name, "unusable_store", str(profile.store_path),
                                     f"quick_check: {problem}", "none")]
-        # Row by row, keeping only the rows with something to say: memory stays flat on a big store.
+        # Row by row, and only the rows that may have something to say (SQLite leaves out those keyed
+        # to this profile, labelled for it or not at all, with their parent there): memory stays flat.
         moved: list[tuple[str, str, str]] = []  # (id, session_key, owner) keyed to a sibling profile
+        own = [prefix for prefix in ("agent:main:", "agent:default:", f"agent:{profile.name}:")
+               if namespace_of(prefix + "x") == profile.name]
+        not_own = "".join(f" AND substr(s.session_key, 1, {len(prefix)}) != ?" for prefix in own)
+        dangling_sql = ("(s.parent_session_id IS NOT NULL AND NOT EXISTS "
+                        "(SELECT 1 FROM sessions p WHERE p.id = s.parent_session_id))")
         for sid, parent, key, label, dangling in store.db.execute_sql(
-                "SELECT s.id, s.parent_session_id, s.session_key, s.profile_name, "
-                "(s.parent_session_id IS NOT NULL AND NOT EXISTS "
-                " (SELECT 1 FROM sessions p WHERE p.id = s.parent_session_id)) FROM sessions s"):
+                f"SELECT s.id, s.parent_session_id, s.session_key, s.profile_name, {dangling_sql} FROM sessions s "
+                f"WHERE {dangling_sql} OR (s.profile_name IS NOT NULL AND s.profile_name != ?) "
+                f"OR (s.session_key LIKE 'agent:%'{not_own})", [profile.name, *own]):
             owner = namespace_of(key)
             if owner and owner != profile.name:
                 if owner in siblings:

@@ -173,7 +173,8 @@ class _Pass:
         """The store a part at a time (parts.py), with a progress bar; a stop request ends it."""
         store = self.engine.store
         where = f"WHERE {only}" if only else ""
-        total = store.db.execute_sql(f"SELECT COUNT(*) FROM sessions s {where}").fetchone()[0]
+        total = store.db.execute_sql(f"SELECT COUNT(*) FROM sessions s {where}").fetchone()[0] \
+            if self.engine.progress.wanted() else 0  # a count only for a bar someone sees
         with self.engine.progress.whole(f"{self.engine.profile.name}: {task}", total) as looked_at:
             for n, graph in enumerate(graph_parts(store, only)):
                 if n and stopping.requested():
