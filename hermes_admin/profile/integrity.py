@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
-
+from hermes_admin.profile.engine.locks import STATE_DIR, regular_file, state_dir
 from hermes_admin.protocol import Profile
 
 RECORD = "quick-check"
@@ -45,8 +44,6 @@ def due(profile: Profile, hours: float, now: float, store: list[int] | None) -> 
 
 def passed(profile: Profile, now: float, store: list[int] | None) -> None:
     """Record that the store `store` passed now (never raises: the worst is one check more next time)."""
-    from hermes_admin.profile.engine.locks import regular_file, state_dir
-
     if store is None:
         return
     try:
@@ -62,7 +59,7 @@ def passed(profile: Profile, now: float, store: list[int] | None) -> None:
 
 
 def _read(profile: Profile) -> dict | None:
-    path = Path(profile.home) / ".hermes-admin" / RECORD
+    path = profile.home / STATE_DIR / RECORD  # read where it is, never made here
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:

@@ -71,6 +71,7 @@ def test_root_run_maintains_each_home_as_its_owner(make_user, admin):
             assert call["env"]["HOME"] == str(user.home) and call["env"]["USER"] == user.name
             assert call["ttys"] == [] and call["controlling_tty"] is False
             assert "" not in call["sys_path"] and str(user.root) not in call["sys_path"]
+        assert (user.root / ".hermes-admin" / "quick-check").exists()  # the check's record: hers, as all here
         assert root_owned(user.root) == [], "nothing in the home is root's"
 
 
