@@ -121,7 +121,8 @@ class App:
                 run.warnings.append(f"run lock not taken ({exc.strerror or exc}); the profiles' own locks apply")
         owners = self.everything().owners
         params = dict(params, siblings=self._siblings(), verbose=self.verbose,
-                      safe_mode=os.environ.get("HERMES_SAFE_MODE", ""))  # a worker's environment is clean
+                      safe_mode=os.environ.get("HERMES_SAFE_MODE", ""),  # a worker's environment is clean
+                      processes=1 if os.environ.get("HERMES_ADMIN_PROCESSES") == "1" else 2)  # profile/fork.py
         if with_policy:
             known = {p.name for p in self.everything().profiles}
             for name in sorted(map(str, self.config.profiles)):

@@ -8,6 +8,7 @@ always a Run: results, errors, warnings, and for list-type jobs its rows in
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -84,8 +85,12 @@ def _siblings(by_root: dict[Path, dict[str, Profile]], profile: Profile) -> dict
 
 
 def maintain(job: Job, isolated: bool) -> Run:
+    from hermes_admin.profile import fork
     from hermes_admin.profile.actions.maintenance import maintain as maintain_profile
     from hermes_admin.profile.views import profile_summary
+
+    if fork.worth_it(job):  # half of the profiles in a second process (fork.py says when)
+        return fork.in_two(job, lambda half: maintain(replace(half, params=dict(half.params, processes=1)), isolated))
 
     request = _request(job.params)
     run = Run(dry_run=request.dry_run)

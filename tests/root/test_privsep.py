@@ -212,3 +212,30 @@ def test_exports_and_restore_as_root_are_the_owners_files_and_work(make_user, ad
     # an "export" mallory points at alice's store is read as mallory: she cannot read alice's files
     theirs = admin("--root", str(mallory.root), "restore", str(export), "-p", "default", "--yes")
     assert theirs.returncode == 2 and "Permission denied" in theirs.stderr
+
+
+def test_a_home_of_many_profiles_is_worked_on_by_two_of_her_processes(make_user, admin):
+    from hermes_admin.profile.fork import MIN_PROFILES
+
+    alice = make_user("alice")
+    names = ["default"] + [f"p{i}" for i in range(MIN_PROFILES)]
+    kinds = build_user_root(alice, {name: 30 for name in names})
+    for name in names:
+        home = alice.root if name == "default" else alice.root / "profiles" / name
+        (home / "config.yaml").write_text(yaml.safe_dump({"sessions": STANDARD}))
+    chown_tree(alice.root, alice)
+    done = admin("--root", str(alice.root), "run", "--json")
+    assert done.returncode in (0, 1), done.stderr
+    doc = json.loads(done.stdout)
+    assert not doc["errors"] and len({r["home"] for r in doc["results"]}) == len(names)
+    holders = set()
+    for name in names:
+        home = alice.root if name == "default" else alice.root / "profiles" / name
+        want = expected_after_run(kinds[name])
+        ids = row_ids(home / "state.db")
+        assert not ids & want["gone"] and want["kept"] <= ids, name
+        lock = home / ".hermes-admin" / "lock"
+        assert os.lstat(lock).st_uid == alice.uid
+        holders.add(json.loads(lock.read_text())["pid"])
+    assert len(holders) == 2  # the worker and its copy, both hers
+    assert root_owned(alice.root) == []

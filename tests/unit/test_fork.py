@@ -1,0 +1,169 @@
+"""Half of a long run's profiles in a forked copy (profile/fork.py): the same report, both cores."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from hermes_admin import stopping
+from hermes_admin.profile import fork
+from hermes_admin.protocol import Job, Owner, Profile
+from hermes_admin.results import Result, Run
+from hermes_admin.synth.scenario import build_root
+from tests.conftest import NOW
+
+NAMES = ["default"] + [f"p{i:02d}" for i in range(1, fork.MIN_PROFILES + 2)]
+
+
+def _job(profiles: int = fork.MIN_PROFILES, layers: dict | None = None, **params) -> Job:
+    owner = Owner(os.getuid(), os.getgid(), (), "someone", "/nonexistent")
+    found = [Profile(Path("/r"), f"p{i:02d}", Path(f"/r/profiles/p{i:02d}")) for i in range(profiles)]
+    return Job("maintain", {"dry_run": False, **params}, owner, found,
+               {str(p.home): layers for p in found} if layers is not None else {})
+
+
+@pytest.mark.parametrize("layers, applies", [
+    ({}, False),
+    ({"defaults": {"repair": "report"}}, False),
+    ({"defaults": {"repair": "apply"}}, True),
+    ({"entry": {"repair": "report"}, "defaults": {"repair": "apply"}}, False),  # the entry wins
+    ({"entry": {"retention_days": 30}, "preset": {"repair": "apply"}}, True),
+    ({"entry": ["not", "a", "mapping"]}, True),  # cannot tell: it may
+])
+def test_a_policy_that_applies_repairs_is_read_from_the_admin_layers(layers, applies):
+    assert fork.applies_repairs(layers) is applies
+
+
+def test_when_a_second_process_is_worth_it(monkeypatch):
+    monkeypatch.setattr(fork.sys, "stderr", open(os.devnull, "w"))
+    assert fork.worth_it(_job())
+    assert not fork.worth_it(_job(fork.MIN_PROFILES - 1))
+    assert not fork.worth_it(_job(processes=1))  # HERMES_ADMIN_PROCESSES=1
+    assert not fork.worth_it(_job(layers={"defaults": {"repair": "apply"}}))  # a fix may take a sibling's lock
+    assert fork.worth_it(_job(layers={"defaults": {"repair": "apply"}}, dry_run=True))  # a dry run applies nothing
+    monkeypatch.setattr(fork.os, "sched_getaffinity", lambda pid: {0})
+    assert not fork.worth_it(_job())
+    monkeypatch.undo()
+    monkeypatch.setattr(fork.sys, "stderr", type("Tty", (), {"isatty": lambda self: True})())
+    assert not fork.worth_it(_job())  # a progress bar's terminal is one process's
+    monkeypatch.undo()
+    release = threading.Event()
+    other = threading.Thread(target=release.wait)
+    other.start()
+    try:
+        assert not fork.worth_it(_job())  # a fork copies one thread only: the daemon never forks
+    finally:
+        release.set()
+        other.join()
+
+
+def _served(job: Job) -> Run:
+    run = Run(dry_run=False)
+    for profile in job.profiles:
+        result = Result(profile.name, "delete", "prune", False, task="purge")
+        result.home = str(profile.home)
+        result.notes.append(f"by {os.getpid()}")
+        run.results.append(result)
+    run.warnings.append(f"{job.profiles[0].name}..{job.profiles[-1].name}")
+    return run
+
+
+def test_the_halves_come_back_in_order_each_from_its_own_process():
+    job = _job(9)
+    run = fork.in_two(job, _served)
+    assert [r.profile for r in run.results] == [p.name for p in job.profiles]
+    pids = [r.notes[0] for r in run.results]
+    assert pids[:5] == [f"by {os.getpid()}"] * 5 and len(set(pids[5:])) == 1 and pids[5] != pids[0]
+    assert run.warnings == ["p00..p04", "p05..p08"] and not run.errors
+
+
+@pytest.mark.parametrize("end, said", [
+    (lambda: 1 / 0, "stopped before its report (exit status 70)"),
+    (lambda: os._exit(9), "stopped before its report (exit status 9)"),
+    (lambda: os.kill(os.getpid(), signal.SIGKILL), "stopped before its report (killed by SIGKILL)"),
+])
+def test_a_second_process_that_dies_leaves_an_error_for_each_of_its_profiles(end, said):
+    def serve(job: Job) -> Run:
+        if job.profiles[0].name != "p00":
+            end()
+        return _served(job)
+
+    run = fork.in_two(_job(8), serve)
+    assert [r.profile for r in run.results] == ["p00", "p01", "p02", "p03"]
+    assert run.errors == [f"profile 'p0{i}': /r/profiles/p0{i}: the second process {said}" for i in range(4, 8)]
+
+
+def test_a_report_for_a_profile_it_was_not_given_is_refused():
+    def serve(job: Job) -> Run:
+        run = _served(job)
+        if job.profiles[0].name != "p00":
+            run.results[0].home = "/r/profiles/p00"  # someone else's
+        return run
+
+    run = fork.in_two(_job(8), serve)
+    assert len(run.results) == 4 and len(run.errors) == 4
+    assert "a broken report (a result for a profile this worker was not given)" in run.errors[0]
+
+
+def test_a_stop_asked_of_the_parent_only_reaches_the_second_process():
+    def serve(job: Job) -> Run:
+        if job.profiles[0].name == "p00":
+            stopping.request()  # as `kill PID` would, to this process only
+            return _served(job)
+        deadline = time.monotonic() + 20
+        while not stopping.requested() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        run = _served(job)
+        run.warnings.append("stopped" if stopping.requested() else "never told")
+        return run
+
+    try:
+        run = fork.in_two(_job(8), serve)
+    finally:
+        stopping.clear()
+    assert run.warnings[-1] == "stopped" and len(run.results) == 8
+
+
+# -- the command, as the timer runs it ------------------------------------------------
+
+def _run(root: Path, tmp_path: Path, **env: str) -> tuple[dict, set[int]]:
+    environ = dict(os.environ, HOME=str(tmp_path / "home"), HERMES_HOME="", HERMES_ADMIN_CONFIG="",
+                   XDG_CONFIG_HOME=str(tmp_path / "xdg"), **env)
+    done = subprocess.run([sys.executable, "-m", "hermes_admin", "--root", str(root), "run", "--json"],
+                          capture_output=True, text=True, env=environ, stdin=subprocess.DEVNULL)
+    assert done.returncode in (0, 1), done.stderr
+    doc = json.loads(done.stdout)
+    pids = set()
+    for name in NAMES:
+        home = root if name == "default" else root / "profiles" / name
+        pids.add(json.loads((home / ".hermes-admin" / "lock").read_text())["pid"])
+    return doc, pids
+
+
+def _comparable(doc: dict, root: Path) -> str:
+    for result in doc["results"]:
+        for timing in ("seconds", "longest_write_ms", "transactions"):
+            result.pop(timing, None)
+    doc.pop("longest_write_ms", None)
+    return json.dumps(doc, sort_keys=True).replace(str(root), "ROOT")
+
+
+def test_a_run_over_many_profiles_uses_two_processes_and_reports_as_one(tmp_path):
+    root = tmp_path / "forked" / "hermes"
+    build_root(root, {name: 30 for name in NAMES}, now=NOW)
+    serial = tmp_path / "serial" / "hermes"
+    shutil.copytree(root, serial, symlinks=True)
+    forked, forked_pids = _run(root, tmp_path)
+    alone, alone_pids = _run(serial, tmp_path, HERMES_ADMIN_PROCESSES="1")
+    assert len(forked_pids) == 2 and len(alone_pids) == 1
+    assert sum(len(r["done"]) for r in forked["results"]) > 0  # there was work, not only an idle pass
+    assert _comparable(forked, root) == _comparable(alone, serial)
