@@ -64,10 +64,20 @@ def in_two(job: Job, serve: Callable[[Job], Run]) -> Run:
     read_end, write_end = os.pipe()
     sys.stdout.flush()
     sys.stderr.flush()
-    pid = os.fork()
+    stops = {signal.SIGINT, signal.SIGTERM}
+    signal.pthread_sigmask(signal.SIG_BLOCK, stops)  # a stop that comes now waits for the copy's own handler
+    try:
+        pid = os.fork()
+    except OSError:  # no second process to be had (a process limit, memory): one does it all
+        pid = None
     if pid == 0:
         os.close(read_end)
-        _second(theirs, serve, write_end)  # never returns
+        _second(theirs, serve, write_end, stops)  # never returns
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
+    if pid is None:
+        os.close(read_end)
+        os.close(write_end)
+        return serve(job)
     os.close(write_end)
     child.ours(pid)  # never taken for a plugin's leftover and killed (child.reap_orphans)
     try:
@@ -82,16 +92,17 @@ def in_two(job: Job, serve: Callable[[Job], Run]) -> Run:
     return run
 
 
-def _second(job: Job, serve: Callable[[Job], Run], write_end: int) -> None:
+def _second(job: Job, serve: Callable[[Job], Run], write_end: int, stops: set) -> None:
     """The copy: its profiles, its report on the pipe, then out (no cleanup of the parent's state)."""
     code = exitcodes.OK
 
     def stop(signum, frame):  # a stop request, never an abort: the parent decides that
         stopping.request()
 
-    signal.signal(signal.SIGINT, stop)
-    signal.signal(signal.SIGTERM, stop)
     try:
+        for signum in stops:
+            signal.signal(signum, stop)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
         run = serve(job)
         with os.fdopen(write_end, "w", encoding="utf-8") as out:
             writer = Writer(out.write)

@@ -167,3 +167,13 @@ def test_a_run_over_many_profiles_uses_two_processes_and_reports_as_one(tmp_path
     assert len(forked_pids) == 2 and len(alone_pids) == 1
     assert sum(len(r["done"]) for r in forked["results"]) > 0  # there was work, not only an idle pass
     assert _comparable(forked, root) == _comparable(alone, serial)
+
+
+def test_without_a_second_process_one_does_it_all(monkeypatch):
+    def no_fork():
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(fork.os, "fork", no_fork)
+    run = fork.in_two(_job(8), _served)
+    assert [r.profile for r in run.results] == [f"p0{i}" for i in range(8)] and not run.errors
+    assert {r.notes[0] for r in run.results} == {f"by {os.getpid()}"}
