@@ -34,8 +34,9 @@ def _each(job: Job, run: Run, isolated: bool, work: Callable[[Profile], None]) -
     """`work` on every profile of the job; a home that changed hands is an error, the others go on."""
     from hermes_admin import stopping
 
-    for profile in job.profiles:
+    for n, profile in enumerate(job.profiles):
         if stopping.requested():
+            run.warnings.append("stopped on request: " + ", ".join(p.shown for p in job.profiles[n:]) + " not worked on")
             break
         try:
             _enter(profile, isolated)

@@ -177,3 +177,32 @@ def test_without_a_second_process_one_does_it_all(monkeypatch):
     run = fork.in_two(_job(8), _served)
     assert [r.profile for r in run.results] == [f"p0{i}" for i in range(8)] and not run.errors
     assert {r.notes[0] for r in run.results} == {f"by {os.getpid()}"}
+
+
+def test_ctrl_c_stops_both_processes_and_the_report_has_both_halves(tmp_path):
+    root = tmp_path / "hermes"
+    build_root(root, {name: 30 for name in NAMES}, now=NOW)
+    patch = ("import os, signal\n"
+             "from hermes_admin.profile import parts\n"
+             "MAIN, real = os.getpid(), parts.session_batches\n"
+             "def batches(store, size=2000, **kw):\n"
+             "    for n, batch in enumerate(real(store, size=2, **kw)):\n"
+             "        if n == 1 and os.getpid() == MAIN: os.killpg(0, signal.SIGINT)  # the terminal's Ctrl-C\n"
+             "        yield batch\n"
+             "parts.session_batches = batches\n"
+             "from hermes_admin.cli.main import main\n"
+             f"import sys; sys.argv = ['hermes-admin', '--root', {str(root)!r}, 'purge', '--older-than', '90',"
+             " '--yes', '--json']\n"
+             "main()\n")
+    done = subprocess.run([sys.executable, "-c", patch], capture_output=True, text=True, start_new_session=True,
+                          env=dict(os.environ, HERMES_ADMIN_CONFIG="", HOME=str(tmp_path)), timeout=120)
+    assert done.returncode == 130, done.stderr
+    doc = json.loads(done.stdout)
+    assert not any("second process" in e for e in doc["errors"]), doc["errors"]
+    homes = {r["home"] for r in doc["results"]}
+    untouched = " ".join(w for w in doc["warnings"] if w.startswith("stopped on request: "))
+    for name in NAMES:  # each profile either reported (stopped in it or done) or named as not worked on
+        home = root if name == "default" else root / "profiles" / name
+        assert str(home) in homes or f" {name}," in untouched or f" {name} not" in untouched, (name, untouched)
+    assert str(root) in homes and "p09" in untouched  # the parent's first; the copy's last never began
+    assert sum(r["rows"] for r in doc["results"]) > 0
