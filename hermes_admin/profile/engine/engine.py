@@ -368,12 +368,14 @@ class Engine(SplitDeletes):
                 if ahead is not None and ahead[0] == position:
                     weights, exported = ahead[1].result()
                 else:
-                    weights, exported = self._prepare(units[position:position + size], reason, orphans)
+                    weights, exported = self._prepare(units[position:position + size], reason, orphans,
+                                                      self._data_version())
                 following = position + size
                 ahead = None
                 if following < len(units):
                     ahead = (following, self._exporter().submit(
-                        self._prepare, units[following:following + EXPORT_UNITS], reason, orphans))
+                        self._prepare, units[following:following + EXPORT_UNITS], reason, orphans,
+                        self._data_version()))
             first = units[position]
             if not orphans and self._too_big(weights[first.session_id]):
                 position += 1
@@ -409,12 +411,14 @@ class Engine(SplitDeletes):
             self._reads = _Reads(self.profile.store_path)
         return self._reads
 
-    def _prepare(self, batch: list[Unit], reason: str, orphans: bool) -> tuple[dict[str, int], dict[str, Exported]]:
+    def _prepare(self, batch: list[Unit], reason: str, orphans: bool,
+                 version: int | None = None) -> tuple[dict[str, int], dict[str, Exported]]:
         """Weights of a batch of units, and the export of those that must have one, on disk and verified.
 
         Every unit is exported unless `export_keep_days` is 0; then only those too big for one
         transaction. Orphan rows (no session row) have nothing to export in Hermes' shape.
         On the export thread or not, it reads through the export's own read-only connection.
+        `version`: the store's data_version as the deleting connection saw it before this began.
         """
         db = self._reader()  # its own connection, whichever thread: each unit read in one snapshot
         if orphans or self.export_settings.keep_days <= 0:
@@ -422,20 +426,27 @@ class Engine(SplitDeletes):
             if orphans:
                 return weights, {}
             big = [u for u in batch if self._too_big(weights[u.session_id])]
-            return weights, self._write_export(big, reason, db) if big else {}
-        written = self._write_export(batch, reason, db)
+            return weights, self._write_export(big, reason, db, version) if big else {}
+        written = self._write_export(batch, reason, db, version)
         weights = {u.session_id: written[u.session_id].weight if u.session_id in written else exports.UNIT_WEIGHT
                    for u in batch}
         return weights, written
 
     def _export_now(self, unit: Unit, reason: str) -> Exported | None:
-        return self._write_export([unit], reason).get(unit.session_id)
+        return self._write_export([unit], reason, version=self._data_version()).get(unit.session_id)
 
-    def _write_export(self, units: list[Unit], reason: str, db=None) -> dict[str, Exported]:
+    def _write_export(self, units: list[Unit], reason: str, db=None, version: int | None = None) -> dict[str, Exported]:
         try:
-            return self.export.write(db or self._reader(), self.store.schema, units, reason)
+            written = self.export.write(db or self._reader(), self.store.schema, units, reason)
         except ExportError as exc:
             raise self.store.error(f"{exc}; no session of this profile was deleted after it") from None
+        for item in written.values():
+            item.store_version = version
+        return written
+
+    def _data_version(self) -> int:
+        """SQLite's count of other connections' commits, as this engine's connection sees them."""
+        return self.store.db.execute_sql("PRAGMA data_version").fetchone()[0]
 
     def _text_size(self, each: str) -> str:
         """SQL for the bytes of a message's text columns (what FTS5 tokenizes, near enough)."""
@@ -558,6 +569,10 @@ class Engine(SplitDeletes):
     def _unlike_exports(self, db, units: list[Unit], exported: dict[str, Exported]) -> dict[str, str]:
         """Inside the transaction: units whose rows are not those exported (a message came, went or
         grew since), each id -> why. They stay, exported or not, until a run exports them as they are."""
+        # No other connection committed since the export began: the rows are as exported (our own
+        # deletes meanwhile touched other units only, and a cut parent link is not compared).
+        version = self._data_version() if units else None
+        units = [u for u in units if exported[u.session_id].store_version != version]
         if not units:
             return {}
         ids = [i for unit in units for i in unit.ids]

@@ -76,6 +76,9 @@ class Exported:
     weight: int  # bytes of its messages' JSON, plus a fixed cost per row (engine.weigh's measure)
     max_message_id: int  # any message id above it is new since the export
     fingerprint: str  # of its session rows as exported
+    # The deleting connection's `PRAGMA data_version` before the export read the store (engine.py):
+    # found unchanged inside a delete's transaction, nobody else has written since.
+    store_version: int | None = None
 
 
 def _default(value):
@@ -84,8 +87,8 @@ def _default(value):
     raise TypeError(f"cannot export a {type(value).__name__}")
 
 
-def dumps(value) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=_default)
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=_default)
+dumps = _ENCODER.encode  # one encoder for every value: json.dumps would make one a call
 
 
 def decode_value(value):
@@ -120,6 +123,7 @@ def session_rows(db, ids: list[str]) -> list[tuple]:
     return rows
 
 
+PUT_CHARS = 1 << 16  # encoded text held before it is compressed (plus one message: memory stays flat)
 ROW_WEIGHT = 256  # what a row costs beyond its bytes (index entries, FTS rows), in bytes of text
 UNIT_WEIGHT = 1024
 
@@ -272,15 +276,21 @@ class ExportFile:
             put(head[:-1] + (',"messages":[' if len(head) > 2 else '"messages":['))
             cursor = db.execute_sql("SELECT * FROM messages WHERE session_id = ? ORDER BY id", [sid])
             names = [d[0] for d in cursor.description]
-            first = True
+            held: list[str] = []  # encoded messages not yet compressed: a few put()s a session, not one a message
+            size = put_before = 0  # this session's messages already put
             for message in cursor:
                 text = dumps(dict(zip(names, message)))
-                put(text if first else "," + text)
-                first = False
-                messages += 1
+                held.append(text)
+                size += len(text)
                 weight += len(text) + ROW_WEIGHT
-                max_id = max(max_id, message[0] if isinstance(message[0], int) else 0)
-            put("]}\n")
+                if isinstance(message[0], int) and message[0] > max_id:
+                    max_id = message[0]
+                if size >= PUT_CHARS:
+                    put(("," if put_before else "") + ",".join(held))
+                    put_before += len(held)
+                    held, size = [], 0
+            put(("," if held and put_before else "") + ",".join(held) + "]}\n")
+            messages += put_before + len(held)
         return Exported(str(self.path), 0, 0, len(rows), messages, weight, max_id, fingerprint(columns, rows))
 
     def close(self) -> None:
