@@ -153,9 +153,9 @@ def _text(value, limit: int = 4096) -> str:
     if not isinstance(value, str):
         raise ProtocolError(f"expected text, got {type(value).__name__}")
     try:
-        value.encode("utf-8")  # a lone surrogate would crash whoever prints it
-    except UnicodeEncodeError:
-        raise ProtocolError("text that is not UTF-8") from None
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate (a file name's undecodable byte) would crash whoever prints it
+        value = value.encode("utf-8", "backslashreplace").decode("utf-8")
     return value if len(value) <= limit else value[:limit] + "…"
 
 

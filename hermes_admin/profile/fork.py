@@ -24,6 +24,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from dataclasses import replace
 from typing import Callable
 
@@ -32,6 +33,9 @@ from hermes_admin.protocol import MAX_LINE, Job, ProtocolError, Reader, Writer
 from hermes_admin.results import Run
 
 MIN_PROFILES = 8  # below this, a fork and a report cost about what a second core saves
+STOP_GRACE_S = 12.0  # after a stop or a failure here, how long the copy may take to end its transaction
+STOPS = {signal.SIGINT, signal.SIGTERM}
+PR_SET_PDEATHSIG = 1
 
 
 def applies_repairs(layers: dict) -> bool:
@@ -64,56 +68,99 @@ def in_two(job: Job, serve: Callable[[Job], Run]) -> Run:
     read_end, write_end = os.pipe()
     sys.stdout.flush()
     sys.stderr.flush()
-    stops = {signal.SIGINT, signal.SIGTERM}
-    signal.pthread_sigmask(signal.SIG_BLOCK, stops)  # a stop that comes now waits for the copy's own handler
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)  # a stop that comes now waits for the handlers below
     try:
         pid = os.fork()
     except OSError:  # no second process to be had (a process limit, memory): one does it all
         pid = None
     if pid == 0:
         os.close(read_end)
-        _second(theirs, serve, write_end, stops)  # never returns
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
+        _second(theirs, serve, write_end, os.getppid())  # never returns
+    os.close(write_end)
     if pid is None:
         os.close(read_end)
-        os.close(write_end)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)
         return serve(job)
-    os.close(write_end)
     child.ours(pid)  # never taken for a plugin's leftover and killed (child.reap_orphans)
-    try:
-        run = serve(mine)
-    except BaseException:
-        _signal(pid, signal.SIGTERM)  # an abort here: the copy stops after its transaction
-        os.close(read_end)
-        raise
-    if stopping.requested():  # a stop asked of this process only (kill PID): the copy stops too
+    previous = {signum: signal.getsignal(signum) for signum in STOPS}
+    reaped = False
+
+    def passed_on(signum, frame):  # a stop asked of this process (`kill PID`, the host) is the copy's too
         _signal(pid, signal.SIGTERM)
-    run.merge(_report(theirs, read_end, pid))
-    return run
-
-
-def _second(job: Job, serve: Callable[[Job], Run], write_end: int, stops: set) -> None:
-    """The copy: its profiles, its report on the pipe, then out (no cleanup of the parent's state)."""
-    code = exitcodes.OK
-
-    def stop(signum, frame):  # a stop request, never an abort: the parent decides that
-        stopping.request()
+        handler = previous[signum]
+        if callable(handler):
+            handler(signum, frame)  # the CLI's and the worker's: a stop request (a second Ctrl-C aborts)
+        elif handler == signal.SIG_DFL:  # what the signal would have done: end this process
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
 
     try:
-        for signum in stops:
+        for signum in STOPS:
+            signal.signal(signum, passed_on)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)
+        run = serve(mine)
+        if stopping.requested():  # asked here by other means than a signal: the copy stops too
+            _signal(pid, signal.SIGTERM)
+        run.merge(_report(theirs, read_end, pid))
+        reaped = True
+        return run
+    except KeyboardInterrupt:  # an abort: the copy goes now (SQLite rolls its transaction back)
+        _signal(pid, signal.SIGKILL)
+        raise
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if not reaped:  # this process failed: the copy stops after its transaction, or is killed
+            _signal(pid, signal.SIGTERM)
+            _reap(pid, STOP_GRACE_S)
+        try:
+            os.close(read_end)
+        except OSError:
+            pass  # closed with its reader
+
+
+def _second(job: Job, serve: Callable[[Job], Run], write_end: int, parent: int) -> None:
+    """The copy: its profiles, its report on the pipe, then out, whatever happens (nothing of the
+    parent's runs here: no cleanup, no caller's code)."""
+    code = exitcodes.INTERNAL
+    try:
+        def stop(signum, frame):  # a stop request, never an abort: the parent decides that
+            stopping.request()
+
+        for signum in STOPS:
             signal.signal(signum, stop)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
+        _stop_with(parent)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)
         run = serve(job)
         with os.fdopen(write_end, "w", encoding="utf-8") as out:
             writer = Writer(out.write)
             writer.hello(os.getuid(), os.getgid(), sorted(os.getgroups()))
             writer.run(run)
+        code = exitcodes.OK
     except BaseException as exc:
-        code = exitcodes.INTERNAL
-        print(f"hermes-admin: the second process: {type(exc).__name__}: {exc}", file=sys.stderr)
+        try:
+            print(f"hermes-admin: the second process: {type(exc).__name__}: {exc}", file=sys.stderr)
+        except BaseException:
+            pass
     finally:
-        sys.stderr.flush()
+        try:
+            sys.stderr.flush()
+        except BaseException:
+            pass
         os._exit(code)
+
+
+def _stop_with(parent: int) -> None:
+    """Linux: a stop request when the parent dies (killed, out of memory), so the copy never works on
+    alone; a parent gone already is one too."""
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:
+        stopping.request()
 
 
 def _report(job: Job, read_end: int, pid: int) -> Run:
@@ -124,24 +171,41 @@ def _report(job: Job, read_end: int, pid: int) -> Run:
             while line := source.readline(MAX_LINE + 1):
                 reader.line(line.rstrip(b"\n"))
         except ProtocolError as exc:
-            problem = f"a broken report ({exc})"
-    _, status = os.waitpid(pid, 0)
+            problem = f"sent a broken report ({exc})"
+    status = _reap(pid, STOP_GRACE_S if problem else None)
     if problem is None and not reader.ended:
         problem = f"stopped before its report ({_status(status)})"
     if problem:
-        reported = {r.home for r in reader.run.results}
-        reader.run.errors += [f"profile '{p.shown}': {p.home}: the second process {problem}"
-                              for p in job.profiles if str(p.home) not in reported]
+        run = reader.run
+        # our own code failed (a crash, a report it could not write): 70, unless the kernel killed it
+        run.internal = run.internal or "broken report" in problem or (
+            status is not None and os.WIFEXITED(status) and os.WEXITSTATUS(status) == exitcodes.INTERNAL)
+        reported = {r.home for r in run.results}
+        run.errors += [f"profile '{p.shown}': {p.home}: the second process {problem}"
+                       for p in job.profiles if str(p.home) not in reported] or [f"the second process {problem}"]
     return reader.run
 
 
-def _status(status: int) -> str:
-    if os.WIFSIGNALED(status):
+def _reap(pid: int, grace: float | None) -> int | None:
+    """Wait for the copy (at most `grace` seconds, then kill it); its wait status."""
+    deadline = None if grace is None else time.monotonic() + grace
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG if deadline is not None else 0)
+        if done:
+            return status
+        if time.monotonic() >= deadline:
+            _signal(pid, signal.SIGKILL)
+            return os.waitpid(pid, 0)[1]
+        time.sleep(0.05)
+
+
+def _status(status: int | None) -> str:
+    if status is not None and os.WIFSIGNALED(status):
         try:
             return f"killed by {signal.Signals(os.WTERMSIG(status)).name}"
         except ValueError:
             return f"killed by signal {os.WTERMSIG(status)}"
-    return f"exit status {os.waitstatus_to_exitcode(status)}"
+    return f"exit status {os.waitstatus_to_exitcode(status)}" if status is not None else "no status"
 
 
 def _signal(pid: int, signum: int) -> None:

@@ -36,7 +36,9 @@ def _each(job: Job, run: Run, isolated: bool, work: Callable[[Profile], None]) -
 
     for n, profile in enumerate(job.profiles):
         if stopping.requested():
-            run.warnings.append("stopped on request: " + ", ".join(p.shown for p in job.profiles[n:]) + " not worked on")
+            left = [p.shown for p in job.profiles[n:]]
+            run.warnings.append("stopped on request: " + ", ".join(left[:20])
+                                + (f" and {len(left) - 20} more" if len(left) > 20 else "") + " not worked on")
             break
         try:
             _enter(profile, isolated)

@@ -9,6 +9,7 @@ describe itself in one sentence, which dry runs and logs print.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 
 from hermes_admin.profile.hermes_config import HermesConfig
@@ -72,7 +73,10 @@ class Policy:
         return "; ".join(parts)
 
     def as_dict(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in fields(self)} | {"description": self.describe()}
+        """Plain JSON values: a number without end (`.inf` in YAML) is null, which JSON can hold."""
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in values.items()} | {
+            "description": self.describe()}
 
 
 def _check_keys(data: dict, allowed: set[str], where: str) -> None:

@@ -206,3 +206,89 @@ def test_ctrl_c_stops_both_processes_and_the_report_has_both_halves(tmp_path):
         assert str(home) in homes or f" {name}," in untouched or f" {name} not" in untouched, (name, untouched)
     assert str(root) in homes and "p09" in untouched  # the parent's first; the copy's last never began
     assert sum(r["rows"] for r in doc["results"]) > 0
+
+
+@pytest.fixture
+def stop_handlers():
+    """The handlers the CLI and the worker install: a signal is a stop request."""
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    for signum in previous:
+        signal.signal(signum, lambda signum, frame: stopping.request())
+    yield
+    for signum, handler in previous.items():
+        signal.signal(signum, handler)
+    stopping.clear()
+
+
+def _until_stopped(job: Job, marker: Path | None = None) -> Run:
+    deadline = time.monotonic() + 20
+    while not stopping.requested() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    told = "stopped" if stopping.requested() else "never told"
+    if marker is not None:
+        marker.write_text(f"{told} {os.getpid()}")
+    run = _served(job)
+    run.warnings.append(told)
+    return run
+
+
+def test_a_signal_while_the_parent_waits_for_the_report_reaches_the_copy(stop_handlers):
+    def serve(job: Job) -> Run:
+        if job.profiles[0].name == "p00":  # done at once; the signal comes while it reads the copy's report
+            killer = subprocess.Popen(["sh", "-c", f"sleep 0.3; kill -TERM {os.getpid()}"])
+            run = _served(job)
+            run.data["killer"] = [killer]
+            return run
+        return _until_stopped(job)
+
+    started = time.monotonic()
+    run = fork.in_two(_job(8), serve)
+    run.data["killer"][0].wait()
+    assert run.warnings[-1] == "stopped" and time.monotonic() - started < 10
+
+
+def test_when_the_parent_fails_the_copy_is_stopped_and_reaped(stop_handlers, tmp_path):
+    marker = tmp_path / "copy"
+
+    def serve(job: Job) -> Run:
+        if job.profiles[0].name == "p00":
+            raise RuntimeError("a bug of the parent's half")
+        return _until_stopped(job, marker)
+
+    with pytest.raises(RuntimeError):
+        fork.in_two(_job(8), serve)
+    told, pid = marker.read_text().split()
+    assert told == "stopped"
+    with pytest.raises(ChildProcessError):
+        os.waitpid(int(pid), os.WNOHANG)  # reaped already: the copy was waited for
+
+
+def test_a_report_broken_after_its_last_result_is_an_internal_error_not_silence():
+    def serve(job: Job) -> Run:
+        run = _served(job)
+        if job.profiles[0].name != "p00":
+            run.policies["/somewhere/else"] = {}  # refused by the reader in the report's last line
+        return run
+
+    run = fork.in_two(_job(8), serve)
+    assert len(run.results) == 8 and run.internal
+    assert run.errors == ["the second process sent a broken report "
+                          "(a policy for a profile this worker was not given)"]
+
+
+def test_a_policy_without_end_reaches_the_report_of_both_processes(tmp_path):
+    root = tmp_path / "hermes"
+    build_root(root, {name: 30 for name in NAMES}, now=NOW)
+    config = tmp_path / "admin.yaml"
+    config.write_text("defaults:\n  export_keep_days: .inf\n")
+    environ = dict(os.environ, HOME=str(tmp_path / "home"), HERMES_HOME="", HERMES_ADMIN_CONFIG=str(config))
+    done = subprocess.run([sys.executable, "-m", "hermes_admin", "--root", str(root), "run", "--dry-run", "--json"],
+                          capture_output=True, text=True, env=environ, stdin=subprocess.DEVNULL)
+    assert done.returncode in (0, 1), done.stderr
+
+    def refuse(constant):
+        raise ValueError(f"not JSON: {constant}")
+
+    doc = json.loads(done.stdout, parse_constant=refuse)  # no Infinity: JSON has none
+    assert len(doc["policies"]) == len(NAMES) and not doc["errors"]
+    assert {p["export_keep_days"] for p in doc["policies"].values()} == {None}

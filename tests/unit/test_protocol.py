@@ -79,10 +79,23 @@ def test_an_oversized_line_is_refused():
 
 def test_odd_but_parseable_reports_are_refused_not_crashed_on():
     for end in ({"t": "end", "v": {"dry_run": False, "errors": [], "locked": [], "warnings": [], "policies": {},
-                                   "findings": 5}},
-                {"t": "end", "v": {"dry_run": False, "errors": ["\ud800"], "locked": [], "warnings": [],
-                                   "policies": {}}}):
+                                   "findings": 5}},):
         reader = Reader({"/h/a"}, repair=True)
         reader.line(lines_of(Run(dry_run=False))[0])
         with pytest.raises(ProtocolError):
             reader.line(json.dumps(end).encode())
+
+
+def test_a_file_name_that_is_not_utf8_comes_back_escaped_not_as_a_broken_report():
+    run = sample_run()
+    run.results[0].files_removed.append("/h/a/sessions/caf\udce9.json")  # a Latin-1 name, as os.fsdecode gives it
+    reader = Reader({"/h/a"})
+    for line in lines_of(run):
+        reader.line(line)
+    assert reader.ended and reader.run.errors == ["profile 'default': something"]
+    assert list(reader.run.results[0].files_removed)[-1] == "/h/a/sessions/caf\\udce9.json"
+    reader = Reader({"/h/a"})  # a lone surrogate anywhere: printable, never a crash of whoever prints it
+    reader.line(lines_of(Run(dry_run=False))[0])
+    reader.line(json.dumps({"t": "end", "v": {"dry_run": False, "errors": ["\ud800"], "locked": [],
+                                              "warnings": [], "policies": {}}}).encode())
+    assert reader.run.errors == ["\\ud800"]

@@ -13,8 +13,9 @@ file stays one valid gzip stream); then the manifest beside the file
 (`<file>.json`: the profile, its home, and every member's offset, length, checksum and units) is
 replaced atomically. A member the manifest does not list was never relied on.
 
-Messages are written one at a time into the compressor and read back the same way
-(`read_unit`), so a unit of thousands of 50,000-character messages never sits in memory whole.
+Messages go into the compressor a few dozen KB at a time (PUT_CHARS, plus one message) and are
+read back one at a time (`read_member`), so a unit of thousands of 50,000-character messages never
+sits in memory whole.
 """
 
 from __future__ import annotations
