@@ -67,7 +67,8 @@ class Policy:
             "prune ghost rows" if self.ghost_prune else "no ghost pruning",
             ("apply profile repairs" if self.repair == "apply" else "report profile repairs")
             + (f", quick_check every {self.quick_check_hours:g} h" if self.quick_check_hours > 0 else ", quick_check every run"),
-            f"exports kept {self.export_keep_days:g} days" + (f" in {self.export_dir}" if self.export_dir else "")
+            (f"exports kept {self.export_keep_days:g} days" if math.isfinite(self.export_keep_days)
+             else "exports kept forever") + (f" in {self.export_dir}" if self.export_dir else "")
             if self.export_keep_days > 0 else "exports only of units deleted in steps",
         ]
         return "; ".join(parts)

@@ -292,3 +292,4 @@ def test_a_policy_without_end_reaches_the_report_of_both_processes(tmp_path):
     doc = json.loads(done.stdout, parse_constant=refuse)  # no Infinity: JSON has none
     assert len(doc["policies"]) == len(NAMES) and not doc["errors"]
     assert {p["export_keep_days"] for p in doc["policies"].values()} == {None}
+    assert all("exports kept forever" in p["description"] for p in doc["policies"].values())
