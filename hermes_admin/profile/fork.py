@@ -68,6 +68,7 @@ def in_two(job: Job, serve: Callable[[Job], Run]) -> Run:
     read_end, write_end = os.pipe()
     sys.stdout.flush()
     sys.stderr.flush()
+    parent = os.getpid()
     signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)  # a stop that comes now waits for the handlers below
     try:
         pid = os.fork()
@@ -75,7 +76,7 @@ def in_two(job: Job, serve: Callable[[Job], Run]) -> Run:
         pid = None
     if pid == 0:
         os.close(read_end)
-        _second(theirs, serve, write_end, os.getppid())  # never returns
+        _second(theirs, serve, write_end, parent)  # never returns
     os.close(write_end)
     if pid is None:
         os.close(read_end)
@@ -172,7 +173,7 @@ def _report(job: Job, read_end: int, pid: int) -> Run:
                 reader.line(line.rstrip(b"\n"))
         except ProtocolError as exc:
             problem = f"sent a broken report ({exc})"
-    status = _reap(pid, STOP_GRACE_S if problem else None)
+    status = _reap(pid, 1.0 if problem else None)  # its work is done when it reports: a broken one is killed
     if problem is None and not reader.ended:
         problem = f"stopped before its report ({_status(status)})"
     if problem:

@@ -445,7 +445,8 @@ class Engine(SplitDeletes):
         return written
 
     def _data_version(self) -> int:
-        """SQLite's count of other connections' commits, as this engine's connection sees them."""
+        """SQLite's count of other connections' commits, as this engine's connection sees them (on the
+        engine's own thread only: peewee keeps a connection per thread, and another would count its own)."""
         return self.store.db.execute_sql("PRAGMA data_version").fetchone()[0]
 
     def _text_size(self, each: str) -> str:

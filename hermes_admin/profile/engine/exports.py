@@ -81,6 +81,14 @@ class Exported:
     # found unchanged inside a delete's transaction, nobody else has written since.
     store_version: int | None = None
 
+    def as_record(self) -> dict:
+        """What a split's record keeps (splits.py): not the data_version, which one connection alone can read."""
+        return {k: v for k, v in self.__dict__.items() if k != "store_version"}
+
+    @classmethod
+    def from_record(cls, record: dict) -> "Exported":
+        return cls(**{k: v for k, v in record.items() if k != "store_version"})
+
 
 def _default(value):
     if isinstance(value, bytes):  # BLOBs: Hermes' columns are text, but a store may hold anything

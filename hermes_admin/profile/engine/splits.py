@@ -48,9 +48,7 @@ class SplitDeletes:
         listening = self.listening
         event_id = self.outbox.add_pending("delete", reason, [unit])[0] if listening else None
         record = {"session_id": unit.session_id, "ids": list(unit.ids), "rule": unit.rule, "reason": reason,
-                  "event_id": event_id,
-                  # not the data_version: it means something to this connection only
-                  "exported": {k: v for k, v in exported.__dict__.items() if k != "store_version"}}
+                  "event_id": event_id, "exported": exported.as_record()}
         try:
             split_id = self.outbox.begin_split(record)
         except BaseException:
@@ -213,7 +211,7 @@ class SplitDeletes:
 
     def _finish_split(self, split_id: int, record: dict, result: Result) -> None:
         unit = Unit(record["session_id"], record["ids"], record.get("rule", ""))
-        exported = Exported(**{k: v for k, v in record["exported"].items() if k != "store_version"})
+        exported = Exported.from_record(record["exported"])
         self._require_tokenizer()
         if record.get("undoing"):  # the crash came while it was being put back: go on putting it back
             self._undo_split(split_id, record, unit, exported, record["undoing"], None, result)
