@@ -239,3 +239,42 @@ def test_a_home_of_many_profiles_is_worked_on_by_two_of_her_processes(make_user,
         holders.add(json.loads(lock.read_text())["pid"])
     assert len(holders) == 2  # the worker and its copy, both hers
     assert root_owned(alice.root) == []
+
+
+SLOW = '''
+import time
+def register(ctx):
+    ctx.register_hook("on_session_delete", lambda session_id, **kw: time.sleep(0.4))
+'''
+
+
+def test_a_stop_of_roots_run_reaches_both_of_her_processes(make_user, system_venv):
+    """SIGTERM to root's run: the host passes it to her worker only; the worker passes it to its copy.
+    Both end after their current transaction and report; nothing is killed at the grace time."""
+    import signal
+    import time
+
+    from hermes_admin.profile.fork import MIN_PROFILES
+
+    alice = make_user("alice")
+    names = ["default"] + [f"p{i}" for i in range(MIN_PROFILES)]
+    build_user_root(alice, {name: 30 for name in names})
+    for n, name in enumerate(names):  # the copy's half (the second) is slow: the stop finds the worker
+        home = alice.root if name == "default" else alice.root / "profiles" / name  # waiting for its report
+        with_plugin(home, alice, name="slow", source=SLOW if n >= (len(names) + 1) // 2 else WHOAMI, policy=STANDARD)
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HERMES_ADMIN_CONFIG": "", "HOME": "/root"}
+    proc = subprocess.Popen([str(system_venv / "bin" / "hermes-admin"), "--root", str(alice.root), "run", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd="/")
+    time.sleep(3)  # the worker's own half is done; the copy is in the middle of its first profile's events
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    doc = json.loads(out)
+    assert not any("killed" in e or "second process" in e or "grace" in e for e in doc["errors"]), doc["errors"]
+    reported = {r["home"] for r in doc["results"]}
+    untouched = " ".join(w for w in doc["warnings"] if "not worked on" in w)
+    for name in names:
+        home = alice.root if name == "default" else alice.root / "profiles" / name
+        assert str(home) in reported or f" {name}," in untouched or f" {name} not" in untouched, (name, doc)
+    assert "p7" in untouched  # the copy's last profile never began
+    assert root_owned(alice.root) == []
