@@ -201,8 +201,9 @@ def _plain_json(value, depth: int = 0):
 class Reader:
     """Builds the worker's Run from its lines; `homes` are the only profiles it may report on."""
 
-    def __init__(self, homes: set[str], repair: bool = False):
+    def __init__(self, homes: set[str], repair: bool = False, max_report: int | None = MAX_REPORT):
         self.homes = homes
+        self.max_report = max_report  # None: our own process's report (profile/fork.py), as long as it is
         self.run: Run = RepairRun(dry_run=False) if repair else Run(dry_run=False)
         self.hello: dict | None = None
         self.ended = False
@@ -219,8 +220,8 @@ class Reader:
 
     def _line(self, raw: bytes) -> None:
         self.bytes_read += len(raw)
-        if self.bytes_read > MAX_REPORT:
-            raise ProtocolError(f"a report over {MAX_REPORT >> 20} MiB")
+        if self.max_report is not None and self.bytes_read > self.max_report:
+            raise ProtocolError(f"a report over {self.max_report >> 20} MiB")
         if len(raw) > MAX_LINE:
             raise ProtocolError(f"a message of {len(raw)} bytes (at most {MAX_LINE})")
         try:

@@ -83,11 +83,12 @@ def in_two(job: Job, serve: Callable[[Job], Run]) -> Run:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)
         return serve(job)
     child.ours(pid)  # never taken for a plugin's leftover and killed (child.reap_orphans)
+    copy = _Copy(pid)
+    source = os.fdopen(read_end, "rb")  # the one owner of the read end
     previous = {signum: signal.getsignal(signum) for signum in STOPS}
-    reaped = False
 
     def passed_on(signum, frame):  # a stop asked of this process (`kill PID`, the host) is the copy's too
-        _signal(pid, signal.SIGTERM)
+        copy.signal(signal.SIGTERM)
         handler = previous[signum]
         if callable(handler):
             handler(signum, frame)  # the CLI's and the worker's: a stop request (a second Ctrl-C aborts)
@@ -101,24 +102,58 @@ def in_two(job: Job, serve: Callable[[Job], Run]) -> Run:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)
         run = serve(mine)
         if stopping.requested():  # asked here by other means than a signal: the copy stops too
-            _signal(pid, signal.SIGTERM)
-        run.merge(_report(theirs, read_end, pid))
-        reaped = True
+            copy.signal(signal.SIGTERM)
+        run.merge(_report(theirs, source, copy))
         return run
-    except KeyboardInterrupt:  # an abort: the copy goes now (SQLite rolls its transaction back)
-        _signal(pid, signal.SIGKILL)
+    except BaseException as failure:  # this process failed, or an abort: the copy goes too, and is reaped
+        source.close()  # a copy blocked writing its report gets EPIPE and ends
+        try:
+            copy.signal(signal.SIGKILL if isinstance(failure, KeyboardInterrupt) else signal.SIGTERM)
+            copy.reap(STOP_GRACE_S)  # after its transaction (SQLite rolls back a killed one)
+        except BaseException:  # an abort while it ends
+            copy.signal(signal.SIGKILL)
+            copy.reap()
         raise
     finally:
+        source.close()
         signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-        if not reaped:  # this process failed: the copy stops after its transaction, or is killed
-            _signal(pid, signal.SIGTERM)
-            _reap(pid, STOP_GRACE_S)
+
+
+class _Copy:
+    """The forked copy as the parent sees it: signalled only until it is reaped (then its pid may be anyone's)."""
+
+    def __init__(self, pid: int):
+        self.pid, self.status, self.reaped = pid, None, False
+
+    def signal(self, signum: int) -> None:
+        if not self.reaped:
+            try:
+                os.kill(self.pid, signum)
+            except ProcessLookupError:
+                pass
+
+    def reap(self, grace: float | None = None) -> int | None:
+        """Wait for it (at most `grace` seconds, then kill it); its wait status, None when the kernel
+        reaped it already (SIGCHLD ignored by whoever started us)."""
+        if self.reaped:
+            return self.status
+        deadline = None if grace is None else time.monotonic() + grace
         try:
-            os.close(read_end)
-        except OSError:
-            pass  # closed with its reader
+            while True:
+                done, status = os.waitpid(self.pid, 0 if deadline is None else os.WNOHANG)
+                if done:
+                    break
+                if time.monotonic() >= deadline:
+                    os.kill(self.pid, signal.SIGKILL)
+                    status = os.waitpid(self.pid, 0)[1]
+                    break
+                time.sleep(0.05)
+        except ChildProcessError:
+            status = None
+        self.reaped, self.status = True, status
+        return status
 
 
 def _second(job: Job, serve: Callable[[Job], Run], write_end: int, parent: int) -> None:
@@ -158,22 +193,22 @@ def _stop_with(parent: int) -> None:
     try:
         import ctypes
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    except (OSError, AttributeError):
+    except Exception:  # no ctypes, no prctl: the parent's own stop and its end of the pipe still reach it
         pass
     if os.getppid() != parent:
         stopping.request()
 
 
-def _report(job: Job, read_end: int, pid: int) -> Run:
-    reader = Reader({str(p.home) for p in job.profiles})
+def _report(job: Job, source, copy: _Copy) -> Run:
+    reader = Reader({str(p.home) for p in job.profiles}, max_report=None)  # our own process: no size cap
     problem = None
-    with os.fdopen(read_end, "rb") as source:
-        try:
-            while line := source.readline(MAX_LINE + 1):
-                reader.line(line.rstrip(b"\n"))
-        except ProtocolError as exc:
-            problem = f"sent a broken report ({exc})"
-    status = _reap(pid, 1.0 if problem else None)  # its work is done when it reports: a broken one is killed
+    try:
+        while line := source.readline(MAX_LINE + 1):
+            reader.line(line.rstrip(b"\n"))
+    except ProtocolError as exc:
+        problem = f"sent a broken report ({exc})"
+    source.close()
+    status = copy.reap(1.0 if problem else None)  # its work is done when it reports: a broken one is killed
     if problem is None and not reader.ended:
         problem = f"stopped before its report ({_status(status)})"
     if problem:
@@ -187,19 +222,6 @@ def _report(job: Job, read_end: int, pid: int) -> Run:
     return reader.run
 
 
-def _reap(pid: int, grace: float | None) -> int | None:
-    """Wait for the copy (at most `grace` seconds, then kill it); its wait status."""
-    deadline = None if grace is None else time.monotonic() + grace
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG if deadline is not None else 0)
-        if done:
-            return status
-        if time.monotonic() >= deadline:
-            _signal(pid, signal.SIGKILL)
-            return os.waitpid(pid, 0)[1]
-        time.sleep(0.05)
-
-
 def _status(status: int | None) -> str:
     if status is not None and os.WIFSIGNALED(status):
         try:
@@ -207,10 +229,3 @@ def _status(status: int | None) -> str:
         except ValueError:
             return f"killed by signal {os.WTERMSIG(status)}"
     return f"exit status {os.waitstatus_to_exitcode(status)}" if status is not None else "no status"
-
-
-def _signal(pid: int, signum: int) -> None:
-    try:
-        os.kill(pid, signum)  # not reaped yet: the pid is still our child's
-    except ProcessLookupError:
-        pass

@@ -293,3 +293,27 @@ def test_a_policy_without_end_reaches_the_report_of_both_processes(tmp_path):
     assert len(doc["policies"]) == len(NAMES) and not doc["errors"]
     assert {p["export_keep_days"] for p in doc["policies"].values()} == {None}
     assert all("exports kept forever" in p["description"] for p in doc["policies"].values())
+
+
+def test_children_reaped_by_the_kernel_still_give_one_report():
+    previous = signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # as a parent of ours may leave it
+    try:
+        run = fork.in_two(_job(8), _served)
+    finally:
+        signal.signal(signal.SIGCHLD, previous)
+    assert [r.profile for r in run.results] == [f"p0{i}" for i in range(8)] and not run.errors
+
+
+def test_a_failing_parent_does_not_wait_on_a_copy_stuck_writing_its_report():
+    def serve(job: Job) -> Run:
+        run = _served(job)
+        if job.profiles[0].name == "p00":
+            time.sleep(0.5)  # the copy is done meanwhile, its report larger than the pipe holds
+            raise RuntimeError("a bug of the parent's half")
+        run.warnings += ["x" * 100] * 5000
+        return run
+
+    started = time.monotonic()
+    with pytest.raises(RuntimeError):
+        fork.in_two(_job(8), serve)
+    assert time.monotonic() - started < fork.STOP_GRACE_S / 2

@@ -99,3 +99,14 @@ def test_a_file_name_that_is_not_utf8_comes_back_escaped_not_as_a_broken_report(
     reader.line(json.dumps({"t": "end", "v": {"dry_run": False, "errors": ["\ud800"], "locked": [],
                                               "warnings": [], "policies": {}}}).encode())
     assert reader.run.errors == ["\\ud800"]
+
+
+def test_the_size_cap_of_a_report_is_the_readers():
+    lines = lines_of(sample_run())
+    capped, uncapped = Reader({"/h/a"}, max_report=100), Reader({"/h/a"}, max_report=None)
+    with pytest.raises(ProtocolError, match="a report over"):
+        for line in lines:
+            capped.line(line)
+    for line in lines:
+        uncapped.line(line)
+    assert uncapped.ended
