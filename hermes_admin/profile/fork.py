@@ -5,7 +5,14 @@ statements, the Python around them) and a root often has dozens, one after the
 other on one core. The copy is made after every import, so it starts at once;
 it does to its profiles exactly what this process does to the others, then sends
 its report through a pipe in the workers' protocol (protocol.py), read here as
-any worker's is: line by line, checked, a result only for a profile it was given.
+any worker's is: line by line, checked, a result only for a profile it was given
+(but no cap on the report's size: the copy is this very process).
+
+Stops: one that reaches this process while the copy lives is passed on to it; the
+copy stops when this process dies; a failure or an abort here stops or kills the
+copy, and it is always reaped. A copy that dies or reports something broken leaves
+an error line for each of its profiles it did not report on (exit 70 when the bug
+is ours, 2 when the kernel killed it).
 
 A copy is made only where nothing can come of it but speed:
 - a maintenance job of at least MIN_PROFILES profiles, with two processors free;
