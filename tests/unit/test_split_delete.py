@@ -519,3 +519,18 @@ def test_a_unit_another_connection_changed_after_its_export_is_left_for_the_next
     compared.clear()
     again = json.loads(purge(invoke, store).stdout)
     assert row_ids(store / "state.db") == {"recent"} and compared == [[]]  # exported as it is now: it goes
+
+
+def test_export_batches_grow_so_the_deletes_start_at_once(tmp_path, invoke, now):
+    """8 units first (the only export the deletes wait for), then 64, then 500 at a time."""
+    root = tmp_path / "many"
+    synth = SynthStore(root / "state.db", 30)
+    old = now - 200 * DAY
+    for n in range(700):
+        synth.session(f"old-{n:04d}", started=old + n, ended=old + n + 60, end_reason="user_exit")
+        synth.messages(f"old-{n:04d}", 1, old + n, 1)
+    synth.close()
+    doc = json.loads(purge(invoke, root).stdout)
+    assert sum(r["rows"] for r in doc["results"]) == 700
+    manifest = json.loads(Path(str(only_export(root)) + ".json").read_text())
+    assert [len(m["units"]) for m in manifest["members"]] == [8, 64, 500, 128]

@@ -28,6 +28,7 @@ import os
 import sqlite3
 import stat
 import time
+from collections import deque
 
 from pathlib import Path
 from typing import Callable
@@ -82,7 +83,9 @@ MIN_WEIGHT = 4096  # the least a transaction is given, whatever the measurement 
 SPLIT_AT_S = 0.050
 RATE_WINDOW = 15
 EXPORT_UNITS = 500  # units per export member: one fsync and manifest write each
-FIRST_EXPORT_UNITS = 8
+FIRST_EXPORT_UNITS = 8  # then 64, 500: the deletes start at once, and never wait for a whole 500
+EXPORT_GROWTH = 8
+EXPORTS_AHEAD = 2  # batches exported ahead of the deletes
 
 
 
@@ -352,30 +355,34 @@ class Engine(SplitDeletes):
         allows, or ([unit], its export, True, last) for a unit too big for one, deleted in steps (_split).
 
         Each batch of units is exported (and so weighed) before any of it is deleted; the next
-        batch's export runs on a thread of its own meanwhile (reading, JSON and compression are
+        batches' exports run on a thread of their own meanwhile (reading, JSON and compression are
         lock-free work: they need not wait for the deletes, nor the deletes for them). A stop
         request ends the run between transactions (what is left waits for the next run).
         """
         position, weights, exported = 0, {}, {}
-        ahead = None  # (where the next batch starts, its export running on the thread)
+        ahead: deque = deque()  # (where a batch starts, its size, its export queued or running on the thread)
+        queued_to = 0  # where the batches made so far end
         while position < len(units):
             if stopping.requested():
                 result.notes.append(f"stopped on request: {len(units) - position} unit(s) left for the next run")
                 return
             if units[position].session_id not in weights:
-                # The first batch is small: its export is the only one the deletes wait for.
-                size = FIRST_EXPORT_UNITS if position == 0 else EXPORT_UNITS
-                if ahead is not None and ahead[0] == position:
-                    weights, exported = ahead[1].result()
-                else:
+                if ahead and ahead[0][0] == position:
+                    _, size, export = ahead.popleft()
+                    weights, exported = export.result()
+                else:  # the first batch, small: its export is the one the deletes wait for
+                    ahead.clear()
+                    size = FIRST_EXPORT_UNITS
                     weights, exported = self._prepare(units[position:position + size], reason, orphans,
                                                       self._data_version())
-                following = position + size
-                ahead = None
-                if following < len(units):
-                    ahead = (following, self._exporter().submit(
-                        self._prepare, units[following:following + EXPORT_UNITS], reason, orphans,
-                        self._data_version()))
+                    queued_to = position + size
+                # Batches grow to EXPORT_UNITS, and two wait ahead: the thread exports while the
+                # deletes go on, a batch of big sessions is absorbed by the next one's lead.
+                while len(ahead) < EXPORTS_AHEAD and queued_to < len(units):
+                    size = min(EXPORT_UNITS, EXPORT_GROWTH * (ahead[-1][1] if ahead else size))
+                    ahead.append((queued_to, size, self._exporter().submit(
+                        self._prepare, units[queued_to:queued_to + size], reason, orphans, self._data_version())))
+                    queued_to += size
             first = units[position]
             if not orphans and self._too_big(weights[first.session_id]):
                 position += 1
