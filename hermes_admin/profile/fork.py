@@ -36,6 +36,7 @@ from dataclasses import replace
 from typing import Callable
 
 from hermes_admin import child, exitcodes, stopping
+from hermes_admin.profile.policy import applies_repairs
 from hermes_admin.protocol import MAX_LINE, Job, ProtocolError, Reader, Writer
 from hermes_admin.results import Run
 
@@ -43,20 +44,6 @@ MIN_PROFILES = 8  # below this, a fork and a report cost about what a second cor
 STOP_GRACE_S = 12.0  # after a stop or a failure here, how long the copy may take to end its transaction
 STOPS = {signal.SIGINT, signal.SIGTERM}
 PR_SET_PDEATHSIG = 1
-
-
-def applies_repairs(layers: dict) -> bool:
-    """Would this profile's policy apply repairs? The admin config's layers decide (Hermes' own
-    config has no such key); one that cannot be read may."""
-    for name in ("entry", "preset", "defaults"):
-        layer = layers.get(name)
-        if layer is None:
-            continue
-        if not isinstance(layer, dict):
-            return True
-        if "repair" in layer:
-            return layer["repair"] != "report"
-    return False
 
 
 def worth_it(job: Job) -> bool:
@@ -208,12 +195,12 @@ def _stop_with(parent: int) -> None:
 
 def _report(job: Job, source, copy: _Copy) -> Run:
     reader = Reader({str(p.home) for p in job.profiles}, max_report=None)  # our own process: no size cap
-    problem = None
+    problem, broken = None, False
     try:
         while line := source.readline(MAX_LINE + 1):
             reader.line(line.rstrip(b"\n"))
     except ProtocolError as exc:
-        problem = f"sent a broken report ({exc})"
+        problem, broken = f"sent a broken report ({exc})", True
     source.close()
     status = copy.reap(1.0 if problem else None)  # its work is done when it reports: a broken one is killed
     if problem is None and not reader.ended:
@@ -221,7 +208,7 @@ def _report(job: Job, source, copy: _Copy) -> Run:
     if problem:
         run = reader.run
         # our own code failed (a crash, a report it could not write): 70, unless the kernel killed it
-        run.internal = run.internal or "broken report" in problem or (
+        run.internal = run.internal or broken or (
             status is not None and os.WIFEXITED(status) and os.WEXITSTATUS(status) == exitcodes.INTERNAL)
         reported = {r.home for r in run.results}
         run.errors += [f"profile '{p.shown}': {p.home}: the second process {problem}"

@@ -152,6 +152,20 @@ def effective(profile_name: str, layers: dict, hermes: HermesConfig, force: bool
     return policy
 
 
+def applies_repairs(layers: dict) -> bool:
+    """Would `effective` give this profile `repair: apply`? Only the admin config's layers can say so
+    (Hermes' own `sessions:` has no such key), in `effective`'s order; a layer that is not a mapping may."""
+    for name in ("entry", "preset", "defaults"):
+        layer = layers.get(name)
+        if layer is None:
+            continue
+        if not isinstance(layer, dict):
+            return True
+        if "repair" in layer:
+            return layer["repair"] != "report"
+    return BUILTINS["repair"] != "report"
+
+
 def validate(policy: Policy, profile_name: str, force: bool = False) -> None:
     """Refuse a policy that would select far more than anyone means, unless forced."""
     if force:
