@@ -17,7 +17,9 @@ batch while the current one is deleted). Beside them:
   wait until a checkpoint (or the last, synced, commit) covers their rows;
 - remover.py and unlinker.py: file removal in a worker process;
 - turns.py: after each commit the lock is left free until a waiting Hermes
-  writer has had its turn.
+  writer has had its turn;
+- fts_merges.py: FTS5's segment merges kept out of the deletes, done in
+  short transactions of their own.
 Events go through the outbox, so a crash right after a commit still delivers
 them on the next start.
 """
@@ -40,6 +42,7 @@ from hermes_admin.profile.engine.group_commit import GroupCommit
 from hermes_admin.profile.engine import exports
 from hermes_admin.profile.engine.exports import ExportError, ExportFile, Exported, Settings
 from hermes_admin.profile.engine.files import FileIndex, removable, unsafe_id
+from hermes_admin.profile.engine.fts_merges import FtsMerges
 from hermes_admin.profile.guards import chunks, marks
 from hermes_admin.profile.hermes_config import HermesConfig
 from hermes_admin.profile.hermes_config import load as load_hermes_config
@@ -86,6 +89,8 @@ EXPORT_UNITS = 500  # units per export member: one fsync and manifest write each
 FIRST_EXPORT_UNITS = 8  # then 64, 500: the deletes start at once, and never wait for a whole 500
 EXPORT_GROWTH = 8
 EXPORTS_AHEAD = 2  # batches exported ahead of the deletes
+MERGE_STEPS = 64  # FTS5 merge steps (fts_merges.py) at most between two deletes
+MERGE_STEPS_AT_END = 400  # and after the last one: what automerge would have left, no more
 
 
 
@@ -160,6 +165,7 @@ class Engine(SplitDeletes):
         self.remover: FileRemover | None = None  # committed sessions' files, removed by a worker
         self.commits: GroupCommit | None = None
         self.turns: Turns | None = None  # pauses between our transactions, for Hermes' writers
+        self.fts: FtsMerges | None = None  # the FTS5 indexes' merging, out of the deletes
         self.config = config  # the profile's config.yaml, when the caller has read it already
         self._files: FileIndex | None = None
         self._references: list[tuple[str, str]] | None = None  # unknown tables pointing at sessions
@@ -195,6 +201,9 @@ class Engine(SplitDeletes):
             self.checkpointer = Checkpointer(self.profile.store_path)
         self.commits = GroupCommit(self.store.db, self.checkpointer)
         self.turns = Turns(self.store.db)
+        schema = self.store.schema
+        self.fts = FtsMerges(self.store.db, [t for t in FTS_TABLES if all(
+            schema.has_table(t + part) for part in ("", "_config", "_data"))])
         self.outbox = Outbox(self.profile, self.notes)
         self.remover = FileRemover(str(self.profile.sessions_dir))
         timeout = self.config.hook_timeout
@@ -324,6 +333,7 @@ class Engine(SplitDeletes):
                 else:
                     self._delete_chunk(chunk, exported, last and not more, reason, recheck, orphans, result)
                 self.progress.advance(len(chunk))
+                self._merge_owed(result, MERGE_STEPS)
         finally:
             self.progress.stop()
             if not more:  # also after an error: what did commit gets its files removed and its events
@@ -335,6 +345,7 @@ class Engine(SplitDeletes):
         if self.dry_run:
             return
         try:
+            self._merge_owed(result, MERGE_STEPS_AT_END)
             self._after_durable(self.commits.flush(), result)
         finally:
             self._collect_files(result)
@@ -500,7 +511,7 @@ class Engine(SplitDeletes):
             return self._delete_in_transaction(db, chunk, exported, recheck, orphans)
 
         try:
-            went, skipped, wrote = write_transaction(self.store.db, work, on_busy=self.turns.busy)
+            went, skipped, wrote = write_transaction(self.store.db, self.fts.quiet(work), on_busy=self.turns.busy)
         except BaseException:
             if listening:
                 self.outbox.settle({}, event_ids)  # rolled back: these events must never fire
@@ -747,6 +758,37 @@ class Engine(SplitDeletes):
         # what earlier transactions' commits released meanwhile (their files, their events)
         self._after_durable(self.commits.committed(synced=False, wrote=True, work=None), result)
         self.turns.after_commit(committed_at, committed_at - began)
+        self._merge_owed(result, MERGE_STEPS)
+
+    def _merge_owed(self, result: Result, steps: int) -> None:
+        """FTS5 merging the deletes left (fts_merges.py), in short transactions paced like the deletes.
+
+        A merge under way is finished before the deletes go on (Hermes' own writes would otherwise
+        take it up, inside their appends); beyond that, a few steps between two deletes. A stop
+        request ends it at once: what is left, Hermes' writes merge as they always have.
+        """
+        for _ in range(steps):
+            table = self.fts.owed() if self.fts is not None else None
+            if table is None or stopping.requested():
+                return
+            target = TARGET_HOLD_S if self.turns.others_active else IDLE_HOLD_S
+            pages = self.fts.pages(target)
+            began = [0.0]
+
+            def work(db, table=table, pages=pages):
+                began[0] = time.monotonic()
+                return self.fts.merge(db, table, pages)
+
+            written = write_transaction(self.store.db, work, on_busy=self.turns.busy)
+            committed_at = time.monotonic()
+            held_s = committed_at - began[0]
+            result.transactions += 1
+            result.longest_write_ms = max(result.longest_write_ms, held_s * 1000)
+            self.fts.measured(pages, written, held_s)
+            self._after_durable(self.commits.committed(synced=False, wrote=written > 0, work=None), result)
+            self.turns.after_commit(committed_at, held_s)
+            if written < 2:  # nothing FTS5 would merge (its 'usermerge' asks for more segments): done
+                return
 
     def _by_count(self, units: list[Unit], result: Result):
         """Archive flips: a row update each, so units by count, sized like the deletes."""

@@ -114,7 +114,7 @@ class Restorer:
                 put += 1
             return put
 
-        put = write_transaction(self.db, work, on_busy=self.engine.turns.busy)
+        put = write_transaction(self.db, self.engine.fts.quiet(work), on_busy=self.engine.turns.busy)
         self.engine.paced(began[0], sum(map(_weight, messages)), self.result)
         return put
 

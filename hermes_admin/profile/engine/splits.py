@@ -116,7 +116,7 @@ class SplitDeletes:
                     self._delete_messages(db, step)
                 return None
 
-            why = write_transaction(self.store.db, work, on_busy=self.turns.busy)
+            why = write_transaction(self.store.db, self.fts.quiet(work), on_busy=self.turns.busy)
             if why:
                 return why
             committed_at = self._account(began[0], result)

@@ -1,0 +1,144 @@
+"""FTS5 merges kept out of the deletes (fts_merges.py): the stored settings never change in any
+committed state, the merging is done in steps of its own, and the index is left merged."""
+
+from __future__ import annotations
+
+import json
+import random
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from hermes_admin.profile.engine import engine as engine_module
+from hermes_admin.profile.engine.fts_merges import STRUCTURE_V2, FtsMerges, levels
+from hermes_admin.profile.engine.turns import Turns
+from hermes_admin.synth.builder import SynthStore
+from tests.conftest import fts_problems
+
+DAY = 86400.0
+TABLES = ("messages_fts", "messages_fts_trigram")
+
+
+def structure(conn, table: str) -> list[tuple[int, int]]:
+    return levels(conn.execute(f"SELECT block FROM {table}_data WHERE id = 10").fetchone()[0])
+
+
+def settings(db: Path) -> dict[str, list]:
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return {t: sorted(conn.execute(f"SELECT k, v FROM {t}_config").fetchall()) for t in TABLES}
+    finally:
+        conn.close()
+
+
+def _varint(value: int) -> bytes:
+    groups = [value & 0x7F]
+    value >>= 7
+    while value:
+        groups.append(0x80 | (value & 0x7F))
+        value >>= 7
+    return bytes(reversed(groups))
+
+
+def test_a_structure_record_is_read_level_by_level():
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    conn.execute("CREATE VIRTUAL TABLE t USING fts5(x)")
+    conn.execute("INSERT INTO t(t, rank) VALUES ('automerge', 0)")
+    for n in range(5):  # five transactions: five segments on level 0, none merged
+        conn.execute("INSERT INTO t(x) VALUES (?)", (f"row {n} " + "word " * 50,))
+    assert structure(conn, "t")[0] == (0, 5)
+    conn.execute("INSERT INTO t(t) VALUES ('optimize')")
+    assert [segments for _, segments in structure(conn, "t")].count(1) == 1  # one segment in all
+
+    # SQLite 3.44+ writes a longer record: a marker, then five more numbers a segment.
+    segment = b"".join(_varint(v) for v in (7, 1, 300, 0, 0, 0, 0, 0))
+    record = (b"\x00\x00\x00\x09" + STRUCTURE_V2 + _varint(2) + _varint(3) + _varint(1000)
+              + _varint(0) + _varint(2) + segment + segment + _varint(1) + _varint(1) + segment)
+    assert levels(record) == [(0, 2), (1, 1)]
+
+
+@pytest.fixture
+def many(tmp_path, now):
+    """A default profile with 150 old small sessions of varied text and two recent ones; one index
+    has a stored automerge of its own."""
+    root = tmp_path / "hermes"
+    rng = random.Random(3)
+    words = [f"w{n}" for n in range(3000)] + ["the", "error", "file"]
+    synth = SynthStore(root / "state.db", 30)
+    old = now - 200 * DAY
+    for n in range(150):
+        synth.session(f"old-{n}", started=old + n, ended=old + n + 60, end_reason="user_exit")
+        for i in range(6):
+            synth.conn.execute("INSERT INTO messages(session_id, role, content, timestamp) VALUES (?, 'user', ?, ?)",
+                               (f"old-{n}", " ".join(rng.choice(words) for _ in range(120)), old + n + i))
+    for n in range(2):
+        synth.session(f"recent-{n}", started=now - DAY, ended=now - DAY + 60, end_reason="user_exit")
+        synth.messages(f"recent-{n}", 4, now - DAY, 1)
+    synth.conn.execute("INSERT INTO messages_fts_trigram(messages_fts_trigram, rank) VALUES ('automerge', 6)")
+    synth.close()
+    return root
+
+
+def test_deletes_never_commit_other_fts_settings_and_leave_the_index_merged(many, invoke, monkeypatch):
+    monkeypatch.setattr(engine_module, "TARGET_HOLD_S", 0.002)  # many short transactions
+    monkeypatch.setattr(engine_module, "IDLE_HOLD_S", 0.002)
+    db = many / "state.db"
+    stored = settings(db)
+    assert ("automerge", 6) in stored["messages_fts_trigram"] and not any(
+        k == "automerge" for k, _ in stored["messages_fts"])
+    seen, merges = [], []
+    original_turn, original_merge = Turns.after_commit, FtsMerges.merge
+
+    def after_each_commit(self, committed_at, held_s):
+        seen.append(settings(db))  # what any other connection sees now
+        return original_turn(self, committed_at, held_s)
+
+    def merge(self, db_, table, pages):
+        written = original_merge(self, db_, table, pages)
+        merges.append((table, written))
+        return written
+
+    monkeypatch.setattr(Turns, "after_commit", after_each_commit)
+    monkeypatch.setattr(FtsMerges, "merge", merge)
+    result = invoke("--root", str(many), "purge", "--older-than", "90", "--yes", "--json")
+    assert result.exit_code == 0, result.stderr
+    (res,) = json.loads(result.stdout)["results"]
+    assert len(res["done"]) == 150 and res["transactions"] > 20
+    assert seen and all(s == stored for s in seen)  # every committed state: the stored settings
+    assert settings(db) == stored
+    assert any(written >= 2 for _, written in merges)  # the merging was done, apart from the deletes
+
+    conn = sqlite3.connect(db)
+    for table, threshold in (("messages_fts", 4), ("messages_fts_trigram", 6)):
+        assert all(not merging and segments < threshold for merging, segments in structure(conn, table)), table
+    assert FtsMerges(_Db(conn), list(TABLES)).owed() is None
+    conn.close()
+    assert fts_problems(db) == []
+
+
+def test_a_store_that_asks_for_no_merging_gets_none(many, invoke, monkeypatch):
+    conn = sqlite3.connect(many / "state.db")
+    for table in TABLES:
+        conn.execute(f"INSERT INTO {table}({table}, rank) VALUES ('automerge', 0)")
+    conn.commit()
+    conn.close()
+    monkeypatch.setattr(engine_module, "TARGET_HOLD_S", 0.002)
+    monkeypatch.setattr(engine_module, "IDLE_HOLD_S", 0.002)
+    calls = []
+    monkeypatch.setattr(FtsMerges, "merge", lambda self, db, table, pages: calls.append(table) or 0)
+    stored = settings(many / "state.db")
+    result = invoke("--root", str(many), "purge", "--older-than", "90", "--yes", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert calls == [] and settings(many / "state.db") == stored
+    assert fts_problems(many / "state.db") == []
+
+
+class _Db:
+    """The one method FtsMerges reads with, over a plain connection."""
+
+    def __init__(self, conn):
+        self.conn = conn
+
+    def execute_sql(self, sql, params=()):
+        return self.conn.execute(sql, params)
