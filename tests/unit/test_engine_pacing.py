@@ -21,7 +21,7 @@ from hermes_admin.profile.engine.group_commit import GroupCommit
 from hermes_admin.profile.engine import remover as remover_module
 from hermes_admin.profile.engine.remover import FileRemover
 from hermes_admin.profile.store.connect import open_readwrite
-from hermes_admin.profile.engine.turns import MAX_S, MIN_S, Turns
+from hermes_admin.profile.engine.turns import MAX_S, MIN_S, Turns, poll_interval
 from tests.conftest import fts_problems
 from tests.helpers import home_of, row_ids
 
@@ -134,6 +134,28 @@ def test_turns_wait_for_an_active_writer_and_end_when_it_has_written(tmp_path):
     waited = time.monotonic() - started
     assert 0.015 <= waited < MAX_S + 0.015
     other.close()
+    db.close()
+
+
+def test_short_transactions_follow_one_another_and_the_turn_comes_after_them(tmp_path):
+    now = [100.0]
+    sleeps = []
+
+    def sleep(seconds):
+        sleeps.append(seconds)
+        now[0] += seconds
+
+    db = wal_store(tmp_path / "s.db")
+    turns = Turns(db, clock=lambda: now[0], sleep=sleep)
+    turns._other_at = 100.0  # an active writer
+    turns.after_commit(100.0, held_s=0.002)  # a 2 ms merge step: the next one follows at once
+    assert sleeps == []
+    now[0] = 100.004
+    turns.after_commit(100.004, held_s=0.002)  # 6 ms since the first began (CHAIN_S): a turn
+    assert sum(sleeps) >= poll_interval(0.006)
+    sleeps.clear()
+    turns.after_commit(now[0], held_s=0.020)  # one long transaction: its turn at once
+    assert sum(sleeps) >= poll_interval(0.020)
     db.close()
 
 

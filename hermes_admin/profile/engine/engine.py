@@ -64,12 +64,11 @@ from hermes_admin.profile.engine.turns import Turns
 
 VACUUM_FREE_RATIO = 0.25
 FTS_TABLES = ("messages_fts", "messages_fts_trigram")
-# Typical BEGIN-to-COMMIT. An FTS5 flush can make one run 4x longer: its segment merges grow with
-# the transaction. Measured on W1 under a writer, in one sitting: at 25 ms, 4.7-5.4 s and a longest
-# transaction of 92-101 ms; at 15 ms, 5.3-5.7 s and 72-82 ms. In full bench runs an hour later,
-# 15 ms did better on both (18.5x and 53 ms, against 17.6x and 101 ms): commits no longer fsync,
-# so short transactions are cheap.
-TARGET_HOLD_S = 0.015
+# Typical BEGIN-to-COMMIT while another writer is about. A Hermes writer that waits polls the lock
+# at 18, 33 and 53 ms of waiting: a transaction of ours past ~30 ms makes it wait 53. Measured on
+# R under the writer, one run each (FTS5 merges in steps of their own, short ones chained, see
+# turns.py): at 15 ms, p99 wait 54 ms and 35 s less Hermes' optimize; at 12 ms, 34 ms and 46 s.
+TARGET_HOLD_S = 0.012
 # With no other writer seen for a second nobody waits on the lock, and each transaction costs a
 # flush of both FTS indexes and a pause: fewer, longer ones (a writer that comes meanwhile waits
 # at most one of them, and from its first commit on the transactions are short again).
@@ -89,7 +88,8 @@ EXPORT_UNITS = 500  # units per export member: one fsync and manifest write each
 FIRST_EXPORT_UNITS = 8  # then 64, 500: the deletes start at once, and never wait for a whole 500
 EXPORT_GROWTH = 8
 EXPORTS_AHEAD = 2  # batches exported ahead of the deletes
-MERGE_STEPS = 64  # FTS5 merge steps (fts_merges.py) at most between two deletes
+# FTS5's merging (fts_merges.py), in transactions of its own: at most this many between two deletes
+MERGE_STEPS = 64
 MERGE_STEPS_AT_END = 400  # and after the last one: what automerge would have left, no more
 
 
@@ -768,14 +768,14 @@ class Engine(SplitDeletes):
         request ends it at once: what is left, Hermes' writes merge as they always have.
         """
         for _ in range(steps):
-            table = self.fts.owed() if self.fts is not None else None
-            if table is None or stopping.requested():
+            owed = self.fts.owed() if self.fts is not None else None
+            if owed is None or stopping.requested():
                 return
             target = TARGET_HOLD_S if self.turns.others_active else IDLE_HOLD_S
-            pages = self.fts.pages(target)
+            pages = self.fts.pages(target, owed)
             began = [0.0]
 
-            def work(db, table=table, pages=pages):
+            def work(db, table=owed[0], pages=pages):
                 began[0] = time.monotonic()
                 return self.fts.merge(db, table, pages)
 
@@ -784,7 +784,7 @@ class Engine(SplitDeletes):
             held_s = committed_at - began[0]
             result.transactions += 1
             result.longest_write_ms = max(result.longest_write_ms, held_s * 1000)
-            self.fts.measured(pages, written, held_s)
+            self.fts.measured(owed, pages, written, held_s)
             self._after_durable(self.commits.committed(synced=False, wrote=written > 0, work=None), result)
             self.turns.after_commit(committed_at, held_s)
             if written < 2:  # nothing FTS5 would merge (its 'usermerge' asks for more segments): done

@@ -71,7 +71,7 @@ class FtsMerges:
         for table in tables:
             row = db.execute_sql(f"SELECT v FROM {table}_config WHERE k = 'automerge'").fetchone()
             self.stored[table] = None if row is None else int(row[0])
-        self._rates: list[float] = []
+        self._rates: dict[tuple[str, int], list[float]] = {}  # seconds a page, by index and level
         self.steps = 0
 
     def quiet(self, work):
@@ -93,8 +93,10 @@ class FtsMerges:
             return done
         return quieted
 
-    def owed(self) -> str | None:
-        """An index with merging to do: a merge under way, or a level as full as automerge allows."""
+    def owed(self) -> tuple[str, int] | None:
+        """(index, level) with merging to do: a merge under way, or a level as full as automerge
+        allows. The level is the one FTS5's 'merge' takes up: the first with a merge under way,
+        else the one with the most segments."""
         for table, value in self.stored.items():
             threshold = DEFAULT_AUTOMERGE if value in (None, 1) else value
             if threshold == 0:
@@ -104,15 +106,25 @@ class FtsMerges:
                 found = levels(row[0]) if row and row[0] else []
             except (IndexError, TypeError):
                 continue  # a structure this reader does not know: FTS5's own merging stays as it was
-            if any(merging or segments >= threshold for merging, segments in found):
-                return table
+            under_way = [level for level, (merging, _) in enumerate(found) if merging]
+            if under_way:
+                return table, under_way[0]
+            fullest = max(range(len(found)), key=lambda level: found[level][1], default=None)
+            if fullest is not None and found[fullest][1] >= threshold:
+                return table, fullest
         return None
 
-    def pages(self, target_s: float) -> int:
-        """How many pages a merge step may do in about `target_s`, as measured so far."""
-        # The slowest of the last steps: a page costs more where a level holds long doclists (the
-        # common words' and trigrams'), and a step cannot stop inside one.
-        rate = max(self._rates) if self._rates else FIRST_S_PER_PAGE
+    def pages(self, target_s: float, owed: tuple[str, int]) -> int:
+        """How many pages a merge step of this index and level may do in about `target_s`.
+
+        A page's cost depends on the level: a deep one holds the long doclists of the common
+        words (and trigrams), and a step cannot stop inside one. So the time is measured a level
+        at a time; a level not measured yet is sized by the slowest one measured."""
+        rates = self._rates.get(owed)
+        if rates:
+            rate = sorted(rates)[len(rates) // 2]
+        else:
+            rate = max((max(r) for r in self._rates.values() if r), default=FIRST_S_PER_PAGE)
         return max(MIN_PAGES, min(MAX_PAGES, int(target_s / max(rate, 1e-9))))
 
     def merge(self, db, table: str, pages: int) -> int:
@@ -124,10 +136,11 @@ class FtsMerges:
         db.execute_sql(f"INSERT INTO {table}({table}, rank) VALUES ('merge', ?)", (pages,))
         return db.connection().total_changes - before
 
-    def measured(self, pages: int, written: int, held_s: float) -> None:
+    def measured(self, owed: tuple[str, int], pages: int, written: int, held_s: float) -> None:
         """A step's time per page asked, from steps that did all that was asked (a merge writes
         its output pages and deletes its input's: a step short of work writes fewer rows)."""
         self.steps += 1
         if written >= pages:
-            self._rates.append(held_s / pages)
-            del self._rates[:-RATE_WINDOW]
+            rates = self._rates.setdefault(owed, [])
+            rates.append(held_s / pages)
+            del rates[:-RATE_WINDOW]

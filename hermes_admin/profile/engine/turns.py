@@ -24,6 +24,10 @@ POLLS = ((0.001, 0.001), (0.003, 0.002), (0.008, 0.005), (0.018, 0.010), (0.033,
          (0.128, 0.025), (0.228, 0.050))
 MAX_S = 0.100  # its interval once it has waited longer
 ACTIVE_S = 1.0  # another connection committed this recently: it may be waiting now
+# Short transactions (most FTS5 merge steps take a few ms) may follow one another without a turn
+# in between for this long: a writer that came at the first one's start has waited no longer
+# than it would behind one ordinary transaction, and each turn costs about one of its appends.
+CHAIN_S = 0.006
 POLL_S = 0.001
 
 
@@ -38,6 +42,7 @@ class Turns:
         self._version = self._data_version()
         self._other_at = float("-inf")  # when another connection was last seen committing
         self.paused_s = 0.0
+        self._chain_began: float | None = None  # when the transactions since our last turn began
 
     def _data_version(self) -> int:
         return self.db.execute_sql("PRAGMA data_version").fetchone()[0]
@@ -69,6 +74,12 @@ class Turns:
         started = self.clock()
         self._other_committed()
         active = started - self._other_at < ACTIVE_S
+        began = committed_at - held_s
+        self._chain_began = began if self._chain_began is None else min(self._chain_began, began)
+        if active and committed_at - self._chain_began < CHAIN_S:
+            return  # the next short transaction follows at once; the turn comes after it
+        held_s = committed_at - self._chain_began  # how long a writer that came then has waited
+        self._chain_began = None
         deadline = committed_at + (max(MIN_S, poll_interval(held_s)) + POLL_S if active else MIN_S)
         for _ in range(int(MAX_S / POLL_S) + 1):  # bounded: a stopped clock (tests) cannot hold us here
             now = self.clock()
