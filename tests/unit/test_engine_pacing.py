@@ -137,7 +137,7 @@ def test_turns_wait_for_an_active_writer_and_end_when_it_has_written(tmp_path):
     db.close()
 
 
-def test_short_transactions_follow_one_another_and_the_turn_comes_after_them(tmp_path):
+def test_merge_steps_follow_one_another_and_the_turn_comes_after_them(tmp_path):
     now = [100.0]
     sleeps = []
 
@@ -148,14 +148,21 @@ def test_short_transactions_follow_one_another_and_the_turn_comes_after_them(tmp
     db = wal_store(tmp_path / "s.db")
     turns = Turns(db, clock=lambda: now[0], sleep=sleep)
     turns._other_at = 100.0  # an active writer
-    turns.after_commit(100.0, held_s=0.002)  # a 2 ms merge step: the next one follows at once
+    turns.after_step(100.0, held_s=0.002)  # a 2 ms merge step: the next one follows at once
     assert sleeps == []
     now[0] = 100.004
-    turns.after_commit(100.004, held_s=0.002)  # 6 ms since the first began (CHAIN_S): a turn
+    turns.after_step(100.004, held_s=0.002)  # 6 ms since the first began (CHAIN_S): a turn
     assert sum(sleeps) >= poll_interval(0.006)
     sleeps.clear()
-    turns.after_commit(now[0], held_s=0.020)  # one long transaction: its turn at once
+    turns.after_commit(now[0], held_s=0.020)  # a delete: its turn at once
     assert sum(sleeps) >= poll_interval(0.020)
+    sleeps.clear()
+    now[0] += 1.0
+    turns._other_at = now[0]
+    turns.after_step(now[0], held_s=0.001)  # a short step, then the steps stop: the turn comes then
+    assert sleeps == []
+    turns.end_chain()
+    assert sleeps and sum(sleeps) >= MIN_S
     db.close()
 
 

@@ -134,6 +134,41 @@ def test_a_store_that_asks_for_no_merging_gets_none(many, invoke, monkeypatch):
     assert fts_problems(many / "state.db") == []
 
 
+@pytest.mark.parametrize("odd", [2.5, "4", 100])
+def test_a_stored_automerge_fts5_would_not_write_is_left_as_it_is(many, invoke, monkeypatch, odd):
+    conn = sqlite3.connect(many / "state.db")
+    conn.execute("INSERT OR REPLACE INTO messages_fts_config(k, v) VALUES ('automerge', ?)", (odd,))
+    conn.commit()
+    conn.close()
+    stored = settings(many / "state.db")
+    monkeypatch.setattr(engine_module, "TARGET_HOLD_S", 0.002)
+    monkeypatch.setattr(engine_module, "IDLE_HOLD_S", 0.002)
+    result = invoke("--root", str(many), "purge", "--older-than", "90", "--yes", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert len(json.loads(result.stdout)["results"][0]["done"]) == 150
+    assert settings(many / "state.db") == stored
+    assert fts_problems(many / "state.db") == []
+
+
+def test_a_merge_that_fails_is_one_note_and_the_deletes_files_and_events_go_on(many, invoke, monkeypatch):
+    monkeypatch.setattr(engine_module, "TARGET_HOLD_S", 0.002)
+    monkeypatch.setattr(engine_module, "IDLE_HOLD_S", 0.002)
+    (many / "sessions").mkdir(exist_ok=True)
+    (many / "sessions" / "old-7.jsonl").write_text("{}\n")
+
+    def fails(self, db, table, pages):
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(FtsMerges, "merge", fails)
+    result = invoke("--root", str(many), "purge", "--older-than", "90", "--yes", "--json")
+    assert result.exit_code == 0, result.stderr
+    (res,) = json.loads(result.stdout)["results"]
+    assert len(res["done"]) == 150
+    assert sum("FTS5 merging left to Hermes" in n for n in res["notes"]) == 1
+    assert not (many / "sessions" / "old-7.jsonl").exists()
+    assert fts_problems(many / "state.db") == []
+
+
 class _Db:
     """The one method FtsMerges reads with, over a plain connection."""
 

@@ -29,10 +29,13 @@ from __future__ import annotations
 import os
 import sqlite3
 import stat
+import sys
 import time
 from collections import deque
 
 from pathlib import Path
+
+import peewee
 from typing import Callable
 
 from hermes_admin import stopping
@@ -345,7 +348,8 @@ class Engine(SplitDeletes):
         if self.dry_run:
             return
         try:
-            self._merge_owed(result, MERGE_STEPS_AT_END)
+            if sys.exc_info()[1] is None:  # settling after an error: no merging on top of it
+                self._merge_owed(result, MERGE_STEPS_AT_END)
             self._after_durable(self.commits.flush(), result)
         finally:
             self._collect_files(result)
@@ -760,35 +764,47 @@ class Engine(SplitDeletes):
         self.turns.after_commit(committed_at, committed_at - began)
         self._merge_owed(result, MERGE_STEPS)
 
-    def _merge_owed(self, result: Result, steps: int) -> None:
+    def _merge_owed(self, result: Result, steps: int = MERGE_STEPS) -> None:
         """FTS5 merging the deletes left (fts_merges.py), in short transactions paced like the deletes.
 
-        A merge under way is finished before the deletes go on (Hermes' own writes would otherwise
-        take it up, inside their appends); beyond that, a few steps between two deletes. A stop
-        request ends it at once: what is left, Hermes' writes merge as they always have.
+        A merge under way is finished before the deletes go on, up to `steps` (Hermes' own writes
+        would otherwise take it up, inside their appends). A stop request ends it at once, and a
+        merge that fails ends our merging for the run (one note; the deletes go on with FTS5's own
+        merging): what is left, Hermes' writes merge as they always have.
         """
-        for _ in range(steps):
-            owed = self.fts.owed() if self.fts is not None else None
-            if owed is None or stopping.requested():
-                return
-            target = TARGET_HOLD_S if self.turns.others_active else IDLE_HOLD_S
-            pages = self.fts.pages(target, owed)
-            began = [0.0]
+        try:
+            for _ in range(steps):
+                owed = self.fts.owed() if self.fts is not None else None
+                if owed is None or stopping.requested():
+                    return
+                if not self._merge_step(owed, result):
+                    return
+        except (peewee.DatabaseError, sqlite3.Error) as exc:
+            result.notes.append(f"FTS5 merging left to Hermes for this run: {exc}")
+            self.fts.tables = []
+        finally:
+            self.turns.end_chain()  # whatever follows the merge steps gets no chained start
 
-            def work(db, table=owed[0], pages=pages):
-                began[0] = time.monotonic()
-                return self.fts.merge(db, table, pages)
+    def _merge_step(self, owed: tuple[str, int], result: Result) -> bool:
+        """One merge transaction; False when FTS5 found nothing to merge."""
+        target = TARGET_HOLD_S if self.turns.others_active else IDLE_HOLD_S
+        pages = self.fts.pages(target, owed)
+        began = [0.0]
 
-            written = write_transaction(self.store.db, work, on_busy=self.turns.busy)
-            committed_at = time.monotonic()
-            held_s = committed_at - began[0]
-            result.transactions += 1
-            result.longest_write_ms = max(result.longest_write_ms, held_s * 1000)
-            self.fts.measured(owed, pages, written, held_s)
-            self._after_durable(self.commits.committed(synced=False, wrote=written > 0, work=None), result)
-            self.turns.after_commit(committed_at, held_s)
-            if written < 2:  # nothing FTS5 would merge (its 'usermerge' asks for more segments): done
-                return
+        def work(db):
+            began[0] = time.monotonic()
+            return self.fts.merge(db, owed[0], pages)
+
+        written = write_transaction(self.store.db, work, on_busy=self.turns.busy)
+        committed_at = time.monotonic()
+        held_s = committed_at - began[0]
+        result.transactions += 1
+        result.longest_write_ms = max(result.longest_write_ms, held_s * 1000)
+        self.fts.measured(owed, pages, written, held_s)
+        worked = written >= 2  # fewer: FTS5 merged nothing (its 'usermerge' asks for more segments)
+        self._after_durable(self.commits.committed(synced=False, wrote=worked, work=None), result)
+        self.turns.after_step(committed_at, held_s)
+        return worked
 
     def _by_count(self, units: list[Unit], result: Result):
         """Archive flips: a row update each, so units by count, sized like the deletes."""

@@ -9,12 +9,13 @@ delete that crosses that line does 640 pages of merging: those were the
 transactions that ran 5-10 times their estimate (150-550 ms where 15-40 ms was
 due), and the writer's worst waits.
 
-So a delete transaction turns `automerge` off when it begins and puts the
-stored value back before it commits. No committed state ever shows another
+So a delete transaction turns `automerge` off when it begins, makes FTS5
+write out what it has pending (a savepoint), and puts the stored value back
+before it commits. No committed state ever shows another
 setting: a row that was absent is absent again, and the change moves the
 index's cookie, so every other connection reloads the same configuration. The
-merging is then done apart, by FTS5's own 'merge' command, a few dozen pages a
-transaction, whenever a level holds as many segments as automerge would merge
+merging is then done apart, by FTS5's own 'merge' command, in transactions
+sized like the deletes, whenever a level holds as many segments as automerge would merge
 or a merge is under way: the index is left as automerge would leave it, so a
 Hermes append never finds our merge work waiting for it.
 """
@@ -25,6 +26,7 @@ DEFAULT_AUTOMERGE = 4  # FTS5's own default; 1 means the default too
 FIRST_S_PER_PAGE = 0.0003  # merge work, before the first measurement (measured here: 0.05-0.2 ms a page)
 MIN_PAGES, MAX_PAGES = 8, 400
 RATE_WINDOW = 9
+MAX_LEVELS = MAX_SEGMENTS = 2000  # FTS5's own limit on segments (FTS5_MAX_SEGMENT)
 STRUCTURE_ROWID = 10  # the %_data row that holds an index's structure record
 STRUCTURE_V2 = b"\xff\x00\x00\x01"  # SQLite 3.44+: segments carry five more fields
 
@@ -50,16 +52,26 @@ def levels(record: bytes) -> list[tuple[int, int]]:
     if extended:
         at += 4
     count, at = _varint(record, at)
+    if count > MAX_LEVELS:
+        raise IndexError("more levels than FTS5 ever writes")
     _, at = _varint(record, at)  # segments in all
     _, at = _varint(record, at)  # the write counter
     found = []
     for _ in range(count):
         merging, at = _varint(record, at)
         segments, at = _varint(record, at)
+        if segments > MAX_SEGMENTS:
+            raise IndexError("more segments than FTS5 allows")
         for _ in range(segments * (8 if extended else 3)):
             _, at = _varint(record, at)
         found.append((merging, segments))
     return found
+
+
+def _setting(row) -> int | None:
+    """A `_config` value as FTS5 takes it: an integer, or None where FTS5 would ignore the row."""
+    value = row[0] if row else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 class FtsMerges:
@@ -67,25 +79,47 @@ class FtsMerges:
 
     def __init__(self, db, tables: list[str]):
         self.db = db
-        self.stored: dict[str, int | None] = {}
-        for table in tables:
-            row = db.execute_sql(f"SELECT v FROM {table}_config WHERE k = 'automerge'").fetchone()
-            self.stored[table] = None if row is None else int(row[0])
+        self.tables = [t for t in tables if self._may_restore(t)]
         self._rates: dict[tuple[str, int], list[float]] = {}  # seconds a page, by index and level
         self.steps = 0
 
+    def _may_restore(self, table: str) -> bool:
+        """Can this connection put an absent `_config` row back as absent? (SQLite's defensive
+        mode refuses writes to shadow tables: such an index is left to merge as it always has.)"""
+        try:
+            self.db.execute_sql(f"EXPLAIN DELETE FROM {table}_config WHERE 0").fetchall()
+        except Exception:
+            return False
+        return True
+
+    def _stored(self, db, table: str, key: str) -> tuple[bool, int | None]:
+        """(a row exists, its value as FTS5 takes it) for one of the index's settings, as it is now."""
+        row = db.execute_sql(f"SELECT v FROM {table}_config WHERE k = ?", (key,)).fetchone()
+        return row is not None, _setting(row)
+
     def quiet(self, work):
-        """`work` (run inside a write transaction) with automerge off, and back as stored before it returns."""
-        if not self.stored:
+        """`work` (run inside a write transaction) with automerge off, and back as stored before it returns.
+
+        An index whose stored `automerge` is not one FTS5 itself would set again (not an integer
+        from 0 to 64) is left alone: putting it back could not give the same row."""
+        if not self.tables:
             return work
 
         def quieted(db):
-            for table in self.stored:
+            quieted_tables = []
+            for table in self.tables:
+                present, value = self._stored(db, table, "automerge")
+                if present and (value is None or not 0 <= value <= 64):
+                    continue
                 db.execute_sql(f"INSERT INTO {table}({table}, rank) VALUES ('automerge', 0)")
+                quieted_tables.append((table, value if present else None))
             done = work(db)
-            for table, value in self.stored.items():
-                # Setting a value first writes out what this transaction has pending, while automerge is
-                # still off; then the stored row (or its absence) comes back.
+            if quieted_tables:
+                # A savepoint makes FTS5 write out what this transaction has pending, while automerge
+                # is still off (so nothing merges at COMMIT); then the stored row, or its absence, comes back.
+                db.execute_sql("SAVEPOINT hermes_admin_fts")
+                db.execute_sql("RELEASE hermes_admin_fts")
+            for table, value in quieted_tables:
                 db.execute_sql(f"INSERT INTO {table}({table}, rank) VALUES ('automerge', ?)",
                                (DEFAULT_AUTOMERGE if value is None else value,))
                 if value is None:
@@ -93,14 +127,25 @@ class FtsMerges:
             return done
         return quieted
 
+    def _threshold(self, table: str) -> int:
+        """How many segments a level needs before we merge it: what automerge would merge, and
+        at least what FTS5's 'merge' command asks for (its `usermerge`); 0 for no merging."""
+        _, automerge = self._stored(self.db, table, "automerge")
+        _, usermerge = self._stored(self.db, table, "usermerge")
+        automerge = DEFAULT_AUTOMERGE if automerge is None or automerge == 1 or not 0 <= automerge <= 64 else automerge
+        if automerge == 0:
+            return 0  # the store asks for no merging: neither do we
+        usermerge = DEFAULT_AUTOMERGE if usermerge is None or not 2 <= usermerge <= 16 else usermerge
+        return max(automerge, usermerge)
+
     def owed(self) -> tuple[str, int] | None:
         """(index, level) with merging to do: a merge under way, or a level as full as automerge
         allows. The level is the one FTS5's 'merge' takes up: the first with a merge under way,
         else the one with the most segments."""
-        for table, value in self.stored.items():
-            threshold = DEFAULT_AUTOMERGE if value in (None, 1) else value
+        for table in self.tables:
+            threshold = self._threshold(table)
             if threshold == 0:
-                continue  # the store asks for no merging: neither do we
+                continue
             row = self.db.execute_sql(f"SELECT block FROM {table}_data WHERE id = ?", (STRUCTURE_ROWID,)).fetchone()
             try:
                 found = levels(row[0]) if row and row[0] else []

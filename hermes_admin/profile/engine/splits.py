@@ -129,6 +129,7 @@ class SplitDeletes:
             # what earlier transactions' commits released meanwhile (their files, their events)
             self._after_durable(self.commits.committed(synced=False, wrote=True, work=None), result)
             self.turns.after_commit(committed_at, committed_at - began[0])
+            self._merge_owed(result)  # each step adds a segment to each index
 
     def _after_split(self, split_id: int, record: dict, unit: Unit, present: list[str], result: Result) -> None:
         """The last step committed: the event is committed, the record ends, files and the event follow."""

@@ -24,9 +24,8 @@ POLLS = ((0.001, 0.001), (0.003, 0.002), (0.008, 0.005), (0.018, 0.010), (0.033,
          (0.128, 0.025), (0.228, 0.050))
 MAX_S = 0.100  # its interval once it has waited longer
 ACTIVE_S = 1.0  # another connection committed this recently: it may be waiting now
-# Short transactions (most FTS5 merge steps take a few ms) may follow one another without a turn
-# in between for this long: a writer that came at the first one's start has waited no longer
-# than it would behind one ordinary transaction, and each turn costs about one of its appends.
+# FTS5 merge steps (most take a few ms) may follow one another without a turn in between for this
+# long: each turn costs about one of the writer's appends. The turn is owed once they stop.
 CHAIN_S = 0.006
 POLL_S = 0.001
 
@@ -42,7 +41,8 @@ class Turns:
         self._version = self._data_version()
         self._other_at = float("-inf")  # when another connection was last seen committing
         self.paused_s = 0.0
-        self._chain_began: float | None = None  # when the transactions since our last turn began
+        self._chain_began: float | None = None  # when the merge steps since our last turn began
+        self._chain_ended = float("-inf")  # when the last of them committed
 
     def _data_version(self) -> int:
         return self.db.execute_sql("PRAGMA data_version").fetchone()[0]
@@ -66,6 +66,25 @@ class Turns:
         (as last looked), or the lock found taken (`busy`)?"""
         return self.clock() - self._other_at < ACTIVE_S
 
+    def after_step(self, committed_at: float, held_s: float) -> None:
+        """After an FTS5 merge step: another may follow at once while the steps since the last
+        turn began less than CHAIN_S ago; else the turn (`after_commit`) for all of them."""
+        self._other_committed()
+        began = committed_at - held_s
+        if self._chain_began is None or began - self._chain_ended > CHAIN_S:
+            self._chain_began = began  # a new chain (the lock was free a while: none to carry on)
+        if self.others_active and committed_at - self._chain_began < CHAIN_S:
+            self._chain_ended = committed_at
+            return
+        chain_began, self._chain_began = self._chain_began, None
+        self.after_commit(committed_at, committed_at - chain_began)
+
+    def end_chain(self) -> None:
+        """The merge steps stopped: the turn they put off is taken now, before anything else."""
+        if self._chain_began is not None:
+            chain_began, self._chain_began = self._chain_began, None
+            self.after_commit(self._chain_ended, self._chain_ended - chain_began)
+
     def after_commit(self, committed_at: float, held_s: float) -> None:
         """Leave the write lock free after a commit at `committed_at` that held it `held_s`.
 
@@ -74,12 +93,6 @@ class Turns:
         started = self.clock()
         self._other_committed()
         active = started - self._other_at < ACTIVE_S
-        began = committed_at - held_s
-        self._chain_began = began if self._chain_began is None else min(self._chain_began, began)
-        if active and committed_at - self._chain_began < CHAIN_S:
-            return  # the next short transaction follows at once; the turn comes after it
-        held_s = committed_at - self._chain_began  # how long a writer that came then has waited
-        self._chain_began = None
         deadline = committed_at + (max(MIN_S, poll_interval(held_s)) + POLL_S if active else MIN_S)
         for _ in range(int(MAX_S / POLL_S) + 1):  # bounded: a stopped clock (tests) cannot hold us here
             now = self.clock()
