@@ -77,19 +77,23 @@ class Turns:
             self._chain_ended = committed_at
             return
         chain_began, self._chain_began = self._chain_began, None
-        self.after_commit(committed_at, committed_at - chain_began)
+        self._turn(committed_at, committed_at - chain_began)
 
     def end_chain(self) -> None:
         """The merge steps stopped: the turn they put off is taken now, before anything else."""
         if self._chain_began is not None:
             chain_began, self._chain_began = self._chain_began, None
-            self.after_commit(self._chain_ended, self._chain_ended - chain_began)
+            self._turn(self._chain_ended, self._chain_ended - chain_began)
 
     def after_commit(self, committed_at: float, held_s: float) -> None:
         """Leave the write lock free after a commit at `committed_at` that held it `held_s`.
 
         Lock-free work done since the commit (files, outbox) counts toward the pause.
         """
+        self._turn(committed_at, held_s)
+
+    def _turn(self, committed_at: float, held_s: float) -> None:
+        """The pause itself, after a delete's commit or after merge steps."""
         started = self.clock()
         self._other_committed()
         active = started - self._other_at < ACTIVE_S
