@@ -738,8 +738,7 @@ class Engine(SplitDeletes):
         """Record a transaction just committed and size the next; returns when it committed."""
         committed_at = time.monotonic()
         held_s = committed_at - began
-        result.transactions += 1
-        result.longest_write_ms = max(result.longest_write_ms, held_s * 1000)
+        self._count(result, held_s)
         # The time per weight: the estimate rises at once when a transaction ran slow (FTS5
         # merges make some twice as slow) and falls back slowly; the budget at most doubles
         # from one transaction to the next.
@@ -798,8 +797,7 @@ class Engine(SplitDeletes):
         written = write_transaction(self.store.db, work, on_busy=self.turns.busy)
         committed_at = time.monotonic()
         held_s = committed_at - began[0]
-        result.transactions += 1
-        result.longest_write_ms = max(result.longest_write_ms, held_s * 1000)
+        self._count(result, held_s)
         self.fts.measured(owed, pages, written, held_s)
         worked = written >= 2  # fewer: FTS5 merged nothing (its 'usermerge' asks for more segments)
         self._after_durable(self.commits.committed(synced=False, wrote=worked, work=None), result)
@@ -922,6 +920,12 @@ class Engine(SplitDeletes):
         from hermes_admin.profile.engine.restore import restore_file
 
         restore_file(self, path, wanted, self.dry_run, result)
+
+    @staticmethod
+    def _count(result: Result, held_s: float) -> None:
+        """One more write transaction of ours in the report, and the longest so far."""
+        result.transactions += 1
+        result.longest_write_ms = max(result.longest_write_ms, held_s * 1000)
 
     @staticmethod
     def _unit_report(unit: Unit, ids: list[str]) -> Done:

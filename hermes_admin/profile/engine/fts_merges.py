@@ -68,10 +68,16 @@ def levels(record: bytes) -> list[tuple[int, int]]:
     return found
 
 
-def _setting(row) -> int | None:
-    """A `_config` value as FTS5 takes it: an integer, or None where FTS5 would ignore the row."""
+def _setting(row, low: int, high: int) -> int | None:
+    """A `_config` value as FTS5 takes it: an integer from `low` to `high`, else None (FTS5
+    ignores the row and uses its default)."""
     value = row[0] if row else None
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    if isinstance(value, int) and not isinstance(value, bool) and low <= value <= high:
+        return value
+    return None
+
+
+AUTOMERGE_RANGE, USERMERGE_RANGE = (0, 64), (2, 16)  # the values FTS5's own commands accept
 
 
 class FtsMerges:
@@ -81,7 +87,6 @@ class FtsMerges:
         self.db = db
         self.tables = [t for t in tables if self._may_restore(t)]
         self._rates: dict[tuple[str, int], list[float]] = {}  # seconds a page, by index and level
-        self.steps = 0
 
     def _may_restore(self, table: str) -> bool:
         """Can this connection put an absent `_config` row back as absent? (SQLite's defensive
@@ -92,10 +97,10 @@ class FtsMerges:
             return False
         return True
 
-    def _stored(self, db, table: str, key: str) -> tuple[bool, int | None]:
+    def _stored(self, db, table: str, key: str, valid: tuple[int, int]) -> tuple[bool, int | None]:
         """(a row exists, its value as FTS5 takes it) for one of the index's settings, as it is now."""
         row = db.execute_sql(f"SELECT v FROM {table}_config WHERE k = ?", (key,)).fetchone()
-        return row is not None, _setting(row)
+        return row is not None, _setting(row, *valid)
 
     def quiet(self, work):
         """`work` (run inside a write transaction) with automerge off, and back as stored before it returns.
@@ -108,8 +113,8 @@ class FtsMerges:
         def quieted(db):
             quieted_tables = []
             for table in self.tables:
-                present, value = self._stored(db, table, "automerge")
-                if present and (value is None or not 0 <= value <= 64):
+                present, value = self._stored(db, table, "automerge", AUTOMERGE_RANGE)
+                if present and value is None:
                     continue
                 db.execute_sql(f"INSERT INTO {table}({table}, rank) VALUES ('automerge', 0)")
                 quieted_tables.append((table, value if present else None))
@@ -130,13 +135,12 @@ class FtsMerges:
     def _threshold(self, table: str) -> int:
         """How many segments a level needs before we merge it: what automerge would merge, and
         at least what FTS5's 'merge' command asks for (its `usermerge`); 0 for no merging."""
-        _, automerge = self._stored(self.db, table, "automerge")
-        _, usermerge = self._stored(self.db, table, "usermerge")
-        automerge = DEFAULT_AUTOMERGE if automerge is None or automerge == 1 or not 0 <= automerge <= 64 else automerge
+        _, automerge = self._stored(self.db, table, "automerge", AUTOMERGE_RANGE)
+        _, usermerge = self._stored(self.db, table, "usermerge", USERMERGE_RANGE)
         if automerge == 0:
             return 0  # the store asks for no merging: neither do we
-        usermerge = DEFAULT_AUTOMERGE if usermerge is None or not 2 <= usermerge <= 16 else usermerge
-        return max(automerge, usermerge)
+        automerge = DEFAULT_AUTOMERGE if automerge in (None, 1) else automerge
+        return max(automerge, usermerge or DEFAULT_AUTOMERGE)
 
     def owed(self) -> tuple[str, int] | None:
         """(index, level) with merging to do: a merge under way, or a level as full as automerge
@@ -184,7 +188,6 @@ class FtsMerges:
     def measured(self, owed: tuple[str, int], pages: int, written: int, held_s: float) -> None:
         """A step's time per page asked, from steps that did all that was asked (a merge writes
         its output pages and deletes its input's: a step short of work writes fewer rows)."""
-        self.steps += 1
         if written >= pages:
             rates = self._rates.setdefault(owed, [])
             rates.append(held_s / pages)
