@@ -150,6 +150,27 @@ def test_cjk_triggers_without_tokenizer_refuse_deletes(tmp_path, now, invoke, mo
     assert row_ids(root / "state.db") == {"s1"}
 
 
+def test_cjk_triggers_without_tokenizer_refuse_a_restore(tmp_path, now, invoke, monkeypatch):
+    root = tmp_path / "h"
+    store = SynthStore(root / "state.db", version=30)
+    store.session("s1", started=now - 10, ended=now - 5, end_reason="x")
+    store.messages("s1", 2, now - 10)
+    store.close()
+    assert invoke("--root", str(root), "sessions", "delete", "s1", "--yes").exit_code == 0
+    (export,) = (root / ".hermes-admin" / "exports").glob("*.jsonl.gz")
+    conn = sqlite3.connect(root / "state.db")
+    conn.execute("CREATE TABLE cjk_probe(x)")
+    conn.execute("CREATE TRIGGER messages_fts_cjk_insert AFTER INSERT ON messages BEGIN "
+                 "INSERT INTO cjk_probe VALUES (new.id); END")
+    conn.commit()
+    conn.close()
+    monkeypatch.delenv("HERMES_FTS5_CJK_SO", raising=False)
+    result = invoke("--root", str(root), "restore", str(export), "--yes")
+    assert result.exit_code == 2
+    assert "cjk_unicode61" in result.stderr and "refusing to restore into" in result.stderr
+    assert row_ids(root / "state.db") == set()
+
+
 def test_guarded_and_unknown_referenced_sessions_are_skipped(home, invoke):
     root, kinds = home
     locked = kinds["locked_old"][0]

@@ -177,3 +177,54 @@ class _Db:
 
     def execute_sql(self, sql, params=()):
         return self.conn.execute(sql, params)
+
+
+CJK = "messages_fts_cjk"
+
+
+def test_the_cjk_index_is_kept_quiet_and_merged_like_the_others(many, invoke, monkeypatch):
+    # Hermes' CJK index tokenizes with a library of its own, loaded before any delete (tested in
+    # test_engine.py and the root tier's attacks); this one uses unicode61, so nothing is loaded.
+    monkeypatch.setattr(engine_module.Engine, "_require_tokenizer", lambda self, doing="": None)
+    db = many / "state.db"
+    conn = sqlite3.connect(db)
+    conn.executescript(f"""
+        CREATE VIRTUAL TABLE {CJK} USING fts5(content, content='messages', content_rowid='id');
+        INSERT INTO {CJK}({CJK}) VALUES ('rebuild');
+        INSERT INTO {CJK}({CJK}, rank) VALUES ('automerge', 5);
+        CREATE TRIGGER {CJK}_insert AFTER INSERT ON messages BEGIN
+            INSERT INTO {CJK}(rowid, content) VALUES (new.id, new.content); END;
+        CREATE TRIGGER {CJK}_delete AFTER DELETE ON messages BEGIN
+            INSERT INTO {CJK}({CJK}, rowid, content) VALUES ('delete', old.id, old.content); END;
+    """)
+    conn.close()
+    monkeypatch.setattr(engine_module, "TARGET_HOLD_S", 0.002)
+    monkeypatch.setattr(engine_module, "IDLE_HOLD_S", 0.002)
+
+    def cjk_settings():
+        reader = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        try:
+            return sorted(reader.execute(f"SELECT k, v FROM {CJK}_config").fetchall())
+        finally:
+            reader.close()
+
+    stored, seen = cjk_settings(), []
+    original_turn = Turns.after_commit
+
+    def after_each_commit(self, committed_at, held_s):
+        seen.append(cjk_settings())
+        return original_turn(self, committed_at, held_s)
+
+    monkeypatch.setattr(Turns, "after_commit", after_each_commit)
+    result = invoke("--root", str(many), "purge", "--older-than", "90", "--yes", "--json")
+    assert result.exit_code == 0, result.stderr
+    (res,) = json.loads(result.stdout)["results"]
+    assert len(res["done"]) == 150 and res["transactions"] > 20
+    assert ("automerge", 5) in stored and seen and all(s == stored for s in seen)
+
+    conn = sqlite3.connect(db)
+    assert all(not merging and segments < 5 for merging, segments in structure(conn, CJK))
+    assert FtsMerges(_Db(conn), [CJK]).owed() is None
+    conn.execute(f"INSERT INTO {CJK}({CJK}, rank) VALUES ('integrity-check', 1)")
+    conn.close()
+    assert fts_problems(db) == []

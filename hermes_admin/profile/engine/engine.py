@@ -67,6 +67,9 @@ from hermes_admin.profile.engine.turns import Turns
 
 VACUUM_FREE_RATIO = 0.25
 FTS_TABLES = ("messages_fts", "messages_fts_trigram")
+# Hermes' CJK index: its tokenizer is a library of Hermes' own, loaded before anything is deleted
+# (_require_tokenizer) where its triggers are; without them our deletes never write to it.
+CJK_FTS_TABLE = "messages_fts_cjk"
 # Typical BEGIN-to-COMMIT while another writer is about. A Hermes writer that waits polls the lock
 # at 18, 33 and 53 ms of waiting: a transaction of ours past ~30 ms makes it wait 53. Measured on
 # R under the writer, one run each (FTS5 merges in steps of their own, short ones chained, see
@@ -176,6 +179,7 @@ class Engine(SplitDeletes):
         self.notes: list[str] = []  # leftovers set aside while opening (locks.py)
         self._s_per_weight = FIRST_S_PER_WEIGHT  # seconds of write lock per unit of weight (smoothed)
         self._rates: list[float] = []  # the last transactions' seconds per weight
+        self._tokenizer_loaded = False
         self._budget = int(TARGET_HOLD_S / FIRST_S_PER_WEIGHT)  # the weight the next transaction may carry
         self._last_weight = 0
 
@@ -205,7 +209,8 @@ class Engine(SplitDeletes):
         self.commits = GroupCommit(self.store.db, self.checkpointer)
         self.turns = Turns(self.store.db)
         schema = self.store.schema
-        self.fts = FtsMerges(self.store.db, [t for t in FTS_TABLES if all(
+        indexes = FTS_TABLES + ((CJK_FTS_TABLE,) if schema.has_cjk_triggers else ())
+        self.fts = FtsMerges(self.store.db, [t for t in indexes if all(
             schema.has_table(t + part) for part in ("", "_config", "_data"))])
         self.outbox = Outbox(self.profile, self.notes)
         self.remover = FileRemover(str(self.profile.sessions_dir))
@@ -270,29 +275,30 @@ class Engine(SplitDeletes):
 
     # -- shared checks ---------------------------------------------------------
 
-    def _require_tokenizer(self) -> None:
-        """Deleting messages fires the CJK FTS triggers, which need Hermes' tokenizer."""
-        if not self.store.schema.has_cjk_triggers:
+    def _require_tokenizer(self, doing: str = "delete from") -> None:
+        """Deleting (or restoring) messages fires the CJK FTS triggers, which need Hermes' tokenizer."""
+        if not self.store.schema.has_cjk_triggers or self._tokenizer_loaded:
             return
         candidates = [os.environ.get("HERMES_FTS5_CJK_SO"), str(self.profile.home / "lib" / "libfts5_cjk.so")]
         library = next((c for c in candidates if c and os.path.isfile(c)), None)
         if library is None:
             raise self.store.error(
                 "CJK full-text triggers need the cjk_unicode61 tokenizer: set HERMES_FTS5_CJK_SO or install "
-                f"{self.profile.home / 'lib' / 'libfts5_cjk.so'}; refusing to delete from this store")
+                f"{self.profile.home / 'lib' / 'libfts5_cjk.so'}; refusing to {doing} this store")
         conn = self.store.db.connection()
         if not hasattr(conn, "enable_load_extension"):
             raise self.store.error(
                 f"CJK full-text triggers need {library}, but this Python's sqlite3 cannot load "
-                "extensions; refusing to delete from this store")
+                f"extensions; refusing to {doing} this store")
         if self.dry_run:
             return
         try:
             conn.enable_load_extension(True)
             conn.load_extension(library)
             conn.enable_load_extension(False)
+            self._tokenizer_loaded = True  # for this connection's life: once is enough
         except sqlite3.Error as exc:
-            raise self.store.error(f"cannot load the CJK tokenizer {library}: {exc}; refusing to delete") from exc
+            raise self.store.error(f"cannot load the CJK tokenizer {library}: {exc}; refusing to {doing} this store") from exc
 
     def _screen(self, units: list[Unit], result: Result) -> list[Unit]:
         """Drop units with a guarded member (a dry run's stand-in for the check each transaction makes)."""
@@ -919,6 +925,7 @@ class Engine(SplitDeletes):
         """`hermes-admin restore`: units of an export back into this store (restore.py)."""
         from hermes_admin.profile.engine.restore import restore_file
 
+        self._require_tokenizer("restore into")  # the messages put back fire the CJK triggers too
         restore_file(self, path, wanted, self.dry_run, result)
 
     @staticmethod
