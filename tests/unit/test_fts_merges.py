@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 import sqlite3
 from pathlib import Path
 
 import pytest
 
 from hermes_admin.profile.engine import engine as engine_module
+from hermes_admin.profile.engine import fts_merges as fts_merges_module
 from hermes_admin.profile.engine.fts_merges import STRUCTURE_V2, FtsMerges, levels
 from hermes_admin.profile.engine.turns import Turns
 from hermes_admin.synth.builder import SynthStore
@@ -47,15 +49,15 @@ def test_a_structure_record_is_read_level_by_level():
     conn.execute("INSERT INTO t(t, rank) VALUES ('automerge', 0)")
     for n in range(5):  # five transactions: five segments on level 0, none merged
         conn.execute("INSERT INTO t(x) VALUES (?)", (f"row {n} " + "word " * 50,))
-    assert structure(conn, "t")[0] == (0, 5)
+    assert structure(conn, "t")[0] == (0, 5, 5)  # of a leaf page each
     conn.execute("INSERT INTO t(t) VALUES ('optimize')")
-    assert [segments for _, segments in structure(conn, "t")].count(1) == 1  # one segment in all
+    assert [segments for _, segments, _ in structure(conn, "t")].count(1) == 1  # one segment in all
 
     # SQLite 3.44+ writes a longer record: a marker, then five more numbers a segment.
     segment = b"".join(_varint(v) for v in (7, 1, 300, 0, 0, 0, 0, 0))
     record = (b"\x00\x00\x00\x09" + STRUCTURE_V2 + _varint(2) + _varint(3) + _varint(1000)
               + _varint(0) + _varint(2) + segment + segment + _varint(1) + _varint(1) + segment)
-    assert levels(record) == [(0, 2), (1, 1)]
+    assert levels(record) == [(0, 2, 600), (1, 1, 300)]
 
 
 @pytest.fixture
@@ -81,6 +83,7 @@ def many(tmp_path, now):
 
 
 def test_deletes_never_commit_other_fts_settings_and_leave_the_index_merged(many, invoke, monkeypatch):
+    monkeypatch.setattr(fts_merges_module, "SMALL_PAGES", 0)  # a small store: every merge is ours here
     monkeypatch.setattr(engine_module, "TARGET_HOLD_S", 0.002)  # many short transactions
     monkeypatch.setattr(engine_module, "IDLE_HOLD_S", 0.002)
     db = many / "state.db"
@@ -111,10 +114,37 @@ def test_deletes_never_commit_other_fts_settings_and_leave_the_index_merged(many
 
     conn = sqlite3.connect(db)
     for table, threshold in (("messages_fts", 4), ("messages_fts_trigram", 6)):
-        assert all(not merging and segments < threshold for merging, segments in structure(conn, table)), table
+        assert all(not merging and segments < threshold for merging, segments, _ in structure(conn, table)), table
     assert FtsMerges(_Db(conn), list(TABLES)).owed() is None
     conn.close()
     assert fts_problems(db) == []
+
+
+def test_small_merges_are_left_to_fts5s_own_automerge(many, invoke, monkeypatch, tmp_path):
+    monkeypatch.setattr(engine_module, "TARGET_HOLD_S", 0.002)
+    monkeypatch.setattr(engine_module, "IDLE_HOLD_S", 0.002)
+    calls = []
+    original = FtsMerges.merge
+    monkeypatch.setattr(FtsMerges, "merge", lambda self, db, table, pages: calls.append(table) or original(
+        self, db, table, pages))
+    twin = tmp_path / "twin"
+    shutil.copytree(many, twin)
+    steps = {}
+    for root, small in ((twin, 0), (many, fts_merges_module.SMALL_PAGES)):
+        monkeypatch.setattr(fts_merges_module, "SMALL_PAGES", small)
+        calls.clear()
+        stored = settings(root / "state.db")
+        result = invoke("--root", str(root), "purge", "--older-than", "90", "--yes", "--json")
+        assert result.exit_code == 0, result.stderr
+        assert settings(root / "state.db") == stored and fts_problems(root / "state.db") == []
+        steps[small] = len(calls)
+    assert steps[0] > steps[fts_merges_module.SMALL_PAGES]  # fewer steps of ours
+    conn = sqlite3.connect(many / "state.db")
+    full = [found for t, threshold in zip(TABLES, (4, 6)) for found in structure(conn, t)
+            if found[0] or found[1] >= threshold]  # the trigram index's stored automerge is 6
+    assert full and all(pages <= fts_merges_module.SMALL_PAGES for _, _, pages in full)  # left as they were
+    assert FtsMerges(_Db(conn), list(TABLES)).owed() is None
+    conn.close()
 
 
 def test_a_store_that_asks_for_no_merging_gets_none(many, invoke, monkeypatch):
@@ -186,6 +216,7 @@ def test_the_cjk_index_is_kept_quiet_and_merged_like_the_others(many, invoke, mo
     # Hermes' CJK index tokenizes with a library of its own, loaded before any delete (tested in
     # test_engine.py and the root tier's attacks); this one uses unicode61, so nothing is loaded.
     monkeypatch.setattr(engine_module.Engine, "_require_tokenizer", lambda self, doing="": None)
+    monkeypatch.setattr(fts_merges_module, "SMALL_PAGES", 0)
     db = many / "state.db"
     conn = sqlite3.connect(db)
     conn.executescript(f"""
@@ -223,7 +254,7 @@ def test_the_cjk_index_is_kept_quiet_and_merged_like_the_others(many, invoke, mo
     assert ("automerge", 5) in stored and seen and all(s == stored for s in seen)
 
     conn = sqlite3.connect(db)
-    assert all(not merging and segments < 5 for merging, segments in structure(conn, CJK))
+    assert all(not merging and segments < 5 for merging, segments, _ in structure(conn, CJK))
     assert FtsMerges(_Db(conn), [CJK]).owed() is None
     conn.execute(f"INSERT INTO {CJK}({CJK}, rank) VALUES ('integrity-check', 1)")
     conn.close()

@@ -17,7 +17,8 @@ index's cookie, so every other connection reloads the same configuration. The
 merging is then done apart, by FTS5's own 'merge' command, in transactions
 sized like the deletes, whenever a level holds as many segments as automerge would merge
 or a merge is under way: the index is left as automerge would leave it, so a
-Hermes append never finds our merge work waiting for it.
+Hermes append never finds our merge work waiting for it. Small merges (most of
+them of Hermes' own one-page segments) are left to automerge, as they always were.
 """
 
 from __future__ import annotations
@@ -25,6 +26,11 @@ from __future__ import annotations
 DEFAULT_AUTOMERGE = 4  # FTS5's own default; 1 means the default too
 FIRST_S_PER_PAGE = 0.0003  # merge work, before the first measurement (measured here: 0.05-0.2 ms a page)
 MIN_PAGES, MAX_PAGES = 8, 400
+# A merge this small (in leaf pages) is left to FTS5's automerge, in Hermes' own appends: it merges
+# 64 pages a level for every 64 leaves written, so this is less than one of its work units. Most
+# of them are the 1-page segments of Hermes' own appends; merging those in transactions of ours
+# cost a turn each (2250 steps on the realistic store under the writer).
+SMALL_PAGES = 64
 RATE_WINDOW = 9
 MAX_LEVELS = MAX_SEGMENTS = 2000  # FTS5's own limit on segments (FTS5_MAX_SEGMENT)
 STRUCTURE_ROWID = 10  # the %_data row that holds an index's structure record
@@ -45,8 +51,8 @@ def _varint(data: bytes, at: int) -> tuple[int, int]:
     return value, at
 
 
-def levels(record: bytes) -> list[tuple[int, int]]:
-    """(segments being merged, segments) for each level of an FTS5 structure record."""
+def levels(record: bytes) -> list[tuple[int, int, int]]:
+    """(segments being merged, segments, their leaf pages) for each level of an FTS5 structure record."""
     at = 4  # the configuration cookie
     extended = record[at:at + 4] == STRUCTURE_V2
     if extended:
@@ -62,9 +68,15 @@ def levels(record: bytes) -> list[tuple[int, int]]:
         segments, at = _varint(record, at)
         if segments > MAX_SEGMENTS:
             raise IndexError("more segments than FTS5 allows")
-        for _ in range(segments * (8 if extended else 3)):
+        pages = 0
+        for _ in range(segments):  # its id, first and last leaf page; then five more in a v2 record
             _, at = _varint(record, at)
-        found.append((merging, segments))
+            first, at = _varint(record, at)
+            last, at = _varint(record, at)
+            pages += max(0, last - first + 1)
+            for _ in range(5 if extended else 0):
+                _, at = _varint(record, at)
+        found.append((merging, segments, pages))
     return found
 
 
@@ -144,8 +156,9 @@ class FtsMerges:
 
     def owed(self) -> tuple[str, int] | None:
         """(index, level) with merging to do: a merge under way, or a level as full as automerge
-        allows. The level is the one FTS5's 'merge' takes up: the first with a merge under way,
-        else the one with the most segments."""
+        allows, of more than SMALL_PAGES. The level is the one FTS5's 'merge' takes up next (the
+        first with a merge under way, else the one with the most segments), which may be a
+        small one before the big."""
         for table in self.tables:
             threshold = self._threshold(table)
             if threshold == 0:
@@ -155,12 +168,11 @@ class FtsMerges:
                 found = levels(row[0]) if row and row[0] else []
             except (IndexError, TypeError):
                 continue  # a structure this reader does not know: FTS5's own merging stays as it was
-            under_way = [level for level, (merging, _) in enumerate(found) if merging]
-            if under_way:
-                return table, under_way[0]
-            fullest = max(range(len(found)), key=lambda level: found[level][1], default=None)
-            if fullest is not None and found[fullest][1] >= threshold:
-                return table, fullest
+            due = [merging or segments >= threshold for merging, segments, _ in found]
+            if not any(is_due and found[level][2] > SMALL_PAGES for level, is_due in enumerate(due)):
+                continue
+            under_way = [level for level, (merging, _, _) in enumerate(found) if merging]
+            return table, (under_way[0] if under_way else max(range(len(found)), key=lambda level: found[level][1]))
         return None
 
     def pages(self, target_s: float, owed: tuple[str, int]) -> int:
