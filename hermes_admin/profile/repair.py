@@ -31,7 +31,7 @@ from pathlib import Path
 
 from hermes_admin.profile.engine.engine import FTS_TABLES, Engine
 from hermes_admin.results import Finding, Result
-from hermes_admin.profile.engine.holders import other_holders
+from hermes_admin.profile.engine.holders import store_holders
 from hermes_admin.protocol import Profile
 from hermes_admin.profile.lineage import Unit
 from hermes_admin.profile.engine.locks import Flock, LockHeld, state_folder
@@ -299,7 +299,7 @@ def _copy(source: Store, target: Store, sid: str) -> None:
 
 def _rebuild_fts(engine: Engine) -> None:
     path = engine.profile.store_path
-    holders = other_holders([path, Path(f"{path}-wal"), Path(f"{path}-shm")])
+    holders = store_holders(path)
     if holders is None or holders:
         raise RuntimeError("another process holds the store: the index is rebuilt only while nobody else does")
     snapshots = state_folder(engine.profile.home / "state-snapshots", engine.notes)

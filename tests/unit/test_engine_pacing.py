@@ -9,6 +9,8 @@ import json
 import os
 import shutil
 import sqlite3
+import subprocess
+import sys
 import time
 
 import peewee
@@ -18,6 +20,7 @@ from hermes_admin.profile import parts
 from hermes_admin.profile.engine.checkpointer import Checkpointer
 from hermes_admin.profile.engine.files import FileIndex
 from hermes_admin.profile.engine.group_commit import GroupCommit
+from hermes_admin.profile.engine.holders import store_holders
 from hermes_admin.profile.engine import remover as remover_module
 from hermes_admin.profile.engine.remover import FileRemover
 from hermes_admin.profile.store.connect import open_readwrite
@@ -119,6 +122,30 @@ def test_turns_token_pause_without_other_writers(tmp_path):
     started = time.monotonic()
     turns.after_commit(started, held_s=0.020)
     assert time.monotonic() - started < MIN_S + 0.010  # nobody else writes: no real pause
+    db.close()
+
+
+def test_turns_pace_for_a_process_that_holds_the_store_open(tmp_path):
+    path = tmp_path / "s.db"
+    db = wal_store(path)
+    code = "import sqlite3, sys, time; c = sqlite3.connect(sys.argv[1]); c.execute('SELECT 1'); print(1, flush=True); time.sleep(60)"
+    holder = subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "1"  # a Hermes with the store open, writing nothing yet
+        assert store_holders(path) == [holder.pid]
+        turns = Turns(db, held=lambda: store_holders(path) != [])
+        assert turns.others_may_write and not turns.others_writing  # idle-sized transactions, and a turn
+        started = time.monotonic()
+        turns.after_commit(started, held_s=0.020)  # no commit of its own seen: still, it may write now
+        assert time.monotonic() - started >= poll_interval(0.020)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert store_holders(path) == []
+    turns._held_at = float("-inf")  # looked at again at once
+    started = time.monotonic()
+    turns.after_commit(started, held_s=0.020)
+    assert time.monotonic() - started < MIN_S + 0.010  # nobody holds it: a token pause
     db.close()
 
 

@@ -49,7 +49,7 @@ from hermes_admin.profile.engine.fts_merges import FtsMerges
 from hermes_admin.profile.guards import chunks, marks
 from hermes_admin.profile.hermes_config import HermesConfig
 from hermes_admin.profile.hermes_config import load as load_hermes_config
-from hermes_admin.profile.engine.holders import other_holders
+from hermes_admin.profile.engine.holders import store_holders
 from hermes_admin.protocol import Profile
 from hermes_admin.profile.hooks.bus import DeliveryStopped, HookBus
 from hermes_admin.profile.hooks.discovery import discover as discover_plugins
@@ -76,8 +76,9 @@ CJK_FTS_TABLE = "messages_fts_cjk"
 # turns.py): at 15 ms, p99 wait 54 ms and 35 s less Hermes' optimize; at 12 ms, 34 ms and 46 s.
 TARGET_HOLD_S = 0.012
 # With no other writer seen for a second nobody waits on the lock, and each transaction costs a
-# flush of both FTS indexes and a pause: fewer, longer ones (a writer that comes meanwhile waits
-# at most one of them, and from its first commit on the transactions are short again).
+# flush of both FTS indexes and a pause: fewer, longer ones. A writer that comes meanwhile waits
+# for one of them and the turn after it (where a process holds the store open: turns.py), and
+# from its first commit on the transactions are short again.
 IDLE_HOLD_S = 0.040
 MAX_UNITS_PER_TXN = 1024
 # The cost model: a unit's weight is the bytes of its messages plus a fixed cost per row and unit
@@ -207,7 +208,7 @@ class Engine(SplitDeletes):
         if self._in_wal_mode():
             self.checkpointer = Checkpointer(self.profile.store_path)
         self.commits = GroupCommit(self.store.db, self.checkpointer)
-        self.turns = Turns(self.store.db)
+        self.turns = Turns(self.store.db, held=lambda: store_holders(self.profile.store_path) != [])
         schema = self.store.schema
         indexes = FTS_TABLES + ((CJK_FTS_TABLE,) if schema.has_cjk_triggers else ())
         self.fts = FtsMerges(self.store.db, [t for t in indexes if all(
@@ -728,8 +729,7 @@ class Engine(SplitDeletes):
         if not pages or free / pages <= VACUUM_FREE_RATIO:
             result.notes.append(f"no VACUUM: {free}/{pages} pages free (needs over 25 %)")
             return False
-        path = self.profile.store_path
-        holders = other_holders([path, Path(f"{path}-wal"), Path(f"{path}-shm")])
+        holders = store_holders(self.profile.store_path)
         if holders is None or holders:
             who = "a process that could not be inspected" if holders is None else f"pid {', '.join(map(str, holders))}"
             result.notes.append(f"no VACUUM: the store is held by {who}")
@@ -754,7 +754,7 @@ class Engine(SplitDeletes):
         self._rates.append(measured)
         del self._rates[:-RATE_WINDOW]
         self._s_per_weight = max(sorted(self._rates)[len(self._rates) // 2], 1e-9)  # a stopped clock: tests
-        target = TARGET_HOLD_S if self.turns is None or self.turns.others_active else IDLE_HOLD_S
+        target = TARGET_HOLD_S if self.turns is None or self.turns.others_writing else IDLE_HOLD_S
         fits = int(target / self._s_per_weight)
         self._budget = max(MIN_WEIGHT, min(fits, 2 * max(self._budget, self._last_weight)))
         return committed_at
@@ -792,7 +792,7 @@ class Engine(SplitDeletes):
 
     def _merge_step(self, owed: tuple[str, int], result: Result) -> bool:
         """One merge transaction; False when FTS5 found nothing to merge."""
-        target = TARGET_HOLD_S if self.turns.others_active else IDLE_HOLD_S
+        target = TARGET_HOLD_S if self.turns.others_writing else IDLE_HOLD_S
         pages = self.fts.pages(target, owed)
         began = [0.0]
 

@@ -1,7 +1,8 @@
 """Which other processes hold a store or its sidecars open (Linux `/proc` scan).
 
-Structural work (VACUUM) runs only when nobody else holds the files. The
-scan fails closed: if any process cannot be inspected, the answer is None
+Structural work (VACUUM, an index rebuild) runs only when nobody else holds
+the files, and the engine paces its transactions for a Hermes that may write at
+any moment while one does (turns.py). The scan fails closed: if any process cannot be inspected, the answer is None
 ("unknown"), which callers treat as "held". Targets are matched by device
 and inode through `stat` of `/proc/<pid>/fd/<n>`: nothing is opened.
 """
@@ -46,3 +47,8 @@ def other_holders(paths: list[Path]) -> list[int] | None:
                 holders.append(pid)
                 break
     return holders
+
+
+def store_holders(store: Path) -> list[int] | None:
+    """`other_holders` of a store, its WAL and its shared-memory file."""
+    return other_holders([store, Path(f"{store}-wal"), Path(f"{store}-shm")])
