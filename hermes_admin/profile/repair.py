@@ -261,6 +261,7 @@ def _move(source: Engine, target_profile: Profile, moves: list[Finding], result:
     verified: list[Finding] = []
     try:
         with Engine(target_profile) as target:
+            target.require_tokenizer("copy into")  # the rows copied in fire its CJK triggers
             for finding in moves:
                 _attempt(finding, lambda f=finding: _copy(source.store, target.store, f.subject))
                 if not finding.error:

@@ -20,7 +20,8 @@ from hermes_admin.profile import parts
 from hermes_admin.profile.engine.checkpointer import Checkpointer
 from hermes_admin.profile.engine.files import FileIndex
 from hermes_admin.profile.engine.group_commit import GroupCommit
-from hermes_admin.profile.engine.holders import store_holders
+from hermes_admin.profile.engine import holders as holders_module
+from hermes_admin.profile.engine.holders import held_by_its_owner, store_holders
 from hermes_admin.profile.engine import remover as remover_module
 from hermes_admin.profile.engine.remover import FileRemover
 from hermes_admin.profile.store.connect import open_readwrite
@@ -132,8 +133,8 @@ def test_turns_pace_for_a_process_that_holds_the_store_open(tmp_path):
     holder = subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "1"  # a Hermes with the store open, writing nothing yet
-        assert store_holders(path) == [holder.pid]
-        turns = Turns(db, held=lambda: store_holders(path) != [])
+        assert store_holders(path, others_count=False) == [holder.pid]
+        turns = Turns(db, held=lambda: held_by_its_owner(path))
         assert turns.others_may_write and not turns.others_writing  # idle-sized transactions, and a turn
         started = time.monotonic()
         turns.after_commit(started, held_s=0.020)  # no commit of its own seen: still, it may write now
@@ -141,11 +142,36 @@ def test_turns_pace_for_a_process_that_holds_the_store_open(tmp_path):
     finally:
         holder.kill()
         holder.wait()
-    assert store_holders(path) == []
+    assert not held_by_its_owner(path)
     turns._held_at = float("-inf")  # looked at again at once
     started = time.monotonic()
     turns.after_commit(started, held_s=0.020)
     assert time.monotonic() - started < MIN_S + 0.010  # nobody holds it: a token pause
+    db.close()
+
+
+def test_pacing_looks_only_into_the_owners_processes_and_a_failed_look_counts_as_held(tmp_path, monkeypatch):
+    path = tmp_path / "s.db"
+    db = wal_store(path)
+    listdir = os.listdir
+
+    def as_an_owner(folder):  # another user's process, as a home's owner sees it: no fd listing
+        if folder == "/proc":
+            return ["1", str(os.getpid())]
+        if folder == "/proc/1/fd":
+            raise PermissionError(13, "Permission denied", folder)
+        return listdir(folder)
+
+    monkeypatch.setattr(holders_module.os, "listdir", as_an_owner)
+    assert store_holders(path) is None  # VACUUM and the index rebuild: unknown is held
+    assert held_by_its_owner(path) is False  # pacing: nobody of the owner's holds it
+    monkeypatch.setattr(holders_module.os, "listdir", listdir)
+
+    def fails():
+        raise OSError(5, "Input/output error")
+
+    turns = Turns(db, held=fails)
+    assert turns.others_may_write and not turns.others_writing  # cannot tell: as if it were held
     db.close()
 
 

@@ -49,7 +49,7 @@ from hermes_admin.profile.engine.fts_merges import FtsMerges
 from hermes_admin.profile.guards import chunks, marks
 from hermes_admin.profile.hermes_config import HermesConfig
 from hermes_admin.profile.hermes_config import load as load_hermes_config
-from hermes_admin.profile.engine.holders import store_holders
+from hermes_admin.profile.engine.holders import held_by_its_owner, store_holders
 from hermes_admin.protocol import Profile
 from hermes_admin.profile.hooks.bus import DeliveryStopped, HookBus
 from hermes_admin.profile.hooks.discovery import discover as discover_plugins
@@ -68,7 +68,8 @@ from hermes_admin.profile.engine.turns import Turns
 VACUUM_FREE_RATIO = 0.25
 FTS_TABLES = ("messages_fts", "messages_fts_trigram")
 # Hermes' CJK index: its tokenizer is a library of Hermes' own, loaded before anything is deleted
-# (_require_tokenizer) where its triggers are; without them our deletes never write to it.
+# or restored where its triggers are (without them our deletes never write to it). The index
+# joins the others once the library is loaded: before, FTS5 cannot so much as open it.
 CJK_FTS_TABLE = "messages_fts_cjk"
 # Typical BEGIN-to-COMMIT while another writer is about. A Hermes writer that waits polls the lock
 # at 18, 33 and 53 ms of waiting: a transaction of ours past ~30 ms makes it wait 53. Measured on
@@ -180,7 +181,7 @@ class Engine(SplitDeletes):
         self.notes: list[str] = []  # leftovers set aside while opening (locks.py)
         self._s_per_weight = FIRST_S_PER_WEIGHT  # seconds of write lock per unit of weight (smoothed)
         self._rates: list[float] = []  # the last transactions' seconds per weight
-        self._tokenizer_loaded = False
+        self._tokenizer_on = None  # the connection Hermes' CJK tokenizer was loaded on
         self._budget = int(TARGET_HOLD_S / FIRST_S_PER_WEIGHT)  # the weight the next transaction may carry
         self._last_weight = 0
 
@@ -208,11 +209,9 @@ class Engine(SplitDeletes):
         if self._in_wal_mode():
             self.checkpointer = Checkpointer(self.profile.store_path)
         self.commits = GroupCommit(self.store.db, self.checkpointer)
-        self.turns = Turns(self.store.db, held=lambda: store_holders(self.profile.store_path) != [])
+        self.turns = Turns(self.store.db, held=lambda: held_by_its_owner(self.profile.store_path))
         schema = self.store.schema
-        indexes = FTS_TABLES + ((CJK_FTS_TABLE,) if schema.has_cjk_triggers else ())
-        self.fts = FtsMerges(self.store.db, [t for t in indexes if all(
-            schema.has_table(t + part) for part in ("", "_config", "_data"))])
+        self.fts = FtsMerges(self.store.db, [t for t in FTS_TABLES if self._has_index(t)])
         self.outbox = Outbox(self.profile, self.notes)
         self.remover = FileRemover(str(self.profile.sessions_dir))
         timeout = self.config.hook_timeout
@@ -222,6 +221,9 @@ class Engine(SplitDeletes):
         self.export = ExportFile(self.profile, self.export_settings, self.now)
         self._finish_splits()  # before the replay: a finished split's event is then committed
         self.replayed = self._replay()
+
+    def _has_index(self, table: str) -> bool:
+        return all(self.store.schema.has_table(table + part) for part in ("", "_config", "_data"))
 
     def close(self) -> None:
         if self._ahead is not None:  # an export under way finishes (a member is whole or not listed)
@@ -276,9 +278,10 @@ class Engine(SplitDeletes):
 
     # -- shared checks ---------------------------------------------------------
 
-    def _require_tokenizer(self, doing: str = "delete from") -> None:
+    def require_tokenizer(self, doing: str = "delete from") -> None:
         """Deleting (or restoring) messages fires the CJK FTS triggers, which need Hermes' tokenizer."""
-        if not self.store.schema.has_cjk_triggers or self._tokenizer_loaded:
+        conn = self.store.db.connection()
+        if not self.store.schema.has_cjk_triggers or self._tokenizer_on is conn:
             return
         candidates = [os.environ.get("HERMES_FTS5_CJK_SO"), str(self.profile.home / "lib" / "libfts5_cjk.so")]
         library = next((c for c in candidates if c and os.path.isfile(c)), None)
@@ -286,7 +289,6 @@ class Engine(SplitDeletes):
             raise self.store.error(
                 "CJK full-text triggers need the cjk_unicode61 tokenizer: set HERMES_FTS5_CJK_SO or install "
                 f"{self.profile.home / 'lib' / 'libfts5_cjk.so'}; refusing to {doing} this store")
-        conn = self.store.db.connection()
         if not hasattr(conn, "enable_load_extension"):
             raise self.store.error(
                 f"CJK full-text triggers need {library}, but this Python's sqlite3 cannot load "
@@ -297,9 +299,16 @@ class Engine(SplitDeletes):
             conn.enable_load_extension(True)
             conn.load_extension(library)
             conn.enable_load_extension(False)
-            self._tokenizer_loaded = True  # for this connection's life: once is enough
         except sqlite3.Error as exc:
             raise self.store.error(f"cannot load the CJK tokenizer {library}: {exc}; refusing to {doing} this store") from exc
+        self._tokenizer_loaded(conn)
+
+    def _tokenizer_loaded(self, conn) -> None:
+        """The CJK tokenizer is there for this connection's life: once is enough, and the CJK
+        index can be quieted and merged like the others from now on."""
+        self._tokenizer_on = conn
+        if self.fts is not None and self._has_index(CJK_FTS_TABLE):
+            self.fts.add(CJK_FTS_TABLE)
 
     def _screen(self, units: list[Unit], result: Result) -> list[Unit]:
         """Drop units with a guarded member (a dry run's stand-in for the check each transaction makes)."""
@@ -328,7 +337,7 @@ class Engine(SplitDeletes):
         result = Result(self.profile.name, "delete", reason, self.dry_run)
         if not units:
             return result
-        self._require_tokenizer()
+        self.require_tokenizer()
         units = self._in_store_order(units)
         if self.dry_run:
             for unit in (units if orphans else self._screen(units, result)):
@@ -774,19 +783,20 @@ class Engine(SplitDeletes):
 
         A merge under way is finished before the deletes go on, up to `steps` (Hermes' own writes
         would otherwise take it up, inside their appends). A stop request ends it at once, and a
-        merge that fails ends our merging for the run (one note; the deletes go on with FTS5's own
-        merging): what is left, Hermes' writes merge as they always have.
+        merge that fails ends our merging of that index for the run (one note; the deletes go on
+        with FTS5's own merging there): what is left, Hermes' writes merge as they always have.
         """
         try:
             for _ in range(steps):
                 owed = self.fts.owed() if self.fts is not None else None
                 if owed is None or stopping.requested():
                     return
-                if not self._merge_step(owed, result):
-                    return
-        except (peewee.DatabaseError, sqlite3.Error) as exc:
-            result.notes.append(f"FTS5 merging left to Hermes for this run: {exc}")
-            self.fts.tables = []
+                try:
+                    if not self._merge_step(owed, result):
+                        return
+                except (peewee.DatabaseError, sqlite3.Error) as exc:
+                    result.notes.append(f"FTS5 merging of {owed[0]} left to Hermes for this run: {exc}")
+                    self.fts.tables.remove(owed[0])
         finally:
             self.turns.end_chain()  # whatever follows the merge steps gets no chained start
 
@@ -925,7 +935,7 @@ class Engine(SplitDeletes):
         """`hermes-admin restore`: units of an export back into this store (restore.py)."""
         from hermes_admin.profile.engine.restore import restore_file
 
-        self._require_tokenizer("restore into")  # the messages put back fire the CJK triggers too
+        self.require_tokenizer("restore into")  # the messages put back fire the CJK triggers too
         restore_file(self, path, wanted, self.dry_run, result)
 
     @staticmethod

@@ -92,6 +92,20 @@ def _setting(row, low: int, high: int) -> int | None:
 AUTOMERGE_RANGE, USERMERGE_RANGE = (0, 64), (2, 16)  # the values FTS5's own commands accept
 
 
+def _left_work(found: list[tuple[int, int, int]], level: int, threshold: int) -> int:
+    """The pages a Hermes append would merge for `level` if we left it: none unless it is due (a
+    merge under way, or `threshold` segments); else its pages, and those of each level above that
+    the merged segment would make due in turn (FTS5 goes on merging within the same append)."""
+    merging, segments, pages = found[level]
+    if not merging and segments < threshold:
+        return 0
+    for above in found[level + 1:]:
+        if above[0] or above[1] + 1 < threshold:
+            break
+        pages += above[2]
+    return pages
+
+
 class FtsMerges:
     """The store's FTS5 indexes, their stored `automerge`, and the merging owed to them."""
 
@@ -99,6 +113,11 @@ class FtsMerges:
         self.db = db
         self.tables = [t for t in tables if self._may_restore(t)]
         self._rates: dict[tuple[str, int], list[float]] = {}  # seconds a page, by index and level
+
+    def add(self, table: str) -> None:
+        """One more index (Hermes' CJK one, once its tokenizer is loaded)."""
+        if table not in self.tables and self._may_restore(table):
+            self.tables.append(table)
 
     def _may_restore(self, table: str) -> bool:
         """Can this connection put an absent `_config` row back as absent? (SQLite's defensive
@@ -168,8 +187,7 @@ class FtsMerges:
                 found = levels(row[0]) if row and row[0] else []
             except (IndexError, TypeError):
                 continue  # a structure this reader does not know: FTS5's own merging stays as it was
-            due = [merging or segments >= threshold for merging, segments, _ in found]
-            if not any(is_due and found[level][2] > SMALL_PAGES for level, is_due in enumerate(due)):
+            if not any(_left_work(found, level, threshold) > SMALL_PAGES for level in range(len(found))):
                 continue
             under_way = [level for level, (merging, _, _) in enumerate(found) if merging]
             return table, (under_way[0] if under_way else max(range(len(found)), key=lambda level: found[level][1]))

@@ -13,7 +13,10 @@ import os
 from pathlib import Path
 
 
-def other_holders(paths: list[Path]) -> list[int] | None:
+def other_holders(paths: list[Path], others_count: bool = True) -> list[int] | None:
+    """The pids, other than ours, holding any of `paths` open; None when a process could not be
+    inspected. `others_count=False` skips the processes this account may not inspect (another
+    user's: as a home's owner, every process but its own) instead."""
     targets = set()
     for path in paths:
         try:
@@ -37,7 +40,9 @@ def other_holders(paths: list[Path]) -> list[int] | None:
         except FileNotFoundError:
             continue  # exited meanwhile
         except PermissionError:
-            return None
+            if others_count:
+                return None
+            continue
         for fd in fds:
             try:
                 st = os.stat(f"/proc/{pid}/fd/{fd}")
@@ -49,6 +54,15 @@ def other_holders(paths: list[Path]) -> list[int] | None:
     return holders
 
 
-def store_holders(store: Path) -> list[int] | None:
+def store_holders(store: Path, others_count: bool = True) -> list[int] | None:
     """`other_holders` of a store, its WAL and its shared-memory file."""
-    return other_holders([store, Path(f"{store}-wal"), Path(f"{store}-shm")])
+    return other_holders([store, Path(f"{store}-wal"), Path(f"{store}-shm")], others_count)
+
+
+def held_by_its_owner(store: Path) -> bool:
+    """For pacing: does one of the processes this account can see hold the store open (a Hermes of
+    the home's owner)? Processes of other users are not looked into; a scan that fails says yes."""
+    try:
+        return store_holders(store, others_count=False) != []
+    except OSError:
+        return True

@@ -213,7 +213,7 @@ class SplitDeletes:
     def _finish_split(self, split_id: int, record: dict, result: Result) -> None:
         unit = Unit(record["session_id"], record["ids"], record.get("rule", ""))
         exported = Exported.from_record(record["exported"])
-        self._require_tokenizer()
+        self.require_tokenizer()
         if record.get("undoing"):  # the crash came while it was being put back: go on putting it back
             self._undo_split(split_id, record, unit, exported, record["undoing"], None, result)
             return

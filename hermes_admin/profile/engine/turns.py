@@ -85,7 +85,11 @@ class Turns:
             return True
         now = self.clock()
         if self._held is not None and now - self._held_at >= HELD_EVERY_S:
-            self._held_at, self._held_now = now, self._held()
+            try:
+                held = bool(self._held())
+            except Exception:
+                held = True  # cannot tell: as if it were
+            self._held_at, self._held_now = now, held
         return self._held_now
 
     def after_step(self, committed_at: float, held_s: float) -> None:
