@@ -73,8 +73,9 @@ FTS_TABLES = ("messages_fts", "messages_fts_trigram")
 CJK_FTS_TABLE = "messages_fts_cjk"
 # Typical BEGIN-to-COMMIT while another writer is about. A Hermes writer that waits polls the lock
 # at 18, 33 and 53 ms of waiting: a transaction of ours past ~30 ms makes it wait 53. Measured on
-# R under the writer, one run each (FTS5 merges in steps of their own, short ones chained, see
-# turns.py): at 15 ms, p99 wait 54 ms and 35 s less Hermes' optimize; at 12 ms, 34 ms and 46 s.
+# R under the writer, one in-process run each (small FTS5 merges left to automerge): at 16 ms,
+# p99 wait 53.8 ms and 40.4 s less Hermes' optimize, then 42.7 ms and 50.3 s; at 12 ms, 33.9 ms
+# and 53.0 s. The wait bound comes first.
 TARGET_HOLD_S = 0.012
 # With no other writer seen for a second nobody waits on the lock, and each transaction costs a
 # flush of both FTS indexes and a pause: fewer, longer ones. A writer that comes meanwhile waits
@@ -210,7 +211,6 @@ class Engine(SplitDeletes):
             self.checkpointer = Checkpointer(self.profile.store_path)
         self.commits = GroupCommit(self.store.db, self.checkpointer)
         self.turns = Turns(self.store.db, held=lambda: held_by_its_owner(self.profile.store_path))
-        schema = self.store.schema
         self.fts = FtsMerges(self.store.db, [t for t in FTS_TABLES if self._has_index(t)])
         self.outbox = Outbox(self.profile, self.notes)
         self.remover = FileRemover(str(self.profile.sessions_dir))
@@ -223,6 +223,7 @@ class Engine(SplitDeletes):
         self.replayed = self._replay()
 
     def _has_index(self, table: str) -> bool:
+        """Is the FTS5 index there whole (the table and the shadow tables FtsMerges reads and writes)?"""
         return all(self.store.schema.has_table(table + part) for part in ("", "_config", "_data"))
 
     def close(self) -> None:

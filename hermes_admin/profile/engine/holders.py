@@ -1,10 +1,13 @@
 """Which other processes hold a store or its sidecars open (Linux `/proc` scan).
 
 Structural work (VACUUM, an index rebuild) runs only when nobody else holds
-the files, and the engine paces its transactions for a Hermes that may write at
-any moment while one does (turns.py). The scan fails closed: if any process cannot be inspected, the answer is None
-("unknown"), which callers treat as "held". Targets are matched by device
-and inode through `stat` of `/proc/<pid>/fd/<n>`: nothing is opened.
+the files; that scan fails closed: if any process cannot be inspected, the
+answer is None ("unknown"), which callers treat as "held". The engine also
+paces its transactions for a Hermes that may write at any moment while one of
+the owner's processes holds the store (turns.py); that scan skips the
+processes of other users, which a home's owner cannot inspect. Targets are
+matched by device and inode through `stat` of `/proc/<pid>/fd/<n>`: nothing is
+opened.
 """
 
 from __future__ import annotations
