@@ -6,8 +6,8 @@ messages (while their rows still exist: v30's trigram trigger looks them up),
 delete usage rows and the sessions, drop system prompts nobody references.
 Then commit, then remove the units' files, then fire the events.
 
-Transactions are `BEGIN IMMEDIATE`, sized by time: ~15 ms while another
-writer is seen, ~40 ms while none is (FTS5's own merges make a few longer).
+Transactions are `BEGIN IMMEDIATE`, sized by time: ~12 ms while another
+writer is seen, ~40 ms while none is (FTS5 merges of a big doclist make a few longer).
 Units are weighed by the bytes of their messages; one too big for a
 transaction is exported first and deleted in steps (splits.py). Every unit is
 exported before its delete commits (exports.py; a thread exports the next
@@ -764,10 +764,13 @@ class Engine(SplitDeletes):
         self._rates.append(measured)
         del self._rates[:-RATE_WINDOW]
         self._s_per_weight = max(sorted(self._rates)[len(self._rates) // 2], 1e-9)  # a stopped clock: tests
-        target = TARGET_HOLD_S if self.turns is None or self.turns.others_writing else IDLE_HOLD_S
-        fits = int(target / self._s_per_weight)
+        fits = int(self._hold_target() / self._s_per_weight)
         self._budget = max(MIN_WEIGHT, min(fits, 2 * max(self._budget, self._last_weight)))
         return committed_at
+
+    def _hold_target(self) -> float:
+        """How long the next transaction may hold the lock: short while another writer is seen."""
+        return TARGET_HOLD_S if self.turns is None or self.turns.others_writing else IDLE_HOLD_S
 
     def paced(self, began: float, weight: int, result: Result | None = None) -> None:
         """After a commit of work outside the delete path (a restore step): measured, then the turn."""
@@ -803,8 +806,7 @@ class Engine(SplitDeletes):
 
     def _merge_step(self, owed: tuple[str, int], result: Result) -> bool:
         """One merge transaction; False when FTS5 found nothing to merge."""
-        target = TARGET_HOLD_S if self.turns.others_writing else IDLE_HOLD_S
-        pages = self.fts.pages(target, owed)
+        pages = self.fts.pages(self._hold_target(), owed)
         began = [0.0]
 
         def work(db):

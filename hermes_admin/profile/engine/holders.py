@@ -64,8 +64,6 @@ def store_holders(store: Path, others_count: bool = True) -> list[int] | None:
 
 def held_by_its_owner(store: Path) -> bool:
     """For pacing: does one of the processes this account can see hold the store open (a Hermes of
-    the home's owner)? Processes of other users are not looked into; a scan that fails says yes."""
-    try:
-        return store_holders(store, others_count=False) != []
-    except OSError:
-        return True
+    the home's owner)? Processes of other users are not looked into; a `/proc` that cannot be read
+    says yes (and turns.py takes an error raised here as a yes too)."""
+    return store_holders(store, others_count=False) != []

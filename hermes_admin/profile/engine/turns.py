@@ -94,7 +94,7 @@ class Turns:
 
     def after_step(self, committed_at: float, held_s: float) -> None:
         """After an FTS5 merge step: another may follow at once while the steps since the last
-        turn began less than CHAIN_S ago; else the turn (`after_commit`) for all of them."""
+        turn began less than CHAIN_S ago (while another writer is seen); else the turn for all of them."""
         self._other_committed()
         began = committed_at - held_s
         if self._chain_began is None or began - self._chain_ended > CHAIN_S:
