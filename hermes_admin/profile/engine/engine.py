@@ -6,7 +6,7 @@ messages (while their rows still exist: v30's trigram trigger looks them up),
 delete usage rows and the sessions, drop system prompts nobody references.
 Then commit, then remove the units' files, then fire the events.
 
-Transactions are `BEGIN IMMEDIATE`, sized by time: ~12 ms while another
+Transactions are `BEGIN IMMEDIATE`, sized by time: ~20 ms while another
 writer is seen, ~40 ms while none is (FTS5 merges of a big doclist make a few longer).
 Units are weighed by the bytes of their messages; one too big for a
 transaction is exported first and deleted in steps (splits.py). Every unit is
@@ -72,11 +72,13 @@ FTS_TABLES = ("messages_fts", "messages_fts_trigram")
 # joins the others once the library is loaded: before, FTS5 cannot so much as open it.
 CJK_FTS_TABLE = "messages_fts_cjk"
 # Typical BEGIN-to-COMMIT while another writer is about. A Hermes writer that waits polls the lock
-# at 18, 33 and 53 ms of waiting: a transaction of ours past ~30 ms makes it wait 53. Measured on
-# R under the writer, one in-process run each (small FTS5 merges left to automerge): at 16 ms,
-# p99 wait 53.8 ms and 40.4 s less Hermes' optimize, then 42.7 ms and 50.3 s; at 12 ms, 33.9 ms
-# and 53.0 s. The wait bound comes first.
-TARGET_HOLD_S = 0.012
+# at 18, 33 and 53 ms of waiting: so what sets its wait is our longest transactions, not the
+# typical one. Kept under ~30 ms (SPLIT_MARGIN_S, and merge steps sized by their slowest rate),
+# 20 ms ones keep it at 33 ms. Measured on R under the writer, one in-process run each, less
+# Hermes' optimize: at 12 ms (units split only past 50 ms, merges sized by their median rate),
+# 54.7 s, p99 wait 33.8 ms; at 20 ms so, 39.8 s but p99 53.9 ms; at 20 ms with the tail cut,
+# 41.6 s and p99 33.7 ms (max 53.8); at 25 ms, 40.1 s and 33.9 ms (max 59.7).
+TARGET_HOLD_S = 0.020
 # With no other writer seen for a second nobody waits on the lock, and each transaction costs a
 # flush of both FTS indexes and a pause: fewer, longer ones. A writer that comes meanwhile waits
 # for one of them and the turn after it (where a process holds the store open: turns.py), and
@@ -89,9 +91,11 @@ MAX_UNITS_PER_TXN = 1024
 # ~0.4-0.5 us per byte here; a little more, to be on the safe side.
 FIRST_S_PER_WEIGHT = 0.6e-6
 MIN_WEIGHT = 4096  # the least a transaction is given, whatever the measurement says
-# A unit goes in several transactions when one would hold the lock longer than this; units that
-# fit are packed by TARGET_HOLD_S, and a split unit's steps too.
+# A unit goes in several transactions when one would hold the lock longer than this, or longer
+# than SPLIT_MARGIN_S past the time aimed at (while another writer is about: 30 ms); units that
+# fit are packed by the time aimed at, and a split unit's steps too.
 SPLIT_AT_S = 0.050
+SPLIT_MARGIN_S = 0.010
 RATE_WINDOW = 15
 EXPORT_UNITS = 500  # units per export member: one fsync and manifest write each
 FIRST_EXPORT_UNITS = 8  # then 64, 500: the deletes start at once, and never wait for a whole 500
@@ -380,7 +384,8 @@ class Engine(SplitDeletes):
 
     def _too_big(self, weight: int) -> bool:
         """Would one transaction of this weight hold the lock too long (as measured so far)?"""
-        return weight > self._budget and weight * self._s_per_weight > SPLIT_AT_S
+        split_at = min(SPLIT_AT_S, self._hold_target() + SPLIT_MARGIN_S)
+        return weight > self._budget and weight * self._s_per_weight > split_at
 
     def _steps(self, units: list[Unit], reason: str, orphans: bool, result: Result):
         """(units, their exports, False, last) for one transaction of whole units, as many as the time
