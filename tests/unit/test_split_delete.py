@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from hermes_admin.profile.engine import engine as engine_module
+from hermes_admin.profile.engine.exports import load_manifest
 from hermes_admin.profile.engine.turns import Turns
 from hermes_admin.synth.builder import SynthStore
 from tests.conftest import fts_problems
@@ -277,7 +278,7 @@ def test_export_dir_and_keep_days(store, invoke, tmp_path, now):
     path.rename(old)
     Path(str(path) + ".json").rename(str(old) + ".json")
     path, manifest = old, Path(str(old) + ".json")
-    doc = json.loads(manifest.read_text())
+    doc = load_manifest(path)
     doc["created"] = now - 8 * DAY
     manifest.write_text(json.dumps(doc))
     invoke("--root", str(store), "purge", "--older-than", "90", "--yes", "--export-dir", str(elsewhere))
@@ -308,7 +309,7 @@ def test_restore_of_a_missing_or_foreign_file_is_one_error_line(store, invoke, t
     assert purge(invoke, store, "--export-dir", str(other)).exit_code == 0
     (path,) = other.glob("*.jsonl.gz")
     manifest = Path(str(path) + ".json")
-    doc = json.loads(manifest.read_text())
+    doc = load_manifest(path)
     doc["home"] = "/somewhere/else"
     manifest.write_text(json.dumps(doc))
     result = invoke("--root", str(store), "restore", str(path), "-p", "default", "--yes")
@@ -365,7 +366,7 @@ def test_commands_without_the_policy_never_prune_exports(store, invoke, now):
     assert purge(invoke, store).exit_code == 0
     path = only_export(store)
     manifest = Path(str(path) + ".json")
-    doc = json.loads(manifest.read_text())
+    doc = load_manifest(path)
     doc["created"] = now - 30 * DAY
     manifest.write_text(json.dumps(doc))
     assert invoke("--root", str(store), "sessions", "archive", "recent", "--yes").exit_code in (0, 1)
@@ -379,7 +380,7 @@ def test_a_hostile_export_cannot_write_into_other_sessions_nor_crash_restore(sto
     assert purge(invoke, store).exit_code == 0
     path = only_export(store)
     manifest_path = Path(str(path) + ".json")
-    manifest = json.loads(manifest_path.read_text())
+    manifest = load_manifest(path)
     record = {"id": "small-0", "source": "cli", "started_at": 1.0, "ended_at": 2.0,
               "messages": [{"id": 999999999, "session_id": "recent", "role": "user", "content": "injected",
                             "timestamp": 3.0}]}
@@ -532,5 +533,36 @@ def test_export_batches_grow_so_the_deletes_start_at_once(tmp_path, invoke, now)
     synth.close()
     doc = json.loads(purge(invoke, root).stdout)
     assert sum(r["rows"] for r in doc["results"]) == 700
-    manifest = json.loads(Path(str(only_export(root)) + ".json").read_text())
+    manifest = load_manifest(only_export(root))
     assert [len(m["units"]) for m in manifest["members"]] == [8, 64, 500, 128]
+
+
+def test_the_manifest_gains_a_line_a_member_and_a_line_cut_short_is_not_relied_on(tmp_path, invoke, now):
+    """Appended, never rewritten (rewriting it whole for each member made big exports quadratic)."""
+    root = tmp_path / "lines"
+    synth = SynthStore(root / "state.db", 30)
+    old = now - 200 * DAY
+    for n in range(72):
+        synth.session(f"old-{n:04d}", started=old + n, ended=old + n + 60, end_reason="user_exit")
+        synth.messages(f"old-{n:04d}", 1, old + n, 1)
+    synth.close()
+    assert purge(invoke, root).exit_code == 0
+    path = only_export(root)
+    manifest_path = Path(str(path) + ".json")
+    lines = manifest_path.read_bytes().split(b"\n")
+    assert lines[-1] == b"" and len(lines) == 1 + 2 + 1  # the head, a line for each of 8 and 64 units
+    head, *members = [json.loads(line) for line in lines[:-1]]
+    assert head["format"] == 2 and "members" not in head and [len(m["units"]) for m in members] == [8, 64]
+
+    def listed() -> int:
+        shown = json.loads(invoke("--root", str(root), "exports", "list", "--json").stdout)
+        return sum(item.get("units", 0) for item in shown["exports"])
+
+    with open(manifest_path, "ab") as torn:  # as a crash in the middle of a third line leaves it
+        torn.write(b'{"offset": 99, "length": ')
+    assert listed() == 72
+    # format 1 (one document, rewritten for each member) still reads
+    manifest_path.write_text(json.dumps({**head, "format": 1, "members": members}))
+    assert listed() == 72
+    assert invoke("--root", str(root), "restore", str(path), "--session", "old-0003", "--yes").exit_code == 0
+    assert "old-0003" in row_ids(root / "state.db")
