@@ -23,6 +23,8 @@ them of Hermes' own one-page segments) are left to automerge, as they always wer
 
 from __future__ import annotations
 
+import time
+
 DEFAULT_AUTOMERGE = 4  # FTS5's own default; 1 means the default too
 FIRST_S_PER_PAGE = 0.0003  # merge work, before the first measurement (measured here: 0.05-0.2 ms a page)
 MIN_PAGES, MAX_PAGES = 8, 400
@@ -32,6 +34,7 @@ MIN_PAGES, MAX_PAGES = 8, 400
 # cost a turn each (2250 steps on the realistic store under the writer).
 SMALL_PAGES = 64
 RATE_WINDOW = 9
+SETTINGS_EVERY_S = 5.0  # how often an index's merge settings are read again
 MAX_LEVELS = MAX_SEGMENTS = 2000  # FTS5's own limit on segments (FTS5_MAX_SEGMENT)
 STRUCTURE_ROWID = 10  # the %_data row that holds an index's structure record
 STRUCTURE_V2 = b"\xff\x00\x00\x01"  # SQLite 3.44+: segments carry five more fields
@@ -113,6 +116,7 @@ class FtsMerges:
         self.db = db
         self.tables = [t for t in tables if self._may_restore(t)]
         self._rates: dict[tuple[str, int], list[float]] = {}  # seconds a page, by index and level
+        self._thresholds: dict[str, tuple[float, int]] = {}  # (when read, what) by index
 
     def add(self, table: str) -> None:
         """One more index (Hermes' CJK one, once its tokenizer is loaded)."""
@@ -165,7 +169,19 @@ class FtsMerges:
 
     def _threshold(self, table: str) -> int:
         """How many segments a level needs before we merge it: what automerge would merge, and
-        at least what FTS5's 'merge' command asks for (its `usermerge`); 0 for no merging."""
+        at least what FTS5's 'merge' command asks for (its `usermerge`); 0 for no merging.
+
+        Read again every SETTINGS_EVERY_S, not at each of the thousands of looks a purge takes
+        (1.4 s of W10's run): a setting changed meanwhile only moves when we merge, never what
+        the deletes put back (quiet() reads the stored value inside each transaction)."""
+        now = time.monotonic()
+        read_at, threshold = self._thresholds.get(table, (float("-inf"), 0))
+        if now - read_at >= SETTINGS_EVERY_S:
+            threshold = self._read_threshold(table)
+            self._thresholds[table] = (now, threshold)
+        return threshold
+
+    def _read_threshold(self, table: str) -> int:
         _, automerge = self._stored(self.db, table, "automerge", AUTOMERGE_RANGE)
         _, usermerge = self._stored(self.db, table, "usermerge", USERMERGE_RANGE)
         if automerge == 0:
