@@ -523,7 +523,7 @@ def test_a_unit_another_connection_changed_after_its_export_is_left_for_the_next
 
 
 def test_export_batches_grow_so_the_deletes_start_at_once(tmp_path, invoke, now):
-    """8 units first (the only export the deletes wait for), then 64, then 500 at a time."""
+    """8 units first (the only export the deletes wait for), then twice as many each time, up to 500."""
     root = tmp_path / "many"
     synth = SynthStore(root / "state.db", 30)
     old = now - 200 * DAY
@@ -534,7 +534,7 @@ def test_export_batches_grow_so_the_deletes_start_at_once(tmp_path, invoke, now)
     doc = json.loads(purge(invoke, root).stdout)
     assert sum(r["rows"] for r in doc["results"]) == 700
     manifest = load_manifest(only_export(root))
-    assert [len(m["units"]) for m in manifest["members"]] == [8, 64, 500, 128]
+    assert [len(m["units"]) for m in manifest["members"]] == [8, 16, 32, 64, 128, 256, 196]
 
 
 def test_the_manifest_gains_a_line_a_member_and_a_line_cut_short_is_not_relied_on(tmp_path, invoke, now):

@@ -98,8 +98,10 @@ SPLIT_AT_S = 0.050
 SPLIT_MARGIN_S = 0.010
 RATE_WINDOW = 15
 EXPORT_UNITS = 500  # units per export member: one fsync and manifest write each
-FIRST_EXPORT_UNITS = 8  # then 64, 500: the deletes start at once, and never wait for a whole 500
-EXPORT_GROWTH = 8
+FIRST_EXPORT_UNITS = 8  # then twice as many each time, up to 500: the deletes start at once
+# Each batch is exported while the one before it (half its size) is deleted, which takes longer:
+# growing 8 times (8, 64, 500) made W1's and W10's deletes wait for the 500 at each part of the store.
+EXPORT_GROWTH = 2
 EXPORTS_AHEAD = 2  # batches exported ahead of the deletes
 # FTS5's merging (fts_merges.py), in transactions of its own: at most this many between two deletes
 MERGE_STEPS = 64
