@@ -542,7 +542,7 @@ def test_the_manifest_gains_a_line_a_member_and_a_line_cut_short_is_not_relied_o
     root = tmp_path / "lines"
     synth = SynthStore(root / "state.db", 30)
     old = now - 200 * DAY
-    for n in range(72):
+    for n in range(24):
         synth.session(f"old-{n:04d}", started=old + n, ended=old + n + 60, end_reason="user_exit")
         synth.messages(f"old-{n:04d}", 1, old + n, 1)
     synth.close()
@@ -550,9 +550,9 @@ def test_the_manifest_gains_a_line_a_member_and_a_line_cut_short_is_not_relied_o
     path = only_export(root)
     manifest_path = Path(str(path) + ".json")
     lines = manifest_path.read_bytes().split(b"\n")
-    assert lines[-1] == b"" and len(lines) == 1 + 2 + 1  # the head, a line for each of 8 and 64 units
+    assert lines[-1] == b"" and len(lines) == 1 + 2 + 1  # the head, a line for each of 8 and 16 units
     head, *members = [json.loads(line) for line in lines[:-1]]
-    assert head["format"] == 2 and "members" not in head and [len(m["units"]) for m in members] == [8, 64]
+    assert head["format"] == 2 and "members" not in head and [len(m["units"]) for m in members] == [8, 16]
 
     def listed() -> int:
         shown = json.loads(invoke("--root", str(root), "exports", "list", "--json").stdout)
@@ -560,9 +560,9 @@ def test_the_manifest_gains_a_line_a_member_and_a_line_cut_short_is_not_relied_o
 
     with open(manifest_path, "ab") as torn:  # as a crash in the middle of a third line leaves it
         torn.write(b'{"offset": 99, "length": ')
-    assert listed() == 72
+    assert listed() == 24
     # format 1 (one document, rewritten for each member) still reads
     manifest_path.write_text(json.dumps({**head, "format": 1, "members": members}))
-    assert listed() == 72
+    assert listed() == 24
     assert invoke("--root", str(root), "restore", str(path), "--session", "old-0003", "--yes").exit_code == 0
     assert "old-0003" in row_ids(root / "state.db")
