@@ -558,11 +558,57 @@ def test_the_manifest_gains_a_line_a_member_and_a_line_cut_short_is_not_relied_o
         shown = json.loads(invoke("--root", str(root), "exports", "list", "--json").stdout)
         return sum(item.get("units", 0) for item in shown["exports"])
 
+    whole = manifest_path.read_bytes()
     with open(manifest_path, "ab") as torn:  # as a crash in the middle of a third line leaves it
         torn.write(b'{"offset": 99, "length": ')
     assert listed() == 24
+    # or with its length on disk but not its data (a file system that orders no data before sizes)
+    manifest_path.write_bytes(whole + b"\0" * 300 + b"\n")
+    assert listed() == 24
+    manifest_path.write_bytes(whole.replace(b"\n", b"\n\0\0\n", 1))  # but never a bad line before the last
+    assert listed() == 0
+    manifest_path.write_bytes(whole)
     # format 1 (one document, rewritten for each member) still reads
     manifest_path.write_text(json.dumps({**head, "format": 1, "members": members}))
     assert listed() == 24
     assert invoke("--root", str(root), "restore", str(path), "--session", "old-0003", "--yes").exit_code == 0
     assert "old-0003" in row_ids(root / "state.db")
+
+
+def test_a_manifest_line_that_fails_stops_the_deletes_and_never_breaks_what_was_listed(tmp_path, invoke, now,
+                                                                                       monkeypatch):
+    """A failed append is cut off again; when even that fails, no member may follow the half line."""
+    from hermes_admin.profile.engine import exports as exports_module
+
+    root = tmp_path / "failing"
+    synth = SynthStore(root / "state.db", 30)
+    old = now - 200 * DAY
+    for n in range(24):
+        synth.session(f"old-{n:04d}", started=old + n, ended=old + n + 60, end_reason="user_exit")
+        synth.messages(f"old-{n:04d}", 1, old + n, 1)
+    synth.close()
+    real_write, real_truncate = os.write, os.ftruncate
+    calls = {"n": 0}
+
+    def write(fd, data):
+        if data.startswith(b'{"offset": ') and b'"units"' in data:
+            calls["n"] += 1
+            if calls["n"] == 1:  # the second member's line: half of it, then the disk is full
+                real_write(fd, data[:len(data) // 2])
+                raise OSError(28, "No space left on device")
+        return real_write(fd, data)
+
+    def ftruncate(fd, length):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(exports_module.os, "write", write)
+    monkeypatch.setattr(exports_module.os, "ftruncate", ftruncate)
+    result = purge(invoke, root)
+    assert result.exit_code != 0 and "No space left on device" in result.stderr
+    assert len(row_ids(root / "state.db")) == 24 - 8  # the first member's units only
+    monkeypatch.setattr(exports_module.os, "write", real_write)
+    monkeypatch.setattr(exports_module.os, "ftruncate", real_truncate)
+    manifest = load_manifest(only_export(root))  # the half line is the last: never relied on
+    assert [len(m["units"]) for m in manifest["members"]] == [8]
+    assert invoke("--root", str(root), "restore", str(only_export(root)), "--yes").exit_code == 0
+    assert len(row_ids(root / "state.db")) == 24

@@ -49,6 +49,7 @@ MANIFEST = ".json"
 DEFAULT_KEEP_DAYS = 7.0
 LEVEL = 1  # zlib's fastest: text compresses ~4x even so, at a fraction of the time of level 6
 READ_CHUNK = 1 << 20
+MAX_MANIFEST = 256 << 20  # ~3 M units
 MAX_VALUE = 64 << 20  # a single JSON value read back: Hermes caps a message's content far below
 DAY = 86400.0
 
@@ -178,8 +179,10 @@ class ExportFile:
     def __init__(self, profile: Profile, settings: Settings, clock=time.time):
         self.profile, self.settings, self.clock = profile, settings, clock
         self.path: Path | None = None
-        self.manifest: dict | None = None
+        self._head: dict | None = None  # the manifest's first line, written with the first member's
+        self._members = 0  # members listed in the manifest so far
         self._manifest_fd: int | None = None  # the manifest, appended to (O_APPEND), created with the file
+        self._broken: str | None = None  # why no member may follow (a manifest line that may be half written)
         self._lock = threading.Lock()  # members are appended one at a time (the engine exports ahead)
         self._fd: int | None = None  # the file as created (O_EXCL): never opened again by its name
 
@@ -210,10 +213,8 @@ class ExportFile:
         else:
             raise ExportError(errno.EEXIST, "cannot create the export: too many of the same name", str(path))
         self.path, self._fd, self._manifest_fd = path, fd, manifest_fd
-        head = {"format": FORMAT, "profile": self.profile.name, "home": str(self.profile.home),
-                "root": str(self.profile.root), "created": self.clock()}
-        self.manifest = {**head, "members": []}
-        self._append_manifest(head)
+        self._head = {"format": FORMAT, "profile": self.profile.name, "home": str(self.profile.home),
+                      "root": str(self.profile.root), "created": self.clock()}
 
     def write(self, db, schema, units, reason: str) -> dict[str, Exported]:
         """Append one member holding `units`; returns what was written, by head session id, once the
@@ -222,6 +223,8 @@ class ExportFile:
             return self._write(db, schema, units, reason)
 
     def _write(self, db, schema, units, reason: str) -> dict[str, Exported]:
+        if self._broken:
+            raise ExportError(errno.EIO, self._broken, str(self.path) + MANIFEST)
         if self.path is None:
             self._create()
         digest, compressor = hashlib.sha256(), zlib.compressobj(LEVEL, zlib.DEFLATED, 31)
@@ -265,8 +268,7 @@ class ExportFile:
             item.offset, item.length = offset, length
         member = {"offset": offset, "length": length, "sha256": expected[0], "bytes": expected[1], "reason": reason,
                   "units": [[sid, e.sessions, e.messages, list(ids[sid])] for sid, e in written.items()]}
-        self._append_manifest(member, first=not self.manifest["members"])
-        self.manifest["members"].append(member)
+        self._append_manifest(member)
         return written
 
     @staticmethod
@@ -318,29 +320,41 @@ class ExportFile:
         return Exported(str(self.path), 0, 0, len(rows), messages, weight, max_id, fingerprint(columns, rows))
 
     def close(self) -> None:
-        for fd in (self._fd, self._manifest_fd):
+        fds, self._fd, self._manifest_fd = (self._fd, self._manifest_fd), None, None
+        for fd in fds:
             if fd is not None:
-                os.close(fd)
-        self._fd = self._manifest_fd = None
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
 
-    def _append_manifest(self, record: dict, first: bool = False) -> None:
-        """One line more, on disk before it returns. The first member's also syncs the folder: both
-        names are on disk before anything is deleted."""
+    def _append_manifest(self, member: dict) -> None:
+        """The member's line (after the head, for the first), on disk before it returns; the first
+        also syncs the folder, so both names are on disk before anything is deleted.
+
+        A line that may be half written is cut off again; if even that fails, no member may
+        follow (it would come after a line no reader can parse, and make the manifest unreadable)."""
         path = Path(str(self.path) + MANIFEST)
-        data = (json.dumps(record) + "\n").encode()
+        lines = ([self._head] if self._members == 0 else []) + [member]
+        data = "".join(json.dumps(line) + "\n" for line in lines).encode()
         try:
             at = os.lseek(self._manifest_fd, 0, os.SEEK_END)
             try:
                 while data:
                     data = data[os.write(self._manifest_fd, data):]
                 os.fsync(self._manifest_fd)
-            except OSError:
-                os.ftruncate(self._manifest_fd, at)  # no half line for a later one to follow
+            except BaseException:
+                try:
+                    os.ftruncate(self._manifest_fd, at)
+                    os.fsync(self._manifest_fd)
+                except BaseException:
+                    self._broken = "the export's manifest may end in a half-written line; no more members after it"
                 raise
-            if first:
+            if self._members == 0:
                 _fsync_dir(path.parent)
         except OSError as exc:
             raise ExportError(exc.errno, f"cannot write the export's manifest: {exc.strerror}", str(path)) from None
+        self._members += 1
 
 
 def _dicts(db, sql: str, params: list) -> list[dict]:
@@ -395,10 +409,13 @@ def load_manifest(path: Path) -> dict:
     manifest_path = Path(str(path) + MANIFEST)
     try:
         with open(manifest_path, "rb") as source:
-            data = source.read(64 << 20)
-        manifest = _parse_manifest(data)
+            data = source.read(MAX_MANIFEST + 1)
     except OSError as exc:
         raise ExportError(exc.errno, f"cannot read the export's manifest: {exc.strerror}", str(manifest_path)) from None
+    if len(data) > MAX_MANIFEST:  # never a silent cut: the line it would end in is a member
+        raise ExportError(errno.EFBIG, f"the export's manifest is over {MAX_MANIFEST >> 20} MB", str(manifest_path))
+    try:
+        manifest = _parse_manifest(data)
     except ValueError:
         raise ExportError(errno.EINVAL, "the export's manifest is not valid JSON", str(manifest_path)) from None
     if not isinstance(manifest, dict) or manifest.get("format") not in FORMATS \
@@ -409,21 +426,25 @@ def load_manifest(path: Path) -> dict:
 
 def _parse_manifest(data: bytes):
     try:
-        whole = json.loads(data)  # one document (or only the first line: no member yet)
+        return json.loads(data)  # one document
     except ValueError:
         pass
-    else:
-        if isinstance(whole, dict) and "members" not in whole and whole.get("format") == 2:
-            return {**whole, "members": []}
-        return whole
     lines = data.split(b"\n")
-    if len(lines) < 2:
-        raise ValueError("neither a document nor lines")
-    lines.pop()  # what follows the last newline: empty, or a line a crash cut short (never relied on)
-    head = json.loads(lines[0])
-    if not isinstance(head, dict) or "members" in head:
+    if lines[-1] == b"":
+        lines.pop()
+    if not lines:
+        raise ValueError("empty")
+    # The last line may be one a crash cut short (or left with a page of zeros, on a file system
+    # that orders no data before the file's size): every line before it was fsynced before it was
+    # begun, so it was never relied on. Any other line must be whole.
+    records = [json.loads(line) for line in lines[:-1]]
+    try:
+        records.append(json.loads(lines[-1]))
+    except ValueError:
+        pass
+    if not records or not isinstance(records[0], dict) or "members" in records[0]:
         raise ValueError("not a manifest's first line")
-    return {**head, "members": [json.loads(line) for line in lines[1:]]}
+    return {**records[0], "members": records[1:]}
 
 
 def _good_member(member) -> bool:
