@@ -35,7 +35,8 @@ HELD_EVERY_S = 5.0  # how often the processes holding the store open are looked 
 # FTS5 merge steps (most take a few ms) may follow one another without a turn in between for this
 # long: each turn costs about one of the writer's appends. The turn is owed once they stop.
 CHAIN_S = 0.006
-POLL_S = 0.001
+POLL_S = 0.0005  # how often a pause looks whether the waiting writer has committed (~20 us a look)
+SLACK_S = 0.001  # a pause outlasts the writer's polling interval by this much: its sleep runs late
 
 
 def poll_interval(waited_s: float) -> float:
@@ -123,8 +124,8 @@ class Turns:
         started = self.clock()
         self._other_committed()
         active = self.others_may_write
-        deadline = committed_at + (max(MIN_S, poll_interval(held_s)) + POLL_S if active else MIN_S)
-        for _ in range(int(MAX_S / POLL_S) + 1):  # bounded: a stopped clock (tests) cannot hold us here
+        deadline = committed_at + (max(MIN_S, poll_interval(held_s)) + SLACK_S if active else MIN_S)
+        for _ in range(int((MAX_S + SLACK_S) / POLL_S) + 1):  # bounded: a stopped clock (tests) cannot hold us here
             now = self.clock()
             if now >= deadline:
                 break
