@@ -522,15 +522,20 @@ def test_a_unit_another_connection_changed_after_its_export_is_left_for_the_next
     assert row_ids(store / "state.db") == {"recent"} and compared == [[]]  # exported as it is now: it goes
 
 
-def test_export_batches_grow_so_the_deletes_start_at_once(tmp_path, invoke, now):
-    """8 units first (the only export the deletes wait for), then twice as many each time, up to 500."""
-    root = tmp_path / "many"
+def old_sessions(root: Path, now: float, count: int) -> None:
+    """A store of `count` ended sessions of one message each, all past retention."""
     synth = SynthStore(root / "state.db", 30)
     old = now - 200 * DAY
-    for n in range(700):
+    for n in range(count):
         synth.session(f"old-{n:04d}", started=old + n, ended=old + n + 60, end_reason="user_exit")
         synth.messages(f"old-{n:04d}", 1, old + n, 1)
     synth.close()
+
+
+def test_export_batches_grow_so_the_deletes_start_at_once(tmp_path, invoke, now):
+    """8 units first (the only export the deletes wait for), then twice as many each time, up to 500."""
+    root = tmp_path / "many"
+    old_sessions(root, now, 700)
     doc = json.loads(purge(invoke, root).stdout)
     assert sum(r["rows"] for r in doc["results"]) == 700
     manifest = load_manifest(only_export(root))
@@ -540,12 +545,7 @@ def test_export_batches_grow_so_the_deletes_start_at_once(tmp_path, invoke, now)
 def test_the_manifest_gains_a_line_a_member_and_a_line_cut_short_is_not_relied_on(tmp_path, invoke, now):
     """Appended, never rewritten (rewriting it whole for each member made big exports quadratic)."""
     root = tmp_path / "lines"
-    synth = SynthStore(root / "state.db", 30)
-    old = now - 200 * DAY
-    for n in range(24):
-        synth.session(f"old-{n:04d}", started=old + n, ended=old + n + 60, end_reason="user_exit")
-        synth.messages(f"old-{n:04d}", 1, old + n, 1)
-    synth.close()
+    old_sessions(root, now, 24)
     assert purge(invoke, root).exit_code == 0
     path = only_export(root)
     manifest_path = Path(str(path) + ".json")
@@ -581,12 +581,7 @@ def test_a_manifest_line_that_fails_stops_the_deletes_and_never_breaks_what_was_
     from hermes_admin.profile.engine import exports as exports_module
 
     root = tmp_path / "failing"
-    synth = SynthStore(root / "state.db", 30)
-    old = now - 200 * DAY
-    for n in range(24):
-        synth.session(f"old-{n:04d}", started=old + n, ended=old + n + 60, end_reason="user_exit")
-        synth.messages(f"old-{n:04d}", 1, old + n, 1)
-    synth.close()
+    old_sessions(root, now, 24)
     real_write, real_truncate = os.write, os.ftruncate
     calls = {"n": 0}
 
