@@ -361,6 +361,29 @@ def test_a_stop_between_batches_is_reported_and_leaves_the_rest(synth_root, invo
     assert purge["rows"] + len(purge["kept"]) < before  # the later batches were never looked at
 
 
+def test_a_stop_as_a_profile_begins_still_names_it_in_the_report(synth_root, invoke, monkeypatch):
+    """The stop comes after the profile loop looked, before its first task: the profile is reported
+    (its task skipped, and why), never left out of the report."""
+    from hermes_admin.profile import jobs
+
+    root, _ = synth_root
+    entered = jobs._enter
+
+    def enter_then_stop(profile, isolated):
+        entered(profile, isolated)
+        stopping.request()
+
+    monkeypatch.setattr(jobs, "_enter", enter_then_stop)
+    before = row_ids(home_of(root, "default") / "state.db")
+    try:
+        result = invoke("--root", str(root), "purge", "-p", "default", "--older-than", "90", "--yes", "--json")
+    finally:
+        stopping.clear()
+    (purge,) = [r for r in json.loads(result.stdout)["results"] if r["task"] == "purge"]
+    assert purge["status"] == "skipped" and purge["why"] == "stopped on request before it began"
+    assert row_ids(home_of(root, "default") / "state.db") == before
+
+
 def test_compact_json_report_is_what_json_dump_writes(monkeypatch):
     from hermes_admin import report
     from hermes_admin.profile.engine.engine import Done

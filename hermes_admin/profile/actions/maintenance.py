@@ -273,7 +273,10 @@ def maintain(run: Run, profile: Profile, layers: dict, request: Request,
         results = []
         try:
             for task in ORDER:
-                if task == "repair" or task not in request.tasks or stopping.requested():
+                if task == "repair" or task not in request.tasks:
+                    continue
+                if stopping.requested():  # named in the report: a stop that came as this profile began never hides it
+                    results.append(one_pass.skipped(task, "stopped on request before it began"))
                     continue
                 started = time.monotonic()
                 try:
