@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import yaml
@@ -278,3 +279,37 @@ def test_a_stop_of_roots_run_reaches_both_of_her_processes(make_user, system_ven
         assert str(home) in reported or f" {name}," in untouched or f" {name} not" in untouched, (name, doc)
     assert "p7" in untouched  # the copy's last profile never began
     assert root_owned(alice.root) == []
+
+
+HELD = "import sys; from hermes_admin.profile.engine.holders import held_by_its_owner; print(held_by_its_owner(sys.argv[1]))"
+
+
+def test_pacing_sees_her_own_hermes_and_never_counts_roots_processes(make_user, system_venv):
+    """As the home's owner, the scan for a Hermes holding the store open skips the processes she may
+    not inspect (root's, here holding her store too): every store counted as held before."""
+    from tests.root.conftest import as_user
+
+    alice = make_user("held")
+    build_user_root(alice, {"default": 30})
+    store = alice.root / "state.db"
+    python = str(system_venv / "bin" / "python")
+    roots_fd = os.open(store, os.O_RDONLY)  # a process of root's holds her store: not hers to see
+    try:
+        alone = as_user(alice, [python, "-c", HELD, str(store)])
+        assert alone.returncode == 0 and alone.stdout.strip() == "False", alone.stderr
+        holder = subprocess.Popen([python, "-c", f"import time; f = open({str(store)!r}, 'rb'); time.sleep(60)"],
+                                  user=alice.uid, group=alice.gid, extra_groups=[], cwd=str(alice.home),
+                                  env={"PATH": "/usr/bin:/bin"})
+        try:
+            for _ in range(100):  # until it has the file open
+                if any(os.path.realpath(f"/proc/{holder.pid}/fd/{n}") == str(store)
+                       for n in os.listdir(f"/proc/{holder.pid}/fd")):
+                    break
+                time.sleep(0.05)
+            held = as_user(alice, [python, "-c", HELD, str(store)])
+            assert held.returncode == 0 and held.stdout.strip() == "True", held.stderr
+        finally:
+            holder.kill()
+            holder.wait()
+    finally:
+        os.close(roots_fd)

@@ -194,21 +194,18 @@ class ExportFile:
         for n in range(100):  # one run per process at a time, but tests run many in one second
             path = folder / f"{stamp}-{_safe_name(self.profile.name)}-{home_tag}-{os.getpid()}" \
                             f"{'-' + str(n) if n else ''}{SUFFIX}"
-            made = None
+            fd = None
             try:
                 # no fsync of the folder yet: the first member's manifest line, before any delete commits, covers both names
-                fd = made = os.open(path, os.O_RDWR | flags, 0o600)
+                fd = os.open(path, os.O_RDWR | flags, 0o600)
                 manifest_fd = os.open(str(path) + MANIFEST, os.O_WRONLY | os.O_APPEND | flags, 0o600)
                 break
-            except FileExistsError:
-                if made is not None:  # a manifest left without its file: this name is taken
-                    os.close(made)
-                    os.unlink(path)
-                continue
             except OSError as exc:
-                if made is not None:
-                    os.close(made)
+                if fd is not None:  # the file without its manifest is not left behind
+                    os.close(fd)
                     os.unlink(path)
+                if isinstance(exc, FileExistsError):
+                    continue  # the name is taken (by a file, or by a manifest left without one)
                 raise ExportError(exc.errno, f"cannot create the export: {exc.strerror}", str(path)) from None
         else:
             raise ExportError(errno.EEXIST, "cannot create the export: too many of the same name", str(path))
