@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import time
 from pathlib import Path
@@ -313,3 +314,52 @@ def test_pacing_sees_her_own_hermes_and_never_counts_roots_processes(make_user, 
             holder.wait()
     finally:
         os.close(roots_fd)
+
+
+def old_store(user, sessions: int = 300) -> Path:
+    """Her WAL store of old sessions only: a purge frees most of it, so VACUUM is worth it."""
+    from hermes_admin.synth.builder import SynthStore
+
+    now = time.time()
+    store = SynthStore(user.root / "state.db", version=30)
+    for i in range(sessions):
+        sid = f"s{i:03d}"
+        store.session(sid, started=now - 200 * 86400, ended=now - 199 * 86400, end_reason="x")
+        store.messages(sid, 10, now - 200 * 86400, text="padding " * 50)
+    store.close()
+    chown_tree(user.root, user)
+    return user.root / "state.db"
+
+
+def test_roots_run_vacuums_her_store_unless_a_connection_holds_it(make_user, admin, system_venv):
+    """As her, the other users' processes cannot be looked into; their SQLite connections still show
+    by their locks on her WAL store. VACUUM never ran under the root timer before."""
+    alice = make_user("vacuum")
+    store = old_store(alice)
+    code = ("import sqlite3, sys, time; c = sqlite3.connect(f'file:{sys.argv[1]}?mode=ro', uri=True); "
+            "c.execute('SELECT COUNT(*) FROM sessions').fetchall(); print(1, flush=True); time.sleep(120)")
+    holder = subprocess.Popen([str(system_venv / "bin" / "python"), "-c", code, str(store)],
+                              stdout=subprocess.PIPE, text=True)  # root's, with her store open
+    try:
+        assert holder.stdout.readline().strip() == "1"
+        held = admin("--root", str(alice.root), "purge", "--vacuum", "--json")
+        assert held.returncode in (0, 1), held.stderr
+        result = json.loads(held.stdout)["results"][0]
+        assert result["rows"] == 300 and result["vacuumed"] is False
+        assert any(f"pid {holder.pid}" in note for note in result["notes"]), result["notes"]
+    finally:
+        holder.kill()
+        holder.wait()
+    store.unlink()
+    for sidecar in ("-wal", "-shm"):
+        Path(f"{store}{sidecar}").unlink(missing_ok=True)
+    old_store(alice)
+    done = admin("--root", str(alice.root), "purge", "--vacuum", "--json")
+    assert done.returncode in (0, 1), done.stderr
+    result = json.loads(done.stdout)["results"][0]
+    assert result["rows"] == 300 and result["vacuumed"] is True, result["notes"]
+    conn = sqlite3.connect(f"file:{store}?mode=ro", uri=True)
+    assert conn.execute("PRAGMA freelist_count").fetchone()[0] == 0
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"  # never changed
+    conn.close()
+    assert root_owned(alice.root) == []

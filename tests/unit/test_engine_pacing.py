@@ -14,6 +14,7 @@ import sys
 import time
 
 import peewee
+import pytest
 
 from hermes_admin import stopping
 from hermes_admin.profile import parts
@@ -21,7 +22,7 @@ from hermes_admin.profile.engine.checkpointer import Checkpointer
 from hermes_admin.profile.engine.files import FileIndex
 from hermes_admin.profile.engine.group_commit import GroupCommit
 from hermes_admin.profile.engine import holders as holders_module
-from hermes_admin.profile.engine.holders import held_by_its_owner, store_holders
+from hermes_admin.profile.engine.holders import held_by_its_owner, lock_holders, store_holders
 from hermes_admin.profile.engine import remover as remover_module
 from hermes_admin.profile.engine.remover import FileRemover
 from hermes_admin.profile.store.connect import open_readwrite
@@ -163,7 +164,8 @@ def test_pacing_looks_only_into_the_owners_processes_and_a_failed_look_counts_as
         return listdir(folder)
 
     monkeypatch.setattr(holders_module.os, "listdir", as_an_owner)
-    assert store_holders(path) is None  # VACUUM and the index rebuild: unknown is held
+    assert store_holders(path) is None  # a rollback-journal store: unknown is held
+    assert store_holders(path, wal=True) == []  # a WAL store: pid 1 holds no lock on it
     assert held_by_its_owner(path) is False  # pacing: nobody of the owner's holds it
     monkeypatch.setattr(holders_module.os, "listdir", listdir)
 
@@ -395,3 +397,56 @@ def test_compact_json_report_is_what_json_dump_writes(monkeypatch):
     report._write_compact(doc, pieces.append)
     assert "".join(pieces) == json.dumps(doc, default=report._plain)
 
+
+
+def test_a_connection_the_owner_cannot_look_into_is_seen_by_its_lock(tmp_path, monkeypatch):
+    """VACUUM's scan as a home's owner: another user's process (here one whose fds cannot be
+    listed) with the WAL store open holds a lock on it, which /proc/locks shows to anyone."""
+    path = tmp_path / "s.db"
+    db = wal_store(path)
+    code = "import sqlite3, sys, time; c = sqlite3.connect(sys.argv[1]); c.execute('SELECT COUNT(*) FROM sqlite_master').fetchall(); print(1, flush=True); time.sleep(60)"
+    holder = subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE, text=True)
+    listdir = os.listdir
+
+    def hidden(folder):
+        if folder == f"/proc/{holder.pid}/fd":
+            raise PermissionError(13, "Permission denied", folder)
+        return listdir(folder)
+
+    try:
+        assert holder.stdout.readline().strip() == "1"
+        monkeypatch.setattr(holders_module.os, "listdir", hidden)
+        assert store_holders(path, wal=True) == [holder.pid]
+        assert store_holders(path) is None
+        assert held_by_its_owner(path) is False  # pacing looks at the owner's processes only
+        real_open = open
+
+        def no_locks_table(name, *args, **kwargs):
+            if name == "/proc/locks":
+                raise PermissionError(13, "Permission denied", name)
+            return real_open(name, *args, **kwargs)
+
+        monkeypatch.setattr("builtins.open", no_locks_table)
+        assert store_holders(path, wal=True) is None  # cannot be read: unknown is held
+    finally:
+        monkeypatch.undo()
+        holder.kill()
+        holder.wait()
+    assert store_holders(path, wal=True) == []
+    db.close()
+
+
+@pytest.mark.parametrize("table, expected", [
+    ("1: POSIX  ADVISORY  READ 4321 fe:00:77 128 128\n", {4321}),
+    ("1: POSIX  ADVISORY  WRITE 4321 fe:00:78 0 EOF\n1: -> POSIX  ADVISORY  WRITE 99 fe:00:77 0 EOF\n", {99}),
+    ("2: OFDLCK ADVISORY  READ -1 00:2e:77 128 128\n", {-1}),
+    ("3: FLOCK  ADVISORY  WRITE 12 08:01:5 0 EOF\n", set()),
+    ("", set()),
+    ("1: garbage\n", None),
+])
+def test_the_locks_table_is_read_by_inode(table, expected, tmp_path, monkeypatch):
+    locks = tmp_path / "locks"
+    locks.write_text(table)
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda name, *a, **k: real_open(locks if name == "/proc/locks" else name, *a, **k))
+    assert lock_holders({77}) == expected

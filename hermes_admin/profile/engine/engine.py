@@ -747,7 +747,7 @@ class Engine(SplitDeletes):
         if not pages or free / pages <= VACUUM_FREE_RATIO:
             result.notes.append(f"no VACUUM: {free}/{pages} pages free (needs over 25 %)")
             return False
-        holders = store_holders(self.profile.store_path)
+        holders = store_holders(self.profile.store_path, wal=self._in_wal_mode())
         if holders is None or holders:
             who = "a process that could not be inspected" if holders is None else f"pid {', '.join(map(str, holders))}"
             result.notes.append(f"no VACUUM: the store is held by {who}")

@@ -1,13 +1,21 @@
 """Which other processes hold a store or its sidecars open (Linux `/proc` scan).
 
 Structural work (VACUUM, an index rebuild) runs only when nobody else holds
-the files; that scan fails closed: if any process cannot be inspected, the
-answer is None ("unknown"), which callers treat as "held". The engine also
-paces its transactions for a Hermes that may write at any moment while one of
-the owner's processes holds the store (turns.py); that scan skips the
-processes of other users, which a home's owner cannot inspect. Targets are
-matched by device and inode through `stat` of `/proc/<pid>/fd/<n>`: nothing is
-opened.
+the files. Targets are matched by device and inode through `stat` of
+`/proc/<pid>/fd/<n>`: nothing is opened. A home's owner (how the root timer
+works on a home) may not list the fds of other users' processes, root's
+included, and `hidepid` may hide them altogether; for those, `/proc/locks`
+answers, which anyone may read: every SQLite connection to a WAL store holds a
+shared lock on its `-shm` file (and its database file) for as long as it is
+open, whoever runs it. So on a WAL store a process the owner cannot see into
+counts only if it holds a lock there; on a rollback-journal store, where an
+idle connection holds no lock, it still makes the answer None ("unknown"),
+which callers treat as "held". Left unseen: another user's process holding
+the files open without SQLite (a copy being read), which no lock shows.
+
+The engine also paces its transactions for a Hermes that may write at any
+moment while one of the owner's processes holds the store (turns.py); that
+scan skips the processes the owner cannot inspect.
 """
 
 from __future__ import annotations
@@ -16,10 +24,12 @@ import os
 from pathlib import Path
 
 
-def other_holders(paths: list[Path], others_count: bool = True) -> list[int] | None:
-    """The pids, other than ours, holding any of `paths` open; None when a process could not be
-    inspected. `others_count=False` skips the processes this account may not inspect (another
-    user's: as a home's owner, every process but its own) instead."""
+def other_holders(paths: list[Path], others_count: bool = True, wal: bool = False) -> list[int] | None:
+    """The pids, other than ours, holding any of `paths` open (-1: a lock of no process, an open
+    file description's); None when that cannot be known. `others_count=False` skips the processes
+    this account may not inspect (another user's: as a home's owner, every process but its own);
+    otherwise their locks on the files count (see above), and on a store not in WAL mode (`wal`)
+    a process that could not be inspected makes the answer None."""
     targets = set()
     for path in paths:
         try:
@@ -35,6 +45,7 @@ def other_holders(paths: list[Path], others_count: bool = True) -> list[int] | N
     except OSError:
         return None
     holders = []
+    unseen = False
     for pid in pids:
         if pid == me:
             continue
@@ -43,8 +54,7 @@ def other_holders(paths: list[Path], others_count: bool = True) -> list[int] | N
         except FileNotFoundError:
             continue  # exited meanwhile
         except PermissionError:
-            if others_count:
-                return None
+            unseen = True
             continue
         for fd in fds:
             try:
@@ -54,12 +64,41 @@ def other_holders(paths: list[Path], others_count: bool = True) -> list[int] | N
             if (st.st_dev, st.st_ino) in targets:
                 holders.append(pid)
                 break
-    return holders
+    if not others_count:
+        return holders
+    locking = lock_holders({inode for _, inode in targets})
+    if locking is None or (unseen and not wal):
+        return None
+    return holders + sorted(pid for pid in locking if pid != me and pid not in holders)
 
 
-def store_holders(store: Path, others_count: bool = True) -> list[int] | None:
+def lock_holders(inodes: set[int]) -> set[int] | None:
+    """The pids holding a lock on any of `inodes` by `/proc/locks`; None if it cannot be read.
+    Matched by inode alone: the device there is the filesystem's own, which `stat` may not show
+    (btrfs subvolumes), and a match on another filesystem only makes the answer more careful."""
+    try:
+        with open("/proc/locks", encoding="ascii", errors="replace") as table:
+            lines = table.read().splitlines()
+    except OSError:
+        return None
+    pids = set()
+    for line in lines:
+        # "1: POSIX  ADVISORY  READ 14478 fe:00:2638045 128 128"; a waiter's line starts "1: ->"
+        fields = line.split()
+        if "->" in fields:
+            fields.remove("->")
+        try:
+            pid, inode = int(fields[4]), int(fields[5].rsplit(":", 1)[1])
+        except (IndexError, ValueError):
+            return None  # a table this code cannot read: unknown
+        if inode in inodes:
+            pids.add(pid)
+    return pids
+
+
+def store_holders(store: Path, others_count: bool = True, wal: bool = False) -> list[int] | None:
     """`other_holders` of a store, its WAL and its shared-memory file."""
-    return other_holders([store, Path(f"{store}-wal"), Path(f"{store}-shm")], others_count)
+    return other_holders([store, Path(f"{store}-wal"), Path(f"{store}-shm")], others_count, wal)
 
 
 def held_by_its_owner(store: Path) -> bool:
