@@ -151,6 +151,10 @@ class Daemon:
         ids = schedule(scheduler, self.config, self.job)
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, self._on_signal)
+        # The kernel may hand a signal to any thread (the scheduler's, a job's): Python then runs
+        # the handler only when the main thread next runs bytecode, which a select() of up to 60 s
+        # would delay. The wakeup fd gets a byte from whichever thread took the signal.
+        signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
         scheduler.start()
         for job in scheduler.get_jobs():
             log.info("scheduled %s: next run %s", job.id, job.next_run_time)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import platform
 import re
 import shutil
 import signal
@@ -145,6 +146,37 @@ def test_daemon_runs_writes_metrics_reloads_and_stops_on_sigterm(synth_root, tmp
         output = proc.stdout.read()
         assert "config reloaded; jobs: hermes-admin:purge" in output
         assert re.search(r"work: purge: \d+ unit\(s\)", output)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        listener.close()
+
+
+TGKILL = {"x86_64": 234, "aarch64": 131}.get(platform.machine())  # the syscall's number
+
+
+@pytest.mark.skipif(TGKILL is None, reason="tgkill's syscall number is not known for this machine")
+def test_daemon_stops_at_once_when_the_kernel_hands_sigterm_to_another_of_its_threads(synth_root, tmp_path):
+    """A signal for the process may go to any of its threads; the main thread, asleep in select(),
+    must still wake (it slept its full 60 s before: the CI flake of a daemon slow to stop)."""
+    import ctypes
+
+    root, _ = synth_root
+    config = tmp_path / "admin.yaml"
+    config.write_text("schedule: {purge: '0 4 * * sun'}\n")
+    sock_path = tmp_path / "notify.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    listener.bind(str(sock_path))
+    listener.settimeout(20)
+    proc = start_daemon(root, config, {"NOTIFY_SOCKET": str(sock_path)})
+    try:
+        assert listener.recv(200).startswith(b"READY=1")
+        others = [int(t) for t in os.listdir(f"/proc/{proc.pid}/task") if int(t) != proc.pid]
+        assert others, "the scheduler runs a thread of its own"
+        libc = ctypes.CDLL(None, use_errno=True)
+        assert libc.syscall(TGKILL, proc.pid, others[0], signal.SIGTERM) == 0
+        assert proc.wait(timeout=10) == 0
+        assert listener.recv(200) == b"STOPPING=1"
     finally:
         if proc.poll() is None:
             proc.kill()
