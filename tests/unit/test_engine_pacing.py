@@ -441,6 +441,9 @@ def test_a_connection_the_owner_cannot_look_into_is_seen_by_its_lock(tmp_path, m
     ("1: POSIX  ADVISORY  WRITE 4321 fe:00:78 0 EOF\n1: -> POSIX  ADVISORY  WRITE 99 fe:00:77 0 EOF\n", {99}),
     ("2: OFDLCK ADVISORY  READ -1 00:2e:77 128 128\n", {-1}),
     ("3: FLOCK  ADVISORY  WRITE 12 08:01:5 0 EOF\n", set()),
+    ("3: FLOCK  ADVISORY  WRITE 12 08:01:77 0 EOF\n4: LEASE  ACTIVE    READ 13 08:01:77 0 EOF\n", {12, 13}),
+    ("5: POSIX  ADVISORY  WRITE 7 fe:00:9 0 EOF\n5: -> POSIX  ADVISORY  WRITE 8 fe:00:77 0 EOF\n"
+     "5:  -> POSIX  ADVISORY  WRITE 9 fe:00:77 0 EOF\n", {8, 9}),
     ("", set()),
     ("1: garbage\n", None),
 ])
@@ -450,3 +453,33 @@ def test_the_locks_table_is_read_by_inode(table, expected, tmp_path, monkeypatch
     real_open = open
     monkeypatch.setattr("builtins.open", lambda name, *a, **k: real_open(locks if name == "/proc/locks" else name, *a, **k))
     assert lock_holders({77}) == expected
+
+
+def test_what_the_scan_cannot_see_makes_it_careful(tmp_path, monkeypatch):
+    """`hidepid` (other users' processes not listed, pid 1 among them), a pid namespace of our own
+    (a Hermes outside it is in no table here), an fd link we may not stat: unknown, where a lock
+    could not tell."""
+    path = tmp_path / "s.db"
+    db = wal_store(path)
+    listdir = os.listdir
+    monkeypatch.setattr(holders_module.os, "listdir",
+                        lambda folder: [str(os.getpid())] if folder == "/proc" else listdir(folder))
+    assert store_holders(path) is None  # rollback journal: an idle connection of theirs holds no lock
+    assert store_holders(path, wal=True) == []  # WAL: theirs would show in /proc/locks
+    monkeypatch.undo()
+    assert store_holders(path, wal=True) == []
+    monkeypatch.setattr(holders_module, "_in_the_first_pid_namespace", lambda: False)
+    assert store_holders(path, wal=True) is None
+    assert held_by_its_owner(path) is False  # pacing looks at the owner's own processes only
+    monkeypatch.undo()
+    stat = os.stat
+
+    def fd_link_refused(name, *args, **kwargs):
+        if str(name).startswith("/proc/") and "/fd/" in str(name) and not str(name).startswith(f"/proc/{os.getpid()}/"):
+            raise PermissionError(13, "Permission denied", name)
+        return stat(name, *args, **kwargs)
+
+    monkeypatch.setattr(holders_module.os, "stat", fd_link_refused)
+    assert store_holders(path) is None  # (as root too: some sandboxes refuse the stat of pid 1's fds)
+    assert store_holders(path, wal=True) == []
+    db.close()

@@ -749,7 +749,7 @@ class Engine(SplitDeletes):
             return False
         holders = store_holders(self.profile.store_path, wal=self._in_wal_mode())
         if holders is None or holders:
-            who = "a process that could not be inspected" if holders is None else f"pid {', '.join(map(str, holders))}"
+            who = "a process this scan cannot see into (another user's, or outside this pid namespace)" if holders is None else f"pid {', '.join(map(str, holders))}"
             result.notes.append(f"no VACUUM: the store is held by {who}")
             return False
         db.execute_sql("VACUUM")

@@ -10,8 +10,11 @@ shared lock on its `-shm` file (and its database file) for as long as it is
 open, whoever runs it. So on a WAL store a process the owner cannot see into
 counts only if it holds a lock there; on a rollback-journal store, where an
 idle connection holds no lock, it still makes the answer None ("unknown"),
-which callers treat as "held". Left unseen: another user's process holding
-the files open without SQLite (a copy being read), which no lock shows.
+which callers treat as "held". So does a pid namespace of our own (a container:
+a Hermes outside it shows in neither table) and a `/proc` mounted `hidepid`
+(other users' processes are not listed) on a rollback-journal store. Left
+unseen: another user's process holding the files open without a lock (a copy
+being read, an `immutable=1` reader).
 
 The engine also paces its transactions for a Hermes that may write at any
 moment while one of the owner's processes holds the store (turns.py); that
@@ -45,7 +48,7 @@ def other_holders(paths: list[Path], others_count: bool = True, wal: bool = Fals
     except OSError:
         return None
     holders = []
-    unseen = False
+    unseen = 1 not in pids  # `hidepid`: other users' processes are not even listed
     for pid in pids:
         if pid == me:
             continue
@@ -59,6 +62,9 @@ def other_holders(paths: list[Path], others_count: bool = True, wal: bool = Fals
         for fd in fds:
             try:
                 st = os.stat(f"/proc/{pid}/fd/{fd}")
+            except PermissionError:  # a process of ours with rights we lack: not looked into
+                unseen = True
+                continue
             except OSError:
                 continue
             if (st.st_dev, st.st_ino) in targets:
@@ -66,10 +72,24 @@ def other_holders(paths: list[Path], others_count: bool = True, wal: bool = Fals
                 break
     if not others_count:
         return holders
+    if not _in_the_first_pid_namespace():
+        return None  # a Hermes outside this container would be seen by no scan here
     locking = lock_holders({inode for _, inode in targets})
     if locking is None or (unseen and not wal):
         return None
     return holders + sorted(pid for pid in locking if pid != me and pid not in holders)
+
+
+def _in_the_first_pid_namespace() -> bool:
+    """Our pid in each pid namespace we are in: one entry only in the host's own."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as status:
+            for line in status:
+                if line.startswith("NSpid:"):
+                    return len(line.split()) == 2
+    except OSError:
+        pass
+    return False
 
 
 def lock_holders(inodes: set[int]) -> set[int] | None:
