@@ -105,6 +105,22 @@ def start_daemon(root: Path, config: Path, env_extra: dict | None = None) -> sub
                              "daemon"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
 
 
+def notified_daemon(root: Path, config: Path, tmp_path: Path) -> tuple[subprocess.Popen, socket.socket]:
+    """The daemon with a notify socket of the test's, once it has said READY=1."""
+    sock_path = tmp_path / "notify.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    listener.bind(str(sock_path))
+    listener.settimeout(20)
+    proc = start_daemon(root, config, {"NOTIFY_SOCKET": str(sock_path)})
+    try:
+        assert listener.recv(200).startswith(b"READY=1")
+    except BaseException:
+        proc.kill()
+        listener.close()
+        raise
+    return proc, listener
+
+
 def wait_for(predicate, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -120,13 +136,8 @@ def test_daemon_runs_writes_metrics_reloads_and_stops_on_sigterm(synth_root, tmp
     config = tmp_path / "admin.yaml"
     config.write_text(f"schedule: {{run: {{every_seconds: 1}}}}\nmetrics_file: {metrics}\n"
                       "defaults: {auto_prune: true}\n")
-    sock_path = tmp_path / "notify.sock"
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    listener.bind(str(sock_path))
-    listener.settimeout(20)
-    proc = start_daemon(root, config, {"NOTIFY_SOCKET": str(sock_path)})
+    proc, listener = notified_daemon(root, config, tmp_path)
     try:
-        assert listener.recv(200).startswith(b"READY=1")
         old = set(kinds["work"]["old_ended"])
         assert wait_for(lambda: not row_ids(root / "profiles" / "work" / "state.db") & old, 20)
         assert wait_for(metrics.exists, 20)
@@ -164,13 +175,8 @@ def test_daemon_stops_at_once_when_the_kernel_hands_sigterm_to_another_of_its_th
     root, _ = synth_root
     config = tmp_path / "admin.yaml"
     config.write_text("schedule: {purge: '0 4 * * sun'}\n")
-    sock_path = tmp_path / "notify.sock"
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    listener.bind(str(sock_path))
-    listener.settimeout(20)
-    proc = start_daemon(root, config, {"NOTIFY_SOCKET": str(sock_path)})
+    proc, listener = notified_daemon(root, config, tmp_path)
     try:
-        assert listener.recv(200).startswith(b"READY=1")
         others = [int(t) for t in os.listdir(f"/proc/{proc.pid}/task") if int(t) != proc.pid]
         assert others, "the scheduler runs a thread of its own"
         libc = ctypes.CDLL(None, use_errno=True)
