@@ -37,7 +37,7 @@ from hermes_admin.profile.lineage import Unit
 from hermes_admin.profile.engine.locks import Flock, LockHeld, state_folder
 from hermes_admin.profile.store import Store, StoreError
 from hermes_admin.profile.store.connect import readonly_uri, write_transaction
-from hermes_admin.profile.store.read import existing_ids, journal_mode
+from hermes_admin.profile.store.read import existing_ids
 
 STANDARD_FOLDERS = ("sessions", "logs", "memories", "skills", "cron")
 PRIVATE_FILES = ("state.db", "state.db-wal", "state.db-shm", ".env")
@@ -300,7 +300,7 @@ def _copy(source: Store, target: Store, sid: str) -> None:
 
 def _rebuild_fts(engine: Engine) -> None:
     path = engine.profile.store_path
-    holders = store_holders(path, wal=journal_mode(engine.store) == "wal")
+    holders = store_holders(path, wal=engine.in_wal_mode())
     if holders is None or holders:
         raise RuntimeError("another process holds the store: the index is rebuilt only while nobody else does")
     snapshots = state_folder(engine.profile.home / "state-snapshots", engine.notes)

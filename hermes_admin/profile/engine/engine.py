@@ -62,7 +62,7 @@ from hermes_admin.profile.engine.splits import Recheck, SplitDeletes
 from hermes_admin.report import Progress
 from hermes_admin.profile.store import Store
 from hermes_admin.profile.store.connect import write_transaction
-from hermes_admin.profile.store.read import load_rows
+from hermes_admin.profile.store.read import journal_mode, load_rows
 from hermes_admin.profile.engine.turns import Turns
 
 VACUUM_FREE_RATIO = 0.25
@@ -214,7 +214,7 @@ class Engine(SplitDeletes):
             return
         self.locks = ProfileLocks(self.profile, self.notes).__enter__()
         self.store = Store.open(self.profile, writable=True)
-        if self._in_wal_mode():
+        if self.in_wal_mode():
             self.checkpointer = Checkpointer(self.profile.store_path)
         self.commits = GroupCommit(self.store.db, self.checkpointer)
         self.turns = Turns(self.store.db, held=lambda: held_by_its_owner(self.profile.store_path))
@@ -274,12 +274,12 @@ class Engine(SplitDeletes):
             self._files = FileIndex.scan(self.profile.sessions_dir)
         return self._files
 
-    def _in_wal_mode(self) -> bool:
-        return self.store.db.execute_sql("PRAGMA journal_mode").fetchone()[0].lower() == "wal"
+    def in_wal_mode(self) -> bool:
+        return journal_mode(self.store) == "wal"
 
     def _passive_checkpoint(self) -> None:
         try:
-            if self._in_wal_mode():
+            if self.in_wal_mode():
                 self.store.db.execute_sql("PRAGMA wal_checkpoint(PASSIVE)")
         except Exception:
             pass  # a checkpoint is a courtesy; Hermes' own writers checkpoint too
@@ -747,9 +747,10 @@ class Engine(SplitDeletes):
         if not pages or free / pages <= VACUUM_FREE_RATIO:
             result.notes.append(f"no VACUUM: {free}/{pages} pages free (needs over 25 %)")
             return False
-        holders = store_holders(self.profile.store_path, wal=self._in_wal_mode())
+        holders = store_holders(self.profile.store_path, wal=self.in_wal_mode())
         if holders is None or holders:
-            who = "a process this scan cannot see into (another user's, or outside this pid namespace)" if holders is None else f"pid {', '.join(map(str, holders))}"
+            who = ("a process this scan cannot see into (another user's, or outside this pid namespace)"
+                   if holders is None else f"pid {', '.join(map(str, holders))}")
             result.notes.append(f"no VACUUM: the store is held by {who}")
             return False
         db.execute_sql("VACUUM")

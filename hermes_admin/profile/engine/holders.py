@@ -4,17 +4,19 @@ Structural work (VACUUM, an index rebuild) runs only when nobody else holds
 the files. Targets are matched by device and inode through `stat` of
 `/proc/<pid>/fd/<n>`: nothing is opened. A home's owner (how the root timer
 works on a home) may not list the fds of other users' processes, root's
-included, and `hidepid` may hide them altogether; for those, `/proc/locks`
-answers, which anyone may read: every SQLite connection to a WAL store holds a
-shared lock on its `-shm` file (and its database file) for as long as it is
-open, whoever runs it. So on a WAL store a process the owner cannot see into
-counts only if it holds a lock there; on a rollback-journal store, where an
-idle connection holds no lock, it still makes the answer None ("unknown"),
-which callers treat as "held". So does a pid namespace of our own (a container:
-a Hermes outside it shows in neither table) and a `/proc` mounted `hidepid`
-(other users' processes are not listed) on a rollback-journal store. Left
-unseen: another user's process holding the files open without a lock (a copy
-being read, an `immutable=1` reader).
+included, and `hidepid` may hide those processes altogether. For them,
+`/proc/locks` answers, which anyone may read: every SQLite connection to a WAL
+store holds a shared lock on its `-shm` file (and its database file) for as
+long as it is open, whoever runs it.
+
+So the answer is None ("unknown", which callers treat as "held"):
+- on a rollback-journal store, if any process could not be looked into (an
+  idle connection there holds no lock);
+- from inside a pid namespace of our own (a container): a Hermes outside it
+  shows in neither table;
+- if either table cannot be read.
+Left unseen: another user's process holding the files open without a lock
+(a copy being read, an `immutable=1` reader).
 
 The engine also paces its transactions for a Hermes that may write at any
 moment while one of the owner's processes holds the store (turns.py); that
