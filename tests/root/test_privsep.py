@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.helpers import expected_after_run, row_ids
+from tests.helpers import expected_after_run, needs_host_pids, row_ids
 from tests.root.conftest import build_user_root, chown_tree, mode, root_owned
 
 WHOAMI = '''
@@ -331,6 +331,7 @@ def old_store(user, sessions: int = 300) -> Path:
     return user.root / "state.db"
 
 
+@needs_host_pids
 def test_roots_run_vacuums_her_store_unless_a_connection_holds_it(make_user, admin, system_venv):
     """As her, the other users' processes cannot be looked into; their SQLite connections still show
     by their locks on her WAL store. VACUUM never ran under the root timer before."""

@@ -11,7 +11,8 @@ from freezegun import freeze_time
 
 from hermes_admin.synth.builder import SynthStore
 from tests.conftest import fk_rows, fts_problems, store_digest
-from tests.helpers import events, expected_after_run, home_of, install_plugins, row_ids, untouched_by_dry_run
+from tests.helpers import (events, expected_after_run, home_of, install_plugins, needs_host_pids, row_ids,
+                           untouched_by_dry_run)
 
 POLICY = {"auto_prune": True, "retention_days": 90, "auto_archive": True, "auto_archive_days": 30}
 
@@ -170,6 +171,7 @@ def test_locked_profile_exit_code(synth_root, invoke):
     assert result.exit_code == 3
 
 
+@needs_host_pids
 def test_vacuum_only_when_worth_it(tmp_path, now, invoke):
     root = tmp_path / "h"
     store = SynthStore(root / "state.db", version=30)

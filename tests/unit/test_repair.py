@@ -12,7 +12,7 @@ import pytest
 from hermes_admin.profile.repair import namespace_of
 from hermes_admin.synth.builder import SynthStore
 from tests.conftest import fk_rows, fts_problems, store_digest
-from tests.helpers import events, install_plugins, row_ids
+from tests.helpers import events, install_plugins, needs_host_pids, row_ids
 
 
 @pytest.mark.parametrize("key, owner", [
@@ -105,6 +105,7 @@ def test_unusable_stores_are_reported_never_modified(tmp_path, invoke):
     assert (root / "profiles" / "bad" / "state.db").read_bytes() == before
 
 
+@needs_host_pids
 def test_broken_fts_is_found_and_rebuilt(tmp_path, now, invoke):
     root = tmp_path / "h"
     store = SynthStore(root / "state.db", version=30)
