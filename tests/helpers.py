@@ -79,3 +79,16 @@ def untouched_by_dry_run(invoke, root: Path, names: list[str], digest) -> dict:
     assert {n: sorted(os.listdir(home_of(root, n) / "sessions")) for n in names} == listing
     assert all(events(home_of(root, n)) == [] for n in names)
     return json.loads(dry.stdout)
+
+
+def vacuum_worthy_store(path: Path, now: float, sessions: int = 300) -> Path:
+    """A WAL store of old ended sessions only (as Hermes leaves it): a purge frees most of its pages."""
+    from hermes_admin.synth.builder import SynthStore
+
+    store = SynthStore(path, version=30)
+    for i in range(sessions):
+        sid = f"s{i:03d}"
+        store.session(sid, started=now - 200 * 86400, ended=now - 199 * 86400, end_reason="x")
+        store.messages(sid, 10, now - 200 * 86400, text="padding " * 50)
+    store.close()
+    return path

@@ -31,7 +31,6 @@ from pathlib import Path
 
 from hermes_admin.profile.engine.engine import FTS_TABLES, Engine
 from hermes_admin.results import Finding, Result
-from hermes_admin.profile.engine.holders import store_holders
 from hermes_admin.protocol import Profile
 from hermes_admin.profile.lineage import Unit
 from hermes_admin.profile.engine.locks import Flock, LockHeld, state_folder
@@ -300,8 +299,7 @@ def _copy(source: Store, target: Store, sid: str) -> None:
 
 def _rebuild_fts(engine: Engine) -> None:
     path = engine.profile.store_path
-    holders = store_holders(path, wal=engine.in_wal_mode())
-    if holders is None or holders:
+    if engine.held_by_others():
         raise RuntimeError("another process holds the store: the index is rebuilt only while nobody else does")
     snapshots = state_folder(engine.profile.home / "state-snapshots", engine.notes)
     backup = snapshots / f"state.db.repair-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"

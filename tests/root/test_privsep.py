@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.helpers import expected_after_run, needs_host_pids, row_ids
+from tests.helpers import expected_after_run, needs_host_pids, row_ids, vacuum_worthy_store
 from tests.root.conftest import build_user_root, chown_tree, mode, root_owned
 
 WHOAMI = '''
@@ -316,19 +316,11 @@ def test_pacing_sees_her_own_hermes_and_never_counts_roots_processes(make_user, 
         os.close(roots_fd)
 
 
-def old_store(user, sessions: int = 300) -> Path:
-    """Her WAL store of old sessions only: a purge frees most of it, so VACUUM is worth it."""
-    from hermes_admin.synth.builder import SynthStore
-
-    now = time.time()
-    store = SynthStore(user.root / "state.db", version=30)
-    for i in range(sessions):
-        sid = f"s{i:03d}"
-        store.session(sid, started=now - 200 * 86400, ended=now - 199 * 86400, end_reason="x")
-        store.messages(sid, 10, now - 200 * 86400, text="padding " * 50)
-    store.close()
+def old_store(user) -> Path:
+    """Her WAL store of old sessions only, hers: a purge frees most of it, so VACUUM is worth it."""
+    path = vacuum_worthy_store(user.root / "state.db", time.time())
     chown_tree(user.root, user)
-    return user.root / "state.db"
+    return path
 
 
 @needs_host_pids

@@ -12,7 +12,7 @@ from freezegun import freeze_time
 from hermes_admin.synth.builder import SynthStore
 from tests.conftest import fk_rows, fts_problems, store_digest
 from tests.helpers import (events, expected_after_run, home_of, install_plugins, needs_host_pids, row_ids,
-                           untouched_by_dry_run)
+                           untouched_by_dry_run, vacuum_worthy_store)
 
 POLICY = {"auto_prune": True, "retention_days": 90, "auto_archive": True, "auto_archive_days": 30}
 
@@ -174,12 +174,7 @@ def test_locked_profile_exit_code(synth_root, invoke):
 @needs_host_pids
 def test_vacuum_only_when_worth_it(tmp_path, now, invoke):
     root = tmp_path / "h"
-    store = SynthStore(root / "state.db", version=30)
-    for i in range(300):
-        sid = f"s{i:03d}"
-        store.session(sid, started=now - 200 * 86400, ended=now - 199 * 86400, end_reason="x")
-        store.messages(sid, 10, now - 200 * 86400, text="padding " * 50)
-    store.close()
+    vacuum_worthy_store(root / "state.db", now)
     # A WAL store (as Hermes leaves it): any other connection to it would show by its locks, where
     # on a rollback-journal store a process whose open files cannot be looked into counts as
     # holding it (some sandboxes keep even root from pid 1's).

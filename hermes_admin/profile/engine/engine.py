@@ -737,6 +737,14 @@ class Engine(SplitDeletes):
 
     # -- structural ------------------------------------------------------------
 
+    def held_by_others(self) -> str | None:
+        """Who else holds the store open, for structural work (VACUUM, an index rebuild) that runs
+        only while nobody does; None when nobody does. Unknown counts as held (holders.py)."""
+        holders = store_holders(self.profile.store_path, wal=self.in_wal_mode())
+        if holders is None:
+            return "a process this scan cannot see into (another user's, or outside this pid namespace)"
+        return f"pid {', '.join(map(str, holders))}" if holders else None
+
     def vacuum_if_worth(self, result: Result) -> bool:
         """VACUUM after a purge: over 25 % free pages, and only while nobody else holds the store."""
         if self.dry_run:
@@ -747,10 +755,8 @@ class Engine(SplitDeletes):
         if not pages or free / pages <= VACUUM_FREE_RATIO:
             result.notes.append(f"no VACUUM: {free}/{pages} pages free (needs over 25 %)")
             return False
-        holders = store_holders(self.profile.store_path, wal=self.in_wal_mode())
-        if holders is None or holders:
-            who = ("a process this scan cannot see into (another user's, or outside this pid namespace)"
-                   if holders is None else f"pid {', '.join(map(str, holders))}")
+        who = self.held_by_others()
+        if who:
             result.notes.append(f"no VACUUM: the store is held by {who}")
             return False
         db.execute_sql("VACUUM")
