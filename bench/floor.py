@@ -1,6 +1,6 @@
 """The plain-SQL floor: the least work that deletes what `hermes-admin purge --older-than DAYS` deletes.
 
-Usage: python floor.py HOME [DAYS]  -> prints one JSON line
+Usage: python floor.py HOME [DAYS] [PER_TXN]  -> prints one JSON line
 
 Nothing else may run on the store. Plain sqlite3 (foreign keys on, SQLite's
 default synchronous=FULL, the store's own journal mode), no chunking, no
@@ -15,7 +15,10 @@ events, no safety checks:
 2. one transaction, set-based, in the engine's order (`_delete_rows`):
    orphan surviving children, delete messages, usage rows, sessions, then
    system prompts nobody references any more; then a PASSIVE checkpoint
-   (hermes-admin checkpoints its own commits too);
+   (hermes-admin checkpoints its own commits too). With PER_TXN, the same
+   statements for PER_TXN sessions at a time, a transaction each, one after
+   the other, FTS5 merging as it always does (inside the commits): what the
+   same SQL costs once no transaction may hold the lock for long;
 3. unlink the sessions' files found by one scan of sessions/ (the names
    hermes-admin's files.py matches).
 
@@ -32,6 +35,35 @@ from pathlib import Path
 DAY = 86400.0
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from hermes_admin.profile.engine.files import session_id_of  # noqa: E402  (the file names Hermes uses)
+
+
+def delete(conn, doomed: list[str], cols: set[str], tables: set[str]) -> dict[str, int]:
+    """One transaction: the engine's statements, set-based, for these sessions."""
+    conn.execute("BEGIN IMMEDIATE")
+    conn.execute("CREATE TEMP TABLE IF NOT EXISTS doomed (id TEXT PRIMARY KEY)")
+    conn.execute("DELETE FROM temp.doomed")  # the sessions of the transaction before
+    conn.executemany("INSERT INTO temp.doomed VALUES (?)", [(sid,) for sid in doomed])
+    ids = "(SELECT id FROM temp.doomed)"
+    refs = [c for c in ("system_prompt_hash", "tool_names") if c in cols] if "system_prompts" in tables else []
+    hashes = set()
+    for column in refs:
+        hashes.update(r[0] for r in conn.execute(
+            f"SELECT DISTINCT {column} FROM sessions WHERE id IN {ids} AND {column} IS NOT NULL"))
+    counts = {"orphaned": conn.execute(f"UPDATE sessions SET parent_session_id = NULL WHERE parent_session_id IN "
+                                       f"{ids} AND id NOT IN {ids}").rowcount}
+    counts["messages"] = conn.execute(f"DELETE FROM messages WHERE session_id IN {ids}").rowcount
+    if "session_model_usage" in tables:
+        counts["usage"] = conn.execute(f"DELETE FROM session_model_usage WHERE session_id IN {ids}").rowcount
+    counts["sessions"] = conn.execute(f"DELETE FROM sessions WHERE id IN {ids}").rowcount
+    if hashes:
+        conn.execute("CREATE TEMP TABLE IF NOT EXISTS gone_prompts (hash TEXT PRIMARY KEY)")
+        conn.execute("DELETE FROM temp.gone_prompts")
+        conn.executemany("INSERT INTO temp.gone_prompts VALUES (?)", [(h,) for h in hashes])
+        unused = " AND ".join(f"NOT EXISTS (SELECT 1 FROM sessions WHERE {c} = system_prompts.hash)" for c in refs)
+        counts["system_prompts"] = conn.execute(
+            f"DELETE FROM system_prompts WHERE hash IN (SELECT hash FROM temp.gone_prompts) AND {unused}").rowcount
+    conn.execute("COMMIT")
+    return counts
 
 
 def main() -> None:
@@ -67,28 +99,15 @@ def main() -> None:
     doomed = [sid for sid, _, ok in rows if ok and sid not in blocked]
     selected = time.monotonic()
 
-    conn.execute("BEGIN IMMEDIATE")
-    conn.execute("CREATE TEMP TABLE doomed (id TEXT PRIMARY KEY)")
-    conn.executemany("INSERT INTO temp.doomed VALUES (?)", [(sid,) for sid in doomed])
-    ids = "(SELECT id FROM temp.doomed)"
-    refs = [c for c in ("system_prompt_hash", "tool_names") if c in cols] if "system_prompts" in tables else []
-    hashes = set()
-    for column in refs:
-        hashes.update(r[0] for r in conn.execute(
-            f"SELECT DISTINCT {column} FROM sessions WHERE id IN {ids} AND {column} IS NOT NULL"))
-    counts = {"orphaned": conn.execute(f"UPDATE sessions SET parent_session_id = NULL WHERE parent_session_id IN "
-                                       f"{ids} AND id NOT IN {ids}").rowcount}
-    counts["messages"] = conn.execute(f"DELETE FROM messages WHERE session_id IN {ids}").rowcount
-    if "session_model_usage" in tables:
-        counts["usage"] = conn.execute(f"DELETE FROM session_model_usage WHERE session_id IN {ids}").rowcount
-    counts["sessions"] = conn.execute(f"DELETE FROM sessions WHERE id IN {ids}").rowcount
-    if hashes:
-        conn.execute("CREATE TEMP TABLE gone_prompts (hash TEXT PRIMARY KEY)")
-        conn.executemany("INSERT INTO temp.gone_prompts VALUES (?)", [(h,) for h in hashes])
-        unused = " AND ".join(f"NOT EXISTS (SELECT 1 FROM sessions WHERE {c} = system_prompts.hash)" for c in refs)
-        counts["system_prompts"] = conn.execute(
-            f"DELETE FROM system_prompts WHERE hash IN (SELECT hash FROM temp.gone_prompts) AND {unused}").rowcount
-    conn.execute("COMMIT")
+    per_txn = int(sys.argv[3]) if len(sys.argv) > 3 else len(doomed) or 1
+    counts: dict[str, int] = {}
+    transactions, longest = 0, 0.0
+    for at in range(0, len(doomed), per_txn):
+        began = time.monotonic()
+        for key, n in delete(conn, doomed[at:at + per_txn], cols, tables).items():
+            counts[key] = counts.get(key, 0) + n
+        transactions += 1
+        longest = max(longest, time.monotonic() - began)
     committed = time.monotonic()
     conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
     conn.close()
@@ -109,7 +128,8 @@ def main() -> None:
     print(json.dumps({"seconds": round(ended - started, 3), "select_s": round(selected - started, 3),
                       "delete_s": round(committed - selected, 3), "checkpoint_s": round(checkpointed - committed, 3),
                       "files_s": round(ended - checkpointed, 3), "files": unlinked, "deleted": len(doomed),
-                      "rows": sum(counts.values()), "counts": counts}))
+                      "rows": sum(counts.values()), "counts": counts,
+                      "transactions": transactions, "longest_ms": round(longest * 1000, 1)}))
 
 
 if __name__ == "__main__":
