@@ -1,6 +1,6 @@
 """The plain-SQL floor: the least work that deletes what `hermes-admin purge --older-than DAYS` deletes.
 
-Usage: python floor.py HOME [DAYS] [PER_TXN]  -> prints one JSON line
+Usage: python floor.py HOME [DAYS] [TRANSACTIONS]  -> prints one JSON line
 
 Nothing else may run on the store. Plain sqlite3 (foreign keys on, SQLite's
 default synchronous=FULL, the store's own journal mode), no chunking, no
@@ -15,10 +15,12 @@ events, no safety checks:
 2. one transaction, set-based, in the engine's order (`_delete_rows`):
    orphan surviving children, delete messages, usage rows, sessions, then
    system prompts nobody references any more; then a PASSIVE checkpoint
-   (hermes-admin checkpoints its own commits too). With PER_TXN, the same
-   statements for PER_TXN sessions at a time, a transaction each, one after
-   the other, FTS5 merging as it always does (inside the commits): what the
-   same SQL costs once no transaction may hold the lock for long;
+   (hermes-admin checkpoints its own commits too). With TRANSACTIONS, the
+   same statements in that many transactions, one after the other, each of
+   whole units and about as many sessions, committed as hermes-admin commits
+   (synchronous=NORMAL), SQLite checkpointing and FTS5 merging as they always
+   do (inside the commits): what the same SQL costs once no transaction may
+   hold the lock for long;
 3. unlink the sessions' files found by one scan of sessions/ (the names
    hermes-admin's files.py matches).
 
@@ -66,6 +68,39 @@ def delete(conn, doomed: list[str], cols: set[str], tables: set[str]) -> dict[st
     return counts
 
 
+def chunks(doomed: list[str], links: dict[str, list[str]], wanted: int) -> list[list[str]]:
+    """The doomed sessions in `wanted` lists (fewer if there are fewer units), each of whole units
+    (a connected group of parent links) and about as many sessions; one list when `wanted` is 1,
+    empty or not, as the one-transaction floor always ran."""
+    if wanted == 1:
+        return [doomed]
+    seen: set[str] = set()
+    units = []
+    for sid in doomed:
+        if sid in seen:
+            continue
+        unit, todo = [], [sid]
+        seen.add(sid)
+        while todo:
+            member = todo.pop()
+            unit.append(member)
+            for other in links.get(member, ()):
+                if other not in seen:
+                    seen.add(other)
+                    todo.append(other)
+        units.append(unit)
+    if wanted >= len(units):
+        return units
+    lists, current, done = [], [], 0
+    for unit in units:
+        current += unit
+        done += len(unit)
+        if done >= len(doomed) * (len(lists) + 1) / wanted:
+            lists.append(current)
+            current = []
+    return lists + ([current] if current else [])
+
+
 def main() -> None:
     home = Path(sys.argv[1])
     days = float(sys.argv[2]) if len(sys.argv) > 2 else 90.0
@@ -99,12 +134,16 @@ def main() -> None:
     doomed = [sid for sid, _, ok in rows if ok and sid not in blocked]
     selected = time.monotonic()
 
-    per_txn = int(sys.argv[3]) if len(sys.argv) > 3 else len(doomed) or 1
+    wanted = int(sys.argv[3]) if len(sys.argv) > 3 else 1
+    if wanted < 1:
+        sys.exit(f"floor.py: TRANSACTIONS must be 1 or more, not {wanted}")
+    if wanted > 1:
+        conn.execute("PRAGMA synchronous=NORMAL")  # as hermes-admin commits: a sync at checkpoints only
     counts: dict[str, int] = {}
     transactions, longest = 0, 0.0
-    for at in range(0, len(doomed), per_txn):
+    for chunk in chunks(doomed, links, wanted):
         began = time.monotonic()
-        for key, n in delete(conn, doomed[at:at + per_txn], cols, tables).items():
+        for key, n in delete(conn, chunk, cols, tables).items():
             counts[key] = counts.get(key, 0) + n
         transactions += 1
         longest = max(longest, time.monotonic() - began)
@@ -129,7 +168,8 @@ def main() -> None:
                       "delete_s": round(committed - selected, 3), "checkpoint_s": round(checkpointed - committed, 3),
                       "files_s": round(ended - checkpointed, 3), "files": unlinked, "deleted": len(doomed),
                       "rows": sum(counts.values()), "counts": counts,
-                      "transactions": transactions, "longest_ms": round(longest * 1000, 1)}))
+                      "transactions": transactions, "longest_ms": round(longest * 1000, 1),
+                      "sessions_per_transaction": round(len(doomed) / max(1, transactions), 1)}))
 
 
 if __name__ == "__main__":

@@ -23,20 +23,23 @@ def home(tmp_path: Path) -> Path:
     home.mkdir()
     store = SynthStore(home / "state.db")
     for i in range(20):
-        old = i % 2 == 0
         sid = f"s{i:02d}"
+        old = i % 2 == 0 or i == 19
         started = now - (200 if old else 5) * DAY
-        parent = "s00" if i == 11 else None  # a new child keeps its old parent: one unit, kept whole
-        store.session(sid, started=started, ended=started + 60, end_reason="x", parent=parent,
-                      system_prompt=f"prompt {i % 3}")
+        # s11 (new) keeps its old parent s00: one unit, kept whole; s04 and its old child s19 go together
+        parent = {11: "s00", 19: "s04"}.get(i)
+        # "prompt old" only old sessions use: deleted with the last of them, whichever transaction that is
+        prompt = "prompt old" if i in (2, 16) else f"prompt {i % 3}"
+        store.session(sid, started=started, ended=started + 60, end_reason="x", parent=parent, system_prompt=prompt)
         store.messages(sid, 4, started, text=f"words of session {sid}")
+        store.usage(sid, when=started)
         write_session_files(home / "sessions", sid)
     store.close()
     return home
 
 
-def floor(home: Path, *per_txn: int) -> dict:
-    done = subprocess.run([sys.executable, str(FLOOR), str(home), "90", *map(str, per_txn)],
+def floor(home: Path, *transactions: int) -> dict:
+    done = subprocess.run([sys.executable, str(FLOOR), str(home), "90", *map(str, transactions)],
                           capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -54,17 +57,30 @@ def state(home: Path) -> tuple:
     return sessions, messages, prompts, fts, sorted(p.name for p in (home / "sessions").iterdir())
 
 
-@pytest.mark.parametrize("per_txn, transactions", [(1, 9), (4, 3), (100, 1)])
-def test_the_floor_in_short_transactions_deletes_what_it_deletes_in_one(home, tmp_path, per_txn, transactions):
+# 10 doomed sessions in 9 units (s04 with s19): 9 transactions at most, each of whole units
+@pytest.mark.parametrize("wanted, transactions", [(20, 9), (9, 9), (3, 3), (1, 1)])
+def test_the_floor_in_short_transactions_deletes_what_it_deletes_in_one(home, tmp_path, wanted, transactions):
     chunked = tmp_path / "chunked"
     shutil.copytree(home, chunked)
     whole = floor(home)
-    parts = floor(chunked, per_txn)
-    assert whole["deleted"] == parts["deleted"] == 9  # s00 stays with its new child s11
+    parts = floor(chunked, wanted)
+    assert whole["deleted"] == parts["deleted"] == 10  # s00 stays with its new child s11
     assert whole["transactions"] == 1 and parts["transactions"] == transactions
     assert whole["counts"] == parts["counts"]
+    assert whole["counts"]["system_prompts"] == parts["counts"]["system_prompts"] == 1
+    assert whole["counts"]["usage"] == 10
     assert state(home) == state(chunked)
     conn = sqlite3.connect(chunked / "state.db")
-    for table in ("messages_fts", "messages_fts_trigram"):
-        conn.execute(f"INSERT INTO {table}({table}, rank) VALUES ('integrity-check', 1)")
-    conn.close()
+    try:
+        for table in ("messages_fts", "messages_fts_trigram"):
+            conn.execute(f"INSERT INTO {table}({table}, rank) VALUES ('integrity-check', 1)")
+        assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("wanted", ["0", "-3"])
+def test_a_transaction_count_below_one_is_refused_before_anything_goes(home, wanted):
+    done = subprocess.run([sys.executable, str(FLOOR), str(home), "90", wanted], capture_output=True, text=True)
+    assert done.returncode != 0 and "TRANSACTIONS must be 1 or more" in done.stderr
+    assert len(state(home)[0]) == 20 and len(state(home)[4]) == 80
