@@ -3,8 +3,8 @@
 Usage: python floor.py HOME [DAYS] [TRANSACTIONS]  -> prints one JSON line
 
 Nothing else may run on the store. Plain sqlite3 (foreign keys on, SQLite's
-default synchronous=FULL, the store's own journal mode), no chunking, no
-events, no safety checks:
+default synchronous=FULL, the store's own journal mode), no chunking unless
+TRANSACTIONS asks for it (2. below), no events, no safety checks:
 
 1. select the sessions retention purges (tasks/retention.py): every member of
    a unit ended, not pinned, not live (a compression lock), last activity
