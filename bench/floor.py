@@ -68,15 +68,11 @@ def delete(conn, doomed: list[str], cols: set[str], tables: set[str]) -> dict[st
     return counts
 
 
-def chunks(doomed: list[str], links: dict[str, list[str]], wanted: int) -> list[list[str]]:
-    """The doomed sessions in `wanted` lists (fewer if there are fewer units), each of whole units
-    (a connected group of parent links) and about as many sessions; one list when `wanted` is 1,
-    empty or not, as the one-transaction floor always ran."""
-    if wanted == 1:
-        return [doomed]
+def units_of(sessions: list[str], links: dict[str, list[str]]) -> list[list[str]]:
+    """The sessions in connected groups of parent links, in the order they first appear."""
     seen: set[str] = set()
     units = []
-    for sid in doomed:
+    for sid in sessions:
         if sid in seen:
             continue
         unit, todo = [], [sid]
@@ -89,13 +85,23 @@ def chunks(doomed: list[str], links: dict[str, list[str]], wanted: int) -> list[
                     seen.add(other)
                     todo.append(other)
         units.append(unit)
+    return units
+
+
+def chunks(units: list[list[str]], wanted: int) -> list[list[str]]:
+    """The units' sessions in `wanted` lists (fewer if there are fewer units), each of whole units
+    and about as many sessions; one list when `wanted` is 1, empty or not, as the one-transaction
+    floor always ran."""
+    sessions = [sid for unit in units for sid in unit]
+    if wanted == 1:
+        return [sessions]
     if wanted >= len(units):
         return units
     lists, current, done = [], [], 0
     for unit in units:
         current += unit
         done += len(unit)
-        if done >= len(doomed) * (len(lists) + 1) / wanted:
+        if done >= len(sessions) * (len(lists) + 1) / wanted:
             lists.append(current)
             current = []
     return lists + ([current] if current else [])
@@ -117,21 +123,16 @@ def main() -> None:
         f"SELECT s.id, s.parent_session_id, s.ended_at IS NOT NULL AND NOT {pinned} AND NOT ({live}) AND "
         f"MAX(COALESCE({activity}, 0), COALESCE((SELECT MAX(m.timestamp) FROM messages m "
         f"WHERE m.session_id = s.id), s.started_at)) < ? FROM sessions s", (cutoff,)).fetchall()
-    # a unit goes whole or not at all: one kept member keeps every session linked to it
+    # a unit (a connected group of parent links) goes whole or not at all: one kept member keeps it
+    ok = {sid: bool(good) for sid, _, good in rows}
     parent = {sid: p for sid, p, _ in rows}
     links: dict[str, list[str]] = {}
     for sid, p in parent.items():
         if p in parent:
             links.setdefault(sid, []).append(p)
             links.setdefault(p, []).append(sid)
-    kept = [sid for sid, _, ok in rows if not ok]
-    blocked = set(kept)
-    while kept:
-        for other in links.get(kept.pop(), ()):
-            if other not in blocked:
-                blocked.add(other)
-                kept.append(other)
-    doomed = [sid for sid, _, ok in rows if ok and sid not in blocked]
+    doomed_units = [unit for unit in units_of(list(parent), links) if all(ok[sid] for sid in unit)]
+    doomed = [sid for unit in doomed_units for sid in unit]
     selected = time.monotonic()
 
     wanted = int(sys.argv[3]) if len(sys.argv) > 3 else 1
@@ -141,7 +142,7 @@ def main() -> None:
         conn.execute("PRAGMA synchronous=NORMAL")  # as hermes-admin commits: a sync at checkpoints only
     counts: dict[str, int] = {}
     transactions, longest = 0, 0.0
-    for chunk in chunks(doomed, links, wanted):
+    for chunk in chunks(doomed_units, wanted):
         began = time.monotonic()
         for key, n in delete(conn, chunk, cols, tables).items():
             counts[key] = counts.get(key, 0) + n

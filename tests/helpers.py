@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hermes_admin.profile.engine.holders import _in_the_first_pid_namespace
+from hermes_admin.profile.engine.holders import in_the_host_pid_namespace
 
 # In a pid namespace of its own (a container) the holder scan answers "unknown" by design: a Hermes
 # outside would be seen by no table there, so VACUUM and the index rebuild never run.
-HOST_PIDS = _in_the_first_pid_namespace()
+HOST_PIDS = in_the_host_pid_namespace()
 needs_host_pids = pytest.mark.skipif(not HOST_PIDS, reason="a pid namespace of its own: the holder scan "
                                      "answers unknown by design (VACUUM and the index rebuild never run)")
 

@@ -469,7 +469,7 @@ def test_what_the_scan_cannot_see_makes_it_careful(tmp_path, monkeypatch):
     assert store_holders(path, wal=True) == ([] if HOST_PIDS else None)  # WAL: theirs would show in /proc/locks
     monkeypatch.undo()
     assert store_holders(path, wal=True) == ([] if HOST_PIDS else None)
-    monkeypatch.setattr(holders_module, "_in_the_first_pid_namespace", lambda: False)
+    monkeypatch.setattr(holders_module, "in_the_host_pid_namespace", lambda: False)
     assert store_holders(path, wal=True) is None
     assert held_by_its_owner(path) is False  # pacing looks at the owner's own processes only
     monkeypatch.undo()

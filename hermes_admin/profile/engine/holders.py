@@ -74,7 +74,7 @@ def other_holders(paths: list[Path], others_count: bool = True, wal: bool = Fals
                 break
     if not others_count:
         return holders
-    if not _in_the_first_pid_namespace():
+    if not in_the_host_pid_namespace():
         return None  # a Hermes outside this container would be seen by no scan here
     locking = lock_holders({inode for _, inode in targets})
     if locking is None or (unseen and not wal):
@@ -82,7 +82,7 @@ def other_holders(paths: list[Path], others_count: bool = True, wal: bool = Fals
     return holders + sorted(pid for pid in locking if pid != me and pid not in holders)
 
 
-def _in_the_first_pid_namespace() -> bool:
+def in_the_host_pid_namespace() -> bool:
     """Our pid in each pid namespace we are in: one entry only in the host's own."""
     try:
         with open("/proc/self/status", encoding="ascii", errors="replace") as status:
