@@ -28,6 +28,7 @@ class App:
     _config: admin_config.AdminConfig | None = field(default=None, repr=False)
     _everything: homes.Discovery | None = field(default=None, repr=False)
     _run_locks: object = field(default=None, repr=False)  # host.runlock.RunLocks, once a change starts
+    _broken: dict | None = field(default=None, repr=False)
 
     @property
     def config(self) -> admin_config.AdminConfig:
@@ -56,6 +57,31 @@ class App:
                 found.profiles = [replace(p, display=f"{p.root}:{p.name}") for p in found.profiles]
             self._everything = found
         return self._everything
+
+    def broken_holds(self) -> dict[str, list]:
+        """home -> the processes whose hold on its store is broken (host/detached.py), looked for
+        once per command, over every profile in view."""
+        if self._broken is None:
+            from hermes_admin.host import detached
+
+            stores = {p.store_path: str(p.home) for p in self.everything().profiles}
+            self._broken = {stores[store]: holds for store, holds in detached.scan(list(stores)).items()}
+        return self._broken
+
+    def _check_holds(self, run: Run, kind: str, profiles: list[Profile], writing: bool) -> list[Profile]:
+        """Name every broken hold on these profiles' stores in the report (an error where it keeps us
+        from writing, a warning where it does not), and leave out of a writing job the profiles whose
+        store must not be written to: a process writes into files no longer there, or without locks."""
+        if kind not in CHANGING + ("profiles",):
+            return profiles
+        kept = []
+        for profile in profiles:
+            holds = self.broken_holds().get(str(profile.home), [])
+            for hold in holds:
+                (run.errors if hold.blocks_writes else run.warnings).append(hold.line(profile.shown, profile.store_path))
+            if not (writing and any(hold.blocks_writes for hold in holds)):
+                kept.append(profile)
+        return kept
 
     def labels(self) -> dict[str, str]:
         """home -> how output names the profile (its name, or ROOT:NAME with several roots)."""
@@ -119,6 +145,7 @@ class App:
                 return run
             except OSError as exc:  # no place for the run lock: each profile's own lock still holds
                 run.warnings.append(f"run lock not taken ({exc.strerror or exc}); the profiles' own locks apply")
+        profiles = self._check_holds(run, kind, profiles, writing=not params.get("dry_run", True))
         owners = self.everything().owners
         params = dict(params, siblings=self._siblings(), verbose=self.verbose,
                       safe_mode=os.environ.get("HERMES_SAFE_MODE", ""),  # a worker's environment is clean

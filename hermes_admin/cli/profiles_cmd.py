@@ -12,6 +12,11 @@ def show_profiles(app: App, only: tuple[str, ...], as_json: bool) -> int:
     found = app.discover(only)
     answer = app.work("profiles", {}, found.profiles)
     rows = answer.data.get("profiles", [])
+    for row in rows:  # processes whose hold on the store is broken: the host looked, the worker could not
+        holds = app.broken_holds().get(row["home"], [])
+        row["broken_holds"] = [hold.as_dict() for hold in holds]
+        if any(hold.blocks_writes for hold in holds):
+            row["ok"] = False
     if as_json:
         report.emit_json({"profiles": rows})
     else:
@@ -26,10 +31,12 @@ def show_profiles(app: App, only: tuple[str, ...], as_json: bool) -> int:
              for r in rows],
         ))
     for r in rows:
-        if not r["ok"]:
+        if r["error"]:
             report.error(r["error"])
     for message in answer.errors:
         report.error(message)
+    for message in answer.warnings:
+        report.warn(message)
     return app.exit_code(answer, found, only, failed=any(not r["ok"] for r in rows))
 
 

@@ -34,7 +34,7 @@ from hermes_admin.results import Finding, Result
 from hermes_admin.protocol import Profile
 from hermes_admin.profile.lineage import Unit
 from hermes_admin.profile.engine.locks import Flock, LockHeld, state_folder
-from hermes_admin.profile.store import Store, StoreError
+from hermes_admin.profile.store import Store, StoreError, keep_wal
 from hermes_admin.profile.store.connect import readonly_uri, write_transaction
 from hermes_admin.profile.store.read import existing_ids
 
@@ -84,7 +84,7 @@ def fts_problems(store_path: Path) -> list[str]:
     problems = []
     with tempfile.TemporaryDirectory(prefix="hermes-admin-fts-") as tmp:
         snapshot = Path(tmp) / "snapshot.db"
-        source = sqlite3.connect(readonly_uri(store_path), uri=True)
+        source = keep_wal.connect(readonly_uri(store_path), uri=True)
         target = sqlite3.connect(snapshot)
         try:
             source.backup(target)

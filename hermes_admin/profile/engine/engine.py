@@ -130,8 +130,9 @@ class _Reads:
 
     def __init__(self, path: Path):
         from hermes_admin.profile.store.connect import readonly_uri
+        from hermes_admin.profile.store.keep_wal import connect
 
-        self.conn = sqlite3.connect(readonly_uri(path), uri=True, isolation_level=None, check_same_thread=False,
+        self.conn = connect(readonly_uri(path), uri=True, isolation_level=None, check_same_thread=False,
                                     timeout=5.0)
         self.conn.execute("PRAGMA query_only=1")
 

@@ -95,7 +95,13 @@ def in_the_host_pid_namespace() -> bool:
 
 
 def lock_holders(inodes: set[int]) -> set[int] | None:
-    """The pids holding a lock on any of `inodes` by `/proc/locks`; None if it cannot be read.
+    """The pids holding a lock on any of `inodes` by `/proc/locks`; None if it cannot be read."""
+    table = locks_by_inode(inodes)
+    return None if table is None else set().union(*table.values())
+
+
+def locks_by_inode(inodes: set[int]) -> dict[int, set[int]] | None:
+    """Each of `inodes` -> the pids holding a lock on it, by `/proc/locks`; None if it cannot be read.
     Matched by inode alone: the device there is the filesystem's own, which `stat` may not show
     (btrfs subvolumes), and a match on another filesystem only makes the answer more careful."""
     try:
@@ -103,7 +109,7 @@ def lock_holders(inodes: set[int]) -> set[int] | None:
             lines = table.read().splitlines()
     except OSError:
         return None
-    pids = set()
+    pids: dict[int, set[int]] = {inode: set() for inode in inodes}
     for line in lines:
         # "1: POSIX  ADVISORY  READ 14478 fe:00:2638045 128 128"; a waiter's line starts "1: ->"
         fields = line.split()
@@ -113,8 +119,8 @@ def lock_holders(inodes: set[int]) -> set[int] | None:
             pid, inode = int(fields[4]), int(fields[5].rsplit(":", 1)[1])
         except (IndexError, ValueError):
             return None  # a table this code cannot read: unknown
-        if inode in inodes:
-            pids.add(pid)
+        if inode in pids:
+            pids[inode].add(pid)
     return pids
 
 

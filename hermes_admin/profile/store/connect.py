@@ -3,6 +3,8 @@
 Stores belong to Hermes: live processes share them. So reads use `mode=ro`
 URIs, writes take `BEGIN IMMEDIATE` with a short busy timeout and retry the
 whole transaction with jitter, and nothing here ever sets `journal_mode`.
+Every connection, read or write, is made by keep_wal: none of ours ever
+checkpoints or deletes the WAL when it closes.
 """
 
 from __future__ import annotations
@@ -16,6 +18,9 @@ from typing import Callable, TypeVar
 from urllib.parse import quote
 
 import peewee
+
+from hermes_admin.profile.store.keep_wal import KeepWalConnection
+from hermes_admin.profile.store.keep_wal import connect as keep_wal_connect
 
 T = TypeVar("T")
 
@@ -38,6 +43,7 @@ def open_readonly(path: Path) -> peewee.SqliteDatabase:
         uri=True,
         timeout=READ_BUSY_TIMEOUT_S,
         pragmas={"query_only": 1},
+        factory=KeepWalConnection,
     )
     db.connect()
     return db
@@ -55,6 +61,7 @@ def open_readwrite(path: Path) -> peewee.SqliteDatabase:
         timeout=WRITE_BUSY_TIMEOUT_S,
         lock_type="IMMEDIATE",
         pragmas={"foreign_keys": 1, "wal_autocheckpoint": 0},
+        factory=KeepWalConnection,
     )
     db.connect()
     return db
@@ -68,7 +75,7 @@ def open_for_checkpoints(path: Path) -> sqlite3.Connection:
     and the database file (`synchronous` FULL, set for this connection only): the
     engine counts on that to make its unsynced commits durable (group_commit.py).
     """
-    conn = sqlite3.connect(str(Path(path).absolute()), timeout=0, isolation_level=None, check_same_thread=False)
+    conn = keep_wal_connect(str(Path(path).absolute()), timeout=0, isolation_level=None, check_same_thread=False)
     conn.execute("PRAGMA synchronous=FULL")
     return conn
 

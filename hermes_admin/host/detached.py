@@ -1,0 +1,174 @@
+"""Processes whose hold on a store is broken: files no longer at their path, or locks gone.
+
+A Hermes process holds `state.db`, `-wal` and `-shm` open all day. When another program deletes
+the WAL under it (SQLite's close of what it took for the last connection, upstream #109966) or
+replaces the store, the process goes on writing into files nobody will ever read: every write
+"succeeds", none survives it, and its own status stays healthy (docs/design.md §4.3). Found from
+`/proc/<pid>/fd` (each link's target, and `stat` through it: nothing is opened) and
+`/proc/locks`, in one pass for all the stores of a run. The process is only named, never touched:
+the fix is to restart it, after copying the deleted file out of `/proc/PID/fd/N` if its writes
+matter.
+
+Three kinds, by how far they block us:
+- `deleted` / `replaced`: the process writes into files that are no longer the store. Its next
+  checkpoint copies pages into the database file ours would share: no write of ours goes there
+  until it is restarted.
+- `unlocked -shm`: it holds the shared-memory index without its locks, so SQLite cannot see its
+  readers or its writer: nothing of ours writes there either.
+- `unlocked state.db`: it lost the lock that tells other connections it is there, the state of
+  upstream #109786. Our connections never checkpoint-and-delete on close (keep_wal.py), so we
+  go on; the line warns that the next careless tool (the `sqlite3` shell) will kill its
+  persistence.
+
+Root sees every process; a user sees her own (the kernel hides the fds of others).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from hermes_admin.profile.engine.holders import locks_by_inode
+
+SUFFIXES = ("", "-wal", "-shm")
+DELETED = " (deleted)"
+COMMAND_CHARS = 160  # of a process's command line, in a report line
+
+
+@dataclass(frozen=True)
+class Broken:
+    file: str  # which of the store's files: state.db, state.db-wal, state.db-shm
+    how: str  # "deleted", "replaced" or "unlocked"
+    fd: int
+
+    @property
+    def blocks_writes(self) -> bool:
+        return self.how != "unlocked" or self.file.endswith("-shm")
+
+    def __str__(self) -> str:
+        return f"{self.file} without its locks" if self.how == "unlocked" else f"a {self.how} {self.file}"
+
+
+@dataclass(frozen=True)
+class BrokenHold:
+    """One process's broken hold on one store: every file of the store it holds wrongly."""
+
+    pid: int
+    command: str
+    broken: tuple[Broken, ...]
+
+    @property
+    def blocks_writes(self) -> bool:
+        return any(b.blocks_writes for b in self.broken)
+
+    def line(self, label: str, store: Path) -> str:
+        """One line for the report: who, what, and what fixes it."""
+        who = f"pid {self.pid} ({self.command})"
+        if not self.blocks_writes:
+            return (f"profile '{label}': {store}: {who} holds it without its SQLite locks (something in that "
+                    f"process closed the file); another tool's close can delete its WAL under it: restart it")
+        wrong = [b for b in self.broken if b.blocks_writes]
+        gone = [b for b in wrong if b.how != "unlocked"]
+        if not gone:  # its -shm locks are gone: SQLite can no longer see its readers or its writer
+            return (f"profile '{label}': {store}: {who} holds state.db-shm without its SQLite locks: a write "
+                    f"beside it could corrupt what it reads; the store is not maintained until that process "
+                    f"is restarted")
+        line = (f"profile '{label}': {store}: {who} writes into {', '.join(map(str, gone))}: its writes are "
+                f"lost, and the store is not maintained until that process is restarted")
+        wal = [b for b in gone if b.file.endswith("-wal")]
+        if wal:
+            line += f" (copy /proc/{self.pid}/fd/{wal[0].fd} first to keep what it wrote)"
+        return line
+
+    def as_dict(self) -> dict:
+        return {"pid": self.pid, "command": self.command, "blocks_writes": self.blocks_writes,
+                "files": [{"file": b.file, "problem": b.how} for b in self.broken]}
+
+
+def scan(stores: list[Path]) -> dict[Path, list[BrokenHold]]:
+    """For each store, the processes (not ours) whose hold on it is broken. One pass over /proc;
+    an unreadable /proc gives no findings (this is a report, not a gate)."""
+    wanted: dict[str, tuple[Path, str]] = {}
+    for store in stores:
+        real = os.path.realpath(store)
+        for suffix in SUFFIXES:
+            wanted[real + suffix] = (store, Path(real + suffix).name)
+    broken: dict[tuple[Path, int], list[Broken]] = {}
+    if not wanted:
+        return {}
+    holding: list[tuple[int, int, str, Path, os.stat_result]] = []  # held at their paths, for the lock check
+    me = os.getpid()
+    try:
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return {}
+    shm_holders: set[tuple[Path, int]] = set()  # a WAL connection: it must hold a lock on state.db too
+    for pid in pids:
+        if pid == me:
+            continue
+        for fd, target in _links(pid):
+            deleted = target.endswith(DELETED)
+            name = target[: -len(DELETED)] if deleted else target
+            if name not in wanted:
+                continue
+            store, file = wanted[name]
+            try:
+                held = os.stat(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if file.endswith("-shm"):
+                shm_holders.add((store, pid))
+            how = "deleted" if deleted else _compare(held, name)
+            if how:
+                broken.setdefault((store, pid), []).append(Broken(file, how, fd))
+            else:
+                holding.append((pid, fd, file, store, held))
+    locks = locks_by_inode({held.st_ino for *_, held in holding}) if holding else None
+    for pid, fd, file, store, held in holding if locks is not None else ():
+        # In WAL mode a connection keeps a lock on state.db and on -shm for as long as it is open (none
+        # on -wal: its locks live in -shm); one to a rollback-journal store (no -shm) holds none between
+        # transactions.
+        locked = pid in locks[held.st_ino]
+        if not locked and (file.endswith("-shm") or (file == store.name and (store, pid) in shm_holders)):
+            broken.setdefault((store, pid), []).append(Broken(file, "unlocked", fd))
+    found: dict[Path, list[BrokenHold]] = {}
+    for (store, pid), files in sorted(broken.items(), key=lambda item: item[0][1]):
+        found.setdefault(store, []).append(BrokenHold(pid, _command(pid), tuple(files)))
+    return found
+
+
+def _links(pid: int):
+    """(fd, target) of each descriptor of `pid` we may look at; none for a process we may not."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return
+    for fd in fds:
+        try:
+            yield int(fd), os.readlink(f"/proc/{pid}/fd/{fd}")
+        except (OSError, ValueError):
+            continue
+
+
+def _compare(held: os.stat_result, path: str) -> str | None:
+    """"replaced" when the file at `path` is no longer the one held, else None."""
+    try:
+        now = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return "deleted"
+    except OSError:
+        return None
+    return None if (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino) else "replaced"
+
+
+def _command(pid: int) -> str:
+    """The process's command line, printable and bounded (it is another user's text)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as source:
+            raw = source.read(4096)
+    except OSError:
+        return "?"
+    text = raw.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
+    text = "".join(c if c.isprintable() else "?" for c in text) or "?"
+    return text if len(text) <= COMMAND_CHARS else text[: COMMAND_CHARS - 1] + "…"
