@@ -145,7 +145,11 @@ class App:
                 return run
             except OSError as exc:  # no place for the run lock: each profile's own lock still holds
                 run.warnings.append(f"run lock not taken ({exc.strerror or exc}); the profiles' own locks apply")
-        profiles = self._check_holds(run, kind, profiles, writing=not params.get("dry_run", True))
+        kept = self._check_holds(run, kind, profiles, writing=not params.get("dry_run", True))
+        if params.get("summaries"):  # a profile left out still has its metrics: the holders, its errors
+            run.data.setdefault("summaries", []).extend(
+                {"name": p.name, "home": str(p.home), "ok": False} for p in profiles if p not in kept)
+        profiles = kept
         owners = self.everything().owners
         params = dict(params, siblings=self._siblings(), verbose=self.verbose,
                       safe_mode=os.environ.get("HERMES_SAFE_MODE", ""),  # a worker's environment is clean
@@ -176,6 +180,11 @@ class App:
                     run.warnings += [f"profile '{profile.shown}': {path}: left as root's by an older hermes-admin; "
                                      f"handed back to {owner.user}" for path in hand_back(profile.home, owner)]
             run.merge(run_job(Job(kind, params, owner, group, layers), self.verbose))
+        for row in run.data.get("summaries", []):  # for the metrics: what the host saw in /proc
+            if isinstance(row, dict) and isinstance(row.get("home"), str):
+                holds = self.broken_holds().get(row["home"], [])
+                row["detached_holders"] = sum(1 for hold in holds if hold.blocks_writes)
+                row["unlocked_holders"] = len(holds) - row["detached_holders"]
         labels = self.labels()
         for result in run.results:
             result.label = labels.get(result.home or "", result.profile)

@@ -21,6 +21,11 @@ HELP = {
     "hermes_admin_deleted": ("gauge", "Session rows deleted by the last run, by reason."),
     "hermes_admin_archived": ("gauge", "Session rows archived by the last run."),
     "hermes_admin_skipped": ("gauge", "Units left alone by the last run (live, guarded, changed), by task."),
+    "hermes_admin_store_detached_holders": ("gauge", "Processes writing into the profile's store files after "
+                                            "they were deleted or replaced, or holding its -shm without locks "
+                                            "(restart them; the store is not maintained meanwhile)."),
+    "hermes_admin_store_unlocked_holders": ("gauge", "Processes holding the profile's store without their SQLite "
+                                            "lock on state.db (at risk from any careless SQLite client)."),
     "hermes_admin_run_errors": ("gauge", "Errors of the last run for the profile (store or config unusable)."),
     "hermes_admin_run_seconds": ("gauge", "Wall time of each task in the last run."),
     "hermes_admin_last_run_timestamp_seconds": ("gauge", "When the last run finished (Unix time)."),
@@ -53,6 +58,10 @@ def render(run: Run, summaries: list[dict], finished: float | None = None) -> st
             add("hermes_admin_messages", row["messages"], profile=profile, home=row["home"])
             add("hermes_admin_store_bytes", row["store_bytes"] or 0, profile=profile, home=row["home"])
             add("hermes_admin_wal_bytes", row["wal_bytes"] or 0, profile=profile, home=row["home"])
+    for row in summaries:  # counted by the host from /proc (cli/context.App.work), for every profile
+        for name in ("detached_holders", "unlocked_holders"):
+            if isinstance(row.get(name), int):
+                add(f"hermes_admin_store_{name}", row[name], profile=row["name"], home=row["home"])
     # Every series is keyed by the profile's home as well as its name: two roots' `default`s never
     # merge, and nothing is summed across roots.
     deleted: dict[tuple[str, str, str], int] = {}

@@ -87,20 +87,36 @@ class Outbox:
         return self._conn
 
     def _connect(self) -> None:
-        notes = self.notes
+        """Open the outbox; one that is damaged in any way is set aside and replaced by a new one
+        holding what could still be read from it, so the profile is maintained on this same run."""
+        problem = None
         try:
             self._conn = self._open()
+            problem = _damage(self._conn)
         except sqlite3.DatabaseError as exc:
-            if isinstance(exc, sqlite3.OperationalError) and "locked" not in str(exc) and "malformed" not in str(exc) \
-                    and "not a database" not in str(exc):
-                raise OutboxError(f"{self.path}: {exc}") from None
-            line = set_aside(self.path, f"malformed ({exc}); its undelivered events are lost")
-            for sidecar in ("-wal", "-shm"):
-                if (side := self.path.with_name(self.path.name + sidecar)).exists():
-                    set_aside(side, "beside a malformed outbox")
-            if notes is not None:
-                notes.append(line)
-            self._conn = self._open()
+            if isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc)):
+                raise OutboxError(f"{self.path}: {exc}") from None  # in use: not damaged
+            problem = str(exc)
+        if problem is None:
+            return
+        events, splits, lost = _salvage(self._conn) if self._conn is not None else ([], [], None)
+        self.close()
+        self._conn = None
+        kept = f"{len(events)} event(s) and {len(splits)} split record(s) carried over"
+        lost_text = "none could be read" if lost is None else (f"{lost} unreadable row(s) left in it" if lost else "")
+        line = set_aside(self.path, f"damaged ({problem}); {kept}" + (f", {lost_text}" if lost_text else "")
+                         + "; kept for inspection")
+        for sidecar in ("-wal", "-shm"):
+            if (side := self.path.with_name(self.path.name + sidecar)).exists():
+                set_aside(side, "beside a damaged outbox")
+        if self.notes is not None:
+            self.notes.append(line)
+        self._conn = self._open()
+        with self._writing() as conn:
+            # OR IGNORE: a damaged b-tree can show one id twice; the first reading stands
+            conn.executemany("INSERT OR IGNORE INTO events(id, created, state, kind, session_id, reason, ids) "
+                             "VALUES (?, ?, ?, ?, ?, ?, ?)", events)
+            conn.executemany("INSERT OR IGNORE INTO splits(id, created, record) VALUES (?, ?, ?)", splits)
 
     def _open(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, isolation_level=None)
@@ -120,7 +136,6 @@ class Outbox:
                 "CREATE TABLE IF NOT EXISTS splits (id INTEGER PRIMARY KEY, created REAL NOT NULL, "
                 "record TEXT NOT NULL)"
             )
-            conn.execute("SELECT COUNT(*) FROM events").fetchone()
         except BaseException:
             conn.close()
             raise
@@ -225,6 +240,85 @@ class Outbox:
 
     def undelivered(self) -> list[Event]:
         return self._events("committed")
+
+
+COLUMNS = {"events": ("id", "created", "state", "kind", "session_id", "reason", "ids"),
+           "splits": ("id", "created", "record")}
+STATES = ("pending", "committed", "delivered")
+KINDS = ("delete", "archive")
+
+
+def _damage(conn: sqlite3.Connection) -> str | None:
+    """What is wrong with an outbox, or None: its pages (quick_check), its shape, each row."""
+    check = [str(row[0]) for row in conn.execute("PRAGMA quick_check(3)").fetchall()]
+    if check != ["ok"]:
+        said = [line for row in check for line in row.splitlines() if not line.startswith("***")]
+        return "quick_check: " + (said[0][:120] if said else "failed")
+    for table, wanted in COLUMNS.items():
+        columns = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+        if missing := [c for c in wanted if c not in columns]:
+            return f"another shape: {table} has no column {', '.join(missing)}"
+    # Rows still to act on must read as ours (delivered ones are history: quick_check covers them).
+    wanted = ", ".join(COLUMNS["events"])
+    bad = sum(not _event(row) for row in conn.execute(f"SELECT {wanted} FROM events WHERE state != 'delivered'"))
+    bad += sum(not _split(row) for row in conn.execute("SELECT id, created, record FROM splits"))
+    return f"{bad} row(s) it cannot read" if bad else None
+
+
+def _readable(conn: sqlite3.Connection) -> tuple[int, list]:
+    """(rows, the events and split records that read as ours) of every table, row by row: a damaged
+    page or a value of the wrong kind costs its own row only."""
+    rows, good = 0, []
+    for table, wanted in COLUMNS.items():
+        try:
+            columns = [row[1] for row in conn.execute(f"PRAGMA table_info({table})")]
+            ids = [row[0] for row in conn.execute(f"SELECT rowid FROM {table}")]
+        except sqlite3.DatabaseError:
+            continue
+        for rowid in ids:
+            rows += 1
+            try:
+                values = dict(zip(columns, conn.execute(f"SELECT * FROM {table} WHERE rowid = ?", (rowid,)).fetchone()))
+            except (sqlite3.DatabaseError, TypeError):
+                continue
+            if table == "events" and "kind" not in values and isinstance(values.get("reason"), str):
+                values["kind"] = "archive" if values["reason"] == "archive" else "delete"  # what made it
+            row = tuple(values.get(c) for c in wanted)
+            if (_event if table == "events" else _split)(row):
+                good.append((table, row))
+    return rows, good
+
+
+def _event(row: tuple) -> bool:
+    id_, created, state, kind, session_id, reason, ids = row
+    try:
+        listed = json.loads(ids) if isinstance(ids, str) else None
+    except ValueError:
+        return False
+    return (isinstance(id_, int) and isinstance(created, (int, float)) and state in STATES and kind in KINDS
+            and isinstance(session_id, str) and bool(session_id) and isinstance(reason, str)
+            and isinstance(listed, list) and all(isinstance(i, str) for i in listed))
+
+
+def _split(row: tuple) -> bool:
+    id_, created, record = row
+    try:
+        parsed = json.loads(record) if isinstance(record, str) else None
+    except ValueError:
+        return False
+    return isinstance(id_, int) and isinstance(created, (int, float)) and isinstance(parsed, dict)
+
+
+def _salvage(conn: sqlite3.Connection) -> tuple[list, list, int | None]:
+    """What can still be read from a damaged outbox: its events, its split records, and how many
+    rows could not be read (None: none at all)."""
+    try:
+        rows, good = _readable(conn)
+    except sqlite3.DatabaseError:
+        return [], [], None
+    events = [row for table, row in good if table == "events"]
+    splits = [row for table, row in good if table == "splits"]
+    return events, splits, rows - len(good)
 
 
 def has_work(profile: Profile) -> bool:

@@ -1,0 +1,104 @@
+"""No connection of ours is ever the one that checkpoints and deletes a store's WAL when it closes.
+
+SQLite deletes `-wal` and `-shm` when a connection closes and takes the database's exclusive lock:
+alone on the file here, as it would be beside a Hermes whose own locks are gone. So each way we
+connect to a store is closed alone on a WAL store with frames in it, and the WAL must stay, whole.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+
+import peewee
+import pytest
+
+from hermes_admin.profile.engine.engine import _Reads
+from hermes_admin.profile.store import keep_wal
+from hermes_admin.profile.store.connect import open_for_checkpoints, open_readonly, open_readwrite, readonly_uri
+
+
+def wal_store(path: Path) -> Path:
+    """A WAL store whose last commits are only in its WAL (no checkpoint yet), left by a process
+    whose close did not delete it (as a live Hermes leaves it)."""
+    conn = keep_wal.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA wal_autocheckpoint=0")
+    conn.execute("CREATE TABLE sessions (id TEXT PRIMARY KEY)")
+    conn.executemany("INSERT INTO sessions VALUES (?)", [(f"s{i}",) for i in range(50)])
+    conn.close()
+    assert Path(f"{path}-wal").stat().st_size > 0
+    return path
+
+
+def plain_close_deletes_it(path: Path) -> bool:
+    conn = sqlite3.connect(path)
+    conn.execute("SELECT COUNT(*) FROM sessions").fetchone()
+    conn.close()
+    return not Path(f"{path}-wal").exists()
+
+
+def read_write(path):
+    db = open_readwrite(path)
+    with db.atomic():
+        db.execute_sql("INSERT INTO sessions VALUES ('ours')")
+    return db
+
+
+WAYS = {
+    "write (peewee)": read_write,
+    "read (peewee, mode=ro)": lambda path: open_readonly(path),
+    "checkpoints": lambda path: open_for_checkpoints(path),
+    "export reads": lambda path: _Reads(path),
+    "plain": lambda path: keep_wal.connect(path),
+    "plain, mode=ro": lambda path: keep_wal.connect(readonly_uri(path), uri=True),
+}
+
+
+@pytest.mark.parametrize("way", WAYS)
+def test_closing_alone_keeps_the_wal(tmp_path, way):
+    path = wal_store(tmp_path / "state.db")
+    wal = os.stat(f"{path}-wal")
+    conn = WAYS[way](path)
+    (getattr(conn, "execute_sql", None) or conn.execute)("SELECT COUNT(*) FROM sessions").fetchone()
+    conn.close()
+    after = os.stat(f"{path}-wal")  # still there, the same file
+    assert (after.st_dev, after.st_ino) == (wal.st_dev, wal.st_ino)
+    assert Path(f"{path}-shm").exists()
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as check:
+        assert check.execute("SELECT COUNT(*) FROM sessions").fetchone()[0] >= 50
+
+
+def test_the_hazard_is_real_for_a_plain_connection(tmp_path):
+    """What the guard stands against: Python's own sqlite3, alone, deletes the WAL on close."""
+    assert plain_close_deletes_it(wal_store(tmp_path / "state.db"))
+
+
+def test_the_setting_reads_back_on(tmp_path):
+    conn = keep_wal.connect(tmp_path / "x.db")
+    try:
+        if hasattr(conn, "getconfig"):
+            assert conn.getconfig(keep_wal.NO_CKPT_ON_CLOSE)
+        else:
+            import ctypes
+            now = ctypes.c_int(-1)
+            keep_wal._library().sqlite3_db_config(keep_wal._handle(conn), keep_wal.NO_CKPT_ON_CLOSE,
+                                                  ctypes.c_int(-1), ctypes.byref(now))
+            assert now.value == 1
+    finally:
+        conn.close()
+
+
+def test_a_connection_that_cannot_be_guarded_is_refused_before_it_reads(tmp_path, monkeypatch):
+    path = wal_store(tmp_path / "state.db")
+
+    def refuse(conn):
+        raise keep_wal.WalGuardError("test: no way to keep the WAL")
+
+    monkeypatch.setattr(keep_wal, "keep_wal_on_close", refuse)
+    with pytest.raises(sqlite3.OperationalError, match="keep the WAL"):
+        keep_wal.connect(path)
+    with pytest.raises(peewee.OperationalError, match="keep the WAL"):
+        open_readwrite(path)
+    assert Path(f"{path}-wal").exists()

@@ -1,0 +1,86 @@
+"""Damaged state of our own never stops a profile: the outbox, however it is damaged, is set aside
+(kept, named, timestamped), made anew with what could still be read from it, reported in one line,
+and the profile is maintained on the same run."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import home_of, row_ids
+
+NOW = time.time()
+GOOD = (7, NOW, "committed", "delete", "kept_sid", "prune", json.dumps(["kept_sid", "kept_child"]))
+SPLIT = (3, NOW, json.dumps({"unit": "kept_split"}))
+
+
+def ours(path: Path, columns: str = "id INTEGER PRIMARY KEY, created REAL, state TEXT, kind TEXT, "
+                                       "session_id TEXT, reason TEXT, ids TEXT", rows=(GOOD,)) -> None:
+    conn = sqlite3.connect(path)
+    conn.execute(f"CREATE TABLE events ({columns})")
+    conn.execute("CREATE TABLE splits (id INTEGER PRIMARY KEY, created REAL, record TEXT)")
+    width = len(columns.split(","))
+    conn.executemany(f"INSERT INTO events VALUES ({', '.join('?' * width)})", [row[:width] for row in rows])
+    conn.execute("INSERT INTO splits VALUES (?, ?, ?)", SPLIT)
+    conn.commit()
+    conn.close()
+
+
+def not_a_database(path):
+    path.write_bytes(b"garbage" * 1000)
+
+
+def another_shape(path):  # an older or foreign outbox: no `kind` column (what `run` died of)
+    ours(path, "id INTEGER PRIMARY KEY, created REAL, state TEXT, session_id TEXT, reason TEXT, ids TEXT",
+         rows=[GOOD[:3] + GOOD[4:]])
+
+
+def unreadable_rows(path):
+    ours(path, rows=[GOOD, (8, NOW, "committed", "delete", "bad_sid", "prune", "not json ["),
+                     (9, NOW, "exploded", "delete", "odd_sid", "prune", "[]")])
+
+
+def fails_quick_check(path):
+    ours(path, rows=[GOOD] + [(i, NOW, "delivered", "delete", f"old_{i}", "prune", json.dumps(["x" * 300]))
+                              for i in range(100, 400)])
+    with open(path, "r+b") as f:  # a page of the events table's b-tree overwritten with noise
+        f.seek(4096 * 3 + 100)
+        f.write(os.urandom(2000))
+
+
+@pytest.mark.parametrize("damage, says", [
+    (not_a_database, "not a database"),
+    (another_shape, "another shape"),
+    (unreadable_rows, "row(s) it cannot read"),
+    (fails_quick_check, ""),
+])
+def test_a_damaged_outbox_costs_one_warning_and_no_maintenance(synth_root, invoke, damage, says):
+    root, kinds = synth_root
+    home = home_of(root, "work")
+    (home / ".hermes-admin").mkdir()
+    outbox = home / ".hermes-admin" / "outbox.db"
+    damage(outbox)
+    before = row_ids(home / "state.db")
+    first = invoke("--root", str(root), "purge", "-p", "work", "--older-than", "90", "--yes", "--json")
+    assert first.exit_code == 1, first.stderr  # done, with a warning
+    lines = [line for line in first.stderr.splitlines() if "outbox.db" in line]
+    assert len(lines) == 1 and "damaged" in lines[0] and says in lines[0] and "kept for inspection" in lines[0]
+    assert row_ids(home / "state.db") < before  # maintained on this very run
+    aside = [n for n in os.listdir(home / ".hermes-admin") if n.startswith("outbox.db.set-aside-")]
+    assert len(aside) == 1  # kept, never deleted
+    conn = sqlite3.connect(f"file:{outbox}?mode=ro", uri=True)
+    carried = {row[0] for row in conn.execute("SELECT session_id FROM events")}
+    splits = [row[0] for row in conn.execute("SELECT record FROM splits")]
+    conn.close()
+    if damage is not not_a_database:
+        assert "kept_sid" in carried  # what could still be read stays
+        assert "bad_sid" not in carried and "odd_sid" not in carried
+    if damage in (another_shape, unreadable_rows):
+        assert json.loads(splits[0]) == {"unit": "kept_split"}
+    again = invoke("--root", str(root), "purge", "-p", "work", "--older-than", "90", "--yes", "--json")
+    assert "outbox.db" not in again.stderr, again.stderr  # reported once
