@@ -113,9 +113,9 @@ def user_hermes() -> Path:
                 path = os.path.join(folder, name)
                 if not os.path.islink(path):
                     os.chmod(path, os.stat(path).st_mode | 0o444)
-    builder = CACHE / "peer_build.py"  # where every user can read it, wherever this checkout is
-    shutil.copy(REPO / "tests" / "compat" / "peer_build.py", builder)
-    os.chmod(builder, 0o644)
+    for script in ("peer_build.py", "peer_holder.py"):  # where every user can read them, wherever this checkout is
+        shutil.copy(REPO / "tests" / "compat" / script, CACHE / script)
+        os.chmod(CACHE / script, 0o644)
     return venv
 
 
