@@ -3,7 +3,7 @@
 A Hermes process holds `state.db`, `-wal` and `-shm` open all day. When another program deletes
 the WAL under it (SQLite's close of what it took for the last connection, upstream #109966) or
 replaces the store, the process goes on writing into files nobody will ever read: every write
-"succeeds", none survives it, and its own status stays healthy (docs/design.md §4.3). Found from
+"succeeds", none survives it, and its own status stays healthy. Found from
 `/proc/<pid>/fd` (each link's target, and `stat` through it: nothing is opened) and
 `/proc/locks`, in one pass for all the stores of a run. The process is only named, never touched:
 the fix is to restart it, after copying the deleted file out of `/proc/PID/fd/N` if its writes

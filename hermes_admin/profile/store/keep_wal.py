@@ -4,7 +4,7 @@ When a connection to a WAL store closes and SQLite can take an exclusive lock on
 file, it believes it is the last connection: it checkpoints, then deletes `-wal` and `-shm`. A
 Hermes process whose POSIX locks were dropped (any `open()`/`close()` of the file in that process
 drops them all) is invisible to that lock, and goes on writing into the deleted WAL: every write
-"succeeds" and none is ever seen again (docs/design.md §4.3).
+"succeeds" and none is ever seen again (README, "How it treats a live store").
 
 `SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE` switches that off for one connection: its close neither
 checkpoints nor takes the lock nor deletes anything. Every connection we open to a store is made
