@@ -9,7 +9,7 @@ import pytest
 from tests.conftest import counts, store_digest
 
 KEYS = ["name", "home", "store", "ok", "error", "schema_version", "journal_mode", "sessions", "messages",
-        "archived", "live", "empty", "store_bytes", "wal_bytes", "last_activity"]
+        "archived", "live", "empty", "store_bytes", "wal_bytes", "last_activity", "broken_holds"]
 
 
 def add_garbage_profile(root, name="broken"):
