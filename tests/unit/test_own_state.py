@@ -84,3 +84,35 @@ def test_a_damaged_outbox_costs_one_warning_and_no_maintenance(synth_root, invok
         assert json.loads(splits[0]) == {"unit": "kept_split"}
     again = invoke("--root", str(root), "purge", "-p", "work", "--older-than", "90", "--yes", "--json")
     assert "outbox.db" not in again.stderr, again.stderr  # reported once
+
+
+def a_folder(path):
+    path.mkdir()
+    (path / "inside").write_text("someone's\n")
+
+
+def garbage(path):
+    path.write_bytes(os.urandom(300))
+
+
+@pytest.mark.parametrize("name, damage, warned", [
+    ("outbox.db", a_folder, True),
+    ("lock", a_folder, True),
+    ("lock", garbage, False),  # a lock's record is only a hint: unreadable is "holder unknown"
+    ("quick-check", garbage, False),  # the record of a passed check: unreadable means one check more
+    ("quick-check", a_folder, False),
+])
+def test_our_other_files_damaged_never_stop_the_profile(synth_root, invoke, name, damage, warned):
+    root, _ = synth_root
+    home = home_of(root, "work")
+    (home / ".hermes-admin").mkdir()
+    damage(home / ".hermes-admin" / name)
+    before = row_ids(home / "state.db")
+    done = invoke("--root", str(root), "run", "-p", "work", "--yes", "--json")
+    assert done.exit_code == (1 if warned else 0), done.stderr
+    assert row_ids(home / "state.db") < before
+    lines = [line for line in done.stderr.splitlines() if name in line]
+    assert len(lines) == (1 if warned else 0), done.stderr
+    if warned:
+        assert "damaged" in lines[0] and "kept for inspection" in lines[0]
+        assert any(n.startswith(f"{name}.set-aside-") for n in os.listdir(home / ".hermes-admin"))

@@ -66,8 +66,10 @@ def state_folder(path: Path, notes: list[str] | None = None) -> Path:
     return path
 
 
-def regular_file(path: Path, what: str) -> None:
-    """Refuse a path of ours that exists as anything but a plain file of this process's user."""
+def regular_file(path: Path, what: str, notes: list[str] | None = None) -> None:
+    """Refuse a path of ours that exists as anything but a plain file. With `notes` (a file only we
+    make, in our own folder), a folder or other odd thing there is damage, not an attack: it is moved
+    aside, said in `notes`, and the name is free again. A link is refused either way."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -75,7 +77,9 @@ def regular_file(path: Path, what: str) -> None:
     if stat.S_ISLNK(st.st_mode):
         raise UnsafePath(errno.ELOOP, f"is a symlink; refusing to use it as {what}", str(path))
     if not stat.S_ISREG(st.st_mode):
-        raise UnsafePath(errno.EISDIR, f"is not a plain file; cannot use it as {what}", str(path))
+        if notes is None:
+            raise UnsafePath(errno.EISDIR, f"is not a plain file; cannot use it as {what}", str(path))
+        notes.append(set_aside(path, f"damaged (not a plain file, where {what} goes); kept for inspection"))
 
 
 class Flock:
@@ -85,11 +89,11 @@ class Flock:
         self.path = path
         self.what = what
         self.notes = notes
-        self.record = record  # write our pid into it (ours only: Hermes' lock records are Hermes')
+        self.record = record  # ours: we write our pid into it (Hermes' lock records are Hermes')
         self.fd: int | None = None
 
     def acquire(self) -> None:
-        regular_file(self.path, "a lock file")
+        regular_file(self.path, "a lock file", self.notes if self.record else None)  # ours may be set aside
         flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
         try:
             fd = os.open(self.path, flags, 0o600)

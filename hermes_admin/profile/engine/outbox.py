@@ -75,7 +75,7 @@ class Outbox:
         self.profile = profile
         self.notes = notes
         self.path: Path = state_dir(profile, notes) / "outbox.db"
-        regular_file(self.path, "the outbox")
+        regular_file(self.path, "the outbox", notes)
         self._conn: sqlite3.Connection | None = None
         if self.path.exists():  # else made on the first event: a run that deletes nothing makes no file
             self._connect()
