@@ -22,8 +22,16 @@ def export_dir_option(f):
                              "<home>/.hermes-admin/exports).")(f)
 
 
+def _lock_wait(ctx: click.Context, param, value):
+    ctx.meta["lock_wait"] = value  # read by run_tasks: every maintenance command takes it, none names it
+    return value
+
+
 def task_options(f):
     for option in (
+        click.option("--lock-wait", type=click.FloatRange(min=0), metavar="SECONDS", expose_value=False,
+                     callback=_lock_wait, help="How long another process may hold a store's write lock without "
+                     "progress before that profile stops, exit 3 (default: the policy's lock_wait, 300)."),
         click.option("--force", is_flag=True, help="Allow a policy or filter that would select nearly everything."),
         json_option, mutate.yes_option, mutate.dry_run_option, profile_option,
     ):
@@ -76,6 +84,7 @@ def absolute_dir(path: str | None) -> str | None:
 def run_tasks(app: App, profiles, wanted: dict, dry_run: bool, yes: bool, as_json: bool, what: str,
               metrics_file: str | None = None) -> None:
     found = app.discover(profiles)
+    wanted = dict(wanted, lock_wait=click.get_current_context().meta.get("lock_wait"))
     if found.profiles and mutate.asks(yes, dry_run):
         # what a person is asked to agree to: counted first by a dry run of the same work
         preview = app.work("maintain", {"request": dict(wanted, dry_run=True), "dry_run": True},

@@ -26,14 +26,15 @@ Root sees every process; a user sees her own (the kernel hides the fds of others
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from hermes_admin.profile.engine.holders import locks_by_inode
+from hermes_admin.profile.engine.holders import command_line, locks_by_inode
 
 SUFFIXES = ("", "-wal", "-shm")
+SECOND_LOOK_S = 0.05  # a connection being opened takes its locks within microseconds
 DELETED = " (deleted)"
-COMMAND_CHARS = 160  # of a process's command line, in a report line
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,7 @@ def scan(stores: list[Path]) -> dict[Path, list[BrokenHold]]:
         pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
     except OSError:
         return {}
-    shm_holders: set[tuple[Path, int]] = set()  # a WAL connection: it must hold a lock on state.db too
+    writers: set[tuple[Path, int]] = set()  # holding -shm read-write: a WAL connection that can write
     for pid in pids:
         if pid == me:
             continue
@@ -117,24 +118,35 @@ def scan(stores: list[Path]) -> dict[Path, list[BrokenHold]]:
                 held = os.stat(f"/proc/{pid}/fd/{fd}")
             except OSError:
                 continue
-            if file.endswith("-shm"):
-                shm_holders.add((store, pid))
+            if file.endswith("-shm") and _read_write(pid, fd):
+                writers.add((store, pid))
             how = "deleted" if deleted else _compare(held, name)
             if how:
                 broken.setdefault((store, pid), []).append(Broken(file, how, fd))
             else:
                 holding.append((pid, fd, file, store, held))
-    locks = locks_by_inode({held.st_ino for *_, held in holding}) if holding else None
-    for pid, fd, file, store, held in holding if locks is not None else ():
-        # In WAL mode a connection keeps a lock on state.db and on -shm for as long as it is open (none
-        # on -wal: its locks live in -shm); one to a rollback-journal store (no -shm) holds none between
-        # transactions.
-        locked = pid in locks[held.st_ino]
-        if not locked and (file.endswith("-shm") or (file == store.name and (store, pid) in shm_holders)):
-            broken.setdefault((store, pid), []).append(Broken(file, "unlocked", fd))
+    # In WAL mode a connection that may write keeps a lock on state.db and on -shm for as long as it
+    # is open (none on -wal: its locks live in -shm). A read-only one may hold -shm without a lock (no
+    # other connection was there to share the index with: SQLite reads it as a copy, by design), and
+    # one to a rollback-journal store holds none between transactions: neither is looked at. A
+    # connection being opened right now holds its files a moment before its locks: only what is still
+    # unlocked at a second look, a moment later, counts.
+    candidates = [h for h in holding if (h[3], h[0]) in writers and h[2] in (h[3].name, h[3].name + "-shm")]
+    for look in (0, 1):
+        if not candidates:
+            break
+        if look:
+            time.sleep(SECOND_LOOK_S)
+        locks = locks_by_inode({held.st_ino for *_, held in candidates})
+        if locks is None:
+            candidates = []
+            break
+        candidates = [h for h in candidates if h[0] not in locks[h[4].st_ino]]
+    for pid, fd, file, store, held in candidates:
+        broken.setdefault((store, pid), []).append(Broken(file, "unlocked", fd))
     found: dict[Path, list[BrokenHold]] = {}
     for (store, pid), files in sorted(broken.items(), key=lambda item: item[0][1]):
-        found.setdefault(store, []).append(BrokenHold(pid, _command(pid), tuple(files)))
+        found.setdefault(store, []).append(BrokenHold(pid, command_line(pid), tuple(files)))
     return found
 
 
@@ -151,6 +163,18 @@ def _links(pid: int):
             continue
 
 
+def _read_write(pid: int, fd: int) -> bool:
+    """Was the descriptor opened for writing (its `flags` in /proc/PID/fdinfo)?"""
+    try:
+        with open(f"/proc/{pid}/fdinfo/{fd}", encoding="ascii", errors="replace") as info:
+            for line in info:
+                if line.startswith("flags:"):
+                    return int(line.split()[1], 8) & os.O_ACCMODE != os.O_RDONLY
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
+
+
 def _compare(held: os.stat_result, path: str) -> str | None:
     """"replaced" when the file at `path` is no longer the one held, else None."""
     try:
@@ -160,15 +184,3 @@ def _compare(held: os.stat_result, path: str) -> str | None:
     except OSError:
         return None
     return None if (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino) else "replaced"
-
-
-def _command(pid: int) -> str:
-    """The process's command line, printable and bounded (it is another user's text)."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as source:
-            raw = source.read(4096)
-    except OSError:
-        return "?"
-    text = raw.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
-    text = "".join(c if c.isprintable() else "?" for c in text) or "?"
-    return text if len(text) <= COMMAND_CHARS else text[: COMMAND_CHARS - 1] + "…"

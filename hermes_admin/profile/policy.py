@@ -28,6 +28,7 @@ BUILTINS = {
     "export_dir": None,  # where deleted units are exported first (None: <home>/.hermes-admin/exports)
     "export_keep_days": 7,  # 0: export only the units deleted in several steps, and only until done
     "quick_check_hours": 24,  # `run` reads a whole store (PRAGMA quick_check) at most this often; 0: every run
+    "lock_wait": 300,  # seconds another writer may hold the store's write lock without progress (store/connect.py)
 }
 # The keys Hermes itself reads from a profile's `sessions:` section.
 HERMES_KEYS = ("auto_prune", "retention_days", "auto_archive", "auto_archive_days", "vacuum_after_prune")
@@ -55,6 +56,7 @@ class Policy:
     export_dir: str | None = None
     export_keep_days: float = 7.0
     quick_check_hours: float = 24.0
+    lock_wait: float = 300.0
 
     def describe(self) -> str:
         parts = [
@@ -109,7 +111,7 @@ def _coerce(key: str, value, where: str):
         return value
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
         raise PolicyError(f"{where}: {key} must be a number, not {_short(value)}")
-    if key in ("export_keep_days", "quick_check_hours") and value < 0:
+    if key in ("export_keep_days", "quick_check_hours", "lock_wait") and value < 0:
         raise PolicyError(f"{where}: {key} must be 0 or more, not {_short(value)}")
     return float(value)
 

@@ -8,6 +8,8 @@ file in the same process drops every lock the process held on it (`drop-db`); `d
 same to the `-shm` file too. It prints `ready SESSION_ID`, then reads commands on stdin:
 
     append TEXT   append one message; prints `ok ROWID` or `error MESSAGE`
+    hold SECONDS  take the write lock on Hermes' own connection (as its FTS optimize does, inside an
+                  append), print `holding`, keep it SECONDS, then commit and print `released`
     quit          close and exit
 """
 
@@ -42,6 +44,15 @@ def main() -> None:
                 print("ok", db.append_message(sid, role="user", content=arg), flush=True)
             except Exception as exc:  # the test reads it: a lost or refused write
                 print("error", repr(exc).replace("\n", " "), flush=True)
+        elif command == "hold":
+            import time
+
+            conn = db._conn
+            conn.execute("BEGIN IMMEDIATE")
+            print("holding", flush=True)
+            time.sleep(float(arg))
+            conn.execute("COMMIT")
+            print("released", flush=True)
         elif command == "quit":
             break
     db.close()

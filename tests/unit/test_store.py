@@ -7,7 +7,7 @@ import pytest
 
 from hermes_admin.protocol import Profile
 from hermes_admin.profile.store import Store, StoreError
-from hermes_admin.profile.store.connect import open_readwrite, write_transaction
+from hermes_admin.profile.store.connect import WriteLockHeld, open_readwrite, write_transaction
 from hermes_admin.synth.builder import SynthStore
 
 
@@ -112,7 +112,7 @@ def test_write_transaction_gives_up_after_patience(tmp_path):
     holder = sqlite3.connect(path, isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")
     db = open_readwrite(path)
-    with pytest.raises(peewee.OperationalError, match="locked"):
+    with pytest.raises(WriteLockHeld, match="held the write lock"):
         write_transaction(db, lambda d: d.execute_sql("DELETE FROM state_meta"), patience_s=0.3)
     holder.execute("ROLLBACK")
     db.close(), holder.close()
@@ -131,3 +131,59 @@ def test_write_transaction_rolls_back_on_error(tmp_path):
         write_transaction(db, fails)
     assert db.execute_sql("SELECT COUNT(*) FROM state_meta WHERE key='x'").fetchone()[0] == 0
     db.close()
+
+
+def test_a_writer_that_makes_progress_is_waited_out_past_patience(tmp_path):
+    """Hermes' FTS optimize holds the lock for as long as it takes, writing as it goes: that is
+    progress, and it is waited out however much longer than lock_wait it holds the lock."""
+    path = tmp_path / "state.db"
+    SynthStore(path, version=30).close()
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN IMMEDIATE")
+    holder.execute("CREATE TABLE busywork (x BLOB)")
+    holder.execute("PRAGMA cache_size=1")  # each insert goes to the WAL at once: the file grows
+
+    def work_on():
+        for _ in range(12):
+            holder.execute("INSERT INTO busywork VALUES (zeroblob(20000))")
+            time.sleep(0.1)
+        holder.execute("COMMIT")
+
+    writing = threading.Thread(target=work_on)
+    writing.start()
+    db = open_readwrite(path, lock_wait_s=0.5)
+    started = time.monotonic()
+    assert write_transaction(db, lambda d: d.execute_sql("DELETE FROM state_meta") and "done") == "done"
+    writing.join()
+    assert time.monotonic() - started >= 1.0  # twice the patience, and never given up
+    db.close(), holder.close()
+
+
+@pytest.mark.parametrize("mode", ["wal", "delete"])
+def test_the_write_locks_holder_is_named_from_proc_locks(tmp_path, mode):
+    import subprocess
+    import sys
+
+    from hermes_admin.profile.engine.holders import command_line, write_lock_holder
+
+    path = tmp_path / "state.db"
+    SynthStore(path, version=30).close()
+    if mode == "delete":
+        with sqlite3.connect(path) as conn:
+            conn.execute("PRAGMA journal_mode=DELETE")
+    code = ("import sqlite3, sys, time; c = sqlite3.connect(sys.argv[1], isolation_level=None); "
+            "c.execute('BEGIN IMMEDIATE'); c.execute(\"INSERT INTO state_meta VALUES ('h', 'x')\"); "
+            "print('holding', flush=True); sys.stdin.readline()")
+    other = subprocess.Popen([sys.executable, "-c", code, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True)
+    try:
+        assert other.stdout.readline().strip() == "holding"
+        assert write_lock_holder(path) == other.pid
+        assert "BEGIN IMMEDIATE" in command_line(other.pid)
+        db = open_readwrite(path)
+        with pytest.raises(WriteLockHeld, match=f"pid {other.pid} "):
+            write_transaction(db, lambda d: d.execute_sql("DELETE FROM state_meta"), patience_s=0.3)
+        db.close()
+    finally:
+        other.communicate("\n", timeout=10)
+    assert write_lock_holder(path) is None

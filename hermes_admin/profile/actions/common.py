@@ -15,6 +15,7 @@ from hermes_admin.protocol import Profile
 from hermes_admin.profile.lineage import Unit
 from hermes_admin.profile.engine.locks import LockHeld
 from hermes_admin.profile.store import StoreError
+from hermes_admin.profile.store.connect import WriteLockHeld
 
 
 def act_in_parts(engine: Engine, result: Result, parts: Iterable[list[Unit]],
@@ -25,6 +26,9 @@ def act_in_parts(engine: Engine, result: Result, parts: Iterable[list[Unit]],
         for units in parts:
             result.absorb(act(units))
     except Exception as exc:
+        failed_part = getattr(exc, "partial_result", None)  # the failing call's own committed units
+        if failed_part is not None and failed_part is not result:
+            result.absorb(failed_part)
         exc.partial_result = result  # what committed before the failure still reaches the report
         raise
     finally:
@@ -49,14 +53,15 @@ def export_settings(profile: Profile, layers: dict | None, export_dir: str | Non
 
 
 def with_engine(run: Run, profile: Profile, work: Callable[[Engine], list[Result]],
-                exports: Settings | None = None, config: HermesConfig | None = None) -> None:
+                exports: Settings | None = None, config: HermesConfig | None = None,
+                lock_wait_s: float | None = None) -> None:
     """Open the profile's engine, do `work`, record results; one profile's failure never stops the others.
 
     What `work` finished before a failure (its results so far, and the part of the failing task that
     committed) is reported with the error.
     """
     done: list[Result] = []
-    engine = Engine(profile, dry_run=run.dry_run, exports=exports, config=config)
+    engine = Engine(profile, dry_run=run.dry_run, exports=exports, config=config, lock_wait_s=lock_wait_s)
     try:
         with engine:
             run.warnings += engine.replayed
@@ -82,6 +87,8 @@ def _record(run: Run, profile: Profile, exc: BaseException) -> None:
     """A profile's failure, as one line in the report; anything else (a bug, Ctrl-C) goes on up."""
     if isinstance(exc, LockHeld):
         run.locked.append(f"profile '{profile.shown}': skipped: {exc}")
+    elif isinstance(exc, WriteLockHeld):  # what committed before is reported with it; exit 3, not 2
+        run.locked.append(f"profile '{profile.shown}': {exc}")
     elif isinstance(exc, StoreError):
         run.errors.append(str(exc))
     elif isinstance(exc, HermesConfigError):

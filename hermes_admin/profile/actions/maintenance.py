@@ -51,6 +51,7 @@ class Request:
     filters: Filters = field(default_factory=Filters)
     vacuum: bool = False
     export_dir: str | None = None  # --export-dir: over the policy's
+    lock_wait: float | None = None  # --lock-wait: over the policy's
 
 
 class _Pass:
@@ -292,4 +293,5 @@ def maintain(run: Run, profile: Profile, layers: dict, request: Request,
         return results
 
     exports = Settings(request.export_dir or policy.export_dir, policy.export_keep_days)
-    with_engine(run, profile, work, exports, config)
+    lock_wait = request.lock_wait if request.lock_wait is not None else policy.lock_wait
+    with_engine(run, profile, work, exports, config, lock_wait)

@@ -61,7 +61,7 @@ from hermes_admin.profile.engine.remover import FileRemover
 from hermes_admin.profile.engine.splits import Recheck, SplitDeletes
 from hermes_admin.report import Progress
 from hermes_admin.profile.store import Store
-from hermes_admin.profile.store.connect import write_transaction
+from hermes_admin.profile.store.connect import is_lock_error, write_transaction
 from hermes_admin.profile.store.read import journal_mode, load_rows
 from hermes_admin.profile.engine.turns import Turns
 
@@ -161,8 +161,9 @@ class Engine(SplitDeletes):
 
     def __init__(self, profile: Profile, dry_run: bool = False, now: Callable[[], float] = time.time,
                  progress: Progress | None = None, exports: Settings | None = None,
-                 config: HermesConfig | None = None):
+                 config: HermesConfig | None = None, lock_wait_s: float | None = None):
         self.profile = profile
+        self.lock_wait_s = lock_wait_s  # how long another writer may hold the lock without progress
         self.export_settings = exports or Settings()
         self._prunes = exports is not None  # only a command that knows the policy prunes old exports
         self._session_columns: list[str] | None = None
@@ -214,7 +215,7 @@ class Engine(SplitDeletes):
             self.store = Store.open(self.profile)
             return
         self.locks = ProfileLocks(self.profile, self.notes).__enter__()
-        self.store = Store.open(self.profile, writable=True)
+        self.store = Store.open(self.profile, writable=True, lock_wait_s=self.lock_wait_s)
         if self.in_wal_mode():
             self.checkpointer = Checkpointer(self.profile.store_path)
         self.commits = GroupCommit(self.store.db, self.checkpointer)
@@ -362,6 +363,9 @@ class Engine(SplitDeletes):
                     self._delete_chunk(chunk, exported, last and not more, reason, recheck, orphans, result)
                 self.progress.advance(len(chunk))
                 self._merge_owed(result, MERGE_STEPS)
+        except BaseException as exc:
+            exc.partial_result = result  # what committed before the failure (actions/common.act_in_parts)
+            raise
         finally:
             self.progress.stop()
             if not more:  # also after an error: what did commit gets its files removed and its events
@@ -760,7 +764,13 @@ class Engine(SplitDeletes):
         if who:
             result.notes.append(f"no VACUUM: the store is held by {who}")
             return False
-        db.execute_sql("VACUUM")
+        try:
+            db.execute_sql("VACUUM")
+        except peewee.OperationalError as exc:  # a writer came meanwhile: the VACUUM waits for another run
+            if not is_lock_error(exc):
+                raise
+            result.notes.append("no VACUUM: another process took the write lock first")
+            return False
         self._passive_checkpoint()
         return True
 

@@ -134,3 +134,51 @@ def held_by_its_owner(store: Path) -> bool:
     the home's owner)? Processes of other users are not looked into; a `/proc` that cannot be read
     says yes (and turns.py takes an error raised here as a yes too)."""
     return store_holders(store, others_count=False) != []
+
+
+# Where SQLite takes a connection's write lock, by the unix VFS's layout: a WAL store's writer holds
+# byte 120 of its -shm file (the first of the WAL's locks); a rollback-journal store's writer the
+# RESERVED byte of the database file, one past its PENDING byte (1 GiB).
+WAL_WRITE_LOCK = 120
+RESERVED_BYTE = 0x40000001
+
+
+def write_lock_holder(store: Path) -> int | None:
+    """The pid holding the store's write lock by `/proc/locks`, or None (nobody, or unknown)."""
+    wanted = {}
+    for path, byte in ((Path(f"{store}-shm"), WAL_WRITE_LOCK), (store, RESERVED_BYTE)):
+        try:
+            wanted[os.stat(path).st_ino] = byte
+        except OSError:
+            continue
+    try:
+        with open("/proc/locks", encoding="ascii", errors="replace") as table:
+            lines = table.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        fields = line.split()  # "1: POSIX  ADVISORY  WRITE 14478 fe:00:2638045 120 120"
+        if "->" in fields or len(fields) < 8 or fields[3] != "WRITE":
+            continue
+        try:
+            pid, inode, start = int(fields[4]), int(fields[5].rsplit(":", 1)[1]), int(fields[6])
+        except ValueError:
+            continue
+        if wanted.get(inode) == start and pid != os.getpid():
+            return pid
+    return None
+
+
+COMMAND_CHARS = 160  # of a process's command line, in a report line
+
+
+def command_line(pid: int) -> str:
+    """A process's command line, printable and bounded (it may be another user's text)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as source:
+            raw = source.read(4096)
+    except OSError:
+        return "?"
+    text = raw.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
+    text = "".join(c if c.isprintable() else "?" for c in text) or "?"
+    return text if len(text) <= COMMAND_CHARS else text[: COMMAND_CHARS - 1] + "…"

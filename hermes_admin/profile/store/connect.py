@@ -9,6 +9,7 @@ checkpoints or deletes the WAL when it closes.
 
 from __future__ import annotations
 
+import os
 import random
 import sqlite3
 import sys
@@ -19,6 +20,7 @@ from urllib.parse import quote
 
 import peewee
 
+from hermes_admin.profile.engine.holders import command_line, write_lock_holder
 from hermes_admin.profile.store.keep_wal import KeepWalConnection
 from hermes_admin.profile.store.keep_wal import connect as keep_wal_connect
 
@@ -28,7 +30,10 @@ T = TypeVar("T")
 # and retry the whole transaction instead, so a Hermes writer is never starved.
 WRITE_BUSY_TIMEOUT_S = 0.2
 READ_BUSY_TIMEOUT_S = 5.0
-WRITE_PATIENCE_S = 20.0
+# How long another writer may hold the write lock without any progress before a profile stops
+# (exit 3): a nightly run can wait minutes, and Hermes' own FTS optimize of a GB store holds it ~15 s.
+DEFAULT_LOCK_WAIT_S = 300.0
+PATIENCE_CAP = 4  # progress or not, a wait ends after this many lock waits
 SAY_WAIT_S = 2.0  # a wait on the lock this long is told on stderr
 
 
@@ -49,7 +54,7 @@ def open_readonly(path: Path) -> peewee.SqliteDatabase:
     return db
 
 
-def open_readwrite(path: Path) -> peewee.SqliteDatabase:
+def open_readwrite(path: Path, lock_wait_s: float | None = None) -> peewee.SqliteDatabase:
     """A write connection: foreign keys on, IMMEDIATE transactions, journal mode untouched.
 
     Automatic checkpoints are off for this connection only (a per-connection
@@ -63,6 +68,7 @@ def open_readwrite(path: Path) -> peewee.SqliteDatabase:
         pragmas={"foreign_keys": 1, "wal_autocheckpoint": 0},
         factory=KeepWalConnection,
     )
+    db.lock_wait_s = DEFAULT_LOCK_WAIT_S if lock_wait_s is None else lock_wait_s  # write_transaction's patience
     db.connect()
     return db
 
@@ -85,33 +91,84 @@ def is_lock_error(exc: BaseException) -> bool:
     return "database is locked" in text or "database is busy" in text or "database table is locked" in text
 
 
+class WriteLockHeld(peewee.OperationalError):
+    """Another process held the store's write lock past our patience: the profile stops there, with
+    what it did reported (exit 3, "lock held"); the next run goes on from there. The message names
+    the holder when /proc/locks does."""
+
+
 def write_transaction(
     db: peewee.SqliteDatabase,
     work: Callable[[peewee.SqliteDatabase], T],
-    patience_s: float = WRITE_PATIENCE_S,
+    patience_s: float | None = None,
     sleep: Callable[[float], None] = time.sleep,
     on_busy: Callable[[], None] | None = None,
 ) -> T:
     """Run `work` inside one `BEGIN IMMEDIATE` transaction, retried whole on lock.
 
-    `work` must be idempotent with respect to a rollback: it is simply run
-    again. Jitter as Hermes does it: short waits first, longer ones later.
+    `work` must be idempotent with respect to a rollback: it is simply run again. Another
+    writer is waited out as long as it makes progress (_Wait), up to `patience_s` (else the
+    connection's `lock_wait_s`) without any. Jitter as Hermes does it: short waits first,
+    longer ones later.
     """
-    started = time.monotonic()
-    said = False
+    waiting: _Wait | None = None
     while True:
         try:
             with db.atomic():
                 return work(db)
         except peewee.OperationalError as exc:
-            waited = time.monotonic() - started
-            if not is_lock_error(exc) or waited >= patience_s:
+            if not is_lock_error(exc):
                 raise
+            if waiting is None:
+                waiting = _Wait(Path(db.database), patience_s if patience_s is not None
+                                else getattr(db, "lock_wait_s", DEFAULT_LOCK_WAIT_S))
+            if waiting.over():
+                raise WriteLockHeld(waiting.why()) from None
             if on_busy is not None:  # someone else writes: the caller paces itself for them
                 on_busy()
-            if waited >= SAY_WAIT_S and not said:  # never silent: a person or the journal sees why
-                print(f"hermes-admin: {db.database}: another process holds the write lock; "
-                      f"waiting up to {patience_s:.0f} s", file=sys.stderr, flush=True)
-                said = True
-            delay = random.uniform(0.02, 0.15) if waited < 2.0 else random.uniform(0.25, 1.0)
-            sleep(min(delay, max(0.0, patience_s - waited)))
+            waited = waiting.waited()
+            if waited >= SAY_WAIT_S and not waiting.said:  # never silent: a person or the journal sees why
+                print(f"hermes-admin: {db.database}: another process holds the write lock; waiting while it "
+                      f"makes progress, up to {waiting.patience:g} s without", file=sys.stderr, flush=True)
+                waiting.said = True
+            sleep(random.uniform(0.02, 0.15) if waited < 2.0 else random.uniform(0.25, 1.0))
+
+
+class _Wait:
+    """A wait for another writer. Progress is what `stat` shows without opening anything: the
+    WAL or the database file growing or being written (Hermes' FTS optimize writes as it goes,
+    a checkpoint writes the database file). The wait ends after `patience` seconds without any,
+    or after PATIENCE_CAP of them in all, progress or not."""
+
+    def __init__(self, store: Path, patience: float):
+        self.store, self.patience = store, patience
+        self.started = self.moved = time.monotonic()
+        self.seen = self._look()
+        self.said = False
+
+    def _look(self) -> tuple:
+        looks = []
+        for path in (self.store, Path(f"{self.store}-wal")):
+            try:
+                st = os.stat(path)
+                looks.append((st.st_ino, st.st_size, st.st_mtime_ns))
+            except OSError:
+                looks.append(None)
+        return tuple(looks)
+
+    def waited(self) -> float:
+        return time.monotonic() - self.started
+
+    def over(self) -> bool:
+        now, look = time.monotonic(), self._look()
+        if look != self.seen:
+            self.seen, self.moved = look, now
+        return now - self.moved >= self.patience or now - self.started >= PATIENCE_CAP * self.patience
+
+    def why(self) -> str:
+        holder = write_lock_holder(self.store)
+        who = f"pid {holder} ({command_line(holder)})" if holder else "another process"
+        still = time.monotonic() - self.moved
+        return (f"{self.store}: {who} held the write lock for {self.waited():.0f} s, the last {still:.0f} s "
+                f"without progress (lock_wait: {self.patience:g} s); stopped there, the rest is left for "
+                f"the next run")

@@ -27,13 +27,13 @@ class Store:
         return self.profile.store_path
 
     @classmethod
-    def open(cls, profile: Profile, writable: bool = False) -> "Store":
+    def open(cls, profile: Profile, writable: bool = False, lock_wait_s: float | None = None) -> "Store":
         path = profile.store_path
         if not path.is_file():
             raise StoreError(profile.shown, path, "no state.db (this profile has no store yet)")
         db = None
         try:
-            db = open_readwrite(path) if writable else open_readonly(path)
+            db = open_readwrite(path, lock_wait_s) if writable else open_readonly(path)
             schema = read_schema(db)
         except (peewee.DatabaseError, sqlite3.DatabaseError) as exc:
             # SQLite itself says "file is not a database": we never sniff the header.
