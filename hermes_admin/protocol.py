@@ -272,6 +272,7 @@ class Reader:
         result.notes = _texts(v.get("notes"))
         result.transactions = int(_number(v.get("transactions")))
         result.longest_write_ms = float(_number(v.get("longest_write_ms")))
+        result.longest_write = _opt_text(v.get("longest_write"))
         result.vacuumed = _flag(v.get("vacuumed"))
         result.seconds = float(_number(v.get("seconds")))
         return result

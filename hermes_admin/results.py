@@ -53,6 +53,7 @@ class Result:
     kept: SpillMap = field(default_factory=SpillMap)  # looked at, kept, and why
     transactions: int = 0
     longest_write_ms: float = 0.0
+    longest_write: str | None = None  # what that transaction was (a delete of N units, an FTS5 merge step, ...)
     vacuumed: bool = False
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0  # wall time of the task
@@ -68,7 +69,8 @@ class Result:
         self.hook_failures += other.hook_failures
         self.notes += other.notes
         self.transactions += other.transactions
-        self.longest_write_ms = max(self.longest_write_ms, other.longest_write_ms)
+        if other.longest_write_ms > self.longest_write_ms:
+            self.longest_write_ms, self.longest_write = other.longest_write_ms, other.longest_write
 
     @property
     def rows(self) -> int:
@@ -81,7 +83,8 @@ class Result:
             "done": self.done, "skipped": self.skipped, "rows": self.rows, "kept": self.kept,
             "files_removed": self.files_removed, "files_skipped": self.files_skipped,
             "hook_failures": self.hook_failures, "transactions": self.transactions,
-            "longest_write_ms": round(self.longest_write_ms, 2), "vacuumed": self.vacuumed, "notes": self.notes,
+            "longest_write_ms": round(self.longest_write_ms, 2), "longest_write": self.longest_write,
+            "vacuumed": self.vacuumed, "notes": self.notes,
             "seconds": round(self.seconds, 3),
         }
 
@@ -127,6 +130,7 @@ class Run:
             "errors": self.errors, "locked": self.locked, "warnings": self.warnings,
             "policies": self.policies,
             "longest_write_ms": round(max((r.longest_write_ms for r in self.results), default=0.0), 2),
+            "longest_write": max(self.results, key=lambda r: r.longest_write_ms).longest_write if self.results else None,
         }
 
 

@@ -166,8 +166,8 @@ CRASHER = textwrap.dedent("""
 
     if point == "step":  # between steps: after the n-th step committed
         original = engine.Engine._account
-        def account(self, began, result):
-            value = original(self, began, result)
+        def account(self, began, result, *what):
+            value = original(self, began, result, *what)
             count()
             return value
         engine.Engine._account = account

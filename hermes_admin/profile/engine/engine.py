@@ -551,7 +551,7 @@ class Engine(SplitDeletes):
                 self.outbox.settle({}, event_ids)  # rolled back: these events must never fire
             raise
         # Committed. What follows needs no write lock, so it fills the pause we owe other writers.
-        committed_at = self._account(began[0], result)
+        committed_at = self._account(began[0], result, f"a delete of {len(chunk)} unit(s)")
         if listening:
             committed = {event_ids[i]: ids for i, ids in went.items()}
             self.outbox.settle(committed, [e for i, e in enumerate(event_ids) if i not in went])
@@ -728,7 +728,7 @@ class Engine(SplitDeletes):
                 if fires:
                     self.outbox.settle({}, event_ids)
                 raise
-            committed_at = self._account(began[0], result)
+            committed_at = self._account(began[0], result, f"an archive flip of {len(chunk)} unit(s)")
             self.commits.committed(synced=True, wrote=bool(changed), work=None)  # asks for a checkpoint
             self.turns.after_commit(committed_at, committed_at - began[0])
             for index, ids in changed.items():
@@ -776,11 +776,11 @@ class Engine(SplitDeletes):
 
     # -- after the commit --------------------------------------------------------
 
-    def _account(self, began: float, result: Result) -> float:
-        """Record a transaction just committed and size the next; returns when it committed."""
+    def _account(self, began: float, result: Result, what: str) -> float:
+        """Record a transaction just committed (`what` it was) and size the next; returns when it committed."""
         committed_at = time.monotonic()
         held_s = committed_at - began
-        self._count(result, held_s)
+        self._count(result, held_s, what)
         # The time per weight: the estimate rises at once when a transaction ran slow (FTS5
         # merges make some twice as slow) and falls back slowly; the budget at most doubles
         # from one transaction to the next.
@@ -802,7 +802,7 @@ class Engine(SplitDeletes):
         """After a commit of work outside the delete path (a restore step): measured, then the turn."""
         result = result or Result(self.profile.name, "restore", None, False)
         self._last_weight = max(weight, 1)
-        committed_at = self._account(began, result)
+        committed_at = self._account(began, result, "a restore step")
         # what earlier transactions' commits released meanwhile (their files, their events)
         self._after_durable(self.commits.committed(synced=False, wrote=True, work=None), result)
         self.turns.after_commit(committed_at, committed_at - began)
@@ -842,7 +842,7 @@ class Engine(SplitDeletes):
         written = write_transaction(self.store.db, work, on_busy=self.turns.busy)
         committed_at = time.monotonic()
         held_s = committed_at - began[0]
-        self._count(result, held_s)
+        self._count(result, held_s, f"an FTS5 merge step of {owed[0]} ({pages} pages)")
         self.fts.measured(owed, pages, written, held_s)
         worked = written >= 2  # fewer: FTS5 merged nothing (its 'usermerge' asks for more segments)
         self._after_durable(self.commits.committed(synced=False, wrote=worked, work=None), result)
@@ -968,10 +968,11 @@ class Engine(SplitDeletes):
         restore_file(self, path, wanted, self.dry_run, result)
 
     @staticmethod
-    def _count(result: Result, held_s: float) -> None:
-        """One more write transaction of ours in the report, and the longest so far."""
+    def _count(result: Result, held_s: float, what: str) -> None:
+        """One more write transaction of ours in the report, and the longest so far with what it was."""
         result.transactions += 1
-        result.longest_write_ms = max(result.longest_write_ms, held_s * 1000)
+        if held_s * 1000 > result.longest_write_ms:
+            result.longest_write_ms, result.longest_write = held_s * 1000, what
 
     @staticmethod
     def _unit_report(unit: Unit, ids: list[str]) -> Done:

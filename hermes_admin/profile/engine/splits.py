@@ -119,7 +119,7 @@ class SplitDeletes:
             why = write_transaction(self.store.db, self.fts.quiet(work), on_busy=self.turns.busy)
             if why:
                 return why
-            committed_at = self._account(began[0], result)
+            committed_at = self._account(began[0], result, "a step of a unit deleted in steps")
             deleted += step
             went += weight
             remaining = remaining[len(step):]
