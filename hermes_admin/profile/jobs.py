@@ -256,4 +256,6 @@ def serve(job: Job, isolated: bool = False) -> Run:
     report.VERBOSE = int(job.params.get("verbose") or 0)
     if isolated and job.params.get("safe_mode"):  # the invoker's HERMES_SAFE_MODE, into a clean environment
         os.environ["HERMES_SAFE_MODE"] = str(job.params["safe_mode"])
+    if isolated and job.params.get("bundled_plugins"):  # where Hermes' bundled plugins are (Nix, packages)
+        os.environ["HERMES_BUNDLED_PLUGINS"] = str(job.params["bundled_plugins"])
     return KINDS[job.kind](job, isolated)
