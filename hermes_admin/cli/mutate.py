@@ -79,6 +79,17 @@ def confirm(question: str, yes: bool, dry_run: bool) -> None:
 def _human(run: Run, verbose: int = 0) -> None:
     for policy in run.policies.values():
         report.line(f"{policy.get('label') or policy.get('profile')}: policy: {policy.get('description')}")
+        if verbose or run.dry_run:  # where each value came from, one line per source
+            by_origin: dict[str, list[str]] = {}
+            for key, origin in (policy.get("origins") or {}).items():
+                by_origin.setdefault(str(origin), []).append(f"{key}={_shown(policy.get(key))}")
+            for origin, values in by_origin.items():
+                report.line(f"  {', '.join(values)}: {origin}")
+            hermes = policy.get("hermes") or {}
+            found = hermes.get("installation")
+            report.line(f"  plugins run in: {found['python']} (Hermes {found.get('hermes')}, found by "
+                        f"{found['found_by']})" if found else "  plugins run in: hermes-admin's own interpreter "
+                        "(no Hermes installation found)")
     for result in run.results:  # one line per task per profile; the units under -v, or in a dry run
         report.line(report.summary_line(result, run.dry_run))
         if verbose or run.dry_run:
@@ -93,6 +104,11 @@ def _human(run: Run, verbose: int = 0) -> None:
         if verbose:
             for sid, why in result.kept.items():
                 report.line(f"  kept {sid}: {why}")
+
+
+def _shown(value) -> str:
+    return "unlimited" if value is None else str(value).lower() if isinstance(value, bool) else f"{value:g}" \
+        if isinstance(value, float) else str(value)
 
 
 def problems(run: Run) -> None:

@@ -69,18 +69,48 @@ class Lookup:
 
 _lookups: dict[tuple, Lookup] = {}
 _probes: dict[str, Installation | str] = {}  # interpreter -> what it answered, or why it was refused
+# What the job being served says (profile/jobs.serve): per home, the admin config's `hermes_python`;
+# whether a probe's answer may be kept on disk (never in a dry run). Set once per job, read by the
+# policy, the engine and `plugins list` alike, rather than threaded through every call between them.
+_configured: dict[str, dict] = {}
+_remember = False
 
 
-def for_profile(profile: Profile, layers: dict | None = None, remember: bool = False) -> Lookup:
-    """The installation serving `profile`. `layers`: the admin config's part (its `hermes_python`);
-    `remember`: keep a new probe's answer in the owner's cache folder (never in a dry run)."""
-    layers = layers or {}
-    configured = layers.get("hermes_python")
-    where = layers.get("hermes_python_where") or "admin config"
+def configure(layers: dict[str, dict], remember: bool) -> None:
+    global _remember
+    for home, layer in layers.items():
+        _configured[home] = {k: layer[k] for k in ("hermes_python", "hermes_python_where") if k in layer}
+    _remember = remember
+
+
+def for_profile(profile: Profile) -> Lookup:
+    """The installation serving `profile` (found once per root and setting, per process)."""
+    layer = _configured.get(str(profile.home), {})
+    configured = layer.get("hermes_python")
+    where = layer.get("hermes_python_where") or "admin config"
     key = (str(profile.root), configured, where)
     if key not in _lookups:
-        _lookups[key] = _find(profile.root, configured, where, remember)
+        _lookups[key] = _find(profile.root, configured, where, _remember)
     return _lookups[key]
+
+
+def hook_timeout(config, lookup: Lookup) -> tuple[float, str]:
+    """The profile's `plugins.hook_callback_timeout`, else its installation's default, else 30 s;
+    and where the value came from."""
+    if config.sets_hook_timeout:
+        return config.hook_timeout, f"{config.path}: plugins"
+    found = lookup.installation
+    if found is not None and found.hook_callback_timeout is not None:
+        return config.hook_timeout_or(found.hook_callback_timeout), f"defaults of {found.label}"
+    return config.hook_timeout, "built-in"
+
+
+def defaults_layer(lookup: Lookup) -> tuple[dict, str] | None:
+    """The installation's `sessions:` defaults as a policy layer (policy.effective), with its origin."""
+    found = lookup.installation
+    if found is None:
+        return None
+    return found.sessions, f"defaults of {found.label}"
 
 
 def _find(root: Path, configured, where: str, remember: bool) -> Lookup:

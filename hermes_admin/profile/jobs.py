@@ -254,6 +254,9 @@ def serve(job: Job, isolated: bool = False) -> Run:
     from hermes_admin import report
 
     report.VERBOSE = int(job.params.get("verbose") or 0)
+    from hermes_admin.profile import installation
+
+    installation.configure(job.layers, remember=not job.params.get("dry_run", True))
     if isolated and job.params.get("safe_mode"):  # the invoker's HERMES_SAFE_MODE, into a clean environment
         os.environ["HERMES_SAFE_MODE"] = str(job.params["safe_mode"])
     if isolated and job.params.get("bundled_plugins"):  # where Hermes' bundled plugins are (Nix, packages)
