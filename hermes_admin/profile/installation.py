@@ -36,7 +36,7 @@ ROOT_INSTALL = Path("/usr/local/lib/hermes-agent/venv")
 DOCKER_VENV = Path("/opt/hermes/.venv")
 SESSIONS_KEYS = ("auto_prune", "retention_days", "auto_archive", "auto_archive_days", "vacuum_after_prune")
 HOW_TO_SET = ("set `hermes_python:` in the admin config (globally, per root or per profile) to the "
-              "python of the venv Hermes is installed in")
+              "python of the venv Hermes is installed in, or to `hermes-admin` to run them here knowingly")
 
 
 @dataclass(frozen=True)
@@ -61,10 +61,11 @@ class Installation:
 class Lookup:
     installation: Installation | None
     notes: tuple[str, ...] = ()  # candidates refused (a configured one that fails), or that none was found
+    own_by_choice: str | None = None  # where the admin config chose hermes-admin's own interpreter
 
     def as_dict(self) -> dict:
         return {"installation": self.installation.as_dict() if self.installation else None,
-                "notes": list(self.notes)}
+                "notes": list(self.notes), "own_interpreter_chosen_in": self.own_by_choice}
 
 
 _lookups: dict[tuple, Lookup] = {}
@@ -113,7 +114,12 @@ def defaults_layer(lookup: Lookup) -> tuple[dict, str] | None:
     return found.sessions, f"defaults of {found.label}"
 
 
+OWN = "hermes-admin"  # `hermes_python: hermes-admin`: our own interpreter, knowingly (no search, no warning)
+
+
 def _find(root: Path, configured, where: str, remember: bool) -> Lookup:
+    if configured == OWN:  # e.g. a host that keeps copies of stores and no Hermes, with stdlib-only plugins
+        return Lookup(None, (), where)
     notes = []
     for python, found_by in _candidates(root, configured, where, notes):
         answer = _probe(python, remember)
