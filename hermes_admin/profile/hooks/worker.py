@@ -25,17 +25,11 @@ the plugins' own prints go to stderr.
 
 from __future__ import annotations
 
-import asyncio
-import importlib
-import importlib.machinery
-import importlib.util
-import inspect
+# Only what every mode needs: hermes-admin imports this module for `command`, on its way to every
+# run, and asyncio or importlib.metadata alone would cost it tens of milliseconds.
 import json
 import os
-import re
 import sys
-import traceback
-from importlib.metadata import entry_points
 from pathlib import Path
 
 HOOK = "on_session_delete"
@@ -71,6 +65,10 @@ class PluginContext:
 
 
 def _import_directory(key: str, folder: str):
+    import importlib.machinery
+    import importlib.util
+    import re
+
     slug = "hermes_plugins." + re.sub(r"[^0-9A-Za-z_]", "_", key.replace("/", "__"))
     if "hermes_plugins" not in sys.modules:
         package = importlib.util.module_from_spec(importlib.machinery.ModuleSpec("hermes_plugins", None))
@@ -86,6 +84,8 @@ def _import_directory(key: str, folder: str):
 
 
 def _import_entry_point(key: str):
+    from importlib.metadata import entry_points
+
     for ep in entry_points(group="hermes_agent.plugins"):
         if ep.name == key:
             return ep.load()
@@ -113,6 +113,8 @@ def load_plugins(spec: dict) -> tuple[list, list[str]]:
 
 def call(callback, payload: dict):
     """Pass only the keyword arguments the callback declares, unless it takes **kwargs."""
+    import inspect
+
     try:
         params = inspect.signature(callback).parameters.values()
     except (TypeError, ValueError):
@@ -125,6 +127,8 @@ def call(callback, payload: dict):
         kwargs = {k: v for k, v in payload.items() if k in names}
     result = callback(**kwargs)
     if inspect.isawaitable(result):
+        import asyncio
+
         asyncio.run(_await(result))
 
 
@@ -352,6 +356,8 @@ def main(args: list[str] | None = None) -> int:
             except BaseException as exc:  # SystemExit included: one callback never stops the others
                 error = f"{type(exc).__name__}: {exc}"[:2000]
                 if spec.get("verbose"):  # the bus reports one line per plugin; the traceback only under -v
+                    import traceback
+
                     traceback.print_exc(file=sys.stderr)
             send({"done": index, "error": error})
         send({"finished": True})
