@@ -240,11 +240,11 @@ def _plain_value(key: str, value) -> bool:
 
 def runnable(python: str) -> str | None:
     """Why we must not run `python` (None: we may). Every folder on its way, and what its links
-    lead to, must be root's or ours, and writable by nobody else: root runs nothing a user could
-    have placed, a user nothing another user could."""
+    lead to, must be writable by its owner alone (a shared install is fine, one anybody could
+    change is not); as root, also root's own: root runs nothing a user could have placed."""
     if not os.path.isabs(python):
         return "not an absolute path"
-    me = os.geteuid()
+    as_root = os.geteuid() == 0
     paths = [Path(python), Path(os.path.realpath(python))]
     for path in paths:
         for place in [path, *path.parents]:
@@ -252,8 +252,8 @@ def runnable(python: str) -> str | None:
                 st = os.lstat(place)
             except OSError as exc:
                 return f"{place}: {exc.strerror}"
-            if st.st_uid not in (0, me):
-                return f"{place} belongs to uid {st.st_uid}"
+            if as_root and st.st_uid != 0:
+                return f"{place} belongs to uid {st.st_uid}: root runs nothing of a user's"
             if stat.S_ISLNK(st.st_mode):
                 continue  # what it leads to is checked with the resolved path
             if st.st_mode & 0o022 and not (place != path and st.st_mode & stat.S_ISVTX):
