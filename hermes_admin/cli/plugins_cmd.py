@@ -14,15 +14,18 @@ def plugins():
 
 
 @plugins.command("list")
+@click.option("--no-bundled", is_flag=True, help="Leave out the plugins bundled with Hermes (as `hermes plugins list`).")
+@click.option("--enabled", "only_enabled", is_flag=True, help="Only the plugins enabled in the profile's config.")
 @profile_option
 @json_option
 @pass_app
-def list_cmd(app: App, profiles, as_json: bool):
+def list_cmd(app: App, profiles, as_json: bool, no_bundled: bool, only_enabled: bool):
     """Every plugin each profile's Hermes sees: enabled or not, whether it loads and why.
     Imports none: Hermes' own discovery answers, in the interpreter of the installation found."""
     found = app.discover(profiles)
     answer = app.work("plugins_list", {}, found.profiles)
     rows, errors = answer.data.get("plugins", []), answer.errors
+    rows = [r for r in rows if not (no_bundled and r["source"] == "bundled") and not (only_enabled and not r["enabled"])]
     installs = answer.data.get("installations", [])
     if as_json:
         report.emit_json({"plugins": rows, "installations": installs, "errors": errors, "warnings": answer.warnings})

@@ -244,8 +244,8 @@ def list_with_hermes(spec: dict) -> dict:
             "key": key, "name": str(manifest.name), "source": str(manifest.source), "kind": str(manifest.kind),
             "location": str(manifest.path or ""), "loads": loads,
             "enabled": shown == "enabled" if shown is not None else loads,
-            "why": ("a bundled backend: Hermes always loads it" if manifest.source == "bundled" else
-                    "in plugins.enabled") if loads else str(loaded.error or "not loaded"),
+            "why": ("a bundled backend: Hermes always loads it" if (manifest.source, manifest.kind) == (
+                "bundled", "backend") else "in plugins.enabled") if loads else str(loaded.error or "not loaded"),
             "hooks": [str(h) for h in (manifest.provides_hooks or []) if isinstance(h, str)],
         })
     return {"plugins": rows, "errors": []}
