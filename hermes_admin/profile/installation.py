@@ -78,7 +78,11 @@ _remember = False
 
 
 def configure(layers: dict[str, dict], remember: bool) -> None:
+    """A job begins: what the admin config says for its homes. Lookups and probes are per job, so
+    a daemon sees an installation upgraded or removed meanwhile (the disk cache keeps that cheap)."""
     global _remember
+    _lookups.clear()
+    _probes.clear()
     for home, layer in layers.items():
         _configured[home] = {k: layer[k] for k in ("hermes_python", "hermes_python_where") if k in layer}
     _remember = remember
