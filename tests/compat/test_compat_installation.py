@@ -5,7 +5,9 @@ as the oracle of which plugins hear a profile's deletions."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import time
 import sys
 from pathlib import Path
 
@@ -137,6 +139,7 @@ def test_every_plugin_hermes_would_call_hears_every_row_once(hermes_peer, tmp_pa
 
     # Deletions: one named unit in two profiles, then a purge everywhere.
     before = {p: row_ids(home_of(root, p) / "state.db") for p in ENABLED}
+    entries = {p: set(os.listdir(home_of(root, p))) for p in ENABLED}
     for profile in ("default", "alpha"):
         result = invoke("--root", str(root), "sessions", "delete", kinds[profile]["delegate_parent"][0], "--yes")
         assert result.exit_code == (1 if profile == "default" else 0), result.stderr  # `default`'s broken plugin
@@ -157,6 +160,10 @@ def test_every_plugin_hermes_would_call_hears_every_row_once(hermes_peer, tmp_pa
             assert sorted(ids) == sorted(gone), (profile, plugin)  # every row, exactly once
             assert {(e["profile"], e["sessions_dir"], e["home"]) for e in events} == {
                 (profile, str(home / "sessions"), str(home))}, (profile, plugin)
+        # Hermes' config reader makes a first-run home wherever it looks (SOUL.md, skills/, cron/...):
+        # not when hermes-admin runs its plugin manager
+        assert {e for e in set(os.listdir(home)) - entries[profile] if not e.startswith("heard-")} <= {
+            ".hermes-admin", "state.db.auto-maintenance.lock"}, profile
     # Hermes' defaults were read from the installation: 0.19.0 ships vacuum_after_prune: true.
     dry = invoke("--root", str(root), "run", "--dry-run", "--json")
     policies = json.loads(dry.stdout)["policies"]
@@ -184,3 +191,27 @@ def test_without_an_installation_one_line_says_how_to_set_one(hermes_peer, tmp_p
     listed = invoke("--config", str(config), "--root", str(root), "profiles", "--json")
     (row,) = json.loads(listed.stdout)["profiles"]
     assert row["hermes"]["installation"] is None and "hermes_cli" in row["hermes"]["notes"][0]
+
+
+def test_a_hanging_plugin_in_hermes_interpreter_is_cut_short(hermes_peer, tmp_path, now, invoke):
+    """The timeout holds in Hermes' interpreter as in ours: the worker is killed and restarted, the
+    other plugin still hears every row."""
+    root = tmp_path / "hermes"
+    kinds = hermes_peer.build_root(root, ["default"], now)["default"]
+    install_hermes(root, hermes_peer.python(), tmp_path / "bundled")
+    _write_plugin(root / "plugins" / "flat", "flat", "", FROM_ENV)
+    (root / "plugins" / "flat" / "plugin.yaml").write_text("name: flat\n")
+    (root / "plugins" / "sleeper").mkdir(parents=True)
+    (root / "plugins" / "sleeper" / "plugin.yaml").write_text("name: sleeper\n")
+    (root / "plugins" / "sleeper" / "__init__.py").write_text(
+        "import time\ndef register(ctx):\n    ctx.register_hook('on_session_delete', lambda **kw: time.sleep(60))\n")
+    config = yaml.safe_load((root / "config.yaml").read_text()) if (root / "config.yaml").exists() else None
+    (config := config or {})["plugins"] = {"enabled": ["sleeper", "flat"], "hook_callback_timeout": 2}
+    (root / "config.yaml").write_text(yaml.safe_dump(config))
+    two = [kinds["recent"][0], kinds["old_ended"][0]]
+    started = time.monotonic()
+    result = invoke("--root", str(root), "sessions", "delete", *two, "--json", "--yes")
+    assert time.monotonic() - started < 20
+    failures = json.loads(result.stdout)["results"][0]["hook_failures"]
+    assert sum("timed out" in f for f in failures) == 2 and result.exit_code == 1  # as in our interpreter
+    assert sorted(i for e in heard(root)["flat"] for i in e["ids"]) == sorted(two)
