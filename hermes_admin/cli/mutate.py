@@ -82,14 +82,17 @@ def _human(run: Run, verbose: int = 0) -> None:
         if verbose or run.dry_run:  # where each value came from, one line per source
             by_origin: dict[str, list[str]] = {}
             for key, origin in (policy.get("origins") or {}).items():
-                by_origin.setdefault(str(origin), []).append(f"{key}={_shown(policy.get(key))}")
+                by_origin.setdefault(str(origin), []).append(f"{key}={_shown(key, policy.get(key))}")
             for origin, values in by_origin.items():
                 report.line(f"  {', '.join(values)}: {origin}")
             hermes = policy.get("hermes") or {}
             found = hermes.get("installation")
-            report.line(f"  plugins run in: {found['python']} (Hermes {found.get('hermes')}, found by "
-                        f"{found['found_by']})" if found else "  plugins run in: hermes-admin's own interpreter "
-                        "(no Hermes installation found)")
+            if found:
+                report.line(f"  Hermes {found.get('hermes') or '?'} at {found['python']} (found by {found['found_by']}): "
+                            "its plugins run there")
+            else:
+                report.line("  no Hermes installation " + ("used (hermes_python: hermes-admin)" if hermes.get(
+                    "own_interpreter_chosen_in") else "found") + ": plugins run in hermes-admin's own interpreter")
     for result in run.results:  # one line per task per profile; the units under -v, or in a dry run
         report.line(report.summary_line(result, run.dry_run))
         if verbose or run.dry_run:
@@ -106,9 +109,10 @@ def _human(run: Run, verbose: int = 0) -> None:
                 report.line(f"  kept {sid}: {why}")
 
 
-def _shown(value) -> str:
-    return "unlimited" if value is None else str(value).lower() if isinstance(value, bool) else f"{value:g}" \
-        if isinstance(value, float) else str(value)
+def _shown(key: str, value) -> str:
+    if value is None:  # a path left to its default, or a number without end (`.inf`)
+        return "default" if key == "export_dir" else "unlimited"
+    return str(value).lower() if isinstance(value, bool) else f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def problems(run: Run) -> None:
