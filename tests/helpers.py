@@ -92,3 +92,11 @@ def vacuum_worthy_store(path: Path, now: float, sessions: int = 300) -> Path:
         store.messages(sid, 10, now - 200 * 86400, text="padding " * 50)
     store.close()
     return path
+
+
+def own_interpreter(tmp_path: Path) -> list[str]:
+    """`--config` of an admin config that runs plugins in hermes-admin's own interpreter on purpose
+    (`hermes_python: hermes-admin`): the unit tier has no Hermes installation, and says so."""
+    path = tmp_path / "own-interpreter.yaml"
+    path.write_text("hermes_python: hermes-admin\n")
+    return ["--config", str(path)]

@@ -153,6 +153,7 @@ class App:
         owners = self.everything().owners
         params = dict(params, siblings=self._siblings(), verbose=self.verbose,
                       safe_mode=os.environ.get("HERMES_SAFE_MODE", ""),  # a worker's environment is clean
+                      bundled_plugins=os.environ.get("HERMES_BUNDLED_PLUGINS", ""),  # Hermes' own override
                       processes=1 if os.environ.get("HERMES_ADMIN_PROCESSES") == "1" else 2)  # profile/fork.py
         if with_policy:
             known = {p.name for p in self.everything().profiles}
@@ -164,11 +165,12 @@ class App:
             if stopping.requested():
                 run.warnings.append("stopped on request: " + ", ".join(p.name for p in group) + " not worked on")
                 continue
-            layers = {}
+            # every job may need the profile's Hermes installation (profile/installation.py)
+            layers = {str(p.home): admin_config.hermes_python(self.config, p.name, p.root) for p in group}
             if with_policy:
                 for profile in list(group):
                     try:
-                        layers[str(profile.home)] = admin_config.policy_layers(self.config, profile.name)
+                        layers[str(profile.home)].update(admin_config.policy_layers(self.config, profile.name))
                     except admin_config.ConfigError as exc:
                         run.errors.append(f"profile '{profile.shown}': skipped: {exc}")
                         group.remove(profile)

@@ -79,6 +79,20 @@ def confirm(question: str, yes: bool, dry_run: bool) -> None:
 def _human(run: Run, verbose: int = 0) -> None:
     for policy in run.policies.values():
         report.line(f"{policy.get('label') or policy.get('profile')}: policy: {policy.get('description')}")
+        if verbose or run.dry_run:  # where each value came from, one line per source
+            by_origin: dict[str, list[str]] = {}
+            for key, origin in (policy.get("origins") or {}).items():
+                by_origin.setdefault(str(origin), []).append(f"{key}={_shown(key, policy.get(key))}")
+            for origin, values in by_origin.items():
+                report.line(f"  {', '.join(values)}: {origin}")
+            hermes = policy.get("hermes") or {}
+            found = hermes.get("installation")
+            if found:
+                report.line(f"  Hermes {found.get('hermes') or '?'} at {found['python']} (found by {found['found_by']}): "
+                            "its plugins run there")
+            else:
+                report.line("  no Hermes installation " + ("used (hermes_python: hermes-admin)" if hermes.get(
+                    "own_interpreter_chosen_in") else "found") + ": plugins run in hermes-admin's own interpreter")
     for result in run.results:  # one line per task per profile; the units under -v, or in a dry run
         report.line(report.summary_line(result, run.dry_run))
         if verbose or run.dry_run:
@@ -93,6 +107,12 @@ def _human(run: Run, verbose: int = 0) -> None:
         if verbose:
             for sid, why in result.kept.items():
                 report.line(f"  kept {sid}: {why}")
+
+
+def _shown(key: str, value) -> str:
+    if value is None:  # a path left to its default, or a number without end (`.inf`)
+        return "default" if key == "export_dir" else "unlimited"
+    return str(value).lower() if isinstance(value, bool) else f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def problems(run: Run) -> None:

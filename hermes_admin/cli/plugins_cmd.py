@@ -14,22 +14,39 @@ def plugins():
 
 
 @plugins.command("list")
+@click.option("--no-bundled", is_flag=True, help="Leave out the plugins bundled with Hermes (as `hermes plugins list`).")
+@click.option("--enabled", "only_enabled", is_flag=True, help="Only the plugins enabled in the profile's config.")
 @profile_option
 @json_option
 @pass_app
-def list_cmd(app: App, profiles, as_json: bool):
-    """Every plugin found per profile: enabled or not and why, and its hooks. Imports none."""
+def list_cmd(app: App, profiles, as_json: bool, no_bundled: bool, only_enabled: bool):
+    """Every plugin each profile's Hermes sees: enabled or not, whether it loads and why.
+    Imports none: Hermes' own discovery answers, in the interpreter of the installation found."""
     found = app.discover(profiles)
     answer = app.work("plugins_list", {}, found.profiles)
     rows, errors = answer.data.get("plugins", []), answer.errors
+    rows = [r for r in rows if not (no_bundled and r["source"] == "bundled") and not (only_enabled and not r["enabled"])]
+    installs = answer.data.get("installations", [])
     if as_json:
-        report.emit_json({"plugins": rows, "errors": errors})
+        report.emit_json({"plugins": rows, "installations": installs, "errors": errors, "warnings": answer.warnings})
     else:
+        for row in installs:
+            report.line(f"{row['profile']}: {installation_line(row)}")
         report.stdout_console().print(report.table(
-            None, ["profile", "plugin", "source", "enabled", "why", "hooks"],
-            [[r["profile"], r["key"], r["source"], "yes" if r["enabled"] else "no", r["why"],
-              ", ".join(r["hooks"])] for r in rows],
+            None, ["profile", "plugin", "source", "kind", "enabled", "loads", "why", "hooks"],
+            [[r["profile"], r["key"], r["source"], r.get("kind"), "yes" if r["enabled"] else "no",
+              "yes" if r.get("loads", r["enabled"]) else "no", r["why"], ", ".join(r["hooks"])] for r in rows],
         ))
+    for message in answer.warnings:
+        report.warn(message)
     for message in errors:
         report.error(message)
     raise click.exceptions.Exit(app.exit_code(answer, found, profiles))
+
+
+def installation_line(row: dict) -> str:
+    """One line: the installation a profile's plugins run in, or that none was found and what to do."""
+    found = row.get("installation")
+    if found:
+        return f"plugins run in {found['python']} (Hermes {found.get('hermes') or '?'}; found by {found['found_by']})"
+    return (row.get("notes") or ["no Hermes installation found"])[-1]

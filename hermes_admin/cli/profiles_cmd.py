@@ -10,7 +10,7 @@ from hermes_admin.cli.context import App, json_option, pass_app, profile_option
 
 def show_profiles(app: App, only: tuple[str, ...], as_json: bool) -> int:
     found = app.discover(only)
-    answer = app.work("profiles", {}, found.profiles)
+    answer = app.work("profiles", {}, found.profiles, with_policy=True)
     rows = answer.data.get("profiles", [])
     for row in rows:  # processes whose hold on the store is broken: the host looked, the worker could not
         holds = app.broken_holds().get(row["home"], [])
@@ -23,13 +23,20 @@ def show_profiles(app: App, only: tuple[str, ...], as_json: bool) -> int:
         report.stdout_console().print(report.table(
             None,
             ["profile", "home", "ok", "schema", "journal", "sessions", "messages", "archived",
-             "live", "empty", "store", "wal", "last activity"],
+             "live", "empty", "store", "wal", "last activity", "hermes"],
             [[r["name"], r["home"], "yes" if r["ok"] else "NO", r["schema_version"], r["journal_mode"],
               r["sessions"], r["messages"], r["archived"], r["live"], r["empty"],
               report.human_bytes(r["store_bytes"]) if r["store"] else "no store",
-              report.human_bytes(r["wal_bytes"]) if r["store"] else None, r["last_activity"]]
+              report.human_bytes(r["wal_bytes"]) if r["store"] else None, r["last_activity"],
+              _hermes(r)]
              for r in rows],
         ))
+        told = set()
+        for r in rows:  # where no installation was found: one line, once per root, says what to do
+            for note in (r.get("hermes") or {}).get("notes") or []:
+                if note not in told:
+                    told.add(note)
+                    report.line(note)
     for r in rows:
         if r["error"]:
             report.error(r["error"])
@@ -38,6 +45,11 @@ def show_profiles(app: App, only: tuple[str, ...], as_json: bool) -> int:
     for message in answer.warnings:
         report.warn(message)
     return app.exit_code(answer, found, only, failed=any(not r["ok"] for r in rows))
+
+
+def _hermes(row: dict) -> str:
+    found = (row.get("hermes") or {}).get("installation")
+    return f"{found.get('hermes') or '?'} ({found['found_by']})" if found else "not found"
 
 
 @click.command()

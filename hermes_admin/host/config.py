@@ -17,7 +17,7 @@ import platformdirs
 from hermes_admin import yamlfile
 
 APP = "hermes-admin"
-TOP_LEVEL_KEYS = {"roots", "defaults", "profiles", "schedule", "metrics_file"}
+TOP_LEVEL_KEYS = {"roots", "defaults", "profiles", "schedule", "metrics_file", "hermes_python"}
 
 
 class ConfigError(Exception):
@@ -32,6 +32,8 @@ class AdminConfig:
     profiles: dict = field(default_factory=dict)
     schedule: dict = field(default_factory=dict)
     metrics_file: str | None = None
+    # the python of the Hermes installation plugins run in: one path for every root, or {ROOT: path}
+    hermes_python: str | dict | None = None
 
 
 def candidate_paths(environ: dict[str, str] | None = None) -> list[Path]:
@@ -93,10 +95,14 @@ def parse(path: Path) -> AdminConfig:
     for key in ("defaults", "profiles", "schedule"):
         if not isinstance(data.get(key) or {}, dict):
             raise ConfigError(f"{path}: {key} must be a mapping")
+    pythons = data.get("hermes_python")
+    if pythons is not None and not isinstance(pythons, str) and not (
+            isinstance(pythons, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in pythons.items())):
+        raise ConfigError(f"{path}: hermes_python must be a path, or a mapping of root folders to paths")
     return AdminConfig(
         path=path, roots=roots, defaults=data.get("defaults") or {},
         profiles=data.get("profiles") or {}, schedule=data.get("schedule") or {},
-        metrics_file=data.get("metrics_file"),
+        metrics_file=data.get("metrics_file"), hermes_python=pythons,
     )
 
 
@@ -146,3 +152,20 @@ def policy_layers(admin: AdminConfig, profile_name: str) -> dict:
         layers["preset"], path = load_preset(str(entry["preset"]))
         layers["preset_where"] = str(path)
     return layers
+
+
+def hermes_python(admin: AdminConfig, profile_name: str, root: Path) -> dict:
+    """The admin config's `hermes_python` for one profile (its entry, else its root's, else the
+    global one) and where it was set, as policy layers carry it; {} when it sets none."""
+    where = str(admin.path or "admin config")
+    entry = admin.profiles.get(profile_name)
+    if isinstance(entry, dict) and entry.get("hermes_python") is not None:
+        return {"hermes_python": entry["hermes_python"], "hermes_python_where": f"{where}: profiles.{profile_name}"}
+    if isinstance(admin.hermes_python, dict):
+        for folder, python in admin.hermes_python.items():
+            if os.path.realpath(os.path.expanduser(folder)) == os.path.realpath(root):
+                return {"hermes_python": python, "hermes_python_where": f"{where}: hermes_python.{folder}"}
+        return {}
+    if admin.hermes_python is not None:
+        return {"hermes_python": admin.hermes_python, "hermes_python_where": f"{where}: hermes_python"}
+    return {}

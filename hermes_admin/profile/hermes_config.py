@@ -54,9 +54,17 @@ class HermesConfig:
 
     @property
     def hook_timeout(self) -> float:
-        """`plugins.hook_callback_timeout`: default 30 s; at most 600 s, which is also what 0 (Hermes'
-        "no cap") means for an unattended run; anything but a finite number >= 0 means 30 s, with a warning."""
-        raw = self.section("plugins").get("hook_callback_timeout", DEFAULT_HOOK_TIMEOUT_S)
+        return self.hook_timeout_or(DEFAULT_HOOK_TIMEOUT_S)
+
+    @property
+    def sets_hook_timeout(self) -> bool:
+        return "hook_callback_timeout" in self.section("plugins")
+
+    def hook_timeout_or(self, default: float) -> float:
+        """`plugins.hook_callback_timeout`, else `default` (the installation's, else 30 s); at most 600 s,
+        which is also what 0 (Hermes' "no cap") means for an unattended run; anything but a finite
+        number >= 0 means 30 s, with a warning."""
+        raw = self.section("plugins").get("hook_callback_timeout", default)
         if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not math.isfinite(raw) or raw < 0:
             self.warnings.append(
                 f"{self.path}: plugins.hook_callback_timeout {str(raw)[:40]!r} is not a finite number >= 0; "

@@ -109,10 +109,11 @@ def maintain(job: Job, isolated: bool) -> Run:
 
 
 def profiles(job: Job, isolated: bool) -> Run:
-    from hermes_admin.profile.views import profile_summary
+    from hermes_admin.profile.views import profile_summary, profile_settings
 
     run = Run(dry_run=True)
-    _each(job, run, isolated, lambda p: run.data.setdefault("profiles", []).append(profile_summary(p)))
+    _each(job, run, isolated, lambda p: run.data.setdefault("profiles", []).append(
+        dict(profile_summary(p), **profile_settings(p, job.layers.get(str(p.home), {})))))
     return run
 
 
@@ -225,7 +226,7 @@ def repair(job: Job, isolated: bool) -> Run:
 def plugins_list(job: Job, isolated: bool) -> Run:
     from hermes_admin.profile.hermes_config import HermesConfigError
     from hermes_admin.profile.hermes_config import load as load_hermes_config
-    from hermes_admin.profile.hooks.discovery import discover
+    from hermes_admin.profile.hooks.listing import plugins_of
 
     run = Run(dry_run=True)
 
@@ -235,8 +236,11 @@ def plugins_list(job: Job, isolated: bool) -> Run:
         except HermesConfigError as exc:
             run.errors.append(f"profile '{profile.shown}': {exc}")
             return
-        run.data.setdefault("plugins", []).extend(
-            dict(profile=profile.name, home=str(profile.home), **p.as_dict()) for p in discover(profile.home, config))
+        rows, problems, lookup = plugins_of(profile, config)
+        run.data.setdefault("plugins", []).extend(dict(profile=profile.name, home=str(profile.home), **r) for r in rows)
+        run.data.setdefault("installations", []).append(
+            dict(profile=profile.name, home=str(profile.home), **lookup.as_dict()))
+        run.warnings += [f"profile '{profile.shown}': {p}" for p in problems]
 
     _each(job, run, isolated, work)
     return run
@@ -254,6 +258,11 @@ def serve(job: Job, isolated: bool = False) -> Run:
     from hermes_admin import report
 
     report.VERBOSE = int(job.params.get("verbose") or 0)
+    from hermes_admin.profile import installation
+
+    installation.configure(job.layers, remember=not job.params.get("dry_run", True))
     if isolated and job.params.get("safe_mode"):  # the invoker's HERMES_SAFE_MODE, into a clean environment
         os.environ["HERMES_SAFE_MODE"] = str(job.params["safe_mode"])
+    if isolated and job.params.get("bundled_plugins"):  # where Hermes' bundled plugins are (Nix, packages)
+        os.environ["HERMES_BUNDLED_PLUGINS"] = str(job.params["bundled_plugins"])
     return KINDS[job.kind](job, isolated)

@@ -3,14 +3,16 @@
 Effective policy for a profile, first match wins per key (design §4):
 the admin config's entry for the profile (its own keys, then its `preset:`)
 -> the profile's `config.yaml` `sessions:` keys -> the admin config's
-`defaults:` -> Hermes' own built-ins. Like restic's policies, a Policy can
+`defaults:` -> the defaults of the Hermes installed for the profile
+(`installation.py`) -> built-ins (Hermes 0.19.0's). Each value keeps where it
+came from (`origins`), which dry runs and `profiles --json` show. Like restic's policies, a Policy can
 describe itself in one sentence, which dry runs and logs print.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 from hermes_admin.profile.hermes_config import HermesConfig
 
@@ -32,7 +34,7 @@ BUILTINS = {
 }
 # The keys Hermes itself reads from a profile's `sessions:` section.
 HERMES_KEYS = ("auto_prune", "retention_days", "auto_archive", "auto_archive_days", "vacuum_after_prune")
-ADMIN_KEYS = set(BUILTINS) | {"preset"}
+ADMIN_KEYS = set(BUILTINS) | {"preset", "hermes_python"}  # hermes_python: installation.py reads it
 _BOOLS = {"auto_prune", "auto_archive", "vacuum_after_prune", "empty_sweep", "ghost_prune"}
 _CHOICES = {"repair": ("report", "apply")}
 _PATHS = {"export_dir"}
@@ -57,6 +59,7 @@ class Policy:
     export_keep_days: float = 7.0
     quick_check_hours: float = 24.0
     lock_wait: float = 300.0
+    origins: dict = field(default_factory=dict, compare=False)  # key -> the layer its value came from
 
     def describe(self) -> str:
         parts = [
@@ -116,18 +119,20 @@ def _coerce(key: str, value, where: str):
     return float(value)
 
 
-def effective(profile_name: str, layers: dict, hermes: HermesConfig, force: bool = False) -> Policy:
+def effective(profile_name: str, layers: dict, hermes: HermesConfig, force: bool = False,
+              installed: tuple[dict, str] | None = None) -> Policy:
     """The policy in force for one profile; raises PolicyError with the file to blame.
 
     `layers` are the admin config's, read by the host (`host.config.policy_layers`):
     the profile's entry, its preset, the defaults, each with where it came from.
+    `installed`: the defaults of the Hermes installed for the profile, and which one it is.
     """
     stack: list[tuple[dict, str]] = []
     entry, where = layers.get("entry") or {}, layers.get("entry_where", "admin config")
     if not isinstance(entry, dict):
         raise PolicyError(f"{where} must be a mapping")
     _check_keys(entry, ADMIN_KEYS, where)
-    stack.append(({k: v for k, v in entry.items() if k != "preset"}, where))
+    stack.append(({k: v for k, v in entry.items() if k not in ("preset", "hermes_python")}, where))
     if layers.get("preset") is not None:
         preset, where = layers["preset"], layers.get("preset_where", "preset")
         if not isinstance(preset, dict):
@@ -141,15 +146,19 @@ def effective(profile_name: str, layers: dict, hermes: HermesConfig, force: bool
         raise PolicyError(f"{where} must be a mapping")
     _check_keys(defaults, set(BUILTINS), where)
     stack.append((defaults, where))
-    values = {}
+    if installed is not None:
+        stack.append(({k: v for k, v in installed[0].items() if k in HERMES_KEYS}, installed[1]))
+    values, origins = {}, {}
     for key, default in BUILTINS.items():
         for layer, where in stack:
             if key in layer:
                 values[key] = _coerce(key, layer[key], where)
+                origins[key] = where
                 break
         else:
             values[key] = default
-    policy = Policy(**values)
+            origins[key] = "built-in (Hermes 0.19.0's)" if key in HERMES_KEYS else "built-in"
+    policy = Policy(**values, origins=origins)
     validate(policy, profile_name, force)
     return policy
 

@@ -45,6 +45,28 @@ def profile_summary(profile: Profile) -> dict:
     return row
 
 
+def profile_settings(profile: Profile, layers: dict) -> dict:
+    """The Hermes installation serving the profile, and its effective policy with where each value
+    came from (`hermes`, `policy`), or why it has none (`policy_error`)."""
+    from hermes_admin.profile import installation
+    from hermes_admin.profile.hermes_config import HermesConfigError
+    from hermes_admin.profile.hermes_config import load as load_hermes_config
+    from hermes_admin.profile.policy import PolicyError, effective
+
+    lookup = installation.for_profile(profile)
+    row = {"hermes": lookup.as_dict(), "policy": None, "policy_error": None}
+    try:
+        config = load_hermes_config(profile.home)
+        policy = effective(profile.shown, layers, config, force=True, installed=installation.defaults_layer(lookup))
+    except (HermesConfigError, PolicyError) as exc:
+        row["policy_error"] = str(exc)
+        return row
+    row["policy"] = policy.as_dict()
+    row["policy"]["hook_callback_timeout"], row["policy"]["origins"]["hook_callback_timeout"] = \
+        installation.hook_timeout(config, lookup)
+    return row
+
+
 def session_brief(profile: Profile, row: SessionRow) -> dict:
     return {
         "profile": profile.name, "home": str(profile.home), "id": row.id, "source": row.source, "title": row.title,

@@ -9,7 +9,8 @@ import pytest
 from tests.conftest import counts, store_digest
 
 KEYS = ["name", "home", "store", "ok", "error", "schema_version", "journal_mode", "sessions", "messages",
-        "archived", "live", "empty", "store_bytes", "wal_bytes", "last_activity", "broken_holds"]
+        "archived", "live", "empty", "store_bytes", "wal_bytes", "last_activity", "hermes", "policy", "policy_error",
+        "broken_holds"]
 
 
 def add_garbage_profile(root, name="broken"):
@@ -139,7 +140,8 @@ def test_module_help_and_demo_with_empty_home(tmp_path):
     done = subprocess.run([sys.executable, "-m", "hermes_admin", "--help"], capture_output=True, text=True, env=env)
     assert done.returncode == 0 and "profiles" in done.stdout
     demo = subprocess.run([sys.executable, "-m", "hermes_admin", "demo"], capture_output=True, text=True, env=env)
-    assert demo.returncode == 0, demo.stderr
+    # 1 ("warnings") on a machine without Hermes: the demo's plugin runs in our interpreter, and says so
+    assert demo.returncode == 0 or (demo.returncode == 1 and "no Hermes installation found" in demo.stderr), demo.stderr
     assert "Demo root built in" in demo.stderr
     assert all(name in demo.stdout for name in ("default", "work", "legacy"))
 

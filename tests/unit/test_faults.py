@@ -9,7 +9,7 @@ import os
 import pytest
 
 from hermes_admin.host.runlock import RunLocks
-from tests.helpers import home_of, install_plugins, row_ids
+from tests.helpers import home_of, install_plugins, row_ids, own_interpreter
 
 
 def old_ids(db):
@@ -205,7 +205,7 @@ def test_what_a_plugin_leaves_behind_dies_with_its_worker(tmp_path, now, invoke)
         "            os._exit(0)\n"
         "        time.sleep(0.5)\n"
         "    ctx.register_hook('on_session_delete', cb)\n")
-    result = invoke("--root", str(root), "sessions", "delete", "a", "--yes")
+    result = invoke("--root", str(root), *own_interpreter(tmp_path), "sessions", "delete", "a", "--yes")
     assert result.exit_code == 0, result.stderr
     pid = int((root / "escaped.pid").read_text())
     time.sleep(0.2)

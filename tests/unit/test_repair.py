@@ -12,7 +12,7 @@ import pytest
 from hermes_admin.profile.repair import namespace_of
 from hermes_admin.synth.builder import SynthStore
 from tests.conftest import fk_rows, fts_problems, store_digest
-from tests.helpers import events, install_plugins, needs_host_pids, row_ids
+from tests.helpers import events, install_plugins, needs_host_pids, row_ids, own_interpreter
 
 
 @pytest.mark.parametrize("key, owner", [
@@ -61,7 +61,7 @@ def test_report_then_apply_then_nothing(root, invoke):
     assert ("work", "missing_folder", str(work / "logs")) in found
     assert store_digest(root) == before and not (work / "logs").exists()
 
-    result = invoke("--root", str(root), "repair", "--apply", "--yes", "--json")
+    result = invoke("--root", str(root), *own_interpreter(root.parent), "repair", "--apply", "--yes", "--json")
     assert result.exit_code == 0, result.stdout + result.stderr
     assert "stray" not in row_ids(work / "state.db")
     assert "stray" in row_ids(root / "state.db")

@@ -21,7 +21,7 @@ from hermes_admin.profile.engine.exports import load_manifest
 from hermes_admin.profile.engine.turns import Turns
 from hermes_admin.synth.builder import SynthStore
 from tests.conftest import fts_problems
-from tests.helpers import events, install_plugins, row_ids
+from tests.helpers import events, install_plugins, own_interpreter, row_ids
 
 DAY = 86400.0
 WORDS = [f"w{n}" for n in range(400)] + ["the", "and", "error", "file", "def", "return"]
@@ -60,6 +60,16 @@ def store(tmp_path, now):
         (root / "sessions" / f"{sid}.jsonl").write_text("{}\n")
     install_plugins(root, ["recorder"], enabled=["recorder"], timeout=10)
     return root
+
+
+@pytest.fixture
+def invoke(invoke, tmp_path):
+    """The CLI with plugins run in hermes-admin's own interpreter on purpose (no Hermes here)."""
+    own = own_interpreter(tmp_path)
+
+    def run(*args, **kwargs):
+        return invoke(*(args if "--config" in args else (*own, *args)), **kwargs)
+    return run
 
 
 @pytest.fixture
@@ -288,7 +298,7 @@ def test_export_dir_and_keep_days(store, invoke, tmp_path, now):
 def test_keep_days_zero_exports_only_what_is_split(store, invoke, small_steps):
     (store / "config.yaml").write_text((store / "config.yaml").read_text() + "\n")
     config = tmp = store.parent / "admin.yaml"
-    config.write_text("defaults:\n  export_keep_days: 0\n")
+    config.write_text("defaults:\n  export_keep_days: 0\nhermes_python: hermes-admin\n")
     result = invoke("--root", str(store), "--config", str(tmp), "purge", "--older-than", "90", "--yes")
     assert result.exit_code == 0, result.stderr
     assert list((store / ".hermes-admin" / "exports").glob("*.jsonl.gz")) == []  # done, so not kept

@@ -42,11 +42,13 @@ def export_settings(profile: Profile, layers: dict | None, export_dir: str | Non
     For commands that do not run the policy's tasks (`sessions delete`): a policy that cannot be
     read here is the defaults; the commands that use it say what is wrong with it.
     """
+    from hermes_admin.profile import installation
     from hermes_admin.profile.hermes_config import load as load_hermes_config
     from hermes_admin.profile.policy import PolicyError, effective
 
     try:
-        policy = effective(profile.shown, layers or {}, load_hermes_config(profile.home), force=True)
+        policy = effective(profile.shown, layers or {}, load_hermes_config(profile.home), force=True,
+                           installed=installation.defaults_layer(installation.for_profile(profile)))
     except (HermesConfigError, PolicyError):
         return Settings(export_dir)
     return Settings(export_dir or policy.export_dir, policy.export_keep_days)

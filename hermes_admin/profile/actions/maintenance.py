@@ -19,6 +19,7 @@ from hermes_admin.profile import guards
 from hermes_admin.profile.actions.common import Run, act_in_parts, with_engine
 from hermes_admin.profile.engine.engine import Engine, Result
 from hermes_admin.profile.engine.exports import Settings
+from hermes_admin.profile import installation
 from hermes_admin.profile.hermes_config import HermesConfigError
 from hermes_admin.profile.hermes_config import load as load_hermes_config
 from hermes_admin.protocol import Profile
@@ -257,11 +258,15 @@ def maintain(run: Run, profile: Profile, layers: dict, request: Request,
         return
     try:
         config = load_hermes_config(profile.home)  # once: the engine uses it too
-        policy = effective(profile.shown, layers, config, force=request.force)
+        lookup = installation.for_profile(profile)
+        policy = effective(profile.shown, layers, config, force=request.force,
+                           installed=installation.defaults_layer(lookup))
     except (HermesConfigError, PolicyError) as exc:
         run.errors.append(f"profile '{profile.shown}': skipped: {exc}")
         return
-    run.policies[str(profile.home)] = {"profile": profile.name, **policy.as_dict()}
+    shown = policy.as_dict()
+    shown["hook_callback_timeout"], shown["origins"]["hook_callback_timeout"] = installation.hook_timeout(config, lookup)
+    run.policies[str(profile.home)] = {"profile": profile.name, **shown, "hermes": lookup.as_dict()}
     siblings = siblings if siblings is not None else {profile.name: profile}
     applying = policy.repair == "apply" and not request.dry_run
     if "repair" in request.tasks and applying:  # fixes take the profile's locks themselves: before the engine

@@ -53,6 +53,8 @@ from hermes_admin.profile.engine.holders import held_by_its_owner, store_holders
 from hermes_admin.protocol import Profile
 from hermes_admin.profile.hooks.bus import DeliveryStopped, HookBus
 from hermes_admin.profile.hooks.discovery import discover as discover_plugins
+from hermes_admin.profile.hooks.discovery import safe_mode
+from hermes_admin.profile import installation
 from hermes_admin.profile.lineage import Unit
 from hermes_admin.profile.engine.locks import ProfileLocks
 from hermes_admin.profile.engine.outbox import Event, Outbox, OutboxError
@@ -223,13 +225,21 @@ class Engine(SplitDeletes):
         self.fts = FtsMerges(self.store.db, [t for t in FTS_TABLES if self._has_index(t)])
         self.outbox = Outbox(self.profile, self.notes)
         self.remover = FileRemover(str(self.profile.sessions_dir))
-        timeout = self.config.hook_timeout
-        # opt-in: with nothing in plugins.enabled there is nothing to find (and no folder to scan)
-        plugins = discover_plugins(self.profile.home, self.config) if self.config.plugins_enabled else []
-        self.bus = HookBus(self.profile, plugins, timeout)
+        self.bus = self._bus()
         self.export = ExportFile(self.profile, self.export_settings, self.now)
         self._finish_splits()  # before the replay: a finished split's event is then committed
         self.replayed = self._replay()
+
+    def _bus(self) -> HookBus:
+        # Opt-in: with nothing in plugins.enabled, no plugin Hermes loads that way hears anything,
+        # so no installation is looked for, no folder scanned, no worker started.
+        if not self.config.plugins_enabled or safe_mode():
+            return HookBus(self.profile, [], self.config.hook_timeout)
+        lookup = installation.for_profile(self.profile)
+        timeout, _ = installation.hook_timeout(self.config, lookup)
+        if lookup.installation is not None:
+            return HookBus(self.profile, [], timeout, installation=lookup.installation, notes=lookup.notes)
+        return HookBus(self.profile, discover_plugins(self.profile.home, self.config), timeout, notes=lookup.notes)
 
     def _has_index(self, table: str) -> bool:
         """Is the FTS5 index there whole (the table and the shadow tables FtsMerges reads and writes)?"""

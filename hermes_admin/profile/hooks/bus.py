@@ -1,6 +1,9 @@
 """Deliver events to one profile's plugins, in a worker process, bounded in time.
 
-One worker per profile, started on the first event. Each callback is bounded
+One worker per profile, started on the first event, in the interpreter of the
+Hermes installation that serves the profile (`profile/installation.py`), where
+Hermes' own plugin manager loads what Hermes would; without one, in ours, with
+the plugins `hooks.discovery` found. Each callback is bounded
 by the profile's `plugins.hook_callback_timeout`: past it the worker is
 killed, restarted, and the event goes on with the next callback. A raising or
 crashing callback is reported once per plugin and kind of failure; the others
@@ -27,7 +30,9 @@ import sys
 import time
 
 from hermes_admin import child, report, stopping
+from hermes_admin.profile.hooks import worker
 from hermes_admin.profile.hooks.discovery import PluginInfo
+from hermes_admin.profile.installation import Installation
 from hermes_admin.protocol import Profile
 
 STARTUP_TIMEOUT_S = 60.0
@@ -49,9 +54,14 @@ class DeliveryStopped(Exception):
 
 
 class HookBus:
-    def __init__(self, profile: Profile, plugins: list[PluginInfo], timeout: float, log=None):
+    def __init__(self, profile: Profile, plugins: list[PluginInfo], timeout: float, log=None,
+                 installation: Installation | None = None, notes: tuple[str, ...] = ()):
+        """`installation`: Hermes' interpreter, whose plugin manager decides the plugins (`plugins`
+        is then unused); else ours, loading `plugins`. `notes`: told with the first start."""
         self.profile = profile
         self.plugins = [p for p in plugins if p.enabled]
+        self.installation = installation
+        self.notes = list(notes)
         self.timeout = timeout
         self.log = log or (lambda message: print(f"hermes-admin: {report.clean(message, 2000)}", file=sys.stderr))
         self.proc: subprocess.Popen | None = None
@@ -62,7 +72,7 @@ class HookBus:
 
     @property
     def active(self) -> bool:
-        return bool(self.plugins)
+        return self.installation is not None or bool(self.plugins)
 
     # -- worker process ------------------------------------------------------
 
@@ -71,12 +81,14 @@ class HookBus:
         # plugin never runs as root over another user's home, even if that were ever not so.
         if os.geteuid() == 0 and os.lstat(self.profile.home).st_uid != 0:
             raise WorkerGone("refusing to run another user's plugins as root")
-        # A clean environment, this very package in an isolated interpreter, a session of its own,
-        # no descriptor but its pipes and the log.
-        env = child.own_environment(HERMES_HOME=str(self.profile.home), PYTHONUNBUFFERED="1")
+        # A clean environment, the worker script alone (by its path) in an isolated interpreter,
+        # a session of its own, no descriptor but its pipes and the log.
+        env = child.own_environment(HERMES_HOME=str(self.profile.home), PYTHONUNBUFFERED="1",
+                                    **hermes_environment())
+        python = self.installation.python if self.installation else sys.executable
         child.become_subreaper()
         self.proc = subprocess.Popen(
-            child.argv("hermes_admin.profile.hooks.worker"),
+            worker.command(python, "serve"),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None, env=env, close_fds=True,
             cwd=str(self.profile.home), start_new_session=True,
         )
@@ -84,6 +96,7 @@ class HookBus:
         self._buffer = b""
         self._send({
             "home": str(self.profile.home), "profile": self.profile.name, "verbose": report.VERBOSE,
+            "hermes": self.installation is not None,
             "plugins": [{"key": p.key, "source": p.source, "location": p.location} for p in self.plugins],
         })
         try:
@@ -100,7 +113,8 @@ class HookBus:
             self._kill()
             raise WorkerGone("plugin worker did not start")
         self.callbacks = [report.clean(c, 200) for c in callbacks]
-        return [f"profile '{self.profile.shown}': {report.clean(e, 2000)}" for e in errors]
+        notes, self.notes = self.notes, []  # told once, with the first start
+        return [f"profile '{self.profile.shown}': {report.clean(e, 2000)}" for e in notes + errors]
 
     def _send(self, message: dict) -> None:
         try:
@@ -259,6 +273,12 @@ class HookBus:
                 self._failure(failures, self.callbacks[expected], "raised",
                               f"on_session_delete raised {first_line}")
             expected += 1
+
+
+def hermes_environment() -> dict[str, str]:
+    """What of our environment Hermes' plugin discovery reads: where its bundled plugins are (Nix,
+    packaged installs) and safe mode; nothing else crosses into the clean environment."""
+    return {k: os.environ[k] for k in ("HERMES_BUNDLED_PLUGINS", "HERMES_SAFE_MODE") if os.environ.get(k)}
 
 
 def _texts(value) -> bool:

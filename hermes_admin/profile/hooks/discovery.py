@@ -104,15 +104,20 @@ def _entry_point_plugins() -> list[PluginInfo]:
             for name, value in _installed_entry_points()]
 
 
+def safe_mode(environ: dict[str, str] | None = None) -> bool:
+    """HERMES_SAFE_MODE=1: Hermes loads no plugins."""
+    env = os.environ if environ is None else environ
+    return env.get("HERMES_SAFE_MODE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
 def discover(home: Path, config: HermesConfig, environ: dict[str, str] | None = None) -> list[PluginInfo]:
     """Every plugin of the profile, each marked enabled or not and why."""
     env = os.environ if environ is None else environ
     plugins = _directory_plugins(Path(home)) + _entry_point_plugins()
     enabled, disabled = set(config.plugins_enabled), set(config.plugins_disabled)
-    safe_mode = env.get("HERMES_SAFE_MODE", "").strip().lower() in ("1", "true", "yes")
     for plugin in plugins:
         names = {plugin.key, plugin.name}
-        if safe_mode:
+        if safe_mode(env):
             plugin.why = "HERMES_SAFE_MODE=1 loads no plugins"
         elif names & disabled:
             plugin.why = "listed in plugins.disabled"

@@ -1,29 +1,35 @@
-"""The plugin worker: imports one profile's enabled plugins and runs their callbacks.
+"""The plugin worker: loads one profile's plugins and runs their `on_session_delete` callbacks.
 
-Started by `hooks.bus` in an isolated interpreter (child.argv), as the home's
-owner, so untrusted plugin code never runs inside hermes-admin (nor as root
-over another user's home). It speaks JSON lines: requests on stdin, replies on
-a private copy of stdout; the plugins' own prints go to stderr.
+Started by `hooks.bus` as the home's owner, in the interpreter of the Hermes
+installation that serves the profile (`profile/installation.py`), or in ours
+when none was found. That interpreter's venv does not have hermes-admin, so
+this file is run by its path (`command`) and imports the standard library
+only: nothing of hermes-admin's package or dependencies.
 
-    -> {"home", "profile", "plugins": [{"key", "source", "location"}]}
-    <- {"ready": true, "callbacks": [plugin keys], "errors": [...]}
-    -> {"event": {...}, "start": i}
-    <- {"start": i} ... {"done": i, "error": null|"..."} ... {"finished": true}
+In Hermes' interpreter, Hermes' own plugin manager (`hermes_cli.plugins`)
+discovers and loads the plugins (bundled folder, `<home>/plugins/`, the
+interpreter's entry points; its enabled/disabled and kind rules), so the
+callbacks run are exactly those Hermes would register for the profile. In
+ours, the plugins `hooks.discovery` found are imported here, as before.
+
+It speaks JSON lines: requests on stdin, replies on a private copy of stdout;
+the plugins' own prints go to stderr.
+
+    serve:  -> {"home", "profile", "hermes": bool, "plugins": [{"key", "source", "location"}]}
+            <- {"ready": true, "callbacks": [plugin keys], "errors": [...]}
+            -> {"event": {...}, "start": i}
+            <- {"start": i} ... {"done": i, "error": null|"..."} ... {"finished": true}
+    list:   -> {"home", "profile"}   <- {"plugins": [rows], "errors": [...]}   (imports no plugin)
+    probe:  <- {"hermes": version, "python", "sessions": {...}, "hook_callback_timeout", "watch": [...]}
 """
 
 from __future__ import annotations
 
-import asyncio
-import importlib
-import importlib.machinery
-import importlib.util
-import inspect
+# Only what every mode needs: hermes-admin imports this module for `command`, on its way to every
+# run, and asyncio or importlib.metadata alone would cost it tens of milliseconds.
 import json
 import os
-import re
 import sys
-import traceback
-from importlib.metadata import entry_points
 from pathlib import Path
 
 HOOK = "on_session_delete"
@@ -59,6 +65,10 @@ class PluginContext:
 
 
 def _import_directory(key: str, folder: str):
+    import importlib.machinery
+    import importlib.util
+    import re
+
     slug = "hermes_plugins." + re.sub(r"[^0-9A-Za-z_]", "_", key.replace("/", "__"))
     if "hermes_plugins" not in sys.modules:
         package = importlib.util.module_from_spec(importlib.machinery.ModuleSpec("hermes_plugins", None))
@@ -74,6 +84,8 @@ def _import_directory(key: str, folder: str):
 
 
 def _import_entry_point(key: str):
+    from importlib.metadata import entry_points
+
     for ep in entry_points(group="hermes_agent.plugins"):
         if ep.name == key:
             return ep.load()
@@ -95,12 +107,14 @@ def load_plugins(spec: dict) -> tuple[list, list[str]]:
                 raise LookupError("no register() function")
             register(PluginContext(key, spec["profile"], hooks))
         except BaseException as exc:  # a plugin that fails to load is reported, the others still load
-            errors.append(f"plugin {key}: failed to load: {type(exc).__name__}: {exc}")
+            errors.append(f"plugin {key}: failed to load in {_where()}: {type(exc).__name__}: {exc}")
     return hooks, errors
 
 
 def call(callback, payload: dict):
     """Pass only the keyword arguments the callback declares, unless it takes **kwargs."""
+    import inspect
+
     try:
         params = inspect.signature(callback).parameters.values()
     except (TypeError, ValueError):
@@ -113,6 +127,8 @@ def call(callback, payload: dict):
         kwargs = {k: v for k, v in payload.items() if k in names}
     result = callback(**kwargs)
     if inspect.isawaitable(result):
+        import asyncio
+
         asyncio.run(_await(result))
 
 
@@ -120,18 +136,214 @@ async def _await(awaitable):
     return await awaitable
 
 
-def main() -> int:
+# -- in Hermes' own interpreter ----------------------------------------------------
+
+def _quiet_hermes(verbose: bool) -> None:
+    """Hermes' plugin manager, made fit for running outside a Hermes session.
+
+    Its logger warns of every unknown hook (ours is one); a plugin that fails to load is
+    reported by us, once, with the interpreter. Its config reader creates a first-run home
+    (SOUL.md, skills/, cron/, ...) wherever it looks: hermes-admin creates nothing in a home.
+    """
+    import logging
+
+    if not verbose:
+        logging.getLogger("hermes_cli.plugins").setLevel(logging.ERROR)
+    try:
+        import hermes_cli.config as config
+
+        if hasattr(config, "ensure_hermes_home"):
+            config.ensure_hermes_home = lambda *args, **kwargs: None
+    except Exception:
+        pass
+
+
+def _manager_class(record_load):
+    """Hermes' PluginManager with `_load_plugin` observed: which plugin registered which callback."""
+    from hermes_cli import plugins as hermes_plugins
+
+    base = hermes_plugins.PluginManager
+
+    class Observed(base):
+        def _load_plugin(self, manifest):
+            record_load(self, manifest, lambda: base._load_plugin(self, manifest))
+
+    return hermes_plugins, Observed
+
+
+def _where() -> str:
+    return sys.executable
+
+
+def load_with_hermes(spec: dict) -> tuple[list, list[str]]:
+    """Hermes' own plugin manager loads the profile's plugins; we keep its `on_session_delete`
+    callbacks, each with the key of the plugin that registered it, in Hermes' order."""
+    hooks: list = []
+    errors: list[str] = []
+    _quiet_hermes(bool(spec.get("verbose")))
+
+    def record_load(manager, manifest, load) -> None:
+        key = manifest.key or manifest.name
+        before = len(manager._hooks.get(HOOK, []))
+        try:
+            load()
+        except BaseException as exc:  # Hermes catches Exception only: SystemExit and the like are ours to stop
+            manager._plugins.pop(key, None)
+            errors.append(f"plugin {key}: failed to load in {_where()}: {type(exc).__name__}: {exc}")
+        else:
+            loaded = manager._plugins.get(key)
+            if loaded is not None and getattr(loaded, "error", None):
+                errors.append(f"plugin {key}: failed to load in {_where()}: {loaded.error}")
+        # what it registered before failing stays registered in Hermes too
+        hooks.extend((key, callback) for callback in manager._hooks.get(HOOK, [])[before:])
+
+    try:
+        hermes_plugins, Observed = _manager_class(record_load)
+        manager = Observed()
+        hermes_plugins._plugin_manager = manager  # a plugin asking for "the" manager gets this one
+        manager.discover_and_load()
+    except BaseException as exc:
+        errors.append(f"plugins not loaded: Hermes' plugin manager failed in {_where()}: {type(exc).__name__}: {exc}")
+        return [], errors
+    if not hooks and manager._hooks.get(HOOK):  # a manager without _load_plugin: attribute by module
+        hooks = [(_module_key(callback), callback) for callback in manager._hooks[HOOK]]
+    return hooks, errors
+
+
+def _module_key(callback) -> str:
+    module = getattr(callback, "__module__", "") or "?"
+    return module.split(".", 1)[1].replace("__", "/") if module.startswith("hermes_plugins.") else module
+
+
+def list_with_hermes(spec: dict) -> dict:
+    """Every plugin Hermes sees for the profile, and whether it would load it: Hermes' own
+    discovery, with loading replaced by a note (no plugin is imported)."""
+    _quiet_hermes(bool(spec.get("verbose")))
+    would_load: set = set()
+
+    def record_load(manager, manifest, load) -> None:
+        key = manifest.key or manifest.name
+        would_load.add(key)
+        manager._plugins[key] = _Row(manifest, True, None)
+
+    hermes_plugins, Observed = _manager_class(record_load)
+
+    class Listing(Observed):
+        def _register_deferred_platform(self, manifest):  # imported on first use, by the gateway only
+            self._plugins[manifest.key or manifest.name] = _Row(manifest, False, "bundled platform: the gateway's")
+
+    manager = Listing()
+    manager.discover_and_load()
+    status = _hermes_status()
+    rows = []
+    for key, loaded in manager._plugins.items():
+        manifest = loaded.manifest
+        loads = key in would_load
+        shown = status(str(manifest.name), key)
+        rows.append({
+            "key": key, "name": str(manifest.name), "source": str(manifest.source), "kind": str(manifest.kind),
+            "location": str(manifest.path or ""), "loads": loads,
+            "enabled": shown == "enabled" if shown is not None else loads,
+            "why": ("a bundled backend: Hermes always loads it" if (manifest.source, manifest.kind) == (
+                "bundled", "backend") else "in plugins.enabled") if loads else str(loaded.error or "not loaded"),
+            "hooks": [str(h) for h in (manifest.provides_hooks or []) if isinstance(h, str)],
+        })
+    return {"plugins": rows, "errors": []}
+
+
+class _Row:
+    def __init__(self, manifest, enabled, error):
+        self.manifest, self.enabled, self.error = manifest, enabled, error
+
+
+def _hermes_status():
+    """What `hermes plugins list` shows as a plugin's status (enabled / disabled / not enabled)."""
+    try:
+        from hermes_cli import plugins_cmd
+
+        enabled, disabled = plugins_cmd._get_enabled_set(), plugins_cmd._get_disabled_set()
+        return lambda name, key: plugins_cmd._plugin_status(name, enabled, disabled, key=key)
+    except Exception:
+        return lambda name, key: None
+
+
+SESSIONS_KEYS = ("auto_prune", "retention_days", "auto_archive", "auto_archive_days", "vacuum_after_prune")
+
+
+def probe() -> dict:
+    """Who this installation is: Hermes' version, the defaults it ships, and which files to watch
+    for it to change (the caller's cache compares their stat)."""
+    import hermes_cli  # not Hermes: the caller tells so
+
+    answer = {"python": sys.executable, "prefix": sys.prefix, "hermes": None, "sessions": {},
+              "hook_callback_timeout": None, "watch": [sys.executable, hermes_cli.__file__]}
+    try:
+        from importlib.metadata import distribution
+
+        dist = distribution("hermes-agent")
+        answer["hermes"] = dist.version
+        path = getattr(dist, "_path", None)  # its dist-info folder: a reinstall rewrites METADATA
+        answer["watch"].append(str(Path(path) / "METADATA") if path else "")
+    except Exception:
+        answer["hermes"] = str(getattr(hermes_cli, "__version__", "") or "") or None
+    try:
+        from hermes_cli.config import DEFAULT_CONFIG
+
+        answer["watch"].append(sys.modules["hermes_cli.config"].__file__)
+        sessions = DEFAULT_CONFIG.get("sessions") if isinstance(DEFAULT_CONFIG, dict) else None
+        if isinstance(sessions, dict):
+            answer["sessions"] = {k: sessions[k] for k in SESSIONS_KEYS
+                                  if k in sessions and isinstance(sessions[k], (bool, int, float))}
+        plugins = DEFAULT_CONFIG.get("plugins") if isinstance(DEFAULT_CONFIG, dict) else None
+        timeout = plugins.get("hook_callback_timeout") if isinstance(plugins, dict) else None
+        if isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
+            answer["hook_callback_timeout"] = timeout
+    except Exception as exc:
+        answer["defaults_error"] = f"{type(exc).__name__}: {exc}"[:500]
+    answer["watch"] = [w for w in answer["watch"] if w]
+    return answer
+
+
+# -- how it is started -------------------------------------------------------------
+
+# Loads this file by its path under a name of its own: no folder of ours goes on sys.path.
+BOOT = ("import sys, importlib.util as u; s = u.spec_from_file_location('hermes_admin_plugin_worker', sys.argv[1]); "
+        "m = u.module_from_spec(s); s.loader.exec_module(m); sys.exit(m.main(sys.argv[2:]))")
+
+
+def command(python: str, mode: str) -> list[str]:
+    """`python` running this file in `mode`: isolated (-I: no current folder, user site or PYTHON*
+    variables), writing no bytecode into plugin folders (-B)."""
+    return [python, "-I", "-B", "-c", BOOT, os.path.abspath(__file__), mode]
+
+
+def main(args: list[str] | None = None) -> int:
+    mode = (args or ["serve"])[0]
     replies = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)  # whatever plugins print goes to stderr, never into the protocol
+    os.dup2(2, 1)  # whatever plugins (or Hermes) print goes to stderr, never into the protocol
     sys.stdout = sys.stderr
 
     def send(message: dict) -> None:
-        replies.write(json.dumps(message) + "\n")
+        replies.write(json.dumps(message, default=str) + "\n")
         replies.flush()
 
+    if mode == "probe":
+        try:
+            send(probe())
+        except BaseException as exc:
+            send({"error": f"{type(exc).__name__}: {exc}"[:500]})
+            return 3
+        return 0
     spec = json.loads(sys.stdin.readline())
     os.environ["HERMES_HOME"] = spec["home"]
-    hooks, errors = load_plugins(spec)
+    if mode == "list":
+        try:
+            send(list_with_hermes(spec))
+        except BaseException as exc:
+            send({"plugins": [], "errors": [f"Hermes' plugin discovery failed in {_where()}: "
+                                            f"{type(exc).__name__}: {exc}"[:2000]]})
+        return 0
+    hooks, errors = load_with_hermes(spec) if spec.get("hermes") else load_plugins(spec)
     send({"ready": True, "callbacks": [key for key, _ in hooks], "errors": errors})
     for line in sys.stdin:
         request = json.loads(line)
@@ -144,6 +356,8 @@ def main() -> int:
             except BaseException as exc:  # SystemExit included: one callback never stops the others
                 error = f"{type(exc).__name__}: {exc}"[:2000]
                 if spec.get("verbose"):  # the bus reports one line per plugin; the traceback only under -v
+                    import traceback
+
                     traceback.print_exc(file=sys.stderr)
             send({"done": index, "error": error})
         send({"finished": True})

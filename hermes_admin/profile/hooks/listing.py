@@ -1,0 +1,81 @@
+"""`plugins list` for one profile: what its Hermes sees, and which of those it would load.
+
+With an installation, Hermes' own discovery answers, in its interpreter, as
+the home's owner, importing no plugin (worker.py's `list` mode); its answer is
+read as untrusted: bounded, every field checked. Without one, our own reading
+of the manifests (`discovery.py`).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+from hermes_admin import child
+from hermes_admin.profile import installation
+from hermes_admin.profile.hermes_config import HermesConfig
+from hermes_admin.profile.hooks import worker
+from hermes_admin.profile.hooks.bus import hermes_environment
+from hermes_admin.profile.hooks.discovery import discover
+from hermes_admin.protocol import Profile
+
+LIST_TIMEOUT_S = 30.0
+MAX_ANSWER = 4 << 20
+MAX_PLUGINS = 2000
+
+
+def plugins_of(profile: Profile, config: HermesConfig) -> tuple[list[dict], list[str], installation.Lookup]:
+    """(rows, problems, the installation looked up) for one profile."""
+    lookup = installation.for_profile(profile)
+    found = lookup.installation
+    if found is None:
+        rows = [dict(p.as_dict(), loads=p.enabled, kind="standalone") for p in discover(profile.home, config)]
+        return rows, [], lookup
+    try:
+        done = subprocess.run(
+            worker.command(found.python, "list"), input=json.dumps({"home": str(profile.home),
+                                                                    "profile": profile.name}).encode() + b"\n",
+            capture_output=True, env=child.own_environment(HERMES_HOME=str(profile.home), **hermes_environment()),
+            cwd=str(profile.home), timeout=LIST_TIMEOUT_S, start_new_session=True)
+    except subprocess.TimeoutExpired:
+        return [], [f"Hermes' plugin discovery in {found.python} did not answer within {LIST_TIMEOUT_S:g} s"], lookup
+    except OSError as exc:
+        return [], [f"cannot run {found.python}: {exc.strerror or exc}"], lookup
+    rows, problems = read_answer(done.stdout)
+    return rows, problems, lookup
+
+
+def read_answer(raw: bytes) -> tuple[list[dict], list[str]]:
+    if len(raw) > MAX_ANSWER:
+        return [], [f"Hermes' plugin discovery answered over {MAX_ANSWER >> 20} MiB"]
+    try:
+        data = json.loads(raw.decode("utf-8", "replace").strip().splitlines()[-1])
+        plugins, errors = data["plugins"], data["errors"]
+        if not isinstance(plugins, list) or not isinstance(errors, list) or len(plugins) > MAX_PLUGINS:
+            raise ValueError
+        rows = [_row(p) for p in plugins]
+        problems = [_text(e, 2000) for e in errors[:100]]
+    except (ValueError, KeyError, IndexError, TypeError, RecursionError):
+        return [], ["Hermes' plugin discovery gave no usable answer"]
+    return rows, problems
+
+
+def _text(value, limit: int = 1000) -> str:
+    if not isinstance(value, str):
+        raise TypeError
+    return value[:limit]
+
+
+def _flag(value) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError
+    return value
+
+
+def _row(plugin) -> dict:
+    if not isinstance(plugin, dict) or not isinstance(plugin.get("hooks"), list):
+        raise TypeError
+    return {"key": _text(plugin["key"], 300), "name": _text(plugin["name"], 300), "source": _text(plugin["source"], 32),
+            "kind": _text(plugin["kind"], 32), "location": _text(plugin["location"], 4096),
+            "enabled": _flag(plugin["enabled"]), "loads": _flag(plugin["loads"]), "why": _text(plugin["why"]),
+            "hooks": [_text(h, 100) for h in plugin["hooks"][:100]], "error": None}

@@ -1,0 +1,328 @@
+"""Which Hermes installation serves a profile: its interpreter, its version, its defaults.
+
+Plugins run in that interpreter (`hooks/bus.py`), and where a profile's
+`config.yaml` leaves a setting unset, that installation's default applies.
+Looked for in this order, and nothing taken on faith: a candidate counts only
+once it has run, as the home's owner, and imported `hermes_cli`.
+
+1. the admin config's `hermes_python:` (per profile, per root, global);
+2. `<root>/hermes-agent/venv` (the official installer, for a user);
+3. `/usr/local/lib/hermes-agent/venv` (the official installer, for root on Linux);
+4. the `hermes` command on PATH, then in `~/.local/bin` (its shebang names the
+   interpreter: pipx, `uv tool`, any venv);
+5. `/opt/hermes/.venv` (the Docker image).
+
+A probe costs a Python start and Hermes' config import (a few hundred ms), so
+each interpreter is probed once per process, and a probe's answer is kept in the
+owner's cache folder as long as the files it came from are unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hermes_admin.protocol import Profile
+
+PROBE_TIMEOUT_S = 20.0  # a cold start of Hermes' config on a slow disk; past it the candidate is refused
+MAX_PROBE = 64 << 10
+INSTALLER_VENV = Path("hermes-agent") / "venv"
+ROOT_INSTALL = Path("/usr/local/lib/hermes-agent/venv")
+DOCKER_VENV = Path("/opt/hermes/.venv")
+SESSIONS_KEYS = ("auto_prune", "retention_days", "auto_archive", "auto_archive_days", "vacuum_after_prune")
+HOW_TO_SET = ("set `hermes_python:` in the admin config (globally, per root or per profile) to the "
+              "python of the venv Hermes is installed in, or to `hermes-admin` to run them here knowingly")
+
+
+@dataclass(frozen=True)
+class Installation:
+    python: str  # the interpreter, as found (a venv's bin/python, not what it links to)
+    found_by: str  # how: "hermes_python (FILE: …)", "<root>/hermes-agent/venv", "`hermes` on PATH", …
+    hermes: str | None  # Hermes' version
+    sessions: dict = field(default_factory=dict)  # DEFAULT_CONFIG["sessions"] (the keys policy uses)
+    hook_callback_timeout: float | None = None  # DEFAULT_CONFIG["plugins"]["hook_callback_timeout"], if any
+
+    @property
+    def label(self) -> str:
+        return f"Hermes {self.hermes or '(version unknown)'} at {self.python}"
+
+    def as_dict(self) -> dict:
+        return {"python": self.python, "found_by": self.found_by, "hermes": self.hermes,
+                "defaults": dict(self.sessions, **({"hook_callback_timeout": self.hook_callback_timeout}
+                                                   if self.hook_callback_timeout is not None else {}))}
+
+
+@dataclass(frozen=True)
+class Lookup:
+    installation: Installation | None
+    notes: tuple[str, ...] = ()  # candidates refused (a configured one that fails), or that none was found
+    own_by_choice: str | None = None  # where the admin config chose hermes-admin's own interpreter
+
+    def as_dict(self) -> dict:
+        return {"installation": self.installation.as_dict() if self.installation else None,
+                "notes": list(self.notes), "own_interpreter_chosen_in": self.own_by_choice}
+
+
+_lookups: dict[tuple, Lookup] = {}
+_probes: dict[str, Installation | str] = {}  # interpreter -> what it answered, or why it was refused
+# What the job being served says (profile/jobs.serve): per home, the admin config's `hermes_python`;
+# whether a probe's answer may be kept on disk (never in a dry run). Set once per job, read by the
+# policy, the engine and `plugins list` alike, rather than threaded through every call between them.
+_configured: dict[str, dict] = {}
+_remember = False
+
+
+def configure(layers: dict[str, dict], remember: bool) -> None:
+    """A job begins: what the admin config says for its homes. Lookups and probes are per job, so
+    a daemon sees an installation upgraded or removed meanwhile (the disk cache keeps that cheap)."""
+    global _remember
+    _lookups.clear()
+    _probes.clear()
+    for home, layer in layers.items():
+        _configured[home] = {k: layer[k] for k in ("hermes_python", "hermes_python_where") if k in layer}
+    _remember = remember
+
+
+def for_profile(profile: Profile) -> Lookup:
+    """The installation serving `profile` (found once per root and setting, per process)."""
+    layer = _configured.get(str(profile.home), {})
+    configured = layer.get("hermes_python")
+    where = layer.get("hermes_python_where") or "admin config"
+    key = (str(profile.root), configured, where)
+    if key not in _lookups:
+        _lookups[key] = _find(profile.root, configured, where, _remember)
+    return _lookups[key]
+
+
+def hook_timeout(config, lookup: Lookup) -> tuple[float, str]:
+    """The profile's `plugins.hook_callback_timeout`, else its installation's default, else 30 s;
+    and where the value came from."""
+    if config.sets_hook_timeout:
+        return config.hook_timeout, f"{config.path}: plugins"
+    found = lookup.installation
+    if found is not None and found.hook_callback_timeout is not None:
+        return config.hook_timeout_or(found.hook_callback_timeout), f"defaults of {found.label}"
+    return config.hook_timeout, "built-in"
+
+
+def defaults_layer(lookup: Lookup) -> tuple[dict, str] | None:
+    """The installation's `sessions:` defaults as a policy layer (policy.effective), with its origin."""
+    found = lookup.installation
+    if found is None:
+        return None
+    return found.sessions, f"defaults of {found.label}"
+
+
+OWN = "hermes-admin"  # `hermes_python: hermes-admin`: our own interpreter, knowingly (no search, no warning)
+
+
+def _find(root: Path, configured, where: str, remember: bool) -> Lookup:
+    if configured == OWN:  # e.g. a host that keeps copies of stores and no Hermes, with stdlib-only plugins
+        return Lookup(None, (), where)
+    notes = []
+    for python, found_by in _candidates(root, configured, where, notes):
+        answer = _probe(python, remember)
+        if isinstance(answer, Installation):
+            return Lookup(Installation(python, found_by, answer.hermes, answer.sessions,
+                                       answer.hook_callback_timeout), tuple(notes))
+        if found_by.startswith("hermes_python") or os.path.exists(python):
+            notes.append(f"{python} ({found_by}): not a usable Hermes: {answer}")
+    notes.append(f"no Hermes installation found for {root}; plugins run in hermes-admin's own interpreter "
+                 f"and Hermes' built-in defaults apply: {HOW_TO_SET}")
+    return Lookup(None, tuple(notes))
+
+
+def _candidates(root: Path, configured, where: str, notes: list[str]):
+    if configured is not None:
+        if isinstance(configured, str) and configured and "\0" not in configured:
+            yield os.path.expanduser(configured), f"hermes_python ({where})"
+        else:
+            notes.append(f"{where}: hermes_python must be the path of a python, not {str(configured)[:60]!r}")
+    yield str(Path(root) / INSTALLER_VENV / "bin" / "python"), "<root>/hermes-agent/venv (installer, user)"
+    yield str(ROOT_INSTALL / "bin" / "python"), "/usr/local/lib/hermes-agent/venv (installer, root)"
+    seen = set()
+    for folder in os.environ.get("PATH", "").split(os.pathsep) + [str(Path.home() / ".local" / "bin")]:
+        command = os.path.join(folder, "hermes") if folder else ""
+        if not command or command in seen or not os.path.isfile(command):
+            continue
+        seen.add(command)
+        python = shebang_python(command)
+        if python:
+            yield python, f"the `hermes` command {command} (its shebang)"
+    yield str(DOCKER_VENV / "bin" / "python"), "/opt/hermes/.venv (Docker image)"
+
+
+def shebang_python(script: str) -> str | None:
+    """The interpreter a console script runs: `#!/path/python`, or the `'''exec' /path/python`
+    line pip writes under `#!/bin/sh` when the path is too long for a shebang."""
+    try:
+        with open(script, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return None
+    lines = head.split(b"\n")
+    if not lines[0].startswith(b"#!"):
+        return None
+    first = lines[0][2:].strip().decode("utf-8", "replace")
+    if first in ("/bin/sh", "/usr/bin/sh") and len(lines) > 1 and lines[1].startswith(b"'''exec' "):
+        parts = lines[1].decode("utf-8", "replace").split()
+        return parts[1].strip("'\"") if len(parts) > 1 else None
+    words = first.split()
+    if not words:
+        return None
+    if os.path.basename(words[0]) == "env":  # `#!/usr/bin/env python3`: whichever is on PATH
+        return shutil.which(words[-1]) if len(words) > 1 else None
+    return words[0]
+
+
+# -- the probe --------------------------------------------------------------------
+
+def _probe(python: str, remember: bool) -> Installation | str:
+    if python in _probes:
+        return _probes[python]
+    refused = runnable(python)
+    if refused:
+        _probes[python] = refused
+        return refused
+    cached = _cache_read(python)
+    if cached is not None:
+        _probes[python] = cached[0]
+        return cached[0]
+    from hermes_admin import child
+    from hermes_admin.profile.hooks.worker import command
+
+    try:
+        done = subprocess.run(command(python, "probe"), stdin=subprocess.DEVNULL, capture_output=True,
+                              env=child.own_environment(), cwd="/", timeout=PROBE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        answer: Installation | str = f"did not answer within {PROBE_TIMEOUT_S:g} s"
+    except OSError as exc:
+        answer = f"cannot run it ({exc.strerror or exc})"
+    else:
+        answer, watch = _read_probe(done)
+        if isinstance(answer, Installation) and remember:
+            _cache_write(python, answer, watch)
+    _probes[python] = answer
+    return answer
+
+
+def _read_probe(done: subprocess.CompletedProcess) -> tuple[Installation | str, list[str]]:
+    """What the probe said, checked: it ran code of that interpreter's, so nothing is trusted."""
+    if len(done.stdout) > MAX_PROBE:
+        return "its answer is too long", []
+    try:
+        data = json.loads(done.stdout.decode("utf-8", "replace").strip().splitlines()[-1])
+    except (ValueError, IndexError, RecursionError):
+        tail = done.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or [f"exit status {done.returncode}"]
+        return f"no answer ({tail[0][:300]})", []
+    if not isinstance(data, dict):
+        return "an answer that is not an object", []
+    if "error" in data:
+        return f"cannot import hermes_cli ({str(data['error'])[:300]})", []
+    version = data.get("hermes")
+    sessions = data.get("sessions") if isinstance(data.get("sessions"), dict) else {}
+    sessions = {k: v for k, v in sessions.items() if k in SESSIONS_KEYS and _plain_value(k, v)}
+    timeout = data.get("hook_callback_timeout")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 <= timeout < 1e9:
+        timeout = None
+    watch = data.get("watch") if isinstance(data.get("watch"), list) else []
+    installation = Installation("", "", str(version)[:64] if isinstance(version, str) else None,
+                                sessions, float(timeout) if timeout is not None else None)
+    return installation, [w for w in watch[:10] if isinstance(w, str)]
+
+
+def _plain_value(key: str, value) -> bool:
+    if key in ("auto_prune", "auto_archive", "vacuum_after_prune"):
+        return isinstance(value, bool)
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and 0 < value < 1e9
+
+
+def runnable(python: str) -> str | None:
+    """Why we must not run `python` (None: we may). Every folder on its way, and what its links
+    lead to, must be writable by its owner alone (a shared install is fine, one anybody could
+    change is not); as root, also root's own: root runs nothing a user could have placed."""
+    if not os.path.isabs(python):
+        return "not an absolute path"
+    as_root = os.geteuid() == 0
+    paths = [Path(python), Path(os.path.realpath(python))]
+    for path in paths:
+        for place in [path, *path.parents]:
+            try:
+                st = os.lstat(place)
+            except OSError as exc:
+                return f"{place}: {exc.strerror}"
+            if as_root and st.st_uid != 0:
+                return f"{place} belongs to uid {st.st_uid}: root runs nothing of a user's"
+            if stat.S_ISLNK(st.st_mode):
+                continue  # what it leads to is checked with the resolved path
+            if st.st_mode & 0o022 and not (place != path and st.st_mode & stat.S_ISVTX):
+                return f"{place} is writable by others (mode {stat.S_IMODE(st.st_mode):04o})"
+    if not os.access(python, os.X_OK):
+        return "not executable"
+    return None
+
+
+# -- the cache: a probe's answer, for as long as what it read is unchanged -------------
+
+def _cache_path() -> Path:
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("hermes-admin")) / "hermes-installations.json"
+
+
+def _signature(paths: list[str]) -> list | None:
+    out = []
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        out.append([path, st.st_ino, st.st_size, st.st_mtime_ns])
+    return out
+
+
+def _cache_load() -> dict:
+    try:
+        with open(_cache_path(), encoding="utf-8") as f:
+            data = json.loads(f.read(1 << 20))
+    except (OSError, ValueError, RecursionError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _cache_read(python: str) -> tuple[Installation] | None:
+    entry = _cache_load().get(python)
+    if not isinstance(entry, dict) or not isinstance(entry.get("watch"), list):
+        return None
+    watch = [w[0] for w in entry["watch"] if isinstance(w, list) and w and isinstance(w[0], str)]
+    if not watch or _signature(watch) != entry["watch"]:
+        return None
+    probe = entry.get("probe") if isinstance(entry.get("probe"), dict) else {}
+    sessions = {k: v for k, v in (probe.get("sessions") or {}).items() if k in SESSIONS_KEYS and _plain_value(k, v)}
+    timeout = probe.get("hook_callback_timeout")
+    timeout = float(timeout) if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) else None
+    version = probe.get("hermes") if isinstance(probe.get("hermes"), str) else None
+    return (Installation("", "", version, sessions, timeout),)
+
+
+def _cache_write(python: str, answer: Installation, watch: list[str]) -> None:
+    signature = _signature([python, *watch])
+    if signature is None:
+        return
+    data = _cache_load()
+    data[python] = {"watch": signature, "probe": {"hermes": answer.hermes, "sessions": answer.sessions,
+                                                   "hook_callback_timeout": answer.hook_callback_timeout}}
+    path = _cache_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        temporary = path.with_name(f".{path.name}.{os.getpid()}")
+        with open(temporary, "w", encoding="utf-8") as f:
+            json.dump(data, f)
+        os.replace(temporary, path)
+    except OSError:
+        pass  # a cache: the next run probes again
