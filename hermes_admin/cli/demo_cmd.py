@@ -66,7 +66,10 @@ def demo(app: App, target: str | None):
     for note in notes:
         click.echo(f"  {note}", err=True)
     # The demo ignores any admin config on this machine: it runs on its own root only.
-    demo_app = App(roots_given=(str(root),), verbose=app.verbose, _config=AdminConfig(profiles=ADMIN["profiles"]))
+    # Its plugin is the shipped deletion-audit, standard library only: it runs in our own interpreter
+    # on purpose (`hermes_python: hermes-admin`), where a machine without Hermes has no other.
+    demo_app = App(roots_given=(str(root),), verbose=app.verbose,
+                   _config=AdminConfig(profiles=ADMIN["profiles"], hermes_python="hermes-admin"))
     show_profiles(demo_app, (), as_json=False)
     click.echo("\n== hermes-admin run --dry-run: what would go, and why ==")
     _run(demo_app, dry_run=True)

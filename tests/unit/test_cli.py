@@ -140,8 +140,7 @@ def test_module_help_and_demo_with_empty_home(tmp_path):
     done = subprocess.run([sys.executable, "-m", "hermes_admin", "--help"], capture_output=True, text=True, env=env)
     assert done.returncode == 0 and "profiles" in done.stdout
     demo = subprocess.run([sys.executable, "-m", "hermes_admin", "demo"], capture_output=True, text=True, env=env)
-    # 1 ("warnings") on a machine without Hermes: the demo's plugin runs in our interpreter, and says so
-    assert demo.returncode == 0 or (demo.returncode == 1 and "no Hermes installation found" in demo.stderr), demo.stderr
+    assert demo.returncode == 0, demo.stderr  # its plugin runs in our interpreter on purpose: no warning
     assert "Demo root built in" in demo.stderr
     assert all(name in demo.stdout for name in ("default", "work", "legacy"))
 
