@@ -164,7 +164,7 @@ def table(title: str | None, columns: list[str], rows: list[list[object]], squee
 
 
 _VERBS = {"delete": "deleted", "archive": "archived", "unarchive": "unarchived", "repair": "deleted by repair",
-          "restore": "restored"}
+          "restore": "restored", "close": "closed as stale (startup_orphan_reap)"}
 
 
 def summary_line(result, dry_run: bool) -> str:

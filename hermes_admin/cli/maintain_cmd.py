@@ -12,8 +12,7 @@ from hermes_admin.cli import mutate
 from hermes_admin.cli.context import App, json_option, pass_app, profile_option
 from hermes_admin.filters import FilterError, Filters, parse_when
 
-# `run`'s order (design §3), as the worker's maintenance has it (profile/actions/maintenance.py).
-ORDER = ("repair", "ghost_prune", "empty_sweep", "purge", "auto_archive")
+from hermes_admin.profile.tasks import ORDER  # noqa: E402 (`run`'s order, one copy)
 
 
 def export_dir_option(f):

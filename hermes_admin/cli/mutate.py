@@ -61,8 +61,9 @@ def counted(preview: Run) -> str:
     archived = {r.home for r in preview.results if r.action == "archive" and r.rows}
     deleted = sum(r.rows for r in preview.results if r.action in ("delete", "repair"))
     flipped = sum(r.rows for r in preview.results if r.action == "archive")
+    closed = sum(r.rows for r in preview.results if r.action == "close")
     return (f"{deleted} session(s) in {len(gone)} profile(s) would be deleted, "
-            f"{flipped} in {len(archived)} archived")
+            f"{flipped} in {len(archived)} archived" + (f", {closed} stale open one(s) closed" if closed else ""))
 
 
 def confirm(question: str, yes: bool, dry_run: bool) -> None:

@@ -23,9 +23,9 @@ def show_profiles(app: App, only: tuple[str, ...], as_json: bool) -> int:
         report.stdout_console().print(report.table(
             None,
             ["profile", "home", "ok", "schema", "journal", "sessions", "messages", "archived",
-             "live", "empty", "store", "wal", "last activity", "hermes"],
+             "live", "stale", "empty", "store", "wal", "last activity", "hermes"],
             [[r["name"], r["home"], "yes" if r["ok"] else "NO", r["schema_version"], r["journal_mode"],
-              r["sessions"], r["messages"], r["archived"], r["live"], r["empty"],
+              r["sessions"], r["messages"], r["archived"], r["live"], r.get("stale_open"), r["empty"],
               report.human_bytes(r["store_bytes"]) if r["store"] else "no store",
               report.human_bytes(r["wal_bytes"]) if r["store"] else None, r["last_activity"],
               _hermes(r)]

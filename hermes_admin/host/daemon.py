@@ -25,13 +25,14 @@ from apscheduler.triggers.interval import IntervalTrigger
 from hermes_admin import report, stopping
 from hermes_admin.host import metrics, sdnotify
 from hermes_admin.host.config import AdminConfig
+from hermes_admin.profile.tasks import ORDER
 from hermes_admin.results import Run
 
 log = logging.getLogger("hermes_admin.daemon")
 
 # What each schedulable task runs.
 TASKS = {
-    "run": ("repair", "ghost_prune", "empty_sweep", "purge", "auto_archive"),
+    "run": ORDER,
     "purge": ("purge",),
     "sweep-empty": ("empty_sweep",),
     "prune-ghosts": ("ghost_prune",),

@@ -23,7 +23,7 @@ MAX_HOOK_TIMEOUT_S = 600.0
 SESSIONS_KEYS = {"auto_prune", "retention_days", "auto_archive", "auto_archive_days", "vacuum_after_prune",
                  "min_vacuum_interval_days", "min_interval_hours", "write_json_snapshots", "max_resume_messages",
                  "max_export_messages", "tool_payload_retention_days", "fts_optimize_notice", "cjk_fts",
-                 "search_slow_ms"}
+                 "search_slow_ms", "source_retention_days"}  # the last: Hermes' PR #110702, read here already
 
 
 # The only sections read: the rest of the file (700 lines in Hermes' default) is checked, never built.

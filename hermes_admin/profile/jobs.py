@@ -112,8 +112,14 @@ def profiles(job: Job, isolated: bool) -> Run:
     from hermes_admin.profile.views import profile_summary, profile_settings
 
     run = Run(dry_run=True)
-    _each(job, run, isolated, lambda p: run.data.setdefault("profiles", []).append(
-        dict(profile_summary(p), **profile_settings(p, job.layers.get(str(p.home), {})))))
+    from hermes_admin.profile.views import stale_open
+
+    def row(profile: Profile) -> dict:
+        summary = dict(profile_summary(profile), **profile_settings(profile, job.layers.get(str(profile.home), {})))
+        summary["stale_open"] = stale_open(profile, summary["policy"]) if summary["ok"] else None
+        return summary
+
+    _each(job, run, isolated, lambda p: run.data.setdefault("profiles", []).append(row(p)))
     return run
 
 

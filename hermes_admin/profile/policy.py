@@ -31,9 +31,12 @@ BUILTINS = {
     "export_keep_days": 7,  # 0: export only the units deleted in several steps, and only until done
     "quick_check_hours": 24,  # `run` reads a whole store (PRAGMA quick_check) at most this often; 0: every run
     "lock_wait": 300,  # seconds another writer may hold the store's write lock without progress (store/connect.py)
+    "source_retention_days": {},  # source -> days, over retention_days for that source's sessions
+    "stale_grace_days": None,  # a stale-closed row's wait before a purge may take it (None: its full window)
 }
 # The keys Hermes itself reads from a profile's `sessions:` section.
-HERMES_KEYS = ("auto_prune", "retention_days", "auto_archive", "auto_archive_days", "vacuum_after_prune")
+HERMES_KEYS = ("auto_prune", "retention_days", "auto_archive", "auto_archive_days", "vacuum_after_prune",
+               "source_retention_days")
 ADMIN_KEYS = set(BUILTINS) | {"preset", "hermes_python"}  # hermes_python: installation.py reads it
 _BOOLS = {"auto_prune", "auto_archive", "vacuum_after_prune", "empty_sweep", "ghost_prune"}
 _CHOICES = {"repair": ("report", "apply")}
@@ -59,6 +62,8 @@ class Policy:
     export_keep_days: float = 7.0
     quick_check_hours: float = 24.0
     lock_wait: float = 300.0
+    source_retention_days: dict = field(default_factory=dict)
+    stale_grace_days: float | None = None
     origins: dict = field(default_factory=dict, compare=False)  # key -> the layer its value came from
 
     def describe(self) -> str:
@@ -76,7 +81,16 @@ class Policy:
              else "exports kept forever") + (f" in {self.export_dir}" if self.export_dir else "")
             if self.export_keep_days > 0 else "exports only of units deleted in steps",
         ]
+        if self.source_retention_days:
+            parts.insert(1, "per source: " + ", ".join(f"{s} {d:g} days" for s, d in
+                                                       sorted(self.source_retention_days.items())))
         return "; ".join(parts)
+
+    def windows(self):
+        """Retention's windows (tasks/retention.Windows): per source, and for stale-closed rows."""
+        from hermes_admin.profile.tasks.retention import Windows
+
+        return Windows(self.retention_days, dict(self.source_retention_days), self.stale_grace_days)
 
     def as_dict(self) -> dict:
         """Plain JSON values: a number without end (`.inf` in YAML) is null, which JSON can hold."""
@@ -100,6 +114,13 @@ def _short(value) -> str:
 
 
 def _coerce(key: str, value, where: str):
+    if key == "source_retention_days":
+        if not isinstance(value, dict) or len(value) > 100:
+            raise PolicyError(f"{where}: {key} must be a mapping of sources to days, not {_short(value)}")
+        return {str(_coerce_source(source, where)): _coerce(f"{key}.{source}", days, where)
+                for source, days in value.items()}
+    if key == "stale_grace_days" and value is None:
+        return None
     if key in _PATHS:
         if value is not None and (not isinstance(value, str) or not value or "\0" in value):
             raise PolicyError(f"{where}: {key} must be a folder path, not {_short(value)}")
@@ -114,9 +135,16 @@ def _coerce(key: str, value, where: str):
         return value
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
         raise PolicyError(f"{where}: {key} must be a number, not {_short(value)}")
-    if key in ("export_keep_days", "quick_check_hours", "lock_wait") and value < 0:
+    if (key in ("export_keep_days", "quick_check_hours", "lock_wait", "stale_grace_days")
+            or key.startswith("source_retention_days.")) and value < 0:
         raise PolicyError(f"{where}: {key} must be 0 or more, not {_short(value)}")
     return float(value)
+
+
+def _coerce_source(source, where: str) -> str:
+    if not isinstance(source, str) or not source or len(source) > 64 or not source.isprintable():
+        raise PolicyError(f"{where}: source_retention_days: {_short(source)} is not a source name")
+    return source
 
 
 def effective(profile_name: str, layers: dict, hermes: HermesConfig, force: bool = False,
@@ -187,3 +215,7 @@ def validate(policy: Policy, profile_name: str, force: bool = False) -> None:
     if policy.auto_archive_days < 1:
         raise PolicyError(f"profile '{profile_name}': auto_archive_days {policy.auto_archive_days:g} < 1 would "
                           "archive nearly everything; use --force if you mean it")
+    for source, days in policy.source_retention_days.items():
+        if days < 1:
+            raise PolicyError(f"profile '{profile_name}': source_retention_days.{source} {days:g} < 1 would "
+                              f"delete nearly every ended {source} session; use --force if you mean it")

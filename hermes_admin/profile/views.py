@@ -67,6 +67,30 @@ def profile_settings(profile: Profile, layers: dict) -> dict:
     return row
 
 
+def stale_open(profile: Profile, policy: dict | None) -> int | None:
+    """How many open rows the stale-row rule would close now (tasks/stale.py), by the profile's
+    effective windows; None without a store or a policy."""
+    import time
+
+    from hermes_admin.profile import guards
+    from hermes_admin.profile.lineage import Graph
+    from hermes_admin.profile.store.read import open_sessions
+    from hermes_admin.profile.tasks import stale
+    from hermes_admin.profile.tasks.retention import Windows
+
+    if policy is None or not profile.has_store():
+        return None
+    windows = Windows(policy["retention_days"] or 0, dict(policy.get("source_retention_days") or {}),
+                      policy.get("stale_grace_days"))
+    try:
+        with Store.open(profile) as store:
+            now = time.time()
+            live = set(guards.live_ids(store.db, store.schema, now))
+            return len(stale.select(Graph(open_sessions(store)), windows, now, live).units)
+    except StoreError:
+        return None
+
+
 def session_brief(profile: Profile, row: SessionRow) -> dict:
     return {
         "profile": profile.name, "home": str(profile.home), "id": row.id, "source": row.source, "title": row.title,

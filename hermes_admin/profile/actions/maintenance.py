@@ -29,10 +29,10 @@ from hermes_admin.profile.lineage import Graph
 from hermes_admin.profile.policy import Policy, PolicyError, effective
 from hermes_admin.profile.parts import graph_parts
 from hermes_admin.profile.store.read import WITHOUT_MESSAGES, any_without_messages, existing_ids, orphan_session_ids
-from hermes_admin.profile.tasks import Selection, archive, empty, ghosts, retention
+from hermes_admin.profile.tasks import Selection, archive, empty, ghosts, retention, stale
 from hermes_admin.filters import Filters
 
-ORDER = ("repair", "ghost_prune", "empty_sweep", "purge", "auto_archive")
+from hermes_admin.profile.tasks import ORDER  # noqa: E402 (re-exported: `run`'s order)
 CHUNK = 2000  # files of sessions/ looked at together by the ghost sweep
 
 
@@ -123,16 +123,29 @@ class _Pass:
         # As in Hermes: a filter replaces the implicit retention window, unless --older-than is given.
         days = request.older_than if request.older_than is not None else (
             0.0 if filters.given() else self.policy.retention_days)
-        recheck = retention.recheck(days, request.now)
+        # --older-than (or filters) names one window for every source; else the policy's, per source
+        windows = self.policy.windows() if request.older_than is None and not filters.given() else days
+        recheck = retention.recheck(windows, request.now)
         if filters.given():
             result = self._filtered_purge(days, recheck)
         else:
             result = self._by_parts("purge", "delete", "prune",
-                                    lambda graph, live: retention.select(graph, days, request.now, live),
+                                    lambda graph, live: retention.select(graph, windows, request.now, live),
                                     lambda units: self.engine.delete(units, "prune", recheck=recheck, more=True))
         if result.rows and (request.vacuum or self.policy.vacuum_after_prune):
             result.vacuumed = self.engine.vacuum_if_worth(result)
         return result
+
+    def close_stale(self) -> Result:
+        """Open rows of automated sources idle past their window, closed as Hermes closes them (silent)."""
+        if not (self.policy.auto_prune or self.request.explicit):
+            return self.skipped("close_stale", "auto_prune is off in this profile's policy (stale rows are "
+                                "closed with it, as Hermes does)")
+        windows, now = self.policy.windows(), self.request.now
+        check = stale.recheck(windows, now)
+        return self._by_parts("close_stale", "close", None,
+                              lambda graph, live: stale.select(graph, windows, now, live),
+                              lambda units: self.engine.close_stale(units, check, now))
 
     def auto_archive(self) -> Result:
         request = self.request

@@ -65,6 +65,7 @@ from hermes_admin.report import Progress
 from hermes_admin.profile.store import Store
 from hermes_admin.profile.store.connect import is_lock_error, write_transaction
 from hermes_admin.profile.store.read import journal_mode, load_rows
+from hermes_admin.profile.tasks.retention import REAPED
 from hermes_admin.profile.engine.turns import Turns
 
 VACUUM_FREE_RATIO = 0.25
@@ -783,6 +784,44 @@ class Engine(SplitDeletes):
             return False
         self._passive_checkpoint()
         return True
+
+    # -- closing stale open rows --------------------------------------------------
+
+    def close_stale(self, units: list[Unit], recheck: Recheck, now: float) -> Result:
+        """Close open rows a dead process left (tasks/stale.py): `ended_at` the run's `now`, `end_reason`
+        'startup_orphan_reap', as Hermes does; silent (nothing is deleted: no event, no file)."""
+        result = Result(self.profile.name, "close", None, self.dry_run)
+        if self.dry_run:
+            fresh = load_rows(self.store, [u.session_id for u in units])
+            for unit in units:
+                why = recheck(unit, fresh)
+                if why is None:
+                    result.done.append(self._unit_report(unit, list(unit.ids)))
+            return result
+        for chunk in self._by_count(units, result):
+            self.commits.before(last=True)
+            began = [0.0]
+
+            def work(db, chunk=chunk):
+                began[0] = time.monotonic()
+                ids = [u.session_id for u in chunk]
+                fresh = load_rows(self.store, ids)
+                blocked = guards.blocked(db, self.store.schema, ids, self.now(), self.references)
+                closing = [u for u in chunk if u.session_id not in blocked and recheck(u, fresh) is None]
+                if closing:
+                    closed = [u.session_id for u in closing]
+                    db.execute_sql(f"UPDATE sessions SET ended_at = ?, end_reason = ? WHERE id IN ({marks(closed)}) "
+                                   "AND ended_at IS NULL", [now, REAPED, *closed])
+                return closing, {u.session_id: blocked.get(u.session_id) or recheck(u, fresh)
+                                 for u in chunk if u not in closing}
+
+            closing, kept = write_transaction(self.store.db, work, on_busy=self.turns.busy)
+            committed_at = self._account(began[0], result, f"closing {len(chunk)} stale open row(s)")
+            self.commits.committed(synced=True, wrote=bool(closing), work=None)
+            self.turns.after_commit(committed_at, committed_at - began[0])
+            result.done += [self._unit_report(unit, list(unit.ids)) for unit in closing]
+            result.skipped += [{"session_id": sid, "ids": [sid], "why": why} for sid, why in kept.items()]
+        return result
 
     # -- after the commit --------------------------------------------------------
 

@@ -214,6 +214,11 @@ class ProfileCounts:
     last_activity: float | None
 
 
+def open_sessions(store: Store) -> list[SessionRow]:
+    """The sessions still open (`ended_at` NULL): what the stale-row rule looks at."""
+    return _select_sessions(store, "WHERE s.ended_at IS NULL")
+
+
 def profile_counts(store: Store) -> ProfileCounts:
     """The counts `profiles` shows; `empty` checks message rows, not `message_count`."""
     with store.db.bind_ctx(MODELS):
