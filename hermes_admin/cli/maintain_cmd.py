@@ -10,6 +10,7 @@ import click
 from hermes_admin import report
 from hermes_admin.cli import mutate
 from hermes_admin.cli.context import App, json_option, pass_app, profile_option
+from hermes_admin.cli.params import DURATION, WHEN
 from hermes_admin.filters import FilterError, Filters, parse_when
 
 # `run`'s order (design §3), as the worker's maintenance has it (profile/actions/maintenance.py).
@@ -40,8 +41,11 @@ def filter_options(f):
         click.option("--model", help="Model contains this (case-insensitive)."),
         click.option("--min-messages", type=click.IntRange(min=0), help="At least this many message rows."),
         click.option("--max-messages", type=click.IntRange(min=0), help="At most this many message rows."),
-        click.option("--before", metavar="WHEN", help="Last active before WHEN: a duration back (5h, 2d, 1w) or an ISO time."),
-        click.option("--after", metavar="WHEN", help="Last active after WHEN: a duration back (5h, 2d, 1w) or an ISO time."),
+        click.option("--before", metavar="WHEN", type=WHEN,
+                     help="Last active before WHEN: a duration back (12h, 90d, 1w2d, 3mo) or an ISO time (local "
+                          "unless it names a zone)."),
+        click.option("--after", metavar="WHEN", type=WHEN,
+                     help="Last active after WHEN: a duration back (12h, 90d, 1w2d, 3mo) or an ISO time."),
     ]):
         f = option(f)
     return f
@@ -52,10 +56,14 @@ def build_filters(now: float, source=None, end_reason=None, title=None, model=No
     try:
         return Filters(source=source, end_reason=end_reason, title=title, model=model,
                        min_messages=min_messages, max_messages=max_messages,
-                       before=parse_when(before, now) if before else None,
-                       after=parse_when(after, now) if after else None)
+                       before=_when(before, now), after=_when(after, now))
     except FilterError as exc:
         raise click.BadParameter(str(exc)) from None
+
+
+def _when(value, now: float) -> float | None:
+    """A Unix time as the option type gave it, or text (a caller outside click) read the same way."""
+    return None if value is None else value if isinstance(value, float) else parse_when(value, now)
 
 
 def request(tasks: tuple[str, ...], now: float, *, explicit: bool = False, dry_run: bool = False,
@@ -98,8 +106,8 @@ def run_tasks(app: App, profiles, wanted: dict, dry_run: bool, yes: bool, as_jso
 
 
 @click.command()
-@click.option("--older-than", type=click.FloatRange(min=0), metavar="DAYS",
-              help="Inactive for more than DAYS (default: the profile's retention_days; with filters and "
+@click.option("--older-than", type=DURATION, metavar="AGE",
+              help="Inactive for longer than AGE: 90 (days), 90d, 12h, 1w2d, 3mo (default: the profile's retention_days; with filters and "
                    "no --older-than, as in Hermes, no age bound at all).")
 @click.option("--vacuum", is_flag=True, help="VACUUM afterwards if over 25 % of pages are free and nobody holds the store.")
 @filter_options
@@ -114,7 +122,7 @@ def purge(app: App, older_than, vacuum, profiles, dry_run, yes, as_json, force, 
     chosen = build_filters(now, **filters)
     if chosen.given() and older_than is None:
         report.warn("filters without --older-than replace the retention window (as in Hermes): every ended "
-                    "session they match goes, whatever its age; add --older-than DAYS to keep recent ones")
+                    "session they match goes, whatever its age; add --older-than AGE to keep recent ones")
     wanted = request(("purge",), now, explicit=True, force=force, older_than=older_than,
                      filters=chosen, vacuum=vacuum, dry_run=dry_run, export_dir=export_dir)
     run_tasks(app, profiles, wanted, dry_run, yes, as_json, "purge")
@@ -139,7 +147,8 @@ prune_ghosts = _single_task("prune-ghosts", "ghost_prune",
 
 
 @click.command("archive-inactive")
-@click.option("--days", type=click.FloatRange(min=0), help="Idle for more than N days (default: auto_archive_days).")
+@click.option("--days", type=DURATION, metavar="AGE",
+              help="Idle for longer than AGE: 30 (days), 30d, 1w2d, 3mo (default: auto_archive_days).")
 @task_options
 @pass_app
 def archive_inactive(app: App, days, profiles, dry_run, yes, as_json, force):

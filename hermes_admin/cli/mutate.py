@@ -78,7 +78,12 @@ def confirm(question: str, yes: bool, dry_run: bool) -> None:
 
 def _human(run: Run, verbose: int = 0) -> None:
     for policy in run.policies.values():
-        report.line(f"{policy.get('label') or policy.get('profile')}: policy: {policy.get('description')}")
+        name = policy.get('label') or policy.get('profile')
+        report.line(f"{name}: policy: {policy.get('description')}")
+        origins = policy.get("origins") if isinstance(policy.get("origins"), dict) else {}
+        chosen = [f"{key} {_value(policy.get(key))} ({where})" for key, where in origins.items() if where != "built-in"]
+        if (verbose or run.dry_run) and chosen:  # where each value that is not a built-in came from
+            report.line(f"  set: {'; '.join(chosen)}")
     for result in run.results:  # one line per task per profile; the units under -v, or in a dry run
         report.line(report.summary_line(result, run.dry_run))
         if verbose or run.dry_run:
@@ -93,6 +98,11 @@ def _human(run: Run, verbose: int = 0) -> None:
         if verbose:
             for sid, why in result.kept.items():
                 report.line(f"  kept {sid}: {why}")
+
+
+def _value(value) -> str:
+    return "forever" if value is None else str(value).lower() if isinstance(value, bool) else f"{value:g}" \
+        if isinstance(value, float) else str(value)
 
 
 def problems(run: Run) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
+from hermes_admin import durations
 from hermes_admin.profile.hermes_config import HermesConfig
 
 # Hermes' own defaults, plus hermes-admin's for the keys Hermes does not have.
@@ -35,6 +36,9 @@ ADMIN_KEYS = set(BUILTINS) | {"preset"}
 _BOOLS = {"auto_prune", "auto_archive", "vacuum_after_prune", "empty_sweep", "ghost_prune"}
 _CHOICES = {"repair": ("report", "apply")}
 _PATHS = {"export_dir"}
+# Durations (durations.py): `120d`, `1w2d`, `3mo`, or a bare number in the key's own unit.
+_DAYS = {"retention_days", "auto_archive_days", "export_keep_days"}
+_HOURS = {"empty_min_age_hours", "quick_check_hours"}
 
 
 class PolicyError(Exception):
@@ -94,7 +98,9 @@ def _short(value) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _coerce(key: str, value, where: str):
+def _coerce(key: str, value, where: str, hermes: bool = False):
+    """`value` as the policy holds it; `hermes`: a profile's own config.yaml, where Hermes reads the same
+    keys and takes plain numbers only (a duration there would break Hermes' own maintenance)."""
     if key in _PATHS:
         if value is not None and (not isinstance(value, str) or not value or "\0" in value):
             raise PolicyError(f"{where}: {key} must be a folder path, not {_short(value)}")
@@ -107,8 +113,15 @@ def _coerce(key: str, value, where: str):
         if not isinstance(value, bool):
             raise PolicyError(f"{where}: {key} must be true or false, not {_short(value)}")
         return value
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-        raise PolicyError(f"{where}: {key} must be a number, not {_short(value)}")
+    if (key in _DAYS or key in _HOURS) and isinstance(value, str) and not hermes:
+        try:
+            value = durations.days(value) if key in _DAYS else durations.hours(value)
+        except durations.DurationError:
+            raise PolicyError(f"{where}: {key} must be a number or a duration (90d, 12h, 1w2d, 3mo), "
+                              f"not {_short(value)}") from None
+    elif isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        raise PolicyError(f"{where}: {key} must be a number, not {_short(value)}"
+                          + (" (Hermes reads this key too: a plain number)" if hermes and isinstance(value, str) else ""))
     if key in ("export_keep_days", "quick_check_hours") and value < 0:
         raise PolicyError(f"{where}: {key} must be 0 or more, not {_short(value)}")
     return float(value)
@@ -120,36 +133,67 @@ def effective(profile_name: str, layers: dict, hermes: HermesConfig, force: bool
     `layers` are the admin config's, read by the host (`host.config.policy_layers`):
     the profile's entry, its preset, the defaults, each with where it came from.
     """
-    stack: list[tuple[dict, str]] = []
+    policy, _ = with_origins(profile_name, layers, hermes, force)
+    return policy
+
+
+def stack(layers: dict, hermes: HermesConfig | None) -> list[tuple[dict, str, bool]]:
+    """Every layer of a profile's policy, first match first, each with where it came from; keys
+    checked (an unknown key is an error wherever it is, not only in the layer that wins)."""
+    layered: list[tuple[dict, str, bool]] = []  # (values, where, is Hermes' own config.yaml)
     entry, where = layers.get("entry") or {}, layers.get("entry_where", "admin config")
     if not isinstance(entry, dict):
         raise PolicyError(f"{where} must be a mapping")
     _check_keys(entry, ADMIN_KEYS, where)
-    stack.append(({k: v for k, v in entry.items() if k != "preset"}, where))
+    layered.append(({k: v for k, v in entry.items() if k != "preset"}, where, False))
     if layers.get("preset") is not None:
         preset, where = layers["preset"], layers.get("preset_where", "preset")
         if not isinstance(preset, dict):
             raise PolicyError(f"{where}: a preset must be a mapping")
         _check_keys(preset, set(BUILTINS), where)
-        stack.append((preset, where))
-    own = hermes.section("sessions")
-    stack.append(({k: own[k] for k in HERMES_KEYS if k in own}, f"{hermes.path}: sessions"))
+        layered.append((preset, where, False))
+    if hermes is not None:
+        own = hermes.section("sessions")
+        layered.append(({k: own[k] for k in HERMES_KEYS if k in own}, f"{hermes.path}: sessions", True))
     defaults, where = layers.get("defaults") or {}, layers.get("defaults_where", "admin config: defaults")
     if not isinstance(defaults, dict):
         raise PolicyError(f"{where} must be a mapping")
     _check_keys(defaults, set(BUILTINS), where)
-    stack.append((defaults, where))
-    values = {}
+    layered.append((defaults, where, False))
+    return layered
+
+
+def check_layers(layered: list[tuple[dict, str, bool]]) -> list[str]:
+    """Every value of every layer checked, winner or not: one problem a line, with its place."""
+    problems = []
+    for layer, where, hermes in layered:
+        for key, value in layer.items():
+            try:
+                _coerce(key, value, where, hermes)
+            except PolicyError as exc:
+                problems.append(str(exc))
+    return problems
+
+
+def with_origins(profile_name: str, layers: dict, hermes: HermesConfig | None,
+                 force: bool = False) -> tuple[Policy, dict[str, str]]:
+    """The effective policy and, per key, where its value came from (a file and key, or `built-in`)."""
+    layered = stack(layers, hermes)
+    problems = check_layers(layered)
+    if problems:
+        raise PolicyError(problems[0] + (f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""))
+    values, origins = {}, {}
     for key, default in BUILTINS.items():
-        for layer, where in stack:
+        for layer, where, own in layered:
             if key in layer:
-                values[key] = _coerce(key, layer[key], where)
+                values[key] = _coerce(key, layer[key], where, own)
+                origins[key] = f"{where}.{key}" if ": " in where else f"{where}: {key}"
                 break
         else:
-            values[key] = default
+            values[key], origins[key] = default, "built-in"
     policy = Policy(**values)
     validate(policy, profile_name, force)
-    return policy
+    return policy, origins
 
 
 def applies_repairs(layers: dict) -> bool:
