@@ -77,7 +77,8 @@ def _write_compact(value, write) -> None:
 
 
 def stdout_console():
-    """Tables for people on stdout: as wide as the terminal; piped, never wrapped at all."""
+    """Text for people on stdout: as wide as the terminal; piped, never wrapped and never coloured
+    (rich also honours NO_COLOR)."""
     from rich.console import Console
     tty = sys.stdout.isatty()
     return Console(file=sys.stdout, soft_wrap=False, width=None if tty else 1_000_000, no_color=not tty,
@@ -107,12 +108,29 @@ def line(text: str) -> None:
     click.echo(clean(text))
 
 
+def note(message: str) -> None:
+    """A remark for the person reading (not a problem) on stderr."""
+    click.echo(f"hermes-admin: {clean(message, 4000)}", err=True)
+
+
 def warn(message: str) -> None:
     click.echo(f"hermes-admin: warning: {clean(message, 4000)}", err=True)
 
 
 def error(message: str) -> None:
     click.echo(f"hermes-admin: error: {clean(message, 4000)}", err=True)
+
+
+def local_time(value) -> str | None:
+    """One way to show a time to people: `2026-12-02 19:16` in the local zone (JSON keeps ISO 8601 in UTC)."""
+    if value is None or value == "":
+        return None
+    try:
+        moment = datetime.fromtimestamp(float(value)) if isinstance(value, (int, float)) else \
+            datetime.fromisoformat(str(value)).astimezone()
+    except (ValueError, OverflowError, OSError):
+        return str(value)
+    return moment.strftime("%Y-%m-%d %H:%M")
 
 
 def human_bytes(n: int | None) -> str:
@@ -124,43 +142,6 @@ def human_bytes(n: int | None) -> str:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1024
     return str(n)
-
-
-def shorten_middle(text: str, width: int) -> str:
-    """`/home/alice/…/profiles/work`: a long path keeps both its ends."""
-    if len(text) <= width or width < 5:
-        return text
-    head = (width - 1) // 2
-    return text[:head] + "…" + text[len(text) - (width - 1 - head):]
-
-
-def table(title: str | None, columns: list[str], rows: list[list[object]], squeeze: tuple[str, ...] = ("home",)):
-    """A table that never folds a cell: on a terminal narrower than the table, the `squeeze` columns
-    (paths) are shortened in the middle to fit; piped, every cell is whole."""
-    import shutil
-
-    from rich.table import Table
-    from rich.text import Text
-
-    cells = [["-" if v is None else clean(v) for v in row] for row in rows]
-    if sys.stdout.isatty() and cells:
-        width = shutil.get_terminal_size((100, 24)).columns
-        natural = [max([len(name)] + [len(row[i]) for row in cells]) for i, name in enumerate(columns)]
-        over = sum(natural) + 3 * len(columns) + 1 - width
-        squeezable = [i for i, name in enumerate(columns) if name in squeeze]
-        for i in squeezable:
-            if over <= 0:
-                break
-            target = max(len(columns[i]), 16, natural[i] - over)
-            over -= natural[i] - target
-            for row in cells:
-                row[i] = shorten_middle(row[i], target)
-    out = Table(title=title, show_lines=False, header_style="bold")
-    for name in columns:
-        out.add_column(name, no_wrap=True, overflow="ellipsis")
-    for row in cells:  # Text, not str: markup inside data is never interpreted
-        out.add_row(*[Text(v) for v in row])
-    return out
 
 
 _VERBS = {"delete": "deleted", "archive": "archived", "unarchive": "unarchived", "repair": "deleted by repair",

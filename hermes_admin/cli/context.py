@@ -25,6 +25,7 @@ class App:
     config_path: str | None = None
     all_users: bool = False
     verbose: int = 0
+    quiet: bool = False
     _config: admin_config.AdminConfig | None = field(default=None, repr=False)
     _everything: homes.Discovery | None = field(default=None, repr=False)
     _run_locks: object = field(default=None, repr=False)  # host.runlock.RunLocks, once a change starts

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import click
 
-from hermes_admin import report
+from hermes_admin import report, tables
+from hermes_admin.tables import Column
 from hermes_admin.cli import mutate
 from hermes_admin.cli.context import App, json_option, pass_app, profile_option
 from hermes_admin.cli.maintain_cmd import absolute_dir, export_dir_option
@@ -50,6 +50,20 @@ def restore(app: App, file, sessions, profiles, dry_run, yes, as_json):
     mutate.finish(run, as_json, "restore", app.verbose)
 
 
+# On a narrow terminal the counts go first; profile, id and file stay whole.
+COLUMNS = [Column("profile", whole=True), Column("id", whole=True), Column("created", drop=1),
+           Column("units", drop=3), Column("sessions", drop=4), Column("messages", drop=5),
+           Column("size", drop=2), Column("reasons", drop=6), Column("file", whole=True)]
+
+
+def short_id(path: str) -> str:
+    """A short, stable id for an export (as restic's snapshot ids): what `restore` and `exports prune`
+    take instead of the path. Derived from the file's name, which holds its second and a random part."""
+    import hashlib
+
+    return hashlib.sha256(os.path.basename(path).encode()).hexdigest()[:8]
+
+
 @click.group()
 def exports():
     """The exports every delete writes first (restorable with `restore FILE`)."""
@@ -65,16 +79,19 @@ def list_cmd(app: App, profiles, export_dir, as_json: bool):
     found = app.discover(profiles)
     answer = app.work("exports_list", {"export_dir": absolute_dir(export_dir)}, found.profiles, with_policy=True)
     rows = answer.data.get("exports", [])
+    for row in rows:
+        row["id"] = short_id(row["file"])
     labels = app.labels()
+    total = sum(r["bytes"] for r in rows)
     if as_json:
-        report.emit_json({"exports": rows, "warnings": answer.warnings, "errors": answer.errors})
+        report.emit_json({"exports": rows, "total_bytes": total, "warnings": answer.warnings, "errors": answer.errors})
     else:
-        report.stdout_console().print(report.table(
-            None, ["profile", "created", "units", "sessions", "messages", "size", "reasons", "file"],
-            [[labels.get(r["home"], r["profile"]),
-              time.strftime("%Y-%m-%d %H:%M", time.localtime(r["created"])) if r.get("created") else "-",
-              r["units"], r["sessions"], r["messages"], f"{r['bytes'] / 1e6:.1f} MB", ", ".join(r["reasons"]),
-              r["file"]] for r in rows]))
+        tables.show(COLUMNS, [
+            [labels.get(r["home"], r["profile"]), r["id"], report.local_time(r.get("created")), r["units"],
+             r["sessions"], r["messages"], report.human_bytes(r["bytes"]), ", ".join(r["reasons"]), r["file"]]
+            for r in rows])
+        if not tables.plain():
+            report.line(f"{len(rows)} export(s), {report.human_bytes(total)}")
         for line in answer.warnings:
             report.warn(line)
     for message in answer.errors:

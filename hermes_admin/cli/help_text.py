@@ -13,6 +13,9 @@ Options:
                  config dir, /etc/hermes-admin).
   --all-users    Also every local user's default root.
   -v, --verbose  More detail on stderr.
+  -q, --quiet    Only what changed, warnings and errors (for timers).
+  --plain        Tables as tab-separated lines, no box drawing (as when
+                 piped).
   --version      Show the version and exit.
   -h, --help     Show this message and exit.
 

@@ -77,13 +77,18 @@ class LazyGroup(click.Group):
               help="Admin config (default: $HERMES_ADMIN_CONFIG, the user/site config dir, /etc/hermes-admin).")
 @click.option("--all-users", is_flag=True, help="Also every local user's default root.")
 @click.option("-v", "--verbose", count=True, help="More detail on stderr.")
+@click.option("-q", "--quiet", is_flag=True, help="Only what changed, warnings and errors (for timers).")
+@click.option("--plain", is_flag=True, help="Tables as tab-separated lines, no box drawing (as when piped).")
 @click.version_option(__version__, prog_name="hermes-admin")
 @click.pass_context
-def cli(ctx: click.Context, roots, config_path, all_users, verbose):
+def cli(ctx: click.Context, roots, config_path, all_users, verbose, quiet, plain):
     """Maintenance for Hermes Agent installations: every profile of every root."""
+    from hermes_admin import tables
     from hermes_admin.cli.context import App
 
-    ctx.obj = App(roots_given=tuple(roots), config_path=config_path, all_users=all_users, verbose=verbose)
+    tables.PLAIN = plain
+    ctx.obj = App(roots_given=tuple(roots), config_path=config_path, all_users=all_users, verbose=verbose,
+                  quiet=quiet)
     ctx.call_on_close(ctx.obj.close)
 
 
@@ -109,8 +114,11 @@ def write_help_text() -> None:
 def main() -> None:
     """The console script: click's own handling; a stop request reports what was done and exits 130;
     usage errors exit 64 and internal errors 70, never a code that means "a profile failed" (design §12)."""
+    from hermes_admin.cli.pipes import guard_stdout
+
     signal.signal(signal.SIGTERM, _stop_request)
     signal.signal(signal.SIGINT, _stop_request)
+    guard_stdout()
     _exit(_run())
 
 

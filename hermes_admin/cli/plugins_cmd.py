@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from hermes_admin import report
+from hermes_admin import report, tables
+from hermes_admin.tables import Column
 from hermes_admin.cli.context import App, json_option, pass_app, profile_option
 
 
@@ -25,11 +26,10 @@ def list_cmd(app: App, profiles, as_json: bool):
     if as_json:
         report.emit_json({"plugins": rows, "errors": errors})
     else:
-        report.stdout_console().print(report.table(
-            None, ["profile", "plugin", "source", "enabled", "why", "hooks"],
-            [[r["profile"], r["key"], r["source"], "yes" if r["enabled"] else "no", r["why"],
-              ", ".join(r["hooks"])] for r in rows],
-        ))
+        tables.show([Column("profile", whole=True), Column("plugin", whole=True), Column("source", drop=2),
+                     Column("enabled"), Column("why", cut=True), Column("hooks", drop=1)],
+                    [[r["profile"], r["key"], r["source"], "yes" if r["enabled"] else "no", r["why"],
+                      ", ".join(r["hooks"])] for r in rows])
     for message in errors:
         report.error(message)
     raise click.exceptions.Exit(app.exit_code(answer, found, profiles))

@@ -8,11 +8,17 @@ import click
 
 from dataclasses import asdict
 
-from hermes_admin import exitcodes, report
+from hermes_admin import exitcodes, report, tables
+from hermes_admin.tables import Column
 from hermes_admin.cli import mutate
 from hermes_admin.cli.context import App, json_option, pass_app, profile_option
 from hermes_admin.cli.maintain_cmd import absolute_dir, build_filters, export_dir_option, filter_options
 from hermes_admin.results import Run
+
+
+# On a narrow terminal: the counts and states go first; the title is cut before anything else is.
+COLUMNS = [Column("profile", whole=True), Column("id", whole=True), Column("title", cut=True),
+           Column("last activity", drop=1), Column("source", drop=2), Column("msgs", drop=4), Column("state", drop=3)]
 
 
 @click.group()
@@ -37,11 +43,11 @@ def list_cmd(app: App, profiles, limit: int, as_json: bool):
     if as_json:
         report.emit_json({"sessions": briefs, "errors": errors})
     else:
-        report.stdout_console().print(report.table(
-            None, ["profile", "id", "source", "title", "last activity", "msgs", "state"],
-            [[labels.get(b.get("home"), b["profile"]), b["id"], b["source"], b["title"], b["last_activity"],
-              b["messages"], _state(b)] for b in briefs],
-        ))
+        tables.show(COLUMNS, [[labels.get(b.get("home"), b["profile"]), b["id"], b["title"],
+                               report.local_time(b["last_activity"]), b["source"], b["messages"], _state(b)]
+                              for b in briefs])
+        if len(briefs) == limit:  # never stop at the limit silently
+            report.note(f"the {limit} most recently active shown; -n N for more")
     for message in errors:
         report.error(message)
     raise click.exceptions.Exit(app.exit_code(answer, found, profiles))
