@@ -28,11 +28,50 @@ def _plain(value):
     return value.as_dict() if hasattr(value, "as_dict") else str(value)
 
 
-def emit_json(document: dict) -> None:
-    """Exactly one JSON document on stdout; nothing else is ever printed there with --json.
+# With --json, the command's document is gathered and written once, when the command ends
+# (cli/main.py): whatever ended it (a missing root, a config that cannot be used, an unknown
+# session, a usage error), there is exactly one document, with the errors inside and the exit code.
+_gathering: dict | None = None
 
-    Indented for a person at a terminal, compact for the scripts that read it.
-    """
+
+def gather_json() -> None:
+    global _gathering
+    _gathering = {"doc": None, "errors": [], "warnings": []}
+
+
+def finish_json(code: int) -> None:
+    """Write the gathered document (or one holding only the errors), with the errors said on stderr."""
+    global _gathering
+    if _gathering is None:
+        return
+    gathered, _gathering = _gathering, None
+    doc = dict(gathered["doc"] or {})
+    said = {str(m) for key in ("errors", "locked") for m in (doc.get(key) or [])}
+    extra = [m for m in gathered["errors"] if m not in said]
+    if extra or "errors" not in doc:
+        doc["errors"] = [*(doc.get("errors") or []), *extra]
+    if gathered["warnings"] and "warnings" not in doc:
+        doc["warnings"] = gathered["warnings"]
+    doc["exit_code"] = code
+    _write_json(doc)
+
+
+def record_error(message: str) -> None:
+    """An error said elsewhere (click says usage errors itself), kept for the --json document."""
+    if _gathering is not None:
+        _gathering["errors"].append(str(message))
+
+
+def emit_json(document: dict) -> None:
+    """Exactly one JSON document on stdout; nothing else is ever printed there with --json."""
+    if _gathering is not None:
+        _gathering["doc"] = document
+        return
+    _write_json(document)
+
+
+def _write_json(document: dict) -> None:
+    """Indented for a person at a terminal, compact for the scripts that read it."""
     out = sys.stdout
     if sys.stdout.isatty():
         json.dump(document, out, indent=2, default=_plain)
@@ -114,10 +153,14 @@ def note(message: str) -> None:
 
 
 def warn(message: str) -> None:
+    if _gathering is not None:
+        _gathering["warnings"].append(str(message))
     click.echo(f"hermes-admin: warning: {clean(message, 4000)}", err=True)
 
 
 def error(message: str) -> None:
+    if _gathering is not None:
+        _gathering["errors"].append(str(message))
     click.echo(f"hermes-admin: error: {clean(message, 4000)}", err=True)
 
 

@@ -37,7 +37,7 @@ class App:
                 self._config = admin_config.load(self.config_path)
             except admin_config.ConfigError as exc:
                 report.error(f"config: {exc}")
-                raise click.exceptions.Exit(exitcodes.PROFILE_FAILED)
+                raise click.exceptions.Exit(exitcodes.CONFIG)
         return self._config
 
     def close(self) -> None:

@@ -65,6 +65,35 @@ class LazyGroup(click.Group):
         module, attribute, _ = COMMANDS[name]
         return getattr(import_module(f"hermes_admin.cli.{module}"), attribute)
 
+    def invoke(self, ctx):
+        """The command, and with --json its one document written as it ends, whatever ended it."""
+        from hermes_admin import report
+
+        args = [*getattr(ctx, "_protected_args", []), *ctx.args]
+        if "--json" not in (args[:args.index("--")] if "--" in args else args):
+            return super().invoke(ctx)
+        report.gather_json()
+        code = exitcodes.INTERNAL
+        try:
+            result = super().invoke(ctx)
+            code = result if isinstance(result, int) else exitcodes.OK
+            return result
+        except click.exceptions.Exit as exc:
+            code = exc.exit_code
+            raise
+        except click.ClickException as exc:
+            code = exitcodes.USAGE if exc.exit_code == 2 else exc.exit_code
+            report.record_error(exc.format_message())
+            raise
+        except (click.exceptions.Abort, KeyboardInterrupt):
+            code = exitcodes.INTERRUPTED
+            raise
+        except Exception as exc:
+            report.record_error(f"internal error: {type(exc).__name__}: {exc}")
+            raise
+        finally:
+            report.finish_json(final_code(code))
+
     def format_commands(self, ctx, formatter):
         with formatter.section("Commands"):
             formatter.write_dl([(name, short) for name, (_, _, short) in COMMANDS.items()])
@@ -159,6 +188,11 @@ def _run() -> int:
         click.echo(f"hermes-admin: internal error: {kind.__name__}: {value} (run with -v for the traceback)",
                    err=True)
         return exitcodes.INTERNAL
+    return final_code(code)
+
+
+def final_code(code) -> int:
+    """A stop request turns a finished run into an interrupted one (what was done was reported)."""
     if stopping.requested() and code in (None, exitcodes.OK, exitcodes.WARNINGS):
-        code = exitcodes.INTERRUPTED
+        return exitcodes.INTERRUPTED
     return code if isinstance(code, int) else exitcodes.OK

@@ -66,14 +66,18 @@ def counted(preview: Run) -> str:
 
 
 def confirm(question: str, yes: bool, dry_run: bool) -> None:
-    """Ask on a terminal; Ctrl-C at the prompt aborts at once (nothing was done yet)."""
+    """Ask on a terminal; Ctrl-C at the prompt aborts at once (nothing was done yet). "No" is an
+    answer, not an interruption: nothing is changed and the exit code is 1, not 130."""
     if not asks(yes, dry_run):
         return
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        click.confirm(question, abort=True, err=True)
+        agreed = click.confirm(question, err=True)
     finally:
         signal.signal(signal.SIGINT, previous)
+    if not agreed:
+        report.note("answered no: nothing was changed")
+        raise click.exceptions.Exit(exitcodes.WARNINGS)
 
 
 def _human(run: Run, verbose: int = 0) -> None:
