@@ -47,7 +47,7 @@ def restore(app: App, file, sessions, profiles, dry_run, yes, as_json):
     params = {"file": str(path), "sessions": list(sessions) or None, "dry_run": dry_run}
     run = Run(dry_run=dry_run)
     run.merge(app.work("restore", params, chosen))
-    mutate.finish(run, as_json, "restore", app.verbose)
+    mutate.finish(run, as_json, "restore", app.verbose, app.quiet)
 
 
 # On a narrow terminal the counts go first; profile, id and file stay whole.

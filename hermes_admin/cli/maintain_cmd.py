@@ -102,7 +102,7 @@ def run_tasks(app: App, profiles, wanted: dict, dry_run: bool, yes: bool, as_jso
             metrics.write(target, metrics.render(run, run.data.pop("summaries", [])))
         except (OSError, ValueError) as exc:  # the report still goes out; the exit code says a part failed
             run.errors.append(f"metrics file {target}: {exc.strerror or exc}")
-    mutate.finish(run, as_json, what, app.verbose)
+    mutate.finish(run, as_json, what, app.verbose, app.quiet)
 
 
 @click.command()

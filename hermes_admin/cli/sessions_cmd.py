@@ -136,7 +136,7 @@ def _change(app: App, ids: tuple[str, ...], ids_from, profiles, dry_run: bool, y
         # Every selected profile goes to its worker: one that holds none of the ids only replays what
         # an earlier run left in its outbox (any command that writes delivers those first).
         run.merge(app.work("change", params, targets if dry_run else found.profiles, with_policy=verb == "delete"))
-    mutate.finish(run, as_json, verb, app.verbose)
+    mutate.finish(run, as_json, verb, app.verbose, app.quiet)
 
 
 def _change_command(name: str, help_text: str, with_filters: bool) -> None:
