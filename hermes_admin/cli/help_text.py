@@ -39,6 +39,10 @@ Commands:
   exports           The exports every delete writes first (restorable with
                     `restore FILE`).
   plugins           Hermes plugins that receive `on_session_delete`.
+  status            The last run per profile and the next scheduled one;
+                    changes nothing.
+  config            Check the admin config, presets and profiles' config.yaml;
+                    show effective values.
   daemon            Run the maintenance tasks on the admin config's
                     `schedule:` until stopped.
   systemd           systemd units for hermes-admin.

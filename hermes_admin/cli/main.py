@@ -46,6 +46,8 @@ COMMANDS = {
                 "Put the units of an export back; a session id that exists is left alone and reported."),
     "exports": ("exports_cmd", "exports", "The exports every delete writes first (restorable with `restore FILE`)."),
     "plugins": ("plugins_cmd", "plugins", "Hermes plugins that receive `on_session_delete`."),
+    "status": ("status_cmd", "status", "The last run per profile and the next scheduled one; changes nothing."),
+    "config": ("config_cmd", "config", "Check the admin config, presets and profiles' config.yaml; show effective values."),
     "daemon": ("ops_cmd", "daemon", "Run the maintenance tasks on the admin config's `schedule:` until stopped."),
     "systemd": ("ops_cmd", "systemd", "systemd units for hermes-admin."),
     "demo": ("demo_cmd", "demo", "Build a throwaway Hermes root with several profiles and run on it."),

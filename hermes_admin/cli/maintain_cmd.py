@@ -91,7 +91,7 @@ def run_tasks(app: App, profiles, wanted: dict, dry_run: bool, yes: bool, as_jso
         mutate.confirm(f"{what}: {mutate.counted(preview)}. Go on?", yes, dry_run)
     target = metrics_file or app.config.metrics_file
     summaries = bool(target and not dry_run)
-    run = app.work("maintain", {"request": wanted, "dry_run": dry_run, "summaries": summaries},
+    run = app.work("maintain", {"request": wanted, "dry_run": dry_run, "summaries": summaries, "command": what},
                    found.profiles, with_policy=True)
     run.dry_run = dry_run
     if app.failed_discovery(found, profiles):

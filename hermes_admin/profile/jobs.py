@@ -100,12 +100,91 @@ def maintain(job: Job, isolated: bool) -> Run:
     siblings = _siblings_by_root(job)
 
     def work(profile: Profile) -> None:
-        maintain_profile(run, profile, job.layers.get(str(profile.home), {}), request, _siblings(siblings, profile))
+        import time
+
+        from hermes_admin.profile import run_record
+
+        before, started = (len(run.results), len(run.errors), len(run.warnings), len(run.locked)), time.time()
+        try:
+            maintain_profile(run, profile, job.layers.get(str(profile.home), {}), request, _siblings(siblings, profile))
+        finally:  # what `status` reads: written as the owner, in the home, for every run that was not dry
+            if not request.dry_run and profile.has_store():
+                run_record.write(profile, run_record.summarise(run, before, str(job.params.get("command") or "run"),
+                                                               started))
         if job.params.get("summaries"):
             run.data.setdefault("summaries", []).append(dict(profile_summary(profile), label=profile.shown))
 
     _each(job, run, isolated, work)
     return run
+
+
+def status(job: Job, isolated: bool) -> Run:
+    """What the last changing run recorded in each profile (`hermes-admin status`); changes nothing."""
+    from hermes_admin.profile import run_record
+
+    run = Run(dry_run=True)
+    _each(job, run, isolated, lambda p: run.data.setdefault("status", []).append(
+        {"profile": p.name, "home": str(p.home), "store": p.has_store(), "last_run": run_record.read(p)}))
+    return run
+
+
+def policy(job: Job, isolated: bool) -> Run:
+    """Each profile's effective policy with the origin of every value, and the problems of its own
+    config.yaml with their lines (`config check`, `config show --origin`); changes nothing."""
+    from hermes_admin import yamlfile
+    from hermes_admin.profile import policy as rules
+    from hermes_admin.profile.hermes_config import HermesConfigError
+    from hermes_admin.profile.hermes_config import load as load_hermes_config
+
+    run = Run(dry_run=True)
+
+    def work(profile: Profile) -> None:
+        path = profile.home / "config.yaml"
+        row = {"profile": profile.name, "home": str(profile.home), "problems": [], "warnings": [],
+               "values": None, "origins": None}
+        text = _small_text(path)
+
+        def problem(kind: str, message: str, key: str | None = None) -> None:
+            line = yamlfile.line_of(text, key) if key and text else None
+            row[kind].append({"file": str(path), "line": line, "message": message})
+
+        try:
+            config = load_hermes_config(profile.home)
+        except HermesConfigError as exc:
+            problem("problems", str(exc))
+            config = None
+        if config is not None:
+            for warning in config.warnings:
+                import re
+                unknown = re.search(r"unknown key\(s\) ([^ ,]+)", warning)
+                section = "sessions" if ": sessions:" in warning else "plugins"
+                problem("warnings", warning, f"{section}.{unknown.group(1)}" if unknown else section)
+            for where, key, message in rules.problems({}, config):  # the admin layers are checked by the host
+                problem("problems", message, f"sessions.{key}" if key else "sessions")
+            try:
+                chosen, origins = rules.with_origins(profile.shown, job.layers.get(str(profile.home), {}), config)
+                row["values"], row["origins"] = chosen.as_dict(), origins
+            except rules.PolicyError as exc:
+                if not row["problems"]:
+                    row["problems"].append({"file": None, "line": None, "message": str(exc)})
+        run.data.setdefault("policy", []).append(row)
+
+    _each(job, run, isolated, work)
+    return run
+
+
+def _small_text(path: Path) -> str | None:
+    """A config file's text for finding a key's line: never through a link, at most 1 MiB."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, 1 << 20).decode("utf-8", "replace")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def profiles(job: Job, isolated: bool) -> Run:
@@ -245,7 +324,8 @@ def plugins_list(job: Job, isolated: bool) -> Run:
 KINDS: dict[str, Callable[[Job, bool], Run]] = {
     "maintain": maintain, "profiles": profiles, "sessions_list": sessions_list, "resolve": resolve,
     "session_detail": session_detail, "change": change, "repair": repair, "plugins_list": plugins_list,
-    "restore": restore, "exports_list": exports_list,
+    "restore": restore, "exports_list": exports_list, "status": status,
+    "policy": policy,
 }
 
 

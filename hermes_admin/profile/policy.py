@@ -175,6 +175,35 @@ def check_layers(layered: list[tuple[dict, str, bool]]) -> list[str]:
     return problems
 
 
+def problems(layers: dict, hermes: HermesConfig | None) -> list[tuple[str, str | None, str]]:
+    """Every problem of every layer, none raised: (where, key or None, message), for `config check`."""
+    found: list[tuple[str, str | None, str]] = []
+    named = [("entry", ADMIN_KEYS, "admin config"), ("preset", set(BUILTINS), "preset"),
+             ("defaults", set(BUILTINS), "admin config: defaults")]
+    checked: list[tuple[dict, str, bool]] = []
+    for name, allowed, fallback in named:
+        layer, where = layers.get(name), layers.get(f"{name}_where", fallback)
+        if layer is None:
+            continue
+        if not isinstance(layer, dict):
+            found.append((where, None, f"{where} must be a mapping"))
+            continue
+        for key in sorted(set(layer) - allowed, key=str):
+            found.append((where, str(key), f"{where}: unknown key {_short(key) if not isinstance(key, str) else key} "
+                                           f"(known: {', '.join(sorted(allowed))})"))
+        checked.append(({k: v for k, v in layer.items() if k in allowed and k != "preset"}, where, False))
+    if hermes is not None:
+        own = hermes.section("sessions")
+        checked.append(({k: own[k] for k in HERMES_KEYS if k in own}, f"{hermes.path}: sessions", True))
+    for layer, where, own in checked:
+        for key, value in layer.items():
+            try:
+                _coerce(key, value, where, own)
+            except PolicyError as exc:
+                found.append((where, key, str(exc)))
+    return found
+
+
 def with_origins(profile_name: str, layers: dict, hermes: HermesConfig | None,
                  force: bool = False) -> tuple[Policy, dict[str, str]]:
     """The effective policy and, per key, where its value came from (a file and key, or `built-in`)."""
