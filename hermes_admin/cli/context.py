@@ -26,6 +26,7 @@ class App:
     all_users: bool = False
     verbose: int = 0
     quiet: bool = False
+    lock_wait: float | None = None  # --lock-wait: seconds a write waits for a store held by another process
     _config: admin_config.AdminConfig | None = field(default=None, repr=False)
     _everything: homes.Discovery | None = field(default=None, repr=False)
     _run_locks: object = field(default=None, repr=False)  # host.runlock.RunLocks, once a change starts
@@ -121,7 +122,7 @@ class App:
             except OSError as exc:  # no place for the run lock: each profile's own lock still holds
                 run.warnings.append(f"run lock not taken ({exc.strerror or exc}); the profiles' own locks apply")
         owners = self.everything().owners
-        params = dict(params, siblings=self._siblings(), verbose=self.verbose,
+        params = dict(params, siblings=self._siblings(), verbose=self.verbose, lock_wait=self.lock_wait,
                       safe_mode=os.environ.get("HERMES_SAFE_MODE", ""),  # a worker's environment is clean
                       processes=1 if os.environ.get("HERMES_ADMIN_PROCESSES") == "1" else 2)  # profile/fork.py
         if with_policy:

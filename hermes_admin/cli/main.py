@@ -110,16 +110,18 @@ class LazyGroup(click.Group):
 @click.option("-v", "--verbose", count=True, help="More detail on stderr.")
 @click.option("-q", "--quiet", is_flag=True, help="Only what changed, warnings and errors (for timers).")
 @click.option("--plain", is_flag=True, help="Tables as tab-separated lines, no box drawing (as when piped).")
+@click.option("--lock-wait", type=click.FloatRange(min=0), metavar="SECONDS",
+              help="How long a write waits for a store another process holds (default 20), then exit 3 naming it.")
 @click.version_option(__version__, prog_name="hermes-admin")
 @click.pass_context
-def cli(ctx: click.Context, roots, config_path, all_users, verbose, quiet, plain):
+def cli(ctx: click.Context, roots, config_path, all_users, verbose, quiet, plain, lock_wait):
     """Maintenance for Hermes Agent installations: every profile of every root."""
     from hermes_admin import tables
     from hermes_admin.cli.context import App
 
     tables.PLAIN = plain
     ctx.obj = App(roots_given=tuple(roots), config_path=config_path, all_users=all_users, verbose=verbose,
-                  quiet=quiet)
+                  quiet=quiet, lock_wait=lock_wait)
     ctx.call_on_close(ctx.obj.close)
 
 

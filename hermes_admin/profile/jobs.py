@@ -329,11 +329,26 @@ KINDS: dict[str, Callable[[Job, bool], Run]] = {
 }
 
 
+_PATIENCE: list[float] = []  # the store's own default wait, kept before --lock-wait first changes it
+
+
+def _patience(lock_wait) -> None:
+    """--lock-wait SECONDS: how long a write waits for a store another process holds (each job says;
+    an in-process worker serves many jobs, so a job without it gets the default back)."""
+    from hermes_admin.profile.store import connect
+
+    if not _PATIENCE:
+        _PATIENCE.append(connect.WRITE_PATIENCE_S)
+    given = isinstance(lock_wait, (int, float)) and not isinstance(lock_wait, bool)
+    connect.WRITE_PATIENCE_S = max(0.0, float(lock_wait)) if given else _PATIENCE[0]
+
+
 def serve(job: Job, isolated: bool = False) -> Run:
     """Do one job. `isolated`: in a worker process of its own, which may change its current folder."""
     from hermes_admin import report
 
     report.VERBOSE = int(job.params.get("verbose") or 0)
+    _patience(job.params.get("lock_wait"))
     if isolated and job.params.get("safe_mode"):  # the invoker's HERMES_SAFE_MODE, into a clean environment
         os.environ["HERMES_SAFE_MODE"] = str(job.params["safe_mode"])
     return KINDS[job.kind](job, isolated)

@@ -81,7 +81,7 @@ def is_lock_error(exc: BaseException) -> bool:
 def write_transaction(
     db: peewee.SqliteDatabase,
     work: Callable[[peewee.SqliteDatabase], T],
-    patience_s: float = WRITE_PATIENCE_S,
+    patience_s: float | None = None,
     sleep: Callable[[float], None] = time.sleep,
     on_busy: Callable[[], None] | None = None,
 ) -> T:
@@ -90,6 +90,7 @@ def write_transaction(
     `work` must be idempotent with respect to a rollback: it is simply run
     again. Jitter as Hermes does it: short waits first, longer ones later.
     """
+    patience_s = WRITE_PATIENCE_S if patience_s is None else patience_s  # read now: --lock-wait sets it
     started = time.monotonic()
     said = False
     while True:
