@@ -99,7 +99,7 @@ def run_tasks(app: App, profiles, wanted: dict, dry_run: bool, yes: bool, as_jso
     if summaries:
         from hermes_admin.host import metrics
         try:
-            metrics.write(target, metrics.render(run, run.data.pop("summaries", [])))
+            metrics.write(target, run, run.data.pop("summaries", []))
         except (OSError, ValueError) as exc:  # the report still goes out; the exit code says a part failed
             run.errors.append(f"metrics file {target}: {exc.strerror or exc}")
     mutate.finish(run, as_json, what, app.verbose, app.quiet)

@@ -122,7 +122,7 @@ class Daemon:
                     log.warning(report.clean(line, 4000))
             if target:
                 try:
-                    metrics.write(target, metrics.render(run, run.data.pop("summaries", [])))
+                    metrics.write(target, run, run.data.pop("summaries", []))
                 except (OSError, ValueError) as exc:
                     log.error("metrics file %s: %s", target, exc.strerror or exc)
             log.info("%s finished in %.1f s (exit status %d)", task, time.time() - started, run.exit_code())
