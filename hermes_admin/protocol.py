@@ -274,6 +274,7 @@ class Reader:
         result.longest_write_ms = float(_number(v.get("longest_write_ms")))
         result.vacuumed = _flag(v.get("vacuumed"))
         result.seconds = float(_number(v.get("seconds")))
+        result.export = _opt_text(v.get("export"))
         return result
 
     def _item(self, name, value) -> None:

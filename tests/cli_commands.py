@@ -7,7 +7,7 @@ COMMANDS = [
     ["purge", "--older-than", "90", "--yes"], ["sweep-empty", "--yes"], ["prune-ghosts", "--yes"],
     ["archive-inactive", "--days", "30", "--yes"], ["repair"], ["repair", "--apply", "--yes"],
     ["run", "--yes"], ["run", "--dry-run"], ["plugins", "list"], ["exports", "list"], ["status"],
-    ["config", "check"], ["config", "show", "--origin"],
+    ["config", "check"], ["config", "show", "--origin"], ["exports", "prune", "--older-than", "30d", "--yes"],
 ]
 READ_ONLY = [["profiles"], ["sessions", "list"], ["sessions", "show", "SESSION"], ["repair"], ["run", "--dry-run"],
              ["plugins", "list"], ["exports", "list"], ["status"], ["config", "check"], ["config", "show", "--origin"]]

@@ -16,7 +16,7 @@ from hermes_admin.protocol import Job, Profile
 from hermes_admin.results import RepairRun, Run
 
 
-CHANGING = ("maintain", "change", "repair", "restore")  # the kinds of job that change stores (not when dry)
+CHANGING = ("maintain", "change", "repair", "restore", "exports_prune")  # the kinds of job that change stores (not when dry)
 
 
 @dataclass

@@ -37,5 +37,25 @@ class When(click.ParamType):
             self.fail(str(exc), param, ctx)
 
 
+class Size(click.ParamType):
+    """`500M`, `2G`, `1.5GiB`, `1000000` (bytes): powers of 1024, as `du -h` shows them."""
+
+    name = "size"
+    UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+    def convert(self, value, param, ctx):
+        import re
+
+        if isinstance(value, int):
+            return value
+        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*|\s*(\d+)\s*b\s*", str(value), re.IGNORECASE)
+        if not match:
+            self.fail(f"{value!r} is not a size (like 500M, 2G, 1.5GiB, or bytes)", param, ctx)
+        if match.group(3):
+            return int(match.group(3))
+        return int(float(match.group(1)) * self.UNITS[match.group(2).lower()])
+
+
 DURATION = Duration()
+SIZE = Size()
 WHEN = When()

@@ -290,6 +290,15 @@ def exports_list(job: Job, isolated: bool) -> Run:
     return run
 
 
+def exports_prune(job: Job, isolated: bool) -> Run:
+    from hermes_admin.profile.actions.exports import remove
+
+    run = Run(dry_run=bool(job.params["dry_run"]))
+    _each(job, run, isolated, lambda p: remove(run, p, job.layers.get(str(p.home)), job.params.get("export_dir"),
+                                               list(job.params["files"].get(str(p.home), [])), run.dry_run))
+    return run
+
+
 def repair(job: Job, isolated: bool) -> Run:
     from hermes_admin.profile.actions.repair import repair as repair_profile
 
@@ -325,7 +334,7 @@ KINDS: dict[str, Callable[[Job, bool], Run]] = {
     "maintain": maintain, "profiles": profiles, "sessions_list": sessions_list, "resolve": resolve,
     "session_detail": session_detail, "change": change, "repair": repair, "plugins_list": plugins_list,
     "restore": restore, "exports_list": exports_list, "status": status,
-    "policy": policy,
+    "policy": policy, "exports_prune": exports_prune,
 }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from typing import Callable, Iterable
 
@@ -73,8 +74,12 @@ def with_engine(run: Run, profile: Profile, work: Callable[[Engine], list[Result
             done.append(partial)
         _record(run, profile, exc)
     finally:
+        exported = engine.export.path if engine.export is not None else None
         for result in done:
             result.home = str(profile.home)
+            if exported is not None and result.action == "delete" and len(result.done) and not result.dry_run \
+                    and os.path.exists(exported):  # (an export kept 0 days is gone once the run is done)
+                result.export = str(exported)
         run.results += done
         run.warnings += [f"profile '{profile.shown}': {note}" for note in engine.notes]
 
