@@ -191,10 +191,14 @@ _VERBS = {"delete": "deleted", "archive": "archived", "unarchive": "unarchived",
           "restore": "restored"}
 
 
+# People read a task by the command that runs it alone (JSON and hook reasons keep the task's name).
+COMMAND_OF = {"ghost_prune": "prune-ghosts", "empty_sweep": "sweep-empty", "auto_archive": "archive-inactive"}
+
+
 def summary_line(result, dry_run: bool) -> str:
     """One line per task per profile, with counts: what logs and the journal show."""
     name = result.label or result.profile
-    where = f"{name}: {result.task}" if result.task else name
+    where = f"{name}: {COMMAND_OF.get(result.task, result.task)}" if result.task else name
     if result.status == "skipped":
         return f"{where}: skipped ({result.why})"
     if result.action == "repair" and not result.done:

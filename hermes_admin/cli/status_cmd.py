@@ -33,7 +33,7 @@ def changed_text(changed: dict) -> str:
         rows, files = counts.get("rows") or 0, counts.get("files") or 0
         if rows or files:
             verb = "archived" if task in ("auto_archive", "archive") else "deleted"
-            parts.append(f"{task}: {rows} {verb}" + (f", {files} file(s)" if files else ""))
+            parts.append(f"{report.COMMAND_OF.get(task, task)}: {rows} {verb}" + (f", {files} file(s)" if files else ""))
     return "; ".join(parts) or "nothing"
 
 

@@ -30,7 +30,7 @@ def test_two_roots_never_merge_in_json_or_human_output(two_roots, invoke):
     assert set(doc["policies"]) == homes  # keyed by home: nothing lost
     human = invoke("--root", str(a), "--root", str(b), "run", "--dry-run")
     for root in (a, b):
-        assert f"{root}:default: policy:" in human.stdout and f"{root}:work: ghost_prune:" in human.stdout
+        assert f"{root}:default: policy:" in human.stdout and f"{root}:work: prune-ghosts:" in human.stdout
     listing = json.loads(invoke("--root", str(a), "--root", str(b), "sessions", "list", "--json").stdout)
     assert {s["home"] for s in listing["sessions"]} <= homes and len({s["home"] for s in listing["sessions"]}) == 4
 
