@@ -219,8 +219,16 @@ def summary_line(result, dry_run: bool) -> str:
     return line + (" (dry run)" if dry_run else "")
 
 
-def summary_lines(run) -> list[str]:
-    return [summary_line(result, run.dry_run) for result in run.results]
+def changed(result) -> bool:
+    """Did (or would) this result change anything, or leave something a person must look at?"""
+    return bool(len(result.done) or len(result.files_removed) or len(result.skipped) or len(result.files_skipped)
+                or result.hook_failures or result.vacuumed)
+
+
+def summary_lines(run, only_changes: bool = False) -> list[str]:
+    """One line per task per profile; `only_changes`: the tasks that changed something (the daemon's
+    journal, like `run -q`)."""
+    return [summary_line(result, run.dry_run) for result in run.results if not only_changes or changed(result)]
 
 
 class Progress:

@@ -81,12 +81,6 @@ def confirm(question: str, yes: bool, dry_run: bool) -> None:
         raise click.exceptions.Exit(exitcodes.WARNINGS)
 
 
-def changed(result) -> bool:
-    """Did (or would) this result change anything, or leave something a person must look at?"""
-    return bool(len(result.done) or len(result.files_removed) or len(result.skipped) or len(result.files_skipped)
-                or result.hook_failures or result.vacuumed)
-
-
 def _human(run: Run, verbose: int = 0, quiet: bool = False) -> None:
     """One line per task per profile, or one line for a profile where nothing changed; under -q only
     the tasks that changed something (a run with nothing to do prints nothing, as `restic -q` and
@@ -102,12 +96,12 @@ def _human(run: Run, verbose: int = 0, quiet: bool = False) -> None:
     for result in run.results:
         by_profile.setdefault(result.home or result.profile, []).append(result)
     for results in by_profile.values():
-        if not (verbose or run.dry_run) and not any(changed(r) for r in results):
+        if not (verbose or run.dry_run) and not any(report.changed(r) for r in results):
             if not quiet:
                 report.line(_nothing_line(results))
             continue
         for result in results:
-            if not quiet or changed(result):
+            if not quiet or report.changed(result):
                 _result_lines(result, run.dry_run, verbose, quiet)
 
 

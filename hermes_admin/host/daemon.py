@@ -113,7 +113,7 @@ class Daemon:
         try:
             target = self.metrics_file or self.config.metrics_file
             run = self.work(self.config, task, TASKS[task], started, bool(target))
-            for line in report.summary_lines(run):
+            for line in report.summary_lines(run, only_changes=not log.isEnabledFor(logging.DEBUG)):
                 log.info(report.clean(line))
             for line in run.errors + run.locked + run.warnings:
                 log.warning(report.clean(line, 4000))
