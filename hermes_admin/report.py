@@ -214,8 +214,6 @@ def summary_line(result, dry_run: bool) -> str:
         line += f"; {len(result.kept)} kept"
     if result.seconds:
         line += f" ({result.seconds:.2f} s)"
-    if result.export:
-        line += f"; exported to {result.export}"
     return line + (" (dry run)" if dry_run else "")
 
 

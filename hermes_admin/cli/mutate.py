@@ -103,6 +103,8 @@ def _human(run: Run, verbose: int = 0, quiet: bool = False) -> None:
         for result in results:
             if not quiet or report.changed(result):
                 _result_lines(result, run.dry_run, verbose, quiet)
+        for path in dict.fromkeys(r.export for r in results if r.export):  # once a profile, whatever the tasks
+            report.line(f"{results[0].label or results[0].profile}: exported to {path}")
 
 
 def _nothing_line(results: list) -> str:
