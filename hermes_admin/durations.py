@@ -86,9 +86,3 @@ def when(text: str, now: float) -> float:
         moment = moment.astimezone()  # a naive time is the local zone's, as `date -d` reads it
     return moment.timestamp()
 
-
-def describe_days(value: float) -> str:
-    """`90 days`, `12 hours`: how a number of days reads back in a policy line."""
-    if value >= 1 or value == 0:
-        return f"{value:g} day{'s' if value != 1 else ''}"
-    return f"{value * 24:g} hours"

@@ -47,7 +47,7 @@ def admin_problems(app: App) -> tuple[admin_config.AdminConfig | None, list[dict
     except admin_config.ConfigError as exc:
         unknown = re.search(r"unknown key\(s\) (\S+?)[ ,]", str(exc))
         return None, [_where(path, text, unknown.group(1) if unknown else None, str(exc))]
-    app._config = loaded
+    app.use_config(loaded)
     found = []
     if loaded.metrics_file is not None and not isinstance(loaded.metrics_file, str):
         found.append(_where(path, text, "metrics_file", f"{path}: metrics_file must be a path"))

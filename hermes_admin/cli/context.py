@@ -41,6 +41,10 @@ class App:
                 raise click.exceptions.Exit(exitcodes.CONFIG)
         return self._config
 
+    def use_config(self, config: admin_config.AdminConfig) -> None:
+        """A config loaded elsewhere (`config check` reads it itself, to report every problem)."""
+        self._config = config
+
     def close(self) -> None:
         """At the end of a command (or a daemon job): the run locks go."""
         if self._run_locks is not None:

@@ -8,6 +8,7 @@ always a Run: results, errors, warnings, and for list-type jobs its rows in
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable
@@ -155,7 +156,6 @@ def policy(job: Job, isolated: bool) -> Run:
             config = None
         if config is not None:
             for warning in config.warnings:
-                import re
                 unknown = re.search(r"unknown key\(s\) ([^ ,]+)", warning)
                 section = "sessions" if ": sessions:" in warning else "plugins"
                 problem("warnings", warning, f"{section}.{unknown.group(1)}" if unknown else section)
