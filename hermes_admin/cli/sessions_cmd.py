@@ -40,14 +40,15 @@ def list_cmd(app: App, profiles, limit: int, as_json: bool):
     labels = app.labels()
     briefs.sort(key=lambda b: b["last_activity"] or "", reverse=True)
     briefs = briefs[:limit]
+    total = sum(c["sessions"] for c in answer.data.get("counts", []) if isinstance(c.get("sessions"), int))
     if as_json:
-        report.emit_json({"sessions": briefs, "errors": errors})
+        report.emit_json({"sessions": briefs, "total": total, "errors": errors})
     else:
         tables.show(COLUMNS, [[labels.get(b.get("home"), b["profile"]), b["id"], b["title"],
                                report.local_time(b["last_activity"]), b["source"], b["messages"], _state(b)]
                               for b in briefs])
-        if len(briefs) == limit:  # never stop at the limit silently
-            report.note(f"the {limit} most recently active shown; -n N for more")
+        if total > len(briefs):  # never stop at the limit silently
+            report.note(f"{len(briefs)} of {total} sessions shown, the most recently active; -n N for more")
     for message in errors:
         report.error(message)
     raise click.exceptions.Exit(app.exit_code(answer, found, profiles))

@@ -155,10 +155,12 @@ def policy(job: Job, isolated: bool) -> Run:
             problem("problems", str(exc))
             config = None
         if config is not None:
-            for warning in config.warnings:
-                unknown = re.search(r"unknown key\(s\) ([^ ,]+)", warning)
-                section = "sessions" if ": sessions:" in warning else "plugins"
-                problem("warnings", warning, f"{section}.{unknown.group(1)}" if unknown else section)
+            config.hook_timeout  # read for what it warns about (a timeout that is not a finite number >= 0)
+            for warning in config.warnings:  # `…: plugins.hook_callback_timeout …`, `…: sessions: unknown key(s) x`
+                dotted = re.search(r": ((?:sessions|plugins)\.[A-Za-z0-9_]+)", warning)
+                unknown = re.search(r": (sessions|plugins): unknown key\(s\) ([^ ,]+)", warning)
+                problem("warnings", warning, dotted.group(1) if dotted else
+                        f"{unknown.group(1)}.{unknown.group(2)}" if unknown else None)
             for where, key, message in rules.problems({}, config):  # the admin layers are checked by the host
                 problem("problems", message, f"sessions.{key}" if key else "sessions")
             try:
@@ -220,8 +222,18 @@ def sessions_list(job: Job, isolated: bool) -> Run:
     from hermes_admin.profile.views import session_brief
 
     limit = int(job.params["limit"])
-    return _rows_of_stores(job, isolated, "sessions",
-                           lambda profile, store: [session_brief(profile, row) for row in most_recent(store, limit)])
+    counts: list[dict] = []
+
+    def rows(profile: Profile, store) -> list[dict]:
+        # how many there are in all: a listing cut at the limit says so (`sessions list`)
+        total = store.db.execute_sql("SELECT COUNT(*) FROM sessions").fetchone()[0]
+        counts.append({"home": str(profile.home), "sessions": int(total)})
+        return [session_brief(profile, row) for row in most_recent(store, limit)]
+
+    run = _rows_of_stores(job, isolated, "sessions", rows)
+    if counts:
+        run.data["counts"] = counts
+    return run
 
 
 def resolve(job: Job, isolated: bool) -> Run:

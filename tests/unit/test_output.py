@@ -106,3 +106,11 @@ def test_a_closed_pipe_keeps_the_exit_code_and_the_errors(synth_root, command):
 
 def test_help_into_a_closed_pipe_is_fine():
     assert run_into_a_closed_pipe("--help").returncode == 0
+
+
+def test_sessions_list_says_when_it_stops_at_the_limit(synth_root, invoke):
+    root, _ = synth_root
+    doc = json.loads(invoke("--root", str(root), "sessions", "list", "-n", "5", "--json").stdout)
+    assert len(doc["sessions"]) == 5 and doc["total"] > 5
+    human = invoke("--root", str(root), "sessions", "list", "-n", "5")
+    assert f"5 of {doc['total']} sessions shown" in human.stderr

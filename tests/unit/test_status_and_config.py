@@ -86,3 +86,11 @@ def test_config_show_origin(synth_root, invoke, tmp_path):
     assert by["default"]["origins"]["auto_archive"] == "built-in"
     plain = invoke("--root", str(root), "--config", str(admin), "config", "show", "--origin", "-p", "legacy")
     assert f"legacy\tretention_days\t120\t{admin}: defaults.retention_days" in plain.stdout
+
+
+def test_config_check_reads_the_plugin_keys_too(synth_root, invoke):
+    root, _ = synth_root
+    (home_of(root, "work") / "config.yaml").write_text("plugins:\n  enabled: []\n  hook_callback_timeout: soon\n")
+    result = invoke("--root", str(root), "config", "check")
+    assert result.exit_code == 1  # a warning: Hermes' own default applies
+    assert f"{home_of(root, 'work') / 'config.yaml'}:3: plugins.hook_callback_timeout" in result.stderr
