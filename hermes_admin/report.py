@@ -32,6 +32,7 @@ def _plain(value):
 # (cli/main.py): whatever ended it (a missing root, a config that cannot be used, an unknown
 # session, a usage error), there is exactly one document, with the errors inside and the exit code.
 _gathering: dict | None = None
+json_written = False  # a --json document went out (the console script writes one if nothing did)
 
 
 def gather_json() -> None:
@@ -72,6 +73,8 @@ def emit_json(document: dict) -> None:
 
 def _write_json(document: dict) -> None:
     """Indented for a person at a terminal, compact for the scripts that read it."""
+    global json_written
+    json_written = True
     out = sys.stdout
     if sys.stdout.isatty():
         json.dump(document, out, indent=2, default=_plain)

@@ -180,10 +180,13 @@ def _run() -> int:
         return exitcodes.INTERRUPTED
     except click.exceptions.UsageError as exc:
         exc.show()
+        _json_for(exc, exitcodes.USAGE)
         return exitcodes.USAGE
     except click.ClickException as exc:
         exc.show()
-        return exitcodes.USAGE if exc.exit_code == 2 else exc.exit_code
+        code = exitcodes.USAGE if exc.exit_code == 2 else exc.exit_code
+        _json_for(exc, code)
+        return code
     except Exception:  # a bug of ours: one line, the traceback only under -v
         import traceback
         if "-v" in sys.argv or "--verbose" in sys.argv or any(a.startswith("-vv") for a in sys.argv):
@@ -193,6 +196,19 @@ def _run() -> int:
                    err=True)
         return exitcodes.INTERNAL
     return final_code(code)
+
+
+def _json_for(exc: click.ClickException, code: int) -> None:
+    """A usage error before any command ran (`hermes-admin --bogus profiles --json`): the one
+    document --json promises still goes out, holding the error."""
+    from hermes_admin import report
+
+    args = sys.argv[1:]
+    args = args[:args.index("--")] if "--" in args else args
+    if "--json" in args and not report.json_written:
+        report.gather_json()
+        report.record_error(exc.format_message())
+        report.finish_json(code)
 
 
 def final_code(code) -> int:

@@ -140,11 +140,14 @@ def test_json_is_one_document_with_the_error_inside(command, case, synth_root, i
         assert all(message in result.stderr for message in doc["errors"][:1])
 
 
-def test_a_usage_error_under_json_is_a_document_too():
-    done = run_main("purge", "--older-than", "soon", "--json")
+@pytest.mark.parametrize("args, says", [(["purge", "--older-than", "soon", "--json"], "is not a duration"),
+                                        (["--bogus", "profiles", "--json"], "No such option"),
+                                        (["profiles", "--json", "--bogus"], "No such option")])
+def test_a_usage_error_under_json_is_a_document_too(args, says):
+    done = run_main(*args)
     assert done.returncode == 64
     doc = json.loads(done.stdout)
-    assert doc["exit_code"] == 64 and "is not a duration" in doc["errors"][0]
+    assert doc["exit_code"] == 64 and says in doc["errors"][0]
 
 
 def test_answering_no_changes_nothing_and_is_not_an_interruption(synth_root, invoke, monkeypatch):
