@@ -114,3 +114,11 @@ def test_sessions_list_says_when_it_stops_at_the_limit(synth_root, invoke):
     assert len(doc["sessions"]) == 5 and doc["total"] > 5
     human = invoke("--root", str(root), "sessions", "list", "-n", "5")
     assert f"5 of {doc['total']} sessions shown" in human.stderr
+
+
+def test_colour_only_on_a_terminal_and_never_with_no_color(monkeypatch):
+    monkeypatch.setenv("FORCE_COLOR", "1")  # as if stdout were a terminal
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    assert not tables._console().no_color
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert tables._console().no_color
