@@ -105,7 +105,7 @@ class Flock:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = lockrecord.describe(fd, lockrecord.holder(fd) if self.record else None)
+            holder = lockrecord.describe(fd, lockrecord.holder(fd))
             os.close(fd)
             raise LockHeld(f"{self.path}: {self.what}{holder}") from None
         self.fd = fd
