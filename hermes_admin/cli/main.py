@@ -72,7 +72,8 @@ class LazyGroup(click.Group):
         from hermes_admin import report
 
         args = [*getattr(ctx, "_protected_args", []), *ctx.args]
-        if "--json" not in (args[:args.index("--")] if "--" in args else args):
+        args = args[:args.index("--")] if "--" in args else args
+        if "--json" not in args or {"--help", "-h"} & set(args):  # help is text, asked for
             return super().invoke(ctx)
         report.gather_json()
         code = exitcodes.INTERNAL
