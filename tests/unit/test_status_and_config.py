@@ -40,6 +40,7 @@ def test_status_keeps_the_last_error(synth_root, invoke, tmp_path):
     assert invoke("--root", str(root), "run", "--yes", "-p", "work").exit_code in (0, 1)
     (work,) = json.loads(invoke("--root", str(root), "status", "--json", "-p", "work").stdout)["profiles"]
     assert work["last_run"]["result"] in ("ok", "warnings")
+    assert "auto_prune must be true or false" in work["last_run"]["last_error"]["message"]  # kept from the run before
 
 
 def test_a_dry_run_records_nothing(synth_root, invoke):
