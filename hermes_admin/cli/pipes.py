@@ -54,5 +54,8 @@ class PipeSafe:
 
 
 def guard_stdout() -> None:
+    """stdout, and stderr too (`cmd 2>&1 | head -1` closes both at once)."""
     if not isinstance(sys.stdout, PipeSafe) and sys.stdout is not None:
         sys.stdout = PipeSafe(sys.stdout)
+    if not isinstance(sys.stderr, PipeSafe) and sys.stderr is not None:
+        sys.stderr = PipeSafe(sys.stderr)

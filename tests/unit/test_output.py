@@ -81,13 +81,15 @@ def test_a_cell_never_breaks_its_line(capsys):
     assert capsys.readouterr().out.splitlines() == ["a\tb", "x\\x09y\ttwo\\x0alines"]
 
 
-def run_into_a_closed_pipe(*args, env=None):
-    """The console script with a stdout whose reader is gone before it writes (what `| head -1` becomes)."""
+def run_into_a_closed_pipe(*args, env=None, stderr_too=False):
+    """The console script with a stdout whose reader is gone before it writes (what `| head -1` becomes;
+    `stderr_too`: `2>&1 | head -1`)."""
     read, write = os.pipe()
     os.close(read)
     try:
-        done = subprocess.run([sys.executable, "-m", "hermes_admin", *args], stdout=write, stderr=subprocess.PIPE,
-                              text=True, env=dict(os.environ, HERMES_ADMIN_CONFIG="", **(env or {})), timeout=120)
+        done = subprocess.run([sys.executable, "-m", "hermes_admin", *args], stdout=write,
+                              stderr=write if stderr_too else subprocess.PIPE, text=True,
+                              env=dict(os.environ, HERMES_ADMIN_CONFIG="", **(env or {})), timeout=120)
     finally:
         os.close(write)
     return done
@@ -102,6 +104,14 @@ def test_a_closed_pipe_keeps_the_exit_code_and_the_errors(synth_root, command):
     done = run_into_a_closed_pipe("--root", str(root), *command)
     assert done.returncode == 2, done.stderr
     assert "profile 'broken'" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_both_streams_into_a_closed_pipe_keep_the_exit_code(synth_root):
+    root, _ = synth_root
+    broken = root / "profiles" / "broken"
+    broken.mkdir()
+    (broken / "state.db").write_bytes(b"\x00garbage" * 512)
+    assert run_into_a_closed_pipe("--root", str(root), "run", "--dry-run", stderr_too=True).returncode == 2
 
 
 def test_help_into_a_closed_pipe_is_fine():
