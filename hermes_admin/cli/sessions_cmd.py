@@ -96,6 +96,8 @@ def show_cmd(app: App, session_id: str, profiles, as_json: bool):
             lines = [report.clean(f["path"]) + (" (symlink)" if f["symlink"] else "") for f in value] or ["-"]
         elif isinstance(value, list):
             lines = [report.clean(", ".join(str(v) for v in value) or "-")]
+        elif key.endswith("_at") or key == "last_activity":  # one time format for people (JSON keeps ISO)
+            lines = [report.clean(report.local_time(value) or "-")]
         else:
             lines = [report.clean("-" if value is None else value)]
         for n, text in enumerate(lines):  # Text: markup inside a title is never interpreted
