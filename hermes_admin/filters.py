@@ -2,18 +2,15 @@
 
 `--source`, `--end-reason` (exact), `--title`, `--model` (case-insensitive
 substring), `--min-messages`/`--max-messages` (message rows), `--before`/
-`--after` (last activity; a duration like `5h`, `2d`, `1w` back from now, or an
-ISO time).
+`--after` (last activity; a duration back from now, or an ISO time: durations.py).
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, fields
-from datetime import datetime, timezone
 
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$", re.IGNORECASE)
+from hermes_admin import durations
+
 
 
 class FilterError(ValueError):
@@ -21,17 +18,11 @@ class FilterError(ValueError):
 
 
 def parse_when(text: str, now: float) -> float:
-    """`5h`, `2d`, `1w` (that long before now) or an ISO time (UTC unless it says otherwise)."""
-    match = _DURATION.match(text)
-    if match:
-        return now - float(match.group(1)) * _UNITS[match.group(2).lower()]
+    """A duration back from `now` (`5h`, `2d`, `1w2d`, `3mo`) or an ISO time (local unless it says)."""
     try:
-        when = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise FilterError(f"{text!r} is neither a duration (like 5h, 2d, 1w) nor an ISO time") from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
-    return when.timestamp()
+        return durations.when(text, now)
+    except durations.DurationError as exc:
+        raise FilterError(str(exc)) from None
 
 
 @dataclass(frozen=True)

@@ -31,3 +31,56 @@ def holder(fd: int) -> int | None:
         return None
     pid = record.get("pid") if isinstance(record, dict) else None
     return pid if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 else None
+
+
+def kernel_holders(st: os.stat_result, kinds: tuple[str, ...] = ("FLOCK",)) -> list[int]:
+    """The pids the kernel says hold a lock of these kinds (FLOCK; POSIX for SQLite's) on the file
+    `st` is of, from /proc/locks: the real holder, whatever a record in the file says. Waiters
+    (`->`) are not holders. Empty where /proc/locks cannot say (no procfs, another pid namespace)."""
+    want = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    pids: list[int] = []
+    try:
+        with open("/proc/locks", encoding="ascii", errors="replace") as table:
+            for line in table:
+                parts = line.split()
+                if len(parts) < 6 or parts[1] == "->" or parts[1] not in kinds or parts[5] != want:
+                    continue
+                try:
+                    pid = int(parts[4])
+                except ValueError:
+                    continue
+                if pid > 0 and pid not in pids:
+                    pids.append(pid)
+    except OSError:
+        return []
+    return pids
+
+
+def command_of(pid: int, limit: int = 120) -> str | None:
+    """`hermes-admin --all-users run`: what a process runs, or None once it is gone (or hidden)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as source:
+            words = source.read(4096).rstrip(b"\0").split(b"\0")
+    except OSError:
+        return None
+    text = " ".join(os.path.basename(w.decode(errors="replace")) if n == 0 else w.decode(errors="replace")
+                    for n, w in enumerate(words) if w)
+    return text[:limit] + ("…" if len(text) > limit else "") if text else None
+
+
+def describe(fd: int, recorded: int | None = None, kinds: tuple[str, ...] = ("FLOCK",)) -> str:
+    """` (held by pid 123: hermes-admin run)`: the holder as the kernel knows it, and whether the
+    pid recorded in the file is stale; the record alone where the kernel cannot say."""
+    try:
+        held = kernel_holders(os.fstat(fd), kinds)
+    except OSError:
+        held = []
+    if held:
+        said = ", ".join(f"pid {pid}" + (f": {command_of(pid)}" if command_of(pid) else "") for pid in held[:3])
+        stale = f"; the pid {recorded} recorded in it is stale" if recorded and recorded not in held else ""
+        return f" (held by {said}{stale})"
+    if recorded:
+        alive = command_of(recorded)
+        return f" (pid {recorded}: {alive})" if alive else \
+            f" (the record names pid {recorded}, which is not running: the record is stale)"
+    return ""

@@ -275,6 +275,7 @@ class Reader:
         result.longest_write = _opt_text(v.get("longest_write"))
         result.vacuumed = _flag(v.get("vacuumed"))
         result.seconds = float(_number(v.get("seconds")))
+        result.export = _opt_text(v.get("export"))
         return result
 
     def _item(self, name, value) -> None:

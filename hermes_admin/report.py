@@ -28,11 +28,53 @@ def _plain(value):
     return value.as_dict() if hasattr(value, "as_dict") else str(value)
 
 
-def emit_json(document: dict) -> None:
-    """Exactly one JSON document on stdout; nothing else is ever printed there with --json.
+# With --json, the command's document is gathered and written once, when the command ends
+# (cli/main.py): whatever ended it (a missing root, a config that cannot be used, an unknown
+# session, a usage error), there is exactly one document, with the errors inside and the exit code.
+_gathering: dict | None = None
+json_written = False  # a --json document went out (the console script writes one if nothing did)
 
-    Indented for a person at a terminal, compact for the scripts that read it.
-    """
+
+def gather_json() -> None:
+    global _gathering
+    _gathering = {"doc": None, "errors": [], "warnings": []}
+
+
+def finish_json(code: int) -> None:
+    """Write the gathered document (or one holding only the errors), with the errors said on stderr."""
+    global _gathering
+    if _gathering is None:
+        return
+    gathered, _gathering = _gathering, None
+    doc = dict(gathered["doc"] or {})
+    said = {str(m) for key in ("errors", "locked") for m in (doc.get(key) or [])}
+    extra = [m for m in gathered["errors"] if m not in said]
+    if extra or "errors" not in doc:
+        doc["errors"] = [*(doc.get("errors") or []), *extra]
+    if gathered["warnings"] and "warnings" not in doc:
+        doc["warnings"] = gathered["warnings"]
+    doc["exit_code"] = code
+    _write_json(doc)
+
+
+def record_error(message: str) -> None:
+    """An error said elsewhere (click says usage errors itself), kept for the --json document."""
+    if _gathering is not None:
+        _gathering["errors"].append(str(message))
+
+
+def emit_json(document: dict) -> None:
+    """Exactly one JSON document on stdout; nothing else is ever printed there with --json."""
+    if _gathering is not None:
+        _gathering["doc"] = document
+        return
+    _write_json(document)
+
+
+def _write_json(document: dict) -> None:
+    """Indented for a person at a terminal, compact for the scripts that read it."""
+    global json_written
+    json_written = True
     out = sys.stdout
     if sys.stdout.isatty():
         json.dump(document, out, indent=2, default=_plain)
@@ -77,7 +119,8 @@ def _write_compact(value, write) -> None:
 
 
 def stdout_console():
-    """Tables for people on stdout: as wide as the terminal; piped, never wrapped at all."""
+    """Text for people on stdout: as wide as the terminal; piped, never wrapped and never coloured
+    (rich also honours NO_COLOR)."""
     from rich.console import Console
     tty = sys.stdout.isatty()
     return Console(file=sys.stdout, soft_wrap=False, width=None if tty else 1_000_000, no_color=not tty,
@@ -107,12 +150,33 @@ def line(text: str) -> None:
     click.echo(clean(text))
 
 
+def note(message: str) -> None:
+    """A remark for the person reading (not a problem) on stderr."""
+    click.echo(f"hermes-admin: {clean(message, 4000)}", err=True)
+
+
 def warn(message: str) -> None:
+    if _gathering is not None:
+        _gathering["warnings"].append(str(message))
     click.echo(f"hermes-admin: warning: {clean(message, 4000)}", err=True)
 
 
 def error(message: str) -> None:
+    if _gathering is not None:
+        _gathering["errors"].append(str(message))
     click.echo(f"hermes-admin: error: {clean(message, 4000)}", err=True)
+
+
+def local_time(value) -> str | None:
+    """One way to show a time to people: `2026-12-02 19:16` in the local zone (JSON keeps ISO 8601 in UTC)."""
+    if value is None or value == "":
+        return None
+    try:
+        moment = datetime.fromtimestamp(float(value)) if isinstance(value, (int, float)) else \
+            datetime.fromisoformat(str(value)).astimezone()
+    except (ValueError, OverflowError, OSError):
+        return str(value)
+    return moment.strftime("%Y-%m-%d %H:%M")
 
 
 def human_bytes(n: int | None) -> str:
@@ -126,51 +190,18 @@ def human_bytes(n: int | None) -> str:
     return str(n)
 
 
-def shorten_middle(text: str, width: int) -> str:
-    """`/home/alice/…/profiles/work`: a long path keeps both its ends."""
-    if len(text) <= width or width < 5:
-        return text
-    head = (width - 1) // 2
-    return text[:head] + "…" + text[len(text) - (width - 1 - head):]
-
-
-def table(title: str | None, columns: list[str], rows: list[list[object]], squeeze: tuple[str, ...] = ("home",)):
-    """A table that never folds a cell: on a terminal narrower than the table, the `squeeze` columns
-    (paths) are shortened in the middle to fit; piped, every cell is whole."""
-    import shutil
-
-    from rich.table import Table
-    from rich.text import Text
-
-    cells = [["-" if v is None else clean(v) for v in row] for row in rows]
-    if sys.stdout.isatty() and cells:
-        width = shutil.get_terminal_size((100, 24)).columns
-        natural = [max([len(name)] + [len(row[i]) for row in cells]) for i, name in enumerate(columns)]
-        over = sum(natural) + 3 * len(columns) + 1 - width
-        squeezable = [i for i, name in enumerate(columns) if name in squeeze]
-        for i in squeezable:
-            if over <= 0:
-                break
-            target = max(len(columns[i]), 16, natural[i] - over)
-            over -= natural[i] - target
-            for row in cells:
-                row[i] = shorten_middle(row[i], target)
-    out = Table(title=title, show_lines=False, header_style="bold")
-    for name in columns:
-        out.add_column(name, no_wrap=True, overflow="ellipsis")
-    for row in cells:  # Text, not str: markup inside data is never interpreted
-        out.add_row(*[Text(v) for v in row])
-    return out
-
-
 _VERBS = {"delete": "deleted", "archive": "archived", "unarchive": "unarchived", "repair": "deleted by repair",
           "restore": "restored", "close": "closed as stale (startup_orphan_reap)"}
+
+
+# People read a task by the command that runs it alone (JSON and hook reasons keep the task's name).
+COMMAND_OF = {"ghost_prune": "prune-ghosts", "empty_sweep": "sweep-empty", "auto_archive": "archive-inactive"}
 
 
 def summary_line(result, dry_run: bool) -> str:
     """One line per task per profile, with counts: what logs and the journal show."""
     name = result.label or result.profile
-    where = f"{name}: {result.task}" if result.task else name
+    where = f"{name}: {COMMAND_OF.get(result.task, result.task)}" if result.task else name
     if result.status == "skipped":
         return f"{where}: skipped ({result.why})"
     if result.action == "repair" and not result.done:
@@ -189,8 +220,16 @@ def summary_line(result, dry_run: bool) -> str:
     return line + (" (dry run)" if dry_run else "")
 
 
-def summary_lines(run) -> list[str]:
-    return [summary_line(result, run.dry_run) for result in run.results]
+def changed(result) -> bool:
+    """Did (or would) this result change anything, or leave something a person must look at?"""
+    return bool(len(result.done) or len(result.files_removed) or len(result.skipped) or len(result.files_skipped)
+                or result.hook_failures or result.vacuumed)
+
+
+def summary_lines(run, only_changes: bool = False) -> list[str]:
+    """One line per task per profile; `only_changes`: the tasks that changed something (the daemon's
+    journal, like `run -q`)."""
+    return [summary_line(result, run.dry_run) for result in run.results if not only_changes or changed(result)]
 
 
 class Progress:

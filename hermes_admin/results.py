@@ -58,6 +58,7 @@ class Result:
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0  # wall time of the task
     home: str | None = None  # the profile's home: what tells two roots' `default` apart
+    export: str | None = None  # the export file its deleted units were written to first (restore FILE)
     label: str | None = field(default=None, compare=False)  # how people read it (ROOT:NAME, several roots)
 
     def absorb(self, other: "Result") -> None:
@@ -85,7 +86,7 @@ class Result:
             "hook_failures": self.hook_failures, "transactions": self.transactions,
             "longest_write_ms": round(self.longest_write_ms, 2), "longest_write": self.longest_write,
             "vacuumed": self.vacuumed, "notes": self.notes,
-            "seconds": round(self.seconds, 3),
+            "seconds": round(self.seconds, 3), "export": self.export,
         }
 
 

@@ -210,3 +210,20 @@ def load_mapping(path: Path, what: str = "a mapping of keys", keys: frozenset[st
     if not isinstance(data, dict):
         raise YAMLRefused(f"{path}: must be {what}, not {type(data).__name__}")
     return data
+
+
+def line_of(text: str, dotted: str) -> int | None:
+    """The line (1-based) where a key path (`profiles.work.retention_days`) is written in a YAML text,
+    found by reading the text for each key in turn, in block or flow style: for messages that name
+    the line of a problem (`config check`), not for reading values."""
+    line, start = None, 0
+    lines = text.splitlines()
+    for part in [p for p in dotted.split(".") if p]:
+        pattern = re.compile(r"(^|[\s{,\-])['\"]?" + re.escape(part) + r"['\"]?\s*:")
+        for n in range(start, len(lines)):
+            if pattern.search(lines[n].split("#", 1)[0]):
+                line, start = n + 1, n
+                break
+        else:
+            return line
+    return line

@@ -6,7 +6,8 @@ COMMANDS = [
     ["sessions", "unarchive", "SESSION", "--yes"],
     ["purge", "--older-than", "90", "--yes"], ["sweep-empty", "--yes"], ["prune-ghosts", "--yes"],
     ["archive-inactive", "--days", "30", "--yes"], ["repair"], ["repair", "--apply", "--yes"],
-    ["run", "--yes"], ["run", "--dry-run"], ["plugins", "list"], ["exports", "list"],
+    ["run", "--yes"], ["run", "--dry-run"], ["plugins", "list"], ["exports", "list"], ["status"],
+    ["config", "check"], ["config", "show", "--origin"], ["exports", "prune", "--older-than", "30d", "--yes"],
 ]
 READ_ONLY = [["profiles"], ["sessions", "list"], ["sessions", "show", "SESSION"], ["repair"], ["run", "--dry-run"],
-             ["plugins", "list"], ["exports", "list"]]
+             ["plugins", "list"], ["exports", "list"], ["status"], ["config", "check"], ["config", "show", "--origin"]]

@@ -16,7 +16,7 @@ from hermes_admin.protocol import Job, Profile
 from hermes_admin.results import RepairRun, Run
 
 
-CHANGING = ("maintain", "change", "repair", "restore")  # the kinds of job that change stores (not when dry)
+CHANGING = ("maintain", "change", "repair", "restore", "exports_prune")  # the kinds of job that change stores (not when dry)
 
 
 @dataclass
@@ -25,6 +25,8 @@ class App:
     config_path: str | None = None
     all_users: bool = False
     verbose: int = 0
+    quiet: bool = False
+    lock_wait: float | None = None  # --lock-wait: seconds a write waits for a store held by another process
     _config: admin_config.AdminConfig | None = field(default=None, repr=False)
     _everything: homes.Discovery | None = field(default=None, repr=False)
     _run_locks: object = field(default=None, repr=False)  # host.runlock.RunLocks, once a change starts
@@ -37,8 +39,12 @@ class App:
                 self._config = admin_config.load(self.config_path)
             except admin_config.ConfigError as exc:
                 report.error(f"config: {exc}")
-                raise click.exceptions.Exit(exitcodes.PROFILE_FAILED)
+                raise click.exceptions.Exit(exitcodes.CONFIG)
         return self._config
+
+    def use_config(self, config: admin_config.AdminConfig) -> None:
+        """A config loaded elsewhere (`config check` reads it itself, to report every problem)."""
+        self._config = config
 
     def close(self) -> None:
         """At the end of a command (or a daemon job): the run locks go."""
@@ -151,7 +157,7 @@ class App:
                 {"name": p.name, "home": str(p.home), "ok": False} for p in profiles if p not in kept)
         profiles = kept
         owners = self.everything().owners
-        params = dict(params, siblings=self._siblings(), verbose=self.verbose,
+        params = dict(params, siblings=self._siblings(), verbose=self.verbose, lock_wait=self.lock_wait,
                       safe_mode=os.environ.get("HERMES_SAFE_MODE", ""),  # a worker's environment is clean
                       bundled_plugins=os.environ.get("HERMES_BUNDLED_PLUGINS", ""),  # Hermes' own override
                       processes=1 if os.environ.get("HERMES_ADMIN_PROCESSES") == "1" else 2)  # profile/fork.py

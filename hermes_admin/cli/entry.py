@@ -32,6 +32,8 @@ def _say(text: str) -> None:
     try:
         sys.stdout.write(text)
         sys.stdout.flush()
+    except BrokenPipeError:  # `--help | head -1`: the reader had enough; that is no error
+        os._exit(0)
     except (OSError, ValueError, AttributeError) as exc:
         from hermes_admin import exitcodes
 

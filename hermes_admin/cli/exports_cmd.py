@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import os
+import re
 import time
 from pathlib import Path
 
 import click
 
-from hermes_admin import report
+from hermes_admin import report, tables
+from hermes_admin.tables import Column
 from hermes_admin.cli import mutate
 from hermes_admin.cli.context import App, json_option, pass_app, profile_option
 from hermes_admin.cli.maintain_cmd import absolute_dir, export_dir_option
+from hermes_admin.cli.params import DURATION, SIZE
 from hermes_admin.results import Run
 
 
@@ -24,8 +27,17 @@ def _owner_of(path: Path, profiles):
     return None
 
 
+def _by_id(app: App, profiles, wanted: str) -> str:
+    """The export whose short id begins with `wanted` (one, or a usage error naming the matches)."""
+    answer = app.work("exports_list", {}, profiles, with_policy=True)
+    matches = [r["file"] for r in answer.data.get("exports", []) if short_id(r["file"]).startswith(wanted)]
+    if len(matches) != 1:
+        raise click.UsageError(f"export id {wanted!r} matches " + (", ".join(matches[:5]) if matches else "no export"))
+    return matches[0]
+
+
 @click.command()
-@click.argument("file", type=click.Path(dir_okay=False))
+@click.argument("file", metavar="FILE|ID")
 @click.option("--session", "sessions", multiple=True, metavar="ID",
               help="Only the unit holding this session id (repeatable).")
 @profile_option
@@ -34,9 +46,13 @@ def _owner_of(path: Path, profiles):
 @json_option
 @pass_app
 def restore(app: App, file, sessions, profiles, dry_run, yes, as_json):
-    """Put the units of an export back; a session id that exists is left alone and reported."""
-    path = Path(os.path.normpath(os.path.abspath(file)))
+    """Put the units of an export back; a session id that exists is left alone and reported.
+
+    FILE is the export's path, or its id from `exports list`."""
     found = app.discover(profiles)
+    if not os.path.lexists(file) and re.fullmatch(r"[0-9a-f]{4,64}", file):
+        file = _by_id(app, found.profiles, file)
+    path = Path(os.path.normpath(os.path.abspath(file)))
     chosen = found.profiles if profiles else [p for p in [_owner_of(path, found.profiles)] if p]
     if len(chosen) != 1:
         raise click.UsageError(
@@ -47,7 +63,21 @@ def restore(app: App, file, sessions, profiles, dry_run, yes, as_json):
     params = {"file": str(path), "sessions": list(sessions) or None, "dry_run": dry_run}
     run = Run(dry_run=dry_run)
     run.merge(app.work("restore", params, chosen))
-    mutate.finish(run, as_json, "restore", app.verbose)
+    mutate.finish(run, as_json, "restore", app.verbose, app.quiet)
+
+
+# On a narrow terminal the counts go first; profile, id and file stay whole.
+COLUMNS = [Column("profile", whole=True), Column("id", whole=True), Column("created", drop=1),
+           Column("units", drop=3), Column("sessions", drop=4), Column("messages", drop=5),
+           Column("size", drop=2), Column("reasons", drop=6), Column("file", whole=True)]
+
+
+def short_id(path: str) -> str:
+    """A short, stable id for an export (as restic's snapshot ids): what `restore` and `exports prune`
+    take instead of the path. Derived from the file's name, which holds its second and a random part."""
+    import hashlib
+
+    return hashlib.sha256(os.path.basename(path).encode()).hexdigest()[:8]
 
 
 @click.group()
@@ -65,18 +95,77 @@ def list_cmd(app: App, profiles, export_dir, as_json: bool):
     found = app.discover(profiles)
     answer = app.work("exports_list", {"export_dir": absolute_dir(export_dir)}, found.profiles, with_policy=True)
     rows = answer.data.get("exports", [])
+    for row in rows:
+        row["id"] = short_id(row["file"])
     labels = app.labels()
+    total = sum(r["bytes"] for r in rows)
     if as_json:
-        report.emit_json({"exports": rows, "warnings": answer.warnings, "errors": answer.errors})
+        report.emit_json({"exports": rows, "total_bytes": total, "warnings": answer.warnings, "errors": answer.errors})
     else:
-        report.stdout_console().print(report.table(
-            None, ["profile", "created", "units", "sessions", "messages", "size", "reasons", "file"],
-            [[labels.get(r["home"], r["profile"]),
-              time.strftime("%Y-%m-%d %H:%M", time.localtime(r["created"])) if r.get("created") else "-",
-              r["units"], r["sessions"], r["messages"], f"{r['bytes'] / 1e6:.1f} MB", ", ".join(r["reasons"]),
-              r["file"]] for r in rows]))
+        tables.show(COLUMNS, [
+            [labels.get(r["home"], r["profile"]), r["id"], report.local_time(r.get("created")), r["units"],
+             r["sessions"], r["messages"], report.human_bytes(r["bytes"]), ", ".join(r["reasons"]), r["file"]]
+            for r in rows])
+        if not tables.plain():
+            report.line(f"{len(rows)} export(s), {report.human_bytes(total)}")
         for line in answer.warnings:
             report.warn(line)
     for message in answer.errors:
         report.error(message)
     raise click.exceptions.Exit(app.exit_code(answer, found, profiles))
+
+
+@exports.command("prune")
+@click.option("--older-than", type=DURATION, metavar="AGE", help="Remove exports made longer ago than AGE (30d, 2w, 3mo).")
+@click.option("--max-size", type=SIZE, metavar="SIZE",
+              help="Remove the oldest exports until those left take at most SIZE together (500M, 2G).")
+@profile_option
+@export_dir_option
+@mutate.dry_run_option
+@mutate.yes_option
+@json_option
+@pass_app
+def prune(app: App, older_than, max_size, profiles, export_dir, dry_run, yes, as_json):
+    """Remove old exports by age or total size, oldest first (each with its manifest)."""
+    if older_than is None and max_size is None:
+        raise click.UsageError("say what to remove: --older-than AGE and/or --max-size SIZE")
+    found = app.discover(profiles)
+    answer = app.work("exports_list", {"export_dir": absolute_dir(export_dir)}, found.profiles, with_policy=True)
+    rows = sorted(answer.data.get("exports", []), key=lambda r: (r.get("created") or 0, r["file"]))
+    now = time.time()
+    doomed = [r for r in rows if older_than is not None and (r.get("created") or now) < now - older_than * 86400]
+    if max_size is not None:
+        left = [r for r in rows if r not in doomed]
+        total = sum(r["bytes"] for r in left)
+        for row in left:  # oldest first
+            if total <= max_size:
+                break
+            doomed.append(row)
+            total -= row["bytes"]
+    run = Run(dry_run=dry_run)
+    run.errors += answer.errors
+    run.warnings += answer.warnings
+    if doomed:
+        mutate.confirm(f"Remove {len(doomed)} export(s), {report.human_bytes(sum(r['bytes'] for r in doomed))}?",
+                       yes, dry_run)
+    files: dict[str, list[str]] = {}
+    for row in doomed:
+        files.setdefault(row["home"], []).append(row["file"])
+    # Every selected profile, even with nothing to remove: the root's run lock is taken as for any change,
+    # so a prune never races a run that is writing its export.
+    run.merge(app.work("exports_prune", {"files": files, "dry_run": dry_run, "export_dir": absolute_dir(export_dir)},
+                       found.profiles, with_policy=True))
+    removed = run.data.get("removed", [])
+    for row in removed:
+        row["id"] = short_id(row["file"])
+    if as_json:
+        report.emit_json({"dry_run": dry_run, "removed": removed, "freed_bytes": sum(r["bytes"] for r in removed),
+                          "errors": run.errors, "warnings": run.warnings})
+    else:
+        would = "would be " if dry_run else ""
+        for row in removed:
+            report.line(f"{row['id']}  {row['file']}: {would}removed ({report.human_bytes(row['bytes'])})")
+        if not app.quiet or removed:
+            report.line(f"{len(removed)} export(s), {report.human_bytes(sum(r['bytes'] for r in removed))} {would}removed")
+    mutate.problems(run)
+    raise click.exceptions.Exit(run.exit_code() if not app.failed_discovery(found, profiles) else 2)

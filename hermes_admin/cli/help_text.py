@@ -7,14 +7,19 @@ Usage: hermes-admin [OPTIONS] COMMAND [ARGS]...
   Maintenance for Hermes Agent installations: every profile of every root.
 
 Options:
-  --root PATH    A Hermes root (repeatable). Default: $HERMES_HOME's root,
-                 else ~/.hermes.
-  --config FILE  Admin config (default: $HERMES_ADMIN_CONFIG, the user/site
-                 config dir, /etc/hermes-admin).
-  --all-users    Also every local user's default root.
-  -v, --verbose  More detail on stderr.
-  --version      Show the version and exit.
-  -h, --help     Show this message and exit.
+  --root PATH          A Hermes root (repeatable). Default: $HERMES_HOME's
+                       root, else ~/.hermes.
+  --config FILE        Admin config (default: $HERMES_ADMIN_CONFIG, the
+                       user/site config dir, /etc/hermes-admin).
+  --all-users          Also every local user's default root.
+  -v, --verbose        More detail on stderr.
+  -q, --quiet          Only what changed, warnings and errors (for timers).
+  --plain              Tables as tab-separated lines, no box drawing (as when
+                       piped).
+  --lock-wait SECONDS  How long a write waits for a store another process
+                       holds (default 20), then exit 3 naming it.  [x>=0]
+  --version            Show the version and exit.
+  -h, --help           Show this message and exit.
 
 Commands:
   profiles          List every profile with its health and counts.
@@ -36,6 +41,10 @@ Commands:
   exports           The exports every delete writes first (restorable with
                     `restore FILE`).
   plugins           Hermes plugins that receive `on_session_delete`.
+  status            The last run per profile and the next scheduled one;
+                    changes nothing.
+  config            Check the admin config, presets and profiles' config.yaml;
+                    show effective values.
   daemon            Run the maintenance tasks on the admin config's
                     `schedule:` until stopped.
   systemd           systemd units for hermes-admin.

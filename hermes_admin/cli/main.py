@@ -46,6 +46,8 @@ COMMANDS = {
                 "Put the units of an export back; a session id that exists is left alone and reported."),
     "exports": ("exports_cmd", "exports", "The exports every delete writes first (restorable with `restore FILE`)."),
     "plugins": ("plugins_cmd", "plugins", "Hermes plugins that receive `on_session_delete`."),
+    "status": ("status_cmd", "status", "The last run per profile and the next scheduled one; changes nothing."),
+    "config": ("config_cmd", "config", "Check the admin config, presets and profiles' config.yaml; show effective values."),
     "daemon": ("ops_cmd", "daemon", "Run the maintenance tasks on the admin config's `schedule:` until stopped."),
     "systemd": ("ops_cmd", "systemd", "systemd units for hermes-admin."),
     "demo": ("demo_cmd", "demo", "Build a throwaway Hermes root with several profiles and run on it."),
@@ -65,6 +67,36 @@ class LazyGroup(click.Group):
         module, attribute, _ = COMMANDS[name]
         return getattr(import_module(f"hermes_admin.cli.{module}"), attribute)
 
+    def invoke(self, ctx):
+        """The command, and with --json its one document written as it ends, whatever ended it."""
+        from hermes_admin import report
+
+        args = [*getattr(ctx, "_protected_args", []), *ctx.args]
+        args = args[:args.index("--")] if "--" in args else args
+        if "--json" not in args or {"--help", "-h"} & set(args):  # help is text, asked for
+            return super().invoke(ctx)
+        report.gather_json()
+        code = exitcodes.INTERNAL
+        try:
+            result = super().invoke(ctx)
+            code = result if isinstance(result, int) else exitcodes.OK
+            return result
+        except click.exceptions.Exit as exc:
+            code = exc.exit_code
+            raise
+        except click.ClickException as exc:
+            code = exitcodes.USAGE if exc.exit_code == 2 else exc.exit_code
+            report.record_error(exc.format_message())
+            raise
+        except (click.exceptions.Abort, KeyboardInterrupt):
+            code = exitcodes.INTERRUPTED
+            raise
+        except Exception as exc:
+            report.record_error(f"internal error: {type(exc).__name__}: {exc}")
+            raise
+        finally:
+            report.finish_json(final_code(code))
+
     def format_commands(self, ctx, formatter):
         with formatter.section("Commands"):
             formatter.write_dl([(name, short) for name, (_, _, short) in COMMANDS.items()])
@@ -77,13 +109,21 @@ class LazyGroup(click.Group):
               help="Admin config (default: $HERMES_ADMIN_CONFIG, the user/site config dir, /etc/hermes-admin).")
 @click.option("--all-users", is_flag=True, help="Also every local user's default root.")
 @click.option("-v", "--verbose", count=True, help="More detail on stderr.")
+@click.option("-q", "--quiet", is_flag=True, help="Only what changed, warnings and errors (for timers).")
+@click.option("--plain", is_flag=True, help="Tables as tab-separated lines, no box drawing (as when piped).")
+@click.option("--lock-wait", type=click.FloatRange(min=0), metavar="SECONDS",
+              help="How long a write waits for a store another process holds without progress (default: the "
+                   "policy's lock_wait, 300), then exit 3 naming it.")
 @click.version_option(__version__, prog_name="hermes-admin")
 @click.pass_context
-def cli(ctx: click.Context, roots, config_path, all_users, verbose):
+def cli(ctx: click.Context, roots, config_path, all_users, verbose, quiet, plain, lock_wait):
     """Maintenance for Hermes Agent installations: every profile of every root."""
+    from hermes_admin import tables
     from hermes_admin.cli.context import App
 
-    ctx.obj = App(roots_given=tuple(roots), config_path=config_path, all_users=all_users, verbose=verbose)
+    tables.PLAIN = plain
+    ctx.obj = App(roots_given=tuple(roots), config_path=config_path, all_users=all_users, verbose=verbose,
+                  quiet=quiet, lock_wait=lock_wait)
     ctx.call_on_close(ctx.obj.close)
 
 
@@ -109,8 +149,11 @@ def write_help_text() -> None:
 def main() -> None:
     """The console script: click's own handling; a stop request reports what was done and exits 130;
     usage errors exit 64 and internal errors 70, never a code that means "a profile failed" (design §12)."""
+    from hermes_admin.cli.pipes import guard_stdout
+
     signal.signal(signal.SIGTERM, _stop_request)
     signal.signal(signal.SIGINT, _stop_request)
+    guard_stdout()
     _exit(_run())
 
 
@@ -139,10 +182,13 @@ def _run() -> int:
         return exitcodes.INTERRUPTED
     except click.exceptions.UsageError as exc:
         exc.show()
+        _json_for(exc, exitcodes.USAGE)
         return exitcodes.USAGE
     except click.ClickException as exc:
         exc.show()
-        return exitcodes.USAGE if exc.exit_code == 2 else exc.exit_code
+        code = exitcodes.USAGE if exc.exit_code == 2 else exc.exit_code
+        _json_for(exc, code)
+        return code
     except Exception:  # a bug of ours: one line, the traceback only under -v
         import traceback
         if "-v" in sys.argv or "--verbose" in sys.argv or any(a.startswith("-vv") for a in sys.argv):
@@ -151,6 +197,24 @@ def _run() -> int:
         click.echo(f"hermes-admin: internal error: {kind.__name__}: {value} (run with -v for the traceback)",
                    err=True)
         return exitcodes.INTERNAL
+    return final_code(code)
+
+
+def _json_for(exc: click.ClickException, code: int) -> None:
+    """A usage error before any command ran (`hermes-admin --bogus profiles --json`): the one
+    document --json promises still goes out, holding the error."""
+    from hermes_admin import report
+
+    args = sys.argv[1:]
+    args = args[:args.index("--")] if "--" in args else args
+    if "--json" in args and not report.json_written:
+        report.gather_json()
+        report.record_error(exc.format_message())
+        report.finish_json(code)
+
+
+def final_code(code) -> int:
+    """A stop request turns a finished run into an interrupted one (what was done was reported)."""
     if stopping.requested() and code in (None, exitcodes.OK, exitcodes.WARNINGS):
-        code = exitcodes.INTERRUPTED
+        return exitcodes.INTERRUPTED
     return code if isinstance(code, int) else exitcodes.OK

@@ -10,6 +10,7 @@ import click
 from hermes_admin import report
 from hermes_admin.cli import mutate
 from hermes_admin.cli.context import App, json_option, pass_app, profile_option
+from hermes_admin.cli.params import DURATION, WHEN
 from hermes_admin.filters import FilterError, Filters, parse_when
 
 from hermes_admin.profile.tasks import ORDER  # noqa: E402 (`run`'s order, one copy)
@@ -21,16 +22,8 @@ def export_dir_option(f):
                              "<home>/.hermes-admin/exports).")(f)
 
 
-def _lock_wait(ctx: click.Context, param, value):
-    ctx.meta["lock_wait"] = value  # read by run_tasks: every maintenance command takes it, none names it
-    return value
-
-
 def task_options(f):
     for option in (
-        click.option("--lock-wait", type=click.FloatRange(min=0), metavar="SECONDS", expose_value=False,
-                     callback=_lock_wait, help="How long another process may hold a store's write lock without "
-                     "progress before that profile stops, exit 3 (default: the policy's lock_wait, 300)."),
         click.option("--force", is_flag=True, help="Allow a policy or filter that would select nearly everything."),
         json_option, mutate.yes_option, mutate.dry_run_option, profile_option,
     ):
@@ -47,8 +40,11 @@ def filter_options(f):
         click.option("--model", help="Model contains this (case-insensitive)."),
         click.option("--min-messages", type=click.IntRange(min=0), help="At least this many message rows."),
         click.option("--max-messages", type=click.IntRange(min=0), help="At most this many message rows."),
-        click.option("--before", metavar="WHEN", help="Last active before WHEN: a duration back (5h, 2d, 1w) or an ISO time."),
-        click.option("--after", metavar="WHEN", help="Last active after WHEN: a duration back (5h, 2d, 1w) or an ISO time."),
+        click.option("--before", metavar="WHEN", type=WHEN,
+                     help="Last active before WHEN: a duration back (12h, 90d, 1w2d, 3mo) or an ISO time (local "
+                          "unless it names a zone)."),
+        click.option("--after", metavar="WHEN", type=WHEN,
+                     help="Last active after WHEN: a duration back (12h, 90d, 1w2d, 3mo) or an ISO time."),
     ]):
         f = option(f)
     return f
@@ -59,10 +55,14 @@ def build_filters(now: float, source=None, end_reason=None, title=None, model=No
     try:
         return Filters(source=source, end_reason=end_reason, title=title, model=model,
                        min_messages=min_messages, max_messages=max_messages,
-                       before=parse_when(before, now) if before else None,
-                       after=parse_when(after, now) if after else None)
+                       before=_when(before, now), after=_when(after, now))
     except FilterError as exc:
         raise click.BadParameter(str(exc)) from None
+
+
+def _when(value, now: float) -> float | None:
+    """A Unix time as the option type gave it, or text (a caller outside click) read the same way."""
+    return None if value is None else value if isinstance(value, float) else parse_when(value, now)
 
 
 def request(tasks: tuple[str, ...], now: float, *, explicit: bool = False, dry_run: bool = False,
@@ -83,7 +83,6 @@ def absolute_dir(path: str | None) -> str | None:
 def run_tasks(app: App, profiles, wanted: dict, dry_run: bool, yes: bool, as_json: bool, what: str,
               metrics_file: str | None = None) -> None:
     found = app.discover(profiles)
-    wanted = dict(wanted, lock_wait=click.get_current_context().meta.get("lock_wait"))
     if found.profiles and mutate.asks(yes, dry_run):
         # what a person is asked to agree to: counted first by a dry run of the same work
         preview = app.work("maintain", {"request": dict(wanted, dry_run=True), "dry_run": True},
@@ -91,7 +90,7 @@ def run_tasks(app: App, profiles, wanted: dict, dry_run: bool, yes: bool, as_jso
         mutate.confirm(f"{what}: {mutate.counted(preview)}. Go on?", yes, dry_run)
     target = metrics_file or app.config.metrics_file
     summaries = bool(target and not dry_run)
-    run = app.work("maintain", {"request": wanted, "dry_run": dry_run, "summaries": summaries},
+    run = app.work("maintain", {"request": wanted, "dry_run": dry_run, "summaries": summaries, "command": what},
                    found.profiles, with_policy=True)
     run.dry_run = dry_run
     if app.failed_discovery(found, profiles):
@@ -99,15 +98,15 @@ def run_tasks(app: App, profiles, wanted: dict, dry_run: bool, yes: bool, as_jso
     if summaries:
         from hermes_admin.host import metrics
         try:
-            metrics.write(target, metrics.render(run, run.data.pop("summaries", [])))
+            metrics.write(target, run, run.data.pop("summaries", []))
         except (OSError, ValueError) as exc:  # the report still goes out; the exit code says a part failed
             run.errors.append(f"metrics file {target}: {exc.strerror or exc}")
-    mutate.finish(run, as_json, what, app.verbose)
+    mutate.finish(run, as_json, what, app.verbose, app.quiet)
 
 
 @click.command()
-@click.option("--older-than", type=click.FloatRange(min=0), metavar="DAYS",
-              help="Inactive for more than DAYS (default: the profile's retention_days; with filters and "
+@click.option("--older-than", type=DURATION, metavar="AGE",
+              help="Inactive for longer than AGE: 90 (days), 90d, 12h, 1w2d, 3mo (default: the profile's retention_days; with filters and "
                    "no --older-than, as in Hermes, no age bound at all).")
 @click.option("--vacuum", is_flag=True, help="VACUUM afterwards if over 25 % of pages are free and nobody holds the store.")
 @filter_options
@@ -122,7 +121,7 @@ def purge(app: App, older_than, vacuum, profiles, dry_run, yes, as_json, force, 
     chosen = build_filters(now, **filters)
     if chosen.given() and older_than is None:
         report.warn("filters without --older-than replace the retention window (as in Hermes): every ended "
-                    "session they match goes, whatever its age; add --older-than DAYS to keep recent ones")
+                    "session they match goes, whatever its age; add --older-than AGE to keep recent ones")
     wanted = request(("purge",), now, explicit=True, force=force, older_than=older_than,
                      filters=chosen, vacuum=vacuum, dry_run=dry_run, export_dir=export_dir)
     run_tasks(app, profiles, wanted, dry_run, yes, as_json, "purge")
@@ -147,7 +146,8 @@ prune_ghosts = _single_task("prune-ghosts", "ghost_prune",
 
 
 @click.command("archive-inactive")
-@click.option("--days", type=click.FloatRange(min=0), help="Idle for more than N days (default: auto_archive_days).")
+@click.option("--days", type=DURATION, metavar="AGE",
+              help="Idle for longer than AGE: 30 (days), 30d, 1w2d, 3mo (default: auto_archive_days).")
 @task_options
 @pass_app
 def archive_inactive(app: App, days, profiles, dry_run, yes, as_json, force):

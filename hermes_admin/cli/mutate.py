@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import sys
 
@@ -67,71 +68,144 @@ def counted(preview: Run) -> str:
 
 
 def confirm(question: str, yes: bool, dry_run: bool) -> None:
-    """Ask on a terminal; Ctrl-C at the prompt aborts at once (nothing was done yet)."""
+    """Ask on a terminal; Ctrl-C at the prompt aborts at once (nothing was done yet). "No" is an
+    answer, not an interruption: nothing is changed and the exit code is 1, not 130."""
     if not asks(yes, dry_run):
         return
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        click.confirm(question, abort=True, err=True)
+        agreed = click.confirm(question, err=True)
     finally:
         signal.signal(signal.SIGINT, previous)
+    if not agreed:
+        report.note("answered no: nothing was changed")
+        raise click.exceptions.Exit(exitcodes.WARNINGS)
 
 
-def _human(run: Run, verbose: int = 0) -> None:
-    for policy in run.policies.values():
-        report.line(f"{policy.get('label') or policy.get('profile')}: policy: {policy.get('description')}")
-        if verbose or run.dry_run:  # where each value came from, one line per source
-            by_origin: dict[str, list[str]] = {}
-            for key, origin in (policy.get("origins") or {}).items():
-                by_origin.setdefault(str(origin), []).append(f"{key}={_shown(key, policy.get(key))}")
-            for origin, values in by_origin.items():
-                report.line(f"  {', '.join(values)}: {origin}")
-            hermes = policy.get("hermes") or {}
-            found = hermes.get("installation")
-            if found:
-                report.line(f"  Hermes {found.get('hermes') or '?'} at {found['python']} (found by {found['found_by']}): "
-                            "its plugins run there")
-            else:
-                report.line("  no Hermes installation " + ("used (hermes_python: hermes-admin)" if hermes.get(
-                    "own_interpreter_chosen_in") else "found") + ": plugins run in hermes-admin's own interpreter")
-    for result in run.results:  # one line per task per profile; the units under -v, or in a dry run
-        report.line(report.summary_line(result, run.dry_run))
-        if verbose or run.dry_run:
-            for done in result.done:
-                more = f" (+{len(done.ids) - 1}: {', '.join(done.ids[1:])})" if len(done.ids) > 1 else ""
-                rule = f": {done.rule}" if done.rule else ""
-                report.line(f"  {done.session_id}{more}{rule}")
-            for skip in result.skipped:
-                report.line(f"  skipped {skip['session_id']}: {skip['why']}")
+def _human(run: Run, verbose: int = 0, quiet: bool = False) -> None:
+    """One line per task per profile, or one line for a profile where nothing changed; under -q only
+    the tasks that changed something (a run with nothing to do prints nothing, as `restic -q` and
+    logrotate). The policy of each profile, and where its values came from, in a dry run or under -v."""
+    for policy in run.policies.values() if (verbose or run.dry_run) and not quiet else []:
+        name = policy.get('label') or policy.get('profile')
+        report.line(f"{name}: policy: {policy.get('description')}")
+        origins = policy.get("origins") if isinstance(policy.get("origins"), dict) else {}
+        chosen = [f"{key} {_value(policy.get(key))} ({where})" for key, where in origins.items() if where != "built-in"]
+        if chosen:  # where each value that is not a built-in came from
+            report.line(f"  set: {'; '.join(chosen)}")
+        hermes = policy.get("hermes") or {}
+        found = hermes.get("installation")
+        if found:
+            report.line(f"  Hermes {found.get('hermes') or '?'} at {found['python']} (found by {found['found_by']}): "
+                        "its plugins run there")
+        else:
+            report.line("  no Hermes installation " + ("used (hermes_python: hermes-admin)" if hermes.get(
+                "own_interpreter_chosen_in") else "found") + ": plugins run in hermes-admin's own interpreter")
+    by_profile: dict[str, list] = {}
+    for result in run.results:
+        by_profile.setdefault(result.home or result.profile, []).append(result)
+    for results in by_profile.values():
+        if not (verbose or run.dry_run) and not any(report.changed(r) for r in results):
+            if not quiet:
+                report.line(_nothing_line(results))
+            continue
+        for result in results:
+            if not quiet or report.changed(result):
+                _result_lines(result, run.dry_run, verbose, quiet)
+        for path in dict.fromkeys(r.export for r in results if r.export):  # once a profile, whatever the tasks
+            report.line(f"{results[0].label or results[0].profile}: exported to {path}")
+
+
+def _nothing_line(results: list) -> str:
+    """`work: nothing to do (5 tasks, 0.02 s; repair: 2 dangling_parent)`."""
+    head = results[0]
+    done = [r for r in results if r.status != "skipped"]
+    line = f"{head.label or head.profile}: nothing to do ({len(done)} task(s), {sum(r.seconds for r in results):.2f} s"
+    findings = [findings_summary(r.notes) for r in results if r.task == "repair" and r.notes]
+    why = [r.why for r in results if r.status == "skipped" and not r.task]  # no store yet
+    return line + "".join(f"; repair: {f}" for f in findings if f) + "".join(f"; {w}" for w in why if w) + ")"
+
+
+def _result_lines(result, dry_run: bool, verbose: int, quiet: bool) -> None:
+    report.line(report.summary_line(result, dry_run))
+    if verbose or dry_run:
+        for done in result.done:
+            more = f" (+{len(done.ids) - 1}: {', '.join(done.ids[1:])})" if len(done.ids) > 1 else ""
+            rule = f": {done.rule}" if done.rule else ""
+            report.line(f"  {done.session_id}{more}{rule}")
+        for skip in result.skipped:
+            report.line(f"  skipped {skip['session_id']}: {skip['why']}")
+    if result.task == "repair" and not verbose and not len(result.done):
+        summary = findings_summary(result.notes)  # the same findings every night: counted, not listed
+        if summary and not quiet:
+            report.line(f"  {summary} (`hermes-admin repair -p {result.label or result.profile}` lists them)")
+    else:
         for note in result.notes:
             report.line(f"  {note}")
-        if verbose:
-            for sid, why in result.kept.items():
-                report.line(f"  kept {sid}: {why}")
+    if verbose:
+        for sid, why in result.kept.items():
+            report.line(f"  kept {sid}: {why}")
 
 
-def _shown(key: str, value) -> str:
-    if value is None:  # a path left to its default, or a number without end (`.inf`)
-        return "default" if key == "export_dir" else "unlimited"
-    return str(value).lower() if isinstance(value, bool) else f"{value:g}" if isinstance(value, float) else str(value)
+def findings_summary(notes: list[str]) -> str:
+    """`3 loose_permissions, 4 dangling_parent`: repair's findings by kind (each note begins with its kind)."""
+    counts: dict[str, int] = {}
+    for note in notes:
+        kind = note.split(" ", 1)[0]
+        counts[kind] = counts.get(kind, 0) + 1
+    return ", ".join(f"{n} {kind}" for kind, n in counts.items())
+
+
+_PLUGIN_LINE = re.compile(r"^(profile '.*?': plugin \S+): (.*)$", re.DOTALL)
+_REPEATS = re.compile(r"^\S.* (\d+) more time\(s\)$")
+
+
+def plugin_failures(lines: list[str]) -> list[str]:
+    """One line per failing plugin per run: its first failure, and how many more there were
+    (each task of a run delivers its own events, and each would say it again)."""
+    first: dict[str, str] = {}
+    more: dict[str, int] = {}
+    others = []
+    for line in lines:
+        match = _PLUGIN_LINE.match(line)
+        if not match:
+            others.append(line)
+            continue
+        who, text = match.groups()
+        repeats = _REPEATS.match(text)
+        if who not in first and not repeats:
+            first[who] = text
+        else:
+            more[who] = more.get(who, 0) + (int(repeats.group(1)) if repeats else 1)
+    said = [f"{who}: {text}" + (f" (and {more[who]} more time(s) this run)" if more.get(who) else "")
+            for who, text in first.items()]
+    said += [f"{who}: failed {n} more time(s) this run" for who, n in more.items() if who not in first]
+    return others + said
+
+
+def _value(value) -> str:
+    return "forever" if value is None else str(value).lower() if isinstance(value, bool) else f"{value:g}" \
+        if isinstance(value, float) else str(value)
 
 
 def problems(run: Run) -> None:
     """Warnings and errors on stderr, whatever the output format."""
     for result in run.results:
-        for line in [*result.files_skipped, *result.hook_failures]:
+        for line in result.files_skipped:
             report.warn(line)
+    for line in plugin_failures([line for result in run.results for line in result.hook_failures]):
+        report.warn(line)
     for line in run.warnings:
         report.warn(line)
     for line in run.locked + run.errors:
         report.error(line)
 
 
-def finish(run: Run, as_json: bool, verb: str, verbose: int = 0) -> None:
+def finish(run: Run, as_json: bool, verb: str, verbose: int = 0, quiet: bool = False) -> None:
     if as_json:
         report.emit_json(run.as_dict())
     else:
-        _human(run, verbose)
+        _human(run, verbose, quiet)
     problems(run)
     if stopping.requested():
         report.warn("stopped on request: the report above is what was done; the rest waits for the next run")

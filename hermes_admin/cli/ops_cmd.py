@@ -53,7 +53,8 @@ def daemon(app: App, metrics_file):
                 log.warning("skipped %s", report.clean(f"{skipped.path}: {skipped.reason}"))
         wanted = request(tasks, now, explicit=task != "run")
         try:
-            return job_app.work("maintain", {"request": wanted, "dry_run": False, "summaries": summaries},
+            return job_app.work("maintain", {"request": wanted, "dry_run": False, "summaries": summaries,
+                                             "command": f"daemon: {task}"},
                                 found.profiles, with_policy=True)
         finally:
             job_app.close()
@@ -65,7 +66,7 @@ def daemon(app: App, metrics_file):
         schedule(BackgroundScheduler(), service.config, service.job)
     except (ConfigError, ScheduleError) as exc:
         report.error(str(exc))
-        raise click.exceptions.Exit(exitcodes.PROFILE_FAILED)
+        raise click.exceptions.Exit(exitcodes.CONFIG)
     code = service.serve()
     stopping.clear()  # SIGTERM is how a daemon is meant to stop: exit 0, not "interrupted"
     raise click.exceptions.Exit(code)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from hermes_admin import report
+from hermes_admin import report, tables
+from hermes_admin.tables import Column
 from hermes_admin.cli.context import App, json_option, pass_app, profile_option
 
 
@@ -32,11 +33,11 @@ def list_cmd(app: App, profiles, as_json: bool, no_bundled: bool, only_enabled: 
     else:
         for row in installs:
             report.line(f"{row['profile']}: {installation_line(row)}")
-        report.stdout_console().print(report.table(
-            None, ["profile", "plugin", "source", "kind", "enabled", "loads", "why", "hooks"],
-            [[r["profile"], r["key"], r["source"], r.get("kind"), "yes" if r["enabled"] else "no",
-              "yes" if r.get("loads", r["enabled"]) else "no", r["why"], ", ".join(r["hooks"])] for r in rows],
-        ))
+        tables.show([Column("profile", whole=True), Column("plugin", whole=True), Column("source", drop=3),
+                     Column("kind", drop=2), Column("enabled"), Column("loads"), Column("why", cut=True),
+                     Column("hooks", drop=1)],
+                    [[r["profile"], r["key"], r["source"], r.get("kind"), "yes" if r["enabled"] else "no",
+                      "yes" if r.get("loads", r["enabled"]) else "no", r["why"], ", ".join(r["hooks"])] for r in rows])
     for message in answer.warnings:
         report.warn(message)
     for message in errors:

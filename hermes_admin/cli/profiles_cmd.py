@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import click
 
-from hermes_admin import report
+from hermes_admin import report, tables
+from hermes_admin.tables import Column
 from hermes_admin.cli.context import App, json_option, pass_app, profile_option
+
+
+# On a narrow terminal the counts go first (journal, wal, archived, ...); name, home and health stay.
+COLUMNS = [Column("profile", whole=True), Column("home", whole=True), Column("ok"), Column("schema", drop=6),
+           Column("journal", drop=9), Column("sessions", drop=2), Column("messages", drop=4),
+           Column("archived", drop=7), Column("live", drop=5), Column("empty", drop=8), Column("store", drop=3),
+           Column("wal", drop=10), Column("last activity", drop=1)]
 
 
 def show_profiles(app: App, only: tuple[str, ...], as_json: bool) -> int:
@@ -20,17 +28,14 @@ def show_profiles(app: App, only: tuple[str, ...], as_json: bool) -> int:
     if as_json:
         report.emit_json({"profiles": rows})
     else:
-        report.stdout_console().print(report.table(
-            None,
-            ["profile", "home", "ok", "schema", "journal", "sessions", "messages", "archived",
-             "live", "stale", "empty", "store", "wal", "last activity", "hermes"],
-            [[r["name"], r["home"], "yes" if r["ok"] else "NO", r["schema_version"], r["journal_mode"],
-              r["sessions"], r["messages"], r["archived"], r["live"], r.get("stale_open"), r["empty"],
-              report.human_bytes(r["store_bytes"]) if r["store"] else "no store",
-              report.human_bytes(r["wal_bytes"]) if r["store"] else None, r["last_activity"],
-              _hermes(r)]
-             for r in rows],
-        ))
+        labels = app.labels()
+        tables.show(COLUMNS, [
+            [labels.get(r["home"], r["name"]), r["home"], "yes" if r["ok"] else "NO", r["schema_version"], r["journal_mode"],
+             r["sessions"], r["messages"], r["archived"], r["live"], r.get("stale_open"), r["empty"],
+             report.human_bytes(r["store_bytes"]) if r["store"] else "no store",
+             report.human_bytes(r["wal_bytes"]) if r["store"] else None, report.local_time(r["last_activity"]),
+             _hermes(r)]
+            for r in rows])
         told = set()
         for r in rows:  # where no installation was found: one line, once per root, says what to do
             for note in (r.get("hermes") or {}).get("notes") or []:

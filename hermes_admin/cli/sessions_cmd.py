@@ -8,11 +8,17 @@ import click
 
 from dataclasses import asdict
 
-from hermes_admin import exitcodes, report
+from hermes_admin import exitcodes, report, tables
+from hermes_admin.tables import Column
 from hermes_admin.cli import mutate
 from hermes_admin.cli.context import App, json_option, pass_app, profile_option
 from hermes_admin.cli.maintain_cmd import absolute_dir, build_filters, export_dir_option, filter_options
 from hermes_admin.results import Run
+
+
+# On a narrow terminal: the counts and states go first; the title is cut before anything else is.
+COLUMNS = [Column("profile", whole=True), Column("id", whole=True), Column("title", cut=True),
+           Column("last activity", drop=1), Column("source", drop=2), Column("msgs", drop=4), Column("state", drop=3)]
 
 
 @click.group()
@@ -34,14 +40,15 @@ def list_cmd(app: App, profiles, limit: int, as_json: bool):
     labels = app.labels()
     briefs.sort(key=lambda b: b["last_activity"] or "", reverse=True)
     briefs = briefs[:limit]
+    total = sum(c["sessions"] for c in answer.data.get("counts", []) if isinstance(c.get("sessions"), int))
     if as_json:
-        report.emit_json({"sessions": briefs, "errors": errors})
+        report.emit_json({"sessions": briefs, "total": total, "errors": errors})
     else:
-        report.stdout_console().print(report.table(
-            None, ["profile", "id", "source", "title", "last activity", "msgs", "state"],
-            [[labels.get(b.get("home"), b["profile"]), b["id"], b["source"], b["title"], b["last_activity"],
-              b["messages"], _state(b)] for b in briefs],
-        ))
+        tables.show(COLUMNS, [[labels.get(b.get("home"), b["profile"]), b["id"], b["title"],
+                               report.local_time(b["last_activity"]), b["source"], b["messages"], _state(b)]
+                              for b in briefs])
+        if total > len(briefs):  # never stop at the limit silently
+            report.note(f"{len(briefs)} of {total} sessions shown, the most recently active; -n N for more")
     for message in errors:
         report.error(message)
     raise click.exceptions.Exit(app.exit_code(answer, found, profiles))
@@ -89,6 +96,8 @@ def show_cmd(app: App, session_id: str, profiles, as_json: bool):
             lines = [report.clean(f["path"]) + (" (symlink)" if f["symlink"] else "") for f in value] or ["-"]
         elif isinstance(value, list):
             lines = [report.clean(", ".join(str(v) for v in value) or "-")]
+        elif key.endswith("_at") or key == "last_activity":  # one time format for people (JSON keeps ISO)
+            lines = [report.clean(report.local_time(value) or "-")]
         else:
             lines = [report.clean("-" if value is None else value)]
         for n, text in enumerate(lines):  # Text: markup inside a title is never interpreted
@@ -130,7 +139,7 @@ def _change(app: App, ids: tuple[str, ...], ids_from, profiles, dry_run: bool, y
         # Every selected profile goes to its worker: one that holds none of the ids only replays what
         # an earlier run left in its outbox (any command that writes delivers those first).
         run.merge(app.work("change", params, targets if dry_run else found.profiles, with_policy=verb == "delete"))
-    mutate.finish(run, as_json, verb, app.verbose)
+    mutate.finish(run, as_json, verb, app.verbose, app.quiet)
 
 
 def _change_command(name: str, help_text: str, with_filters: bool) -> None:

@@ -114,7 +114,7 @@ class Daemon:
         try:
             target = self.metrics_file or self.config.metrics_file
             run = self.work(self.config, task, TASKS[task], started, bool(target))
-            for line in report.summary_lines(run):
+            for line in report.summary_lines(run, only_changes=not log.isEnabledFor(logging.DEBUG)):
                 log.info(report.clean(line))
             for line in run.errors + run.locked + run.warnings:
                 log.warning(report.clean(line, 4000))
@@ -123,7 +123,7 @@ class Daemon:
                     log.warning(report.clean(line, 4000))
             if target:
                 try:
-                    metrics.write(target, metrics.render(run, run.data.pop("summaries", [])))
+                    metrics.write(target, run, run.data.pop("summaries", []))
                 except (OSError, ValueError) as exc:
                     log.error("metrics file %s: %s", target, exc.strerror or exc)
             log.info("%s finished in %.1f s (exit status %d)", task, time.time() - started, run.exit_code())

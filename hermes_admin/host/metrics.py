@@ -1,117 +1,132 @@
-"""Prometheus textfile metrics, written atomically after each run (design §9).
+"""Prometheus textfile metrics, written after each run (design §9), with prometheus_client.
 
-For node_exporter's textfile collector: the file is written beside its final
-name and renamed over it, so a scrape never sees half a file.
+A registry of gauges, filled from the run's report, written by `write_to_textfile` (beside the
+target, then renamed over it: a scrape never sees half a file). Gauges, not counters: each file
+is the state after one run, and node_exporter's textfile collector serves it as it is; the one
+value that must outlive a failing run, each profile's last success, is carried over from the file
+the run replaces.
 """
 
 from __future__ import annotations
 
 import os
-import tempfile
 import time
 from pathlib import Path
 
+from prometheus_client import CollectorRegistry, Gauge, generate_latest, write_to_textfile
+
 from hermes_admin.results import Run
 
-HELP = {
-    "hermes_admin_sessions": ("gauge", "Session rows in the profile's store after the run."),
-    "hermes_admin_messages": ("gauge", "Message rows in the profile's store after the run."),
-    "hermes_admin_store_bytes": ("gauge", "Size of state.db in bytes."),
-    "hermes_admin_wal_bytes": ("gauge", "Size of state.db-wal in bytes."),
-    "hermes_admin_deleted": ("gauge", "Session rows deleted by the last run, by reason."),
-    "hermes_admin_archived": ("gauge", "Session rows archived by the last run."),
-    "hermes_admin_skipped": ("gauge", "Units left alone by the last run (live, guarded, changed), by task."),
-    "hermes_admin_store_detached_holders": ("gauge", "Processes writing into the profile's store files after "
-                                            "they were deleted or replaced, or holding its -shm without locks "
-                                            "(restart them; the store is not maintained meanwhile)."),
-    "hermes_admin_store_unlocked_holders": ("gauge", "Processes holding the profile's store without their SQLite "
-                                            "lock on state.db (at risk from any careless SQLite client)."),
-    "hermes_admin_run_errors": ("gauge", "Errors of the last run for the profile (store or config unusable)."),
-    "hermes_admin_run_seconds": ("gauge", "Wall time of each task in the last run."),
-    "hermes_admin_last_run_timestamp_seconds": ("gauge", "When the last run finished (Unix time)."),
-}
+LAST_SUCCESS = "hermes_admin_last_success_timestamp_seconds"
+_PROFILE = ("profile", "home")
 
 
-def _labels(**labels) -> str:
-    def esc(v):
-        return str(v).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-    return "{" + ",".join(f'{k}="{esc(v)}"' for k, v in labels.items()) + "}" if labels else ""
+def _well_formed(summaries: list) -> list[dict]:
+    """Rows come from workers: only well-formed ones become samples (a number where a number goes)."""
+    return [row for row in summaries if isinstance(row, dict) and isinstance(row.get("name"), str)
+            and isinstance(row.get("home"), str)
+            and all(isinstance(row.get(k), (int, type(None))) and not isinstance(row.get(k), bool)
+                    for k in ("sessions", "messages", "store_bytes", "wal_bytes"))]
 
 
-def render(run: Run, summaries: list[dict], finished: float | None = None) -> str:
-    """The textfile's content: HELP/TYPE lines, then one sample per line."""
-    samples: dict[str, list[str]] = {name: [] for name in HELP}
+def registry(run: Run, summaries: list[dict], finished: float | None = None,
+             previous: dict[tuple[str, str], float] | None = None) -> CollectorRegistry:
+    """The run as metrics. Every series is keyed by the profile's home as well as its name: two
+    roots' `default`s never merge, and nothing is summed across roots."""
+    finished = finished or time.time()
+    reg = CollectorRegistry(auto_describe=True)
 
-    def add(name, value, **labels):
-        # repr() keeps every digit: `:g` would round a Unix time to minutes.
-        samples[name].append(f"{name}{_labels(**labels)} {value!r}")
+    def gauge(name, text, labels=_PROFILE):
+        return Gauge(name, text, labels, registry=reg)
 
-    # Rows come from workers: only well-formed ones become samples (a number where a number goes).
-    summaries = [row for row in summaries if isinstance(row, dict) and isinstance(row.get("name"), str)
-                 and isinstance(row.get("home"), str)
-                 and all(isinstance(row.get(k), (int, type(None))) and not isinstance(row.get(k), bool)
-                         for k in ("sessions", "messages", "store_bytes", "wal_bytes"))]
-    for row in summaries:
+    sessions = gauge("hermes_admin_sessions", "Session rows in the profile's store after the run.")
+    messages = gauge("hermes_admin_messages", "Message rows in the profile's store after the run.")
+    store = gauge("hermes_admin_store_bytes", "Size of state.db in bytes.")
+    wal = gauge("hermes_admin_wal_bytes", "Size of state.db-wal in bytes.")
+    deleted = gauge("hermes_admin_deleted", "Session rows deleted by the last run, by reason.", (*_PROFILE, "reason"))
+    archived = gauge("hermes_admin_archived", "Session rows archived by the last run.")
+    skipped = gauge("hermes_admin_skipped", "Units left alone by the last run (live, guarded, changed), by task.",
+                    (*_PROFILE, "task"))
+    errors = gauge("hermes_admin_run_errors", "Errors of the last run for the profile (store or config unusable).")
+    plugin_failures = gauge("hermes_admin_plugin_failures",
+                            "Plugin callbacks that failed (raised, timed out, died) in the last run, by plugin.",
+                            (*_PROFILE, "plugin"))
+    seconds = gauge("hermes_admin_run_seconds", "Wall time of each task in the last run.", (*_PROFILE, "task"))
+    detached = gauge("hermes_admin_store_detached_holders",
+                     "Processes writing into the profile's store files after they were deleted or replaced, or "
+                     "holding its -shm without locks (restart them; the store is not maintained meanwhile).")
+    unlocked = gauge("hermes_admin_store_unlocked_holders",
+                     "Processes holding the profile's store without their SQLite lock on state.db (at risk from "
+                     "any careless SQLite client).")
+    last_success = gauge(LAST_SUCCESS, "When a run last finished in the profile without an error (Unix time).")
+    last_run = Gauge("hermes_admin_last_run_timestamp_seconds", "When the last run finished (Unix time).",
+                     registry=reg)
+
+    rows = _well_formed(summaries)
+    for row in rows:
         if row.get("ok") and row.get("store") and row["sessions"] is not None and row["messages"] is not None:
-            profile = row["name"]
-            add("hermes_admin_sessions", row["sessions"], profile=profile, home=row["home"])
-            add("hermes_admin_messages", row["messages"], profile=profile, home=row["home"])
-            add("hermes_admin_store_bytes", row["store_bytes"] or 0, profile=profile, home=row["home"])
-            add("hermes_admin_wal_bytes", row["wal_bytes"] or 0, profile=profile, home=row["home"])
-    for row in summaries:  # counted by the host from /proc (cli/context.App.work), for every profile
-        for name in ("detached_holders", "unlocked_holders"):
-            if isinstance(row.get(name), int):
-                add(f"hermes_admin_store_{name}", row[name], profile=row["name"], home=row["home"])
-    # Every series is keyed by the profile's home as well as its name: two roots' `default`s never
-    # merge, and nothing is summed across roots.
-    deleted: dict[tuple[str, str, str], int] = {}
-    archived: dict[tuple[str, str], int] = {}
+            key = (row["name"], row["home"])
+            sessions.labels(*key).set(row["sessions"])
+            messages.labels(*key).set(row["messages"])
+            store.labels(*key).set(row["store_bytes"] or 0)
+            wal.labels(*key).set(row["wal_bytes"] or 0)
+    for row in rows:  # counted by the host from /proc (cli/context.App.work), for every profile
+        for name, gauge_of in (("detached_holders", detached), ("unlocked_holders", unlocked)):
+            if isinstance(row.get(name), int) and not isinstance(row.get(name), bool):
+                gauge_of.labels(row["name"], row["home"]).set(row[name])
     for result in run.results:
+        key = (result.profile, result.home or "")
+        if result.task:  # one series per (profile, home, task), whatever the number of engine calls
+            skipped.labels(*key, result.task).inc(len(result.skipped))
+            seconds.labels(*key, result.task).inc(round(result.seconds, 3))
+        for line in result.hook_failures:
+            plugin = line.split(": plugin ", 1)[1].split(":", 1)[0] if ": plugin " in line else "?"
+            plugin_failures.labels(*key, plugin).inc()
         if result.status != "done":
             continue
-        home = result.home or ""
         if result.action == "delete":
-            key = (result.profile, home, result.reason or "delete")
-            deleted[key] = deleted.get(key, 0) + result.rows
+            deleted.labels(*key, result.reason or "delete").inc(result.rows)
         elif result.action == "archive":
-            archived[(result.profile, home)] = archived.get((result.profile, home), 0) + result.rows
-    per_task: dict[tuple[str, str, str], list] = {}
-    for result in run.results:
-        if result.task:  # one series per (profile, home, task), whatever the number of engine calls
-            entry = per_task.setdefault((result.profile, result.home or "", result.task), [0, 0.0])
-            entry[0] += len(result.skipped)
-            entry[1] += result.seconds
-    for (profile, home, task), (skipped, seconds) in sorted(per_task.items()):
-        add("hermes_admin_skipped", skipped, profile=profile, home=home, task=task)
-        add("hermes_admin_run_seconds", round(seconds, 3), profile=profile, home=home, task=task)
-    for (profile, home, reason), rows in sorted(deleted.items()):
-        add("hermes_admin_deleted", rows, profile=profile, home=home, reason=reason)
-    for (profile, home), rows in sorted(archived.items()):
-        add("hermes_admin_archived", rows, profile=profile, home=home)
-    for row in summaries:
+            archived.labels(*key).inc(result.rows)
+    for row in rows:
         label = row.get("label") or row["name"]
-        count = sum(1 for line in run.errors if f"profile '{label}'" in line)
-        add("hermes_admin_run_errors", count, profile=row["name"], home=row["home"])
-    add("hermes_admin_last_run_timestamp_seconds", round(finished or time.time(), 3))
-    lines = []
-    for name, (kind, text) in HELP.items():
-        lines += [f"# HELP {name} {text}", f"# TYPE {name} {kind}"] + samples[name]
-    return "\n".join(lines) + "\n"
+        count = sum(1 for line in run.errors + run.locked if f"profile '{label}'" in line)
+        errors.labels(row["name"], row["home"]).set(count)
+        before = (previous or {}).get((row["name"], row["home"]))
+        if count == 0:
+            last_success.labels(row["name"], row["home"]).set(round(finished, 3))
+        elif before is not None:
+            last_success.labels(row["name"], row["home"]).set(before)
+    last_run.set(round(finished, 3))
+    return reg
 
 
-def write(path: Path, content: str) -> None:
-    """Atomically: a temporary file in the same folder, then rename over the target."""
+def render(run: Run, summaries: list[dict], finished: float | None = None,
+           previous: dict[tuple[str, str], float] | None = None) -> str:
+    return generate_latest(registry(run, summaries, finished, previous)).decode()
+
+
+def last_successes(path: Path) -> dict[tuple[str, str], float]:
+    """Each profile's last success as the file this run replaces says it (nothing, if unreadable)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        text = Path(path).read_text()
+        return {(s.labels.get("profile", ""), s.labels.get("home", "")): s.value
+                for family in text_string_to_metric_families(text) if family.name == LAST_SUCCESS
+                for s in family.samples}
+    except (OSError, ValueError, UnicodeDecodeError):
+        return {}
+
+
+def write(path: Path, run: Run, summaries: list[dict]) -> None:
+    """The metrics of `run`, replacing the file at once; readable by the node exporter's user (0644,
+    whatever the service's UMask), so the umask is set only around the write."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    reg = registry(run, summaries, previous=last_successes(path))
+    old = os.umask(0o022)
     try:
-        with os.fdopen(fd, "w") as out:
-            out.write(content)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+        write_to_textfile(str(path), reg)
+    finally:
+        os.umask(old)

@@ -61,10 +61,10 @@ class RunLocks:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
-                    holder = lockrecord.holder(fd)
+                    holder = lockrecord.describe(fd, lockrecord.holder(fd))
                     os.close(fd)
-                    raise RootBusy(f"root {root}: another hermes-admin run" + (f" (pid {holder})" if holder else "")
-                                   + " is working on it; nothing was done here") from None
+                    raise RootBusy(f"root {root}: another hermes-admin run{holder} is working on it; "
+                                   "nothing was done here") from None
                 lockrecord.write(fd, root=str(root))
                 taken[root] = fd
         except BaseException:

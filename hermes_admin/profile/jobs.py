@@ -8,6 +8,7 @@ always a Run: results, errors, warnings, and for list-type jobs its rows in
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable
@@ -73,6 +74,7 @@ def _request(params: dict):
     fields = dict(params["request"])
     fields["tasks"] = tuple(fields["tasks"])
     fields["filters"] = Filters(**fields.get("filters") or {})
+    fields["lock_wait"] = _given_wait(params.get("lock_wait"))  # --lock-wait, over the policy's
     return Request(**fields)
 
 
@@ -100,12 +102,92 @@ def maintain(job: Job, isolated: bool) -> Run:
     siblings = _siblings_by_root(job)
 
     def work(profile: Profile) -> None:
-        maintain_profile(run, profile, job.layers.get(str(profile.home), {}), request, _siblings(siblings, profile))
+        import time
+
+        from hermes_admin.profile import run_record
+
+        before, started = (len(run.results), len(run.errors), len(run.warnings), len(run.locked)), time.time()
+        try:
+            maintain_profile(run, profile, job.layers.get(str(profile.home), {}), request, _siblings(siblings, profile))
+        finally:  # what `status` reads: written as the owner, in the home, for every run that was not dry
+            if not request.dry_run and profile.has_store():
+                run_record.write(profile, run_record.summarise(run, before, str(job.params.get("command") or "run"),
+                                                               started))
         if job.params.get("summaries"):
             run.data.setdefault("summaries", []).append(dict(profile_summary(profile), label=profile.shown))
 
     _each(job, run, isolated, work)
     return run
+
+
+def status(job: Job, isolated: bool) -> Run:
+    """What the last changing run recorded in each profile (`hermes-admin status`); changes nothing."""
+    from hermes_admin.profile import run_record
+
+    run = Run(dry_run=True)
+    _each(job, run, isolated, lambda p: run.data.setdefault("status", []).append(
+        {"profile": p.name, "home": str(p.home), "store": p.has_store(), "last_run": run_record.read(p)}))
+    return run
+
+
+def policy(job: Job, isolated: bool) -> Run:
+    """Each profile's effective policy with the origin of every value, and the problems of its own
+    config.yaml with their lines (`config check`, `config show --origin`); changes nothing."""
+    from hermes_admin import yamlfile
+    from hermes_admin.profile import policy as rules
+    from hermes_admin.profile.hermes_config import HermesConfigError
+    from hermes_admin.profile.hermes_config import load as load_hermes_config
+
+    run = Run(dry_run=True)
+
+    def work(profile: Profile) -> None:
+        path = profile.home / "config.yaml"
+        row = {"profile": profile.name, "home": str(profile.home), "problems": [], "warnings": [],
+               "values": None, "origins": None}
+        text = _small_text(path)
+
+        def problem(kind: str, message: str, key: str | None = None) -> None:
+            line = yamlfile.line_of(text, key) if key and text else None
+            row[kind].append({"file": str(path), "line": line, "message": message})
+
+        try:
+            config = load_hermes_config(profile.home)
+        except HermesConfigError as exc:
+            problem("problems", str(exc))
+            config = None
+        if config is not None:
+            config.hook_timeout  # read for what it warns about (a timeout that is not a finite number >= 0)
+            for warning in config.warnings:  # `…: plugins.hook_callback_timeout …`, `…: sessions: unknown key(s) x`
+                dotted = re.search(r": ((?:sessions|plugins)\.[A-Za-z0-9_]+)", warning)
+                unknown = re.search(r": (sessions|plugins): unknown key\(s\) ([^ ,]+)", warning)
+                problem("warnings", warning, dotted.group(1) if dotted else
+                        f"{unknown.group(1)}.{unknown.group(2)}" if unknown else None)
+            for where, key, message in rules.problems({}, config):  # the admin layers are checked by the host
+                problem("problems", message, f"sessions.{key}" if key else "sessions")
+            try:
+                chosen, origins = rules.with_origins(profile.shown, job.layers.get(str(profile.home), {}), config)
+                row["values"], row["origins"] = chosen.as_dict(), origins
+            except rules.PolicyError as exc:
+                if not row["problems"]:
+                    row["problems"].append({"file": None, "line": None, "message": str(exc)})
+        run.data.setdefault("policy", []).append(row)
+
+    _each(job, run, isolated, work)
+    return run
+
+
+def _small_text(path: Path) -> str | None:
+    """A config file's text for finding a key's line: never through a link, at most 1 MiB."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, 1 << 20).decode("utf-8", "replace")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def profiles(job: Job, isolated: bool) -> Run:
@@ -148,8 +230,18 @@ def sessions_list(job: Job, isolated: bool) -> Run:
     from hermes_admin.profile.views import session_brief
 
     limit = int(job.params["limit"])
-    return _rows_of_stores(job, isolated, "sessions",
-                           lambda profile, store: [session_brief(profile, row) for row in most_recent(store, limit)])
+    counts: list[dict] = []
+
+    def rows(profile: Profile, store) -> list[dict]:
+        # how many there are in all: a listing cut at the limit says so (`sessions list`)
+        total = store.db.execute_sql("SELECT COUNT(*) FROM sessions").fetchone()[0]
+        counts.append({"home": str(profile.home), "sessions": int(total)})
+        return [session_brief(profile, row) for row in most_recent(store, limit)]
+
+    run = _rows_of_stores(job, isolated, "sessions", rows)
+    if counts:
+        run.data["counts"] = counts
+    return run
 
 
 def resolve(job: Job, isolated: bool) -> Run:
@@ -218,6 +310,15 @@ def exports_list(job: Job, isolated: bool) -> Run:
     return run
 
 
+def exports_prune(job: Job, isolated: bool) -> Run:
+    from hermes_admin.profile.actions.exports import remove
+
+    run = Run(dry_run=bool(job.params["dry_run"]))
+    _each(job, run, isolated, lambda p: remove(run, p, job.layers.get(str(p.home)), job.params.get("export_dir"),
+                                               list(job.params["files"].get(str(p.home), [])), run.dry_run))
+    return run
+
+
 def repair(job: Job, isolated: bool) -> Run:
     from hermes_admin.profile.actions.repair import repair as repair_profile
 
@@ -255,8 +356,28 @@ def plugins_list(job: Job, isolated: bool) -> Run:
 KINDS: dict[str, Callable[[Job, bool], Run]] = {
     "maintain": maintain, "profiles": profiles, "sessions_list": sessions_list, "resolve": resolve,
     "session_detail": session_detail, "change": change, "repair": repair, "plugins_list": plugins_list,
-    "restore": restore, "exports_list": exports_list,
+    "restore": restore, "exports_list": exports_list, "status": status,
+    "policy": policy, "exports_prune": exports_prune,
 }
+
+
+_PATIENCE: list[float] = []  # the store's own default wait, kept before --lock-wait first changes it
+
+
+def _patience(lock_wait) -> None:
+    """--lock-wait SECONDS: how long a write waits, without progress, for a store another process
+    holds (each job says; an in-process worker serves many jobs, so a job without it gets the
+    default back). Maintenance takes it over the policy's `lock_wait` (actions/maintenance.py)."""
+    from hermes_admin.profile.store import connect
+
+    if not _PATIENCE:
+        _PATIENCE.append(connect.DEFAULT_LOCK_WAIT_S)
+    connect.DEFAULT_LOCK_WAIT_S = _given_wait(lock_wait) if _given_wait(lock_wait) is not None else _PATIENCE[0]
+
+
+def _given_wait(lock_wait) -> float | None:
+    given = isinstance(lock_wait, (int, float)) and not isinstance(lock_wait, bool)
+    return max(0.0, float(lock_wait)) if given else None
 
 
 def serve(job: Job, isolated: bool = False) -> Run:
@@ -267,6 +388,7 @@ def serve(job: Job, isolated: bool = False) -> Run:
     from hermes_admin.profile import installation
 
     installation.configure(job.layers, remember=not job.params.get("dry_run", True))
+    _patience(job.params.get("lock_wait"))
     if isolated and job.params.get("safe_mode"):  # the invoker's HERMES_SAFE_MODE, into a clean environment
         os.environ["HERMES_SAFE_MODE"] = str(job.params["safe_mode"])
     if isolated and job.params.get("bundled_plugins"):  # where Hermes' bundled plugins are (Nix, packages)

@@ -5,7 +5,7 @@ the admin config's entry for the profile (its own keys, then its `preset:`)
 -> the profile's `config.yaml` `sessions:` keys -> the admin config's
 `defaults:` -> the defaults of the Hermes installed for the profile
 (`installation.py`) -> built-ins (Hermes 0.19.0's). Each value keeps where it
-came from (`origins`), which dry runs and `profiles --json` show. Like restic's policies, a Policy can
+came from (`origins`), which dry runs, `config show --origin` and `profiles --json` show. Like restic's policies, a Policy can
 describe itself in one sentence, which dry runs and logs print.
 """
 
@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields
 
+from hermes_admin import durations
 from hermes_admin.profile.hermes_config import HermesConfig
 
 # Hermes' own defaults, plus hermes-admin's for the keys Hermes does not have.
@@ -41,6 +42,9 @@ ADMIN_KEYS = set(BUILTINS) | {"preset", "hermes_python"}  # hermes_python: insta
 _BOOLS = {"auto_prune", "auto_archive", "vacuum_after_prune", "empty_sweep", "ghost_prune"}
 _CHOICES = {"repair": ("report", "apply")}
 _PATHS = {"export_dir"}
+# Durations (durations.py): `120d`, `1w2d`, `3mo`, or a bare number in the key's own unit.
+_DAYS = {"retention_days", "auto_archive_days", "export_keep_days", "stale_grace_days"}
+_HOURS = {"empty_min_age_hours", "quick_check_hours"}
 
 
 class PolicyError(Exception):
@@ -113,11 +117,13 @@ def _short(value) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _coerce(key: str, value, where: str):
+def _coerce(key: str, value, where: str, hermes: bool = False):
+    """`value` as the policy holds it; `hermes`: a profile's own config.yaml, where Hermes reads the same
+    keys and takes plain numbers only (a duration there would break Hermes' own maintenance)."""
     if key == "source_retention_days":
         if not isinstance(value, dict) or len(value) > 100:
             raise PolicyError(f"{where}: {key} must be a mapping of sources to days, not {_short(value)}")
-        return {str(_coerce_source(source, where)): _coerce(f"{key}.{source}", days, where)
+        return {_coerce_source(source, where): _coerce("retention_days", days, f"{where}: {key}.{source}", hermes)
                 for source, days in value.items()}
     if key == "stale_grace_days" and value is None:
         return None
@@ -133,10 +139,16 @@ def _coerce(key: str, value, where: str):
         if not isinstance(value, bool):
             raise PolicyError(f"{where}: {key} must be true or false, not {_short(value)}")
         return value
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-        raise PolicyError(f"{where}: {key} must be a number, not {_short(value)}")
-    if (key in ("export_keep_days", "quick_check_hours", "lock_wait", "stale_grace_days")
-            or key.startswith("source_retention_days.")) and value < 0:
+    if (key in _DAYS or key in _HOURS) and isinstance(value, str) and not hermes:
+        try:
+            value = durations.days(value) if key in _DAYS else durations.hours(value)
+        except durations.DurationError:
+            raise PolicyError(f"{where}: {key} must be a number or a duration (90d, 12h, 1w2d, 3mo), "
+                              f"not {_short(value)}") from None
+    elif isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        raise PolicyError(f"{where}: {key} must be a number, not {_short(value)}"
+                          + (" (Hermes reads this key too: a plain number)" if hermes and isinstance(value, str) else ""))
+    if key in ("export_keep_days", "quick_check_hours", "lock_wait", "stale_grace_days") and value < 0:
         raise PolicyError(f"{where}: {key} must be 0 or more, not {_short(value)}")
     return float(value)
 
@@ -153,42 +165,102 @@ def effective(profile_name: str, layers: dict, hermes: HermesConfig, force: bool
 
     `layers` are the admin config's, read by the host (`host.config.policy_layers`):
     the profile's entry, its preset, the defaults, each with where it came from.
-    `installed`: the defaults of the Hermes installed for the profile, and which one it is.
     """
-    stack: list[tuple[dict, str]] = []
+    policy, _ = with_origins(profile_name, layers, hermes, force, installed)
+    return policy
+
+
+def stack(layers: dict, hermes: HermesConfig | None,
+          installed: tuple[dict, str] | None = None) -> list[tuple[dict, str, bool]]:
+    """Every layer of a profile's policy, first match first, each with where it came from; keys
+    checked (an unknown key is an error wherever it is, not only in the layer that wins)."""
+    layered: list[tuple[dict, str, bool]] = []  # (values, where, is Hermes' own config.yaml)
     entry, where = layers.get("entry") or {}, layers.get("entry_where", "admin config")
     if not isinstance(entry, dict):
         raise PolicyError(f"{where} must be a mapping")
     _check_keys(entry, ADMIN_KEYS, where)
-    stack.append(({k: v for k, v in entry.items() if k not in ("preset", "hermes_python")}, where))
+    layered.append(({k: v for k, v in entry.items() if k not in ("preset", "hermes_python")}, where, False))
     if layers.get("preset") is not None:
         preset, where = layers["preset"], layers.get("preset_where", "preset")
         if not isinstance(preset, dict):
             raise PolicyError(f"{where}: a preset must be a mapping")
         _check_keys(preset, set(BUILTINS), where)
-        stack.append((preset, where))
-    own = hermes.section("sessions")
-    stack.append(({k: own[k] for k in HERMES_KEYS if k in own}, f"{hermes.path}: sessions"))
+        layered.append((preset, where, False))
+    if hermes is not None:
+        own = hermes.section("sessions")
+        layered.append(({k: own[k] for k in HERMES_KEYS if k in own}, f"{hermes.path}: sessions", True))
     defaults, where = layers.get("defaults") or {}, layers.get("defaults_where", "admin config: defaults")
     if not isinstance(defaults, dict):
         raise PolicyError(f"{where} must be a mapping")
     _check_keys(defaults, set(BUILTINS), where)
-    stack.append((defaults, where))
-    if installed is not None:
-        stack.append(({k: v for k, v in installed[0].items() if k in HERMES_KEYS}, installed[1]))
+    layered.append((defaults, where, False))
+    if installed is not None:  # the defaults of the Hermes installed for the profile (installation.py)
+        layered.append(({k: v for k, v in installed[0].items() if k in HERMES_KEYS}, installed[1], True))
+    return layered
+
+
+def check_layers(layered: list[tuple[dict, str, bool]]) -> list[str]:
+    """Every value of every layer checked, winner or not: one problem a line, with its place."""
+    problems = []
+    for layer, where, hermes in layered:
+        for key, value in layer.items():
+            try:
+                _coerce(key, value, where, hermes)
+            except PolicyError as exc:
+                problems.append(str(exc))
+    return problems
+
+
+def problems(layers: dict, hermes: HermesConfig | None) -> list[tuple[str, str | None, str]]:
+    """Every problem of every layer, none raised: (where, key or None, message), for `config check`."""
+    found: list[tuple[str, str | None, str]] = []
+    named = [("entry", ADMIN_KEYS, "admin config"), ("preset", set(BUILTINS), "preset"),
+             ("defaults", set(BUILTINS), "admin config: defaults")]
+    checked: list[tuple[dict, str, bool]] = []
+    for name, allowed, fallback in named:
+        layer, where = layers.get(name), layers.get(f"{name}_where", fallback)
+        if layer is None:
+            continue
+        if not isinstance(layer, dict):
+            found.append((where, None, f"{where} must be a mapping"))
+            continue
+        for key in sorted(set(layer) - allowed, key=str):
+            found.append((where, str(key), f"{where}: unknown key {_short(key) if not isinstance(key, str) else key} "
+                                           f"(known: {', '.join(sorted(allowed))})"))
+        checked.append(({k: v for k, v in layer.items() if k in allowed and k not in ("preset", "hermes_python")},
+                        where, False))
+    if hermes is not None:
+        own = hermes.section("sessions")
+        checked.append(({k: own[k] for k in HERMES_KEYS if k in own}, f"{hermes.path}: sessions", True))
+    for layer, where, own in checked:
+        for key, value in layer.items():
+            try:
+                _coerce(key, value, where, own)
+            except PolicyError as exc:
+                found.append((where, key, str(exc)))
+    return found
+
+
+def with_origins(profile_name: str, layers: dict, hermes: HermesConfig | None, force: bool = False,
+                 installed: tuple[dict, str] | None = None) -> tuple[Policy, dict[str, str]]:
+    """The effective policy and, per key, where its value came from (a file and key, or `built-in`).
+    `installed`: the defaults of the Hermes installed for the profile, and which one it is."""
+    layered = stack(layers, hermes, installed)
+    problems = check_layers(layered)
+    if problems:
+        raise PolicyError(problems[0] + (f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""))
     values, origins = {}, {}
     for key, default in BUILTINS.items():
-        for layer, where in stack:
+        for layer, where, own in layered:
             if key in layer:
-                values[key] = _coerce(key, layer[key], where)
-                origins[key] = where
+                values[key] = _coerce(key, layer[key], where, own)
+                origins[key] = f"{where}.{key}" if ": " in where else f"{where}: {key}"
                 break
         else:
-            values[key] = default
-            origins[key] = "built-in (Hermes 0.19.0's)" if key in HERMES_KEYS else "built-in"
+            values[key], origins[key] = default, "built-in"
     policy = Policy(**values, origins=origins)
     validate(policy, profile_name, force)
-    return policy
+    return policy, origins
 
 
 def applies_repairs(layers: dict) -> bool:

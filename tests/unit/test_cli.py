@@ -28,7 +28,8 @@ def test_profiles_json_lists_every_profile_and_flags_the_broken_one(synth_root, 
     result = invoke("--root", str(root), "profiles", "--json")
     assert result.exit_code == 2
     doc = json.loads(result.stdout)
-    assert list(doc) == ["profiles"]
+    assert list(doc) == ["profiles", "errors", "exit_code"] and doc["exit_code"] == 2
+    assert any("'broken'" in e for e in doc["errors"])
     rows = {r["name"]: r for r in doc["profiles"]}
     assert set(rows) == {"default", "work", "legacy", "broken", "fresh"}
     assert all(list(r) == KEYS for r in rows.values())
@@ -67,7 +68,8 @@ def test_hermes_home_of_a_named_profile_means_its_root(synth_root, tmp_path):
 def test_missing_root_is_an_error(invoke, tmp_path):
     result = invoke("--root", str(tmp_path / "nowhere"), "profiles", "--json")
     assert result.exit_code == 2
-    assert json.loads(result.stdout) == {"profiles": []}
+    assert json.loads(result.stdout) == {"profiles": [], "errors": [f"root {tmp_path / 'nowhere'}: no such folder"],
+                                         "exit_code": 2}
     assert "no such folder" in result.stderr
 
 
@@ -128,11 +130,11 @@ def test_config_roots_and_bad_config(tmp_path, synth_root, invoke):
     bad = tmp_path / "bad.yaml"
     bad.write_text("roots: [unclosed\n")
     result = invoke("--config", str(bad), "profiles")
-    assert result.exit_code == 2 and "bad.yaml" in result.stderr and "not valid YAML" in result.stderr
+    assert result.exit_code == 78 and "bad.yaml" in result.stderr and "not valid YAML" in result.stderr
     unknown = tmp_path / "unknown.yaml"
     unknown.write_text("rootz: []\n")
     result = invoke("--config", str(unknown), "profiles")
-    assert result.exit_code == 2 and "unknown key(s) rootz" in result.stderr
+    assert result.exit_code == 78 and "unknown key(s) rootz" in result.stderr
 
 
 def test_module_help_and_demo_with_empty_home(tmp_path):

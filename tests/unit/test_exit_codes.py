@@ -1,7 +1,8 @@
 """One exit-code contract for every command (README "Exit codes"):
 
 0 done; 1 done with warnings; 2 a profile, store or root could not be processed (the others were);
-3 a lock is held; 64 usage error; 70 internal error; 130 interrupted (after printing what was done).
+3 a lock is held; 64 usage error; 70 internal error; 78 the admin config cannot be used; 130 interrupted
+(after printing what was done). A confirmation answered "no" is 1, not 130.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import sys
 import pytest
 
 from hermes_admin.host.runlock import RunLocks
+from tests.conftest import store_digest
 from tests.cli_commands import COMMANDS, READ_ONLY
 
 CHANGING = [c for c in COMMANDS if c not in READ_ONLY]
@@ -102,3 +104,58 @@ def test_an_interrupted_purge_prints_what_it_did_and_exits_130(synth_root, tmp_p
     doc = json.loads(done.stdout)
     assert sum(r["rows"] for r in doc["results"]) > 0
     assert "stopping after the current transaction" in done.stderr
+
+
+def bad_config(tmp_path):
+    config = tmp_path / "admin.yaml"
+    config.write_text("defaults: {retention_days: 90}\nretension: 3\n")  # a typo of a top-level key
+    return config
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c))
+def test_an_unusable_admin_config_is_78_and_changes_nothing(command, synth_root, invoke, tmp_path):
+    root, kinds = synth_root
+    before = store_digest(root)
+    args = [a.replace("SESSION", kinds["default"]["recent"][0]) for a in command]
+    result = invoke("--root", str(root), "--config", str(bad_config(tmp_path)), *args)
+    assert result.exit_code == 78, (result.exit_code, result.stderr)
+    assert "retension" in result.stderr and store_digest(root) == before
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c))
+@pytest.mark.parametrize("case", ["missing root", "bad config", "unknown session"])
+def test_json_is_one_document_with_the_error_inside(command, case, synth_root, invoke, tmp_path):
+    root, kinds = synth_root
+    sid = "nope" if case == "unknown session" else kinds["default"]["recent"][0]
+    args = ["--root", str(tmp_path / "nope" if case == "missing root" else root)]
+    if case == "bad config":
+        args += ["--config", str(bad_config(tmp_path))]
+    args += [a.replace("SESSION", sid) for a in command]
+    without = invoke(*args)
+    result = invoke(*args, "--json")
+    doc = json.loads(result.stdout)  # exactly one document: json.loads refuses anything after it
+    assert result.exit_code == without.exit_code == doc["exit_code"]
+    if case != "unknown session" or "SESSION" in command:
+        assert result.exit_code != 0 and doc["errors"] + doc.get("warnings", []), doc
+        assert all(message in result.stderr for message in doc["errors"][:1])
+
+
+@pytest.mark.parametrize("args, says", [(["purge", "--older-than", "soon", "--json"], "is not a duration"),
+                                        (["--bogus", "profiles", "--json"], "No such option"),
+                                        (["profiles", "--json", "--bogus"], "No such option")])
+def test_a_usage_error_under_json_is_a_document_too(args, says):
+    done = run_main(*args)
+    assert done.returncode == 64
+    doc = json.loads(done.stdout)
+    assert doc["exit_code"] == 64 and says in doc["errors"][0]
+
+
+def test_answering_no_changes_nothing_and_is_not_an_interruption(synth_root, invoke, monkeypatch):
+    from hermes_admin.cli import mutate
+
+    root, kinds = synth_root
+    monkeypatch.setattr(mutate, "asks", lambda yes, dry_run: not (yes or dry_run))  # as on a terminal
+    before = store_digest(root)
+    result = invoke("--root", str(root), "purge", "--older-than", "1d", "--force", input="n\n")
+    assert result.exit_code == 1 and "nothing was changed" in result.stderr
+    assert store_digest(root) == before

@@ -79,6 +79,26 @@ def test_a_held_profile_lock_names_its_holder(synth_root, invoke):
         result = invoke("--root", str(root), "purge", "--older-than", "90", "--yes")
     assert result.exit_code == 3
     assert "profile 'work'" in result.stderr and "pid 4242" in result.stderr
+    # The kernel's holder (/proc/locks) is named with its command; the record's pid is called stale.
+    assert f"held by pid {os.getpid()}: " in result.stderr and "4242 recorded in it is stale" in result.stderr
+
+
+def test_a_stale_lock_record_is_called_stale(tmp_path):
+    from hermes_admin import lockrecord
+
+    path = tmp_path / "lock"
+    path.write_text(json.dumps({"pid": 2 ** 22 + 7}))  # past pid_max: nobody
+    fd = os.open(path, os.O_RDWR)
+    try:
+        assert "not running: the record is stale" in lockrecord.describe(fd, lockrecord.holder(fd))
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        other = os.open(path, os.O_RDWR)
+        try:
+            assert lockrecord.kernel_holders(os.fstat(other)) == [os.getpid()]
+        finally:
+            os.close(other)
+    finally:
+        os.close(fd)
 
 
 def test_an_odd_sessions_folder_is_a_warning(synth_root, invoke):
@@ -334,3 +354,25 @@ def ended_session_with_plugin(tmp_path, now, name: str, source: str, timeout: fl
     extra = f", hook_callback_timeout: {timeout:g}" if timeout is not None else ""
     (root / "config.yaml").write_text(f"plugins: {{enabled: [{name}]{extra}}}\n")
     return root
+
+
+def test_a_store_held_by_another_process_is_3_naming_it(synth_root, invoke):
+    """Past --lock-wait, the write lock another process keeps is a held lock: exit 3, its pid and command."""
+    import subprocess
+    import sys
+
+    root, _ = synth_root
+    db = home_of(root, "work") / "state.db"
+    holder = subprocess.Popen([sys.executable, "-c", "import sqlite3, sys, time\n"
+                               f"c = sqlite3.connect({str(db)!r}, isolation_level=None)\n"
+                               "c.execute('BEGIN IMMEDIATE'); print('held', flush=True); time.sleep(60)"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        result = invoke("--root", str(root), "--lock-wait", "0.5", "purge", "-p", "work", "--older-than", "1d",
+                        "--force", "--yes")
+    finally:
+        holder.kill()
+        holder.wait()
+    assert result.exit_code == 3, result.stderr
+    assert f"held by pid {holder.pid}: python" in result.stderr and "another process holds the write lock" in result.stderr

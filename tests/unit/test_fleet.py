@@ -30,7 +30,7 @@ def test_two_roots_never_merge_in_json_or_human_output(two_roots, invoke):
     assert set(doc["policies"]) == homes  # keyed by home: nothing lost
     human = invoke("--root", str(a), "--root", str(b), "run", "--dry-run")
     for root in (a, b):
-        assert f"{root}:default: policy:" in human.stdout and f"{root}:work: ghost_prune:" in human.stdout
+        assert f"{root}:default: policy:" in human.stdout and f"{root}:work: prune-ghosts:" in human.stdout
     listing = json.loads(invoke("--root", str(a), "--root", str(b), "sessions", "list", "--json").stdout)
     assert {s["home"] for s in listing["sessions"]} <= homes and len({s["home"] for s in listing["sessions"]}) == 4
 
@@ -82,7 +82,7 @@ def test_systemd_print_covers_the_configs_roots_and_metrics_folder(tmp_path, inv
     rw = [line for line in service.splitlines() if line.startswith("ReadWritePaths=")][0]
     for path in ("/srv/hermes-a", "/srv/hermes-b", "/var/lib/prometheus/node-exporter"):
         assert f"-{path}" in rw.split("=", 1)[1].split()
-    assert "--root /srv/hermes-a --root /srv/hermes-b run" in service
+    assert "--root /srv/hermes-a --root /srv/hermes-b -q run" in service
 
 
 def test_shell_completion_offers_profile_names_and_root_names(two_roots, tmp_path):

@@ -153,6 +153,7 @@ def _comparable(doc: dict, root: Path) -> str:
     for result in doc["results"]:
         for timing in ("seconds", "longest_write_ms", "transactions"):
             result.pop(timing, None)
+        result["export"] = bool(result.get("export"))  # its name holds the time and the pid
     doc.pop("longest_write_ms", None)
     return json.dumps(doc, sort_keys=True).replace(str(root), "ROOT")
 

@@ -91,11 +91,16 @@ def test_sd_notify_datagrams(tmp_path):
 
 
 def parse_textfile(text: str) -> dict[str, float]:
+    """Samples by `name{profile="…",home="…",other="…"}` (labels in that order, whatever the file's)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    first = ["profile", "home"]
     samples = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name, value = line.rsplit(" ", 1)
-            samples[name] = float(value)
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            keys = sorted(sample.labels, key=lambda k: first.index(k) if k in first else len(first))
+            labels = ",".join(f'{k}="{sample.labels[k]}"' for k in keys)
+            samples[sample.name + (f"{{{labels}}}" if labels else "")] = sample.value
     return samples
 
 
@@ -194,7 +199,7 @@ def test_daemon_refuses_a_bad_schedule(synth_root, tmp_path):
     config = tmp_path / "admin.yaml"
     config.write_text("schedule: {run: '0 3 * * 1'}\n")
     proc = start_daemon(root, config)
-    assert proc.wait(timeout=30) == 2
+    assert proc.wait(timeout=30) == 78  # EX_CONFIG
     assert "by name" in proc.stdout.read()
 
 
@@ -234,3 +239,28 @@ def test_units_verify_cleanly(tmp_path, invoke, user):
     assert "Persistent=true" in texts["hermes-admin.timer"]
     assert all("ProtectSystem=strict" in t for n, t in texts.items() if n.endswith(".service"))
     assert "Type=notify" in texts["hermes-admin-daemon.service"]
+
+
+def test_metrics_carry_last_success_and_plugin_failures(synth_root, tmp_path, invoke):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from tests.helpers import install_plugins
+
+    root, _ = synth_root
+    work = root / "profiles" / "work"
+    target = tmp_path / "m.prom"
+    assert invoke("--root", str(root), "run", "--metrics-file", str(target)).exit_code == 0
+    first = parse_textfile(target.read_text())
+    key = f'hermes_admin_last_success_timestamp_seconds{{profile="work",home="{work}"}}'
+    assert first[key] > 0
+    assert oct(target.stat().st_mode & 0o777) == "0o644"
+    install_plugins(work, ["raiser"], enabled=["raiser"])
+    (work / "state.db").chmod(0o600)
+    (work / "config.yaml").write_text((work / "config.yaml").read_text() + "\n")
+    garbage = root / "profiles" / "work" / "config.yaml"
+    garbage.write_text("sessions: {auto_prune: maybe}\n")  # this run fails in work
+    invoke("--root", str(root), "run", "--metrics-file", str(target))
+    second = parse_textfile(target.read_text())
+    assert second[key] == first[key]  # the last success outlives a failing run
+    assert second[f'hermes_admin_run_errors{{profile="work",home="{work}"}}'] == 1
+    list(text_string_to_metric_families(target.read_text()))

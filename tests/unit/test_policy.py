@@ -62,3 +62,28 @@ def test_force_allows_a_tiny_retention():
 def test_policy_describes_itself():
     text = effective("p", AdminConfig(profiles={"p": {"preset": "standard"}}), hermes()).describe()
     assert "inactive over 90 days" in text and "idle over 30 days" in text
+
+
+# -- durations in the admin config; every layer checked; where each value came from ----------
+
+def test_admin_layers_take_durations_and_hermes_layer_plain_numbers():
+    from hermes_admin.profile.policy import with_origins
+
+    layers = {"entry": {"auto_archive_days": "1w2d"}, "entry_where": "/etc/a.yaml: profiles.work",
+              "defaults": {"retention_days": "3mo", "empty_min_age_hours": "1d"}, "defaults_where": "/etc/a.yaml: defaults"}
+    policy, origins = with_origins("work", layers, hermes({}))
+    assert policy.retention_days == 90 and policy.auto_archive_days == 9 and policy.empty_min_age_hours == 24
+    assert origins["retention_days"] == "/etc/a.yaml: defaults.retention_days"
+    assert origins["auto_archive_days"] == "/etc/a.yaml: profiles.work.auto_archive_days"
+    assert origins["auto_prune"] == "built-in"
+    with pytest.raises(PolicyError, match="Hermes reads this key too"):
+        with_origins("work", {}, hermes({"retention_days": "120d"}))
+
+
+def test_a_losing_layer_is_checked_too():
+    from hermes_admin.profile.policy import with_origins
+
+    layers = {"entry": {"retention_days": 30}, "entry_where": "a: profiles.work",
+              "defaults": {"retention_days": "120 parsecs"}, "defaults_where": "a: defaults"}
+    with pytest.raises(PolicyError, match="a: defaults: retention_days must be a number or a duration"):
+        with_origins("work", layers, hermes({}))

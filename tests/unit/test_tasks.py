@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from datetime import datetime
+
 import pytest
 
 from hermes_admin.profile.engine.files import FileIndex
@@ -184,9 +186,13 @@ def test_auto_archive(name, rows, heads):
 
 # -- filters --------------------------------------------------------------------
 
+LOCAL_0800 = datetime(2027, 1, 15, 8, 0).astimezone().timestamp()  # a time without a zone is local
+
+
 @pytest.mark.parametrize("text, expected", [
     ("5h", NOW - 5 * HOUR), ("2d", NOW - 2 * DAY), ("1w", NOW - 7 * DAY), ("30m", NOW - 1800), ("1.5d", NOW - 1.5 * DAY),
-    ("2027-01-15T08:00:00+00:00", 1800000000.0), ("2027-01-15T08:00:00", 1800000000.0),
+    ("2027-01-15T08:00:00+00:00", 1800000000.0), ("2027-01-15T08:00:00", LOCAL_0800),
+    ("1w2d", NOW - 9 * DAY), ("3mo", NOW - 90 * DAY), ("90", NOW - 90 * DAY), ("1y 6mo", NOW - 545 * DAY),
 ])
 def test_parse_when(text, expected):
     assert parse_when(text, NOW) == pytest.approx(expected)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from typing import Callable, Iterable
 
@@ -14,6 +15,7 @@ from hermes_admin.profile.hermes_config import HermesConfig, HermesConfigError
 from hermes_admin.protocol import Profile
 from hermes_admin.profile.lineage import Unit
 from hermes_admin.profile.engine.locks import LockHeld
+from hermes_admin.profile.store.connect import is_lock_error
 from hermes_admin.profile.store import StoreError
 from hermes_admin.profile.store.connect import WriteLockHeld
 
@@ -79,10 +81,35 @@ def with_engine(run: Run, profile: Profile, work: Callable[[Engine], list[Result
             done.append(partial)
         _record(run, profile, exc)
     finally:
+        exported = engine.export.path if engine.export is not None else None
         for result in done:
             result.home = str(profile.home)
+            if exported is not None and result.action == "delete" and len(result.done) and not result.dry_run \
+                    and os.path.exists(exported):  # (an export kept 0 days is gone once the run is done)
+                result.export = str(exported)
         run.results += done
         run.warnings += [f"profile '{profile.shown}': {note}" for note in engine.notes]
+
+
+def store_holders(profile: Profile) -> str:
+    """` (held by pid 123: hermes gateway)`: who holds SQLite's locks on the store, from /proc/locks
+    (POSIX locks on the database, or, in WAL mode, its -shm), this process left out. Only stats the
+    files: never opens them (that would drop SQLite's own locks of this process)."""
+    import os
+
+    from hermes_admin import lockrecord
+
+    pids: list[int] = []
+    for suffix in ("", "-shm", "-wal"):
+        try:
+            st = os.stat(f"{profile.store_path}{suffix}")
+        except OSError:
+            continue
+        pids += [p for p in lockrecord.kernel_holders(st, ("POSIX", "OFDLCK")) if p != os.getpid() and p not in pids]
+    if not pids:
+        return ""
+    return " (held by " + ", ".join(f"pid {p}" + (f": {lockrecord.command_of(p)}" if lockrecord.command_of(p) else "")
+                                    for p in pids[:3]) + ")"
 
 
 def _record(run: Run, profile: Profile, exc: BaseException) -> None:
@@ -95,6 +122,11 @@ def _record(run: Run, profile: Profile, exc: BaseException) -> None:
         run.errors.append(str(exc))
     elif isinstance(exc, HermesConfigError):
         run.errors.append(f"profile '{profile.shown}': {exc}")
+    elif isinstance(exc, (peewee.DatabaseError, sqlite3.Error)) and is_lock_error(exc):
+        # Another process kept the store's write lock past --lock-wait: a held lock (exit 3), named.
+        run.locked.append(f"profile '{profile.shown}': {profile.store_path}: another process holds the write lock"
+                          f"{store_holders(profile)}; nothing of this transaction was written (--lock-wait "
+                          "SECONDS waits longer)")
     elif isinstance(exc, (peewee.DatabaseError, sqlite3.Error)):
         # The transaction rolled back: nothing of it was deleted, and its events never fire.
         where = getattr(exc, "filename", None) or profile.store_path

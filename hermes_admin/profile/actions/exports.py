@@ -33,3 +33,31 @@ def listing(run: Run, profile: Profile, layers: dict | None, export_dir: str | N
             run.warnings.append(f"profile '{profile.shown}': {item['problem']}")
         else:
             run.data.setdefault("exports", []).append(item)
+
+
+def remove(run: Run, profile: Profile, layers: dict | None, export_dir: str | None, files: list[str],
+           dry_run: bool) -> None:
+    """`exports prune`: remove the exports the host chose, each with its manifest; only files this
+    profile's own listing holds (a name from elsewhere is never removed)."""
+    import os
+
+    try:
+        found = {item["file"]: item for item in exports.listing(profile, export_settings(profile, layers, export_dir))
+                 if "problem" not in item}
+    except exports.ExportError as exc:
+        run.errors.append(f"profile '{profile.shown}': {exc}")
+        return
+    for name in files:
+        item = found.get(name)
+        if item is None:
+            run.warnings.append(f"profile '{profile.shown}': {name}: not one of its exports; left alone")
+            continue
+        if not dry_run:
+            for path in (name, name + exports.MANIFEST):
+                try:
+                    os.unlink(path)
+                except FileNotFoundError:
+                    pass
+                except OSError as exc:
+                    run.errors.append(f"profile '{profile.shown}': {path}: cannot remove: {exc.strerror}")
+        run.data.setdefault("removed", []).append(dict(item, dry_run=dry_run))

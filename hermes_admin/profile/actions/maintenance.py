@@ -26,7 +26,7 @@ from hermes_admin.protocol import Profile
 from hermes_admin.profile.engine.locks import LockHeld
 from hermes_admin.profile.store import StoreError
 from hermes_admin.profile.lineage import Graph
-from hermes_admin.profile.policy import Policy, PolicyError, effective
+from hermes_admin.profile.policy import Policy, PolicyError, with_origins
 from hermes_admin.profile.parts import graph_parts
 from hermes_admin.profile.store.read import WITHOUT_MESSAGES, any_without_messages, existing_ids, orphan_session_ids
 from hermes_admin.profile.tasks import Selection, archive, empty, ghosts, retention, stale
@@ -258,6 +258,23 @@ def repair_step(run: Run, profile: Profile, policy: Policy, request: Request,
     run.results.append(result)
 
 
+def overridden(policy: Policy, origins: dict, request: Request) -> tuple[Policy, dict]:
+    """The policy as this command applies it: an explicit command runs its task whatever the policy
+    enables, and --older-than/--days replace the windows; what a dry run prints says so."""
+    from dataclasses import replace
+
+    origins, changes = dict(origins), {}
+    if request.explicit and "purge" in request.tasks:
+        changes["auto_prune"], origins["auto_prune"] = True, "the purge command"
+    if request.explicit and "auto_archive" in request.tasks:
+        changes["auto_archive"], origins["auto_archive"] = True, "the archive-inactive command"
+    if request.older_than is not None:
+        changes["retention_days"], origins["retention_days"] = request.older_than, "--older-than"
+    if request.archive_days is not None:
+        changes["auto_archive_days"], origins["auto_archive_days"] = request.archive_days, "--days"
+    return replace(policy, **changes), origins
+
+
 def maintain(run: Run, profile: Profile, layers: dict, request: Request,
              siblings: dict[str, Profile] | None = None) -> None:
     """Run the requested tasks on one profile; its failures are recorded, never raised.
@@ -272,13 +289,14 @@ def maintain(run: Run, profile: Profile, layers: dict, request: Request,
     try:
         config = load_hermes_config(profile.home)  # once: the engine uses it too
         lookup = installation.for_profile(profile)
-        policy = effective(profile.shown, layers, config, force=request.force,
-                           installed=installation.defaults_layer(lookup))
+        policy, origins = with_origins(profile.shown, layers, config, force=request.force,
+                                       installed=installation.defaults_layer(lookup))
     except (HermesConfigError, PolicyError) as exc:
         run.errors.append(f"profile '{profile.shown}': skipped: {exc}")
         return
-    shown = policy.as_dict()
-    shown["hook_callback_timeout"], shown["origins"]["hook_callback_timeout"] = installation.hook_timeout(config, lookup)
+    applied, origins = overridden(policy, origins, request)
+    shown = dict(applied.as_dict(), origins=origins)
+    shown["hook_callback_timeout"], origins["hook_callback_timeout"] = installation.hook_timeout(config, lookup)
     run.policies[str(profile.home)] = {"profile": profile.name, **shown, "hermes": lookup.as_dict()}
     siblings = siblings if siblings is not None else {profile.name: profile}
     applying = policy.repair == "apply" and not request.dry_run

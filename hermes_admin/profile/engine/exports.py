@@ -421,6 +421,52 @@ def load_manifest(path: Path) -> dict:
     return manifest
 
 
+def manifest_or_recomputed(path: Path) -> dict:
+    """The export's manifest; for a file copied without it (`<file>.json`), one recomputed from the
+    file itself, so an export is restorable on its own. A recomputed manifest knows neither the home
+    (the caller names the profile) nor how sessions were grouped: each session is a unit of its own,
+    in the file's order (a lineage's root before its children, as written)."""
+    if os.path.lexists(str(path) + MANIFEST):
+        return load_manifest(path)
+    members, offset = [], 0
+    try:
+        size = os.lstat(path).st_size
+    except OSError as exc:
+        raise ExportError(exc.errno, f"cannot read the export: {exc.strerror}", str(path)) from None
+    while offset < size:
+        length = _member_length(path, offset)
+        digest, count = verify_member(path, offset, length)
+        units = []
+        for fields, messages in _Parser(_member_text(path, offset, length), path).records():
+            sid = fields.get("id")
+            n = sum(1 for _ in messages)
+            if isinstance(sid, str):
+                units.append([sid, 1, n, [sid]])
+        members.append({"offset": offset, "length": length, "sha256": digest, "bytes": count, "reason": None,
+                        "units": units})
+        offset += length
+    return {"format": FORMAT, "home": None, "recomputed": True, "members": members}
+
+
+def _member_length(path, offset: int) -> int:
+    """How many compressed bytes the gzip member at `offset` takes (inflated to its end, then what
+    was read past it subtracted)."""
+    inflater = zlib.decompressobj(31)
+    with open(path, "rb", opener=_no_follow) as source:
+        source.seek(offset)
+        while not inflater.eof:
+            data = source.read(READ_CHUNK)
+            if not data:
+                raise ExportError(errno.EIO, "an export member ends early", str(path))
+            try:
+                while data and not inflater.eof:
+                    inflater.decompress(data, READ_CHUNK)
+                    data = inflater.unconsumed_tail
+            except zlib.error as exc:
+                raise ExportError(errno.EIO, f"the export does not decompress ({exc})", str(path)) from None
+        return source.tell() - offset - len(inflater.unused_data)
+
+
 def _parse_manifest(data: bytes):
     try:
         return json.loads(data)  # one document

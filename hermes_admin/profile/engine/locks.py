@@ -109,9 +109,9 @@ class Flock:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = lockrecord.holder(fd)
+            holder = lockrecord.describe(fd, lockrecord.holder(fd))
             os.close(fd)
-            raise LockHeld(f"{self.path}: {self.what}" + (f" (pid {holder})" if holder else "")) from None
+            raise LockHeld(f"{self.path}: {self.what}{holder}") from None
         self.fd = fd
         if self.record:
             lockrecord.write(fd)  # who holds it, for the next run that finds it held

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import peewee
 
-from hermes_admin.profile.engine.exports import ROW_WEIGHT, decode_value, load_manifest, read_member
+from hermes_admin.profile.engine.exports import ROW_WEIGHT, decode_value, manifest_or_recomputed, read_member
 from hermes_admin.profile.guards import marks
 from hermes_admin.profile.store.connect import write_transaction
 
@@ -165,8 +165,8 @@ def units_of(manifest: dict, wanted: set[str] | None) -> list[tuple[dict, list]]
 
 def restore_file(engine, path: Path, wanted: set[str] | None, dry_run: bool, result) -> None:
     """`hermes-admin restore FILE`: every (wanted) unit of the export back, existing ids left alone."""
-    manifest = load_manifest(path)
-    if manifest.get("home") != str(engine.profile.home):
+    manifest = manifest_or_recomputed(path)  # a copy without its manifest is restorable too
+    if not manifest.get("recomputed") and manifest.get("home") != str(engine.profile.home):
         raise engine.store.error(f"{path} is an export of the profile at {manifest.get('home')}, not of this one; "
                                  "nothing restored")
     from hermes_admin.results import Done

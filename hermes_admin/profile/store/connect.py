@@ -69,6 +69,7 @@ def open_readwrite(path: Path, lock_wait_s: float | None = None) -> peewee.Sqlit
         factory=KeepWalConnection,
     )
     db.lock_wait_s = DEFAULT_LOCK_WAIT_S if lock_wait_s is None else lock_wait_s  # write_transaction's patience
+    # (DEFAULT_LOCK_WAIT_S read at call time: --lock-wait sets it for a job, profile/jobs.py)
     db.connect()
     return db
 

@@ -1,0 +1,86 @@
+"""What the last changing run did in a profile, for `hermes-admin status`.
+
+Written by the profile's worker, as the home's owner, into `<home>/.hermes-admin/last-run.json`
+at the end of every maintenance command that was not a dry run: when it began, how long it took,
+its result, what each task changed, its errors and warnings (a few, bounded), and the last error
+of any run (kept from the record before when this run had none, with its time). Like the
+quick-check record it buys no durability, so it is written without fsync; lost or garbled, it
+only means `status` says "no run recorded". Never through a link (O_NOFOLLOW), never by root.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from hermes_admin.profile.engine.locks import STATE_DIR, regular_file, state_dir
+from hermes_admin.protocol import Profile
+from hermes_admin.results import Run
+
+RECORD = "last-run.json"
+MAX_RECORD = 64 * 1024
+MAX_LINES = 5  # errors and warnings kept in the record: enough to say what went wrong
+
+
+def summarise(run: Run, before: tuple[int, int, int, int], command: str, started: float) -> dict:
+    """What this profile's part of `run` (entries past `before`) did."""
+    results, errors, warnings, locked = (run.results[before[0]:], run.errors[before[1]:],
+                                         run.warnings[before[2]:], run.locked[before[3]:])
+    changed = {}
+    for result in results:
+        if result.task is None and result.status == "skipped":
+            continue
+        entry = changed.setdefault(result.task or result.action, {"rows": 0, "units": 0, "files": 0})
+        entry["rows"] += result.rows
+        entry["units"] += len(result.done)
+        entry["files"] += len(result.files_removed)
+        for failure in result.hook_failures:
+            warnings.append(failure)
+    outcome = ("error" if errors else "locked" if locked else
+               "warnings" if warnings or any(len(r.skipped) or len(r.files_skipped) for r in results) else "ok")
+    finished = time.time()
+    return {"format": 1, "command": command, "started": started, "finished": finished,
+            "seconds": round(finished - started, 3), "result": outcome, "changed": changed,
+            "errors": [e[:500] for e in (errors + locked)[:MAX_LINES]],
+            "warnings": [w[:500] for w in warnings[:MAX_LINES]]}
+
+
+def write(profile: Profile, record: dict) -> None:
+    """Replace the record (never raises: the worst is a `status` that knows less)."""
+    previous = read(profile) or {}
+    problems = record["errors"]
+    if problems:
+        record["last_error"] = {"at": record["finished"], "message": problems[0]}
+    elif isinstance(previous.get("last_error"), dict):
+        record["last_error"] = previous["last_error"]
+    try:
+        path = state_dir(profile) / RECORD
+        regular_file(path, "the last-run record")
+        temp = path.with_name(f".{RECORD}.{os.getpid()}")
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            json.dump(record, out)
+        os.replace(temp, path)
+    except OSError:
+        pass
+
+
+def read(profile: Profile) -> dict | None:
+    """The record, read where it is (never made here), or None."""
+    path = profile.home / STATE_DIR / RECORD
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        data = os.read(fd, MAX_RECORD)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    try:
+        record = json.loads(data)
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) and record.get("format") == 1 else None

@@ -1,0 +1,127 @@
+"""Tables for people, and the same rows for scripts.
+
+On a terminal: a rich table as wide as the terminal. The columns people copy (ids, profile
+names, paths) are never cut. Less important columns are dropped first, in the order each table
+gives, as `ps` and `systemctl` do (`--plain` or a wider terminal shows them all); a free-text
+column (a title) is cut with "…"; a path still too long goes under its row, on a line of its
+own that the terminal wraps, so it is copied whole (a folded cell would copy with a line break).
+
+Piped, or with `--plain`: no box drawing, no colour, one row a line, the cells separated by a tab,
+every column in a fixed order under a header line (what `awk -F'\\t'` and `cut` want).
+
+Colour only on a terminal; rich honours `NO_COLOR`.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+import click
+
+CUT_MIN = 12  # a title keeps this much on the narrowest terminal
+PLAIN = False  # `--plain`: the piped form on a terminal too (set once per command)
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    whole: bool = False  # an id, a name or a path: never cut (folded only when nothing else fits)
+    drop: int = 0  # on a narrow terminal, columns with the highest `drop` go first; 0 never goes
+    cut: bool = False  # free text (a title): may end in "…" on a narrow terminal
+
+
+def plain() -> bool:
+    return PLAIN or not _terminal()
+
+
+def _terminal() -> bool:
+    return sys.stdout.isatty()
+
+
+def show(columns: list[Column], rows: list[list[object]]) -> None:
+    """Print the rows: a table that fits on a terminal, tab-separated lines otherwise."""
+    from hermes_admin.report import clean
+
+    cells = [["-" if v is None or v == "" else clean(v) for v in row] for row in rows]
+    if plain():
+        # clean() escaped every tab and newline inside a cell: one row is one line.
+        click.echo("\t".join(c.name for c in columns))
+        for row in cells:
+            click.echo("\t".join(row))
+        return
+    console = _console()
+    kept, below, dropped = list(range(len(columns))), [], []
+
+    def measure(chosen: list[int]) -> int:
+        return _width(console, _table([columns[i] for i in chosen], [[row[i] for i in chosen] for row in cells]))
+
+    while kept:
+        width = measure(kept)
+        if width <= console.width:
+            break
+        droppable = [i for i in kept if columns[i].drop]
+        if droppable:
+            dropped.append(max(droppable, key=lambda i: (columns[i].drop, i)))
+            kept.remove(dropped[-1])
+        else:  # what is never cut and still does not fit goes under its row, whole
+            widest = max(kept, key=lambda i: (columns[i].whole, max(len(row[i]) for row in cells) if cells else 0))
+            kept.remove(widest)
+            below.append(widest)
+    for i in reversed(dropped if below else []):  # with a path under its row, room again for some
+        if measure(sorted(kept + [i])) <= console.width:
+            kept = sorted(kept + [i])
+    width = measure(kept) if kept else 0
+    spare = console.width - width if kept else 0  # what free text (a title) may take back
+    table = _table([columns[i] for i in kept], [[row[i] for i in kept] for row in cells], spare)
+    if not below:
+        console.print(table)
+        return
+    # Each row is one line of the table (nothing in it wraps); the values too long for it follow,
+    # indented, as plain lines the terminal wraps itself: copied from a terminal, they come whole.
+    with console.capture() as captured:
+        if kept:
+            console.print(table)
+    lines = captured.get().splitlines()
+    head, body = (lines[:2], lines[2:]) if kept else ([], [""] * len(cells))
+    out = console.file
+    for line in head:
+        out.write(line.rstrip() + "\n")
+    for line, row in zip(body, cells):
+        if line.strip():
+            out.write(line.rstrip() + "\n")
+        for i in sorted(below):
+            out.write(f"  {columns[i].name}: {row[i]}\n")
+    out.flush()
+
+
+def _console():
+    from rich.console import Console
+
+    return Console(file=sys.stdout, highlight=False, soft_wrap=False)
+
+
+def _width(console, table) -> int:
+    from rich.measure import Measurement
+
+    return Measurement.get(console, console.options.update(width=10_000), table).maximum
+
+
+def _table(columns: list[Column], rows: list[list[str]], spare: int = 0):
+    """Nothing wraps; `spare`: columns a free-text column may grow by (0: at its narrowest)."""
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    out = Table(box=box.SIMPLE_HEAD, header_style="bold", pad_edge=False, show_edge=False)
+    cut = [c for c in columns if c.cut]
+    for column in columns:
+        if column.cut:
+            narrowest = min(CUT_MIN, max([len(column.name)] + [len(r[columns.index(column)]) for r in rows]))
+            out.add_column(column.name, no_wrap=True, overflow="ellipsis", min_width=narrowest,
+                           max_width=narrowest + spare // len(cut))
+        else:
+            out.add_column(column.name, no_wrap=True, overflow="fold")
+    for row in rows:  # Text, not str: markup inside data is never interpreted
+        out.add_row(*[Text(v) for v in row])
+    return out

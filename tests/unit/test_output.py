@@ -1,0 +1,134 @@
+"""Output people and scripts read: tables that fit 80 columns without cutting what is copied, plain
+lines when piped, and a closed pipe that changes neither the exit code nor what reaches stderr."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from rich.console import Console
+
+from hermes_admin import tables
+
+
+@pytest.fixture
+def terminal(monkeypatch):
+    """The CLI's tables drawn as on a terminal of 80 columns (what they print is returned)."""
+    screen = io.StringIO()
+    monkeypatch.setattr(tables, "_terminal", lambda: True)
+    monkeypatch.setattr(tables, "_console", lambda: Console(file=screen, width=80, force_terminal=True,
+                                                            color_system=None, highlight=False))
+    return screen
+
+
+def purge_some(invoke, root):
+    assert invoke("--root", str(root), "purge", "--older-than", "1d", "--yes", "--force").exit_code in (0, 1)
+
+
+@pytest.mark.parametrize("command, key", [(["profiles", "--json"], "profiles"), (["sessions", "list", "--json"], "sessions"),
+                                          (["exports", "list", "--json"], "exports")])
+def test_at_80_columns_ids_names_and_paths_are_whole(synth_root, invoke, terminal, command, key):
+    root, _ = synth_root
+    if key == "exports":
+        purge_some(invoke, root)
+    rows = json.loads(invoke("--root", str(root), *command).stdout)[key]
+    assert rows
+    result = invoke("--root", str(root), *command[:-1])
+    lines = terminal.getvalue().splitlines()
+    assert lines and "│" not in terminal.getvalue()
+    wanted = {"profiles": ("name", "home"), "sessions": ("profile", "id"), "exports": ("profile", "id", "file")}[key]
+    for row in rows:
+        for field in wanted:
+            assert any(row[field] in line for line in lines), (field, row[field], terminal.getvalue())
+    table_lines = [line for line in lines if not line.startswith("  ")]  # under its row: a whole path
+    assert all(len(line) <= 80 for line in table_lines), terminal.getvalue()
+    assert result.exit_code == 0
+
+
+def test_a_long_title_is_cut_but_the_id_is_not(terminal):
+    tables.show([tables.Column("id", whole=True), tables.Column("title", cut=True), tables.Column("n", drop=1)],
+                [["20261202_165854_9fef1a2b3c", "a title far longer than any terminal " * 4, 3]])
+    text = terminal.getvalue()
+    assert "20261202_165854_9fef1a2b3c" in text and "…" in text
+    assert all(len(line) <= 80 for line in text.splitlines())
+
+
+def test_piped_tables_are_plain_tab_separated_lines(synth_root, invoke):
+    root, _ = synth_root
+    result = invoke("--root", str(root), "profiles")
+    lines = result.stdout.splitlines()
+    assert lines[0].split("\t")[:3] == ["profile", "home", "ok"]
+    assert len(lines) == 4 and all(len(line.split("\t")) == 13 for line in lines)
+    assert not set("│┃━─┏") & set(result.stdout)
+
+
+def test_plain_on_a_terminal_too(synth_root, invoke, terminal):
+    root, _ = synth_root
+    result = invoke("--root", str(root), "--plain", "sessions", "list")
+    assert terminal.getvalue() == "" and result.stdout.startswith("profile\tid\ttitle\t")
+
+
+def test_a_cell_never_breaks_its_line(capsys):
+    tables.PLAIN = True
+    try:
+        tables.show([tables.Column("a"), tables.Column("b")], [["x\ty", "two\nlines"]])
+    finally:
+        tables.PLAIN = False
+    assert capsys.readouterr().out.splitlines() == ["a\tb", "x\\x09y\ttwo\\x0alines"]
+
+
+def run_into_a_closed_pipe(*args, env=None, stderr_too=False):
+    """The console script with a stdout whose reader is gone before it writes (what `| head -1` becomes;
+    `stderr_too`: `2>&1 | head -1`)."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run([sys.executable, "-m", "hermes_admin", *args], stdout=write,
+                              stderr=write if stderr_too else subprocess.PIPE, text=True,
+                              env=dict(os.environ, HERMES_ADMIN_CONFIG="", **(env or {})), timeout=120)
+    finally:
+        os.close(write)
+    return done
+
+
+@pytest.mark.parametrize("command", [["run", "--dry-run"], ["profiles"], ["profiles", "--json"], ["sessions", "list"]])
+def test_a_closed_pipe_keeps_the_exit_code_and_the_errors(synth_root, command):
+    root, _ = synth_root
+    broken = root / "profiles" / "broken"
+    broken.mkdir()
+    (broken / "state.db").write_bytes(b"\x00garbage" * 512)
+    done = run_into_a_closed_pipe("--root", str(root), *command)
+    assert done.returncode == 2, done.stderr
+    assert "profile 'broken'" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_both_streams_into_a_closed_pipe_keep_the_exit_code(synth_root):
+    root, _ = synth_root
+    broken = root / "profiles" / "broken"
+    broken.mkdir()
+    (broken / "state.db").write_bytes(b"\x00garbage" * 512)
+    assert run_into_a_closed_pipe("--root", str(root), "run", "--dry-run", stderr_too=True).returncode == 2
+
+
+def test_help_into_a_closed_pipe_is_fine():
+    assert run_into_a_closed_pipe("--help").returncode == 0
+
+
+def test_sessions_list_says_when_it_stops_at_the_limit(synth_root, invoke):
+    root, _ = synth_root
+    doc = json.loads(invoke("--root", str(root), "sessions", "list", "-n", "5", "--json").stdout)
+    assert len(doc["sessions"]) == 5 and doc["total"] > 5
+    human = invoke("--root", str(root), "sessions", "list", "-n", "5")
+    assert f"5 of {doc['total']} sessions shown" in human.stderr
+
+
+def test_colour_only_on_a_terminal_and_never_with_no_color(monkeypatch):
+    monkeypatch.setenv("FORCE_COLOR", "1")  # as if stdout were a terminal
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    assert not tables._console().no_color
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert tables._console().no_color
