@@ -17,7 +17,8 @@ Options:
   --plain              Tables as tab-separated lines, no box drawing (as when
                        piped).
   --lock-wait SECONDS  How long a write waits for a store another process
-                       holds (default 20), then exit 3 naming it.  [x>=0]
+                       holds without progress (default: the policy's
+                       lock_wait, 300), then exit 3 naming it.  [x>=0]
   --version            Show the version and exit.
   -h, --help           Show this message and exit.
 

@@ -12,8 +12,9 @@ from hermes_admin.cli.context import App, json_option, pass_app, profile_option
 # On a narrow terminal the counts go first (journal, wal, archived, ...); name, home and health stay.
 COLUMNS = [Column("profile", whole=True), Column("home", whole=True), Column("ok"), Column("schema", drop=6),
            Column("journal", drop=9), Column("sessions", drop=2), Column("messages", drop=4),
-           Column("archived", drop=7), Column("live", drop=5), Column("empty", drop=8), Column("store", drop=3),
-           Column("wal", drop=10), Column("last activity", drop=1)]
+           Column("archived", drop=7), Column("live", drop=5), Column("stale", drop=11), Column("empty", drop=8),
+           Column("store", drop=3), Column("wal", drop=10), Column("last activity", drop=1),
+           Column("hermes", drop=12)]
 
 
 def show_profiles(app: App, only: tuple[str, ...], as_json: bool) -> int:
@@ -41,7 +42,7 @@ def show_profiles(app: App, only: tuple[str, ...], as_json: bool) -> int:
             for note in (r.get("hermes") or {}).get("notes") or []:
                 if note not in told:
                     told.add(note)
-                    report.line(note)
+                    report.note(note)  # on stderr: the table on stdout stays a table
     for r in rows:
         if r["error"]:
             report.error(r["error"])

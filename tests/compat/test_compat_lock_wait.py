@@ -47,15 +47,15 @@ def count_of(db: Path, ids: set[str]) -> int:
         conn.close()
 
 
-def purge_held_midway(root: Path, home: Path, ids: set[str], hold_s: float, *extra: str):
+def purge_held_midway(root: Path, home: Path, ids: set[str], hold_s: float, *options: str):
     """Start a purge; once its first deletes committed, the holder takes the write lock for hold_s."""
     db = home / "state.db"
     with holding(home, "keep") as holder:
         import os
         import sys
         env = dict(os.environ, HERMES_ADMIN_CONFIG="", HERMES_HOME="")
-        purge = subprocess.Popen([sys.executable, "-m", "hermes_admin", "--root", str(root), "purge", "-p", "alpha",
-                                  "--older-than", "90", "--yes", "--json", *extra], stdout=subprocess.PIPE,
+        purge = subprocess.Popen([sys.executable, "-m", "hermes_admin", "--root", str(root), *options, "purge",
+                                  "-p", "alpha", "--older-than", "90", "--yes", "--json"], stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True, env=env)
         deadline = time.monotonic() + 60
         while count_of(db, ids) == len(ids) and time.monotonic() < deadline and purge.poll() is None:

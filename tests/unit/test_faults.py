@@ -375,4 +375,5 @@ def test_a_store_held_by_another_process_is_3_naming_it(synth_root, invoke):
         holder.kill()
         holder.wait()
     assert result.exit_code == 3, result.stderr
-    assert f"held by pid {holder.pid}: python" in result.stderr and "another process holds the write lock" in result.stderr
+    assert f"pid {holder.pid} (" in result.stderr and "python" in result.stderr
+    assert "held the write lock" in result.stderr

@@ -62,7 +62,7 @@ def test_piped_tables_are_plain_tab_separated_lines(synth_root, invoke):
     result = invoke("--root", str(root), "profiles")
     lines = result.stdout.splitlines()
     assert lines[0].split("\t")[:3] == ["profile", "home", "ok"]
-    assert len(lines) == 4 and all(len(line.split("\t")) == 13 for line in lines)
+    assert len(lines) == 4 and all(len(line.split("\t")) == 15 for line in lines)
     assert not set("│┃━─┏") & set(result.stdout)
 
 
