@@ -2,7 +2,9 @@
 realistic ~1 GB store, while a real Hermes SessionDB appends a message every 20 ms (with its own FTS
 optimize inside every 1000th append, as Hermes 0.19.0 does).
 
-Usage:  python bench/lock_share.py [--runs 5] [--r-scale F]
+Usage:  python bench/lock_share.py [--runs 5] [--r-scale F] [--json FILE]
+
+The writer's own FTS optimize is made to fall ~6 s into each purge (bench/writer.py OPTIMIZE_AFTER).
 
 Per run: our exit code (a purge stopped with exit 3 is run again at once, and both are shown), our
 time, the writer's worst and p99 wait on our write lock (its own optimize's appends left out, as
@@ -62,7 +64,8 @@ def one_run(source: Path, tmp: Path, n: int) -> dict:
                 tries.append(purge(home))
             return tries
 
-        tries, writer = bench.with_writer(home, ours)
+        # Hermes' own optimize ~6 s into our purge (its 1000th write would come after the purge ends)
+        tries, writer = bench.with_writer(home, ours, optimize_after=300)
         return {"tries": tries, "writer": writer, "kept": len(bench.surviving(home))}
     finally:
         shutil.rmtree(where, ignore_errors=True)

@@ -104,10 +104,13 @@ def copy(home: Path, into: Path) -> Path:
     return target
 
 
-def with_writer(home: Path, action):
-    """Run `action()` while a real Hermes process appends a message every 20 ms."""
+def with_writer(home: Path, action, optimize_after: int | None = None):
+    """Run `action()` while a real Hermes process appends a message every 20 ms (its own FTS
+    optimize after `optimize_after` appends, else at its 1000th)."""
     stop, out = home.parent / "writer.stop", home.parent / "writer.json"
-    writer = subprocess.Popen([peer.python(), str(HERE / "writer.py"), str(home / "state.db"), str(stop), str(out)],
+    extra = [str(optimize_after)] if optimize_after else []
+    writer = subprocess.Popen([peer.python(), str(HERE / "writer.py"), str(home / "state.db"), str(stop), str(out),
+                               *extra],
                               stderr=subprocess.DEVNULL)
     while not Path(str(out) + ".ready").exists():
         if writer.poll() is not None:

@@ -1,6 +1,9 @@
 """A live Hermes process during the benchmark (run inside the peer's venv).
 
-Usage: python writer.py STORE STOP_FILE OUT_JSON
+Usage: python writer.py STORE STOP_FILE OUT_JSON [OPTIMIZE_AFTER]
+
+OPTIMIZE_AFTER: Hermes' own FTS optimize runs after that many appends of this writer (its
+count of writes starts that far short of the 1000th), so that it falls inside a short run.
 
 Appends one message every 20 ms through the real SessionDB to a live session,
 until STOP_FILE exists; records every failure and, for each append:
@@ -61,6 +64,8 @@ def main() -> None:
     conn = db._conn = Timed(db._conn)
     waits, appends, own, spans, failures, errors, slowest = [], [], [], [], 0, [], []
     every = getattr(SessionDB, "_OPTIMIZE_EVERY_N_WRITES", 0)
+    if len(sys.argv) > 4 and every:
+        db._write_count = every - int(sys.argv[4])
     Path(str(out) + ".ready").write_text("1")
     while not stop.exists():
         before = getattr(db, "_write_count", 0)

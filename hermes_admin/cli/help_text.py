@@ -44,6 +44,8 @@ Commands:
   plugins           Hermes plugins that receive `on_session_delete`.
   status            The last run per profile and the next scheduled one;
                     changes nothing.
+  usage             Where each profile's bytes are: tables, FTS indexes, free
+                    pages, WAL, files.
   config            Check the admin config, presets and profiles' config.yaml;
                     show effective values.
   daemon            Run the maintenance tasks on the admin config's

@@ -302,6 +302,18 @@ def restore(job: Job, isolated: bool) -> Run:
     return run
 
 
+def usage(job: Job, isolated: bool) -> Run:
+    """`hermes-admin usage`: where each profile's bytes are; read-only."""
+    from hermes_admin.profile.actions.common import export_settings
+    from hermes_admin.profile.usage import profile_usage
+
+    def rows(profile: Profile, store) -> list[dict]:
+        folder = export_settings(profile, job.layers.get(str(profile.home))).folder_of(profile)
+        return [profile_usage(profile, store, folder)]
+
+    return _rows_of_stores(job, isolated, "usage", rows)
+
+
 def exports_list(job: Job, isolated: bool) -> Run:
     from hermes_admin.profile.actions.exports import listing
 
@@ -357,7 +369,7 @@ KINDS: dict[str, Callable[[Job, bool], Run]] = {
     "maintain": maintain, "profiles": profiles, "sessions_list": sessions_list, "resolve": resolve,
     "session_detail": session_detail, "change": change, "repair": repair, "plugins_list": plugins_list,
     "restore": restore, "exports_list": exports_list, "status": status,
-    "policy": policy, "exports_prune": exports_prune,
+    "policy": policy, "exports_prune": exports_prune, "usage": usage,
 }
 
 

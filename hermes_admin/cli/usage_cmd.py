@@ -1,0 +1,71 @@
+"""`hermes-admin usage`: where the bytes are, per profile, per root and for the host; changes nothing."""
+
+from __future__ import annotations
+
+import click
+
+from hermes_admin import report, tables
+from hermes_admin.cli.context import App, json_option, pass_app, profile_option
+from hermes_admin.tables import Column
+
+COLUMNS = [Column("profile", whole=True), Column("part", whole=True), Column("bytes"), Column("share", drop=1)]
+
+
+def totals(rows: list[dict]) -> dict:
+    """Per root and for the host: every file kind summed (a profile counts in its root once)."""
+    by_root: dict[str, dict[str, int]] = {}
+    for row in rows:
+        root = row.get("root") or row["home"]
+        into = by_root.setdefault(root, {})
+        for name, size in row["files"].items():
+            into[name] = into.get(name, 0) + size
+    host: dict[str, int] = {}
+    for sums in by_root.values():
+        for name, size in sums.items():
+            host[name] = host.get(name, 0) + size
+    return {"roots": by_root, "host": host, "host_bytes": sum(host.values())}
+
+
+@click.command()
+@profile_option
+@json_option
+@pass_app
+def usage(app: App, profiles, as_json: bool):
+    """Where each profile's bytes are: tables, FTS indexes, free pages, WAL, files.
+
+    Per profile: each table with its indexes, each FTS5 index, free pages, the WAL, sessions/ files
+    and exports, adding up to the files' sizes; the largest sessions and each source's share; totals
+    per root and for the host. Read-only."""
+    found = app.discover(profiles)
+    answer = app.work("usage", {}, found.profiles, with_policy=True)
+    rows = answer.data.get("usage", [])
+    roots = {str(p.home): str(p.root) for p in found.profiles}
+    labels = app.labels()
+    for row in rows:
+        row["root"] = roots.get(row["home"])
+    summed = totals(rows)
+    if as_json:
+        report.emit_json({"profiles": rows, **summed, "errors": answer.errors})
+    else:
+        lines = []
+        for row in rows:
+            name = labels.get(row["home"], row["profile"])
+            store = row["files"]["state.db"] or 1
+            for part, size in row["store_parts"].items():
+                lines.append([name, f"state.db: {part}", report.human_bytes(size), f"{100 * size / store:.1f} %"])
+            for part in ("state.db-wal", "state.db-shm", "sessions/", "exports"):
+                lines.append([name, part, report.human_bytes(row["files"][part]), ""])
+        tables.show(COLUMNS, lines)
+        for row in rows:
+            name = labels.get(row["home"], row["profile"])
+            shares = ", ".join(f"{s['source']} {100 * s['share_sessions']:.0f} % of sessions, "
+                               f"{100 * s['share_bytes']:.0f} % of bytes" for s in row["sources"][:5])
+            report.line(f"{name}: sources: {shares or 'none'}")
+            for big in row["largest_sessions"][:3]:
+                report.line(f"{name}: large: {big['id']} ({big['source']}) {report.human_bytes(big['bytes'])}")
+        for root, sums in summed["roots"].items():
+            report.line(f"root {root}: {report.human_bytes(sum(sums.values()))}")
+        report.line(f"host: {report.human_bytes(summed['host_bytes'])}")
+    for message in answer.errors:
+        report.error(message)
+    raise click.exceptions.Exit(app.exit_code(answer, found, profiles))

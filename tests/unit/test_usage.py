@@ -1,0 +1,43 @@
+"""`hermes-admin usage`: where the bytes are; every store's figures add up to its files; read-only."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from tests.conftest import store_digest
+from tests.helpers import home_of
+
+
+def test_usage_adds_up_to_each_stores_files_and_changes_nothing(synth_root, invoke):
+    root, _ = synth_root
+    before = store_digest(root)
+    result = invoke("--root", str(root), "usage", "--json")
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert {r["profile"] for r in doc["profiles"]} == {"default", "work", "legacy"}
+    for row in doc["profiles"]:
+        db = home_of(root, row["profile"]) / "state.db"
+        assert sum(row["store_parts"].values()) == os.stat(db).st_size == row["files"]["state.db"]
+        assert any(part.startswith("FTS5 index messages_fts") for part in row["store_parts"])
+        assert row["files"]["sessions/"] > 0
+        assert abs(sum(s["share_sessions"] for s in row["sources"]) - 1) < 0.01
+        sizes = [s["bytes"] for s in row["largest_sessions"]]
+        assert sizes == sorted(sizes, reverse=True)
+    assert doc["host_bytes"] == sum(sum(r["files"].values()) for r in doc["profiles"])
+    assert list(doc["roots"]) == [str(root)]
+    assert store_digest(root) == before  # read-only
+    human = invoke("--root", str(root), "usage")
+    assert human.exit_code == 0 and "FTS5 index messages_fts" in human.stdout and "host:" in human.stdout
+
+
+def test_usage_of_a_garbage_store_is_that_profiles_error(synth_root, invoke):
+    root, _ = synth_root
+    broken = root / "profiles" / "broken"
+    broken.mkdir()
+    (broken / "state.db").write_bytes(b"not a database" * 100)
+    result = invoke("--root", str(root), "usage", "--json")
+    assert result.exit_code == 2
+    doc = json.loads(result.stdout)
+    assert any("broken" in e and "state.db" in e for e in doc["errors"])
+    assert {r["profile"] for r in doc["profiles"]} == {"default", "work", "legacy"}
