@@ -34,12 +34,13 @@ BUILTINS = {
     "lock_wait": 300,  # seconds another writer may hold the store's write lock without progress (store/connect.py)
     "source_retention_days": {},  # source -> days, over retention_days for that source's sessions
     "stale_grace_days": None,  # a stale-closed row's wait before a purge may take it (None: its full window)
+    "incremental_vacuum": True,  # a VACUUM of ours switches the store to incremental auto-vacuum (engine.reclaim)
 }
 # The keys Hermes itself reads from a profile's `sessions:` section.
 HERMES_KEYS = ("auto_prune", "retention_days", "auto_archive", "auto_archive_days", "vacuum_after_prune",
                "source_retention_days")
 ADMIN_KEYS = set(BUILTINS) | {"preset", "hermes_python"}  # hermes_python: installation.py reads it
-_BOOLS = {"auto_prune", "auto_archive", "vacuum_after_prune", "empty_sweep", "ghost_prune"}
+_BOOLS = {"auto_prune", "auto_archive", "vacuum_after_prune", "empty_sweep", "ghost_prune", "incremental_vacuum"}
 _CHOICES = {"repair": ("report", "apply")}
 _PATHS = {"export_dir"}
 # Durations (durations.py): `120d`, `1w2d`, `3mo`, or a bare number in the key's own unit.
@@ -68,6 +69,7 @@ class Policy:
     lock_wait: float = 300.0
     source_retention_days: dict = field(default_factory=dict)
     stale_grace_days: float | None = None
+    incremental_vacuum: bool = True
     origins: dict = field(default_factory=dict, compare=False)  # key -> the layer its value came from
 
     def describe(self) -> str:

@@ -58,14 +58,15 @@ def export_settings(profile: Profile, layers: dict | None, export_dir: str | Non
 
 def with_engine(run: Run, profile: Profile, work: Callable[[Engine], list[Result]],
                 exports: Settings | None = None, config: HermesConfig | None = None,
-                lock_wait_s: float | None = None) -> None:
+                lock_wait_s: float | None = None, incremental: bool = True) -> None:
     """Open the profile's engine, do `work`, record results; one profile's failure never stops the others.
 
     What `work` finished before a failure (its results so far, and the part of the failing task that
     committed) is reported with the error.
     """
     done: list[Result] = []
-    engine = Engine(profile, dry_run=run.dry_run, exports=exports, config=config, lock_wait_s=lock_wait_s)
+    engine = Engine(profile, dry_run=run.dry_run, exports=exports, config=config, lock_wait_s=lock_wait_s,
+                    incremental=incremental)
     try:
         with engine:
             run.warnings += engine.replayed

@@ -134,6 +134,10 @@ class _Pass:
                                     lambda units: self.engine.delete(units, "prune", recheck=recheck, more=True))
         if result.rows and (request.vacuum or self.policy.vacuum_after_prune):
             result.vacuumed = self.engine.vacuum_if_worth(result)
+        if result.rows and not result.vacuumed:  # a store in incremental auto-vacuum: space back now
+            freed = self.engine.reclaim(result)
+            if freed:
+                result.notes.append(f"{freed} free page(s) given back to the file system (incremental vacuum)")
         return result
 
     def close_stale(self) -> Result:
@@ -330,4 +334,4 @@ def maintain(run: Run, profile: Profile, layers: dict, request: Request,
 
     exports = Settings(request.export_dir or policy.export_dir, policy.export_keep_days)
     lock_wait = request.lock_wait if request.lock_wait is not None else policy.lock_wait
-    with_engine(run, profile, work, exports, config, lock_wait)
+    with_engine(run, profile, work, exports, config, lock_wait, incremental=policy.incremental_vacuum)

@@ -69,6 +69,8 @@ from hermes_admin.profile.tasks.retention import REAPED
 from hermes_admin.profile.engine.turns import Turns
 
 VACUUM_FREE_RATIO = 0.25
+INCREMENTAL = 2  # PRAGMA auto_vacuum's value for incremental auto-vacuum
+RECLAIM_FIRST_PAGES = 256  # the first incremental-vacuum step; later ones sized by the time it took
 FTS_TABLES = ("messages_fts", "messages_fts_trigram")
 # Hermes' CJK index: its tokenizer is a library of Hermes' own, loaded before anything is deleted
 # or restored where its triggers are (without them our deletes never write to it). The index
@@ -164,8 +166,9 @@ class Engine(SplitDeletes):
 
     def __init__(self, profile: Profile, dry_run: bool = False, now: Callable[[], float] = time.time,
                  progress: Progress | None = None, exports: Settings | None = None,
-                 config: HermesConfig | None = None, lock_wait_s: float | None = None):
+                 config: HermesConfig | None = None, lock_wait_s: float | None = None, incremental: bool = True):
         self.profile = profile
+        self.incremental = incremental  # a VACUUM of ours switches the store to incremental auto-vacuum
         self.lock_wait_s = lock_wait_s  # how long another writer may hold the lock without progress
         self.export_settings = exports or Settings()
         self._prunes = exports is not None  # only a command that knows the policy prunes old exports
@@ -761,8 +764,40 @@ class Engine(SplitDeletes):
             return "a process this scan cannot see into (another user's, or outside this pid namespace)"
         return f"pid {', '.join(map(str, holders))}" if holders else None
 
+    def reclaim(self, result: Result) -> int:
+        """Give the store's free pages back to the file system, in short steps that wait for other
+        writers like every write of ours: SQLite's incremental auto-vacuum, on a store switched to it
+        (by a VACUUM of ours while nobody held it, `vacuum_if_worth`). Returns the pages freed; the
+        file shrinks when a checkpoint copies the last of them back, ours at the latest."""
+        if self.dry_run or self.store.db.execute_sql("PRAGMA auto_vacuum").fetchone()[0] != INCREMENTAL:
+            return 0
+        pages, freed = RECLAIM_FIRST_PAGES, 0
+        while not stopping.requested():
+            free = self.store.db.execute_sql("PRAGMA freelist_count").fetchone()[0]
+            if free == 0:
+                break
+            step = min(pages, free)
+            began = [0.0]
+
+            def work(db, step=step):
+                began[0] = time.monotonic()
+                db.execute_sql(f"PRAGMA incremental_vacuum({int(step)})")
+
+            write_transaction(self.store.db, work, on_busy=self.turns.busy)
+            committed_at = time.monotonic()
+            held_s = committed_at - began[0]
+            self._count(result, held_s, f"an incremental vacuum step ({step} pages)")
+            self._after_durable(self.commits.committed(synced=False, wrote=True, work=None), result)
+            self.turns.after_commit(committed_at, held_s)
+            freed += step
+            # the next step sized by this one's time, to the hold we allow ourselves, at most doubling
+            pages = max(16, min(2 * pages, int(step * self._hold_target() / max(held_s, 1e-4))))
+        return freed
+
     def vacuum_if_worth(self, result: Result) -> bool:
-        """VACUUM after a purge: over 25 % free pages, and only while nobody else holds the store."""
+        """VACUUM after a purge: over 25 % free pages, and only while nobody else holds the store.
+        Unless the policy says not to (`incremental_vacuum: false`), the same VACUUM switches the store
+        to incremental auto-vacuum, so that later purges give space back while Hermes runs (reclaim)."""
         if self.dry_run:
             return False
         db = self.store.db
@@ -776,6 +811,10 @@ class Engine(SplitDeletes):
             result.notes.append(f"no VACUUM: the store is held by {who}")
             return False
         try:
+            if self.incremental and db.execute_sql("PRAGMA auto_vacuum").fetchone()[0] != INCREMENTAL:
+                db.execute_sql("PRAGMA auto_vacuum = INCREMENTAL")  # takes effect with this VACUUM
+                result.notes.append("the store is now in incremental auto-vacuum: later purges give space "
+                                    "back in short steps while Hermes runs")
             db.execute_sql("VACUUM")
         except peewee.OperationalError as exc:  # a writer came meanwhile: the VACUUM waits for another run
             if not is_lock_error(exc):

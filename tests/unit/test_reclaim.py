@@ -1,0 +1,82 @@
+"""Disk back while Hermes runs: a store that one VACUUM of ours (while nobody held it) switched to
+incremental auto-vacuum gives the pages a later purge frees back to the file system, in short steps,
+while another process holds it open."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+
+from tests.helpers import needs_host_pids, vacuum_worthy_store
+from hermes_admin.synth.builder import SynthStore
+
+
+def pragma(db, name):
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return conn.execute(f"PRAGMA {name}").fetchone()[0]
+    finally:
+        conn.close()
+
+
+def more_old_sessions(db, now, count=300):
+    """What a gateway adds over months (plain SQL into the store, as Hermes' triggers index it)."""
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("BEGIN")
+    for i in range(count):
+        sid = f"later{i:03d}"
+        conn.execute("INSERT INTO sessions (id, source, started_at, ended_at, end_reason, message_count) "
+                     "VALUES (?, 'cron', ?, ?, 'x', 10)", (sid, now - 150 * 86400, now - 149 * 86400))
+        for m in range(10):
+            conn.execute("INSERT INTO messages (session_id, role, content, timestamp) VALUES (?, 'user', ?, ?)",
+                         (sid, "padding " * 50 + str(m), now - 150 * 86400 + m))
+    conn.execute("COMMIT")
+    conn.close()
+
+
+@needs_host_pids
+def test_a_purge_under_a_live_holder_gives_the_freed_pages_back(tmp_path, now, invoke):
+    root = tmp_path / "h"
+    db = vacuum_worthy_store(root / "state.db", now, sessions=50)
+    first = invoke("--root", str(root), "purge", "--vacuum", "--json")  # nobody holds it: the VACUUM switches it
+    doc = json.loads(first.stdout)
+    assert doc["results"][0]["vacuumed"] is True
+    assert pragma(db, "auto_vacuum") == 2 and pragma(db, "journal_mode") == "wal"
+    more_old_sessions(db, now)
+    holder = subprocess.Popen([sys.executable, "-c", "import sqlite3, sys\n"
+                               f"c = sqlite3.connect({str(db)!r}); c.execute('SELECT COUNT(*) FROM sessions').fetchone()\n"
+                               "print('open', flush=True); sys.stdin.readline()"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "open"
+        before = os.stat(db).st_size
+        used_before = (pragma(db, "page_count") - pragma(db, "freelist_count")) * pragma(db, "page_size")
+        second = invoke("--root", str(root), "purge", "--vacuum", "--json")
+        result = json.loads(second.stdout)["results"][0]
+        assert second.exit_code == 0, second.stderr
+        assert result["rows"] == 300 and result["vacuumed"] is False  # held: no VACUUM...
+        assert any("no VACUUM: the store is held" in n for n in result["notes"])
+        assert any("given back to the file system" in n for n in result["notes"])  # ...but the pages go back
+        assert pragma(db, "freelist_count") == 0
+        page_size, pages = pragma(db, "page_size"), pragma(db, "page_count")
+        assert os.stat(db).st_size == pages * page_size  # the file itself shrank to what is used
+        freed = used_before - pages * page_size  # what the purge's deletes freed
+        assert freed > 0 and before - os.stat(db).st_size >= 0.9 * freed
+    finally:
+        holder.communicate("\n", timeout=10)
+    assert pragma(db, "journal_mode") == "wal"
+    check = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    assert check.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    check.close()
+
+
+def test_incremental_vacuum_false_keeps_the_stores_mode(tmp_path, now, invoke):
+    root = tmp_path / "h"
+    db = vacuum_worthy_store(root / "state.db", now, sessions=50)
+    (root / "admin.yaml").write_text("defaults: {incremental_vacuum: false}\n")
+    done = invoke("--root", str(root), "--config", str(root / "admin.yaml"), "purge", "--vacuum", "--json")
+    assert done.exit_code == 0, done.stderr
+    assert pragma(db, "auto_vacuum") == 0
