@@ -34,6 +34,8 @@ BUILTINS = {
     "lock_wait": 300,  # seconds another writer may hold the store's write lock without progress (store/connect.py)
     "source_retention_days": {},  # source -> days, over retention_days for that source's sessions
     "stale_grace_days": None,  # a stale-closed row's wait before a purge may take it (None: its full window)
+    "max_store_mb": None,  # a size budget: over it after the usual tasks, the oldest eligible units go
+    "min_keep_days": 7,  # what the size budget never takes: anything active this recently
     "incremental_vacuum": True,  # a VACUUM of ours switches the store to incremental auto-vacuum (engine.reclaim)
 }
 # The keys Hermes itself reads from a profile's `sessions:` section.
@@ -44,7 +46,7 @@ _BOOLS = {"auto_prune", "auto_archive", "vacuum_after_prune", "empty_sweep", "gh
 _CHOICES = {"repair": ("report", "apply")}
 _PATHS = {"export_dir"}
 # Durations (durations.py): `120d`, `1w2d`, `3mo`, or a bare number in the key's own unit.
-_DAYS = {"retention_days", "auto_archive_days", "export_keep_days", "stale_grace_days"}
+_DAYS = {"retention_days", "auto_archive_days", "export_keep_days", "stale_grace_days", "min_keep_days"}
 _HOURS = {"empty_min_age_hours", "quick_check_hours"}
 
 
@@ -70,6 +72,8 @@ class Policy:
     source_retention_days: dict = field(default_factory=dict)
     stale_grace_days: float | None = None
     incremental_vacuum: bool = True
+    max_store_mb: float | None = None
+    min_keep_days: float = 7.0
     origins: dict = field(default_factory=dict, compare=False)  # key -> the layer its value came from
 
     def describe(self) -> str:
@@ -127,7 +131,7 @@ def _coerce(key: str, value, where: str, hermes: bool = False):
             raise PolicyError(f"{where}: {key} must be a mapping of sources to days, not {_short(value)}")
         return {_coerce_source(source, where): _coerce("retention_days", days, f"{where}: {key}.{source}", hermes)
                 for source, days in value.items()}
-    if key == "stale_grace_days" and value is None:
+    if key in ("stale_grace_days", "max_store_mb") and value is None:
         return None
     if key in _PATHS:
         if value is not None and (not isinstance(value, str) or not value or "\0" in value):
@@ -150,7 +154,8 @@ def _coerce(key: str, value, where: str, hermes: bool = False):
     elif isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
         raise PolicyError(f"{where}: {key} must be a number, not {_short(value)}"
                           + (" (Hermes reads this key too: a plain number)" if hermes and isinstance(value, str) else ""))
-    if key in ("export_keep_days", "quick_check_hours", "lock_wait", "stale_grace_days") and value < 0:
+    if key in ("export_keep_days", "quick_check_hours", "lock_wait", "stale_grace_days", "min_keep_days",
+               "max_store_mb") and value < 0:
         raise PolicyError(f"{where}: {key} must be 0 or more, not {_short(value)}")
     return float(value)
 

@@ -25,7 +25,7 @@ class Selection:
 
 # `run`'s order, the one every caller uses: repair reports first; ghosts and empties go before the
 # purge weighs units; stale rows are closed after the purge, so that they age a further window first.
-ORDER = ("repair", "ghost_prune", "empty_sweep", "purge", "close_stale", "auto_archive")
+ORDER = ("repair", "ghost_prune", "empty_sweep", "purge", "close_stale", "size_budget", "auto_archive")
 
 DAY = 86400.0
 HOUR = 3600.0
