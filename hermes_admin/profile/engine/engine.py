@@ -71,6 +71,7 @@ from hermes_admin.profile.engine.turns import Turns
 VACUUM_FREE_RATIO = 0.25
 INCREMENTAL = 2  # PRAGMA auto_vacuum's value for incremental auto-vacuum
 RECLAIM_FIRST_PAGES = 256  # the first incremental-vacuum step; later ones sized by the time it took
+CHECKPOINT_SETTLE_S = 1.0  # how long a reclaim tries for the checkpoint that shrinks the file
 FTS_TABLES = ("messages_fts", "messages_fts_trigram")
 # Hermes' CJK index: its tokenizer is a library of Hermes' own, loaded before anything is deleted
 # or restored where its triggers are (without them our deletes never write to it). The index
@@ -781,7 +782,10 @@ class Engine(SplitDeletes):
 
             def work(db, step=step):
                 began[0] = time.monotonic()
-                db.execute_sql(f"PRAGMA incremental_vacuum({int(step)})")
+                # One page a statement: Python's sqlite3 steps a statement once, and this pragma frees a
+                # page per step, reporting each as a row without columns that Python never steps past.
+                for _ in range(int(step)):
+                    db.execute_sql("PRAGMA incremental_vacuum(1)").close()
 
             write_transaction(self.store.db, work, on_busy=self.turns.busy)
             committed_at = time.monotonic()
@@ -789,10 +793,28 @@ class Engine(SplitDeletes):
             self._count(result, held_s, f"an incremental vacuum step ({step} pages)")
             self._after_durable(self.commits.committed(synced=False, wrote=True, work=None), result)
             self.turns.after_commit(committed_at, held_s)
-            freed += step
+            left = self.store.db.execute_sql("PRAGMA freelist_count").fetchone()[0]
+            freed += free - left
+            if left >= free:  # nothing moved (another writer's pages at the end?): the next run goes on
+                break
             # the next step sized by this one's time, to the hold we allow ourselves, at most doubling
             pages = max(16, min(2 * pages, int(step * self._hold_target() / max(held_s, 1e-4))))
+        if freed:
+            self._copied_back()
         return freed
+
+    def _copied_back(self) -> None:
+        """The file shrinks when a checkpoint copies the WAL's last frames back: PASSIVE ones (they
+        never wait, nor make anyone wait) until one gets to the end, for up to a second."""
+        deadline = time.monotonic() + CHECKPOINT_SETTLE_S
+        while time.monotonic() < deadline:
+            try:
+                busy, frames, copied = self.store.db.execute_sql("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            except peewee.OperationalError:
+                return
+            if frames <= 0 or copied >= frames:
+                return
+            time.sleep(0.05)
 
     def vacuum_if_worth(self, result: Result) -> bool:
         """VACUUM after a purge: over 25 % free pages, and only while nobody else holds the store.
@@ -803,7 +825,8 @@ class Engine(SplitDeletes):
         db = self.store.db
         pages = db.execute_sql("PRAGMA page_count").fetchone()[0]
         free = db.execute_sql("PRAGMA freelist_count").fetchone()[0]
-        if not pages or free / pages <= VACUUM_FREE_RATIO:
+        switching = self.incremental and db.execute_sql("PRAGMA auto_vacuum").fetchone()[0] != INCREMENTAL
+        if not pages or (free / pages <= VACUUM_FREE_RATIO and not switching):
             result.notes.append(f"no VACUUM: {free}/{pages} pages free (needs over 25 %)")
             return False
         who = self.held_by_others()
@@ -811,7 +834,7 @@ class Engine(SplitDeletes):
             result.notes.append(f"no VACUUM: the store is held by {who}")
             return False
         try:
-            if self.incremental and db.execute_sql("PRAGMA auto_vacuum").fetchone()[0] != INCREMENTAL:
+            if switching:  # once: from then on, purges give space back while Hermes runs (reclaim)
                 db.execute_sql("PRAGMA auto_vacuum = INCREMENTAL")  # takes effect with this VACUUM
                 result.notes.append("the store is now in incremental auto-vacuum: later purges give space "
                                     "back in short steps while Hermes runs")
@@ -821,8 +844,18 @@ class Engine(SplitDeletes):
                 raise
             result.notes.append("no VACUUM: another process took the write lock first")
             return False
-        self._passive_checkpoint()
+        self._after_vacuum()
         return True
+
+    def _after_vacuum(self) -> None:
+        """A VACUUM writes the whole database into the WAL. Nobody else holds the store (we just looked):
+        the one place where a checkpoint of ours may TRUNCATE the WAL, through SQLite's own locks,
+        rather than leave a WAL as large as the store on disk until Hermes next closes it last."""
+        try:
+            self.store.db.execute_sql("PRAGMA wal_checkpoint(TRUNCATE)" if self.held_by_others() is None
+                                      else "PRAGMA wal_checkpoint(PASSIVE)")
+        except peewee.OperationalError:
+            pass  # a checkpoint is a courtesy; the next writer's reuse the WAL
 
     # -- closing stale open rows --------------------------------------------------
 
