@@ -14,7 +14,7 @@ from hermes_admin.profile.lineage import Graph
 from hermes_admin.profile.tasks import retention, stale
 from hermes_admin.profile.tasks.retention import REAPED, Windows
 from hermes_admin.synth.builder import SynthStore
-from tests.helpers import row_ids
+from tests.helpers import events, install_plugins, own_interpreter, row_ids
 from tests.unit.test_tasks import NOW, Row, ago
 
 DAY = 86400.0
@@ -128,22 +128,56 @@ def test_a_run_closes_stale_rows_silently_and_a_window_later_purges_them(tmp_pat
         import time
         now = time.time()
         _stale_root(root, now)
-        dry = invoke("--root", str(root), "run", "--dry-run", "--json")
+        install_plugins(root, ["recorder"], enabled=["recorder"])
+        own = own_interpreter(tmp_path)
+        dry = invoke("--root", str(root), *own, "run", "--dry-run", "--json")
         assert dry.exit_code == 0, dry.stderr
         closing = [r for r in json.loads(dry.stdout)["results"] if r["task"] == "close_stale"]
         assert len(closing[0]["done"]) == 12 and closing[0]["action"] == "close"
         assert _open_ids(root / "state.db")[0] == {f"cron_{n}" for n in range(12)} | {"chat"}  # dry: nothing changed
-        done = invoke("--root", str(root), "run", "--yes", "--json")
+        done = invoke("--root", str(root), *own, "run", "--yes", "--json")
         assert done.exit_code == 0, done.stderr
         doc = json.loads(done.stdout)
         purged = {d["session_id"] for r in doc["results"] if r["task"] == "purge" for d in r["done"]}
         assert purged == {"old_cron_done"}  # cron's 30 days; cli keeps its 90
+        # its event, and none for the rows closed (closing deletes nothing)
+        assert [(e["session_id"], e["reason"]) for e in events(root)] == [("old_cron_done", "prune")]
         opened, reaped = _open_ids(root / "state.db")
         assert opened == {"chat"} and reaped == {f"cron_{n}" for n in range(12)}
     with freeze_time("2026-07-02 12:00:00"):  # 31 days on: past cron's window since their closing
-        later = invoke("--root", str(root), "run", "--yes", "--json")
+        later = invoke("--root", str(root), *own, "run", "--yes", "--json")
         assert later.exit_code == 0, later.stderr
         purged = {d["session_id"] for r in json.loads(later.stdout)["results"] if r["task"] == "purge"
                   for d in r["done"]}
         assert purged == {f"cron_{n}" for n in range(12)}
         assert row_ids(root / "state.db") == {"chat", "old_cli_done"}
+        assert {e["session_id"] for e in events(root)} == {"old_cron_done"} | {f"cron_{n}" for n in range(12)}
+
+
+def test_the_daemons_run_job_closes_and_later_purges_stale_rows_at_its_edge(tmp_path):
+    """The daemon's own job (host/daemon.Daemon.job, its `run` task list), in-process, at frozen times."""
+    from hermes_admin.cli.context import App
+    from hermes_admin.cli.maintain_cmd import request
+    from hermes_admin.host.config import AdminConfig
+    from hermes_admin.host.daemon import Daemon
+
+    root = tmp_path / "h"
+
+    def work(config, task, tasks, now, summaries):
+        app = App(roots_given=(str(root),), _config=config)
+        try:
+            return app.work("maintain", {"request": request(tasks, now, explicit=task != "run"), "dry_run": False,
+                                         "summaries": summaries}, app.discover(quiet=True).profiles, with_policy=True)
+        finally:
+            app.close()
+
+    with freeze_time("2026-06-01 12:00:00"):
+        import time
+        _stale_root(root, time.time())
+        daemon = Daemon(load_config=AdminConfig, work=work)
+        daemon.job("run")
+        opened, reaped = _open_ids(root / "state.db")
+        assert opened == {"chat"} and reaped == {f"cron_{n}" for n in range(12)}
+    with freeze_time("2026-07-02 12:00:00"):
+        daemon.job("run")
+    assert row_ids(root / "state.db") == {"chat", "old_cli_done"}
