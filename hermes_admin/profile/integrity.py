@@ -13,9 +13,8 @@ only means one check more.
 
 from __future__ import annotations
 
-import json
 import os
-from hermes_admin.profile.engine.locks import STATE_DIR, regular_file, state_dir
+from hermes_admin.profile.engine.locks import read_record, write_record
 from hermes_admin.protocol import Profile
 
 RECORD = "quick-check"
@@ -44,34 +43,9 @@ def due(profile: Profile, hours: float, now: float, store: list[int] | None) -> 
 
 def passed(profile: Profile, now: float, store: list[int] | None) -> None:
     """Record that the store `store` passed now (never raises: the worst is one check more next time)."""
-    if store is None:
-        return
-    try:
-        path = state_dir(profile) / RECORD
-        regular_file(path, "the quick-check record")
-        temp = path.with_name(f".{RECORD}.{os.getpid()}")
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        with os.fdopen(fd, "w") as out:
-            json.dump({"store": store, "at": now}, out)
-        os.replace(temp, path)
-    except OSError:
-        pass
+    if store is not None:
+        write_record(profile, RECORD, "the quick-check record", {"store": store, "at": now})
 
 
 def _read(profile: Profile) -> dict | None:
-    path = profile.home / STATE_DIR / RECORD  # read where it is, never made here
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        data = os.read(fd, MAX_RECORD)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    try:
-        record = json.loads(data)
-    except ValueError:
-        return None
-    return record if isinstance(record, dict) else None
+    return read_record(profile, RECORD, MAX_RECORD)

@@ -10,11 +10,9 @@ only means `status` says "no run recorded". Never through a link (O_NOFOLLOW), n
 
 from __future__ import annotations
 
-import json
-import os
 import time
 
-from hermes_admin.profile.engine.locks import STATE_DIR, regular_file, state_dir
+from hermes_admin.profile.engine.locks import read_record, write_record
 from hermes_admin.protocol import Profile
 from hermes_admin.results import Run
 
@@ -54,33 +52,10 @@ def write(profile: Profile, record: dict) -> None:
         record["last_error"] = {"at": record["finished"], "message": problems[0]}
     elif isinstance(previous.get("last_error"), dict):
         record["last_error"] = previous["last_error"]
-    try:
-        path = state_dir(profile) / RECORD
-        regular_file(path, "the last-run record")
-        temp = path.with_name(f".{RECORD}.{os.getpid()}")
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        with os.fdopen(fd, "w") as out:
-            json.dump(record, out)
-        os.replace(temp, path)
-    except OSError:
-        pass
+    write_record(profile, RECORD, "the last run's record", record)
 
 
 def read(profile: Profile) -> dict | None:
     """The record, read where it is (never made here), or None."""
-    path = profile.home / STATE_DIR / RECORD
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        data = os.read(fd, MAX_RECORD)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    try:
-        record = json.loads(data)
-    except ValueError:
-        return None
-    return record if isinstance(record, dict) and record.get("format") == 1 else None
+    record = read_record(profile, RECORD, MAX_RECORD)
+    return record if record is not None and record.get("format") == 1 else None

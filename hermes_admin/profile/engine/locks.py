@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import json
 import os
 import stat
 import time
@@ -80,6 +81,42 @@ def regular_file(path: Path, what: str, notes: list[str] | None = None) -> None:
         if notes is None:
             raise UnsafePath(errno.EISDIR, f"is not a plain file; cannot use it as {what}", str(path))
         notes.append(set_aside(path, f"damaged (not a plain file, where {what} goes); kept for inspection"))
+
+
+def write_record(profile: Profile, name: str, what: str, record: dict) -> None:
+    """A small JSON record of ours in `.hermes-admin/` (the quick-check record, the last run's),
+    replaced whole through a temporary file, never through a link. It buys no durability (no fsync),
+    and never raises: lost or garbled, a record only means a little more work or a less informed
+    `status`."""
+    try:
+        path = state_dir(profile) / name
+        regular_file(path, what)
+        temp = path.with_name(f".{name}.{os.getpid()}")
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            json.dump(record, out)
+        os.replace(temp, path)
+    except OSError:
+        pass
+
+
+def read_record(profile: Profile, name: str, limit: int) -> dict | None:
+    """Such a record, read where it is (never made here, never through a link), or None."""
+    try:
+        fd = os.open(profile.home / STATE_DIR / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        data = os.read(fd, limit)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    try:
+        record = json.loads(data)
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
 
 
 class Flock:
