@@ -34,6 +34,7 @@ from hermes_admin.filters import Filters
 
 from hermes_admin.profile.tasks import ORDER  # noqa: E402 (re-exported: `run`'s order)
 CHUNK = 2000  # files of sessions/ looked at together by the ghost sweep
+BUDGET_CHUNK = 200  # units whose text the size budget sums in one query (their ids bound a statement's)
 
 
 class Refused(Exception):
@@ -192,16 +193,21 @@ class _Pass:
 
     def _covering(self, units: list, over_mb: float) -> list:
         """The first units whose messages' text, three times over (the row and its two FTS5 indexes,
-        as real stores measure: 6.6x in #110589 with everything else), adds up to `over_mb`."""
+        as real stores measure: 6.6x in #110589 with everything else), adds up to `over_mb`. Their
+        text is summed a chunk of units at a time, in one query each, as far as needed."""
         db, taken, total = self.engine.store.db, [], 0.0
-        for unit in units:
-            if total >= over_mb:
-                break
-            ids = list(unit.ids)
-            size = db.execute_sql(f"SELECT COALESCE(SUM(LENGTH(CAST(content AS BLOB))), 0) FROM messages "
-                                  f"WHERE session_id IN ({', '.join('?' * len(ids))})", ids).fetchone()[0]
-            total += 3 * size / 1e6
-            taken.append(unit)
+        for start in range(0, len(units), BUDGET_CHUNK):
+            part = units[start:start + BUDGET_CHUNK]
+            sizes: dict[str, int] = {}
+            for ids in guards.chunks([i for unit in part for i in unit.ids]):
+                sizes.update(db.execute_sql(
+                    f"SELECT session_id, SUM(COALESCE(LENGTH(CAST(content AS BLOB)), 0)) FROM messages "
+                    f"WHERE session_id IN ({guards.marks(ids)}) GROUP BY session_id", ids).fetchall())
+            for unit in part:
+                if total >= over_mb:
+                    return taken
+                total += 3 * sum(sizes.get(i) or 0 for i in unit.ids) / 1e6
+                taken.append(unit)
         return taken
 
     def _used_mb(self) -> float:
