@@ -9,16 +9,15 @@ replaces the store, the process goes on writing into files nobody will ever read
 the fix is to restart it, after copying the deleted file out of `/proc/PID/fd/N` if its writes
 matter.
 
-Three kinds, by how far they block us:
+Two kinds:
 - `deleted` / `replaced`: the process writes into files that are no longer the store. Its next
   checkpoint copies pages into the database file ours would share: no write of ours goes there
-  until it is restarted.
-- `unlocked -shm`: it holds the shared-memory index without its locks, so SQLite cannot see its
-  readers or its writer: nothing of ours writes there either.
-- `unlocked state.db`: it lost the lock that tells other connections it is there, the state of
-  upstream #109786. Our connections never checkpoint-and-delete on close (keep_wal.py), so we
-  go on; the line warns that the next careless tool (the `sqlite3` shell) will kill its
-  persistence.
+  until it is restarted (an error).
+- `unlocked`: a read-write WAL connection without its lock on `state.db` or `-shm`, the state of
+  upstream #109786. Our connections never checkpoint-and-delete on close (keep_wal.py), so we go
+  on; the warning says that the next careless tool (the `sqlite3` shell) will kill its
+  persistence. Seen from outside, a process that opens and closes connections fast can look the
+  same between two of them, so this never refuses anything.
 
 Root sees every process; a user sees her own (the kernel hides the fds of others).
 """
@@ -33,7 +32,7 @@ from pathlib import Path
 from hermes_admin.profile.engine.holders import command_line, locks_by_inode
 
 SUFFIXES = ("", "-wal", "-shm")
-SECOND_LOOK_S = 0.05  # a connection being opened takes its locks within microseconds
+LOOKS, LOOKS_S = 3, 0.15  # a connection being opened takes its locks within microseconds
 DELETED = " (deleted)"
 
 
@@ -45,7 +44,7 @@ class Broken:
 
     @property
     def blocks_writes(self) -> bool:
-        return self.how != "unlocked" or self.file.endswith("-shm")
+        return self.how != "unlocked"
 
     def __str__(self) -> str:
         return f"{self.file} without its locks" if self.how == "unlocked" else f"a {self.how} {self.file}"
@@ -67,14 +66,10 @@ class BrokenHold:
         """One line for the report: who, what, and what fixes it."""
         who = f"pid {self.pid} ({self.command})"
         if not self.blocks_writes:
-            return (f"profile '{label}': {store}: {who} holds it without its SQLite locks (something in that "
-                    f"process closed the file); another tool's close can delete its WAL under it: restart it")
-        wrong = [b for b in self.broken if b.blocks_writes]
-        gone = [b for b in wrong if b.how != "unlocked"]
-        if not gone:  # its -shm locks are gone: SQLite can no longer see its readers or its writer
-            return (f"profile '{label}': {store}: {who} holds state.db-shm without its SQLite locks: a write "
-                    f"beside it could corrupt what it reads; the store is not maintained until that process "
-                    f"is restarted")
+            files = " and ".join(b.file for b in self.broken)
+            return (f"profile '{label}': {store}: {who} holds {files} without its SQLite locks (something in "
+                    f"that process closed the file); another tool's close can delete its WAL under it: restart it")
+        gone = [b for b in self.broken if b.blocks_writes]
         line = (f"profile '{label}': {store}: {who} writes into {', '.join(map(str, gone))}: its writes are "
                 f"lost, and the store is not maintained until that process is restarted")
         wal = [b for b in gone if b.file.endswith("-wal")]
@@ -129,14 +124,15 @@ def scan(stores: list[Path]) -> dict[Path, list[BrokenHold]]:
     # is open (none on -wal: its locks live in -shm). A read-only one may hold -shm without a lock (no
     # other connection was there to share the index with: SQLite reads it as a copy, by design), and
     # one to a rollback-journal store holds none between transactions: neither is looked at. A
-    # connection being opened right now holds its files a moment before its locks: only what is still
-    # unlocked at a second look, a moment later, counts.
+    # connection being opened or closed right now holds its files a moment without its locks: only
+    # what is unlocked at every look, over LOOKS_S, counts. A warning, never a refusal: a process that
+    # opens and closes connections fast can still be caught between two of them.
     candidates = [h for h in holding if (h[3], h[0]) in writers and h[2] in (h[3].name, h[3].name + "-shm")]
-    for look in (0, 1):
+    for look in range(LOOKS):
         if not candidates:
             break
         if look:
-            time.sleep(SECOND_LOOK_S)
+            time.sleep(LOOKS_S / (LOOKS - 1))
         locks = locks_by_inode({held.st_ino for *_, held in candidates})
         if locks is None:
             candidates = []
