@@ -1,7 +1,8 @@
 """The small JSON record a lock's holder writes into its lock file: who holds it (pid), since when.
 
 Ours (a profile's `.hermes-admin/lock`, a root's run lock) and Hermes' own maintenance lock files
-carry one, so a run that finds a lock held can say by whom.
+carry one, so a run that finds a lock held can say by whom. What the kernel says is truer: the
+one reader of /proc/locks is here too, and the one reader of a process's command line.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from dataclasses import dataclass
 
 
 def write(fd: int, **extra) -> None:
@@ -33,31 +35,57 @@ def holder(fd: int) -> int | None:
     return pid if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 else None
 
 
-def kernel_holders(st: os.stat_result, kinds: tuple[str, ...] = ("FLOCK",)) -> list[int]:
-    """The pids the kernel says hold a lock of these kinds (FLOCK; POSIX for SQLite's) on the file
-    `st` is of, from /proc/locks: the real holder, whatever a record in the file says. Waiters
-    (`->`) are not holders. Empty where /proc/locks cannot say (no procfs, another pid namespace)."""
-    want = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
-    pids: list[int] = []
+@dataclass(frozen=True)
+class Lock:
+    """One line of /proc/locks: "1: POSIX  ADVISORY  READ 14478 fe:00:2638045 128 128"."""
+
+    kind: str  # POSIX (SQLite's), OFDLCK, FLOCK (ours), LEASE
+    mode: str  # READ or WRITE
+    pid: int  # -1 for an open file description's lock
+    device: str  # the filesystem, as the kernel names it ("fe:00")
+    inode: int
+    start: int
+    waiting: bool  # a waiter's line ("1: -> POSIX ..."): it wants the lock, it does not hold it
+
+
+def lock_table() -> list[Lock] | None:
+    """/proc/locks, parsed: the one reader of it (holders, write-lock holders, lock files' holders).
+    None when it cannot be read, or holds a line of a shape this code does not know."""
     try:
         with open("/proc/locks", encoding="ascii", errors="replace") as table:
-            for line in table:
-                parts = line.split()
-                if len(parts) < 6 or parts[1] == "->" or parts[1] not in kinds or parts[5] != want:
-                    continue
-                try:
-                    pid = int(parts[4])
-                except ValueError:
-                    continue
-                if pid > 0 and pid not in pids:
-                    pids.append(pid)
+            lines = table.read().splitlines()
     except OSError:
-        return []
+        return None
+    locks = []
+    for line in lines:
+        fields = line.split()
+        waiting = "->" in fields
+        if waiting:
+            fields.remove("->")
+        try:
+            device, inode = fields[5].rsplit(":", 1)
+            locks.append(Lock(fields[1], fields[3], int(fields[4]), device, int(inode), int(fields[6]), waiting))
+        except (IndexError, ValueError):
+            return None
+    return locks
+
+
+def kernel_holders(st: os.stat_result, kinds: tuple[str, ...] = ("FLOCK",)) -> list[int]:
+    """The pids the kernel says hold a lock of these kinds (FLOCK; POSIX for SQLite's) on the file
+    `st` is of: the real holder, whatever a record in the file says. Waiters are not holders.
+    Empty where /proc/locks cannot say (no procfs, another pid namespace)."""
+    device = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}"
+    pids: list[int] = []
+    for lock in lock_table() or []:
+        if (not lock.waiting and lock.kind in kinds and lock.device == device and lock.inode == st.st_ino
+                and lock.pid > 0 and lock.pid not in pids):
+            pids.append(lock.pid)
     return pids
 
 
 def command_of(pid: int, limit: int = 120) -> str | None:
-    """`hermes-admin --all-users run`: what a process runs, or None once it is gone (or hidden)."""
+    """`hermes-admin --all-users run`: what a process runs, printable and bounded (it may be another
+    user's text), or None once it is gone (or hidden)."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as source:
             words = source.read(4096).rstrip(b"\0").split(b"\0")
@@ -65,6 +93,7 @@ def command_of(pid: int, limit: int = 120) -> str | None:
         return None
     text = " ".join(os.path.basename(w.decode(errors="replace")) if n == 0 else w.decode(errors="replace")
                     for n, w in enumerate(words) if w)
+    text = "".join(c if c.isprintable() else "?" for c in text)
     return text[:limit] + ("…" if len(text) > limit else "") if text else None
 
 

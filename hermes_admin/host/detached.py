@@ -29,9 +29,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from hermes_admin.profile.engine.holders import command_line, locks_by_inode
+from hermes_admin.lockrecord import command_of
+from hermes_admin.profile.engine.holders import locks_by_inode
 
 SUFFIXES = ("", "-wal", "-shm")
+COMMAND_CHARS = 160  # of a process's command line, in a report line
 LOOKS, LOOKS_S = 3, 0.15  # a connection being opened takes its locks within microseconds
 DELETED = " (deleted)"
 
@@ -142,7 +144,7 @@ def scan(stores: list[Path]) -> dict[Path, list[BrokenHold]]:
         broken.setdefault((store, pid), []).append(Broken(file, "unlocked", fd))
     found: dict[Path, list[BrokenHold]] = {}
     for (store, pid), files in sorted(broken.items(), key=lambda item: item[0][1]):
-        found.setdefault(store, []).append(BrokenHold(pid, command_line(pid), tuple(files)))
+        found.setdefault(store, []).append(BrokenHold(pid, command_of(pid, COMMAND_CHARS) or "?", tuple(files)))
     return found
 
 

@@ -164,7 +164,8 @@ def test_the_write_locks_holder_is_named_from_proc_locks(tmp_path, mode):
     import subprocess
     import sys
 
-    from hermes_admin.profile.engine.holders import command_line, write_lock_holder
+    from hermes_admin.lockrecord import command_of
+    from hermes_admin.profile.engine.holders import write_lock_holder
 
     path = tmp_path / "state.db"
     SynthStore(path, version=30).close()
@@ -179,7 +180,7 @@ def test_the_write_locks_holder_is_named_from_proc_locks(tmp_path, mode):
     try:
         assert other.stdout.readline().strip() == "holding"
         assert write_lock_holder(path) == other.pid
-        assert "BEGIN IMMEDIATE" in command_line(other.pid)
+        assert "BEGIN IMMEDIATE" in command_of(other.pid, 4096)
         db = open_readwrite(path)
         with pytest.raises(WriteLockHeld, match=f"pid {other.pid} "):
             write_transaction(db, lambda d: d.execute_sql("DELETE FROM state_meta"), patience_s=0.3)

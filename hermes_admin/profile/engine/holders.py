@@ -28,6 +28,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from hermes_admin import lockrecord
+
 
 def other_holders(paths: list[Path], others_count: bool = True, wal: bool = False) -> list[int] | None:
     """The pids, other than ours, holding any of `paths` open (-1: a lock of no process, an open
@@ -101,26 +103,17 @@ def lock_holders(inodes: set[int]) -> set[int] | None:
 
 
 def locks_by_inode(inodes: set[int]) -> dict[int, set[int]] | None:
-    """Each of `inodes` -> the pids holding a lock on it, by `/proc/locks`; None if it cannot be read.
-    Matched by inode alone: the device there is the filesystem's own, which `stat` may not show
-    (btrfs subvolumes), and a match on another filesystem only makes the answer more careful."""
-    try:
-        with open("/proc/locks", encoding="ascii", errors="replace") as table:
-            lines = table.read().splitlines()
-    except OSError:
+    """Each of `inodes` -> the pids holding (or waiting for: they hold the file open) a lock on it, by
+    `/proc/locks`; None if it cannot be read. Matched by inode alone: the device there is the
+    filesystem's own, which `stat` may not show (btrfs subvolumes), and a match on another
+    filesystem only makes the answer more careful."""
+    table = lockrecord.lock_table()
+    if table is None:
         return None
     pids: dict[int, set[int]] = {inode: set() for inode in inodes}
-    for line in lines:
-        # "1: POSIX  ADVISORY  READ 14478 fe:00:2638045 128 128"; a waiter's line starts "1: ->"
-        fields = line.split()
-        if "->" in fields:
-            fields.remove("->")
-        try:
-            pid, inode = int(fields[4]), int(fields[5].rsplit(":", 1)[1])
-        except (IndexError, ValueError):
-            return None  # a table this code cannot read: unknown
-        if inode in pids:
-            pids[inode].add(pid)
+    for lock in table:
+        if lock.inode in pids:
+            pids[lock.inode].add(lock.pid)
     return pids
 
 
@@ -151,34 +144,8 @@ def write_lock_holder(store: Path) -> int | None:
             wanted[os.stat(path).st_ino] = byte
         except OSError:
             continue
-    try:
-        with open("/proc/locks", encoding="ascii", errors="replace") as table:
-            lines = table.read().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        fields = line.split()  # "1: POSIX  ADVISORY  WRITE 14478 fe:00:2638045 120 120"
-        if "->" in fields or len(fields) < 8 or fields[3] != "WRITE":
-            continue
-        try:
-            pid, inode, start = int(fields[4]), int(fields[5].rsplit(":", 1)[1]), int(fields[6])
-        except ValueError:
-            continue
-        if wanted.get(inode) == start and pid != os.getpid():
-            return pid
+    for lock in lockrecord.lock_table() or []:
+        if (not lock.waiting and lock.mode == "WRITE" and wanted.get(lock.inode) == lock.start
+                and lock.pid != os.getpid()):
+            return lock.pid
     return None
-
-
-COMMAND_CHARS = 160  # of a process's command line, in a report line
-
-
-def command_line(pid: int) -> str:
-    """A process's command line, printable and bounded (it may be another user's text)."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as source:
-            raw = source.read(4096)
-    except OSError:
-        return "?"
-    text = raw.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
-    text = "".join(c if c.isprintable() else "?" for c in text) or "?"
-    return text if len(text) <= COMMAND_CHARS else text[: COMMAND_CHARS - 1] + "…"

@@ -20,7 +20,8 @@ from urllib.parse import quote
 
 import peewee
 
-from hermes_admin.profile.engine.holders import command_line, write_lock_holder
+from hermes_admin.lockrecord import command_of
+from hermes_admin.profile.engine.holders import write_lock_holder
 from hermes_admin.profile.store.keep_wal import KeepWalConnection
 from hermes_admin.profile.store.keep_wal import connect as keep_wal_connect
 
@@ -168,7 +169,7 @@ class _Wait:
 
     def why(self) -> str:
         holder = write_lock_holder(self.store)
-        who = f"pid {holder} ({command_line(holder)})" if holder else "another process"
+        who = f"pid {holder} ({command_of(holder) or '?'})" if holder else "another process"
         still = time.monotonic() - self.moved
         return (f"{self.store}: {who} held the write lock for {self.waited():.0f} s, the last {still:.0f} s "
                 f"without progress (lock_wait: {self.patience:g} s); stopped there, the rest is left for "
