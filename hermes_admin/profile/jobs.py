@@ -194,12 +194,11 @@ def profiles(job: Job, isolated: bool) -> Run:
     from hermes_admin.profile.views import profile_summary, profile_settings
 
     run = Run(dry_run=True)
-    from hermes_admin.profile.views import stale_open
-
     def row(profile: Profile) -> dict:
-        summary = dict(profile_summary(profile), **profile_settings(profile, job.layers.get(str(profile.home), {})))
-        summary["stale_open"] = stale_open(profile, summary["policy"]) if summary["ok"] else None
-        return summary
+        settings = profile_settings(profile, job.layers.get(str(profile.home), {}))
+        summary = profile_summary(profile, settings["policy"])  # one look at the store for both
+        stale = summary.pop("stale_open", None)
+        return dict(summary, **settings, stale_open=stale)
 
     _each(job, run, isolated, lambda p: run.data.setdefault("profiles", []).append(row(p)))
     return run

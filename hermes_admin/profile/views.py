@@ -19,8 +19,9 @@ def _size(path) -> int | None:
         return None
 
 
-def profile_summary(profile: Profile) -> dict:
-    """One row of `profiles`: health and counts. Never raises for a bad store."""
+def profile_summary(profile: Profile, policy: dict | None = None) -> dict:
+    """One row of `profiles`: health and counts (with `policy`, the effective one, how many open
+    rows the stale-row rule would close now: `stale_open`). Never raises for a bad store."""
     row = {
         "name": profile.name, "home": str(profile.home), "store": None, "ok": True, "error": None,
         "schema_version": None, "journal_mode": None, "sessions": None, "messages": None,
@@ -40,6 +41,8 @@ def profile_summary(profile: Profile) -> dict:
                 sessions=counts.sessions, messages=counts.messages, archived=counts.archived,
                 live=counts.live, empty=counts.empty, last_activity=iso(counts.last_activity),
             )
+            if policy is not None:
+                row["stale_open"] = _stale_open(store, policy)
     except StoreError as exc:
         row.update(ok=False, error=str(exc))
     return row
@@ -67,9 +70,8 @@ def profile_settings(profile: Profile, layers: dict) -> dict:
     return row
 
 
-def stale_open(profile: Profile, policy: dict | None) -> int | None:
-    """How many open rows the stale-row rule would close now (tasks/stale.py), by the profile's
-    effective windows; None without a store or a policy."""
+def _stale_open(store: Store, policy: dict) -> int:
+    """How many open rows the stale-row rule (tasks/stale.py) would close now, by `policy`'s windows."""
     import time
 
     from hermes_admin.profile import guards
@@ -78,17 +80,11 @@ def stale_open(profile: Profile, policy: dict | None) -> int | None:
     from hermes_admin.profile.tasks import stale
     from hermes_admin.profile.tasks.retention import Windows
 
-    if policy is None or not profile.has_store():
-        return None
     windows = Windows(policy["retention_days"] or 0, dict(policy.get("source_retention_days") or {}),
                       policy.get("stale_grace_days"))
-    try:
-        with Store.open(profile) as store:
-            now = time.time()
-            live = set(guards.live_ids(store.db, store.schema, now))
-            return len(stale.select(Graph(open_sessions(store)), windows, now, live).units)
-    except StoreError:
-        return None
+    now = time.time()
+    live = set(guards.live_ids(store.db, store.schema, now))
+    return len(stale.select(Graph(open_sessions(store)), windows, now, live).units)
 
 
 def session_brief(profile: Profile, row: SessionRow) -> dict:

@@ -136,9 +136,7 @@ class _Pass:
         if result.rows and (request.vacuum or self.policy.vacuum_after_prune):
             result.vacuumed = self.engine.vacuum_if_worth(result)
         if result.rows and not result.vacuumed:  # a store in incremental auto-vacuum: space back now
-            freed = self.engine.reclaim(result)
-            if freed:
-                result.notes.append(f"{freed} free page(s) given back to the file system (incremental vacuum)")
+            self.engine.reclaim(result)
         return result
 
     def close_stale(self) -> Result:
@@ -186,9 +184,7 @@ class _Pass:
             result.notes.append(f"over max_store_mb {limit:g} by {over:.1f} MB: the oldest eligible units whose "
                                 "text covers it")
         if result.rows:
-            freed = self.engine.reclaim(result)
-            if freed:
-                result.notes.append(f"{freed} free page(s) given back to the file system (incremental vacuum)")
+            self.engine.reclaim(result)
         return result
 
     def _covering(self, units: list, over_mb: float) -> list:

@@ -768,8 +768,8 @@ class Engine(SplitDeletes):
     def reclaim(self, result: Result) -> int:
         """Give the store's free pages back to the file system, in short steps that wait for other
         writers like every write of ours: SQLite's incremental auto-vacuum, on a store switched to it
-        (by a VACUUM of ours while nobody held it, `vacuum_if_worth`). Returns the pages freed; the
-        file shrinks when a checkpoint copies the last of them back, ours at the latest."""
+        (by a VACUUM of ours while nobody held it, `vacuum_if_worth`). Returns the pages freed, and
+        says so in `result`; the file shrinks when a checkpoint copies the last of them back."""
         if self.dry_run or self.store.db.execute_sql("PRAGMA auto_vacuum").fetchone()[0] != INCREMENTAL:
             return 0
         pages, freed = RECLAIM_FIRST_PAGES, 0
@@ -801,6 +801,7 @@ class Engine(SplitDeletes):
             pages = max(16, min(2 * pages, int(step * self._hold_target() / max(held_s, 1e-4))))
         if freed:
             self._copied_back()
+            result.notes.append(f"{freed} free page(s) given back to the file system (incremental vacuum)")
         return freed
 
     def _copied_back(self) -> None:
