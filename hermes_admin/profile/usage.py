@@ -15,6 +15,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from hermes_admin.profile.store import Store
+from hermes_admin.profile.store.read import message_bytes
 
 FTS5_SHADOWS = ("_data", "_idx", "_content", "_docsize", "_config")
 LARGEST = 10
@@ -64,9 +65,7 @@ def _grouped(db, btrees: dict[str, int]) -> dict[str, int]:
 def _sessions(db) -> tuple[list[tuple[str, int, str]], list[dict]]:
     """Each session's bytes of messages (content and tool calls), largest first, and per source the
     sessions and bytes with their share."""
-    per = dict(db.execute_sql(
-        "SELECT session_id, SUM(COALESCE(LENGTH(CAST(content AS BLOB)), 0) + "
-        "COALESCE(LENGTH(CAST(tool_calls AS BLOB)), 0)) FROM messages GROUP BY session_id").fetchall())
+    per = message_bytes(db)
     source_of = dict(db.execute_sql("SELECT id, source FROM sessions").fetchall())
     sizes = sorted(((sid, int(size or 0), source_of.get(sid, "(no session row)")) for sid, size in per.items()),
                    key=lambda item: -item[1])

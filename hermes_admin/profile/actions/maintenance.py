@@ -28,7 +28,8 @@ from hermes_admin.profile.store import StoreError
 from hermes_admin.profile.lineage import Graph
 from hermes_admin.profile.policy import Policy, PolicyError, with_origins
 from hermes_admin.profile.parts import graph_parts
-from hermes_admin.profile.store.read import WITHOUT_MESSAGES, any_without_messages, existing_ids, orphan_session_ids
+from hermes_admin.profile.store.read import (WITHOUT_MESSAGES, any_without_messages, existing_ids, message_bytes,
+                                             orphan_session_ids)
 from hermes_admin.profile.tasks import Selection, archive, budget, empty, ghosts, retention, stale
 from hermes_admin.filters import Filters
 
@@ -194,11 +195,7 @@ class _Pass:
         db, taken, total = self.engine.store.db, [], 0.0
         for start in range(0, len(units), BUDGET_CHUNK):
             part = units[start:start + BUDGET_CHUNK]
-            sizes: dict[str, int] = {}
-            for ids in guards.chunks([i for unit in part for i in unit.ids]):
-                sizes.update(db.execute_sql(
-                    f"SELECT session_id, SUM(COALESCE(LENGTH(CAST(content AS BLOB)), 0)) FROM messages "
-                    f"WHERE session_id IN ({guards.marks(ids)}) GROUP BY session_id", ids).fetchall())
+            sizes = message_bytes(db, [i for unit in part for i in unit.ids])
             for unit in part:
                 if total >= over_mb:
                     return taken

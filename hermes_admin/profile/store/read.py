@@ -214,6 +214,21 @@ class ProfileCounts:
     last_activity: float | None
 
 
+def message_bytes(db, ids: list[str] | None = None) -> dict[str, int]:
+    """Bytes of message text (content and tool calls) per session: of every session, or of `ids`
+    (in chunks). What `usage` lists and what the size budget weighs units by."""
+    size = ("SUM(COALESCE(LENGTH(CAST(content AS BLOB)), 0) + COALESCE(LENGTH(CAST(tool_calls AS BLOB)), 0))")
+    if ids is None:
+        return {sid: int(n or 0) for sid, n in
+                db.execute_sql(f"SELECT session_id, {size} FROM messages GROUP BY session_id").fetchall()}
+    found: dict[str, int] = {}
+    for part in chunks(ids):
+        found.update((sid, int(n or 0)) for sid, n in db.execute_sql(
+            f"SELECT session_id, {size} FROM messages WHERE session_id IN ({marks(part)}) GROUP BY session_id",
+            part).fetchall())
+    return found
+
+
 def open_sessions(store: Store) -> list[SessionRow]:
     """The sessions still open (`ended_at` NULL): what the stale-row rule looks at."""
     return _select_sessions(store, "WHERE s.ended_at IS NULL")
