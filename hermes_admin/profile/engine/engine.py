@@ -778,21 +778,14 @@ class Engine(SplitDeletes):
             if free == 0:
                 break
             step = min(pages, free)
-            began = [0.0]
 
             def work(db, step=step):
-                began[0] = time.monotonic()
                 # One page a statement: Python's sqlite3 steps a statement once, and this pragma frees a
                 # page per step, reporting each as a row without columns that Python never steps past.
                 for _ in range(int(step)):
                     db.execute_sql("PRAGMA incremental_vacuum(1)").close()
 
-            write_transaction(self.store.db, work, on_busy=self.turns.busy)
-            committed_at = time.monotonic()
-            held_s = committed_at - began[0]
-            self._count(result, held_s, f"an incremental vacuum step ({step} pages)")
-            self._after_durable(self.commits.committed(synced=False, wrote=True, work=None), result)
-            self.turns.after_commit(committed_at, held_s)
+            _, held_s = self._paced_write(work, result, f"an incremental vacuum step ({step} pages)", sized=False)
             left = self.store.db.execute_sql("PRAGMA freelist_count").fetchone()[0]
             freed += free - left
             if left >= free:  # nothing moved (another writer's pages at the end?): the next run goes on
@@ -803,6 +796,28 @@ class Engine(SplitDeletes):
             self._copied_back()
             result.notes.append(f"{freed} free page(s) given back to the file system (incremental vacuum)")
         return freed
+
+    def _paced_write(self, work, result: Result, what: str, synced: bool = False,
+                     sized: bool = True) -> tuple[object, float]:
+        """`work` in one write transaction, paced like the deletes: measured (`sized`: into the
+        budget the next deletes are sized by), its commit handed to group commit, then the turn
+        other writers are owed. Returns what `work` returned and how long it held the lock. (The
+        delete, archive and split paths still pace themselves each its own way.)"""
+        began = [0.0]
+
+        def timed(db):
+            began[0] = time.monotonic()  # the write lock is ours from here to the end of COMMIT
+            return work(db)
+
+        value = write_transaction(self.store.db, timed, on_busy=self.turns.busy)
+        if sized:
+            committed_at = self._account(began[0], result, what)
+        else:
+            committed_at = time.monotonic()
+            self._count(result, committed_at - began[0], what)
+        self._after_durable(self.commits.committed(synced=synced, wrote=True, work=None), result)
+        self.turns.after_commit(committed_at, committed_at - began[0])
+        return value, committed_at - began[0]
 
     def _copied_back(self) -> None:
         """The file shrinks when a checkpoint copies the WAL's last frames back: PASSIVE ones (they
@@ -873,10 +888,8 @@ class Engine(SplitDeletes):
             return result
         for chunk in self._by_count(units, result):
             self.commits.before(last=True)
-            began = [0.0]
 
             def work(db, chunk=chunk):
-                began[0] = time.monotonic()
                 ids = [u.session_id for u in chunk]
                 fresh = load_rows(self.store, ids)
                 blocked = guards.blocked(db, self.store.schema, ids, self.now(), self.references)
@@ -888,10 +901,8 @@ class Engine(SplitDeletes):
                 return closing, {u.session_id: blocked.get(u.session_id) or recheck(u, fresh)
                                  for u in chunk if u not in closing}
 
-            closing, kept = write_transaction(self.store.db, work, on_busy=self.turns.busy)
-            committed_at = self._account(began[0], result, f"closing {len(chunk)} stale open row(s)")
-            self.commits.committed(synced=True, wrote=bool(closing), work=None)
-            self.turns.after_commit(committed_at, committed_at - began[0])
+            (closing, kept), _ = self._paced_write(work, result, f"closing {len(chunk)} stale open row(s)",
+                                                   synced=True)
             result.done += [self._unit_report(unit, list(unit.ids)) for unit in closing]
             result.skipped += [{"session_id": sid, "ids": [sid], "why": why} for sid, why in kept.items()]
         return result
