@@ -41,3 +41,20 @@ def test_usage_of_a_garbage_store_is_that_profiles_error(synth_root, invoke):
     doc = json.loads(result.stdout)
     assert any("broken" in e and "state.db" in e for e in doc["errors"])
     assert {r["profile"] for r in doc["profiles"]} == {"default", "work", "legacy"}
+
+
+def test_usage_totals_each_root_apart_and_the_host_over_both(synth_root, invoke, tmp_path, now):
+    from hermes_admin.synth.scenario import build_root
+
+    first, _ = synth_root
+    second = tmp_path / "second"
+    build_root(second, {"default": 30, "ops": 22}, now=now)
+    result = invoke("--root", str(first), "--root", str(second), "usage", "--json")
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert set(doc["roots"]) == {str(first), str(second)}
+    for root, sums in doc["roots"].items():
+        mine = [r for r in doc["profiles"] if r["root"] == root]
+        assert sum(sums.values()) == sum(sum(r["files"].values()) for r in mine)
+    assert doc["host_bytes"] == sum(sum(s.values()) for s in doc["roots"].values())
+    assert len([r for r in doc["profiles"] if r["profile"] == "default"]) == 2  # two roots' defaults kept apart
