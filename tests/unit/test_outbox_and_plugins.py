@@ -20,21 +20,15 @@ from tests.helpers import TEST_PLUGINS, events, install_plugins, row_ids
 
 KILLER = """
 import os, signal, sys
-from hermes_admin.profile.engine import engine
+from hermes_admin.profile.engine import faults
 where = sys.argv[1]
 if where == "after-commit":
-    original = engine.Engine._deliver
-    def dying(self, events, failures):
+    def dying(events):
         if events:  # right after the commit, before any plugin ran
             os.kill(os.getpid(), signal.SIGKILL)
-        original(self, events, failures)
-    engine.Engine._deliver = dying
-else:
-    original = engine.Engine._delete_rows
-    def dying(self, db, doomed):
-        original(self, db, doomed)  # rows deleted inside the open transaction...
-        os.kill(os.getpid(), signal.SIGKILL)  # ...which never commits
-    engine.Engine._delete_rows = dying
+    faults.arm("before_delivery", dying)
+else:  # rows deleted inside the open transaction, which never commits
+    faults.arm("rows_deleted", lambda: os.kill(os.getpid(), signal.SIGKILL))
 from hermes_admin.cli.main import main
 sys.argv = ["hermes-admin", *sys.argv[2:]]
 main()

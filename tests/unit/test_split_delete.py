@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from hermes_admin.profile.engine import engine as engine_module
+from hermes_admin.profile.engine import faults
+from hermes_admin.profile.engine import pacer as pacer_module
 from hermes_admin.profile.engine.exports import load_manifest
 from hermes_admin.profile.engine.turns import Turns
 from hermes_admin.synth.builder import SynthStore
@@ -75,9 +76,9 @@ def invoke(invoke, tmp_path):
 @pytest.fixture
 def small_steps(monkeypatch):
     """Transactions sized for a few messages: the big lineage goes in many steps."""
-    monkeypatch.setattr(engine_module, "TARGET_HOLD_S", 0.004)
-    monkeypatch.setattr(engine_module, "SPLIT_AT_S", 0.006)
-    monkeypatch.setattr(engine_module, "IDLE_HOLD_S", 0.004)
+    monkeypatch.setattr(pacer_module, "TARGET_HOLD_S", 0.004)
+    monkeypatch.setattr(pacer_module, "SPLIT_AT_S", 0.006)
+    monkeypatch.setattr(pacer_module, "IDLE_HOLD_S", 0.004)
 
 
 def contents(db: Path, sids=("big", "big-child")) -> dict[int, str]:
@@ -164,8 +165,8 @@ def test_a_unit_that_changes_between_steps_is_restored_and_kept(store, invoke, s
 
 CRASHER = textwrap.dedent("""
     import os, sys
-    from hermes_admin.profile.engine import engine, outbox
-    engine.TARGET_HOLD_S, engine.SPLIT_AT_S, engine.IDLE_HOLD_S = 0.004, 0.006, 0.004
+    from hermes_admin.profile.engine import faults, outbox, pacer
+    pacer.TARGET_HOLD_S, pacer.SPLIT_AT_S, pacer.IDLE_HOLD_S = 0.004, 0.006, 0.004
     point, after = sys.argv[1], int(sys.argv[2])
     seen = [0]
 
@@ -175,18 +176,9 @@ CRASHER = textwrap.dedent("""
             os._exit(9)  # as kill -9: no cleanup of any kind
 
     if point == "step":  # between steps: after the n-th step committed
-        original = engine.Engine._account
-        def account(self, began, result, *what):
-            value = original(self, began, result, *what)
-            count()
-            return value
-        engine.Engine._account = account
+        faults.arm("after_commit", count)
     elif point == "inside":  # inside a step's transaction, before its commit
-        original = engine.Engine._delete_messages
-        def delete(db, ids):
-            original(db, ids)
-            count()
-        engine.Engine._delete_messages = staticmethod(delete)
+        faults.arm("split_step_deleted", count)
     elif point == "begun":  # the split recorded, no step yet
         original = outbox.Outbox.begin_split
         def begin(self, record):
@@ -504,27 +496,18 @@ def test_an_export_streams_any_grouping_of_messages_back_byte_identical(store, i
 def test_a_unit_another_connection_changed_after_its_export_is_left_for_the_next_run(store, invoke, monkeypatch):
     """The rows exported are the rows deleted: a change in between (here a title Hermes set) keeps
     the unit. With nobody else writing, the engine trusts SQLite's data_version and skips the check."""
-    real = engine_module.Engine._prepare
     compared = []
 
-    def prepare(self, batch, *args):
-        done = real(self, batch, *args)
-        if any(u.session_id == "small-1" for u in batch):
+    def exported(units):
+        if any(u.session_id == "small-1" for u in units):
             hermes = sqlite3.connect(store / "state.db")
             hermes.execute("UPDATE sessions SET title = 'renamed meanwhile' WHERE id = 'small-1'")
             hermes.commit()
             hermes.close()
-        return done
 
-    real_unlike = engine_module.Engine._unlike_exports
-
-    def unlike(self, db, units, exported):
-        why = real_unlike(self, db, units, exported)
-        compared.append(sorted(why))
-        return why
-
-    monkeypatch.setattr(engine_module.Engine, "_prepare", prepare)
-    monkeypatch.setattr(engine_module.Engine, "_unlike_exports", unlike)
+    monkeypatch.setattr(faults, "_armed", {})  # whatever is armed here is disarmed after the test
+    faults.arm("batch_exported", exported)
+    faults.arm("compared_with_exports", lambda why: compared.append(sorted(why)))
     doc = json.loads(purge(invoke, store).stdout)
     (res,) = [r for r in doc["results"] if r["task"] == "purge"]
     assert {s["session_id"]: s["why"] for s in res["skipped"]} == {
@@ -532,7 +515,7 @@ def test_a_unit_another_connection_changed_after_its_export_is_left_for_the_next
     assert row_ids(store / "state.db") == {"recent", "small-1"}
     assert ["small-1"] in compared
 
-    monkeypatch.setattr(engine_module.Engine, "_prepare", real)
+    faults.disarm("batch_exported")
     compared.clear()
     again = json.loads(purge(invoke, store).stdout)
     assert row_ids(store / "state.db") == {"recent"} and compared == [[]]  # exported as it is now: it goes

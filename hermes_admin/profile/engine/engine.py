@@ -42,7 +42,7 @@ from hermes_admin import stopping
 from hermes_admin.profile import guards
 from hermes_admin.profile.engine.checkpointer import Checkpointer
 from hermes_admin.profile.engine.group_commit import GroupCommit
-from hermes_admin.profile.engine import exports
+from hermes_admin.profile.engine import exports, faults
 from hermes_admin.profile.engine.exports import ExportError, ExportFile, Exported, Settings
 from hermes_admin.profile.engine.files import FileIndex, removable, unsafe_id
 from hermes_admin.profile.engine.fts_merges import FtsMerges
@@ -63,10 +63,12 @@ from hermes_admin.profile.engine.remover import FileRemover
 from hermes_admin.profile.engine.splits import Recheck, SplitDeletes
 from hermes_admin.report import Progress
 from hermes_admin.profile.store import Store
-from hermes_admin.profile.store.connect import is_lock_error, write_transaction
+from hermes_admin.profile.store.connect import is_lock_error
 from hermes_admin.profile.store.read import journal_mode, load_rows
 from hermes_admin.profile.tasks.retention import REAPED
 from hermes_admin.profile.engine.turns import Turns
+from hermes_admin.profile.engine.pacer import MERGE_STEPS, MERGE_STEPS_AT_END, Pace, Pacer
+from typing import NamedTuple
 
 VACUUM_FREE_RATIO = 0.25
 INCREMENTAL = 2  # PRAGMA auto_vacuum's value for incremental auto-vacuum
@@ -77,42 +79,14 @@ FTS_TABLES = ("messages_fts", "messages_fts_trigram")
 # or restored where its triggers are (without them our deletes never write to it). The index
 # joins the others once the library is loaded: before, FTS5 cannot so much as open it.
 CJK_FTS_TABLE = "messages_fts_cjk"
-# Typical BEGIN-to-COMMIT while another writer is about. A Hermes writer that waits polls the lock
-# at 18, 33 and 53 ms of waiting: so what sets its wait is our longest transactions, not the
-# typical one. Kept under ~30 ms (SPLIT_MARGIN_S, and merge steps sized by their slowest rate),
-# 20 ms ones keep it at 33 ms. Measured on R under the writer, one in-process run each, less
-# Hermes' optimize: at 12 ms (units split only past 50 ms, merges sized by their median rate),
-# 54.7 s, p99 wait 33.8 ms; at 20 ms so, 39.8 s but p99 53.9 ms; at 20 ms with the tail cut,
-# 41.6 s and p99 33.7 ms (max 53.8), in two more runs 42.3 and 45.3 s, 33.8 ms (max 36.0 and 68.5);
-# at 25 ms, 40.1 s and 33.9 ms (max 59.7).
-TARGET_HOLD_S = 0.020
-# With no other writer seen for a second nobody waits on the lock, and each transaction costs a
-# flush of both FTS indexes and a pause: fewer, longer ones. A writer that comes meanwhile waits
-# for one of them and the turn after it (where a process holds the store open: turns.py), and
-# from its first commit on the transactions are short again.
-IDLE_HOLD_S = 0.040
 MAX_UNITS_PER_TXN = 1024
-# The cost model: a unit's weight is the bytes of its messages plus a fixed cost per row and unit
-# (exports.ROW_WEIGHT, UNIT_WEIGHT); the lock time per weight is measured on every transaction.
-# Before the first measurement: Hermes' own stores (both FTS indexes tokenize every byte) take
-# ~0.4-0.5 us per byte here; a little more, to be on the safe side.
-FIRST_S_PER_WEIGHT = 0.6e-6
-MIN_WEIGHT = 4096  # the least a transaction is given, whatever the measurement says
-# A unit goes in several transactions when one would hold the lock longer than this, or longer
-# than SPLIT_MARGIN_S past the time aimed at (while another writer is about: 30 ms); units that
-# fit are packed by the time aimed at, and a split unit's steps too.
-SPLIT_AT_S = 0.050
-SPLIT_MARGIN_S = 0.010
-RATE_WINDOW = 15
 EXPORT_UNITS = 500  # units per export member: one fsync and manifest write each
 FIRST_EXPORT_UNITS = 8  # then twice as many each time, up to 500: the deletes start at once
 # Each batch is exported while the one before it (half its size) is deleted, which takes longer:
 # growing 8 times (8, 64, 500) made W1's and W10's deletes wait for the 500 at each part of the store.
 EXPORT_GROWTH = 2
 EXPORTS_AHEAD = 2  # batches exported ahead of the deletes
-# FTS5's merging (fts_merges.py), in transactions of its own: at most this many between two deletes
-MERGE_STEPS = 64
-MERGE_STEPS_AT_END = 400  # and after the last one: what automerge would have left, no more
+
 
 
 
@@ -162,6 +136,15 @@ class _Reads:
         self.conn.close()
 
 
+class Step(NamedTuple):
+    """One transaction of whole units, or one unit too big for one (`split`: deleted in steps)."""
+    units: list[Unit]
+    exported: dict[str, Exported]  # their exports, by session id
+    split: bool
+    last: bool  # nothing follows it in this call
+    weight: int  # what it carries (exports.ROW_WEIGHT, UNIT_WEIGHT)
+
+
 class Engine(SplitDeletes):
     """One profile's store, opened for maintenance: locks held, outbox replayed."""
 
@@ -196,11 +179,8 @@ class Engine(SplitDeletes):
         self._references: list[tuple[str, str]] | None = None  # unknown tables pointing at sessions
         self.replayed: list[str] = []  # hook failures while replaying the outbox
         self.notes: list[str] = []  # leftovers set aside while opening (locks.py)
-        self._s_per_weight = FIRST_S_PER_WEIGHT  # seconds of write lock per unit of weight (smoothed)
-        self._rates: list[float] = []  # the last transactions' seconds per weight
         self._tokenizer_on = None  # the connection Hermes' CJK tokenizer was loaded on
-        self._budget = int(TARGET_HOLD_S / FIRST_S_PER_WEIGHT)  # the weight the next transaction may carry
-        self._last_weight = 0
+        self.pacer: Pacer | None = None  # every write transaction of ours (pacer.py)
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -228,6 +208,7 @@ class Engine(SplitDeletes):
         self.commits = GroupCommit(self.store.db, self.checkpointer)
         self.turns = Turns(self.store.db, held=lambda: held_by_its_owner(self.profile.store_path))
         self.fts = FtsMerges(self.store.db, [t for t in FTS_TABLES if self._has_index(t)])
+        self.pacer = Pacer(self.store.db, self.turns, self.commits, self.fts, self._after_durable)
         self.outbox = Outbox(self.profile, self.notes)
         self.remover = FileRemover(str(self.profile.sessions_dir))
         self.bus = self._bus()
@@ -276,7 +257,7 @@ class Engine(SplitDeletes):
         if self.locks is not None:
             self.locks.__exit__(None, None, None)
         self.bus = self.store = self.outbox = self.locks = self.checkpointer = self.remover = None
-        self.commits = self.turns = None
+        self.commits = self.turns = self.pacer = None
 
     @property
     def references(self) -> list[tuple[str, str]]:
@@ -371,13 +352,14 @@ class Engine(SplitDeletes):
             return result
         self.progress.start(f"{self.profile.name}: {reason}", len(units))
         try:
-            for chunk, exported, split, last in self._steps(units, reason, orphans, result):
-                if split:
-                    self._split(chunk[0], exported[chunk[0].session_id], reason, recheck, result)
+            for step in self._steps(units, reason, orphans, result):
+                chunk = step.units
+                if step.split:
+                    self._split(chunk[0], step.exported[chunk[0].session_id], reason, recheck, result)
                 else:
-                    self._delete_chunk(chunk, exported, last and not more, reason, recheck, orphans, result)
+                    self._delete_chunk(step, step.last and not more, reason, recheck, orphans, result)
                 self.progress.advance(len(chunk))
-                self._merge_owed(result, MERGE_STEPS)
+                self.pacer.merge_owed(result, MERGE_STEPS)
         except BaseException as exc:
             exc.partial_result = result  # what committed before the failure (actions/common.act_in_parts)
             raise
@@ -393,26 +375,16 @@ class Engine(SplitDeletes):
             return
         try:
             if sys.exc_info()[1] is None:  # settling after an error: no merging on top of it
-                self._merge_owed(result, MERGE_STEPS_AT_END)
+                self.pacer.merge_owed(result, MERGE_STEPS_AT_END)
             self._after_durable(self.commits.flush(), result)
         finally:
             self._collect_files(result)
             if self.bus is not None:
                 result.hook_failures += self.bus.repeats()
 
-    @property
-    def budget(self) -> int:
-        """The weight the next transaction may carry (see _account)."""
-        return self._budget
-
-    def _too_big(self, weight: int) -> bool:
-        """Would one transaction of this weight hold the lock too long (as measured so far)?"""
-        split_at = min(SPLIT_AT_S, self._hold_target() + SPLIT_MARGIN_S)
-        return weight > self._budget and weight * self._s_per_weight > split_at
-
     def _steps(self, units: list[Unit], reason: str, orphans: bool, result: Result):
-        """(units, their exports, False, last) for one transaction of whole units, as many as the time
-        allows, or ([unit], its export, True, last) for a unit too big for one, deleted in steps (_split).
+        """Steps: one transaction of whole units, as many as the time allows, or a unit too big for
+        one (`split`), deleted in steps (_split).
 
         Each batch of units is exported (and so weighed) before any of it is deleted; the next
         batches' exports run on a thread of their own meanwhile (reading, JSON and compression are
@@ -434,36 +406,38 @@ class Engine(SplitDeletes):
                     ahead.clear()
                     size = FIRST_EXPORT_UNITS
                     weights, exported = self._prepare(units[position:position + size], reason, orphans,
-                                                      self._data_version())
+                                                      self._data_version(), self.pacer.pace())
                     queued_to = position + size
                 # Batches grow to EXPORT_UNITS, and two wait ahead: the thread exports while the
                 # deletes go on, a batch of big sessions is absorbed by the next one's lead.
                 while len(ahead) < EXPORTS_AHEAD and queued_to < len(units):
                     size = min(EXPORT_UNITS, EXPORT_GROWTH * (ahead[-1][1] if ahead else size))
                     ahead.append((queued_to, size, self._exporter().submit(
-                        self._prepare, units[queued_to:queued_to + size], reason, orphans, self._data_version())))
+                        self._prepare, units[queued_to:queued_to + size], reason, orphans, self._data_version(),
+                        self.pacer.pace())))
                     queued_to += size
             first = units[position]
-            if not orphans and self._too_big(weights[first.session_id]):
+            pace = self.pacer.pace()
+            if not orphans and pace.too_big(weights[first.session_id]):
                 position += 1
                 found = exported.get(first.session_id) or self._export_now(first, reason)
                 if found is None:  # its rows are gone: the transaction says so
-                    yield [first], {}, False, position >= len(units)
+                    yield Step([first], {}, False, position >= len(units), weights[first.session_id])
                 else:
-                    yield [first], {first.session_id: found}, True, position >= len(units)
+                    yield Step([first], {first.session_id: found}, True, position >= len(units),
+                               weights[first.session_id])
                 continue
             chunk, weight = [], 0
             while position < len(units) and len(chunk) < MAX_UNITS_PER_TXN:
                 unit = units[position]
                 w = weights.get(unit.session_id)
-                if w is None or (chunk and (weight + w > self._budget or (not orphans and self._too_big(w)))):
+                if w is None or (chunk and (weight + w > pace.budget or (not orphans and pace.too_big(w)))):
                     break
                 chunk.append(unit)
                 weight += w
                 position += 1
-            self._last_weight = max(weight, 1)
             found = {u.session_id: exported[u.session_id] for u in chunk if u.session_id in exported}
-            yield chunk, found, False, position >= len(units) or stopping.requested()
+            yield Step(chunk, found, False, position >= len(units) or stopping.requested(), weight)
 
     def _exporter(self):
         """The thread that exports the next batch, with a read-only connection of its own."""
@@ -478,25 +452,27 @@ class Engine(SplitDeletes):
             self._reads = _Reads(self.profile.store_path)
         return self._reads
 
-    def _prepare(self, batch: list[Unit], reason: str, orphans: bool,
-                 version: int | None = None) -> tuple[dict[str, int], dict[str, Exported]]:
+    def _prepare(self, batch: list[Unit], reason: str, orphans: bool, version: int | None,
+                 pace: Pace) -> tuple[dict[str, int], dict[str, Exported]]:
         """Weights of a batch of units, and the export of those that must have one, on disk and verified.
 
         Every unit is exported unless `export_keep_days` is 0; then only those too big for one
         transaction. Orphan rows (no session row) have nothing to export in Hermes' shape.
         On the export thread or not, it reads through the export's own read-only connection.
-        `version`: the store's data_version as the deleting connection saw it before this began.
+        `version`: the store's data_version as the deleting connection saw it before this began;
+        `pace`: the pacing as the deleting thread measured it then (which units are too big for one).
         """
         db = self._reader()  # its own connection, whichever thread: each unit read in one snapshot
         if orphans or self.export_settings.keep_days <= 0:
             weights = self._weigh(batch, db)
-            if orphans:
-                return weights, {}
-            big = [u for u in batch if self._too_big(weights[u.session_id])]
-            return weights, self._write_export(big, reason, db, version) if big else {}
+            big = [] if orphans else [u for u in batch if pace.too_big(weights[u.session_id])]
+            written = self._write_export(big, reason, db, version) if big else {}
+            faults.point("batch_exported", units=batch)
+            return weights, written
         written = self._write_export(batch, reason, db, version)
         weights = {u.session_id: written[u.session_id].weight if u.session_id in written else exports.UNIT_WEIGHT
                    for u in batch}
+        faults.point("batch_exported", units=batch)
         return weights, written
 
     def _export_now(self, unit: Unit, reason: str) -> Exported | None:
@@ -548,25 +524,27 @@ class Engine(SplitDeletes):
                 f"SELECT id, rowid FROM sessions WHERE id IN ({marks(part)})", part).fetchall())
         return sorted(units, key=lambda u: position.get(u.session_id, -1))
 
-    def _delete_chunk(self, chunk: list[Unit], exported: dict[str, Exported], last: bool, reason: str,
-                      recheck: Recheck | None, orphans: bool, result: Result) -> None:
+    def _delete_chunk(self, step: "Step", last: bool, reason: str, recheck: Recheck | None, orphans: bool,
+                      result: Result) -> None:
+        chunk, exported = step.units, step.exported
         listening = self.listening
         event_ids = self.outbox.add_pending("delete", reason, chunk) if listening else [None] * len(chunk)
         synced = self.commits.before(last)
-        began = [0.0]
 
-        def work(db):
-            began[0] = time.monotonic()  # the write lock is ours from here to the end of COMMIT
-            return self._delete_in_transaction(db, chunk, exported, recheck, orphans)
-
-        try:
-            went, skipped, wrote = write_transaction(self.store.db, self.fts.quiet(work), on_busy=self.turns.busy)
-        except BaseException:
+        def rolled_back():
             if listening:
                 self.outbox.settle({}, event_ids)  # rolled back: these events must never fire
-            raise
-        # Committed. What follows needs no write lock, so it fills the pause we owe other writers.
-        committed_at = self._account(began[0], result, f"a delete of {len(chunk)} unit(s)")
+
+        # Committed, `follow` says what follows; it needs no write lock, so it fills the pause we owe.
+        self.pacer.write(lambda db: self._delete_in_transaction(db, chunk, exported, recheck, orphans),
+                         step.weight, result, f"a delete of {len(chunk)} unit(s)", synced=synced,
+                         follow=lambda done: self._deleted(chunk, event_ids, reason, done, result),
+                         rolled_back=rolled_back)
+
+    def _deleted(self, chunk: list[Unit], event_ids: list, reason: str, done: tuple, result: Result):
+        """What a delete's commit settles: the outbox told, the report, the files and events to follow."""
+        went, skipped, wrote = done
+        listening = self.listening
         if listening:
             committed = {event_ids[i]: ids for i, ids in went.items()}
             self.outbox.settle(committed, [e for i, e in enumerate(event_ids) if i not in went])
@@ -579,8 +557,7 @@ class Engine(SplitDeletes):
             paths += self._paths_of(ids, result)
         events = [Event(event_ids[i], "delete", chunk[i].session_id, reason, ids)
                   for i, ids in went.items()] if listening else []
-        self._after_durable(self.commits.committed(synced, wrote, (paths, events)), result)
-        self.turns.after_commit(committed_at, committed_at - began[0])
+        return wrote, (paths, events)
 
     def _after_durable(self, work: list[tuple[list[str], list[Event]]], result: Result) -> None:
         """Files, then events, of transactions whose commit is now on disk (see group_commit.py)."""
@@ -637,6 +614,11 @@ class Engine(SplitDeletes):
     def _unlike_exports(self, db, units: list[Unit], exported: dict[str, Exported]) -> dict[str, str]:
         """Inside the transaction: units whose rows are not those exported (a message came, went or
         grew since), each id -> why. They stay, exported or not, until a run exports them as they are."""
+        why = self._unlike(db, units, exported)
+        faults.point("compared_with_exports", why=why)
+        return why
+
+    def _unlike(self, db, units: list[Unit], exported: dict[str, Exported]) -> dict[str, str]:
         # No other connection committed since the export began: the rows are as exported (our own
         # deletes meanwhile touched other units only, and a cut parent link is not compared).
         version = self._data_version() if units else None
@@ -703,6 +685,7 @@ class Engine(SplitDeletes):
             for part in chunks(sorted(prompt_hashes)):
                 db.execute_sql(f"DELETE FROM system_prompts WHERE hash IN ({marks(part)}) AND {refs}", part)
         db.execute_sql("DELETE FROM temp.hermes_admin_doomed")
+        faults.point("rows_deleted")
         return changed
 
     # -- archive ---------------------------------------------------------------
@@ -718,14 +701,12 @@ class Engine(SplitDeletes):
                 if changing:
                     result.done.append(self._unit_report(unit, changing))
             return result
-        for chunk in self._by_count(units, result):
+        for chunk, weight in self._by_count(units, result):
             self.commits.before(last=True)  # archive commits stay synced: rare, and their events go at once
             fires = archived and reason is not None and self.listening
             event_ids = self.outbox.add_pending("archive", reason, chunk) if fires else []
-            began = [0.0]
 
             def work(db, chunk=chunk):
-                began[0] = time.monotonic()
                 changed: dict[int, list[str]] = {}
                 for index, unit in enumerate(chunk):
                     ids = list(unit.ids)
@@ -737,15 +718,10 @@ class Engine(SplitDeletes):
                         changed[index] = flip
                 return changed
 
-            try:
-                changed = write_transaction(self.store.db, work, on_busy=self.turns.busy)
-            except BaseException:
-                if fires:
-                    self.outbox.settle({}, event_ids)
-                raise
-            committed_at = self._account(began[0], result, f"an archive flip of {len(chunk)} unit(s)")
-            self.commits.committed(synced=True, wrote=bool(changed), work=None)  # asks for a checkpoint
-            self.turns.after_commit(committed_at, committed_at - began[0])
+            changed = self.pacer.write(
+                work, weight, result, f"an archive flip of {len(chunk)} unit(s)", synced=True, quiet=False,
+                follow=lambda changed: (bool(changed), None),  # a synced commit: asks for a checkpoint
+                rolled_back=lambda event_ids=event_ids: self.outbox.settle({}, event_ids) if fires else None).value
             for index, ids in changed.items():
                 result.done.append(self._unit_report(chunk[index], ids))
             if fires:
@@ -785,39 +761,18 @@ class Engine(SplitDeletes):
                 for _ in range(int(step)):
                     db.execute_sql("PRAGMA incremental_vacuum(1)").close()
 
-            _, held_s = self._paced_write(work, result, f"an incremental vacuum step ({step} pages)", sized=False)
+            held_s = self.pacer.write(work, None, result, f"an incremental vacuum step ({step} pages)",
+                                      quiet=False).held_s
             left = self.store.db.execute_sql("PRAGMA freelist_count").fetchone()[0]
             freed += free - left
             if left >= free:  # nothing moved (another writer's pages at the end?): the next run goes on
                 break
             # the next step sized by this one's time, to the hold we allow ourselves, at most doubling
-            pages = max(16, min(2 * pages, int(step * self._hold_target() / max(held_s, 1e-4))))
+            pages = max(16, min(2 * pages, int(step * self.pacer.hold_target() / max(held_s, 1e-4))))
         if freed:
             self._copied_back()
             result.notes.append(f"{freed} free page(s) given back to the file system (incremental vacuum)")
         return freed
-
-    def _paced_write(self, work, result: Result, what: str, synced: bool = False,
-                     sized: bool = True) -> tuple[object, float]:
-        """`work` in one write transaction, paced like the deletes: measured (`sized`: into the
-        budget the next deletes are sized by), its commit handed to group commit, then the turn
-        other writers are owed. Returns what `work` returned and how long it held the lock. (The
-        delete, archive and split paths still pace themselves each its own way.)"""
-        began = [0.0]
-
-        def timed(db):
-            began[0] = time.monotonic()  # the write lock is ours from here to the end of COMMIT
-            return work(db)
-
-        value = write_transaction(self.store.db, timed, on_busy=self.turns.busy)
-        if sized:
-            committed_at = self._account(began[0], result, what)
-        else:
-            committed_at = time.monotonic()
-            self._count(result, committed_at - began[0], what)
-        self._after_durable(self.commits.committed(synced=synced, wrote=True, work=None), result)
-        self.turns.after_commit(committed_at, committed_at - began[0])
-        return value, committed_at - began[0]
 
     def _copied_back(self) -> None:
         """The file shrinks when a checkpoint copies the WAL's last frames back: PASSIVE ones (they
@@ -886,7 +841,7 @@ class Engine(SplitDeletes):
                 if why is None:
                     result.done.append(self._unit_report(unit, list(unit.ids)))
             return result
-        for chunk in self._by_count(units, result):
+        for chunk, weight in self._by_count(units, result):
             self.commits.before(last=True)
 
             def work(db, chunk=chunk):
@@ -901,86 +856,13 @@ class Engine(SplitDeletes):
                 return closing, {u.session_id: blocked.get(u.session_id) or recheck(u, fresh)
                                  for u in chunk if u not in closing}
 
-            (closing, kept), _ = self._paced_write(work, result, f"closing {len(chunk)} stale open row(s)",
-                                                   synced=True)
+            closing, kept = self.pacer.write(work, weight, result, f"closing {len(chunk)} stale open row(s)",
+                                             synced=True, quiet=False).value
             result.done += [self._unit_report(unit, list(unit.ids)) for unit in closing]
             result.skipped += [{"session_id": sid, "ids": [sid], "why": why} for sid, why in kept.items()]
         return result
 
     # -- after the commit --------------------------------------------------------
-
-    def _account(self, began: float, result: Result, what: str) -> float:
-        """Record a transaction just committed (`what` it was) and size the next; returns when it committed."""
-        committed_at = time.monotonic()
-        held_s = committed_at - began
-        self._count(result, held_s, what)
-        # The time per weight: the estimate rises at once when a transaction ran slow (FTS5
-        # merges make some twice as slow) and falls back slowly; the budget at most doubles
-        # from one transaction to the next.
-        measured = held_s / max(1, self._last_weight)
-        # The median of the last transactions: an FTS5 merge makes a few of them several times
-        # slower whatever their size, and must not shrink the next ones to nothing.
-        self._rates.append(measured)
-        del self._rates[:-RATE_WINDOW]
-        self._s_per_weight = max(sorted(self._rates)[len(self._rates) // 2], 1e-9)  # a stopped clock: tests
-        fits = int(self._hold_target() / self._s_per_weight)
-        self._budget = max(MIN_WEIGHT, min(fits, 2 * max(self._budget, self._last_weight)))
-        return committed_at
-
-    def _hold_target(self) -> float:
-        """How long the next transaction may hold the lock: short while another writer is seen."""
-        return TARGET_HOLD_S if self.turns is None or self.turns.others_writing else IDLE_HOLD_S
-
-    def paced(self, began: float, weight: int, result: Result | None = None) -> None:
-        """After a commit of work outside the delete path (a restore step): measured, then the turn."""
-        result = result or Result(self.profile.name, "restore", None, False)
-        self._last_weight = max(weight, 1)
-        committed_at = self._account(began, result, "a restore step")
-        # what earlier transactions' commits released meanwhile (their files, their events)
-        self._after_durable(self.commits.committed(synced=False, wrote=True, work=None), result)
-        self.turns.after_commit(committed_at, committed_at - began)
-        self._merge_owed(result, MERGE_STEPS)
-
-    def _merge_owed(self, result: Result, steps: int = MERGE_STEPS) -> None:
-        """FTS5 merging the deletes left (fts_merges.py), in short transactions paced like the deletes.
-
-        A merge under way is finished before the deletes go on, up to `steps` (Hermes' own writes
-        would otherwise take it up, inside their appends). A stop request ends it at once, and a
-        merge that fails ends our merging of that index for the run (one note; the deletes go on
-        with FTS5's own merging there): what is left, Hermes' writes merge as they always have.
-        """
-        try:
-            for _ in range(steps):
-                owed = self.fts.owed() if self.fts is not None else None
-                if owed is None or stopping.requested():
-                    return
-                try:
-                    if not self._merge_step(owed, result):
-                        return
-                except (peewee.DatabaseError, sqlite3.Error) as exc:
-                    result.notes.append(f"FTS5 merging of {owed[0]} left to Hermes for this run: {exc}")
-                    self.fts.tables.remove(owed[0])
-        finally:
-            self.turns.end_chain()  # whatever follows the merge steps gets no chained start
-
-    def _merge_step(self, owed: tuple[str, int], result: Result) -> bool:
-        """One merge transaction; False when FTS5 found nothing to merge."""
-        pages = self.fts.pages(self._hold_target(), owed)
-        began = [0.0]
-
-        def work(db):
-            began[0] = time.monotonic()
-            return self.fts.merge(db, owed[0], pages)
-
-        written = write_transaction(self.store.db, work, on_busy=self.turns.busy)
-        committed_at = time.monotonic()
-        held_s = committed_at - began[0]
-        self._count(result, held_s, f"an FTS5 merge step of {owed[0]} ({pages} pages)")
-        self.fts.measured(owed, pages, written, held_s)
-        worked = written >= 2  # fewer: FTS5 merged nothing (its 'usermerge' asks for more segments)
-        self._after_durable(self.commits.committed(synced=False, wrote=worked, work=None), result)
-        self.turns.after_step(committed_at, held_s)
-        return worked
 
     def _by_count(self, units: list[Unit], result: Result):
         """Archive flips: a row update each, so units by count, sized like the deletes."""
@@ -989,11 +871,10 @@ class Engine(SplitDeletes):
             if stopping.requested():
                 result.notes.append(f"stopped on request: {len(units) - position} unit(s) left for the next run")
                 return
-            count = max(1, min(MAX_UNITS_PER_TXN, self._budget // exports.UNIT_WEIGHT))
+            count = max(1, min(MAX_UNITS_PER_TXN, self.pacer.budget // exports.UNIT_WEIGHT))
             chunk = units[position:position + count]
             position += len(chunk)
-            self._last_weight = len(chunk) * exports.UNIT_WEIGHT
-            yield chunk
+            yield chunk, len(chunk) * exports.UNIT_WEIGHT
 
     def remove_orphan_files(self, paths: list[str], result: Result) -> None:
         """Per-session files whose session row is gone (no event: no rows went)."""
@@ -1028,6 +909,7 @@ class Engine(SplitDeletes):
             result.files_skipped += skipped
 
     def _deliver(self, events: list[Event], failures: list[str]) -> None:
+        faults.point("before_delivery", events=events)
         if not self.listening:
             if events:  # replayed events whose plugins were disabled since: nothing to call
                 self.outbox.delivered([e.id for e in events])
@@ -1099,13 +981,6 @@ class Engine(SplitDeletes):
 
         self.require_tokenizer("restore into")  # the messages put back fire the CJK triggers too
         restore_file(self, path, wanted, self.dry_run, result)
-
-    @staticmethod
-    def _count(result: Result, held_s: float, what: str) -> None:
-        """One more write transaction of ours in the report, and the longest so far with what it was."""
-        result.transactions += 1
-        if held_s * 1000 > result.longest_write_ms:
-            result.longest_write_ms, result.longest_write = held_s * 1000, what
 
     @staticmethod
     def _unit_report(unit: Unit, ids: list[str]) -> Done:

@@ -14,14 +14,14 @@ rows, then its messages, as many per transaction as the engine's time budget all
 from __future__ import annotations
 
 import sqlite3
-import time
 from pathlib import Path
 
 import peewee
 
 from hermes_admin.profile.engine.exports import ROW_WEIGHT, decode_value, manifest_or_recomputed, read_member
 from hermes_admin.profile.guards import marks
-from hermes_admin.profile.store.connect import write_transaction
+from hermes_admin.profile.engine.pacer import MERGE_STEPS
+from hermes_admin.results import Result
 
 EXTRAS = ("messages", "session_model_usage", "system_prompts")
 MAX_ROWS_PER_TXN = 500
@@ -84,7 +84,7 @@ class Restorer:
             message = dict(message, session_id=sid)  # never into another session, whatever the file says
             batch.append(message)
             weight += _weight(message)
-            if weight >= self.engine.budget or len(batch) >= MAX_ROWS_PER_TXN:
+            if weight >= self.engine.pacer.budget or len(batch) >= MAX_ROWS_PER_TXN:
                 count += self._write(head, batch)
                 head, batch, weight = None, [], 0
         if batch or head is not None:
@@ -92,10 +92,7 @@ class Restorer:
         return state, count
 
     def _write(self, head: dict | None, messages: list[dict]) -> int:
-        began = [0.0]
-
         def work(db):
-            began[0] = time.monotonic()
             if head is not None:
                 self._session_row(db, head)
             ids = [m["id"] for m in messages if isinstance(m.get("id"), int) and not isinstance(m["id"], bool)]
@@ -114,8 +111,10 @@ class Restorer:
                 put += 1
             return put
 
-        put = write_transaction(self.db, self.engine.fts.quiet(work), on_busy=self.engine.turns.busy)
-        self.engine.paced(began[0], sum(map(_weight, messages)), self.result)
+        result = self.result or Result(self.engine.profile.name, "restore", None, False)
+        pacer = self.engine.pacer
+        put = pacer.write(work, sum(map(_weight, messages)), result, "a restore step").value
+        pacer.merge_owed(result, MERGE_STEPS)
         return put
 
     def _session_row(self, db, fields: dict) -> None:

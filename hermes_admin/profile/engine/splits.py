@@ -15,7 +15,6 @@ statements; here is only what a split adds to them. The order, for one unit alre
 from __future__ import annotations
 
 import sqlite3
-import time
 from pathlib import Path
 from typing import Callable
 
@@ -23,14 +22,17 @@ import peewee
 
 from hermes_admin import stopping
 from hermes_admin.profile import guards
-from hermes_admin.profile.engine import exports
+from hermes_admin.profile.engine import exports, faults
 from hermes_admin.profile.engine.exports import ExportError, Exported
 from hermes_admin.profile.engine.outbox import Event, OutboxError
 from hermes_admin.profile.guards import marks
 from hermes_admin.profile.lineage import Unit
-from hermes_admin.profile.store.connect import write_transaction
 from hermes_admin.profile.store.read import SessionRow, load_rows
 from hermes_admin.results import Result
+
+def _wrote(value) -> tuple[bool, None]:
+    return True, None
+
 
 Recheck = Callable[[Unit, dict[str, SessionRow]], "str | None"]
 
@@ -76,9 +78,9 @@ class SplitDeletes:
         if outcome is not None:  # changed since its export, or a stop: what our steps deleted comes back
             self._undo_split(split_id, record, unit, exported, outcome, deleted, result)
             return
-        present, committed_at, held_s = self._split_done
+        present, held = self._split_done
         self._after_split(split_id, record, unit, present, result)
-        self.turns.after_commit(committed_at, held_s)
+        self.pacer.turn(held)
 
     def _steps_of_split(self, unit: Unit, exported: Exported, recheck: Recheck | None, deleted: list[int],
                         result: Result) -> str | None:
@@ -93,18 +95,15 @@ class SplitDeletes:
                 return "stopped on request"
             step, weight = [], 0
             for message_id, w in remaining:
-                if step and weight + w > self._budget:
+                if step and weight + w > self.pacer.budget:
                     break
                 step.append(message_id)
                 weight += w
             final = len(step) == len(remaining)
-            self._last_weight = max(weight + (exports.UNIT_WEIGHT if final else 0), 1)
             self.commits.before(last=False)
-            began = [0.0]
             present: list[str] = []
 
             def work(db, step=step, final=final, left=len(remaining)):
-                began[0] = time.monotonic()
                 why = self._changed(db, unit, exported, left, recheck)
                 if why:
                     return why
@@ -114,22 +113,23 @@ class SplitDeletes:
                     self._delete_rows(db, present)
                 else:
                     self._delete_messages(db, step)
+                    faults.point("split_step_deleted")
                 return None
 
-            why = write_transaction(self.store.db, self.fts.quiet(work), on_busy=self.turns.busy)
-            if why:
-                return why
-            committed_at = self._account(began[0], result, "a step of a unit deleted in steps")
+            # A changed unit lost nothing: no step of ours. After the last step, what ends the split
+            # follows its commit (_after_split), then its turn.
+            held = self.pacer.write(work, weight + (exports.UNIT_WEIGHT if final else 0), result,
+                                    "a step of a unit deleted in steps", unless=bool,
+                                    follow=None if final else _wrote)
+            if held.value:
+                return held.value
             deleted += step
             went += weight
             remaining = remaining[len(step):]
             if final:
-                self._split_done = (present, committed_at, committed_at - began[0])
+                self._split_done = (present, held)
                 return None
-            # what earlier transactions' commits released meanwhile (their files, their events)
-            self._after_durable(self.commits.committed(synced=False, wrote=True, work=None), result)
-            self.turns.after_commit(committed_at, committed_at - began[0])
-            self._merge_owed(result)  # each step adds a segment to each index
+            self.pacer.merge_owed(result)  # each step adds a segment to each index
 
     def _after_split(self, split_id: int, record: dict, unit: Unit, present: list[str], result: Result) -> None:
         """The last step committed: the event is committed, the record ends, files and the event follow."""
@@ -139,7 +139,7 @@ class SplitDeletes:
         self.outbox.end_split(split_id)
         result.done.append(self._unit_report(unit, present))
         events = [Event(event_id, "delete", unit.session_id, record["reason"], present)] if event_id is not None else []
-        self._after_durable(self.commits.committed(False, True, (self._paths_of(present, result), events)), result)
+        self.pacer.committed(False, True, (self._paths_of(present, result), events), result)
 
     def _message_weights(self, unit: Unit, upto: int) -> list[tuple[int, int]]:
         size = self._text_size("COALESCE(LENGTH({}), 0)")
