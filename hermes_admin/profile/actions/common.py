@@ -23,18 +23,11 @@ from hermes_admin.profile.store.connect import WriteLockHeld
 def act_in_parts(engine: Engine, result: Result, parts: Iterable[list[Unit]],
                  act: Callable[[list[Unit]], Result]) -> Result:
     """`act` (one engine call) on each part's units, folded into `result`. The files and events of
-    every part are settled once, at the end; after an error too, for what did commit."""
-    try:
+    every part are settled once, at the end (the engine's batch); after an error too, for what did
+    commit, which `result` then holds."""
+    with engine.batch(result):
         for units in parts:
             result.absorb(act(units))
-    except Exception as exc:
-        failed_part = getattr(exc, "partial_result", None)  # the failing call's own committed units
-        if failed_part is not None and failed_part is not result:
-            result.absorb(failed_part)
-        exc.partial_result = result  # what committed before the failure still reaches the report
-        raise
-    finally:
-        engine.settle(result)
     return result
 
 
@@ -58,11 +51,12 @@ def export_settings(profile: Profile, layers: dict | None, export_dir: str | Non
 
 def with_engine(run: Run, profile: Profile, work: Callable[[Engine], list[Result]],
                 exports: Settings | None = None, config: HermesConfig | None = None,
-                lock_wait_s: float | None = None, incremental: bool = True) -> None:
+                lock_wait_s: float | None = None, incremental: bool = True,
+                finished: list[Result] | None = None) -> None:
     """Open the profile's engine, do `work`, record results; one profile's failure never stops the others.
 
-    What `work` finished before a failure (its results so far, and the part of the failing task that
-    committed) is reported with the error.
+    What `work` finished before a failure (`finished`: its results so far, filled as it goes; and
+    the batch the failure cut short, with what it committed) is reported with the error.
     """
     done: list[Result] = []
     engine = Engine(profile, dry_run=run.dry_run, exports=exports, config=config, lock_wait_s=lock_wait_s,
@@ -75,8 +69,8 @@ def with_engine(run: Run, profile: Profile, work: Callable[[Engine], list[Result
             done += engine.recovered  # units an interrupted run left half-deleted, finished or restored
             done += work(engine)
     except BaseException as exc:
-        done += getattr(exc, "finished_results", [])  # tasks that finished before the failing one
-        partial = getattr(exc, "partial_result", None)
+        done += finished or []  # tasks that finished before the failing one
+        partial = engine.cut_short
         if partial is not None and partial not in done:
             partial.notes.append(f"stopped by: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}")
             done.append(partial)

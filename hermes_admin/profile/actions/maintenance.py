@@ -89,8 +89,7 @@ class _Pass:
         if any_without_messages(self.engine.store, source="tui"):
             result = self._by_parts("ghost_prune", "delete", "ghost_prune",
                                     lambda graph, live: ghosts.select_tui_ghosts(graph, now, live),
-                                    lambda units: self.engine.delete(units, "ghost_prune", recheck=empty.recheck,
-                                                                     more=True), only=WITHOUT_MESSAGES)
+                                    lambda units: self.engine.delete(units, "ghost_prune", recheck=empty.recheck), only=WITHOUT_MESSAGES)
         else:  # no TUI session without messages: no ghost to select or keep (store/read.py)
             result = self.result("ghost_prune", "delete", "ghost_prune")
         missing = orphan_session_ids(self.engine.store)
@@ -114,8 +113,7 @@ class _Pass:
             return self.result("empty_sweep", "delete", "empty_sweep")
         return self._by_parts("empty_sweep", "delete", "empty_sweep",
                               lambda graph, live: empty.select(graph, hours, now, live),
-                              lambda units: self.engine.delete(units, "empty_sweep", recheck=empty.recheck,
-                                                               more=True), only=WITHOUT_MESSAGES)
+                              lambda units: self.engine.delete(units, "empty_sweep", recheck=empty.recheck), only=WITHOUT_MESSAGES)
 
     def purge(self) -> Result:
         request = self.request
@@ -133,7 +131,7 @@ class _Pass:
         else:
             result = self._by_parts("purge", "delete", "prune",
                                     lambda graph, live: retention.select(graph, windows, request.now, live),
-                                    lambda units: self.engine.delete(units, "prune", recheck=recheck, more=True))
+                                    lambda units: self.engine.delete(units, "prune", recheck=recheck))
         if result.rows and (request.vacuum or self.policy.vacuum_after_prune):
             result.vacuumed = self.engine.vacuum_if_worth(result)
         if result.rows and not result.vacuumed:  # a store in incremental auto-vacuum: space back now
@@ -176,8 +174,7 @@ class _Pass:
         over = self._used_mb() - limit
         chosen = self._covering(units, over)
         result.absorb(act_in_parts(self.engine, self.result("size_budget", "delete", "prune"), [chosen],
-                                   lambda part: self.engine.delete(part, "prune", recheck=budget.recheck(keep, now),
-                                                                   more=True)))
+                                   lambda part: self.engine.delete(part, "prune", recheck=budget.recheck(keep, now))))
         if len(chosen) == len(units) and self._used_mb() > limit and not self.engine.dry_run:
             result.notes.append(f"still over max_store_mb {limit:g} by {self._used_mb() - limit:.1f} MB: nothing "
                                 f"eligible is left (open, pinned, live or active within {keep:g} days)")
@@ -284,7 +281,7 @@ class _Pass:
             return selection
 
         return self._by_parts("purge", "delete", "prune", select,
-                              lambda units: self.engine.delete(units, "prune", recheck=recheck, more=True))
+                              lambda units: self.engine.delete(units, "prune", recheck=recheck))
 
 
 def repair_step(run: Run, profile: Profile, policy: Policy, request: Request,
@@ -366,31 +363,29 @@ def maintain(run: Run, profile: Profile, layers: dict, request: Request,
     if "repair" in request.tasks and applying:  # fixes take the profile's locks themselves: before the engine
         repair_step(run, profile, policy, request, siblings)
 
+    results: list[Result] = []  # filled as tasks finish: reported with a failure too (common.with_engine)
+
     def work(engine: Engine) -> list[Result]:
         if "repair" in request.tasks and not applying:  # a report reads through the engine's own connection
             repair_step(run, profile, policy, request, siblings, store=engine.store)
         one_pass = _Pass(engine, policy, request)
-        results = []
-        try:
-            for task in ORDER:
-                if task == "repair" or task not in request.tasks:
-                    continue
-                if stopping.requested():  # named in the report: a stop that came as this profile began never hides it
-                    results.append(one_pass.skipped(task, "stopped on request before it began"))
-                    continue
-                started = time.monotonic()
-                try:
-                    result = getattr(one_pass, task)()
-                except Refused as exc:
-                    run.errors.append(str(exc))
-                    continue
-                result.seconds = time.monotonic() - started
-                results.append(result)
-        except BaseException as exc:
-            exc.finished_results = results  # reported with the failure (actions/common.with_engine)
-            raise
+        for task in ORDER:
+            if task == "repair" or task not in request.tasks:
+                continue
+            if stopping.requested():  # named in the report: a stop that came as this profile began never hides it
+                results.append(one_pass.skipped(task, "stopped on request before it began"))
+                continue
+            started = time.monotonic()
+            try:
+                result = getattr(one_pass, task)()
+            except Refused as exc:
+                run.errors.append(str(exc))
+                continue
+            result.seconds = time.monotonic() - started
+            results.append(result)
         return results
 
     exports = Settings(request.export_dir or policy.export_dir, policy.export_keep_days)
     lock_wait = request.lock_wait if request.lock_wait is not None else policy.lock_wait
-    with_engine(run, profile, work, exports, config, lock_wait, incremental=policy.incremental_vacuum)
+    with_engine(run, profile, work, exports, config, lock_wait, incremental=policy.incremental_vacuum,
+                finished=results)

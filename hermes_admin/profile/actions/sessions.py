@@ -87,7 +87,7 @@ def delete(run: Run, profile: Profile, ids: list[str], filters: Filters | None =
     with_engine(run, profile, _guarded(run, lambda engine: [act_in_parts(
         engine, Result(profile.name, "delete", "delete", engine.dry_run),
         _parts_of_units(engine, ids, filters, force, False, delete_unit),
-        lambda units: engine.delete(units, "delete", more=True))]), exports)
+        lambda units: engine.delete(units, "delete"))]), exports)
 
 
 

@@ -29,14 +29,14 @@ from __future__ import annotations
 import os
 import sqlite3
 import stat
-import sys
 import time
 from collections import deque
+from contextlib import contextmanager
 
 from pathlib import Path
 
 import peewee
-from typing import Callable
+from typing import Callable, Iterator
 
 from hermes_admin import stopping
 from hermes_admin.profile import guards
@@ -181,6 +181,8 @@ class Engine(SplitDeletes):
         self.notes: list[str] = []  # leftovers set aside while opening (locks.py)
         self._tokenizer_on = None  # the connection Hermes' CJK tokenizer was loaded on
         self.pacer: Pacer | None = None  # every write transaction of ours (pacer.py)
+        self._batch: Result | None = None  # the result of the caller's batch under way (batch)
+        self.cut_short: Result | None = None  # the last batch an error ended: what it committed
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -332,13 +334,14 @@ class Engine(SplitDeletes):
     # -- deletion --------------------------------------------------------------
 
     def delete(self, units: list[Unit], reason: str, recheck: Recheck | None = None,
-               orphans: bool = False, more: bool = False) -> Result:
+               orphans: bool = False) -> Result:
         """Delete whole units. `recheck` re-applies the selection rule inside each transaction.
 
         `orphans=True` is for units whose session rows are already gone (message
         and usage rows left behind): they go without the existence check.
-        `more=True` when another call follows at once (a purge in batches): its files
-        and events are left to that call, and the caller ends with `settle()`.
+        Inside a caller's `batch` (a purge in parts) its files and events are left to the batch,
+        and what committed before a failure goes into the batch's result; else they are settled
+        before it returns (after an error too).
         """
         result = Result(self.profile.name, "delete", reason, self.dry_run)
         if not units:
@@ -350,6 +353,19 @@ class Engine(SplitDeletes):
                 result.done.append(self._unit_report(unit, list(unit.ids)))
                 self._remove_files(list(unit.ids), result)  # lists them: a dry run unlinks nothing
             return result
+        if self._batch is None:  # settled here: the last commit is synced
+            with self.batch(result):
+                self._delete(units, reason, recheck, orphans, True, result)
+            return result
+        try:
+            self._delete(units, reason, recheck, orphans, False, result)
+        except BaseException:
+            self._batch.absorb(result)  # what committed before the failure is the batch's to report
+            raise
+        return result
+
+    def _delete(self, units: list[Unit], reason: str, recheck: Recheck | None, orphans: bool, synced_last: bool,
+                result: Result) -> None:
         self.progress.start(f"{self.profile.name}: {reason}", len(units))
         try:
             for step in self._steps(units, reason, orphans, result):
@@ -357,24 +373,37 @@ class Engine(SplitDeletes):
                 if step.split:
                     self._split(chunk[0], step.exported[chunk[0].session_id], reason, recheck, result)
                 else:
-                    self._delete_chunk(step, step.last and not more, reason, recheck, orphans, result)
+                    self._delete_chunk(step, step.last and synced_last, reason, recheck, orphans, result)
                 self.progress.advance(len(chunk))
                 self.pacer.merge_owed(result, MERGE_STEPS)
-        except BaseException as exc:
-            exc.partial_result = result  # what committed before the failure (actions/common.act_in_parts)
-            raise
         finally:
             self.progress.stop()
-            if not more:  # also after an error: what did commit gets its files removed and its events
-                self.settle(result)
-        return result
 
-    def settle(self, result: Result) -> None:
-        """Once every commit so far is durable: its files removed, its events fired, all in `result`."""
-        if self.dry_run:
+    @contextmanager
+    def batch(self, result: Result) -> Iterator[Result]:
+        """Engine calls whose files and events are settled together when the `with` ends: the
+        caller's, who owns `result`. After an error too (what did commit gets its files removed and
+        its events, with no merging on top of the error); the batch is then `cut_short`: what it
+        committed, for the caller's report. Inside another batch, that one settles."""
+        if self._batch is not None or self.dry_run:
+            yield result
             return
+        self._batch, self.cut_short = result, None
+        failed = True
         try:
-            if sys.exc_info()[1] is None:  # settling after an error: no merging on top of it
+            yield result
+            failed = False
+        finally:
+            self._batch = None
+            if failed:
+                self.cut_short = result
+            self._settle(result, merge=not failed)
+
+    def _settle(self, result: Result, merge: bool) -> None:
+        """Once every commit so far is durable: its files removed, its events fired, all in `result`;
+        `merge`: FTS5 merging owed is done first (not after an error)."""
+        try:
+            if merge:
                 self.pacer.merge_owed(result, MERGE_STEPS_AT_END)
             self._after_durable(self.commits.flush(), result)
         finally:

@@ -225,4 +225,4 @@ class SplitDeletes:
             # Re-checked against its export at every step, as in the run that began it; the rule that
             # chose it is that run's (the unit was chosen then; it is finished only if unchanged since).
             self._run_split(split_id, record, unit, exported, None, result, resumed=True)
-        self.settle(result)
+        self._settle(result, merge=True)
