@@ -14,7 +14,7 @@ only means one check more.
 from __future__ import annotations
 
 import os
-from hermes_admin.profile.engine.locks import read_record, write_record
+from hermes_admin.profile.engine.state_folder import read_record, write_record
 from hermes_admin.protocol import Profile
 
 RECORD = "quick-check"

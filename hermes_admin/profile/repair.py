@@ -33,7 +33,7 @@ from hermes_admin.profile.engine.engine import FTS_TABLES, Engine
 from hermes_admin.results import Finding, Result
 from hermes_admin.protocol import Profile
 from hermes_admin.profile.lineage import Unit
-from hermes_admin.profile.engine.locks import Flock, LockHeld, state_folder
+from hermes_admin.profile.engine.state_folder import Flock, LockHeld, state_folder
 from hermes_admin.profile.store import Store, StoreError, keep_wal
 from hermes_admin.profile.store.connect import readonly_uri, write_transaction
 from hermes_admin.profile.store.read import existing_ids

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 
-from hermes_admin.profile.engine.locks import read_record, write_record
+from hermes_admin.profile.engine.state_folder import read_record, write_record
 from hermes_admin.protocol import Profile
 from hermes_admin.results import Run
 

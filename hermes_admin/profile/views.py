@@ -74,7 +74,7 @@ def _stale_open(store: Store, policy: dict) -> int:
     """How many open rows the stale-row rule (tasks/stale.py) would close now, by `policy`'s windows."""
     import time
 
-    from hermes_admin.profile import guards
+    from hermes_admin.profile.store import sql
     from hermes_admin.profile.lineage import Graph
     from hermes_admin.profile.store.read import open_sessions
     from hermes_admin.profile.tasks import stale
@@ -83,7 +83,7 @@ def _stale_open(store: Store, policy: dict) -> int:
     windows = Windows(policy["retention_days"] or 0, dict(policy.get("source_retention_days") or {}),
                       policy.get("stale_grace_days"))
     now = time.time()
-    live = set(guards.live_ids(store.db, store.schema, now))
+    live = set(sql.live_ids(store.db, store.schema, now))
     return len(stale.select(Graph(open_sessions(store)), windows, now, live).units)
 
 

@@ -14,7 +14,7 @@ from hermes_admin.results import Result, Run
 from hermes_admin.profile.hermes_config import HermesConfig, HermesConfigError
 from hermes_admin.protocol import Profile
 from hermes_admin.profile.lineage import Unit
-from hermes_admin.profile.engine.locks import LockHeld
+from hermes_admin.profile.engine.state_folder import LockHeld
 from hermes_admin.profile.store.connect import is_lock_error
 from hermes_admin.profile.store import StoreError
 from hermes_admin.profile.store.connect import WriteLockHeld

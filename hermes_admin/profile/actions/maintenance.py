@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from hermes_admin import stopping
-from hermes_admin.profile import guards
+from hermes_admin.profile.store import sql
 from hermes_admin.profile.actions.common import Run, act_in_parts, with_engine
 from hermes_admin.profile.engine.engine import Engine, Result
 from hermes_admin.profile.engine.exports import Settings
@@ -23,7 +23,7 @@ from hermes_admin.profile import installation
 from hermes_admin.profile.hermes_config import HermesConfigError
 from hermes_admin.profile.hermes_config import load as load_hermes_config
 from hermes_admin.protocol import Profile
-from hermes_admin.profile.engine.locks import LockHeld
+from hermes_admin.profile.engine.state_folder import LockHeld
 from hermes_admin.profile.store import StoreError
 from hermes_admin.profile.lineage import Graph
 from hermes_admin.profile.policy import Policy, PolicyError, with_origins
@@ -160,7 +160,7 @@ class _Pass:
         if self._used_mb() <= limit:
             return result
         store = self.engine.store
-        live = set(guards.live_ids(store.db, store.schema, now))
+        live = set(sql.live_ids(store.db, store.schema, now))
         candidates = []
         for graph in self._parts("size_budget", result):
             picked = budget.select(graph, limit, keep, now, live)
@@ -227,7 +227,7 @@ class _Pass:
         unlinked session the rule can pick or keep meets (parts.graph_parts).
         """
         store = self.engine.store
-        live = set(guards.live_ids(store.db, store.schema, self.request.now))
+        live = set(sql.live_ids(store.db, store.schema, self.request.now))
         result = self.result(task, action, reason)
 
         def units() -> Iterator[list]:
@@ -265,7 +265,7 @@ class _Pass:
         request, filters = self.request, self.request.filters
         store = self.engine.store
         if request.older_than is None and not filters.has_age_bound and not request.force:
-            live = set(guards.live_ids(store.db, store.schema, request.now))
+            live = set(sql.live_ids(store.db, store.schema, request.now))
             candidates = picked = 0
             for graph in graph_parts(store):
                 units = retention.select(graph, days, request.now, live).units

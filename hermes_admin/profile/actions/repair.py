@@ -9,7 +9,7 @@ import peewee
 from hermes_admin.profile import repair as profile_repair
 from hermes_admin.results import RepairRun
 from hermes_admin.protocol import Profile
-from hermes_admin.profile.engine.locks import LockHeld
+from hermes_admin.profile.engine.state_folder import LockHeld
 from hermes_admin.profile.store import StoreError
 
 

@@ -39,14 +39,14 @@ import peewee
 from typing import Callable, Iterator
 
 from hermes_admin import stopping
-from hermes_admin.profile import guards
+from hermes_admin.profile.store import sql
 from hermes_admin.profile.engine.checkpointer import Checkpointer
 from hermes_admin.profile.engine.group_commit import GroupCommit
 from hermes_admin.profile.engine import exports, faults
 from hermes_admin.profile.engine.exports import ExportError, ExportFile, Exported, Settings
 from hermes_admin.profile.engine.files import FileIndex, removable, unsafe_id
 from hermes_admin.profile.engine.fts_merges import FtsMerges
-from hermes_admin.profile.guards import chunks, marks
+from hermes_admin.profile.store.sql import chunks, marks
 from hermes_admin.profile.hermes_config import HermesConfig
 from hermes_admin.profile.hermes_config import load as load_hermes_config
 from hermes_admin.profile.engine.holders import held_by_its_owner, store_holders
@@ -56,7 +56,7 @@ from hermes_admin.profile.hooks.discovery import discover as discover_plugins
 from hermes_admin.profile.hooks.discovery import safe_mode
 from hermes_admin.profile import installation
 from hermes_admin.profile.lineage import Unit
-from hermes_admin.profile.engine.locks import ProfileLocks
+from hermes_admin.profile.engine.state_folder import ProfileLocks
 from hermes_admin.profile.engine.outbox import Event, Outbox, OutboxError
 from hermes_admin.results import Done, Result
 from hermes_admin.profile.engine.remover import FileRemover
@@ -178,7 +178,7 @@ class Engine(SplitDeletes):
         self._files: FileIndex | None = None
         self._references: list[tuple[str, str]] | None = None  # unknown tables pointing at sessions
         self.replayed: list[str] = []  # hook failures while replaying the outbox
-        self.notes: list[str] = []  # leftovers set aside while opening (locks.py)
+        self.notes: list[str] = []  # leftovers set aside while opening (state_folder.py)
         self._tokenizer_on = None  # the connection Hermes' CJK tokenizer was loaded on
         self.pacer: Pacer | None = None  # every write transaction of ours (pacer.py)
         self._batch: Result | None = None  # the result of the caller's batch under way (batch)
@@ -264,7 +264,7 @@ class Engine(SplitDeletes):
     @property
     def references(self) -> list[tuple[str, str]]:
         if self._references is None:  # the schema does not change during a run: look once
-            self._references = guards.foreign_references(self.store.db, self.store.schema)
+            self._references = sql.foreign_references(self.store.db, self.store.schema)
         return self._references
 
     @property
@@ -321,7 +321,7 @@ class Engine(SplitDeletes):
     def _screen(self, units: list[Unit], result: Result) -> list[Unit]:
         """Drop units with a guarded member (a dry run's stand-in for the check each transaction makes)."""
         ids = [i for unit in units for i in unit.ids]
-        blocked = guards.blocked(self.store.db, self.store.schema, ids, self.now(), self.references)
+        blocked = sql.blocked(self.store.db, self.store.schema, ids, self.now(), self.references)
         fit = []
         for unit in units:
             why = next((blocked[i] for i in unit.ids if i in blocked), None)
@@ -608,7 +608,7 @@ class Engine(SplitDeletes):
         all_ids = [i for unit in chunk for i in unit.ids]
         fresh = load_rows(self.store, all_ids)  # inside the transaction: what exists now, as it is now
         existing = set(fresh)
-        blocked = {} if orphans else guards.blocked(db, schema, all_ids, self.now(), self.references)
+        blocked = {} if orphans else sql.blocked(db, schema, all_ids, self.now(), self.references)
         blocked.update(self._unlike_exports(db, [u for u in chunk if u.session_id in exported], exported))
         went: dict[int, list[str]] = {}
         skipped: dict[int, str] = {}
@@ -876,7 +876,7 @@ class Engine(SplitDeletes):
             def work(db, chunk=chunk):
                 ids = [u.session_id for u in chunk]
                 fresh = load_rows(self.store, ids)
-                blocked = guards.blocked(db, self.store.schema, ids, self.now(), self.references)
+                blocked = sql.blocked(db, self.store.schema, ids, self.now(), self.references)
                 closing = [u for u in chunk if u.session_id not in blocked and recheck(u, fresh) is None]
                 if closing:
                     closed = [u.session_id for u in closing]

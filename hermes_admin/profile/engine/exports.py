@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from hermes_admin.profile.guards import chunks, marks
+from hermes_admin.profile.store.sql import chunks, marks
 from hermes_admin.protocol import Profile
 
 FORMAT = 2  # 1: the manifest as one JSON document, rewritten for each member (still read)

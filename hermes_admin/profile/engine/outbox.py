@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hermes_admin.protocol import Profile
-from hermes_admin.profile.engine.locks import regular_file, set_aside, state_dir
+from hermes_admin.profile.engine.state_folder import regular_file, set_aside, state_dir
 
 
 @dataclass

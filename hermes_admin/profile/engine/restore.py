@@ -19,7 +19,7 @@ from pathlib import Path
 import peewee
 
 from hermes_admin.profile.engine.exports import ROW_WEIGHT, decode_value, manifest_or_recomputed, read_member
-from hermes_admin.profile.guards import marks
+from hermes_admin.profile.store.sql import marks
 from hermes_admin.profile.engine.pacer import MERGE_STEPS
 from hermes_admin.results import Result
 

@@ -21,11 +21,11 @@ from typing import Callable
 import peewee
 
 from hermes_admin import stopping
-from hermes_admin.profile import guards
+from hermes_admin.profile.store import sql
 from hermes_admin.profile.engine import exports, faults
 from hermes_admin.profile.engine.exports import ExportError, Exported
 from hermes_admin.profile.engine.outbox import Event, OutboxError
-from hermes_admin.profile.guards import marks
+from hermes_admin.profile.store.sql import marks
 from hermes_admin.profile.lineage import Unit
 from hermes_admin.profile.store.read import SessionRow, load_rows
 from hermes_admin.results import Result
@@ -161,7 +161,7 @@ class SplitDeletes:
             return "a new message arrived while it was being deleted in steps"
         if kept != left:
             return "its messages changed while it was being deleted in steps"
-        blocked = guards.blocked(db, self.store.schema, ids, self.now(), self.references)
+        blocked = sql.blocked(db, self.store.schema, ids, self.now(), self.references)
         why = next((blocked[i] for i in ids if i in blocked), None)
         if why is None and recheck is not None:
             why = recheck(unit, load_rows(self.store, ids))

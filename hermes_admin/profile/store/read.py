@@ -16,7 +16,7 @@ from typing import Iterator
 import peewee
 from peewee import SQL, fn
 
-from hermes_admin.profile.guards import chunks, marks
+from hermes_admin.profile.store.sql import chunks, marks
 from hermes_admin.profile.store.open import Store
 
 

@@ -1,4 +1,8 @@
-"""Per-profile locks: ours against a second hermes-admin, and Hermes' own maintenance lock.
+"""hermes-admin's state folder in a profile (`.hermes-admin/`): its files, records and locks.
+
+The files there are regular files made without following links (regular_file, set_aside,
+read_record, write_record), and the per-profile locks: ours against a second hermes-admin, and
+Hermes' own maintenance lock.
 
 Both are kernel `flock`s, released by the kernel when the process dies, so a
 crash never leaves a stale lock behind. Lock files are separate files: the

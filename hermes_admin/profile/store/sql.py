@@ -1,4 +1,5 @@
-"""Rows the engine must not touch, whatever selected them.
+"""SQL helpers for a Hermes store (parameter lists in chunks, their `?` marks), and the guards:
+rows the engine must not touch, whatever selected them.
 
 - a session under an unexpired `compression_locks` or `session_turn_leases`
   row: a live Hermes process is working on it;
