@@ -241,6 +241,7 @@ class Progress:
         self._bar = None
         self._task = None
         self._whole = False  # one bar for a task done in parts: the parts' own bars stay hidden
+        self._told = 0  # units the engine said were done (__call__)
 
     @staticmethod
     def wanted() -> bool:
@@ -264,6 +265,17 @@ class Progress:
         if self._bar is not None and not self._whole:
             self._bar.stop()
             self._bar = None
+
+    def __call__(self, label: str, done: int, total: int, ended: bool = False) -> None:
+        """The engine's progress callback: the bar starts (nothing done yet), advances, and stops (ended)."""
+        if ended:
+            self.stop()
+        elif done == 0:
+            self.start(label, total)
+            self._told = 0
+        else:
+            self.advance(done - self._told)
+            self._told = done
 
     @contextmanager
     def whole(self, label: str, total: int):

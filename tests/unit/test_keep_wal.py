@@ -14,7 +14,6 @@ from pathlib import Path
 import peewee
 import pytest
 
-from hermes_admin.profile.engine.engine import _Reads
 from hermes_admin.profile.store import keep_wal
 from hermes_admin.profile.store.connect import open_for_checkpoints, open_readonly, open_readwrite, readonly_uri
 
@@ -50,7 +49,7 @@ WAYS = {
     "write (peewee)": read_write,
     "read (peewee, mode=ro)": lambda path: open_readonly(path),
     "checkpoints": lambda path: open_for_checkpoints(path),
-    "export reads": lambda path: _Reads(path),
+    "export reads (peewee, shared by threads)": lambda path: open_readonly(path, shared=True),
     "plain": lambda path: keep_wal.connect(path),
     "plain, mode=ro": lambda path: keep_wal.connect(readonly_uri(path), uri=True),
 }

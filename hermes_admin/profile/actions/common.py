@@ -10,6 +10,7 @@ import peewee
 
 from hermes_admin.profile.engine.engine import Engine
 from hermes_admin.profile.engine.exports import Settings
+from hermes_admin.report import Progress
 from hermes_admin.results import Result, Run
 from hermes_admin.profile.hermes_config import HermesConfig, HermesConfigError
 from hermes_admin.protocol import Profile
@@ -60,7 +61,7 @@ def with_engine(run: Run, profile: Profile, work: Callable[[Engine], list[Result
     """
     done: list[Result] = []
     engine = Engine(profile, dry_run=run.dry_run, exports=exports, config=config, lock_wait_s=lock_wait_s,
-                    incremental=incremental)
+                    incremental=incremental, progress=Progress())
     try:
         with engine:
             run.warnings += engine.replayed

@@ -1,170 +1,85 @@
 """The deletion engine: the one path every deleting or archiving command and task takes.
 
-Order inside each transaction (Hermes' own, required by its foreign keys and
-FTS triggers): orphan surviving children, delete the doomed sessions'
-messages (while their rows still exist: v30's trigram trigger looks them up),
-delete usage rows and the sessions, drop system prompts nobody references.
-Then commit, then remove the units' files, then fire the events.
-
-Transactions are `BEGIN IMMEDIATE`, sized by time: ~20 ms while another
-writer is seen, ~40 ms while none is (FTS5 merges of a big doclist make a few longer).
-Units are weighed by the bytes of their messages; one too big for a
-transaction is exported first and deleted in steps (splits.py). Every unit is
-exported before its delete commits (exports.py; a thread exports the next
-batch while the current one is deleted). Beside them:
-- checkpointer.py and group_commit.py: commits without an fsync, made
-  durable by PASSIVE checkpoints on a thread of their own; files and events
-  wait until a checkpoint (or the last, synced, commit) covers their rows;
-- remover.py and unlinker.py: file removal in a worker process;
-- turns.py: after each commit the lock is left free until a waiting Hermes
-  writer has had its turn;
-- fts_merges.py: FTS5's segment merges kept out of the deletes, done in
-  short transactions of their own.
-Events go through the outbox, so a crash right after a commit still delivers
-them on the next start.
+A facade over its collaborators (docs/design.md §5):
+- pacer.py: every write transaction, under the write lock, measured, its commit handed to group
+  commit (group_commit.py, checkpointer.py: commits made durable by PASSIVE checkpoints on a
+  thread of their own), then the turn a waiting Hermes writer is owed (turns.py); FTS5's merges
+  kept out of the deletes, in short transactions of their own (fts_merges.py);
+- export_ahead.py and packing.py: every unit exported before its delete commits (exports.py),
+  the next batch exported on a thread meanwhile, units packed into transactions by their weight;
+- deletes.py: the statements, inside the transaction, each unit checked again first;
+- splits.py: a unit too big for one transaction, deleted in steps, finished or undone;
+- aftermath.py: once a commit is durable, its files removed (remover.py, unlinker.py), then its
+  events fired through the outbox, so a crash right after a commit still delivers them;
+- restore.py: units of an export back into the store; space.py: VACUUM and incremental vacuum;
+  tokenizer.py: Hermes' CJK tokenizer, loaded where its triggers are.
 """
 
 from __future__ import annotations
 
-import os
-import sqlite3
-import stat
 import time
-from collections import deque
 from contextlib import contextmanager
-
 from pathlib import Path
-
-import peewee
 from typing import Callable, Iterator
 
 from hermes_admin import stopping
-from hermes_admin.profile.store import sql
+from hermes_admin.profile import installation
+from hermes_admin.profile.engine import exports
+from hermes_admin.profile.engine.aftermath import Aftermath
 from hermes_admin.profile.engine.checkpointer import Checkpointer
-from hermes_admin.profile.engine.group_commit import GroupCommit
-from hermes_admin.profile.engine import exports, faults
-from hermes_admin.profile.engine.exports import ExportError, ExportFile, Exported, Settings
-from hermes_admin.profile.engine.files import FileIndex, removable, unsafe_id
+from hermes_admin.profile.engine.deletes import Deletes, Recheck
+from hermes_admin.profile.engine.export_ahead import ExportAhead, Step, data_version
+from hermes_admin.profile.engine.exports import ExportFile, Settings
 from hermes_admin.profile.engine.fts_merges import FtsMerges
-from hermes_admin.profile.store.sql import chunks, marks
+from hermes_admin.profile.engine.group_commit import GroupCommit
+from hermes_admin.profile.engine.holders import held_by_its_owner
+from hermes_admin.profile.engine.outbox import Event, Outbox
+from hermes_admin.profile.engine.packing import units_by_count
+from hermes_admin.profile.engine.pacer import MERGE_STEPS, MERGE_STEPS_AT_END, Pacer
+from hermes_admin.profile.engine.remover import FileRemover
+from hermes_admin.profile.engine.restore import restore_file
+from hermes_admin.profile.engine.rows import close_stale_rows, flip_archived
+from hermes_admin.profile.engine.space import Space
+from hermes_admin.profile.engine.splits import SplitDeletes
+from hermes_admin.profile.engine.state_folder import ProfileLocks
+from hermes_admin.profile.engine.tokenizer import CJK_FTS_TABLE, Tokenizer
+from hermes_admin.profile.engine.turns import Turns
 from hermes_admin.profile.hermes_config import HermesConfig
 from hermes_admin.profile.hermes_config import load as load_hermes_config
-from hermes_admin.profile.engine.holders import held_by_its_owner, store_holders
-from hermes_admin.protocol import Profile
-from hermes_admin.profile.hooks.bus import DeliveryStopped, HookBus
+from hermes_admin.profile.hooks.bus import HookBus
 from hermes_admin.profile.hooks.discovery import discover as discover_plugins
 from hermes_admin.profile.hooks.discovery import safe_mode
-from hermes_admin.profile import installation
 from hermes_admin.profile.lineage import Unit
-from hermes_admin.profile.engine.state_folder import ProfileLocks
-from hermes_admin.profile.engine.outbox import Event, Outbox, OutboxError
+from hermes_admin.profile.store import Store, sql
+from hermes_admin.profile.store.read import load_rows
+from hermes_admin.protocol import Profile
 from hermes_admin.results import Done, Result
-from hermes_admin.profile.engine.remover import FileRemover
-from hermes_admin.profile.engine.splits import Recheck, SplitDeletes
-from hermes_admin.report import Progress
-from hermes_admin.profile.store import Store
-from hermes_admin.profile.store.connect import is_lock_error
-from hermes_admin.profile.store.read import journal_mode, load_rows
-from hermes_admin.profile.tasks.retention import REAPED
-from hermes_admin.profile.engine.turns import Turns
-from hermes_admin.profile.engine.pacer import MERGE_STEPS, MERGE_STEPS_AT_END, Pace, Pacer
-from typing import NamedTuple
 
-VACUUM_FREE_RATIO = 0.25
-INCREMENTAL = 2  # PRAGMA auto_vacuum's value for incremental auto-vacuum
-RECLAIM_FIRST_PAGES = 256  # the first incremental-vacuum step; later ones sized by the time it took
-CHECKPOINT_SETTLE_S = 1.0  # how long a reclaim tries for the checkpoint that shrinks the file
-FTS_TABLES = ("messages_fts", "messages_fts_trigram")
-# Hermes' CJK index: its tokenizer is a library of Hermes' own, loaded before anything is deleted
-# or restored where its triggers are (without them our deletes never write to it). The index
-# joins the others once the library is loaded: before, FTS5 cannot so much as open it.
-CJK_FTS_TABLE = "messages_fts_cjk"
-MAX_UNITS_PER_TXN = 1024
-EXPORT_UNITS = 500  # units per export member: one fsync and manifest write each
-FIRST_EXPORT_UNITS = 8  # then twice as many each time, up to 500: the deletes start at once
-# Each batch is exported while the one before it (half its size) is deleted, which takes longer:
-# growing 8 times (8, 64, 500) made W1's and W10's deletes wait for the 500 at each part of the store.
-EXPORT_GROWTH = 2
-EXPORTS_AHEAD = 2  # batches exported ahead of the deletes
+FTS_TABLES = ("messages_fts", "messages_fts_trigram")  # Hermes' FTS5 indexes (its CJK one: tokenizer.py)
+# A progress callback: (what, units done so far, units in all, ended); the engine draws nothing itself.
+Progress = Callable[[str, int, int, bool], None]
 
 
+def _no_progress(what: str, done: int, total: int, ended: bool) -> None:
+    pass
 
 
-def _sessions_folder_notes(profile: Profile) -> list[str]:
-    """A missing or odd `sessions/` is worth a warning: no transcript file can be removed there."""
-    try:
-        st = os.lstat(profile.sessions_dir)
-    except FileNotFoundError:
-        return [f"{profile.sessions_dir}: missing; no transcript files to remove"]
-    except OSError as exc:
-        return [f"{profile.sessions_dir}: {exc.strerror}; transcript files are left alone"]
-    if stat.S_ISLNK(st.st_mode):
-        return []  # the owner's own choice: followed as the owner, never as anyone else
-    if not stat.S_ISDIR(st.st_mode):
-        return [f"{profile.sessions_dir}: not a folder; transcript files are left alone"]
-    return []
-
-
-class _Reads:
-    """A read-only connection for the export thread, with the one method exports.py calls."""
-
-    def __init__(self, path: Path):
-        from hermes_admin.profile.store.connect import readonly_uri
-        from hermes_admin.profile.store.keep_wal import connect
-
-        self.conn = connect(readonly_uri(path), uri=True, isolation_level=None, check_same_thread=False,
-                                    timeout=5.0)
-        self.conn.execute("PRAGMA query_only=1")
-
-    def execute_sql(self, sql: str, params=()):
-        return self.conn.execute(sql, params)
-
-    def snapshot(self):
-        """One read transaction: a unit's rows, usage and messages as of one moment."""
-        from contextlib import contextmanager
-
-        @contextmanager
-        def reading():
-            self.conn.execute("BEGIN")
-            try:
-                yield
-            finally:
-                self.conn.execute("COMMIT")
-        return reading()
-
-    def close(self) -> None:
-        self.conn.close()
-
-
-class Step(NamedTuple):
-    """One transaction of whole units, or one unit too big for one (`split`: deleted in steps)."""
-    units: list[Unit]
-    exported: dict[str, Exported]  # their exports, by session id
-    split: bool
-    last: bool  # nothing follows it in this call
-    weight: int  # what it carries (exports.ROW_WEIGHT, UNIT_WEIGHT)
-
-
-class Engine(SplitDeletes):
+class Engine:
     """One profile's store, opened for maintenance: locks held, outbox replayed."""
 
     def __init__(self, profile: Profile, dry_run: bool = False, now: Callable[[], float] = time.time,
                  progress: Progress | None = None, exports: Settings | None = None,
                  config: HermesConfig | None = None, lock_wait_s: float | None = None, incremental: bool = True):
-        self.profile = profile
+        self.profile, self.dry_run, self.now = profile, dry_run, now
         self.incremental = incremental  # a VACUUM of ours switches the store to incremental auto-vacuum
         self.lock_wait_s = lock_wait_s  # how long another writer may hold the lock without progress
         self.export_settings = exports or Settings()
         self._prunes = exports is not None  # only a command that knows the policy prunes old exports
-        self._session_columns: list[str] | None = None
-        self._split_done: tuple | None = None  # (rows, committed at, held) of a split's last step
-        self.export: ExportFile | None = None  # this run's export, made on the first unit deleted
+        self.progress = progress or _no_progress
+        self.config = config  # the profile's config.yaml, when the caller has read it already
+        self.notes: list[str] = []  # leftovers set aside while opening (state_folder.py)
+        self.replayed: list[str] = []  # hook failures while replaying the outbox
         self.recovered: list[Result] = []  # units of an interrupted split delete, finished or restored
-        self._ahead = None  # the export thread (_steps), made on first use
-        self._reads: _Reads | None = None  # its read-only connection
-        self.progress = progress or Progress()
-        self.dry_run = dry_run
-        self.now = now
         self.locks: ProfileLocks | None = None
         self.store: Store | None = None
         self.outbox: Outbox | None = None
@@ -172,15 +87,14 @@ class Engine(SplitDeletes):
         self.checkpointer: Checkpointer | None = None
         self.remover: FileRemover | None = None  # committed sessions' files, removed by a worker
         self.commits: GroupCommit | None = None
-        self.turns: Turns | None = None  # pauses between our transactions, for Hermes' writers
+        self.turns = None  # pauses between our transactions, for Hermes' writers (turns.py)
         self.fts: FtsMerges | None = None  # the FTS5 indexes' merging, out of the deletes
-        self.config = config  # the profile's config.yaml, when the caller has read it already
-        self._files: FileIndex | None = None
+        self.pacer: Pacer | None = None  # every write transaction of ours
+        self.export: ExportFile | None = None  # this run's export, made on the first unit deleted
+        self.aftermath: Aftermath | None = None
+        self._ahead: ExportAhead | None = None
+        self._splits: SplitDeletes | None = None
         self._references: list[tuple[str, str]] | None = None  # unknown tables pointing at sessions
-        self.replayed: list[str] = []  # hook failures while replaying the outbox
-        self.notes: list[str] = []  # leftovers set aside while opening (state_folder.py)
-        self._tokenizer_on = None  # the connection Hermes' CJK tokenizer was loaded on
-        self.pacer: Pacer | None = None  # every write transaction of ours (pacer.py)
         self._batch: Result | None = None  # the result of the caller's batch under way (batch)
         self.cut_short: Result | None = None  # the last batch an error ended: what it committed
 
@@ -200,23 +114,38 @@ class Engine(SplitDeletes):
     def _open(self) -> None:
         if self.config is None:
             self.config = load_hermes_config(self.profile.home)
-        if self.dry_run:  # a dry run writes nothing anywhere: no lock file, no outbox
-            self.store = Store.open(self.profile)
+        if not self.dry_run:  # a dry run writes nothing anywhere: no lock file, no outbox
+            self.locks = ProfileLocks(self.profile, self.notes).__enter__()
+        self.store = Store.open(self.profile, writable=not self.dry_run, lock_wait_s=self.lock_wait_s)
+        self.space = Space(self.store, None, self.incremental, self.dry_run)
+        self.tokenizer = Tokenizer(self.store, self.dry_run, self._tokenizer_loaded)
+        self.deletes = Deletes(self.store, lambda: self.references, self.now, lambda: data_version(self.store))
+        if self.dry_run:
+            self.aftermath = Aftermath(self.profile, self.notes, True)
             return
-        self.locks = ProfileLocks(self.profile, self.notes).__enter__()
-        self.store = Store.open(self.profile, writable=True, lock_wait_s=self.lock_wait_s)
-        if self.in_wal_mode():
+        self._open_writing()
+        self.recovered = self._splits.finish_all()  # before the replay: a finished split's event is committed
+        self.replayed = self.aftermath.replay(self.store.db)
+
+    def _open_writing(self) -> None:
+        """The collaborators of a run that writes."""
+        db = self.store.db
+        if self.space.in_wal_mode():
             self.checkpointer = Checkpointer(self.profile.store_path)
-        self.commits = GroupCommit(self.store.db, self.checkpointer)
-        self.turns = Turns(self.store.db, held=lambda: held_by_its_owner(self.profile.store_path))
-        self.fts = FtsMerges(self.store.db, [t for t in FTS_TABLES if self._has_index(t)])
-        self.pacer = Pacer(self.store.db, self.turns, self.commits, self.fts, self._after_durable)
+        self.commits = GroupCommit(db, self.checkpointer)
+        self.turns = Turns(db, held=lambda: held_by_its_owner(self.profile.store_path))
+        self.fts = FtsMerges(db, [t for t in FTS_TABLES if self._has_index(t)])
         self.outbox = Outbox(self.profile, self.notes)
         self.remover = FileRemover(str(self.profile.sessions_dir))
         self.bus = self._bus()
+        self.aftermath = Aftermath(self.profile, self.notes, False, self.outbox, self.bus, self.remover)
+        self.pacer = Pacer(db, self.turns, self.commits, self.fts, self.aftermath.after_durable)
+        self.space.pacer = self.pacer
         self.export = ExportFile(self.profile, self.export_settings, self.now)
-        self._finish_splits()  # before the replay: a finished split's event is then committed
-        self.replayed = self._replay()
+        self._ahead = ExportAhead(self.store, self.export, self.export_settings, self.pacer)
+        self._splits = SplitDeletes(self.store, self.pacer, self.outbox, self.aftermath, self.deletes,
+                                    lambda result: self._settle(result, merge=True), self.require_tokenizer,
+                                    self.notes)
 
     def _bus(self) -> HookBus:
         # Opt-in: with nothing in plugins.enabled, no plugin Hermes loads that way hears anything,
@@ -234,23 +163,12 @@ class Engine(SplitDeletes):
         return all(self.store.schema.has_table(table + part) for part in ("", "_config", "_data"))
 
     def close(self) -> None:
-        if self._ahead is not None:  # an export under way finishes (a member is whole or not listed)
-            self._ahead.shutdown(wait=True, cancel_futures=True)
-            self._ahead = None
-        if self._reads is not None:
-            self._reads.close()
-            self._reads = None
-        if self.export is not None:
-            self.export.close()
-        if self.bus is not None:
-            self.bus.close()
-        if self.checkpointer is not None:
-            self.checkpointer.close()
-        if self.remover is not None:
-            self.remover.close()
+        for part in (self._ahead, self.export, self.bus, self.checkpointer, self.remover):
+            if part is not None:  # an export under way finishes (a member is whole or not listed)
+                part.close()
         if self.store is not None:
             if self.store.writable:
-                self._passive_checkpoint()
+                self.space.passive_checkpoint()
             self.store.close()
         if self.outbox is not None:
             self._prune_exports()
@@ -259,7 +177,19 @@ class Engine(SplitDeletes):
         if self.locks is not None:
             self.locks.__exit__(None, None, None)
         self.bus = self.store = self.outbox = self.locks = self.checkpointer = self.remover = None
-        self.commits = self.turns = self.pacer = None
+        self.commits = self.turns = self.pacer = self._ahead = None
+
+    def _prune_exports(self) -> None:
+        """Exports past `export_keep_days` go, except those an unfinished split delete still needs."""
+        if not self._prunes or self.dry_run:
+            return
+        try:
+            keep = {record["exported"]["path"] for _, record in self.outbox.splits()}
+            self.notes += exports.prune(self.profile, self.export_settings, self.now(), keep)
+        except (OSError, KeyError, TypeError) as exc:  # housekeeping: the next run tries again
+            self.notes.append(f"old exports not pruned: {exc}")
+
+    # -- what callers read -------------------------------------------------------
 
     @property
     def references(self) -> list[tuple[str, str]]:
@@ -268,68 +198,36 @@ class Engine(SplitDeletes):
         return self._references
 
     @property
-    def files(self) -> FileIndex:
-        if self._files is None:  # one scan of sessions/ per run; the first need of it says if it is odd
-            self.notes += _sessions_folder_notes(self.profile)
-            self._files = FileIndex.scan(self.profile.sessions_dir)
-        return self._files
+    def files(self):
+        return self.aftermath.files
+
+    @property
+    def listening(self) -> bool:
+        return self.aftermath.listening
 
     def in_wal_mode(self) -> bool:
-        return journal_mode(self.store) == "wal"
+        return self.space.in_wal_mode()
 
-    def _passive_checkpoint(self) -> None:
-        try:
-            if self.in_wal_mode():
-                self.store.db.execute_sql("PRAGMA wal_checkpoint(PASSIVE)")
-        except Exception:
-            pass  # a checkpoint is a courtesy; Hermes' own writers checkpoint too
+    def held_by_others(self) -> str | None:
+        return self.space.held_by_others()
 
-    # -- shared checks ---------------------------------------------------------
+    def reclaim(self, result: Result) -> int:
+        return self.space.reclaim(result)
+
+    def vacuum_if_worth(self, result: Result) -> bool:
+        return self.space.vacuum_if_worth(result)
+
+    def remove_orphan_files(self, paths: list[str], result: Result) -> None:
+        self.aftermath.remove_orphan_files(paths, result)
 
     def require_tokenizer(self, doing: str = "delete from") -> None:
         """Deleting (or restoring) messages fires the CJK FTS triggers, which need Hermes' tokenizer."""
-        conn = self.store.db.connection()
-        if not self.store.schema.has_cjk_triggers or self._tokenizer_on is conn:
-            return
-        candidates = [os.environ.get("HERMES_FTS5_CJK_SO"), str(self.profile.home / "lib" / "libfts5_cjk.so")]
-        library = next((c for c in candidates if c and os.path.isfile(c)), None)
-        if library is None:
-            raise self.store.error(
-                "CJK full-text triggers need the cjk_unicode61 tokenizer: set HERMES_FTS5_CJK_SO or install "
-                f"{self.profile.home / 'lib' / 'libfts5_cjk.so'}; refusing to {doing} this store")
-        if not hasattr(conn, "enable_load_extension"):
-            raise self.store.error(
-                f"CJK full-text triggers need {library}, but this Python's sqlite3 cannot load "
-                f"extensions; refusing to {doing} this store")
-        if self.dry_run:
-            return
-        try:
-            conn.enable_load_extension(True)
-            conn.load_extension(library)
-            conn.enable_load_extension(False)
-        except sqlite3.Error as exc:
-            raise self.store.error(f"cannot load the CJK tokenizer {library}: {exc}; refusing to {doing} this store") from exc
-        self._tokenizer_loaded(conn)
+        self.tokenizer.require(doing)
 
     def _tokenizer_loaded(self, conn) -> None:
-        """The CJK tokenizer is there for this connection's life: once is enough, and the CJK
-        index can be quieted and merged like the others from now on."""
-        self._tokenizer_on = conn
+        """From now on the CJK index is quieted and merged like the others."""
         if self.fts is not None and self._has_index(CJK_FTS_TABLE):
             self.fts.add(CJK_FTS_TABLE)
-
-    def _screen(self, units: list[Unit], result: Result) -> list[Unit]:
-        """Drop units with a guarded member (a dry run's stand-in for the check each transaction makes)."""
-        ids = [i for unit in units for i in unit.ids]
-        blocked = sql.blocked(self.store.db, self.store.schema, ids, self.now(), self.references)
-        fit = []
-        for unit in units:
-            why = next((blocked[i] for i in unit.ids if i in blocked), None)
-            if why:
-                result.skipped.append({"session_id": unit.session_id, "ids": list(unit.ids), "why": why})
-            else:
-                fit.append(unit)
-        return fit
 
     # -- deletion --------------------------------------------------------------
 
@@ -347,11 +245,11 @@ class Engine(SplitDeletes):
         if not units:
             return result
         self.require_tokenizer()
-        units = self._in_store_order(units)
+        units = self.deletes.in_store_order(units)
         if self.dry_run:
-            for unit in (units if orphans else self._screen(units, result)):
-                result.done.append(self._unit_report(unit, list(unit.ids)))
-                self._remove_files(list(unit.ids), result)  # lists them: a dry run unlinks nothing
+            for unit in (units if orphans else self.deletes.screen(units, result)):
+                result.done.append(_unit_report(unit, list(unit.ids)))
+                self.aftermath.remove_files(list(unit.ids), result)  # lists them: a dry run unlinks nothing
             return result
         if self._batch is None:  # settled here: the last commit is synced
             with self.batch(result):
@@ -366,18 +264,53 @@ class Engine(SplitDeletes):
 
     def _delete(self, units: list[Unit], reason: str, recheck: Recheck | None, orphans: bool, synced_last: bool,
                 result: Result) -> None:
-        self.progress.start(f"{self.profile.name}: {reason}", len(units))
+        what, done = f"{self.profile.name}: {reason}", 0
+        self.progress(what, done, len(units), False)
         try:
-            for step in self._steps(units, reason, orphans, result):
-                chunk = step.units
+            for step in self._ahead.steps(units, reason, orphans, result):
                 if step.split:
-                    self._split(chunk[0], step.exported[chunk[0].session_id], reason, recheck, result)
+                    self._splits.split(step.units[0], step.exported[step.units[0].session_id], reason, recheck,
+                                       result)
                 else:
                     self._delete_chunk(step, step.last and synced_last, reason, recheck, orphans, result)
-                self.progress.advance(len(chunk))
+                done += len(step.units)
+                self.progress(what, done, len(units), False)
                 self.pacer.merge_owed(result, MERGE_STEPS)
         finally:
-            self.progress.stop()
+            self.progress(what, done, len(units), True)
+
+    def _delete_chunk(self, step: Step, last: bool, reason: str, recheck: Recheck | None, orphans: bool,
+                      result: Result) -> None:
+        chunk, listening = step.units, self.listening
+        event_ids = self.outbox.add_pending("delete", reason, chunk) if listening else [None] * len(chunk)
+        synced = self.commits.before(last)
+
+        def rolled_back():
+            if listening:
+                self.outbox.settle({}, event_ids)  # rolled back: these events must never fire
+
+        # Committed, `follow` says what follows; it needs no write lock, so it fills the pause we owe.
+        self.pacer.write(lambda db: self.deletes.in_transaction(db, chunk, step.exported, recheck, orphans),
+                         step.weight, result, f"a delete of {len(chunk)} unit(s)", synced=synced,
+                         follow=lambda done: self._deleted(chunk, event_ids, reason, done, result),
+                         rolled_back=rolled_back)
+
+    def _deleted(self, chunk: list[Unit], event_ids: list, reason: str, done: tuple, result: Result):
+        """What a delete's commit settles: the outbox told, the report, the files and events to follow."""
+        went, skipped, wrote = done
+        if self.listening:
+            committed = {event_ids[i]: ids for i, ids in went.items()}
+            self.outbox.settle(committed, [e for i, e in enumerate(event_ids) if i not in went])
+        for index, why in skipped.items():
+            unit = chunk[index]
+            result.skipped.append({"session_id": unit.session_id, "ids": list(unit.ids), "why": why})
+        paths: list[str] = []
+        for index, ids in went.items():
+            result.done.append(_unit_report(chunk[index], ids))
+            paths += self.aftermath.paths_of(ids, result)
+        events = [Event(event_ids[i], "delete", chunk[i].session_id, reason, ids)
+                  for i, ids in went.items()] if self.listening else []
+        return wrote, (paths, events)
 
     @contextmanager
     def batch(self, result: Result) -> Iterator[Result]:
@@ -405,459 +338,27 @@ class Engine(SplitDeletes):
         try:
             if merge:
                 self.pacer.merge_owed(result, MERGE_STEPS_AT_END)
-            self._after_durable(self.commits.flush(), result)
+            self.aftermath.after_durable(self.commits.flush(), result)
         finally:
-            self._collect_files(result)
+            self.aftermath.collect_files(result)
             if self.bus is not None:
                 result.hook_failures += self.bus.repeats()
 
-    def _steps(self, units: list[Unit], reason: str, orphans: bool, result: Result):
-        """Steps: one transaction of whole units, as many as the time allows, or a unit too big for
-        one (`split`), deleted in steps (_split).
-
-        Each batch of units is exported (and so weighed) before any of it is deleted; the next
-        batches' exports run on a thread of their own meanwhile (reading, JSON and compression are
-        lock-free work: they need not wait for the deletes, nor the deletes for them). A stop
-        request ends the run between transactions (what is left waits for the next run).
-        """
-        position, weights, exported = 0, {}, {}
-        ahead: deque = deque()  # (where a batch starts, its size, its export queued or running on the thread)
-        queued_to = 0  # where the batches made so far end
-        while position < len(units):
-            if stopping.requested():
-                result.notes.append(f"stopped on request: {len(units) - position} unit(s) left for the next run")
-                return
-            if units[position].session_id not in weights:
-                if ahead and ahead[0][0] == position:
-                    _, size, export = ahead.popleft()
-                    weights, exported = export.result()
-                else:  # the first batch, small: its export is the one the deletes wait for
-                    ahead.clear()
-                    size = FIRST_EXPORT_UNITS
-                    weights, exported = self._prepare(units[position:position + size], reason, orphans,
-                                                      self._data_version(), self.pacer.pace())
-                    queued_to = position + size
-                # Batches grow to EXPORT_UNITS, and two wait ahead: the thread exports while the
-                # deletes go on, a batch of big sessions is absorbed by the next one's lead.
-                while len(ahead) < EXPORTS_AHEAD and queued_to < len(units):
-                    size = min(EXPORT_UNITS, EXPORT_GROWTH * (ahead[-1][1] if ahead else size))
-                    ahead.append((queued_to, size, self._exporter().submit(
-                        self._prepare, units[queued_to:queued_to + size], reason, orphans, self._data_version(),
-                        self.pacer.pace())))
-                    queued_to += size
-            first = units[position]
-            pace = self.pacer.pace()
-            if not orphans and pace.too_big(weights[first.session_id]):
-                position += 1
-                found = exported.get(first.session_id) or self._export_now(first, reason)
-                if found is None:  # its rows are gone: the transaction says so
-                    yield Step([first], {}, False, position >= len(units), weights[first.session_id])
-                else:
-                    yield Step([first], {first.session_id: found}, True, position >= len(units),
-                               weights[first.session_id])
-                continue
-            chunk, weight = [], 0
-            while position < len(units) and len(chunk) < MAX_UNITS_PER_TXN:
-                unit = units[position]
-                w = weights.get(unit.session_id)
-                if w is None or (chunk and (weight + w > pace.budget or (not orphans and pace.too_big(w)))):
-                    break
-                chunk.append(unit)
-                weight += w
-                position += 1
-            found = {u.session_id: exported[u.session_id] for u in chunk if u.session_id in exported}
-            yield Step(chunk, found, False, position >= len(units) or stopping.requested(), weight)
-
-    def _exporter(self):
-        """The thread that exports the next batch, with a read-only connection of its own."""
-        if self._ahead is None:
-            from concurrent.futures import ThreadPoolExecutor
-
-            self._ahead = ThreadPoolExecutor(1, thread_name_prefix="hermes-admin-export")
-        return self._ahead
-
-    def _reader(self):
-        if self._reads is None:
-            self._reads = _Reads(self.profile.store_path)
-        return self._reads
-
-    def _prepare(self, batch: list[Unit], reason: str, orphans: bool, version: int | None,
-                 pace: Pace) -> tuple[dict[str, int], dict[str, Exported]]:
-        """Weights of a batch of units, and the export of those that must have one, on disk and verified.
-
-        Every unit is exported unless `export_keep_days` is 0; then only those too big for one
-        transaction. Orphan rows (no session row) have nothing to export in Hermes' shape.
-        On the export thread or not, it reads through the export's own read-only connection.
-        `version`: the store's data_version as the deleting connection saw it before this began;
-        `pace`: the pacing as the deleting thread measured it then (which units are too big for one).
-        """
-        db = self._reader()  # its own connection, whichever thread: each unit read in one snapshot
-        if orphans or self.export_settings.keep_days <= 0:
-            weights = self._weigh(batch, db)
-            big = [] if orphans else [u for u in batch if pace.too_big(weights[u.session_id])]
-            written = self._write_export(big, reason, db, version) if big else {}
-            faults.point("batch_exported", units=batch)
-            return weights, written
-        written = self._write_export(batch, reason, db, version)
-        weights = {u.session_id: written[u.session_id].weight if u.session_id in written else exports.UNIT_WEIGHT
-                   for u in batch}
-        faults.point("batch_exported", units=batch)
-        return weights, written
-
-    def _export_now(self, unit: Unit, reason: str) -> Exported | None:
-        return self._write_export([unit], reason, version=self._data_version()).get(unit.session_id)
-
-    def _write_export(self, units: list[Unit], reason: str, db=None, version: int | None = None) -> dict[str, Exported]:
-        try:
-            written = self.export.write(db or self._reader(), self.store.schema, units, reason)
-        except ExportError as exc:
-            raise self.store.error(f"{exc}; no session of this profile was deleted after it") from None
-        for item in written.values():
-            item.store_version = version
-        return written
-
-    def _data_version(self) -> int:
-        """SQLite's count of other connections' commits, as this engine's connection sees them (on the
-        engine's own thread only: peewee keeps a connection per thread, and another would count its own)."""
-        return self.store.db.execute_sql("PRAGMA data_version").fetchone()[0]
-
-    def _text_size(self, each: str) -> str:
-        """SQL for the bytes of a message's text columns (what FTS5 tokenizes, near enough)."""
-        texts = [c for c in ("content", "tool_calls", "reasoning", "reasoning_content", "api_content")
-                 if self.store.schema.has_column("messages", c)]
-        return " + ".join(each.format(c) for c in texts) or "0"
-
-    def _weigh(self, units: list[Unit], db) -> dict[str, int]:
-        """Each unit's weight from the store (as an export would have measured it, near enough)."""
-        size = self._text_size("TOTAL(LENGTH({}))")
-        of_session: dict[str, int] = {}
-        ids = [i for unit in units for i in unit.ids]
-        for part in chunks(ids):
-            for sid, count, chars in db.execute_sql(
-                    f"SELECT session_id, COUNT(*), {size} FROM messages WHERE session_id IN ({marks(part)}) "
-                    f"GROUP BY session_id", part).fetchall():
-                of_session[sid] = int(chars or 0) + count * exports.ROW_WEIGHT
-        return {u.session_id: exports.UNIT_WEIGHT + sum(of_session.get(i, 0) for i in u.ids) for u in units}
-
-    @property
-    def listening(self) -> bool:
-        """Events are kept (outbox) and delivered only when a plugin of this profile listens."""
-        return self.bus is not None and self.bus.active
-
-    def _in_store_order(self, units: list[Unit]) -> list[Unit]:
-        """Units in the order their rows were written: neighbouring pages, fewer page reads."""
-        heads = [u.session_id for u in units]
-        position: dict[str, int] = {}
-        for part in chunks(heads):
-            position.update(self.store.db.execute_sql(
-                f"SELECT id, rowid FROM sessions WHERE id IN ({marks(part)})", part).fetchall())
-        return sorted(units, key=lambda u: position.get(u.session_id, -1))
-
-    def _delete_chunk(self, step: "Step", last: bool, reason: str, recheck: Recheck | None, orphans: bool,
-                      result: Result) -> None:
-        chunk, exported = step.units, step.exported
-        listening = self.listening
-        event_ids = self.outbox.add_pending("delete", reason, chunk) if listening else [None] * len(chunk)
-        synced = self.commits.before(last)
-
-        def rolled_back():
-            if listening:
-                self.outbox.settle({}, event_ids)  # rolled back: these events must never fire
-
-        # Committed, `follow` says what follows; it needs no write lock, so it fills the pause we owe.
-        self.pacer.write(lambda db: self._delete_in_transaction(db, chunk, exported, recheck, orphans),
-                         step.weight, result, f"a delete of {len(chunk)} unit(s)", synced=synced,
-                         follow=lambda done: self._deleted(chunk, event_ids, reason, done, result),
-                         rolled_back=rolled_back)
-
-    def _deleted(self, chunk: list[Unit], event_ids: list, reason: str, done: tuple, result: Result):
-        """What a delete's commit settles: the outbox told, the report, the files and events to follow."""
-        went, skipped, wrote = done
-        listening = self.listening
-        if listening:
-            committed = {event_ids[i]: ids for i, ids in went.items()}
-            self.outbox.settle(committed, [e for i, e in enumerate(event_ids) if i not in went])
-        for index, why in skipped.items():
-            unit = chunk[index]
-            result.skipped.append({"session_id": unit.session_id, "ids": list(unit.ids), "why": why})
-        paths: list[str] = []
-        for index, ids in went.items():
-            result.done.append(self._unit_report(chunk[index], ids))
-            paths += self._paths_of(ids, result)
-        events = [Event(event_ids[i], "delete", chunk[i].session_id, reason, ids)
-                  for i, ids in went.items()] if listening else []
-        return wrote, (paths, events)
-
-    def _after_durable(self, work: list[tuple[list[str], list[Event]]], result: Result) -> None:
-        """Files, then events, of transactions whose commit is now on disk (see group_commit.py)."""
-        events = []
-        for item in work:
-            if item is None:  # a commit with nothing to follow it (a step of a split delete)
-                continue
-            paths, fired = item
-            self.remover.remove(paths)
-            events += fired
-        self._collect_files(result, wait=False)  # into the report (on disk past its head) as they come
-        if events:
-            self.remover.drain()  # files before events: a plugin sees the files gone
-            self._deliver(events, result.hook_failures)
-
-    def _delete_in_transaction(self, db, chunk: list[Unit], exported: dict[str, Exported], recheck: Recheck | None,
-                               orphans: bool):
-        schema = self.store.schema
-        all_ids = [i for unit in chunk for i in unit.ids]
-        fresh = load_rows(self.store, all_ids)  # inside the transaction: what exists now, as it is now
-        existing = set(fresh)
-        blocked = {} if orphans else sql.blocked(db, schema, all_ids, self.now(), self.references)
-        blocked.update(self._unlike_exports(db, [u for u in chunk if u.session_id in exported], exported))
-        went: dict[int, list[str]] = {}
-        skipped: dict[int, str] = {}
-        for index, unit in enumerate(chunk):
-            if orphans:
-                if any(i in existing for i in unit.ids):
-                    skipped[index] = "its session row exists again"
-                else:
-                    went[index] = list(unit.ids)
-                continue
-            if unit.session_id not in existing:
-                skipped[index] = "gone already"
-                continue
-            why = next((blocked[i] for i in unit.ids if i in blocked), None)
-            if why is None and recheck is not None:
-                why = recheck(unit, fresh)
-            if why:
-                skipped[index] = why
-            else:
-                went[index] = [i for i in unit.ids if i in existing]
-        doomed = [i for ids in went.values() for i in ids]
-        wrote = False
-        if doomed:
-            wrote = self._delete_rows(db, doomed) > 0
-        return went, skipped, wrote
-
-    def _columns(self, db) -> list[str]:
-        if self._session_columns is None:  # the schema does not change during a run
-            self._session_columns = exports.session_columns(db)
-        return self._session_columns
-
-    def _unlike_exports(self, db, units: list[Unit], exported: dict[str, Exported]) -> dict[str, str]:
-        """Inside the transaction: units whose rows are not those exported (a message came, went or
-        grew since), each id -> why. They stay, exported or not, until a run exports them as they are."""
-        why = self._unlike(db, units, exported)
-        faults.point("compared_with_exports", why=why)
-        return why
-
-    def _unlike(self, db, units: list[Unit], exported: dict[str, Exported]) -> dict[str, str]:
-        # No other connection committed since the export began: the rows are as exported (our own
-        # deletes meanwhile touched other units only, and a cut parent link is not compared).
-        version = self._data_version() if units else None
-        units = [u for u in units if exported[u.session_id].store_version != version]
-        if not units:
-            return {}
-        ids = [i for unit in units for i in unit.ids]
-        counts: dict[str, tuple[int, int]] = {}
-        for part in chunks(ids):
-            for sid, count, newest in db.execute_sql(
-                    f"SELECT session_id, COUNT(*), MAX(id) FROM messages WHERE session_id IN ({marks(part)}) "
-                    f"GROUP BY session_id", part).fetchall():
-                counts[sid] = (count, newest or 0)
-        rows: dict[str, tuple] = {r[0]: r for r in exports.session_rows(db, ids)}
-        columns = self._columns(db)
-        why = {}
-        for unit in units:
-            found = exported[unit.session_id]
-            present = [rows[i] for i in unit.ids if i in rows]
-            messages = sum(counts.get(i, (0, 0))[0] for i in unit.ids)
-            newest = max((counts.get(i, (0, 0))[1] for i in unit.ids), default=0)
-            if not present:
-                continue  # gone already: the caller says so
-            if (messages != found.messages or newest > found.max_message_id
-                    or exports.fingerprint(columns, present) != found.fingerprint):
-                why.update({i: "changed since it was exported (left for the next run)" for i in unit.ids})
-        return why
-
-    @staticmethod
-    def _delete_messages(db, message_ids: list[int]) -> None:
-        """One step of a split delete: these messages only (their session rows stay until the last step)."""
-        for part in chunks(message_ids):
-            db.execute_sql(f"DELETE FROM messages WHERE id IN ({marks(part)})", part)
-
-    def _delete_rows(self, db, doomed: list[str]) -> int:
-        """Returns how many rows of the store it changed."""
-        schema = self.store.schema
-        db.execute_sql("CREATE TEMP TABLE IF NOT EXISTS hermes_admin_doomed (id TEXT PRIMARY KEY)")
-        db.execute_sql("DELETE FROM temp.hermes_admin_doomed")
-        for part in chunks(doomed):
-            db.execute_sql(f"INSERT OR IGNORE INTO temp.hermes_admin_doomed(id) VALUES {','.join(['(?)'] * len(part))}",
-                           part)
-        doomed_set = "(SELECT id FROM temp.hermes_admin_doomed)"
-        prompt_hashes: set[str] = set()
-        if schema.has_table("system_prompts"):
-            refs = [c for c in ("system_prompt_hash", "tool_names") if schema.has_column("sessions", c)]
-            for column in refs:
-                prompt_hashes.update(r[0] for r in db.execute_sql(
-                    f"SELECT DISTINCT {column} FROM sessions WHERE id IN {doomed_set} AND {column} IS NOT NULL"
-                ).fetchall())
-        # 1. survivors whose parent goes keep living, without a parent
-        changed = db.execute_sql(f"UPDATE sessions SET parent_session_id = NULL WHERE parent_session_id IN "
-                                 f"{doomed_set} AND id NOT IN {doomed_set}").rowcount
-        # 2. messages while their session rows still exist (the trigram trigger reads them)
-        changed += db.execute_sql(f"DELETE FROM messages WHERE session_id IN {doomed_set}").rowcount
-        # 3. usage rows (they cascade, but say so), then the sessions
-        if schema.has_table("session_model_usage"):
-            changed += db.execute_sql(f"DELETE FROM session_model_usage WHERE session_id IN {doomed_set}").rowcount
-        changed += db.execute_sql(f"DELETE FROM sessions WHERE id IN {doomed_set}").rowcount
-        # 4. system prompts nobody references any more
-        if prompt_hashes:
-            refs = " AND ".join(f"NOT EXISTS (SELECT 1 FROM sessions WHERE {c} = system_prompts.hash)"
-                                for c in ("system_prompt_hash", "tool_names") if schema.has_column("sessions", c))
-            for part in chunks(sorted(prompt_hashes)):
-                db.execute_sql(f"DELETE FROM system_prompts WHERE hash IN ({marks(part)}) AND {refs}", part)
-        db.execute_sql("DELETE FROM temp.hermes_admin_doomed")
-        faults.point("rows_deleted")
-        return changed
-
-    # -- archive ---------------------------------------------------------------
+    # -- row updates: archive, stale rows closed ---------------------------------------
 
     def set_archived(self, units: list[Unit], archived: bool, reason: str | None) -> Result:
         """Archive (or unarchive) whole units; an event fires only for a real unarchived -> archived change."""
         result = Result(self.profile.name, "archive" if archived else "unarchive", reason, self.dry_run)
-        target, current = (1, 0) if archived else (0, 1)
         if self.dry_run:
             rows = load_rows(self.store, [i for unit in units for i in unit.ids])
             for unit in units:
-                changing = [i for i in unit.ids if i in rows and rows[i].archived != bool(target)]
+                changing = [i for i in unit.ids if i in rows and rows[i].archived != archived]
                 if changing:
-                    result.done.append(self._unit_report(unit, changing))
+                    result.done.append(_unit_report(unit, changing))
             return result
         for chunk, weight in self._by_count(units, result):
-            self.commits.before(last=True)  # archive commits stay synced: rare, and their events go at once
-            fires = archived and reason is not None and self.listening
-            event_ids = self.outbox.add_pending("archive", reason, chunk) if fires else []
-
-            def work(db, chunk=chunk):
-                changed: dict[int, list[str]] = {}
-                for index, unit in enumerate(chunk):
-                    ids = list(unit.ids)
-                    flip = [r[0] for r in db.execute_sql(
-                        f"SELECT id FROM sessions WHERE id IN ({marks(ids)}) AND archived = ?", [*ids, current]
-                    ).fetchall()]
-                    if flip:
-                        db.execute_sql(f"UPDATE sessions SET archived = ? WHERE id IN ({marks(flip)})", [target, *flip])
-                        changed[index] = flip
-                return changed
-
-            changed = self.pacer.write(
-                work, weight, result, f"an archive flip of {len(chunk)} unit(s)", synced=True, quiet=False,
-                follow=lambda changed: (bool(changed), None),  # a synced commit: asks for a checkpoint
-                rolled_back=lambda event_ids=event_ids: self.outbox.settle({}, event_ids) if fires else None).value
-            for index, ids in changed.items():
-                result.done.append(self._unit_report(chunk[index], ids))
-            if fires:
-                self.outbox.settle({event_ids[i]: ids for i, ids in changed.items()},
-                                   [e for i, e in enumerate(event_ids) if i not in changed])
-                self._deliver([Event(event_ids[i], "archive", chunk[i].session_id, reason, ids)
-                               for i, ids in changed.items()], result.hook_failures)
+            flip_archived(self.pacer, self.aftermath, chunk, weight, archived, reason, result)
         return result
-
-    # -- structural ------------------------------------------------------------
-
-    def held_by_others(self) -> str | None:
-        """Who else holds the store open, for structural work (VACUUM, an index rebuild) that runs
-        only while nobody does; None when nobody does. Unknown counts as held (holders.py)."""
-        holders = store_holders(self.profile.store_path, wal=self.in_wal_mode())
-        if holders is None:
-            return "a process this scan cannot see into (another user's, or outside this pid namespace)"
-        return f"pid {', '.join(map(str, holders))}" if holders else None
-
-    def reclaim(self, result: Result) -> int:
-        """Give the store's free pages back to the file system, in short steps that wait for other
-        writers like every write of ours: SQLite's incremental auto-vacuum, on a store switched to it
-        (by a VACUUM of ours while nobody held it, `vacuum_if_worth`). Returns the pages freed, and
-        says so in `result`; the file shrinks when a checkpoint copies the last of them back."""
-        if self.dry_run or self.store.db.execute_sql("PRAGMA auto_vacuum").fetchone()[0] != INCREMENTAL:
-            return 0
-        pages, freed = RECLAIM_FIRST_PAGES, 0
-        while not stopping.requested():
-            free = self.store.db.execute_sql("PRAGMA freelist_count").fetchone()[0]
-            if free == 0:
-                break
-            step = min(pages, free)
-
-            def work(db, step=step):
-                # One page a statement: Python's sqlite3 steps a statement once, and this pragma frees a
-                # page per step, reporting each as a row without columns that Python never steps past.
-                for _ in range(int(step)):
-                    db.execute_sql("PRAGMA incremental_vacuum(1)").close()
-
-            held_s = self.pacer.write(work, None, result, f"an incremental vacuum step ({step} pages)",
-                                      quiet=False).held_s
-            left = self.store.db.execute_sql("PRAGMA freelist_count").fetchone()[0]
-            freed += free - left
-            if left >= free:  # nothing moved (another writer's pages at the end?): the next run goes on
-                break
-            # the next step sized by this one's time, to the hold we allow ourselves, at most doubling
-            pages = max(16, min(2 * pages, int(step * self.pacer.hold_target() / max(held_s, 1e-4))))
-        if freed:
-            self._copied_back()
-            result.notes.append(f"{freed} free page(s) given back to the file system (incremental vacuum)")
-        return freed
-
-    def _copied_back(self) -> None:
-        """The file shrinks when a checkpoint copies the WAL's last frames back: PASSIVE ones (they
-        never wait, nor make anyone wait) until one gets to the end, for up to a second."""
-        deadline = time.monotonic() + CHECKPOINT_SETTLE_S
-        while time.monotonic() < deadline:
-            try:
-                busy, frames, copied = self.store.db.execute_sql("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-            except peewee.OperationalError:
-                return
-            if frames <= 0 or copied >= frames:
-                return
-            time.sleep(0.05)
-
-    def vacuum_if_worth(self, result: Result) -> bool:
-        """VACUUM after a purge: over 25 % free pages, and only while nobody else holds the store.
-        Unless the policy says not to (`incremental_vacuum: false`), the same VACUUM switches the store
-        to incremental auto-vacuum, so that later purges give space back while Hermes runs (reclaim)."""
-        if self.dry_run:
-            return False
-        db = self.store.db
-        pages = db.execute_sql("PRAGMA page_count").fetchone()[0]
-        free = db.execute_sql("PRAGMA freelist_count").fetchone()[0]
-        switching = self.incremental and db.execute_sql("PRAGMA auto_vacuum").fetchone()[0] != INCREMENTAL
-        if not pages or (free / pages <= VACUUM_FREE_RATIO and not switching):
-            result.notes.append(f"no VACUUM: {free}/{pages} pages free (needs over 25 %)")
-            return False
-        who = self.held_by_others()
-        if who:
-            result.notes.append(f"no VACUUM: the store is held by {who}")
-            return False
-        try:
-            if switching:  # once: from then on, purges give space back while Hermes runs (reclaim)
-                db.execute_sql("PRAGMA auto_vacuum = INCREMENTAL")  # takes effect with this VACUUM
-                result.notes.append("the store is now in incremental auto-vacuum: later purges give space "
-                                    "back in short steps while Hermes runs")
-            db.execute_sql("VACUUM")
-        except peewee.OperationalError as exc:  # a writer came meanwhile: the VACUUM waits for another run
-            if not is_lock_error(exc):
-                raise
-            result.notes.append("no VACUUM: another process took the write lock first")
-            return False
-        self._after_vacuum()
-        return True
-
-    def _after_vacuum(self) -> None:
-        """A VACUUM writes the whole database into the WAL. Nobody else holds the store (we just looked):
-        the one place where a checkpoint of ours may TRUNCATE the WAL, through SQLite's own locks,
-        rather than leave a WAL as large as the store on disk until Hermes next closes it last."""
-        try:
-            self.store.db.execute_sql("PRAGMA wal_checkpoint(TRUNCATE)" if self.held_by_others() is None
-                                      else "PRAGMA wal_checkpoint(PASSIVE)")
-        except peewee.OperationalError:
-            pass  # a checkpoint is a courtesy; the next writer's reuse the WAL
-
-    # -- closing stale open rows --------------------------------------------------
 
     def close_stale(self, units: list[Unit], recheck: Recheck, now: float) -> Result:
         """Close open rows a dead process left (tasks/stale.py): `ended_at` the run's `now`, `end_reason`
@@ -865,152 +366,30 @@ class Engine(SplitDeletes):
         result = Result(self.profile.name, "close", None, self.dry_run)
         if self.dry_run:
             fresh = load_rows(self.store, [u.session_id for u in units])
-            for unit in units:
-                why = recheck(unit, fresh)
-                if why is None:
-                    result.done.append(self._unit_report(unit, list(unit.ids)))
+            result.done += [_unit_report(unit, list(unit.ids)) for unit in units if recheck(unit, fresh) is None]
             return result
         for chunk, weight in self._by_count(units, result):
-            self.commits.before(last=True)
-
-            def work(db, chunk=chunk):
-                ids = [u.session_id for u in chunk]
-                fresh = load_rows(self.store, ids)
-                blocked = sql.blocked(db, self.store.schema, ids, self.now(), self.references)
-                closing = [u for u in chunk if u.session_id not in blocked and recheck(u, fresh) is None]
-                if closing:
-                    closed = [u.session_id for u in closing]
-                    db.execute_sql(f"UPDATE sessions SET ended_at = ?, end_reason = ? WHERE id IN ({marks(closed)}) "
-                                   "AND ended_at IS NULL", [now, REAPED, *closed])
-                return closing, {u.session_id: blocked.get(u.session_id) or recheck(u, fresh)
-                                 for u in chunk if u not in closing}
-
-            closing, kept = self.pacer.write(work, weight, result, f"closing {len(chunk)} stale open row(s)",
-                                             synced=True, quiet=False).value
-            result.done += [self._unit_report(unit, list(unit.ids)) for unit in closing]
-            result.skipped += [{"session_id": sid, "ids": [sid], "why": why} for sid, why in kept.items()]
+            close_stale_rows(self.pacer, self.deletes, chunk, weight, recheck, now, result)
         return result
 
-    # -- after the commit --------------------------------------------------------
-
-    def _by_count(self, units: list[Unit], result: Result):
-        """Archive flips: a row update each, so units by count, sized like the deletes."""
+    def _by_count(self, units: list[Unit], result: Result) -> Iterator[tuple[list[Unit], int]]:
+        """Row updates: a row each, so units by count, sized like the deletes; with their weight."""
         position = 0
         while position < len(units):
             if stopping.requested():
                 result.notes.append(f"stopped on request: {len(units) - position} unit(s) left for the next run")
                 return
-            count = max(1, min(MAX_UNITS_PER_TXN, self.pacer.budget // exports.UNIT_WEIGHT))
-            chunk = units[position:position + count]
+            chunk = units[position:position + units_by_count(self.pacer.budget, exports.UNIT_WEIGHT)]
             position += len(chunk)
             yield chunk, len(chunk) * exports.UNIT_WEIGHT
 
-    def remove_orphan_files(self, paths: list[str], result: Result) -> None:
-        """Per-session files whose session row is gone (no event: no rows went)."""
-        names = [os.path.basename(path) for path in paths]
-        self._remove_paths([self.files.path_of(name) for name in names if self.files.is_session_file(name)], result)
-        self._collect_files(result)
-
-    def _paths_of(self, ids: list[str], result: Result) -> list[str]:
-        paths = []
-        for sid in ids:
-            if unsafe_id(sid):
-                result.files_skipped.append(f"session id {sid!r} cannot name a file in sessions/: files left alone")
-            else:
-                paths += self.files.paths_of(sid)
-        return paths
-
-    def _remove_files(self, ids: list[str], result: Result) -> None:
-        self._remove_paths(self._paths_of(ids, result), result)
-
-    def _remove_paths(self, paths: list[str], result: Result) -> None:
-        """Paths inside sessions/ only: built from safe ids, or from names checked by the index."""
-        if self.dry_run:
-            result.files_removed += [path for path in paths if removable(path)]  # a dry run lists them
-        else:
-            self.remover.remove(paths)
-
-    def _collect_files(self, result: Result, wait: bool = True) -> None:
-        """Record in `result` the removals answered so far; with `wait`, all those queued."""
-        if self.remover is not None:
-            removed, skipped = self.remover.take() if wait else self.remover.answered()
-            result.files_removed += removed
-            result.files_skipped += skipped
-
-    def _deliver(self, events: list[Event], failures: list[str]) -> None:
-        faults.point("before_delivery", events=events)
-        if not self.listening:
-            if events:  # replayed events whose plugins were disabled since: nothing to call
-                self.outbox.delivered([e.id for e in events])
-            return
-        for n, event in enumerate(events):  # each marked as soon as its plugins ran: a crash repeats one
-            if stopping.requested():  # a stop request: no new event is sent; the rest wait in the outbox
-                failures.append(f"profile '{self.profile.shown}': stopped on request; "
-                                f"{len(events) - n} event(s) left in the outbox for the next run")
-                return
-            try:
-                failures += self.bus.fire(event.payload(self.profile))
-                self.outbox.delivered([event.id])
-            except DeliveryStopped:  # a stop request: this event and the rest wait for the next run
-                failures.append(f"profile '{self.profile.shown}': stopped on request; "
-                                f"{len(events) - n} event(s) left in the outbox for the next run")
-                return
-            except OutboxError as exc:  # disk full, read-only: no more deliveries (no repeats) this run
-                failures.append(f"profile '{self.profile.shown}': {exc}; deliveries stopped, "
-                                f"{len(events) - n} event(s) left for the next run (the first may repeat)")
-                return
-
-    def _replay(self) -> list[str]:
-        """Finish what a previous run left: verify pending events, deliver committed ones."""
-        failures: list[str] = []
-        db = self.store.db
-        committed: dict[int, list[str]] = {}
-        dropped: list[int] = []
-        for event in self.outbox.pending():
-            ids = event.ids
-            if event.kind == "delete":
-                left = db.execute_sql(
-                    f"SELECT (SELECT COUNT(*) FROM sessions WHERE id IN ({marks(ids)})) + "
-                    f"(SELECT COUNT(*) FROM messages WHERE session_id IN ({marks(ids)}))", [*ids, *ids]
-                ).fetchone()[0]
-                done = left == 0
-            else:
-                left = db.execute_sql(
-                    f"SELECT COUNT(*) FROM sessions WHERE id IN ({marks(ids)}) AND archived = 0", ids
-                ).fetchone()[0]
-                done = left == 0
-            if done:
-                committed[event.id] = ids
-            else:
-                dropped.append(event.id)
-        if committed or dropped:
-            self.outbox.settle(committed, dropped)
-        undelivered = self.outbox.undelivered()
-        scratch = Result(self.profile.name, "replay", None, False)
-        for event in undelivered:
-            if event.kind == "delete":
-                self._remove_files(event.ids, scratch)
-        self._collect_files(scratch)
-        self._deliver(undelivered, failures)
-        return failures
-
-    def _prune_exports(self) -> None:
-        """Exports past `export_keep_days` go, except those an unfinished split delete still needs."""
-        if not self._prunes or self.dry_run:
-            return
-        try:
-            keep = {record["exported"]["path"] for _, record in self.outbox.splits()}
-            self.notes += exports.prune(self.profile, self.export_settings, self.now(), keep)
-        except (OSError, KeyError, TypeError) as exc:  # housekeeping: the next run tries again
-            self.notes.append(f"old exports not pruned: {exc}")
+    # -- restore ---------------------------------------------------------------
 
     def restore(self, path: Path, wanted: set[str] | None, result: Result) -> None:
         """`hermes-admin restore`: units of an export back into this store (restore.py)."""
-        from hermes_admin.profile.engine.restore import restore_file
-
         self.require_tokenizer("restore into")  # the messages put back fire the CJK triggers too
-        restore_file(self, path, wanted, self.dry_run, result)
+        restore_file(self.store, self.pacer, path, wanted, self.dry_run, result)
 
-    @staticmethod
-    def _unit_report(unit: Unit, ids: list[str]) -> Done:
-        return Done(unit.session_id, tuple(ids), unit.rule)
+
+def _unit_report(unit: Unit, ids: list[str]) -> Done:
+    return Done(unit.session_id, tuple(ids), unit.rule)

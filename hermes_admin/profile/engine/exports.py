@@ -237,7 +237,7 @@ class ExportFile:
                     out.write(compressor.compress(data))
 
                 found = {}
-                with db.snapshot():  # the whole member as of one moment: each unit consistent in itself
+                with db.atomic():  # one read transaction: the whole member as of one moment: each unit consistent in itself
                     columns = session_columns(db)
                     rows = {r[0]: r for r in session_rows(db, [i for u in units for i in u.ids])}
                     usage = self._usage(db, schema, list(rows))

@@ -31,19 +31,25 @@ from pathlib import Path
 from hermes_admin import lockrecord
 
 
+def _identities(paths: list[Path]) -> set[tuple[int, int]]:
+    """(device, inode) of each of `paths` that exists."""
+    found = set()
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            continue
+        found.add((st.st_dev, st.st_ino))
+    return found
+
+
 def other_holders(paths: list[Path], others_count: bool = True, wal: bool = False) -> list[int] | None:
     """The pids, other than ours, holding any of `paths` open (-1: a lock of no process, an open
     file description's); None when that cannot be known. `others_count=False` skips the processes
     this account may not inspect (another user's: as a home's owner, every process but its own);
     otherwise their locks on the files count (see above), and on a store not in WAL mode (`wal`)
     a process that could not be inspected makes the answer None."""
-    targets = set()
-    for path in paths:
-        try:
-            st = os.stat(path)
-        except FileNotFoundError:
-            continue
-        targets.add((st.st_dev, st.st_ino))
+    targets = _identities(paths)
     if not targets:
         return []
     me = os.getpid()

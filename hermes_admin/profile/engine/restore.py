@@ -20,8 +20,9 @@ import peewee
 
 from hermes_admin.profile.engine.exports import ROW_WEIGHT, decode_value, manifest_or_recomputed, read_member
 from hermes_admin.profile.store.sql import marks
-from hermes_admin.profile.engine.pacer import MERGE_STEPS
-from hermes_admin.results import Result
+from hermes_admin.profile.engine.pacer import MERGE_STEPS, Pacer
+from hermes_admin.profile.store import Store
+from hermes_admin.results import Done, Result
 
 EXTRAS = ("messages", "session_model_usage", "system_prompts")
 MAX_ROWS_PER_TXN = 500
@@ -31,20 +32,26 @@ def _columns(db, table: str) -> list[str]:
     return [row[1] for row in db.execute_sql(f"PRAGMA table_info({table})").fetchall()]
 
 
-def _insert(db, table: str, columns: list[str], row: dict, verb: str = "INSERT") -> None:
+def insert_row(db, table: str, row: dict, columns, verb: str = "INSERT") -> None:
+    """One row into `table`: its values for the `columns` the table has (names quoted: a column
+    may be named like an SQL word). The one way rows are put into a store (restore, repair)."""
     names = [c for c in columns if c in row]
-    db.execute_sql(f"{verb} INTO {table} ({', '.join(names)}) VALUES ({marks(names)})",
-                   [decode_value(row[c]) for c in names])
+    quoted = ", ".join(f'"{c}"' for c in names)
+    db.execute_sql(f"{verb} INTO {table} ({quoted}) VALUES ({marks(names)})", [row[c] for c in names])
+
+
+def _insert(db, table: str, columns: list[str], row: dict, verb: str = "INSERT") -> None:
+    insert_row(db, table, {c: decode_value(v) for c, v in row.items()}, columns, verb)
 
 
 class Restorer:
-    """Restores records into the engine's store, paced like its deletes (engine.budget, engine.turns)."""
+    """Restores records into a store, paced like the deletes (pacer.py)."""
 
-    def __init__(self, engine, result=None):
-        self.engine = engine
-        self.result = result  # what the engine reports into as it paces (what earlier commits released)
-        self.db = engine.store.db
-        self.schema = engine.store.schema
+    def __init__(self, store: Store, pacer: Pacer, result: Result):
+        self.store, self.pacer = store, pacer
+        self.result = result  # what the pacing reports into (and what earlier commits released)
+        self.db = store.db
+        self.schema = store.schema
         self.columns = {t: _columns(self.db, t) for t in ("sessions", "messages", "session_model_usage",
                                                          "system_prompts") if self.schema.has_table(t)}
 
@@ -83,8 +90,8 @@ class Restorer:
         for message in messages:
             message = dict(message, session_id=sid)  # never into another session, whatever the file says
             batch.append(message)
-            weight += _weight(message)
-            if weight >= self.engine.pacer.budget or len(batch) >= MAX_ROWS_PER_TXN:
+            weight += row_weight(message)
+            if weight >= self.pacer.budget or len(batch) >= MAX_ROWS_PER_TXN:
                 count += self._write(head, batch)
                 head, batch, weight = None, [], 0
         if batch or head is not None:
@@ -111,10 +118,8 @@ class Restorer:
                 put += 1
             return put
 
-        result = self.result or Result(self.engine.profile.name, "restore", None, False)
-        pacer = self.engine.pacer
-        put = pacer.write(work, sum(map(_weight, messages)), result, "a restore step").value
-        pacer.merge_owed(result, MERGE_STEPS)
+        put = self.pacer.write(work, sum(map(row_weight, messages)), self.result, "a restore step").value
+        self.pacer.merge_owed(self.result, MERGE_STEPS)
         return put
 
     def _session_row(self, db, fields: dict) -> None:
@@ -137,7 +142,8 @@ def _dicts(value) -> list[dict]:
     return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
 
 
-def _weight(message: dict) -> int:
+def row_weight(message: dict) -> int:
+    """A row's weight for pacing: the bytes of its text (what FTS5 tokenizes) and a cost per row."""
     return sum(len(v) for v in message.values() if isinstance(v, str)) + ROW_WEIGHT
 
 
@@ -162,15 +168,14 @@ def units_of(manifest: dict, wanted: set[str] | None) -> list[tuple[dict, list]]
     return chosen
 
 
-def restore_file(engine, path: Path, wanted: set[str] | None, dry_run: bool, result) -> None:
+def restore_file(store: Store, pacer: Pacer | None, path: Path, wanted: set[str] | None, dry_run: bool,
+                 result: Result) -> None:
     """`hermes-admin restore FILE`: every (wanted) unit of the export back, existing ids left alone."""
     manifest = manifest_or_recomputed(path)  # a copy without its manifest is restorable too
-    if not manifest.get("recomputed") and manifest.get("home") != str(engine.profile.home):
-        raise engine.store.error(f"{path} is an export of the profile at {manifest.get('home')}, not of this one; "
-                                 "nothing restored")
-    from hermes_admin.results import Done
-
-    restorer = Restorer(engine, result)
+    if not manifest.get("recomputed") and manifest.get("home") != str(store.profile.home):
+        raise store.error(f"{path} is an export of the profile at {manifest.get('home')}, not of this one; "
+                          "nothing restored")
+    restorer = Restorer(store, pacer, result)
     for member, units in units_of(manifest, wanted):
         ids = {i for u in units for i in u[3]}
         unseen = set(ids)

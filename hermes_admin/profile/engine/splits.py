@@ -1,15 +1,19 @@
 """Units too big for one transaction: deleted in steps, re-checked at each, undone or finished.
 
-A mixin of the Engine (engine.py), which owns the store, the outbox, pacing and the delete
+A collaborator of the Engine (engine.py), given the store, the outbox, the pacer and the delete
 statements; here is only what a split adds to them. The order, for one unit already exported:
 
 1. its one event goes pending and the split is recorded in the outbox (synced);
 2. its messages go in id order, a step per transaction sized like any other, each step first
    re-checking the unit against its export (`_changed`); then a last step takes its rows;
+   a step's transaction is paced like every other (pacer.py);
 3. after the last step: the event is committed, the record ends, files and the event follow;
 4. a unit that changed, a step that failed, or a stop request with more left than went: what our
    steps took comes back from the export (`_undo_split`, recorded as "undoing" first);
-5. a record an earlier run left behind is finished or undone by the next start (`_finish_splits`).
+5. a record an earlier run left behind is finished or undone by the next start (`finish_all`).
+
+The outbox (outbox.db) keeps these split records beside the events: one record per unit being
+deleted in steps, until it is finished or undone (docs/design.md §5).
 """
 
 from __future__ import annotations
@@ -21,33 +25,43 @@ from typing import Callable
 import peewee
 
 from hermes_admin import stopping
-from hermes_admin.profile.store import sql
 from hermes_admin.profile.engine import exports, faults
+from hermes_admin.profile.engine.aftermath import Aftermath
+from hermes_admin.profile.engine.deletes import Deletes, Recheck
+from hermes_admin.profile.engine.export_ahead import text_size
 from hermes_admin.profile.engine.exports import ExportError, Exported
-from hermes_admin.profile.engine.outbox import Event, OutboxError
-from hermes_admin.profile.store.sql import marks
+from hermes_admin.profile.engine.outbox import Event, Outbox, OutboxError
+from hermes_admin.profile.engine.packing import messages_in_step
+from hermes_admin.profile.engine.pacer import MERGE_STEPS, Held, Pacer
+from hermes_admin.profile.engine.restore import Restorer
 from hermes_admin.profile.lineage import Unit
-from hermes_admin.profile.store.read import SessionRow, load_rows
-from hermes_admin.results import Result
+from hermes_admin.profile.store import Store
+from hermes_admin.profile.store.read import load_rows
+from hermes_admin.profile.store.sql import marks
+from hermes_admin.results import Done, Result
+
 
 def _wrote(value) -> tuple[bool, None]:
     return True, None
 
 
-Recheck = Callable[[Unit, dict[str, SessionRow]], "str | None"]
-
-
 class SplitDeletes:
-    """The Engine's split deletes (see the module's docstring)."""
+    """The Engine's split deletes (see the module's docstring). `settle(result)`: the files and
+    events of what committed so far (the engine's); `require_tokenizer()`: Hermes' CJK tokenizer."""
 
-    def _split(self, unit: Unit, exported: Exported, reason: str, recheck: Recheck | None, result: Result) -> None:
+    def __init__(self, store: Store, pacer: Pacer, outbox: Outbox, aftermath: Aftermath, deletes: Deletes,
+                 settle: Callable[[Result], None], require_tokenizer: Callable[[], None], notes: list[str]):
+        self.store, self.pacer, self.outbox, self.aftermath = store, pacer, outbox, aftermath
+        self.deletes, self.settle, self.require_tokenizer, self.notes = deletes, settle, require_tokenizer, notes
+
+    def split(self, unit: Unit, exported: Exported, reason: str, recheck: Recheck | None, result: Result) -> None:
         """Delete one big unit in steps of messages, then its rows; it is already exported.
 
         The split is recorded in the outbox before the first step, so that a crash between steps is
         finished (or undone) by the next start (_finish_splits); its one event is pending from
         then on, committed after the last step, dropped if the unit is restored.
         """
-        listening = self.listening
+        listening = self.aftermath.listening
         event_id = self.outbox.add_pending("delete", reason, [unit])[0] if listening else None
         record = {"session_id": unit.session_id, "ids": list(unit.ids), "rule": unit.rule, "reason": reason,
                   "event_id": event_id, "exported": exported.as_record()}
@@ -68,7 +82,7 @@ class SplitDeletes:
         taken: list[int] = []
         deleted = None if resumed else taken
         try:
-            outcome = self._steps_of_split(unit, exported, recheck, taken, result)
+            outcome, present, held = self._steps_of_split(unit, exported, recheck, taken, result)
         except Exception as exc:
             try:
                 self._undo_split(split_id, record, unit, exported, f"a step failed ({exc})", deleted, result)
@@ -78,58 +92,56 @@ class SplitDeletes:
         if outcome is not None:  # changed since its export, or a stop: what our steps deleted comes back
             self._undo_split(split_id, record, unit, exported, outcome, deleted, result)
             return
-        present, held = self._split_done
         self._after_split(split_id, record, unit, present, result)
         self.pacer.turn(held)
 
     def _steps_of_split(self, unit: Unit, exported: Exported, recheck: Recheck | None, deleted: list[int],
-                        result: Result) -> str | None:
-        """Delete the unit's messages in id order, a step per transaction, then its rows: None when
-        the last step committed, else why the unit must stay (a change, or a stop request)."""
+                        result: Result) -> tuple[str | None, list[str], Held | None]:
+        """Delete the unit's messages in id order, a step per transaction, then its rows: (None, the
+        rows the last step took, its transaction) once it committed, else (why the unit must stay:
+        a change, or a stop request, ...)."""
         remaining = self._message_weights(unit, exported.max_message_id)
         went = 0  # weight our steps took
         while True:
             # A stop request never leaves Hermes a conversation half gone: what is less work,
             # finishing the unit or putting back what went, is done first.
             if stopping.requested() and sum(w for _, w in remaining) > went:
-                return "stopped on request"
-            step, weight = [], 0
-            for message_id, w in remaining:
-                if step and weight + w > self.pacer.budget:
-                    break
-                step.append(message_id)
-                weight += w
-            final = len(step) == len(remaining)
-            self.commits.before(last=False)
+                return "stopped on request", [], None
+            count = messages_in_step([w for _, w in remaining], self.pacer.budget)
+            step, weight = [m for m, _ in remaining[:count]], sum(w for _, w in remaining[:count])
+            final = count == len(remaining)
+            self.pacer.commits.before(last=False)
             present: list[str] = []
-
-            def work(db, step=step, final=final, left=len(remaining)):
-                why = self._changed(db, unit, exported, left, recheck)
-                if why:
-                    return why
-                if final:
-                    present[:] = [r[0] for r in db.execute_sql(
-                        f"SELECT id FROM sessions WHERE id IN ({marks(list(unit.ids))})", list(unit.ids)).fetchall()]
-                    self._delete_rows(db, present)
-                else:
-                    self._delete_messages(db, step)
-                    faults.point("split_step_deleted")
-                return None
-
             # A changed unit lost nothing: no step of ours. After the last step, what ends the split
             # follows its commit (_after_split), then its turn.
-            held = self.pacer.write(work, weight + (exports.UNIT_WEIGHT if final else 0), result,
-                                    "a step of a unit deleted in steps", unless=bool,
-                                    follow=None if final else _wrote)
+            held = self.pacer.write(lambda db: self._step(db, unit, exported, recheck, step, final, len(remaining),
+                                                          present),
+                                    weight + (exports.UNIT_WEIGHT if final else 0), result,
+                                    "a step of a unit deleted in steps", unless=bool, follow=None if final else _wrote)
             if held.value:
-                return held.value
+                return held.value, [], None
             deleted += step
             went += weight
-            remaining = remaining[len(step):]
+            remaining = remaining[count:]
             if final:
-                self._split_done = (present, held)
-                return None
-            self.pacer.merge_owed(result)  # each step adds a segment to each index
+                return None, present, held
+            self.pacer.merge_owed(result, MERGE_STEPS)  # each step adds a segment to each index
+
+    def _step(self, db, unit: Unit, exported: Exported, recheck: Recheck | None, step: list[int], final: bool,
+              left: int, present: list[str]) -> str | None:
+        """Inside a step's transaction: why the unit changed, or None once the step's rows are deleted
+        (the last step: its session rows, named in `present`)."""
+        why = self._changed(db, unit, exported, left, recheck)
+        if why:
+            return why
+        if final:
+            present[:] = [r[0] for r in db.execute_sql(
+                f"SELECT id FROM sessions WHERE id IN ({marks(list(unit.ids))})", list(unit.ids)).fetchall()]
+            self.deletes.delete_rows(db, present)
+        else:
+            self.deletes.delete_messages(db, step)
+            faults.point("split_step_deleted")
+        return None
 
     def _after_split(self, split_id: int, record: dict, unit: Unit, present: list[str], result: Result) -> None:
         """The last step committed: the event is committed, the record ends, files and the event follow."""
@@ -137,12 +149,12 @@ class SplitDeletes:
         if event_id is not None:
             self.outbox.settle({event_id: present}, [])
         self.outbox.end_split(split_id)
-        result.done.append(self._unit_report(unit, present))
+        result.done.append(Done(unit.session_id, tuple(present), unit.rule))
         events = [Event(event_id, "delete", unit.session_id, record["reason"], present)] if event_id is not None else []
-        self.pacer.committed(False, True, (self._paths_of(present, result), events), result)
+        self.pacer.committed(False, True, (self.aftermath.paths_of(present, result), events), result)
 
     def _message_weights(self, unit: Unit, upto: int) -> list[tuple[int, int]]:
-        size = self._text_size("COALESCE(LENGTH({}), 0)")
+        size = text_size(self.store, "COALESCE(LENGTH({}), 0)")
         ids = list(unit.ids)
         return [(i, int(w) + exports.ROW_WEIGHT) for i, w in self.store.db.execute_sql(
             f"SELECT id, {size} FROM messages WHERE session_id IN ({marks(ids)}) AND id <= ? ORDER BY id",
@@ -152,7 +164,7 @@ class SplitDeletes:
         """Inside a step's transaction: why the unit must not lose more rows, if it changed since its export."""
         ids = list(unit.ids)
         rows = exports.session_rows(db, ids)
-        if len(rows) != exported.sessions or exports.fingerprint(self._columns(db), rows) != exported.fingerprint:
+        if len(rows) != exported.sessions or exports.fingerprint(self.deletes.columns(db), rows) != exported.fingerprint:
             return "its session rows changed while it was being deleted in steps"
         newer, kept = db.execute_sql(
             f"SELECT COALESCE(SUM(id > ?), 0), COALESCE(SUM(id <= ?), 0) FROM messages WHERE session_id IN ({marks(ids)})",
@@ -161,7 +173,7 @@ class SplitDeletes:
             return "a new message arrived while it was being deleted in steps"
         if kept != left:
             return "its messages changed while it was being deleted in steps"
-        blocked = sql.blocked(db, self.store.schema, ids, self.now(), self.references)
+        blocked = self.deletes.blocked(db, ids)
         why = next((blocked[i] for i in ids if i in blocked), None)
         if why is None and recheck is not None:
             why = recheck(unit, load_rows(self.store, ids))
@@ -172,13 +184,11 @@ class SplitDeletes:
         """The unit changed between steps: what our steps deleted comes back from its export, and it is
         kept. `deleted`: the message ids our steps took (None after a crash: every exported message
         that is missing). The record says "undoing" first, so a crash meanwhile goes on undoing."""
-        from hermes_admin.profile.engine.restore import Restorer
-
         if not record.get("undoing"):
             record = dict(record, undoing=why, deleted=deleted)
             self.outbox.update_split(split_id, record)
         wanted = set(record["deleted"]) if record.get("deleted") is not None else None
-        restorer = Restorer(self, result)
+        restorer = Restorer(self.store, self.pacer, result)
         put = 0
         member = {"offset": exported.offset, "length": exported.length}
         for fields, messages in exports.read_member(Path(exported.path), member, check=False):
@@ -192,14 +202,15 @@ class SplitDeletes:
                                "why": f"{record['undoing']}: kept, {put} deleted message(s) restored from "
                                       f"{exported.path}"})
 
-    def _finish_splits(self) -> None:
+    def finish_all(self) -> list[Result]:
         """Units an earlier run left half-deleted: finished if unchanged since their export, else restored.
 
         One record that cannot be dealt with (its export unreadable, say) is reported and kept for
         the next run; it never stops the profile's other work.
         """
+        recovered = []
         for split_id, record in self.outbox.splits():
-            result = Result(self.profile.name, "delete", record.get("reason"), False, task="resume")
+            result = Result(self.store.profile.name, "delete", record.get("reason"), False, task="resume")
             try:
                 self._finish_split(split_id, record, result)
             except (ExportError, OutboxError, sqlite3.Error, peewee.DatabaseError, KeyError, TypeError,
@@ -208,7 +219,8 @@ class SplitDeletes:
                                   f"finished or restored: {exc}; it stays recorded for the next run")
                 continue
             result.notes.append(f"an interrupted delete of {record['session_id']} in steps, from an earlier run")
-            self.recovered.append(result)
+            recovered.append(result)
+        return recovered
 
     def _finish_split(self, split_id: int, record: dict, result: Result) -> None:
         unit = Unit(record["session_id"], record["ids"], record.get("rule", ""))
@@ -225,4 +237,4 @@ class SplitDeletes:
             # Re-checked against its export at every step, as in the run that began it; the rule that
             # chose it is that run's (the unit was chosen then; it is finished only if unchanged since).
             self._run_split(split_id, record, unit, exported, None, result, resumed=True)
-        self._settle(result, merge=True)
+        self.settle(result)

@@ -42,14 +42,17 @@ def readonly_uri(path: Path) -> str:
     return "file:" + quote(str(Path(path).absolute())) + "?mode=ro"
 
 
-def open_readonly(path: Path) -> peewee.SqliteDatabase:
-    """A read-only connection: cannot write, checkpoint or unlink sidecars."""
+def open_readonly(path: Path, shared: bool = False) -> peewee.SqliteDatabase:
+    """A read-only connection: cannot write, checkpoint or unlink sidecars. `shared`: one connection
+    for every thread (the engine's export thread and its own), where peewee keeps one per thread."""
     db = peewee.SqliteDatabase(
         readonly_uri(path),
         uri=True,
         timeout=READ_BUSY_TIMEOUT_S,
         pragmas={"query_only": 1},
         factory=KeepWalConnection,
+        thread_safe=not shared,
+        **({"check_same_thread": False} if shared else {}),
     )
     db.connect()
     return db

@@ -1,0 +1,158 @@
+"""What follows a commit once it is durable: the units' files removed, then their events fired.
+
+Files go first (a plugin sees them gone), removed by a worker process (remover.py); events go
+through the outbox (outbox.py), so a crash right after a commit still delivers them on the next
+start (`replay`). A dry run lists the files it would remove and fires nothing (docs/design.md §5).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from hermes_admin import stopping
+from hermes_admin.profile.engine import faults
+from hermes_admin.profile.engine.files import FileIndex, removable, unsafe_id
+from hermes_admin.profile.engine.outbox import Event, Outbox, OutboxError
+from hermes_admin.profile.engine.remover import FileRemover
+from hermes_admin.profile.hooks.bus import DeliveryStopped, HookBus
+from hermes_admin.profile.store.sql import marks
+from hermes_admin.protocol import Profile
+from hermes_admin.results import Result
+
+
+def sessions_folder_notes(profile: Profile) -> list[str]:
+    """A missing or odd `sessions/` is worth a warning: no transcript file can be removed there."""
+    try:
+        st = os.lstat(profile.sessions_dir)
+    except FileNotFoundError:
+        return [f"{profile.sessions_dir}: missing; no transcript files to remove"]
+    except OSError as exc:
+        return [f"{profile.sessions_dir}: {exc.strerror}; transcript files are left alone"]
+    if stat.S_ISLNK(st.st_mode):
+        return []  # the owner's own choice: followed as the owner, never as anyone else
+    if not stat.S_ISDIR(st.st_mode):
+        return [f"{profile.sessions_dir}: not a folder; transcript files are left alone"]
+    return []
+
+
+class Aftermath:
+    """One profile's files and events. `outbox`, `bus`, `remover`: None in a dry run."""
+
+    def __init__(self, profile: Profile, notes: list[str], dry_run: bool, outbox: Outbox | None = None,
+                 bus: HookBus | None = None, remover: FileRemover | None = None):
+        self.profile, self.notes, self.dry_run = profile, notes, dry_run
+        self.outbox, self.bus, self.remover = outbox, bus, remover
+        self._files: FileIndex | None = None
+
+    @property
+    def files(self) -> FileIndex:
+        if self._files is None:  # one scan of sessions/ per run; the first need of it says if it is odd
+            self.notes += sessions_folder_notes(self.profile)
+            self._files = FileIndex.scan(self.profile.sessions_dir)
+        return self._files
+
+    @property
+    def listening(self) -> bool:
+        """Events are kept (outbox) and delivered only when a plugin of this profile listens."""
+        return self.bus is not None and self.bus.active
+
+    def after_durable(self, work: list, result: Result) -> None:
+        """Files, then events, of transactions whose commit is now on disk (see group_commit.py)."""
+        events = []
+        for item in work:
+            if item is None:  # a commit with nothing to follow it (a step of a split delete)
+                continue
+            paths, fired = item
+            self.remover.remove(paths)
+            events += fired
+        self.collect_files(result, wait=False)  # into the report (on disk past its head) as they come
+        if events:
+            self.remover.drain()  # files before events: a plugin sees the files gone
+            self.deliver(events, result.hook_failures)
+
+    def paths_of(self, ids: list[str], result: Result) -> list[str]:
+        paths = []
+        for sid in ids:
+            if unsafe_id(sid):
+                result.files_skipped.append(f"session id {sid!r} cannot name a file in sessions/: files left alone")
+            else:
+                paths += self.files.paths_of(sid)
+        return paths
+
+    def remove_files(self, ids: list[str], result: Result) -> None:
+        self.remove_paths(self.paths_of(ids, result), result)
+
+    def remove_orphan_files(self, paths: list[str], result: Result) -> None:
+        """Per-session files whose session row is gone (no event: no rows went)."""
+        names = [os.path.basename(path) for path in paths]
+        self.remove_paths([self.files.path_of(name) for name in names if self.files.is_session_file(name)], result)
+        self.collect_files(result)
+
+    def remove_paths(self, paths: list[str], result: Result) -> None:
+        """Paths inside sessions/ only: built from safe ids, or from names checked by the index."""
+        if self.dry_run:
+            result.files_removed += [path for path in paths if removable(path)]  # a dry run lists them
+        else:
+            self.remover.remove(paths)
+
+    def collect_files(self, result: Result, wait: bool = True) -> None:
+        """Record in `result` the removals answered so far; with `wait`, all those queued."""
+        if self.remover is not None:
+            removed, skipped = self.remover.take() if wait else self.remover.answered()
+            result.files_removed += removed
+            result.files_skipped += skipped
+
+    def deliver(self, events: list[Event], failures: list[str]) -> None:
+        faults.point("before_delivery", events=events)
+        if not self.listening:
+            if events:  # replayed events whose plugins were disabled since: nothing to call
+                self.outbox.delivered([e.id for e in events])
+            return
+        for n, event in enumerate(events):  # each marked as soon as its plugins ran: a crash repeats one
+            if stopping.requested():  # a stop request: no new event is sent; the rest wait in the outbox
+                failures.append(f"profile '{self.profile.shown}': stopped on request; "
+                                f"{len(events) - n} event(s) left in the outbox for the next run")
+                return
+            try:
+                failures += self.bus.fire(event.payload(self.profile))
+                self.outbox.delivered([event.id])
+            except DeliveryStopped:  # a stop request: this event and the rest wait for the next run
+                failures.append(f"profile '{self.profile.shown}': stopped on request; "
+                                f"{len(events) - n} event(s) left in the outbox for the next run")
+                return
+            except OutboxError as exc:  # disk full, read-only: no more deliveries (no repeats) this run
+                failures.append(f"profile '{self.profile.shown}': {exc}; deliveries stopped, "
+                                f"{len(events) - n} event(s) left for the next run (the first may repeat)")
+                return
+
+    def replay(self, db) -> list[str]:
+        """Finish what a previous run left: verify pending events, deliver committed ones."""
+        failures: list[str] = []
+        committed: dict[int, list[str]] = {}
+        dropped: list[int] = []
+        for event in self.outbox.pending():
+            (committed.__setitem__(event.id, event.ids) if _done(db, event) else dropped.append(event.id))
+        if committed or dropped:
+            self.outbox.settle(committed, dropped)
+        undelivered = self.outbox.undelivered()
+        scratch = Result(self.profile.name, "replay", None, False)
+        for event in undelivered:
+            if event.kind == "delete":
+                self.remove_files(event.ids, scratch)
+        self.collect_files(scratch)
+        self.deliver(undelivered, failures)
+        return failures
+
+
+def _done(db, event: Event) -> bool:
+    """Did the transaction of a pending event commit (its rows gone, or archived)?"""
+    ids = event.ids
+    if event.kind == "delete":
+        left = db.execute_sql(
+            f"SELECT (SELECT COUNT(*) FROM sessions WHERE id IN ({marks(ids)})) + "
+            f"(SELECT COUNT(*) FROM messages WHERE session_id IN ({marks(ids)}))", [*ids, *ids]).fetchone()[0]
+    else:
+        left = db.execute_sql(
+            f"SELECT COUNT(*) FROM sessions WHERE id IN ({marks(ids)}) AND archived = 0", ids).fetchone()[0]
+    return left == 0

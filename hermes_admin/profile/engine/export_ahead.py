@@ -1,0 +1,177 @@
+"""Every unit exported before its delete commits, the next batches exported ahead on a thread.
+
+Each batch of units is exported (and so weighed) before any of it is deleted; the next batches'
+exports run on a thread of their own meanwhile (reading, JSON and compression are lock-free work:
+they need not wait for the deletes, nor the deletes for them). The thread reads through a
+read-only connection of its own, and is given the pacing as a value (pacer.Pace): it never reads
+what the deleting thread changes. (docs/design.md §5)
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from typing import Iterator, NamedTuple
+
+from hermes_admin import stopping
+from hermes_admin.profile.engine import exports, faults
+from hermes_admin.profile.engine.exports import ExportError, ExportFile, Exported, Settings
+from hermes_admin.profile.engine.packing import next_transaction
+from hermes_admin.profile.engine.pacer import Pace, Pacer
+from hermes_admin.profile.lineage import Unit
+from hermes_admin.profile.store import Store
+from hermes_admin.profile.store.connect import open_readonly
+from hermes_admin.profile.store.sql import chunks, marks
+from hermes_admin.results import Result
+
+EXPORT_UNITS = 500  # units per export member: one fsync and manifest write each
+FIRST_EXPORT_UNITS = 8  # the first batch, small: the deletes wait for it, and start at once
+# Each batch is exported while the one before it (half its size) is deleted, which takes longer:
+# growing faster made the deletes wait for the big batch at each part of the store.
+EXPORT_GROWTH = 2
+EXPORTS_AHEAD = 2  # batches exported ahead of the deletes: a batch of big sessions is absorbed by the next
+TEXT_COLUMNS = ("content", "tool_calls", "reasoning", "reasoning_content", "api_content")
+
+
+class Step(NamedTuple):
+    """One transaction of whole units, or one unit too big for one (`split`: deleted in steps)."""
+    units: list[Unit]
+    exported: dict[str, Exported]  # their exports, by session id
+    split: bool
+    last: bool  # nothing follows it in this call
+    weight: int  # what it carries (exports.ROW_WEIGHT, UNIT_WEIGHT)
+
+
+def text_size(store: Store, each: str) -> str:
+    """SQL for the bytes of a message's text columns (what FTS5 tokenizes, near enough)."""
+    texts = [c for c in TEXT_COLUMNS if store.schema.has_column("messages", c)]
+    return " + ".join(each.format(c) for c in texts) or "0"
+
+
+class ExportAhead:
+    """The export of the units a delete takes, a batch ahead of it. `export`: this run's export file."""
+
+    def __init__(self, store: Store, export: ExportFile, settings: Settings, pacer: Pacer):
+        self.store, self.export, self.settings, self.pacer = store, export, settings, pacer
+        self._thread: ThreadPoolExecutor | None = None  # made on first use
+        self._reads = None  # its read-only connection, shared with this thread
+
+    def close(self) -> None:
+        if self._thread is not None:  # an export under way finishes (a member is whole or not listed)
+            self._thread.shutdown(wait=True, cancel_futures=True)
+            self._thread = None
+        if self._reads is not None:
+            self._reads.close()
+            self._reads = None
+
+    def steps(self, units: list[Unit], reason: str, orphans: bool, result: Result) -> Iterator[Step]:
+        """The transactions of a delete, in order (packing.py), each batch exported first. A stop
+        request ends them between transactions (what is left waits for the next run)."""
+        position, weights, exported = 0, {}, {}
+        ahead: deque = deque()  # (where a batch starts, its size, its export queued or running on the thread)
+        queued_to = 0  # where the batches made so far end
+        while position < len(units):
+            if stopping.requested():
+                result.notes.append(f"stopped on request: {len(units) - position} unit(s) left for the next run")
+                return
+            if units[position].session_id not in weights:
+                weights, exported, queued_to = self._batch_at(units, position, reason, orphans, ahead, queued_to)
+            pace = self.pacer.pace()
+            packed = next_transaction([weights.get(u.session_id) for u in units[position:]], pace.budget,
+                                      pace.too_big, orphans)
+            chunk = units[position:position + packed.count]
+            position += packed.count
+            found = {u.session_id: exported[u.session_id] for u in chunk if u.session_id in exported}
+            if packed.split:
+                found = found or self._export_now(chunk[0], reason)
+                # its rows gone (nothing exported): a transaction of its own says so
+                yield Step(chunk, found, bool(found), position >= len(units), packed.weight)
+            else:
+                yield Step(chunk, found, False, position >= len(units) or stopping.requested(), packed.weight)
+
+    def _batch_at(self, units: list[Unit], position: int, reason: str, orphans: bool, ahead: deque,
+                  queued_to: int) -> tuple[dict, dict, int]:
+        """The weights and exports of the batch starting at `position`, and the next ones queued."""
+        if ahead and ahead[0][0] == position:
+            _, size, export = ahead.popleft()
+            weights, exported = export.result()
+        else:  # the first batch, small: its export is the one the deletes wait for
+            ahead.clear()
+            size = FIRST_EXPORT_UNITS
+            weights, exported = self._prepare(units[position:position + size], reason, orphans,
+                                              self._data_version(), self.pacer.pace())
+            queued_to = position + size
+        while len(ahead) < EXPORTS_AHEAD and queued_to < len(units):
+            size = min(EXPORT_UNITS, EXPORT_GROWTH * (ahead[-1][1] if ahead else size))
+            ahead.append((queued_to, size, self._exporter().submit(
+                self._prepare, units[queued_to:queued_to + size], reason, orphans, self._data_version(),
+                self.pacer.pace())))
+            queued_to += size
+        return weights, exported, queued_to
+
+    def _exporter(self) -> ThreadPoolExecutor:
+        if self._thread is None:
+            self._thread = ThreadPoolExecutor(1, thread_name_prefix="hermes-admin-export")
+        return self._thread
+
+    def _reader(self):
+        """The exports' own read-only connection, one for both threads (each unit read in one snapshot)."""
+        if self._reads is None:
+            self._reads = open_readonly(self.store.profile.store_path, shared=True)
+        return self._reads
+
+    def _prepare(self, batch: list[Unit], reason: str, orphans: bool, version: int | None,
+                 pace: Pace) -> tuple[dict[str, int], dict[str, Exported]]:
+        """Weights of a batch of units, and the export of those that must have one, on disk and verified.
+
+        Every unit is exported unless `export_keep_days` is 0; then only those too big for one
+        transaction. Orphan rows (no session row) have nothing to export in Hermes' shape.
+        `version`: the store's data_version as the deleting connection saw it before this began;
+        `pace`: the pacing as the deleting thread measured it then (which units are too big for one).
+        """
+        db = self._reader()
+        if orphans or self.settings.keep_days <= 0:
+            weights = self._weigh(batch, db)
+            big = [] if orphans else [u for u in batch if pace.too_big(weights[u.session_id])]
+            written = self._write_export(big, reason, db, version) if big else {}
+        else:
+            written = self._write_export(batch, reason, db, version)
+            weights = {u.session_id: written[u.session_id].weight if u.session_id in written
+                       else exports.UNIT_WEIGHT for u in batch}
+        faults.point("batch_exported", units=batch)
+        return weights, written
+
+    def _export_now(self, unit: Unit, reason: str) -> dict[str, Exported]:
+        found = self._write_export([unit], reason, self._reader(), self._data_version()).get(unit.session_id)
+        return {unit.session_id: found} if found is not None else {}
+
+    def _write_export(self, units: list[Unit], reason: str, db, version: int | None) -> dict[str, Exported]:
+        try:
+            written = self.export.write(db, self.store.schema, units, reason)
+        except ExportError as exc:
+            raise self.store.error(f"{exc}; no session of this profile was deleted after it") from None
+        for item in written.values():
+            item.store_version = version
+        return written
+
+    def _data_version(self) -> int:
+        """SQLite's count of other connections' commits, as the deleting connection sees them (on the
+        engine's own thread only: peewee keeps a connection per thread, and another would count its own)."""
+        return data_version(self.store)
+
+    def _weigh(self, units: list[Unit], db) -> dict[str, int]:
+        """Each unit's weight from the store (as an export would have measured it, near enough)."""
+        size = text_size(self.store, "TOTAL(LENGTH({}))")
+        of_session: dict[str, int] = {}
+        ids = [i for unit in units for i in unit.ids]
+        for part in chunks(ids):
+            for sid, count, chars in db.execute_sql(
+                    f"SELECT session_id, COUNT(*), {size} FROM messages WHERE session_id IN ({marks(part)}) "
+                    f"GROUP BY session_id", part).fetchall():
+                of_session[sid] = int(chars or 0) + count * exports.ROW_WEIGHT
+        return {u.session_id: exports.UNIT_WEIGHT + sum(of_session.get(i, 0) for i in u.ids) for u in units}
+
+
+def data_version(store: Store) -> int:
+    """SQLite's count of other connections' commits, as the store's connection on this thread sees them."""
+    return store.db.execute_sql("PRAGMA data_version").fetchone()[0]

@@ -1,0 +1,135 @@
+"""Space given back to the file system: VACUUM while nobody else holds the store, else SQLite's
+incremental auto-vacuum in short paced steps, and the checkpoints that shrink the file
+(docs/design.md §9).
+"""
+
+from __future__ import annotations
+
+import time
+
+import peewee
+
+from hermes_admin import stopping
+from hermes_admin.profile.engine.holders import store_holders
+from hermes_admin.profile.engine.pacer import Pacer
+from hermes_admin.profile.store import Store
+from hermes_admin.profile.store.connect import is_lock_error
+from hermes_admin.profile.store.read import journal_mode
+from hermes_admin.results import Result
+
+VACUUM_FREE_RATIO = 0.25  # a VACUUM rewrites the whole store: worth it past a quarter of it free
+INCREMENTAL = 2  # PRAGMA auto_vacuum's value for incremental auto-vacuum
+RECLAIM_FIRST_PAGES = 256  # the first incremental-vacuum step; later ones sized by the time it took
+CHECKPOINT_SETTLE_S = 1.0  # how long a reclaim tries for the checkpoint that shrinks the file
+
+
+class Space:
+    """`incremental`: a VACUUM of ours switches the store to incremental auto-vacuum."""
+
+    def __init__(self, store: Store, pacer: Pacer | None, incremental: bool, dry_run: bool):
+        self.store, self.pacer, self.incremental, self.dry_run = store, pacer, incremental, dry_run
+
+    def in_wal_mode(self) -> bool:
+        return journal_mode(self.store) == "wal"
+
+    def passive_checkpoint(self) -> None:
+        try:
+            if self.in_wal_mode():
+                self.store.db.execute_sql("PRAGMA wal_checkpoint(PASSIVE)")
+        except Exception:
+            pass  # a checkpoint is a courtesy; Hermes' own writers checkpoint too
+
+    def held_by_others(self) -> str | None:
+        """Who else holds the store open, for structural work (VACUUM, an index rebuild) that runs
+        only while nobody does; None when nobody does. Unknown counts as held (holders.py)."""
+        holders = store_holders(self.store.profile.store_path, wal=self.in_wal_mode())
+        if holders is None:
+            return "a process this scan cannot see into (another user's, or outside this pid namespace)"
+        return f"pid {', '.join(map(str, holders))}" if holders else None
+
+    def reclaim(self, result: Result) -> int:
+        """Give the store's free pages back to the file system, in short steps that wait for other
+        writers like every write of ours: SQLite's incremental auto-vacuum, on a store switched to it
+        (by a VACUUM of ours while nobody held it, `vacuum_if_worth`). Returns the pages freed, and
+        says so in `result`; the file shrinks when a checkpoint copies the last of them back."""
+        if self.dry_run or self.store.db.execute_sql("PRAGMA auto_vacuum").fetchone()[0] != INCREMENTAL:
+            return 0
+        pages, freed = RECLAIM_FIRST_PAGES, 0
+        while not stopping.requested():
+            free = self.store.db.execute_sql("PRAGMA freelist_count").fetchone()[0]
+            if free == 0:
+                break
+            step = min(pages, free)
+
+            def work(db, step=step):
+                # One page a statement: Python's sqlite3 steps a statement once, and this pragma frees a
+                # page per step, reporting each as a row without columns that Python never steps past.
+                for _ in range(int(step)):
+                    db.execute_sql("PRAGMA incremental_vacuum(1)").close()
+
+            held_s = self.pacer.write(work, None, result, f"an incremental vacuum step ({step} pages)",
+                                      quiet=False).held_s
+            left = self.store.db.execute_sql("PRAGMA freelist_count").fetchone()[0]
+            freed += free - left
+            if left >= free:  # nothing moved (another writer's pages at the end?): the next run goes on
+                break
+            # the next step sized by this one's time, to the hold we allow ourselves, at most doubling
+            pages = max(16, min(2 * pages, int(step * self.pacer.hold_target() / max(held_s, 1e-4))))
+        if freed:
+            self._copied_back()
+            result.notes.append(f"{freed} free page(s) given back to the file system (incremental vacuum)")
+        return freed
+
+    def _copied_back(self) -> None:
+        """The file shrinks when a checkpoint copies the WAL's last frames back: PASSIVE ones (they
+        never wait, nor make anyone wait) until one gets to the end, for up to a second."""
+        deadline = time.monotonic() + CHECKPOINT_SETTLE_S
+        while time.monotonic() < deadline:
+            try:
+                busy, frames, copied = self.store.db.execute_sql("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            except peewee.OperationalError:
+                return
+            if frames <= 0 or copied >= frames:
+                return
+            time.sleep(0.05)
+
+    def vacuum_if_worth(self, result: Result) -> bool:
+        """VACUUM after a purge: over 25 % free pages, and only while nobody else holds the store.
+        Unless the policy says not to (`incremental_vacuum: false`), the same VACUUM switches the store
+        to incremental auto-vacuum, so that later purges give space back while Hermes runs (reclaim)."""
+        if self.dry_run:
+            return False
+        db = self.store.db
+        pages = db.execute_sql("PRAGMA page_count").fetchone()[0]
+        free = db.execute_sql("PRAGMA freelist_count").fetchone()[0]
+        switching = self.incremental and db.execute_sql("PRAGMA auto_vacuum").fetchone()[0] != INCREMENTAL
+        if not pages or (free / pages <= VACUUM_FREE_RATIO and not switching):
+            result.notes.append(f"no VACUUM: {free}/{pages} pages free (needs over 25 %)")
+            return False
+        who = self.held_by_others()
+        if who:
+            result.notes.append(f"no VACUUM: the store is held by {who}")
+            return False
+        try:
+            if switching:  # once: from then on, purges give space back while Hermes runs (reclaim)
+                db.execute_sql("PRAGMA auto_vacuum = INCREMENTAL")  # takes effect with this VACUUM
+                result.notes.append("the store is now in incremental auto-vacuum: later purges give space "
+                                    "back in short steps while Hermes runs")
+            db.execute_sql("VACUUM")
+        except peewee.OperationalError as exc:  # a writer came meanwhile: the VACUUM waits for another run
+            if not is_lock_error(exc):
+                raise
+            result.notes.append("no VACUUM: another process took the write lock first")
+            return False
+        self._after_vacuum()
+        return True
+
+    def _after_vacuum(self) -> None:
+        """A VACUUM writes the whole database into the WAL. Nobody else holds the store (we just looked):
+        the one place where a checkpoint of ours may TRUNCATE the WAL, through SQLite's own locks,
+        rather than leave a WAL as large as the store on disk until Hermes next closes it last."""
+        try:
+            self.store.db.execute_sql("PRAGMA wal_checkpoint(TRUNCATE)" if self.held_by_others() is None
+                                      else "PRAGMA wal_checkpoint(PASSIVE)")
+        except peewee.OperationalError:
+            pass  # a checkpoint is a courtesy; the next writer's reuse the WAL
