@@ -35,6 +35,8 @@ from hermes_admin.protocol import Profile
 from hermes_admin.profile.lineage import Unit
 from hermes_admin.profile.engine.state_folder import Flock, LockHeld, state_folder
 from hermes_admin.profile.store import Store, StoreError, keep_wal
+from hermes_admin.profile.engine.exports import UNIT_WEIGHT
+from hermes_admin.profile.engine.restore import insert_row, row_weight
 from hermes_admin.profile.store.connect import readonly_uri, write_transaction
 from hermes_admin.profile.store.read import existing_ids
 
@@ -248,10 +250,7 @@ def _import(target: Store, export: dict) -> None:
 
 
 def _insert(db, table: str, row: dict, columns, conflict: str = "") -> None:
-    names = [c for c in row if c in columns]
-    quoted = ", ".join(f'"{c}"' for c in names)
-    db.execute_sql(f"INSERT {conflict} INTO {table} ({quoted}) VALUES ({', '.join('?' * len(names))})",
-                   [row[c] for c in names])
+    insert_row(db, table, row, [c for c in row if c in columns], f"INSERT {conflict}".strip())
 
 
 def _move(source: Engine, target_profile: Profile, moves: list[Finding], result: Result) -> None:
@@ -262,7 +261,7 @@ def _move(source: Engine, target_profile: Profile, moves: list[Finding], result:
         with Engine(target_profile) as target:
             target.require_tokenizer("copy into")  # the rows copied in fire its CJK triggers
             for finding in moves:
-                _attempt(finding, lambda f=finding: _copy(source.store, target.store, f.subject))
+                _attempt(finding, lambda f=finding: _copy(source.store, target, f.subject))
                 if not finding.error:
                     verified.append(finding)
     except (LockHeld, StoreError) as exc:
@@ -283,14 +282,20 @@ def _move(source: Engine, target_profile: Profile, moves: list[Finding], result:
             finding.error = f"copied, but not deleted here: {why.get(finding.subject, 'gone already')}"
 
 
-def _copy(source: Store, target: Store, sid: str) -> None:
-    """One row into the target store, in its own transaction; raises unless the target holds it whole."""
+def _copy(source: Store, target: Engine, sid: str) -> None:
+    """One row into the target store, in a transaction of its own paced like the engine's deletes
+    (pacer.py: measured, group-committed, a turn for Hermes' writers after it); raises unless the
+    target holds it whole."""
     export = _export(source, sid)
 
     def copy(db):
         if not db.execute_sql("SELECT 1 FROM sessions WHERE id = ?", [sid]).fetchone():
-            _import(target, export)
-    write_transaction(target.db, copy)
+            _import(target.store, export)
+    # its transactions are the target profile's, not in this profile's report
+    scratch = Result(target.profile.name, "copy", "profile_repair", False)
+    target.pacer.write(copy, sum(row_weight(m) for m in export["messages"]) + UNIT_WEIGHT, scratch,
+                       f"a copy of {sid} from profile '{source.profile.shown}'")
+    target = target.store
     held = target.db.execute_sql("SELECT COUNT(*) FROM messages WHERE session_id = ?", [sid]).fetchone()[0]
     if held < len(export["messages"]):
         raise RuntimeError(f"profile '{target.profile.shown}' holds {held} of {len(export['messages'])} messages "
