@@ -1,4 +1,4 @@
-"""Profile repair (design §6): find what is broken in a profile; with `apply`, fix it.
+"""Profile repair (docs/design.md §8): find what is broken in a profile; with `apply`, fix it.
 
 Findings, and what applying does:
 

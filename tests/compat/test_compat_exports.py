@@ -7,7 +7,6 @@ import hashlib
 import json
 import sqlite3
 
-from hermes_admin.profile.engine import engine as engine_module
 from hermes_admin.profile.engine import pacer as pacer_module
 from tests.conftest import store_health
 from tests.helpers import row_ids

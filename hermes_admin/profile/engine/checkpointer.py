@@ -82,7 +82,7 @@ class Checkpointer:
 
         Group commit waits here, outside any transaction, before a commit that syncs
         (a checkpoint syncs the database file, and an fsync of the WAL issued meanwhile
-        queues behind it: measured on W10, commits of 200-300 ms with the lock held),
+        queues behind it, with the lock held),
         and `barrier()` waits here for each checkpoint it asks for.
         """
         with self._wake:

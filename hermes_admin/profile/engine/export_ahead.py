@@ -30,7 +30,7 @@ FIRST_EXPORT_UNITS = 8  # the first batch, small: the deletes wait for it, and s
 # growing faster made the deletes wait for the big batch at each part of the store.
 EXPORT_GROWTH = 2
 EXPORTS_AHEAD = 2  # batches exported ahead of the deletes: a batch of big sessions is absorbed by the next
-TEXT_COLUMNS = ("content", "tool_calls", "reasoning", "reasoning_content", "api_content")
+TEXT_COLUMNS = ("content", "tool_calls", "reasoning", "reasoning_content", "api_content")  # what FTS5 indexes
 
 
 class Step(NamedTuple):

@@ -13,7 +13,7 @@ file stays one valid gzip stream); then the manifest beside the file (`<file>.js
 with the profile and its home, then a line for each member with its offset, length, checksum and
 units) gains the member's line, fsynced. A member the manifest does not list was never relied on:
 a last line cut short by a crash is one. Lines are appended, never rewritten: rewriting the
-whole manifest for each member made the export of 50,000 units quadratic (9 s of JSON on W10).
+whole manifest for each member made the export of many units quadratic.
 
 Messages go into the compressor a few dozen KB at a time (PUT_CHARS, plus one message) and are
 read back one at a time (`read_member`), so a unit of thousands of 50,000-character messages never
@@ -41,17 +41,17 @@ from hermes_admin.profile.store.sql import chunks, marks
 from hermes_admin.protocol import Profile
 
 FORMAT = 2  # 1: the manifest as one JSON document, rewritten for each member (still read)
-FORMATS = (1, 2)
-SUFFIX = ".jsonl.gz"
+FORMATS = (1, 2)  # the formats read back: exports made by older versions stay restorable
+SUFFIX = ".jsonl.gz"  # JSON lines, gzip: any tool reads them back
 STAMP = "%Y%m%dT%H%M%SZ"  # an export's name begins with when it was begun, in UTC: names sort by time
 _STAMPED = re.compile(r"\d{8}T\d{6}Z")
-MANIFEST = ".json"
-DEFAULT_KEEP_DAYS = 7.0
+MANIFEST = ".json"  # beside each export: its members and units, so a restore reads only what it needs
+DEFAULT_KEEP_DAYS = 7.0  # a week to notice a delete that should not have been
 LEVEL = 1  # zlib's fastest: text compresses ~4x even so, at a fraction of the time of level 6
-READ_CHUNK = 1 << 20
+READ_CHUNK = 1 << 20  # compressed bytes read at a time: memory stays flat whatever the member
 MAX_MANIFEST = 256 << 20  # ~3 M units
 MAX_VALUE = 64 << 20  # a single JSON value read back: Hermes caps a message's content far below
-DAY = 86400.0
+DAY = 86400.0  # seconds: export_keep_days is in days
 
 
 class ExportError(OSError):
@@ -138,7 +138,7 @@ def session_rows(db, ids: list[str]) -> list[tuple]:
 
 PUT_CHARS = 1 << 16  # encoded text held before it is compressed (plus one message: memory stays flat)
 ROW_WEIGHT = 256  # what a row costs beyond its bytes (index entries, FTS rows), in bytes of text
-UNIT_WEIGHT = 1024
+UNIT_WEIGHT = 1024  # what a unit costs beyond its rows (its session row, lookups, its event)
 
 
 def _safe_name(text: str) -> str:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-GATEWAY_INDEX = "sessions.json"
+GATEWAY_INDEX = "sessions.json"  # the gateway's index of sessions: never a session's own file
 
 # Hermes names request dumps `request_dump_<id>_<YYYYmmdd_HHMMSS_ffffff>.json`;
 # ids themselves contain underscores, so the timestamp is matched from the end.
@@ -90,8 +90,8 @@ class FileIndex:
 
     One scan keeps only the names a session id does not predict (request dumps,
     ~12 % of sessions); the common names are tried as they are. A big folder holds
-    hundreds of thousands of files: on W10 (250 k) this keeps ~2 MB instead of
-    ~55 MB. A file is `lstat`ed when it is looked at, never followed.
+    hundreds of thousands of files, and their names alone would take tens of MB.
+    A file is `lstat`ed when it is looked at, never followed.
     """
 
     def __init__(self, sessions_dir: Path, other: dict[str, list[str]]):

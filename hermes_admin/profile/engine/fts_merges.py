@@ -4,10 +4,9 @@ Each of Hermes' FTS5 indexes gains a segment with every transaction that writes
 to it, and merges them incrementally: once a transaction's writes have added 64
 leaf pages, it merges 64 pages for every level of the index before it commits
 (the `automerge` setting names how many segments a level must hold to be
-merged). On the 1 GB realistic store the trigram index has 10 levels, so a
-delete that crosses that line does 640 pages of merging: those were the
-transactions that ran 5-10 times their estimate (150-550 ms where 15-40 ms was
-due), and the writer's worst waits.
+merged). A big store's trigram index has many levels, so a delete that crosses
+that line does hundreds of pages of merging: the transactions that ran several
+times their estimate, and the writer's worst waits.
 
 So a delete transaction turns `automerge` off when it begins, makes FTS5
 write out what it has pending (a savepoint), and puts the stored value back
@@ -26,14 +25,14 @@ from __future__ import annotations
 import time
 
 DEFAULT_AUTOMERGE = 4  # FTS5's own default; 1 means the default too
-FIRST_S_PER_PAGE = 0.0003  # merge work, before the first measurement (measured here: 0.05-0.2 ms a page)
-MIN_PAGES, MAX_PAGES = 8, 400
+FIRST_S_PER_PAGE = 0.0003  # merge work before the first measurement: above what a page usually takes
+MIN_PAGES, MAX_PAGES = 8, 400  # a step worth its turn, and one that never outgrows a transaction
 # A merge this small (in leaf pages) is left to FTS5's automerge, in Hermes' own appends: it merges
 # 64 pages a level for every 64 leaves written, so this is less than one of its work units. Most
 # of them are the 1-page segments of Hermes' own appends; merging those in transactions of ours
-# cost a turn each (2250 steps on the realistic store under the writer).
+# would cost a turn each.
 SMALL_PAGES = 64
-RATE_WINDOW = 9
+RATE_WINDOW = 9  # merge steps whose rates size the next: one slow level never rules them
 SETTINGS_EVERY_S = 5.0  # how often an index's merge settings are read again
 MAX_LEVELS = MAX_SEGMENTS = 2000  # FTS5's own limit on segments (FTS5_MAX_SEGMENT)
 STRUCTURE_ROWID = 10  # the %_data row that holds an index's structure record
@@ -172,7 +171,7 @@ class FtsMerges:
         at least what FTS5's 'merge' command asks for (its `usermerge`); 0 for no merging.
 
         Read again every SETTINGS_EVERY_S, not at each of the thousands of looks a purge takes
-        (1.4 s of W10's run): a setting changed meanwhile only moves when we merge, never what
+        (they add up on a big store): a setting changed meanwhile only moves when we merge, never what
         the deletes put back (quiet() reads the stored value inside each transaction)."""
         now = time.monotonic()
         read_at, threshold = self._thresholds.get(table, (float("-inf"), 0))

@@ -5,8 +5,8 @@ syncs the WAL file, with the write lock held; at `NORMAL` it does not, and the
 commit is still atomic and survives a crash of any process, only not a power
 cut. The engine keeps its transactions short for Hermes' sake (~15 ms), so an
 fsync each would cost a good part of the lock time, and worse, it queues behind
-the checkpoint thread's own fsync of the database file (measured on W10:
-commits of 200-300 ms). So in WAL mode the engine commits at NORMAL, and the
+the checkpoint thread's own fsync of the database file (commits of hundreds
+of ms). So in WAL mode the engine commits at NORMAL, and the
 checkpoint that follows each commit makes it durable: a checkpoint syncs the
 WAL before it copies it (checkpointer.py). Only the last transaction commits
 at the store's own level.
@@ -24,8 +24,8 @@ from typing import Any
 
 from hermes_admin.profile.engine.checkpointer import Checkpointer
 
-NORMAL = 1
-BARRIER_TRIES, BARRIER_WAIT_S = 40, 0.05
+NORMAL = 1  # PRAGMA synchronous: atomic and crash-safe in WAL mode, no fsync at commit
+BARRIER_TRIES, BARRIER_WAIT_S = 40, 0.05  # ~2 s for the checkpoint that makes the last commits durable
 
 
 class GroupCommit:

@@ -1,8 +1,12 @@
-"""Durable `on_session_delete` events: delivered once their rows committed, never otherwise.
+"""hermes-admin's own journal in a profile: durable events, and the records of deletes in steps.
 
-The outbox is hermes-admin's own SQLite file in the profile home
-(`.hermes-admin/outbox.db`); nothing is ever added to Hermes' store. Each
-event goes through three states:
+`.hermes-admin/outbox.db` holds two things, nothing of them ever in Hermes' store:
+- the `on_session_delete` events, delivered once their rows committed, never otherwise;
+- the split records (table `splits`): one per unit being deleted in several transactions,
+  written before its first step and ended after its last, so that a crash between steps is
+  finished or undone by the next start (splits.py; docs/design.md §5).
+
+Each event goes through three states:
 
     pending    written before the store transaction commits
     committed  the store transaction committed (so the event must be delivered)
@@ -54,7 +58,7 @@ class Event:
         return f"{self.id}-{digest[:16]}"
 
     def payload(self, profile: Profile) -> dict:
-        """The hook's keyword arguments (design §7), JSON-safe; `event_id` only reaches callbacks
+        """The hook's keyword arguments (docs/design.md §7), JSON-safe; `event_id` only reaches callbacks
         that declare it (hooks/worker.call)."""
         return {
             "session_id": self.session_id,
@@ -242,10 +246,12 @@ class Outbox:
         return self._events("committed")
 
 
-COLUMNS = {"events": ("id", "created", "state", "kind", "session_id", "reason", "ids"),
-           "splits": ("id", "created", "record")}
-STATES = ("pending", "committed", "delivered")
-KINDS = ("delete", "archive")
+COLUMNS = {  # what a readable outbox holds (anything else: set aside as malformed)
+    "events": ("id", "created", "state", "kind", "session_id", "reason", "ids"),
+    "splits": ("id", "created", "record"),  # the records of deletes in steps (splits.py)
+}
+STATES = ("pending", "committed", "delivered")  # an event's life (the module's docstring)
+KINDS = ("delete", "archive")  # the changes plugins hear of
 
 
 def _damage(conn: sqlite3.Connection) -> str | None:

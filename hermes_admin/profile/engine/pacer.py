@@ -36,7 +36,7 @@ MIN_WEIGHT = 4096  # the least a transaction is given, whatever the measurement 
 # A unit goes in several transactions when one would hold the lock longer than this, or longer
 # than SPLIT_MARGIN_S past the time aimed at: a waiting writer's 53 ms poll is not to be missed.
 SPLIT_AT_S = 0.050
-SPLIT_MARGIN_S = 0.010
+SPLIT_MARGIN_S = 0.010  # (see SPLIT_AT_S) 30 ms while another writer is about: under its 33 ms poll
 RATE_WINDOW = 15  # transactions whose median rate is the estimate: one slow FTS5 merge never rules it
 MERGE_STEPS = 64  # FTS5 merge transactions at most between two deletes: the deletes keep going
 MERGE_STEPS_AT_END = 400  # and after the last one: what automerge would have left, no more

@@ -1,6 +1,6 @@
 """Removing committed sessions' files beside the engine, in a worker process.
 
-An unlink in `sessions/` costs the kernel ~0.1 ms (W10: 95 k files), time in
+An unlink in `sessions/` costs the kernel ~0.1 ms, time in
 which the engine can run its next transaction. The unlinks run in a process of
 their own (unlinker.py, which says why not a thread). Files are queued only
 after their rows' commit, so the order rows -> files holds; `drain()` waits

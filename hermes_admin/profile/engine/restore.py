@@ -24,8 +24,8 @@ from hermes_admin.profile.engine.pacer import MERGE_STEPS, Pacer
 from hermes_admin.profile.store import Store
 from hermes_admin.results import Done, Result
 
-EXTRAS = ("messages", "session_model_usage", "system_prompts")
-MAX_ROWS_PER_TXN = 500
+EXTRAS = ("messages", "session_model_usage", "system_prompts")  # an export record's fields that are no columns
+MAX_ROWS_PER_TXN = 500  # a bound on one restore transaction whatever the weights (tiny rows)
 
 
 def _columns(db, table: str) -> list[str]:

@@ -3,8 +3,7 @@
 A Hermes writer that finds the write lock taken sleeps in SQLite's busy
 handler, which polls at growing intervals (1, 2, 5, 10, 15, 20, 25 ms, then
 50 ms after 128 ms of waiting and 100 ms after 228 ms). Back-to-back
-transactions of ours would starve it until its busy timeout (measured: waits
-near 1 s). So after each commit the lock is left free long enough for a
+transactions of ours would starve it until its busy timeout. So after each commit the lock is left free long enough for a
 waiting writer's next poll: one polling interval of a writer that has waited
 as long as we held the lock.
 
@@ -14,8 +13,7 @@ open (holders.py, looked at every HELD_EVERY_S). A writer seen in the last
 second gets short transactions and a turn after each. A Hermes that only has
 the store open may write at any moment: the transactions are the idle ones, and
 still each is followed by a writer's poll interval (a writer that came while we
-thought nobody would waited for its poll to fall in a token pause: measured, a
-writer appending every 2.5 s waited up to 931 ms). With neither, the pause is a
+thought nobody would waited for its poll to fall in a token pause). With neither, the pause is a
 token one. Once the other writer has had its turn (the version moved during
 the pause), the pause ends early.
 """

@@ -2,8 +2,8 @@
 
 Why a process: an unlink costs the kernel ~0.1 ms here, and a thread of the
 engine's process must take the GIL back after each one, waiting on the
-engine's Python work (measured on W10: 0.37 ms per unlink beside the engine,
-and the engine itself 7 s slower over 95 k files). A process of its own waits
+engine's Python work (several times slower per unlink beside the engine, and
+the engine itself slower too). A process of its own waits
 for nobody.
 
 Protocol, on stdin: frames of `<length>\\n` then that many bytes, the paths
