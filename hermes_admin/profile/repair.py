@@ -345,7 +345,9 @@ def apply(profile: Profile, findings: list[Finding], siblings: dict[str, Profile
                                        "(SELECT 1 FROM sessions p WHERE p.id = sessions.parent_session_id)", [f.subject])
                     else:
                         db.execute_sql("UPDATE sessions SET profile_name = ? WHERE id = ?", [profile.name, f.subject])
-            _attempt_all(silent, lambda: write_transaction(engine.store.db, fix))
+            # paced like every write of the engine; its transaction is not one of the report's deletes
+            scratch = Result(profile.name, "repair", "profile_repair", False)
+            _attempt_all(silent, lambda: engine.pacer.write(fix, None, scratch, "silent repairs", quiet=False))
         moves: dict[str, list[Finding]] = {}
         for finding in store_fixes:
             if finding.kind in ("wrong_store", "duplicate"):
