@@ -147,17 +147,18 @@ def step(home: Path, action, optimize_after: int | None = None) -> dict:
     """`action` and the store's figures right after it (with the writer still running: its own close,
     the last, would delete the WAL and say nothing of ours). Without `optimize_after`, no writer."""
     db = home / "state.db"
-    before = figures(db)
 
-    def measured_action():
+    def measured_action():  # figures before too with the writer running: its WAL is there all day
+        before = figures(db)
         with WalPeak(db) as wal:
             done = action()
-        return done, figures(db), wal.peak
+        return before, done, figures(db), wal.peak
 
     if optimize_after is not None:
-        (measured, after, peak), writer = bench.with_writer(home, measured_action, optimize_after=optimize_after)
+        (before, measured, after, peak), writer = bench.with_writer(home, measured_action,
+                                                                    optimize_after=optimize_after)
     else:
-        (measured, after, peak), writer = measured_action(), None
+        (before, measured, after, peak), writer = measured_action(), None
     freed = before["used"] - after["used"]
     back = before["file"] - after["file"]  # the database file
     on_disk = before["file"] + before["wal"] - after["file"] - after["wal"]  # the database file and its WAL
