@@ -1,4 +1,4 @@
-"""Exit codes shared by every command (design §8)."""
+"""Exit codes shared by every command (docs/design.md §11)."""
 
 OK = 0
 WARNINGS = 1  # done, but a plugin failed or items were skipped; or a confirmation was answered "no"

@@ -1,4 +1,4 @@
-"""The admin config (YAML): where it is found and what it may hold (design §8).
+"""The admin config (YAML): where it is found and what it may hold (docs/design.md §4).
 
 Looked up in order: `--config`, `$HERMES_ADMIN_CONFIG`, the user config dir,
 the site config dir (platformdirs), `/etc/hermes-admin/config.yaml`. No file

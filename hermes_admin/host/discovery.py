@@ -4,7 +4,7 @@ A root holds the `default` profile (the root folder itself) and one folder per
 named profile under `profiles/`. Discovery only lists folders, through
 descriptors opened with O_NOFOLLOW and `lstat`s relative to them: it never
 follows a symlink, never opens a file, never creates anything. Who owns a
-profile is decided here, so that its work runs as that account (design §11):
+profile is decided here, so that its work runs as that account (docs/design.md §10):
 
 - a root belongs to the owner of its folder;
 - a profile is worked on only when its home and every folder from the root down

@@ -1,4 +1,4 @@
-"""Prometheus textfile metrics, written after each run (design §9), with prometheus_client.
+"""Prometheus textfile metrics, written after each run (docs/design.md §12), with prometheus_client.
 
 A registry of gauges, filled from the run's report, written by `write_to_textfile` (beside the
 target, then renamed over it: a scrape never sees half a file). Gauges, not counters: each file

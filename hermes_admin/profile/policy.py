@@ -1,6 +1,6 @@
 """Per-profile maintenance policy: a plain value, its precedence chain, its validation.
 
-Effective policy for a profile, first match wins per key (design §4):
+Effective policy for a profile, first match wins per key (docs/design.md §4):
 the admin config's entry for the profile (its own keys, then its `preset:`)
 -> the profile's `config.yaml` `sessions:` keys -> the admin config's
 `defaults:` -> the defaults of the Hermes installed for the profile

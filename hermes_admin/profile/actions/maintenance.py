@@ -1,4 +1,4 @@
-"""The maintenance tasks of one profile, in the order `run` uses (design §3).
+"""The maintenance tasks of one profile, in the order `run` uses (docs/design.md §3).
 
 repair (report) -> ghost prune -> empty sweep -> purge -> auto-archive. Each
 task selects with its pure module in `tasks/` from a fresh read of the store,
