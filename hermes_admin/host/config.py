@@ -16,7 +16,8 @@ from pathlib import Path
 import platformdirs
 from hermes_admin import yamlfile
 
-APP = "hermes-admin"
+APP = "hermes-admin"  # the folder name platformdirs and /etc look under
+# every key the admin config may hold; any other is refused (exit 78)
 TOP_LEVEL_KEYS = {"roots", "defaults", "profiles", "schedule", "metrics_file", "hermes_python"}
 
 

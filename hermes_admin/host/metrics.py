@@ -17,8 +17,8 @@ from prometheus_client import CollectorRegistry, Gauge, generate_latest, write_t
 
 from hermes_admin.results import Run
 
-LAST_SUCCESS = "hermes_admin_last_success_timestamp_seconds"
-_PROFILE = ("profile", "home")
+LAST_SUCCESS = "hermes_admin_last_success_timestamp_seconds"  # read back from the last file, so a failing run keeps it
+_PROFILE = ("profile", "home")  # every series' labels: two roots' profiles of one name never merge
 
 
 def _well_formed(summaries: list) -> list[dict]:
