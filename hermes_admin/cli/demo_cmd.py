@@ -23,6 +23,7 @@ DEMO_PROFILES = {"default": 30, "work": 30, "legacy": 22}
 # `work` maintains itself through its own config.yaml, `legacy` through the admin config's preset;
 # `default` keeps Hermes' built-ins (no purge, no archive), so its old sessions stay.
 WORK_SESSIONS = {"auto_prune": True, "retention_days": 90, "auto_archive": True, "auto_archive_days": 30}
+# `legacy` takes its policy from a preset, to show that layer too
 ADMIN = {"profiles": {"legacy": {"preset": "standard"}}}
 
 

@@ -156,8 +156,9 @@ def findings_summary(notes: list[str]) -> str:
     return ", ".join(f"{n} {kind}" for kind, n in counts.items())
 
 
+# a plugin failure's warning, so repeats of one plugin's failures fold into one line
 _PLUGIN_LINE = re.compile(r"^(profile '.*?': plugin \S+): (.*)$", re.DOTALL)
-_REPEATS = re.compile(r"^\S.* (\d+) more time\(s\)$")
+_REPEATS = re.compile(r"^\S.* (\d+) more time\(s\)$")  # the count a folded warning already carries
 
 
 def plugin_failures(lines: list[str]) -> list[str]:

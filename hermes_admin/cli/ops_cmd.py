@@ -16,7 +16,7 @@ from hermes_admin.host.config import ConfigError
 from hermes_admin.host.config import load as load_config
 from hermes_admin.host.config import shipped
 
-PLACEHOLDER = "/usr/local/bin/hermes-admin"
+PLACEHOLDER = "/usr/local/bin/hermes-admin"  # the path the shipped units name, replaced by this installation's real one
 
 
 def setup_logging(verbose: int) -> None:

@@ -19,7 +19,8 @@ from hermes_admin import report, tables
 from hermes_admin.cli.context import App, json_option, pass_app, profile_option
 from hermes_admin.tables import Column
 
-TIMER = "hermes-admin.timer"
+TIMER = "hermes-admin.timer"  # the shipped timer's name (systemd/), asked of systemctl
+# On a narrow terminal the command and the changes go first; the profile stays whole.
 COLUMNS = [Column("profile", whole=True), Column("last run"), Column("command", drop=3), Column("result"),
            Column("changed", drop=2), Column("took", drop=4), Column("last error", cut=True)]
 

@@ -8,6 +8,7 @@ from hermes_admin import report, tables
 from hermes_admin.cli.context import App, json_option, pass_app, profile_option
 from hermes_admin.tables import Column
 
+# On a narrow terminal the share goes first; profile and part stay whole.
 COLUMNS = [Column("profile", whole=True), Column("part", whole=True), Column("bytes"), Column("share", drop=1)]
 
 

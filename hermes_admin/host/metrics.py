@@ -1,4 +1,4 @@
-"""Prometheus textfile metrics, written after each run (design §9), with prometheus_client.
+"""Prometheus textfile metrics, written after each run (docs/design.md §12), with prometheus_client.
 
 A registry of gauges, filled from the run's report, written by `write_to_textfile` (beside the
 target, then renamed over it: a scrape never sees half a file). Gauges, not counters: each file
@@ -17,8 +17,8 @@ from prometheus_client import CollectorRegistry, Gauge, generate_latest, write_t
 
 from hermes_admin.results import Run
 
-LAST_SUCCESS = "hermes_admin_last_success_timestamp_seconds"
-_PROFILE = ("profile", "home")
+LAST_SUCCESS = "hermes_admin_last_success_timestamp_seconds"  # read back from the last file, so a failing run keeps it
+_PROFILE = ("profile", "home")  # every series' labels: two roots' profiles of one name never merge
 
 
 def _well_formed(summaries: list) -> list[dict]:

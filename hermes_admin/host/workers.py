@@ -29,6 +29,7 @@ from hermes_admin.results import RepairRun, Run
 LOG_BYTES = 256 << 10  # a worker's log relayed at most; past it, one line says how much was dropped
 STOP_GRACE_S = 12.0  # after a stop request, how long a worker may take to finish its transaction
 PIPE_GRACE_S = 2.0  # after its report (or its exit), how long a worker's pipes may stay open
+# What every failure to start a worker as its owner says to do.
 FIX = ("install hermes-admin where every user can run it (a venv under /opt, the system "
        "site-packages, or pipx)")
 

@@ -42,8 +42,8 @@ from hermes_admin.results import Run
 
 MIN_PROFILES = 8  # below this, a fork and a report cost about what a second core saves
 STOP_GRACE_S = 12.0  # after a stop or a failure here, how long the copy may take to end its transaction
-STOPS = {signal.SIGINT, signal.SIGTERM}
-PR_SET_PDEATHSIG = 1
+STOPS = {signal.SIGINT, signal.SIGTERM}  # the signals that ask for a stop after the current transaction
+PR_SET_PDEATHSIG = 1  # prctl's number for it (linux/prctl.h): the copy dies with its parent
 
 
 def worth_it(job: Job) -> bool:

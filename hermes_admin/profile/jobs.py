@@ -80,7 +80,7 @@ def _request(params: dict):
 
 def _siblings_by_root(job: Job) -> dict[Path, dict[str, Profile]]:
     """Per root, its profiles of this owner (the host lists them): where a wrong-store row may move
-    (design §6). Built once per job, not once per profile."""
+    (docs/design.md §8). Built once per job, not once per profile."""
     return {Path(root): {name: Profile(Path(root), name, Path(home)) for name, home in listed}
             for root, listed in job.params.get("siblings", {}).items()}
 

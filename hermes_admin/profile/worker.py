@@ -22,8 +22,8 @@ import sys
 
 from hermes_admin.protocol import Job, Owner, Writer
 
-MAX_JOB = 16 << 20
-PR_SET_NO_NEW_PRIVS = 38
+MAX_JOB = 16 << 20  # a job lists profiles and their layers; far below this
+PR_SET_NO_NEW_PRIVS = 38  # prctl's number for it (linux/prctl.h)
 REFUSED = 70  # exit status of a worker that will not run as it is
 
 

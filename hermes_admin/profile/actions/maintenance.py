@@ -1,4 +1,4 @@
-"""The maintenance tasks of one profile, in the order `run` uses (design §3).
+"""The maintenance tasks of one profile, in the order `run` uses (docs/design.md §3).
 
 repair (report) -> ghost prune -> empty sweep -> purge -> auto-archive. Each
 task selects with its pure module in `tasks/` from a fresh read of the store,
@@ -89,7 +89,7 @@ class _Pass:
         if any_without_messages(self.engine.store, source="tui"):
             result = self._by_parts("ghost_prune", "delete", "ghost_prune",
                                     lambda graph, live: ghosts.select_tui_ghosts(graph, now, live),
-                                    lambda units: self.engine.delete(units, "ghost_prune", recheck=empty.recheck,
+                                    lambda units: self.engine.delete(units, "ghost_prune", recheck=ghosts.recheck(now),
                                                                      more=True), only=WITHOUT_MESSAGES)
         else:  # no TUI session without messages: no ghost to select or keep (store/read.py)
             result = self.result("ghost_prune", "delete", "ghost_prune")
@@ -114,7 +114,7 @@ class _Pass:
             return self.result("empty_sweep", "delete", "empty_sweep")
         return self._by_parts("empty_sweep", "delete", "empty_sweep",
                               lambda graph, live: empty.select(graph, hours, now, live),
-                              lambda units: self.engine.delete(units, "empty_sweep", recheck=empty.recheck,
+                              lambda units: self.engine.delete(units, "empty_sweep", recheck=empty.recheck(hours, now),
                                                                more=True), only=WITHOUT_MESSAGES)
 
     def purge(self) -> Result:

@@ -12,8 +12,8 @@ from hermes_admin.profile.lineage import Graph, Unit, delete_unit
 from hermes_admin.profile.parts import graph_around, graph_parts
 from hermes_admin.filters import Filters
 
-NAMED = "named on the command line"
-MATCHED = "matched by the filters"
+NAMED = "named on the command line"  # the rule of a unit picked by id
+MATCHED = "matched by the filters"  # the rule of a unit picked by the filters
 
 
 class Refused(Exception):

@@ -30,7 +30,7 @@ T = TypeVar("T")
 # Hermes' own writers wait about 1 s in SQLite's busy handler; ours wait less
 # and retry the whole transaction instead, so a Hermes writer is never starved.
 WRITE_BUSY_TIMEOUT_S = 0.2
-READ_BUSY_TIMEOUT_S = 5.0
+READ_BUSY_TIMEOUT_S = 5.0  # a read waits only for a checkpoint's or recovery's short locks
 # How long another writer may hold the write lock without any progress before a profile stops
 # (exit 3): a nightly run can wait minutes, and Hermes' own FTS optimize of a GB store holds it ~15 s.
 DEFAULT_LOCK_WAIT_S = 300.0
