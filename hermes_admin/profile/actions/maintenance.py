@@ -16,7 +16,7 @@ from typing import Iterator
 
 from hermes_admin import stopping
 from hermes_admin.profile import guards
-from hermes_admin.profile.actions.common import Run, act_in_parts, with_engine
+from hermes_admin.profile.actions.common import Refused, Run, act_in_parts, too_broad, with_engine
 from hermes_admin.profile.engine.engine import Engine, Result
 from hermes_admin.profile.engine.exports import Settings
 from hermes_admin.profile import installation
@@ -36,10 +36,6 @@ from hermes_admin.filters import Filters
 from hermes_admin.profile.tasks import ORDER  # noqa: E402 (re-exported: `run`'s order)
 CHUNK = 2000  # files of sessions/ looked at together by the ghost sweep
 BUDGET_CHUNK = 200  # units whose text the size budget sums in one query (their ids bound a statement's)
-
-
-class Refused(Exception):
-    """A selection too broad to run without --force."""
 
 
 @dataclass
@@ -274,9 +270,9 @@ class _Pass:
                 units = retention.select(graph, days, request.now, live).units
                 candidates += len(units)
                 picked += sum(1 for u in units if filters.matches(graph.rows[u.session_id]))
-            if candidates and picked == candidates:
-                raise Refused(f"profile '{self.engine.profile.shown}': the filters match every ended session "
-                              "and set no age bound; add --older-than/--before or use --force")
+            refusal = too_broad(self.engine.profile, picked, candidates)
+            if refusal:
+                raise Refused(refusal)
 
         def select(graph: Graph, live: set[str]):
             selection = retention.select(graph, days, request.now, live)
