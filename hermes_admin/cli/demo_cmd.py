@@ -11,11 +11,12 @@ import click
 import yaml
 
 from hermes_admin.cli import mutate
-from hermes_admin.cli.maintain_cmd import ORDER, request
+from hermes_admin.cli.maintain_cmd import ORDER
 from hermes_admin.cli.context import App, pass_app
 from hermes_admin.cli.profiles_cmd import show_profiles
 from hermes_admin.host.config import AdminConfig
 from hermes_admin.host.config import shipped
+from hermes_admin.protocol import Maintain, Request
 from hermes_admin.synth.scenario import build_root
 
 # Two upstream-shaped profiles and one written by the PyPI release's schema.
@@ -42,8 +43,7 @@ def _prepare(root: Path) -> list[str]:
 
 def _run(app: App, dry_run: bool) -> int:
     found = app.discover()
-    run = app.work("maintain", {"request": request(ORDER, time.time(), dry_run=dry_run), "dry_run": dry_run},
-                   found.profiles, with_policy=True)
+    run = app.work(Maintain(Request(ORDER, time.time(), dry_run=dry_run)), found.profiles, with_policy=True)
     run.dry_run = dry_run
     try:
         mutate.finish(run, as_json=False, verb="run")

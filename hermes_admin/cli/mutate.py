@@ -9,7 +9,7 @@ import sys
 import click
 
 from hermes_admin import exitcodes, report, stopping
-from hermes_admin.protocol import Profile
+from hermes_admin.protocol import Profile, Resolve
 from hermes_admin.results import Run
 
 
@@ -32,7 +32,7 @@ def targets(app, profiles: list[Profile], ids: list[str]) -> tuple[dict[Profile,
     missing = []
     if not wanted:
         return by_profile, missing, []
-    answer = app.work("resolve", {"wanted": wanted}, profiles)
+    answer = app.work(Resolve(tuple(wanted)), profiles)
     problems = list(answer.errors)
     homes = {str(p.home): p for p in profiles}
     found: dict[str, list[tuple[Profile, str]]] = {w: [] for w in wanted}

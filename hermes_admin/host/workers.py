@@ -19,10 +19,9 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from hermes_admin import child, stopping
-from hermes_admin.protocol import MAX_LINE, Job, Owner, Profile, ProtocolError, Reader
+from hermes_admin.protocol import MAX_LINE, Job, Owner, ProtocolError, Reader
 from hermes_admin.report import clean
 from hermes_admin.results import RepairRun, Run
 
@@ -196,11 +195,3 @@ class Spawned:
         except (ProcessLookupError, PermissionError):
             self._signal(signal.SIGKILL)
 
-
-def by_owner(profiles: list[Profile], owners: dict[Path, Owner]) -> list[tuple[Owner, list[Profile]]]:
-    """The profiles grouped by who owns them, in the order they were found."""
-    groups: dict[int, tuple[Owner, list[Profile]]] = {}
-    for profile in profiles:
-        owner = owners[profile.home]
-        groups.setdefault(owner.uid, (owner, []))[1].append(profile)
-    return list(groups.values())

@@ -47,11 +47,11 @@ PR_SET_PDEATHSIG = 1  # prctl's number for it (linux/prctl.h): the copy dies wit
 
 
 def worth_it(job: Job) -> bool:
-    if job.params.get("processes") == 1 or len(job.profiles) < MIN_PROFILES:
+    if job.context.processes == 1 or len(job.profiles) < MIN_PROFILES:
         return False
     if len(os.sched_getaffinity(0)) < 2 or threading.active_count() > 1 or sys.stderr.isatty():
         return False
-    return bool(job.params.get("dry_run")) or not any(
+    return job.params.dry_run or not any(
         applies_repairs(job.layers.get(str(p.home), {})) for p in job.profiles)
 
 

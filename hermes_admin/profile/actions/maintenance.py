@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from dataclasses import dataclass, field
 from typing import Iterator
 
 from hermes_admin import stopping
@@ -22,7 +21,7 @@ from hermes_admin.profile.engine.exports import Settings
 from hermes_admin.profile import installation
 from hermes_admin.profile.hermes_config import HermesConfigError
 from hermes_admin.profile.hermes_config import load as load_hermes_config
-from hermes_admin.protocol import Profile
+from hermes_admin.protocol import Profile, Request  # Request: the one shape of a maintenance pass
 from hermes_admin.profile.engine.locks import LockHeld
 from hermes_admin.profile.store import StoreError
 from hermes_admin.profile.lineage import Graph
@@ -36,21 +35,6 @@ from hermes_admin.filters import Filters
 from hermes_admin.profile.tasks import ORDER  # noqa: E402 (re-exported: `run`'s order)
 CHUNK = 2000  # files of sessions/ looked at together by the ghost sweep
 BUDGET_CHUNK = 200  # units whose text the size budget sums in one query (their ids bound a statement's)
-
-
-@dataclass
-class Request:
-    tasks: tuple[str, ...]
-    now: float
-    explicit: bool = False  # a single-task command runs whatever the policy enables
-    dry_run: bool = False
-    force: bool = False
-    older_than: float | None = None  # purge: days, overrides retention_days
-    archive_days: float | None = None  # archive-inactive: days, overrides auto_archive_days
-    filters: Filters = field(default_factory=Filters)
-    vacuum: bool = False
-    export_dir: str | None = None  # --export-dir: over the policy's
-    lock_wait: float | None = None  # --lock-wait: over the policy's
 
 
 class _Pass:
@@ -335,10 +319,11 @@ def overridden(policy: Policy, origins: dict, request: Request) -> tuple[Policy,
 
 
 def maintain(run: Run, profile: Profile, layers: dict, request: Request,
-             siblings: dict[str, Profile] | None = None) -> None:
+             siblings: dict[str, Profile] | None = None, lock_wait: float | None = None) -> None:
     """Run the requested tasks on one profile; its failures are recorded, never raised.
 
     `layers`: the admin config's part of its policy, as the host read it (host.config.policy_layers).
+    `lock_wait`: --lock-wait, over the policy's.
     """
     if not profile.has_store():  # a profile Hermes never used yet: nothing to do, not an error
         result = Result(profile.name, "none", None, request.dry_run, status="skipped",
@@ -388,5 +373,5 @@ def maintain(run: Run, profile: Profile, layers: dict, request: Request,
         return results
 
     exports = Settings(request.export_dir or policy.export_dir, policy.export_keep_days)
-    lock_wait = request.lock_wait if request.lock_wait is not None else policy.lock_wait
+    lock_wait = lock_wait if lock_wait is not None else policy.lock_wait
     with_engine(run, profile, work, exports, config, lock_wait, incremental=policy.incremental_vacuum)
