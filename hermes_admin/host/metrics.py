@@ -70,7 +70,7 @@ def registry(run: Run, summaries: list[dict], finished: float | None = None,
             messages.labels(*key).set(row["messages"])
             store.labels(*key).set(row["store_bytes"] or 0)
             wal.labels(*key).set(row["wal_bytes"] or 0)
-    for row in rows:  # counted by the host from /proc (cli/context.App.work), for every profile
+    for row in rows:  # counted by the host from /proc (host/runner.Host.work), for every profile
         for name, gauge_of in (("detached_holders", detached), ("unlocked_holders", unlocked)):
             if isinstance(row.get(name), int) and not isinstance(row.get(name), bool):
                 gauge_of.labels(row["name"], row["home"]).set(row[name])

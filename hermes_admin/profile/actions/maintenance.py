@@ -19,7 +19,7 @@ from hermes_admin.profile.actions.common import Refused, Run, act_in_parts, too_
 from hermes_admin.profile.engine.engine import Engine, Result
 from hermes_admin.profile.engine.exports import Settings
 from hermes_admin.profile import installation
-from hermes_admin.profile.hermes_config import HermesConfigError
+from hermes_admin.profile.hermes_config import HermesConfig, HermesConfigError
 from hermes_admin.profile.hermes_config import load as load_hermes_config
 from hermes_admin.protocol import Profile, Request  # Request: the one shape of a maintenance pass
 from hermes_admin.profile.engine.locks import LockHeld
@@ -318,6 +318,24 @@ def overridden(policy: Policy, origins: dict, request: Request) -> tuple[Policy,
     return replace(policy, **changes), origins
 
 
+def _policy(run: Run, profile: Profile, layers: dict, request: Request) -> tuple[HermesConfig, Policy] | None:
+    """The profile's Hermes config and policy, and into the report the policy as this command applies
+    it, with where each value came from; None when either cannot be read (said in `run.errors`)."""
+    try:
+        config = load_hermes_config(profile.home)  # once: the engine uses it too
+        lookup = installation.for_profile(profile)
+        policy, origins = with_origins(profile.shown, layers, config, force=request.force,
+                                       installed=installation.defaults_layer(lookup))
+    except (HermesConfigError, PolicyError) as exc:
+        run.errors.append(f"profile '{profile.shown}': skipped: {exc}")
+        return None
+    applied, origins = overridden(policy, origins, request)
+    shown = dict(applied.as_dict(), origins=origins)
+    shown["hook_callback_timeout"], origins["hook_callback_timeout"] = installation.hook_timeout(config, lookup)
+    run.policies[str(profile.home)] = {"profile": profile.name, **shown, "hermes": lookup.as_dict()}
+    return config, policy
+
+
 def maintain(run: Run, profile: Profile, layers: dict, request: Request,
              siblings: dict[str, Profile] | None = None, lock_wait: float | None = None) -> None:
     """Run the requested tasks on one profile; its failures are recorded, never raised.
@@ -330,18 +348,10 @@ def maintain(run: Run, profile: Profile, layers: dict, request: Request,
                         why="no store yet: nothing to do", home=str(profile.home))
         run.results.append(result)
         return
-    try:
-        config = load_hermes_config(profile.home)  # once: the engine uses it too
-        lookup = installation.for_profile(profile)
-        policy, origins = with_origins(profile.shown, layers, config, force=request.force,
-                                       installed=installation.defaults_layer(lookup))
-    except (HermesConfigError, PolicyError) as exc:
-        run.errors.append(f"profile '{profile.shown}': skipped: {exc}")
+    found = _policy(run, profile, layers, request)
+    if found is None:
         return
-    applied, origins = overridden(policy, origins, request)
-    shown = dict(applied.as_dict(), origins=origins)
-    shown["hook_callback_timeout"], origins["hook_callback_timeout"] = installation.hook_timeout(config, lookup)
-    run.policies[str(profile.home)] = {"profile": profile.name, **shown, "hermes": lookup.as_dict()}
+    config, policy = found
     siblings = siblings if siblings is not None else {profile.name: profile}
     applying = policy.repair == "apply" and not request.dry_run
     if "repair" in request.tasks and applying:  # fixes take the profile's locks themselves: before the engine
