@@ -284,9 +284,9 @@ class Job:
             data = json.loads(line)
         except (ValueError, RecursionError):
             raise ProtocolError("a job that is not JSON") from None
-        if not isinstance(data, dict) or data.get("kind") not in PARAMS:
-            raise ProtocolError(f"a job of no known kind ({str(data.get('kind') if isinstance(data, dict) else '')[:32]!r})")
-        kind = data["kind"]
+        kind = data.get("kind") if isinstance(data, dict) else None
+        if kind not in PARAMS:
+            raise ProtocolError(f"a job of no known kind ({str(kind)[:32]!r})")
         profiles, layers = _job_profiles(data.get("profiles"))
         return cls(_read_fields(PARAMS[kind], data.get("params"), f"job {kind}: params"),
                    _read_fields(Owner, data.get("owner"), "job: owner"), profiles, layers,

@@ -67,8 +67,8 @@ class Host:
     def select(self, only: tuple[str, ...] = ()) -> homes.Discovery:
         """The profiles `-p` chose (all without it), with every root's skipped folders and missing roots."""
         everything = self.everything()
-        return homes.Discovery(profiles=[p for p in everything.profiles if not only or any(selects(p, w) for w in only)],
-                               skipped=everything.skipped, missing_roots=everything.missing_roots,
+        chosen = [p for p in everything.profiles if not only or any(selects(p, w) for w in only)]
+        return homes.Discovery(profiles=chosen, skipped=everything.skipped, missing_roots=everything.missing_roots,
                                owners=everything.owners)
 
     def labels(self) -> dict[str, str]:

@@ -22,7 +22,8 @@ from hermes_admin.protocol import (PARAMS, Change, Context, Job, ListExports, Li
 from hermes_admin.results import Run
 
 OWNER = Owner(1000, 1000, (1000, 27), "ann", "/home/ann")
-PROFILES = [Profile(Path("/r"), "default", Path("/r")), Profile(Path("/r"), "work", Path("/r/profiles/work"), "/r:work")]
+PROFILES = [Profile(Path("/r"), "default", Path("/r")),
+            Profile(Path("/r"), "work", Path("/r/profiles/work"), "/r:work")]
 
 EVERY_KIND = [
     Maintain(Request(ORDER, 1.5e9, force=True, older_than=30, filters=Filters(source="cli", min_messages=2,
@@ -42,7 +43,8 @@ EVERY_KIND = [
 
 def _job(params) -> Job:
     return Job(params, OWNER, PROFILES, {"/r": {"entry": {"retention_days": 30}}, "/r/profiles/work": {}},
-               Context(verbose=2, lock_wait=4.5, safe_mode="1", processes=1, siblings={"/r": {"work": "/r/profiles/work"}}))
+               Context(verbose=2, lock_wait=4.5, safe_mode="1", processes=1,
+                       siblings={"/r": {"work": "/r/profiles/work"}}))
 
 
 @pytest.mark.parametrize("params", EVERY_KIND, ids=lambda p: p.KIND)
@@ -54,7 +56,9 @@ def test_every_kind_of_job_comes_back_whole(params):
 
 
 def test_every_kind_is_covered_and_dry_run_is_carried_once():
-    assert {p.KIND for p in EVERY_KIND} == set(PARAMS)
+    from hermes_admin.profile import jobs
+
+    assert {p.KIND for p in EVERY_KIND} == set(PARAMS) == set(jobs.KINDS)  # a worker does every kind
     maintain = json.loads(_job(EVERY_KIND[1]).encode())["params"]
     assert "dry_run" not in maintain and maintain["request"]["dry_run"] is True  # the request's, once
     assert EVERY_KIND[1].dry_run and not EVERY_KIND[0].dry_run
