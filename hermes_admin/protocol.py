@@ -285,7 +285,7 @@ class Job:
         except (ValueError, RecursionError):
             raise ProtocolError("a job that is not JSON") from None
         kind = data.get("kind") if isinstance(data, dict) else None
-        if kind not in PARAMS:
+        if not isinstance(kind, str) or kind not in PARAMS:
             raise ProtocolError(f"a job of no known kind ({str(kind)[:32]!r})")
         profiles, layers = _job_profiles(data.get("profiles"))
         return cls(_read_fields(PARAMS[kind], data.get("params"), f"job {kind}: params"),

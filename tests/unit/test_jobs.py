@@ -88,6 +88,7 @@ MAINTAIN, CHANGE = _job(EVERY_KIND[0]), _job(EVERY_KIND[2])
 
 @pytest.mark.parametrize("job, where, value, says", [
     (MAINTAIN, "kind", "format_disk", "no known kind"),
+    (MAINTAIN, "kind", ["maintain"], "no known kind"),
     (MAINTAIN, "params.request.tasks", ["purge", "rm_rf"], "params.request: unknown task 'rm_rf'"),
     (MAINTAIN, "params.request.tasks", "purge", "params.request.tasks: expected a list"),
     (MAINTAIN, "params.request.now", "noon", "params.request.now: expected a finite number"),
