@@ -168,7 +168,7 @@ def snapshot(db: Path) -> Snapshot:
 
 
 def units_of(db: Path, command: str) -> list[set[str]]:
-    """Units as the design defines them, computed here independently of hermes_admin's lineage code:
+    """Units as docs/design.md §2 defines them, computed here independently of hermes_admin's lineage code:
     a session with its delegates (recursively); for purge/run also the whole compression lineage."""
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:

@@ -1,4 +1,4 @@
-"""The small things of design §10: `--help` and `--version`, and `run` over 50 profiles with nothing
+"""The small things BENCHMARKS.md measures: `--help` and `--version`, and `run` over 50 profiles with nothing
 to do, as whole processes (medians of N runs).
 
     python bench/small.py [--runs 9] [--profiles 50]

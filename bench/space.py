@@ -10,13 +10,16 @@ the real Hermes):
 
 For each: (1) `run` alone, as the timer would on a quiet host (policy: auto_prune, retention 90,
 vacuum_after_prune: the VACUUM, nobody holding the store, also switches it to incremental
-auto-vacuum); (2) the run a window later, under a real Hermes writer appending every 20 ms (its own
-optimize inside): R with a 60-day window (more sessions due), AUTO with `stale_grace_days: 0` (the
-rows (1) closed as stale are due, as they would be a window later); then (3) Hermes' own
-`maybe_auto_prune_and_vacuum(90)` on a fresh copy of the same store, under the same writer.
-Per step: rows deleted and closed, bytes in use before and after (pages less free pages), the
-database file and its WAL before and after, the share of freed bytes back on the file system, the
-writer's worst and p99 wait, failed writes.
+auto-vacuum); (2) the run a window later, under a real Hermes writer appending every 20 ms: R with a
+60-day window (more sessions due), AUTO with `stale_grace_days: 0` (the rows (1) closed as stale
+are due, as they would be a window later); (2b) the same on a copy of the same store, with the
+writer's own FTS optimize inside the run (it rewrites the whole index in one transaction, hundreds
+of MB of WAL on R: (2) shows what our run does, (2b) what it does beside Hermes' own biggest write);
+then (3) Hermes' own `maybe_auto_prune_and_vacuum(90)` on a fresh copy of the same store, under the
+same writer (its optimize inside). Per step: rows deleted and closed, bytes in use before and after
+(pages less free pages), the database file before and after, the WAL before, at its largest during
+the step (by `stat`) and after, the share of freed bytes back in the database file's size, the
+database file and WAL together before less after, the writer's worst and p99 wait, failed writes.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -112,22 +116,53 @@ def hermes(home: Path) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else {"error": done.stderr[-300:]}
 
 
-def step(home: Path, action, under_writer: bool) -> dict:
+NO_OPTIMIZE = -10 ** 6  # the writer's own FTS optimize falls a million appends later: not in this run
+OPTIMIZE_INSIDE = 300  # ... or after 300 appends (6 s): inside the run
+
+
+class WalPeak:
+    """The WAL's largest size while an action runs, by `stat` every 20 ms (nothing is opened)."""
+
+    def __init__(self, db: Path):
+        self.wal, self.peak, self._stop = Path(f"{db}-wal"), 0, threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def _watch(self) -> None:
+        while not self._stop.wait(0.02):
+            try:
+                self.peak = max(self.peak, self.wal.stat().st_size)
+            except OSError:
+                pass
+
+    def __enter__(self) -> "WalPeak":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def step(home: Path, action, optimize_after: int | None = None) -> dict:
     """`action` and the store's figures right after it (with the writer still running: its own close,
-    the last, would delete the WAL and say nothing of ours)."""
+    the last, would delete the WAL and say nothing of ours). Without `optimize_after`, no writer."""
     db = home / "state.db"
-    before = figures(db)
 
-    def measured_action():
-        return action(), figures(db)
+    def measured_action():  # figures before too with the writer running: its WAL is there all day
+        before = figures(db)
+        with WalPeak(db) as wal:
+            done = action()
+        return before, done, figures(db), wal.peak
 
-    if under_writer:
-        (measured, after), writer = bench.with_writer(home, measured_action, optimize_after=300)
+    if optimize_after is not None:
+        (before, measured, after, peak), writer = bench.with_writer(home, measured_action,
+                                                                    optimize_after=optimize_after)
     else:
-        (measured, after), writer = measured_action(), None
+        (before, measured, after, peak), writer = measured_action(), None
     freed = before["used"] - after["used"]
-    back = before["file"] - after["file"]  # the database file; the WAL is shown beside it
-    return {"before": before, "after": after, "freed": freed, "back": back,
+    back = before["file"] - after["file"]  # the database file
+    on_disk = before["file"] + before["wal"] - after["file"] - after["wal"]  # the database file and its WAL
+    return {"before": before, "after": after, "freed": freed, "back": back, "on_disk": on_disk, "wal_peak": peak,
             "back_share": round(back / freed, 3) if freed > 0 else None, "run": measured, "writer": writer}
 
 
@@ -144,17 +179,23 @@ def workload(name: str, source: Path, tmp: Path) -> dict:
     admin.write_text("{}\n")
     set_policy(home, {"auto_prune": True, "retention_days": 90, "vacuum_after_prune": True})
     bench.log(f"{name}: (1) run alone ...")
-    out["alone"] = step(home, lambda: ours(home, admin), under_writer=False)
+    out["alone"] = step(home, lambda: ours(home, admin))
     if name == "R":
         set_policy(home, {"auto_prune": True, "retention_days": 60})
     else:  # the stale rows (1) closed, due as a window later
         set_policy(home, {"auto_prune": True, "retention_days": 90})
         admin.write_text(json.dumps({"defaults": {"stale_grace_days": 0}}) + "\n")
+    again = tmp / f"{name}-again"
+    shutil.copytree(home, again)  # the same store a window later, for (2b)
+    os.sync()
     bench.log(f"{name}: (2) the run a window later, under the writer ...")
-    out["later"] = step(home, lambda: ours(home, admin), under_writer=True)
+    out["later"] = step(home, lambda: ours(home, admin), NO_OPTIMIZE)
     shutil.rmtree(where, ignore_errors=True)
+    bench.log(f"{name}: (2b) the same, with the writer's own FTS optimize inside the run ...")
+    out["later_optimize"] = step(again, lambda: ours(again, admin), OPTIMIZE_INSIDE)
+    shutil.rmtree(again, ignore_errors=True)
     bench.log(f"{name}: (3) Hermes' own auto-maintenance on a copy, under the writer ...")
-    out["hermes"] = step(pristine, lambda: hermes(pristine), under_writer=True)
+    out["hermes"] = step(pristine, lambda: hermes(pristine), OPTIMIZE_INSIDE)
     shutil.rmtree(pristine, ignore_errors=True)
     return out
 
@@ -165,11 +206,13 @@ def mb(n: int) -> str:
 
 def table(results: dict) -> str:
     lines = ["| store | step | deleted / closed | in use before → after | state.db before → after | "
-             "freed, back on disk | WAL before → after | writer worst / p99, failed |",
-             "|---|---|---|---|---|---|---|---|"]
+             "freed, back in state.db's size | WAL before → peak → after | state.db + WAL back | "
+             "writer worst / p99, failed |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for name, steps in results.items():
-        for label, s in (("(1) our run, alone", steps["alone"]), ("(2) our run a window later, under the writer",
-                                                                   steps["later"]),
+        for label, s in (("(1) our run, alone", steps["alone"]),
+                         ("(2) our run a window later, under the writer", steps["later"]),
+                         ("(2b) the same, the writer's own FTS optimize inside it", steps["later_optimize"]),
                          ("(3) Hermes' auto-maintenance, under the writer", steps["hermes"])):
             r, w, b, a = s["run"], s["writer"], s["before"], s["after"]
             did = (f"{r.get('deleted', 0)} / {r.get('closed', 0)}" if "deleted" in r
@@ -178,7 +221,8 @@ def table(results: dict) -> str:
             share = f"{mb(s['back'])} of {mb(s['freed'])} ({100 * s['back_share']:.0f} %)" if s["back_share"] is not None \
                 else f"{mb(s['back'])} (nothing freed)"
             lines.append(f"| {name} | {label} | {did} | {mb(b['used'])} → {mb(a['used'])} | "
-                         f"{mb(b['file'])} → {mb(a['file'])} | {share} | {mb(b['wal'])} → {mb(a['wal'])} | {writer} |")
+                         f"{mb(b['file'])} → {mb(a['file'])} | {share} | "
+                         f"{mb(b['wal'])} → {mb(s['wal_peak'])} → {mb(a['wal'])} | {mb(s['on_disk'])} | {writer} |")
     return "\n".join(lines)
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import hermes_admin
 
+# the system's own folders only: no user's folder decides which program a child runs
 PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
@@ -49,7 +50,7 @@ def own_environment(**extra: str) -> dict[str, str]:
 
 # -- what our children leave behind ------------------------------------------------
 
-PR_SET_CHILD_SUBREAPER = 36
+PR_SET_CHILD_SUBREAPER = 36  # prctl's number for it (linux/prctl.h)
 _ours: set[int] = set()  # children we started ourselves (the file remover, plugin workers)
 
 

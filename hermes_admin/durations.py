@@ -18,6 +18,7 @@ import math
 import re
 from datetime import datetime
 
+# Each unit a duration may name, in seconds; a month is 30 days and a year 365, as Hermes counts.
 SECONDS = {
     "s": 1, "sec": 1, "secs": 1, "second": 1, "seconds": 1,
     "m": 60, "min": 60, "mins": 60, "minute": 60, "minutes": 60,
@@ -27,9 +28,10 @@ SECONDS = {
     "mo": 30 * 86400, "month": 30 * 86400, "months": 30 * 86400,
     "y": 365 * 86400, "year": 365 * 86400, "years": 365 * 86400,
 }
+# one number and its unit; a duration is several (`1w2d`)
 _PART = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-z]+)", re.IGNORECASE)
-_BARE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*")
-HINT = "a number, a duration like 90d, 12h, 1w2d, 3mo"
+_BARE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*")  # a bare number: the key's own unit
+HINT = "a number, a duration like 90d, 12h, 1w2d, 3mo"  # what every refusal says a duration looks like
 
 
 class DurationError(ValueError):

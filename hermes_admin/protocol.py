@@ -2,13 +2,15 @@
 
 The host sends one job; the worker answers with JSON lines on its stdout:
 
-    -> {"kind", "params", "owner": {"uid", "gid", "groups", "user", "home"},
-        "profiles": [{"root", "name", "home", "layers"}]}          (one line, on its own pipe)
+    -> {"kind", "params", "context", "owner": {"uid", "gid", "groups", "user", "home"},
+        "profiles": [{"root", "name", "home", "display", "layers"}]}  (one line, on its own pipe)
     <- {"t": "hello", "uid", "gid", "groups"}                         who the worker really is
     <- {"t": "result", "v": {...}}  then  {"t": "item", "f": FIELD, "v": ...} / {"t": "kept", ...}
     <- {"t": "data", "k": KEY, "v": ...}                               rows of list-type jobs
     <- {"t": "end", "v": {"dry_run", "errors", "locked", "warnings", "policies", "findings"}}
 
+A job's parameters are one frozen dataclass per kind (`Maintain`, `Change`, ...), checked
+field by field when the worker reads them (`Job.decode`): a bad one is one ProtocolError naming it.
 The worker runs a home's owner's code paths, so the host trusts nothing it reads:
 every line is size-bounded, every field type-checked, and a result is accepted only
 for a home the job gave that worker (`Reader`). Long lists travel an item a line
@@ -19,10 +21,14 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
 from functools import cached_property
 from pathlib import Path
+from types import UnionType
+from typing import ClassVar, Union, get_args, get_origin, get_type_hints
 
+from hermes_admin.filters import Filters
+from hermes_admin.profile.tasks import ORDER
 from hermes_admin.results import Done, Finding, RepairRun, Result, Run
 
 MAX_LINE = 1 << 20  # one message; a longer one ends the worker (an item is a few hundred bytes)
@@ -76,31 +82,281 @@ class Owner:
         return {"uid": self.uid, "gid": self.gid, "groups": list(self.groups), "user": self.user, "home": self.home}
 
 
+# -- the job: one frozen dataclass per kind, read as strictly as a report -----------
+
+@dataclass(frozen=True)
+class Request:
+    """What a maintenance pass does, the one shape the CLI, the daemon and the worker's
+    actions/maintenance.py share: which tasks (named as in tasks.ORDER, which alone orders them)
+    and what the command line overrides (docs/design.md §3, §4)."""
+
+    tasks: tuple[str, ...]
+    now: float
+    explicit: bool = False  # a single-task command runs whatever the policy enables
+    dry_run: bool = False  # the job's only dry_run (Maintain.dry_run reads it)
+    force: bool = False
+    older_than: float | None = None  # purge: days, overrides retention_days
+    archive_days: float | None = None  # archive-inactive: days, overrides auto_archive_days
+    filters: Filters = field(default_factory=Filters)
+    vacuum: bool = False
+    export_dir: str | None = None  # --export-dir, absolute: over the policy's
+
+    def __post_init__(self):
+        unknown = [t for t in self.tasks if t not in ORDER]
+        if unknown:
+            raise ValueError(f"unknown task {unknown[0]!r} (known: {', '.join(ORDER)})")
+
+
+@dataclass(frozen=True)
+class Maintain:
+    """Maintenance tasks over each profile (`run`, `purge`, ..., the daemon's jobs)."""
+
+    KIND: ClassVar[str] = "maintain"
+    CHANGES: ClassVar[bool] = True
+    request: Request
+    summaries: bool = False  # each profile's summary row too, for the host's metrics file
+    command: str = "run"  # how the run record (`status`) names the command
+
+    @property
+    def dry_run(self) -> bool:
+        return self.request.dry_run
+
+
+@dataclass(frozen=True)
+class Change:
+    """`sessions delete|archive|unarchive`: ids the host resolved, per home, and/or filters."""
+
+    KIND: ClassVar[str] = "change"
+    CHANGES: ClassVar[bool] = True
+    VERBS: ClassVar[tuple[str, ...]] = ("delete", "archive", "unarchive")
+    verb: str
+    dry_run: bool
+    force: bool = False
+    ids: dict[str, tuple[str, ...]] = field(default_factory=dict)  # home -> its session ids
+    filters: Filters | None = None
+    export_dir: str | None = None
+
+    def __post_init__(self):
+        if self.verb not in self.VERBS:
+            raise ValueError(f"unknown verb {self.verb!r} (known: {', '.join(self.VERBS)})")
+
+
+@dataclass(frozen=True)
+class Repair:
+    """`repair [--apply]`."""
+
+    KIND: ClassVar[str] = "repair"
+    CHANGES: ClassVar[bool] = True
+    apply: bool = False
+    check_fts: bool = False
+
+    @property
+    def dry_run(self) -> bool:
+        return not self.apply
+
+
+@dataclass(frozen=True)
+class Restore:
+    """`restore FILE`: one profile, the file read as its owner."""
+
+    KIND: ClassVar[str] = "restore"
+    CHANGES: ClassVar[bool] = True
+    file: str
+    dry_run: bool
+    sessions: tuple[str, ...] | None = None  # only the units holding these ids
+
+
+@dataclass(frozen=True)
+class PruneExports:
+    """`exports prune`: the exports the host chose, per home."""
+
+    KIND: ClassVar[str] = "exports_prune"
+    CHANGES: ClassVar[bool] = True
+    dry_run: bool
+    files: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    export_dir: str | None = None
+
+
+@dataclass(frozen=True)
+class _Looks:
+    """A job that changes nothing."""
+
+    CHANGES: ClassVar[bool] = False
+    dry_run: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
+class ListProfiles(_Looks):
+    KIND: ClassVar[str] = "profiles"
+
+
+@dataclass(frozen=True)
+class Status(_Looks):
+    KIND: ClassVar[str] = "status"
+
+
+@dataclass(frozen=True)
+class ShowPolicy(_Looks):
+    KIND: ClassVar[str] = "policy"
+
+
+@dataclass(frozen=True)
+class Usage(_Looks):
+    KIND: ClassVar[str] = "usage"
+
+
+@dataclass(frozen=True)
+class ListPlugins(_Looks):
+    KIND: ClassVar[str] = "plugins_list"
+
+
+@dataclass(frozen=True)
+class ListSessions(_Looks):
+    KIND: ClassVar[str] = "sessions_list"
+    limit: int
+
+
+@dataclass(frozen=True)
+class Resolve(_Looks):
+    """Which sessions each wanted id (or prefix) names."""
+
+    KIND: ClassVar[str] = "resolve"
+    wanted: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class SessionDetail(_Looks):
+    KIND: ClassVar[str] = "session_detail"
+    session_id: str
+
+
+@dataclass(frozen=True)
+class ListExports(_Looks):
+    KIND: ClassVar[str] = "exports_list"
+    export_dir: str | None = None
+
+
+Params = Union[Maintain, Change, Repair, Restore, PruneExports, ListProfiles, Status, ShowPolicy, Usage,
+               ListPlugins, ListSessions, Resolve, SessionDetail, ListExports]
+PARAMS: dict[str, type] = {cls.KIND: cls for cls in get_args(Params)}
+
+
+@dataclass(frozen=True)
+class Context:
+    """What every job carries from the host besides its own parameters."""
+
+    verbose: int = 0
+    lock_wait: float | None = None  # --lock-wait: over the policy's
+    safe_mode: str = ""  # the invoker's HERMES_SAFE_MODE: a worker's environment is clean
+    bundled_plugins: str = ""  # the invoker's HERMES_BUNDLED_PLUGINS (Nix, packages)
+    processes: int = 2  # profile/fork.py; 1: every profile in one process
+    # root -> {name: home} of the profiles that share the owner of its `default`: where repair may
+    # move a wrong-store row (docs/design.md §8)
+    siblings: dict[str, dict[str, str]] = field(default_factory=dict)
+
+
 @dataclass
 class Job:
-    """One kind of work (see `profile/jobs.py`) over the profiles of one owner."""
+    """One kind of work (its params, see `profile/jobs.py`) over the profiles of one owner."""
 
-    kind: str
-    params: dict
+    params: Params
     owner: Owner
     profiles: list[Profile]
     layers: dict[str, dict] = field(default_factory=dict)  # home -> the admin config's policy layers
+    context: Context = field(default_factory=Context)
+
+    @property
+    def kind(self) -> str:
+        return self.params.KIND
 
     def encode(self) -> bytes:
         return (json.dumps({
-            "kind": self.kind, "params": self.params, "owner": self.owner.as_dict(),
+            "kind": self.kind, "params": asdict(self.params), "context": asdict(self.context),
+            "owner": self.owner.as_dict(),
             "profiles": [{"root": str(p.root), "name": p.name, "home": str(p.home), "display": p.display,
                           "layers": self.layers.get(str(p.home), {})} for p in self.profiles],
         }, default=str) + "\n").encode()
 
     @classmethod
     def decode(cls, line: bytes) -> "Job":
-        data = json.loads(line)
-        o = data["owner"]
-        owner = Owner(int(o["uid"]), int(o["gid"]), tuple(int(g) for g in o["groups"]), str(o["user"]), str(o["home"]))
-        profiles = [Profile(Path(p["root"]), p["name"], Path(p["home"]), p.get("display")) for p in data["profiles"]]
-        layers = {p["home"]: p["layers"] for p in data["profiles"]}
-        return cls(data["kind"], data["params"], owner, profiles, layers)
+        """The job a worker was given, every field checked: a bad one is a ProtocolError naming it."""
+        try:
+            data = json.loads(line)
+        except (ValueError, RecursionError):
+            raise ProtocolError("a job that is not JSON") from None
+        kind = data.get("kind") if isinstance(data, dict) else None
+        if not isinstance(kind, str) or kind not in PARAMS:
+            raise ProtocolError(f"a job of no known kind ({str(kind)[:32]!r})")
+        profiles, layers = _job_profiles(data.get("profiles"))
+        return cls(_read_fields(PARAMS[kind], data.get("params"), f"job {kind}: params"),
+                   _read_fields(Owner, data.get("owner"), "job: owner"), profiles, layers,
+                   _read_fields(Context, data.get("context", {}), "job: context"))
+
+
+def _job_profiles(value) -> tuple[list[Profile], dict[str, dict]]:
+    if not isinstance(value, list):
+        raise ProtocolError("job: profiles: expected a list")
+    profiles, layers = [], {}
+    for n, entry in enumerate(value):
+        if not isinstance(entry, dict):
+            raise ProtocolError(f"job: profiles[{n}]: expected an object")
+        given = _plain_json(entry.get("layers", {}))
+        if not isinstance(given, dict):
+            raise ProtocolError(f"job: profiles[{n}].layers: expected an object")
+        profile = _read_fields(Profile, {k: v for k, v in entry.items() if k != "layers"}, f"job: profiles[{n}]")
+        profiles.append(profile)
+        layers[str(profile.home)] = given
+    return profiles, layers
+
+
+def _read_fields(cls, value, where: str):
+    """An instance of the dataclass `cls` from a JSON object: every field of its type, no other field."""
+    if not isinstance(value, dict):
+        raise ProtocolError(f"{where}: expected an object")
+    known = {f.name: f for f in fields(cls) if f.init}
+    unknown = sorted(set(value) - set(known))
+    if unknown:
+        raise ProtocolError(f"{where}: unknown field {str(unknown[0])[:64]!r}")
+    hints = get_type_hints(cls)
+    given = {}
+    for name, spec in known.items():
+        if name in value:
+            given[name] = _read_value(hints[name], value[name], f"{where}.{name}")
+        elif spec.default is MISSING and spec.default_factory is MISSING:
+            raise ProtocolError(f"{where}.{name}: missing")
+    try:
+        return cls(**given)
+    except ValueError as exc:  # what the class itself checks (a task's name, a verb)
+        raise ProtocolError(f"{where}: {exc}") from None
+
+
+def _read_value(hint, value, where: str):
+    """One value of the type `hint` (text, a number, a flag, X | None, tuple[X, ...],
+    dict[str, X], a path or a dataclass); anything else is a ProtocolError saying where."""
+    origin, args = get_origin(hint), get_args(hint)
+    if origin in (Union, UnionType):
+        inner = [a for a in args if a is not type(None)]
+        return None if value is None and len(inner) < len(args) else _read_value(inner[0], value, where)
+    if is_dataclass(hint):
+        return _read_fields(hint, value, where)
+    if origin is tuple:
+        if not isinstance(value, list):
+            raise ProtocolError(f"{where}: expected a list")
+        return tuple(_read_value(args[0], v, f"{where}[{n}]") for n, v in enumerate(value))
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ProtocolError(f"{where}: expected an object")
+        return {_read_value(args[0], k, where): _read_value(args[1], v, f"{where}[{k!r}]") for k, v in value.items()}
+    try:
+        if hint is int:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ProtocolError("expected a whole number")
+            return value
+        read = {str: lambda v: _text(v, MAX_LINE), Path: lambda v: Path(_text(v, MAX_LINE)),
+                float: lambda v: float(_number(v)), bool: _flag}[hint]
+        return read(value)
+    except ProtocolError as exc:
+        raise ProtocolError(f"{where}: {exc}") from None
 
 
 # -- the worker's side: writing a report -------------------------------------------

@@ -19,7 +19,7 @@ import tempfile
 from typing import Callable, Iterable, Iterator
 
 HEAD = 256  # entries kept in memory before the rest goes to the file
-READ_BYTES = 1 << 16
+READ_BYTES = 1 << 16  # a spill is read back in pieces this big, never whole
 
 
 def _plain(value):

@@ -112,7 +112,7 @@ def _nesting_bound(text: str, brackets: int) -> int:
     return 2 * deepest_line + brackets + 2
 
 
-_BRACKET = re.compile(r"[\[\]{}]")
+_BRACKET = re.compile(r"[\[\]{}]")  # what opens or closes a flow collection: counted for the nesting bound
 
 
 def _bracket_depth(text: str) -> int:

@@ -12,6 +12,7 @@ import click
 from hermes_admin import exitcodes, report, tables, yamlfile
 from hermes_admin.cli.context import App, json_option, pass_app, profile_option
 from hermes_admin.host import config as admin_config
+from hermes_admin.protocol import ShowPolicy
 from hermes_admin.tables import Column
 
 
@@ -100,7 +101,7 @@ def check(app: App, profiles, as_json: bool):
     if loaded is not None:
         found = app.discover(profiles)
         # Without the admin layers (checked above): a profile whose preset is missing is checked too.
-        answer = app.work("policy", {}, found.profiles)
+        answer = app.work(ShowPolicy(), found.profiles)
         admin_level = bool(problems)  # then a profile's policy fails on them too: said once, above
         for row in answer.data.get("policy", []):
             problems += [p for p in row["problems"] if p["file"] or not admin_level]
@@ -132,7 +133,7 @@ def check(app: App, profiles, as_json: bool):
 def show(app: App, origin: bool, profiles, as_json: bool):
     """Each profile's effective policy, value by value."""
     found = app.discover(profiles)
-    answer = app.work("policy", {}, found.profiles, with_policy=True)
+    answer = app.work(ShowPolicy(), found.profiles, with_policy=True)
     labels = app.labels()
     rows = answer.data.get("policy", [])
     if as_json:

@@ -11,11 +11,12 @@ import click
 import yaml
 
 from hermes_admin.cli import mutate
-from hermes_admin.cli.maintain_cmd import ORDER, request
+from hermes_admin.profile.tasks import ORDER
 from hermes_admin.cli.context import App, pass_app
 from hermes_admin.cli.profiles_cmd import show_profiles
 from hermes_admin.host.config import AdminConfig
 from hermes_admin.host.config import shipped
+from hermes_admin.protocol import Maintain, Request
 from hermes_admin.synth.scenario import build_root
 
 # Two upstream-shaped profiles and one written by the PyPI release's schema.
@@ -23,6 +24,7 @@ DEMO_PROFILES = {"default": 30, "work": 30, "legacy": 22}
 # `work` maintains itself through its own config.yaml, `legacy` through the admin config's preset;
 # `default` keeps Hermes' built-ins (no purge, no archive), so its old sessions stay.
 WORK_SESSIONS = {"auto_prune": True, "retention_days": 90, "auto_archive": True, "auto_archive_days": 30}
+# `legacy` takes its policy from a preset, to show that layer too
 ADMIN = {"profiles": {"legacy": {"preset": "standard"}}}
 
 
@@ -41,8 +43,7 @@ def _prepare(root: Path) -> list[str]:
 
 def _run(app: App, dry_run: bool) -> int:
     found = app.discover()
-    run = app.work("maintain", {"request": request(ORDER, time.time(), dry_run=dry_run), "dry_run": dry_run},
-                   found.profiles, with_policy=True)
+    run = app.work(Maintain(Request(ORDER, time.time(), dry_run=dry_run)), found.profiles, with_policy=True)
     run.dry_run = dry_run
     try:
         mutate.finish(run, as_json=False, verb="run")

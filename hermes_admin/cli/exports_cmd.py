@@ -15,6 +15,7 @@ from hermes_admin.cli import mutate
 from hermes_admin.cli.context import App, json_option, pass_app, profile_option
 from hermes_admin.cli.maintain_cmd import absolute_dir, export_dir_option
 from hermes_admin.cli.params import DURATION, SIZE
+from hermes_admin.protocol import ListExports, PruneExports, Restore
 from hermes_admin.results import Run
 
 
@@ -29,7 +30,7 @@ def _owner_of(path: Path, profiles):
 
 def _by_id(app: App, profiles, wanted: str) -> str:
     """The export whose short id begins with `wanted` (one, or a usage error naming the matches)."""
-    answer = app.work("exports_list", {}, profiles, with_policy=True)
+    answer = app.work(ListExports(), profiles, with_policy=True)
     matches = [r["file"] for r in answer.data.get("exports", []) if short_id(r["file"]).startswith(wanted)]
     if len(matches) != 1:
         raise click.UsageError(f"export id {wanted!r} matches " + (", ".join(matches[:5]) if matches else "no export"))
@@ -60,9 +61,8 @@ def restore(app: App, file, sessions, profiles, dry_run, yes, as_json):
             "default export folder)" if not chosen else
             f"-p selects {len(chosen)} profiles ({', '.join(p.shown for p in chosen)}); restore goes into one")
     mutate.confirm(f"Restore the units of {path.name} into profile '{chosen[0].shown}'?", yes, dry_run)
-    params = {"file": str(path), "sessions": list(sessions) or None, "dry_run": dry_run}
     run = Run(dry_run=dry_run)
-    run.merge(app.work("restore", params, chosen))
+    run.merge(app.work(Restore(str(path), dry_run, tuple(sessions) or None), chosen))
     mutate.finish(run, as_json, "restore", app.verbose, app.quiet)
 
 
@@ -93,7 +93,7 @@ def exports():
 def list_cmd(app: App, profiles, export_dir, as_json: bool):
     """Every profile's exports, oldest first: when, what they hold, where."""
     found = app.discover(profiles)
-    answer = app.work("exports_list", {"export_dir": absolute_dir(export_dir)}, found.profiles, with_policy=True)
+    answer = app.work(ListExports(absolute_dir(export_dir)), found.profiles, with_policy=True)
     rows = answer.data.get("exports", [])
     for row in rows:
         row["id"] = short_id(row["file"])
@@ -130,7 +130,7 @@ def prune(app: App, older_than, max_size, profiles, export_dir, dry_run, yes, as
     if older_than is None and max_size is None:
         raise click.UsageError("say what to remove: --older-than AGE and/or --max-size SIZE")
     found = app.discover(profiles)
-    answer = app.work("exports_list", {"export_dir": absolute_dir(export_dir)}, found.profiles, with_policy=True)
+    answer = app.work(ListExports(absolute_dir(export_dir)), found.profiles, with_policy=True)
     rows = sorted(answer.data.get("exports", []), key=lambda r: (r.get("created") or 0, r["file"]))
     now = time.time()
     doomed = [r for r in rows if older_than is not None and (r.get("created") or now) < now - older_than * 86400]
@@ -153,8 +153,8 @@ def prune(app: App, older_than, max_size, profiles, export_dir, dry_run, yes, as
         files.setdefault(row["home"], []).append(row["file"])
     # Every selected profile, even with nothing to remove: the root's run lock is taken as for any change,
     # so a prune never races a run that is writing its export.
-    run.merge(app.work("exports_prune", {"files": files, "dry_run": dry_run, "export_dir": absolute_dir(export_dir)},
-                       found.profiles, with_policy=True))
+    run.merge(app.work(PruneExports(dry_run, {home: tuple(names) for home, names in files.items()},
+                                    absolute_dir(export_dir)), found.profiles, with_policy=True))
     removed = run.data.get("removed", [])
     for row in removed:
         row["id"] = short_id(row["file"])

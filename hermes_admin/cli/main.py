@@ -1,4 +1,4 @@
-"""`hermes-admin`: the command group and its global options (design §8)."""
+"""`hermes-admin`: the command group and its global options (docs/design.md §11)."""
 
 from __future__ import annotations
 
@@ -149,7 +149,7 @@ def write_help_text() -> None:
 
 def main() -> None:
     """The console script: click's own handling; a stop request reports what was done and exits 130;
-    usage errors exit 64 and internal errors 70, never a code that means "a profile failed" (design §12)."""
+    usage errors exit 64 and internal errors 70, never a code that means "a profile failed" (docs/design.md §11)."""
     from hermes_admin.cli.pipes import guard_stdout
 
     signal.signal(signal.SIGTERM, _stop_request)

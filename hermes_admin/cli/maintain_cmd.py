@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import asdict
+from dataclasses import replace
 
 import click
 
@@ -12,6 +12,7 @@ from hermes_admin.cli import mutate
 from hermes_admin.cli.context import App, json_option, pass_app, profile_option
 from hermes_admin.cli.params import DURATION, WHEN
 from hermes_admin.filters import FilterError, Filters, parse_when
+from hermes_admin.protocol import Maintain, Request
 
 from hermes_admin.profile.tasks import ORDER  # noqa: E402 (`run`'s order, one copy)
 
@@ -65,33 +66,23 @@ def _when(value, now: float) -> float | None:
     return None if value is None else value if isinstance(value, float) else parse_when(value, now)
 
 
-def request(tasks: tuple[str, ...], now: float, *, explicit: bool = False, dry_run: bool = False,
-            force: bool = False, older_than: float | None = None, archive_days: float | None = None,
-            filters: Filters | None = None, vacuum: bool = False, export_dir: str | None = None) -> dict:
-    """What a worker's maintenance needs to know (profile/actions/maintenance.Request), as plain data."""
-    return {"tasks": list(tasks), "now": now, "explicit": explicit, "dry_run": dry_run, "force": force,
-            "older_than": older_than, "archive_days": archive_days,
-            "filters": asdict(filters or Filters()), "vacuum": vacuum, "export_dir": absolute_dir(export_dir)}
-
-
 def absolute_dir(path: str | None) -> str | None:
     """A folder named on the command line, as the invoker meant it (a worker runs in the home)."""
     import os
     return os.path.abspath(os.path.expanduser(path)) if path else None
 
 
-def run_tasks(app: App, profiles, wanted: dict, dry_run: bool, yes: bool, as_json: bool, what: str,
+def run_tasks(app: App, profiles, wanted: Request, yes: bool, as_json: bool, what: str,
               metrics_file: str | None = None) -> None:
     found = app.discover(profiles)
+    dry_run = wanted.dry_run
     if found.profiles and mutate.asks(yes, dry_run):
         # what a person is asked to agree to: counted first by a dry run of the same work
-        preview = app.work("maintain", {"request": dict(wanted, dry_run=True), "dry_run": True},
-                           found.profiles, with_policy=True)
+        preview = app.work(Maintain(replace(wanted, dry_run=True)), found.profiles, with_policy=True)
         mutate.confirm(f"{what}: {mutate.counted(preview)}. Go on?", yes, dry_run)
     target = metrics_file or app.config.metrics_file
     summaries = bool(target and not dry_run)
-    run = app.work("maintain", {"request": wanted, "dry_run": dry_run, "summaries": summaries, "command": what},
-                   found.profiles, with_policy=True)
+    run = app.work(Maintain(wanted, summaries=summaries, command=what), found.profiles, with_policy=True)
     run.dry_run = dry_run
     if app.failed_discovery(found, profiles):
         run.errors.append("some roots or profiles were not found or were refused (see above)")
@@ -122,9 +113,9 @@ def purge(app: App, older_than, vacuum, profiles, dry_run, yes, as_json, force, 
     if chosen.given() and older_than is None:
         report.warn("filters without --older-than replace the retention window (as in Hermes): every ended "
                     "session they match goes, whatever its age; add --older-than AGE to keep recent ones")
-    wanted = request(("purge",), now, explicit=True, force=force, older_than=older_than,
-                     filters=chosen, vacuum=vacuum, dry_run=dry_run, export_dir=export_dir)
-    run_tasks(app, profiles, wanted, dry_run, yes, as_json, "purge")
+    wanted = Request(("purge",), now, explicit=True, force=force, older_than=older_than,
+                     filters=chosen, vacuum=vacuum, dry_run=dry_run, export_dir=absolute_dir(export_dir))
+    run_tasks(app, profiles, wanted, yes, as_json, "purge")
 
 
 def _single_task(name: str, task: str, help_text: str) -> click.Command:
@@ -134,8 +125,8 @@ def _single_task(name: str, task: str, help_text: str) -> click.Command:
     @task_options
     @pass_app
     def command(app: App, profiles, dry_run, yes, as_json, force, export_dir):
-        run_tasks(app, profiles, request((task,), time.time(), explicit=True, force=force, dry_run=dry_run,
-                                         export_dir=export_dir), dry_run, yes, as_json, name)
+        run_tasks(app, profiles, Request((task,), time.time(), explicit=True, force=force, dry_run=dry_run,
+                                         export_dir=absolute_dir(export_dir)), yes, as_json, name)
     return command
 
 
@@ -154,8 +145,8 @@ def archive_inactive(app: App, days, profiles, dry_run, yes, as_json, force):
     """Archive idle lineages, open ones included; pinned never (silent: no event)."""
     if days is not None and days < 1 and not force:
         raise click.BadParameter("below 1 day would archive nearly everything; add --force", param_hint="--days")
-    run_tasks(app, profiles, request(("auto_archive",), time.time(), explicit=True, force=force,
-                                     archive_days=days, dry_run=dry_run), dry_run, yes, as_json, "archive-inactive")
+    run_tasks(app, profiles, Request(("auto_archive",), time.time(), explicit=True, force=force,
+                                     archive_days=days, dry_run=dry_run), yes, as_json, "archive-inactive")
 
 
 @click.command()
@@ -165,5 +156,5 @@ def archive_inactive(app: App, days, profiles, dry_run, yes, as_json, force):
 @pass_app
 def run(app: App, metrics_file, profiles, dry_run, yes, as_json, force, export_dir):
     """One pass of every task the policy enables: what the timer calls."""
-    run_tasks(app, profiles, request(ORDER, time.time(), force=force, dry_run=dry_run, export_dir=export_dir),
-              dry_run, yes, as_json, "run", metrics_file)
+    run_tasks(app, profiles, Request(ORDER, time.time(), force=force, dry_run=dry_run,
+                                     export_dir=absolute_dir(export_dir)), yes, as_json, "run", metrics_file)

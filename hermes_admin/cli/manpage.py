@@ -10,9 +10,10 @@ import click
 
 from hermes_admin import __version__, exitcodes
 
+# the shipped page, which the tests compare with what the CLI generates
 PAGE = Path(__file__).resolve().parents[2] / "man" / "hermes-admin.1"
 
-EXIT_STATUS = [
+EXIT_STATUS = [  # exitcodes.py in words, the README's table
     (exitcodes.OK, "done (a profile without a store yet is nothing to do)"),
     (exitcodes.WARNINGS, "done, with warnings (a plugin failed, units skipped, a typo in a config); or a "
                          "confirmation was answered no, and nothing was changed"),
@@ -25,14 +26,14 @@ EXIT_STATUS = [
     (exitcodes.CONFIG, "the admin config cannot be used (EX_CONFIG); nothing was done"),
     (exitcodes.INTERRUPTED, "interrupted (SIGINT, SIGTERM), after reporting what was done"),
 ]
-ENVIRONMENT = [
+ENVIRONMENT = [  # every variable hermes-admin reads
     ("HERMES_HOME", "the Hermes root (or a profile's folder, mapped back to its root) when no --root is given"),
     ("HERMES_ADMIN_CONFIG", "the admin config file, when no --config is given"),
     ("HERMES_SAFE_MODE", "1: no plugin is loaded, as in Hermes"),
     ("HERMES_ADMIN_PROCESSES", "1: every profile in one process"),
     ("NO_COLOR", "no colour, even on a terminal"),
 ]
-FILES = [
+FILES = [  # every file of ours, and the configuration it reads
     ("/etc/hermes-admin/config.yaml", "the site's admin config (after the user and site config folders)"),
     ("<home>/.hermes-admin/", "per profile: the lock, the outbox, last-run.json (read by status), exports/"),
 ]

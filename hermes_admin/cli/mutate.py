@@ -9,7 +9,7 @@ import sys
 import click
 
 from hermes_admin import exitcodes, report, stopping
-from hermes_admin.protocol import Profile
+from hermes_admin.protocol import Profile, Resolve
 from hermes_admin.results import Run
 
 
@@ -32,7 +32,7 @@ def targets(app, profiles: list[Profile], ids: list[str]) -> tuple[dict[Profile,
     missing = []
     if not wanted:
         return by_profile, missing, []
-    answer = app.work("resolve", {"wanted": wanted}, profiles)
+    answer = app.work(Resolve(tuple(wanted)), profiles)
     problems = list(answer.errors)
     homes = {str(p.home): p for p in profiles}
     found: dict[str, list[tuple[Profile, str]]] = {w: [] for w in wanted}
@@ -156,8 +156,9 @@ def findings_summary(notes: list[str]) -> str:
     return ", ".join(f"{n} {kind}" for kind, n in counts.items())
 
 
+# a plugin failure's warning, so repeats of one plugin's failures fold into one line
 _PLUGIN_LINE = re.compile(r"^(profile '.*?': plugin \S+): (.*)$", re.DOTALL)
-_REPEATS = re.compile(r"^\S.* (\d+) more time\(s\)$")
+_REPEATS = re.compile(r"^\S.* (\d+) more time\(s\)$")  # the count a folded warning already carries
 
 
 def plugin_failures(lines: list[str]) -> list[str]:

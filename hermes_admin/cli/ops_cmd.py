@@ -16,7 +16,7 @@ from hermes_admin.host.config import ConfigError
 from hermes_admin.host.config import load as load_config
 from hermes_admin.host.config import shipped
 
-PLACEHOLDER = "/usr/local/bin/hermes-admin"
+PLACEHOLDER = "/usr/local/bin/hermes-admin"  # the path the shipped units name, replaced by this installation's real one
 
 
 def setup_logging(verbose: int) -> None:
@@ -39,28 +39,9 @@ def daemon(app: App, metrics_file):
     def load():
         return load_config(app.config_path)
 
-    def work(config, task, tasks, now, summaries):
-        """One scheduled pass: found afresh, each profile as its owner (the same path as `run`)."""
-        from hermes_admin.cli.maintain_cmd import request
-
-        job_app = App(roots_given=app.roots_given, all_users=app.all_users, verbose=app.verbose, _config=config)
-        found = job_app.discover(quiet=True)
-        log = logging.getLogger("hermes_admin.daemon")
-        for root in found.missing_roots:
-            log.warning("root %s: no such folder", root)
-        for skipped in found.skipped:
-            if skipped.refused:
-                log.warning("skipped %s", report.clean(f"{skipped.path}: {skipped.reason}"))
-        wanted = request(tasks, now, explicit=task != "run")
-        try:
-            return job_app.work("maintain", {"request": wanted, "dry_run": False, "summaries": summaries,
-                                             "command": f"daemon: {task}"},
-                                found.profiles, with_policy=True)
-        finally:
-            job_app.close()
-
     try:
-        service = Daemon(load_config=load, work=work, metrics_file=metrics_file)
+        service = Daemon(load_config=load, roots_given=app.roots_given, all_users=app.all_users,
+                         verbose=app.verbose, metrics_file=metrics_file)
         # Check the schedule before telling systemd we are ready.
         from apscheduler.schedulers.background import BackgroundScheduler
         schedule(BackgroundScheduler(), service.config, service.job)

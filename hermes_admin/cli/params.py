@@ -56,6 +56,6 @@ class Size(click.ParamType):
         return int(float(match.group(1)) * self.UNITS[match.group(2).lower()])
 
 
-DURATION = Duration()
-SIZE = Size()
-WHEN = When()
+DURATION = Duration()  # one instance of each parameter type: they hold no state
+SIZE = Size()  # --max-size: bytes from `2G`, `500M`
+WHEN = When()  # --before, --after: a time, or a duration back from now

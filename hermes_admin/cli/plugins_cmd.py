@@ -7,6 +7,7 @@ import click
 from hermes_admin import report, tables
 from hermes_admin.tables import Column
 from hermes_admin.cli.context import App, json_option, pass_app, profile_option
+from hermes_admin.protocol import ListPlugins
 
 
 @click.group()
@@ -24,7 +25,7 @@ def list_cmd(app: App, profiles, as_json: bool, no_bundled: bool, only_enabled: 
     """Every plugin each profile's Hermes sees: enabled or not, whether it loads and why.
     Imports none: Hermes' own discovery answers, in the interpreter of the installation found."""
     found = app.discover(profiles)
-    answer = app.work("plugins_list", {}, found.profiles)
+    answer = app.work(ListPlugins(), found.profiles)
     rows, errors = answer.data.get("plugins", []), answer.errors
     rows = [r for r in rows if not (no_bundled and r["source"] == "bundled") and not (only_enabled and not r["enabled"])]
     installs = answer.data.get("installations", [])

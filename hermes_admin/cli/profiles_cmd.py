@@ -7,6 +7,7 @@ import click
 from hermes_admin import report, tables
 from hermes_admin.tables import Column
 from hermes_admin.cli.context import App, json_option, pass_app, profile_option
+from hermes_admin.protocol import ListProfiles
 
 
 # On a narrow terminal the counts go first (journal, wal, archived, ...); name, home and health stay.
@@ -19,7 +20,7 @@ COLUMNS = [Column("profile", whole=True), Column("home", whole=True), Column("ok
 
 def show_profiles(app: App, only: tuple[str, ...], as_json: bool) -> int:
     found = app.discover(only)
-    answer = app.work("profiles", {}, found.profiles, with_policy=True)
+    answer = app.work(ListProfiles(), found.profiles, with_policy=True)
     rows = answer.data.get("profiles", [])
     for row in rows:  # processes whose hold on the store is broken: the host looked, the worker could not
         holds = app.broken_holds().get(row["home"], [])

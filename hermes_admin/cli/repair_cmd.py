@@ -7,6 +7,7 @@ import click
 from hermes_admin import report
 from hermes_admin.cli import mutate
 from hermes_admin.cli.context import App, json_option, pass_app, profile_option
+from hermes_admin.protocol import Repair
 
 
 @click.command("repair")
@@ -21,8 +22,7 @@ def repair_cmd(app: App, apply_fixes: bool, check_fts: bool, profiles, yes: bool
     found = app.discover(profiles)
     if apply_fixes and found.profiles:
         mutate.confirm(f"Apply repairs to {len(found.profiles)} profile(s)?", yes, False)
-    run = app.work("repair", {"apply": apply_fixes, "check_fts": check_fts, "dry_run": not apply_fixes},
-                   found.profiles)
+    run = app.work(Repair(apply=apply_fixes, check_fts=check_fts), found.profiles)
     run.dry_run = not apply_fixes
     if app.failed_discovery(found, profiles):
         run.errors.append("some roots or profiles were not found or were refused (see above)")

@@ -6,13 +6,14 @@ import time
 
 import click
 
-from dataclasses import asdict
+from dataclasses import replace
 
 from hermes_admin import exitcodes, report, tables
 from hermes_admin.tables import Column
 from hermes_admin.cli import mutate
 from hermes_admin.cli.context import App, json_option, pass_app, profile_option
 from hermes_admin.cli.maintain_cmd import absolute_dir, build_filters, export_dir_option, filter_options
+from hermes_admin.protocol import Change, ListSessions, SessionDetail
 from hermes_admin.results import Run
 
 
@@ -35,7 +36,7 @@ def sessions():
 def list_cmd(app: App, profiles, limit: int, as_json: bool):
     """List sessions, most recently active first."""
     found = app.discover(profiles)
-    answer = app.work("sessions_list", {"limit": limit}, found.profiles)
+    answer = app.work(ListSessions(limit), found.profiles)
     briefs, errors = answer.data.get("sessions", []), answer.errors
     labels = app.labels()
     briefs.sort(key=lambda b: b["last_activity"] or "", reverse=True)
@@ -79,7 +80,7 @@ def show_cmd(app: App, session_id: str, profiles, as_json: bool):
     if ambiguous or not by_profile:
         raise click.exceptions.Exit(exitcodes.WARNINGS)
     ((profile, (sid,)),) = by_profile.items()
-    answer = app.work("session_detail", {"session_id": sid}, [profile])
+    answer = app.work(SessionDetail(sid), [profile])
     for message in answer.errors:
         report.error(message)
     if not answer.data.get("session"):
@@ -126,11 +127,10 @@ def _change(app: App, ids: tuple[str, ...], ids_from, profiles, dry_run: bool, y
         run.errors.append("some roots or profiles were not found or were refused (see above)")
     filtering = bool(filters and filters.given())
     targets = found.profiles if filtering else [p for p in found.profiles if p in by_profile]
-    params = {"verb": verb, "dry_run": dry_run, "force": force,
-              "ids": {str(p.home): ids for p, ids in by_profile.items()},
-              "filters": asdict(filters) if filters is not None else None, "export_dir": absolute_dir(export_dir)}
+    params = Change(verb, dry_run, force, ids={str(p.home): tuple(ids) for p, ids in by_profile.items()},
+                    filters=filters, export_dir=absolute_dir(export_dir))
     if targets and mutate.asks(yes, dry_run):  # counted first, by a dry run of the same change
-        preview = app.work("change", dict(params, dry_run=True), targets)
+        preview = app.work(replace(params, dry_run=True), targets)
         units = sum(len(r.done) for r in preview.results)
         rows = sum(r.rows for r in preview.results)
         where = len({r.home for r in preview.results if r.done})
@@ -138,7 +138,7 @@ def _change(app: App, ids: tuple[str, ...], ids_from, profiles, dry_run: bool, y
     if targets or not dry_run:
         # Every selected profile goes to its worker: one that holds none of the ids only replays what
         # an earlier run left in its outbox (any command that writes delivers those first).
-        run.merge(app.work("change", params, targets if dry_run else found.profiles, with_policy=verb == "delete"))
+        run.merge(app.work(params, targets if dry_run else found.profiles, with_policy=verb == "delete"))
     mutate.finish(run, as_json, verb, app.verbose, app.quiet)
 
 

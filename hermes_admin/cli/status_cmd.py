@@ -17,9 +17,11 @@ import click
 
 from hermes_admin import report, tables
 from hermes_admin.cli.context import App, json_option, pass_app, profile_option
+from hermes_admin.protocol import Status
 from hermes_admin.tables import Column
 
-TIMER = "hermes-admin.timer"
+TIMER = "hermes-admin.timer"  # the shipped timer's name (systemd/), asked of systemctl
+# On a narrow terminal the command and the changes go first; the profile stays whole.
 COLUMNS = [Column("profile", whole=True), Column("last run"), Column("command", drop=3), Column("result"),
            Column("changed", drop=2), Column("took", drop=4), Column("last error", cut=True)]
 
@@ -95,7 +97,7 @@ def status(app: App, profiles, as_json: bool):
     error; then the timer's or the daemon's next run. Reads what runs recorded."""
     now = time.time()
     found = app.discover(profiles)
-    answer = app.work("status", {}, found.profiles)
+    answer = app.work(Status(), found.profiles)
     labels = app.labels()
     rows = sorted(answer.data.get("status", []), key=lambda r: labels.get(r["home"], r["profile"]))
     upcoming = timer_next() + daemon_next(app.config, now)

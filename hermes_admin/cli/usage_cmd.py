@@ -6,8 +6,10 @@ import click
 
 from hermes_admin import report, tables
 from hermes_admin.cli.context import App, json_option, pass_app, profile_option
+from hermes_admin.protocol import Usage
 from hermes_admin.tables import Column
 
+# On a narrow terminal the share goes first; profile and part stay whole.
 COLUMNS = [Column("profile", whole=True), Column("part", whole=True), Column("bytes"), Column("share", drop=1)]
 
 
@@ -37,7 +39,7 @@ def usage(app: App, profiles, as_json: bool):
     and exports, adding up to the files' sizes; the largest sessions and each source's share; totals
     per root and for the host. Read-only."""
     found = app.discover(profiles)
-    answer = app.work("usage", {}, found.profiles, with_policy=True)
+    answer = app.work(Usage(), found.profiles, with_policy=True)
     rows = answer.data.get("usage", [])
     roots = {str(p.home): str(p.root) for p in found.profiles}
     labels = app.labels()

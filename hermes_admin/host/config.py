@@ -1,4 +1,4 @@
-"""The admin config (YAML): where it is found and what it may hold (design §8).
+"""The admin config (YAML): where it is found and what it may hold (docs/design.md §4).
 
 Looked up in order: `--config`, `$HERMES_ADMIN_CONFIG`, the user config dir,
 the site config dir (platformdirs), `/etc/hermes-admin/config.yaml`. No file
@@ -16,7 +16,8 @@ from pathlib import Path
 import platformdirs
 from hermes_admin import yamlfile
 
-APP = "hermes-admin"
+APP = "hermes-admin"  # the folder name platformdirs and /etc look under
+# every key the admin config may hold; any other is refused (exit 78)
 TOP_LEVEL_KEYS = {"roots", "defaults", "profiles", "schedule", "metrics_file", "hermes_python"}
 
 

@@ -26,6 +26,7 @@ from hermes_admin import report, stopping
 from hermes_admin.host import metrics, sdnotify
 from hermes_admin.host.config import AdminConfig
 from hermes_admin.profile.tasks import ORDER
+from hermes_admin.protocol import Maintain, Request
 from hermes_admin.results import Run
 
 log = logging.getLogger("hermes_admin.daemon")
@@ -95,9 +96,9 @@ def schedule(scheduler, config: AdminConfig, job: Callable[[str], None]) -> list
 @dataclass
 class Daemon:
     load_config: Callable[[], AdminConfig]
-    # (config, task, tasks, now, summaries) -> the gathered Run of one pass over every profile,
-    # each worked on as its owner (the CLI wires it to its App: discovery, then one job per owner)
-    work: Callable[[AdminConfig, str, tuple, float, bool], Run]
+    roots_given: tuple[str, ...] = ()  # --root (else the config's roots:, ...: host/runner.Host.of)
+    all_users: bool = False
+    verbose: int = 0
     metrics_file: str | None = None
 
     def __post_init__(self):
@@ -113,7 +114,7 @@ class Daemon:
         started = time.time()
         try:
             target = self.metrics_file or self.config.metrics_file
-            run = self.work(self.config, task, TASKS[task], started, bool(target))
+            run = self.work(task, started, bool(target))
             for line in report.summary_lines(run, only_changes=not log.isEnabledFor(logging.DEBUG)):
                 log.info(report.clean(line))
             for line in run.errors + run.locked + run.warnings:
@@ -129,6 +130,25 @@ class Daemon:
             log.info("%s finished in %.1f s (exit status %d)", task, time.time() - started, run.exit_code())
         except Exception:
             log.exception("%s failed; the daemon goes on", task)
+
+    def work(self, task: str, now: float, summaries: bool) -> Run:
+        """One scheduled pass: the profiles found afresh, each worked on as its owner, the same way
+        as `run` (host/runner.py)."""
+        from hermes_admin.host.runner import Host
+
+        host = Host.of(self.config, self.roots_given, self.all_users, verbose=self.verbose)
+        try:
+            found = host.select()
+            for root in found.missing_roots:
+                log.warning("root %s: no such folder", root)
+            for skipped in found.skipped:
+                if skipped.refused:
+                    log.warning("skipped %s", report.clean(f"{skipped.path}: {skipped.reason}"))
+            request = Request(TASKS[task], now, explicit=task != "run")
+            return host.work(Maintain(request, summaries=summaries, command=f"daemon: {task}"), found.profiles,
+                             with_policy=True)
+        finally:
+            host.close()
 
     def _on_signal(self, signum, frame) -> None:
         if signum == signal.SIGHUP:

@@ -32,10 +32,10 @@ from pathlib import Path
 from hermes_admin.lockrecord import command_of
 from hermes_admin.profile.engine.holders import locks_by_inode
 
-SUFFIXES = ("", "-wal", "-shm")
+SUFFIXES = ("", "-wal", "-shm")  # the store and its sidecars: the files a process may hold broken
 COMMAND_CHARS = 160  # of a process's command line, in a report line
 LOOKS, LOOKS_S = 3, 0.15  # a connection being opened takes its locks within microseconds
-DELETED = " (deleted)"
+DELETED = " (deleted)"  # what the kernel appends to an fd's link when its file is gone
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ A root holds the `default` profile (the root folder itself) and one folder per
 named profile under `profiles/`. Discovery only lists folders, through
 descriptors opened with O_NOFOLLOW and `lstat`s relative to them: it never
 follows a symlink, never opens a file, never creates anything. Who owns a
-profile is decided here, so that its work runs as that account (design §11):
+profile is decided here, so that its work runs as that account (docs/design.md §10):
 
 - a root belongs to the owner of its folder;
 - a profile is worked on only when its home and every folder from the root down
@@ -32,6 +32,7 @@ from hermes_admin.protocol import Owner, Profile
 
 # Hermes' own rule for profile ids; `default` is the root and never a folder.
 PROFILE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+# a folder opened only to list or lstat from: never through a link
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -155,6 +156,7 @@ def writable_by_others(st: os.stat_result, owner: int, acl: bytes | None = None)
     return bool(acl) and _acl_lets_others_write(acl, owner)
 
 
+# POSIX ACL entry tags (acl/libacl.h), read raw from system.posix_acl_access
 _ACL_USER, _ACL_GROUP, _ACL_MASK = 0x02, 0x08, 0x10
 
 

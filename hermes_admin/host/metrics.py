@@ -1,4 +1,4 @@
-"""Prometheus textfile metrics, written after each run (design §9), with prometheus_client.
+"""Prometheus textfile metrics, written after each run (docs/design.md §12), with prometheus_client.
 
 A registry of gauges, filled from the run's report, written by `write_to_textfile` (beside the
 target, then renamed over it: a scrape never sees half a file). Gauges, not counters: each file
@@ -17,8 +17,8 @@ from prometheus_client import CollectorRegistry, Gauge, generate_latest, write_t
 
 from hermes_admin.results import Run
 
-LAST_SUCCESS = "hermes_admin_last_success_timestamp_seconds"
-_PROFILE = ("profile", "home")
+LAST_SUCCESS = "hermes_admin_last_success_timestamp_seconds"  # read back from the last file, so a failing run keeps it
+_PROFILE = ("profile", "home")  # every series' labels: two roots' profiles of one name never merge
 
 
 def _well_formed(summaries: list) -> list[dict]:
@@ -70,7 +70,7 @@ def registry(run: Run, summaries: list[dict], finished: float | None = None,
             messages.labels(*key).set(row["messages"])
             store.labels(*key).set(row["store_bytes"] or 0)
             wal.labels(*key).set(row["wal_bytes"] or 0)
-    for row in rows:  # counted by the host from /proc (cli/context.App.work), for every profile
+    for row in rows:  # counted by the host from /proc (host/runner.Host.work), for every profile
         for name, gauge_of in (("detached_holders", detached), ("unlocked_holders", unlocked)):
             if isinstance(row.get(name), int) and not isinstance(row.get(name), bool):
                 gauge_of.labels(row["name"], row["home"]).set(row[name])

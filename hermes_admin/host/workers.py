@@ -19,16 +19,16 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from hermes_admin import child, stopping
-from hermes_admin.protocol import MAX_LINE, Job, Owner, Profile, ProtocolError, Reader
+from hermes_admin.protocol import MAX_LINE, Job, Owner, ProtocolError, Reader
 from hermes_admin.report import clean
 from hermes_admin.results import RepairRun, Run
 
 LOG_BYTES = 256 << 10  # a worker's log relayed at most; past it, one line says how much was dropped
 STOP_GRACE_S = 12.0  # after a stop request, how long a worker may take to finish its transaction
 PIPE_GRACE_S = 2.0  # after its report (or its exit), how long a worker's pipes may stay open
+# What every failure to start a worker as its owner says to do.
 FIX = ("install hermes-admin where every user can run it (a venv under /opt, the system "
        "site-packages, or pipx)")
 
@@ -195,11 +195,3 @@ class Spawned:
         except (ProcessLookupError, PermissionError):
             self._signal(signal.SIGKILL)
 
-
-def by_owner(profiles: list[Profile], owners: dict[Path, Owner]) -> list[tuple[Owner, list[Profile]]]:
-    """The profiles grouped by who owns them, in the order they were found."""
-    groups: dict[int, tuple[Owner, list[Profile]]] = {}
-    for profile in profiles:
-        owner = owners[profile.home]
-        groups.setdefault(owner.uid, (owner, []))[1].append(profile)
-    return list(groups.values())

@@ -42,16 +42,16 @@ from hermes_admin.results import Run
 
 MIN_PROFILES = 8  # below this, a fork and a report cost about what a second core saves
 STOP_GRACE_S = 12.0  # after a stop or a failure here, how long the copy may take to end its transaction
-STOPS = {signal.SIGINT, signal.SIGTERM}
-PR_SET_PDEATHSIG = 1
+STOPS = {signal.SIGINT, signal.SIGTERM}  # the signals that ask for a stop after the current transaction
+PR_SET_PDEATHSIG = 1  # prctl's number for it (linux/prctl.h): the copy dies with its parent
 
 
 def worth_it(job: Job) -> bool:
-    if job.params.get("processes") == 1 or len(job.profiles) < MIN_PROFILES:
+    if job.context.processes == 1 or len(job.profiles) < MIN_PROFILES:
         return False
     if len(os.sched_getaffinity(0)) < 2 or threading.active_count() > 1 or sys.stderr.isatty():
         return False
-    return bool(job.params.get("dry_run")) or not any(
+    return job.params.dry_run or not any(
         applies_repairs(job.layers.get(str(p.home), {})) for p in job.profiles)
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from hermes_admin import yamlfile
 
-DEFAULT_HOOK_TIMEOUT_S = 30.0
+DEFAULT_HOOK_TIMEOUT_S = 30.0  # Hermes' own default for plugins.hook_callback_timeout
 # hermes-admin's ceiling for one callback in unattended runs: also what Hermes' "0 = no cap" means here.
 MAX_HOOK_TIMEOUT_S = 600.0
 

@@ -30,11 +30,13 @@ from pathlib import Path
 from hermes_admin.protocol import Profile
 
 PROBE_TIMEOUT_S = 20.0  # a cold start of Hermes' config on a slow disk; past it the candidate is refused
-MAX_PROBE = 64 << 10
-INSTALLER_VENV = Path("hermes-agent") / "venv"
-ROOT_INSTALL = Path("/usr/local/lib/hermes-agent/venv")
-DOCKER_VENV = Path("/opt/hermes/.venv")
+MAX_PROBE = 64 << 10  # a probe's answer is a few hundred bytes; past this it is refused
+INSTALLER_VENV = Path("hermes-agent") / "venv"  # under a root: Hermes' installer's layout for a user
+ROOT_INSTALL = Path("/usr/local/lib/hermes-agent/venv")  # Hermes' installer's layout for root on Linux
+DOCKER_VENV = Path("/opt/hermes/.venv")  # Hermes' Docker image
+# the sessions: defaults policy takes from an installation
 SESSIONS_KEYS = ("auto_prune", "retention_days", "auto_archive", "auto_archive_days", "vacuum_after_prune")
+# What a warning about a missing installation says to do.
 HOW_TO_SET = ("set `hermes_python:` in the admin config (globally, per root or per profile) to the "
               "python of the venv Hermes is installed in, or to `hermes-admin` to run them here knowingly")
 

@@ -17,8 +17,8 @@ import os
 from hermes_admin.profile.engine.state_folder import read_record, write_record
 from hermes_admin.protocol import Profile
 
-RECORD = "quick-check"
-MAX_RECORD = 4096
+RECORD = "quick-check"  # in <home>/.hermes-admin/
+MAX_RECORD = 4096  # the record is a store's identity and a time; a larger one is not ours
 
 
 def identity(profile: Profile) -> list[int] | None:

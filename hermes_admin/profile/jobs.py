@@ -1,6 +1,7 @@
 """The kinds of work a worker does, each over the profiles of its one owner.
 
-A job names its kind and carries plain parameters (protocol.Job); the answer is
+A job carries its kind's typed parameters (protocol.Job: `job.params` is one of
+protocol.Maintain, protocol.Change, ...) and the host's context; the answer is
 always a Run: results, errors, warnings, and for list-type jobs its rows in
 `run.data`. The host merges the answers of every owner and renders them.
 """
@@ -67,22 +68,11 @@ def _each(job: Job, run: Run, isolated: bool, work: Callable[[Profile], None]) -
                 traceback.print_exc()
 
 
-def _request(params: dict):
-    from hermes_admin.profile.actions.maintenance import Request
-    from hermes_admin.filters import Filters
-
-    fields = dict(params["request"])
-    fields["tasks"] = tuple(fields["tasks"])
-    fields["filters"] = Filters(**fields.get("filters") or {})
-    fields["lock_wait"] = _given_wait(params.get("lock_wait"))  # --lock-wait, over the policy's
-    return Request(**fields)
-
-
 def _siblings_by_root(job: Job) -> dict[Path, dict[str, Profile]]:
     """Per root, its profiles of this owner (the host lists them): where a wrong-store row may move
-    (design §6). Built once per job, not once per profile."""
-    return {Path(root): {name: Profile(Path(root), name, Path(home)) for name, home in listed}
-            for root, listed in job.params.get("siblings", {}).items()}
+    (docs/design.md §8). Built once per job, not once per profile."""
+    return {Path(root): {name: Profile(Path(root), name, Path(home)) for name, home in listed.items()}
+            for root, listed in job.context.siblings.items()}
 
 
 def _siblings(by_root: dict[Path, dict[str, Profile]], profile: Profile) -> dict[str, Profile]:
@@ -95,9 +85,11 @@ def maintain(job: Job, isolated: bool) -> Run:
     from hermes_admin.profile.views import profile_summary
 
     if fork.worth_it(job):  # half of the profiles in a second process (fork.py says when)
-        return fork.in_two(job, lambda half: maintain(replace(half, params=dict(half.params, processes=1)), isolated))
+        return fork.in_two(job, lambda half: maintain(replace(half, context=replace(half.context, processes=1)),
+                                                      isolated))
 
-    request = _request(job.params)
+    request = job.params.request
+    lock_wait = _given_wait(job.context.lock_wait)  # --lock-wait, over the policy's
     run = Run(dry_run=request.dry_run)
     siblings = _siblings_by_root(job)
 
@@ -108,12 +100,12 @@ def maintain(job: Job, isolated: bool) -> Run:
 
         before, started = (len(run.results), len(run.errors), len(run.warnings), len(run.locked)), time.time()
         try:
-            maintain_profile(run, profile, job.layers.get(str(profile.home), {}), request, _siblings(siblings, profile))
+            maintain_profile(run, profile, job.layers.get(str(profile.home), {}), request, _siblings(siblings, profile),
+                             lock_wait)
         finally:  # what `status` reads: written as the owner, in the home, for every run that was not dry
             if not request.dry_run and profile.has_store():
-                run_record.write(profile, run_record.summarise(run, before, str(job.params.get("command") or "run"),
-                                                               started))
-        if job.params.get("summaries"):
+                run_record.write(profile, run_record.summarise(run, before, job.params.command, started))
+        if job.params.summaries:
             run.data.setdefault("summaries", []).append(dict(profile_summary(profile), label=profile.shown))
 
     _each(job, run, isolated, work)
@@ -228,7 +220,7 @@ def sessions_list(job: Job, isolated: bool) -> Run:
     from hermes_admin.profile.store.read import most_recent
     from hermes_admin.profile.views import session_brief
 
-    limit = int(job.params["limit"])
+    limit = job.params.limit
     counts: list[dict] = []
 
     def rows(profile: Profile, store) -> list[dict]:
@@ -250,7 +242,7 @@ def resolve(job: Job, isolated: bool) -> Run:
 
     return _rows_of_stores(job, isolated, "matches", lambda profile, store: [
         {"wanted": wanted, "home": str(profile.home), "session_id": sid}
-        for wanted in job.params["wanted"] for sid in find_session_ids(store, wanted)])
+        for wanted in job.params.wanted for sid in find_session_ids(store, wanted)])
 
 
 def session_detail(job: Job, isolated: bool) -> Run:
@@ -258,22 +250,20 @@ def session_detail(job: Job, isolated: bool) -> Run:
 
     run = Run(dry_run=True)
     _each(job, run, isolated,
-          lambda p: run.data.setdefault("session", []).append(detail(p, job.params["session_id"])))
+          lambda p: run.data.setdefault("session", []).append(detail(p, job.params.session_id)))
     return run
 
 
 def change(job: Job, isolated: bool) -> Run:
     """`sessions delete|archive|unarchive`: named ids per home, and/or filters."""
     from hermes_admin.profile.actions import sessions as actions
-    from hermes_admin.filters import Filters
 
     params = job.params
-    run = Run(dry_run=bool(params["dry_run"]))
-    filters = Filters(**params["filters"]) if params.get("filters") is not None else None
-    verb, force = params["verb"], bool(params.get("force"))
+    run = Run(dry_run=params.dry_run)
+    filters, verb, force = params.filters, params.verb, params.force
 
     def work(profile: Profile) -> None:
-        ids = list(params["ids"].get(str(profile.home), []))
+        ids = list(params.ids.get(str(profile.home), ()))
         if not ids and (filters is None or not filters.given()):
             # Nothing named here: only what an earlier run left in the outbox, which opening replays.
             from hermes_admin.profile.actions.common import with_engine
@@ -283,7 +273,7 @@ def change(job: Job, isolated: bool) -> Run:
             return
         if verb == "delete":
             from hermes_admin.profile.actions.common import export_settings
-            exports = export_settings(profile, job.layers.get(str(profile.home)), params.get("export_dir"))
+            exports = export_settings(profile, job.layers.get(str(profile.home)), params.export_dir)
             actions.delete(run, profile, ids, filters, force, exports)
         else:
             actions.archive(run, profile, ids, verb == "archive", filters if verb == "archive" else None, force)
@@ -296,8 +286,9 @@ def restore(job: Job, isolated: bool) -> Run:
     """`restore FILE`: one profile (the host chose it), the file read as its owner."""
     from hermes_admin.profile.actions.exports import restore as restore_units
 
-    run = Run(dry_run=bool(job.params["dry_run"]))
-    _each(job, run, isolated, lambda p: restore_units(run, p, job.params["file"], job.params.get("sessions")))
+    run = Run(dry_run=job.params.dry_run)
+    sessions = list(job.params.sessions) if job.params.sessions else None
+    _each(job, run, isolated, lambda p: restore_units(run, p, job.params.file, sessions))
     return run
 
 
@@ -317,27 +308,26 @@ def exports_list(job: Job, isolated: bool) -> Run:
     from hermes_admin.profile.actions.exports import listing
 
     run = Run(dry_run=True)
-    _each(job, run, isolated, lambda p: listing(run, p, job.layers.get(str(p.home)), job.params.get("export_dir")))
+    _each(job, run, isolated, lambda p: listing(run, p, job.layers.get(str(p.home)), job.params.export_dir))
     return run
 
 
 def exports_prune(job: Job, isolated: bool) -> Run:
     from hermes_admin.profile.actions.exports import remove
 
-    run = Run(dry_run=bool(job.params["dry_run"]))
-    _each(job, run, isolated, lambda p: remove(run, p, job.layers.get(str(p.home)), job.params.get("export_dir"),
-                                               list(job.params["files"].get(str(p.home), [])), run.dry_run))
+    run = Run(dry_run=job.params.dry_run)
+    _each(job, run, isolated, lambda p: remove(run, p, job.layers.get(str(p.home)), job.params.export_dir,
+                                               list(job.params.files.get(str(p.home), ())), run.dry_run))
     return run
 
 
 def repair(job: Job, isolated: bool) -> Run:
     from hermes_admin.profile.actions.repair import repair as repair_profile
 
-    apply = bool(job.params["apply"])
+    apply = job.params.apply
     run = RepairRun(dry_run=not apply)
     siblings = _siblings_by_root(job)
-    _each(job, run, isolated,
-          lambda p: repair_profile(run, p, _siblings(siblings, p), apply, bool(job.params.get("check_fts"))))
+    _each(job, run, isolated, lambda p: repair_profile(run, p, _siblings(siblings, p), apply, job.params.check_fts))
     return run
 
 
@@ -395,13 +385,14 @@ def serve(job: Job, isolated: bool = False) -> Run:
     """Do one job. `isolated`: in a worker process of its own, which may change its current folder."""
     from hermes_admin import report
 
-    report.VERBOSE = int(job.params.get("verbose") or 0)
+    context = job.context
+    report.VERBOSE = context.verbose
     from hermes_admin.profile import installation
 
-    installation.configure(job.layers, remember=not job.params.get("dry_run", True))
-    _patience(job.params.get("lock_wait"))
-    if isolated and job.params.get("safe_mode"):  # the invoker's HERMES_SAFE_MODE, into a clean environment
-        os.environ["HERMES_SAFE_MODE"] = str(job.params["safe_mode"])
-    if isolated and job.params.get("bundled_plugins"):  # where Hermes' bundled plugins are (Nix, packages)
-        os.environ["HERMES_BUNDLED_PLUGINS"] = str(job.params["bundled_plugins"])
+    installation.configure(job.layers, remember=not job.params.dry_run)
+    _patience(context.lock_wait)
+    if isolated and context.safe_mode:  # the invoker's HERMES_SAFE_MODE, into a clean environment
+        os.environ["HERMES_SAFE_MODE"] = context.safe_mode
+    if isolated and context.bundled_plugins:  # where Hermes' bundled plugins are (Nix, packages)
+        os.environ["HERMES_BUNDLED_PLUGINS"] = context.bundled_plugins
     return KINDS[job.kind](job, isolated)

@@ -1,4 +1,4 @@
-"""How sessions hang together: compression lineages and delegates (design §2).
+"""How sessions hang together: compression lineages and delegates (docs/design.md §2).
 
 Pure functions over `SessionRow`s, no store access. A compression edge is a
 child whose parent ended with `end_reason = 'compression'`; a delegate is a

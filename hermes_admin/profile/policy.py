@@ -1,6 +1,6 @@
 """Per-profile maintenance policy: a plain value, its precedence chain, its validation.
 
-Effective policy for a profile, first match wins per key (design §4):
+Effective policy for a profile, first match wins per key (docs/design.md §4):
 the admin config's entry for the profile (its own keys, then its `preset:`)
 -> the profile's `config.yaml` `sessions:` keys -> the admin config's
 `defaults:` -> the defaults of the Hermes installed for the profile
@@ -42,12 +42,13 @@ BUILTINS = {
 HERMES_KEYS = ("auto_prune", "retention_days", "auto_archive", "auto_archive_days", "vacuum_after_prune",
                "source_retention_days")
 ADMIN_KEYS = set(BUILTINS) | {"preset", "hermes_python"}  # hermes_python: installation.py reads it
+# keys that take true or false
 _BOOLS = {"auto_prune", "auto_archive", "vacuum_after_prune", "empty_sweep", "ghost_prune", "incremental_vacuum"}
-_CHOICES = {"repair": ("report", "apply")}
-_PATHS = {"export_dir"}
+_CHOICES = {"repair": ("report", "apply")}  # keys that take one of a few words
+_PATHS = {"export_dir"}  # keys that take a path (relative to the home)
 # Durations (durations.py): `120d`, `1w2d`, `3mo`, or a bare number in the key's own unit.
 _DAYS = {"retention_days", "auto_archive_days", "export_keep_days", "stale_grace_days", "min_keep_days"}
-_HOURS = {"empty_min_age_hours", "quick_check_hours"}
+_HOURS = {"empty_min_age_hours", "quick_check_hours"}  # durations whose bare number means hours
 
 
 class PolicyError(Exception):

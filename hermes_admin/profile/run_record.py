@@ -16,8 +16,8 @@ from hermes_admin.profile.engine.state_folder import read_record, write_record
 from hermes_admin.protocol import Profile
 from hermes_admin.results import Run
 
-RECORD = "last-run.json"
-MAX_RECORD = 64 * 1024
+RECORD = "last-run.json"  # in <home>/.hermes-admin/, read by `status`
+MAX_RECORD = 64 * 1024  # a record holds a few bounded lines; a larger one is not ours
 MAX_LINES = 5  # errors and warnings kept in the record: enough to say what went wrong
 
 

@@ -17,8 +17,9 @@ from pathlib import Path
 from hermes_admin.profile.store import Store
 from hermes_admin.profile.store.read import message_bytes
 
+# the shadow tables FTS5 makes for an index: counted as that index
 FTS5_SHADOWS = ("_data", "_idx", "_content", "_docsize", "_config")
-LARGEST = 10
+LARGEST = 10  # sessions listed by size: enough to find what to look at
 
 
 def profile_usage(profile, store: Store, export_folder: Path | None) -> dict:

@@ -20,10 +20,10 @@ import os
 import signal
 import sys
 
-from hermes_admin.protocol import Job, Owner, Writer
+from hermes_admin.protocol import Job, Owner, ProtocolError, Writer
 
-MAX_JOB = 16 << 20
-PR_SET_NO_NEW_PRIVS = 38
+MAX_JOB = 16 << 20  # a job lists profiles and their layers; far below this
+PR_SET_NO_NEW_PRIVS = 38  # prctl's number for it (linux/prctl.h)
 REFUSED = 70  # exit status of a worker that will not run as it is
 
 
@@ -67,7 +67,12 @@ def main() -> int:
     os.dup2(2, 1)  # whatever else prints goes to the log pipe, never into the protocol
     sys.stdout = sys.stderr
     with os.fdopen(job_fd, "rb") as source:
-        job = Job.decode(source.readline(MAX_JOB))
+        line = source.readline(MAX_JOB)
+    try:
+        job = Job.decode(line)
+    except ProtocolError as exc:  # one clear line, not a traceback: the host relays it
+        print(f"worker refuses the job: {exc}", file=sys.stderr)
+        return REFUSED
     problem = identity_problem(job.owner)
     if problem:
         print(f"worker for {job.owner.user} refuses to run: {problem}", file=sys.stderr)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from hermes_admin.synth.schema import ddl
 
-DAY = 86400.0
+DAY = 86400.0  # seconds, for the ages of synthetic sessions
 
 
 def session_id_at(ts: float, salt: str) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from hermes_admin.synth.builder import DAY, SynthStore, session_id_at, write_session_files
 
-HOUR = 3600.0
+HOUR = 3600.0  # seconds, for the ages of synthetic sessions
 
 
 def populate(store: SynthStore, sessions_dir: Path, now: float, tag: str = "") -> dict[str, list[str]]:

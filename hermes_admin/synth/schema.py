@@ -17,6 +17,7 @@ from __future__ import annotations
 
 # -- sessions ---------------------------------------------------------------
 
+# The sessions columns of schema v22 (the PyPI release).
 _SESSIONS_V22 = [
     ("id", "TEXT PRIMARY KEY"), ("source", "TEXT NOT NULL"), ("user_id", "TEXT"),
     ("session_key", "TEXT"), ("chat_id", "TEXT"), ("chat_type", "TEXT"), ("thread_id", "TEXT"),
@@ -38,6 +39,7 @@ _SESSIONS_V22 = [
     ("rewind_count", "INTEGER NOT NULL DEFAULT 0"), ("archived", "INTEGER NOT NULL DEFAULT 0"),
 ]
 
+# The columns v30 adds to sessions.
 _SESSIONS_V30_EXTRA = [
     ("created_source", "TEXT"), ("system_prompt_hash", "TEXT"),
     ("git_metadata_generation", "INTEGER NOT NULL DEFAULT 0"), ("title_source", "TEXT"),
@@ -51,6 +53,7 @@ _SESSIONS_V30_EXTRA = [
 
 # -- messages ---------------------------------------------------------------
 
+# The messages columns of v22.
 _MESSAGES_V22 = [
     ("id", "INTEGER PRIMARY KEY AUTOINCREMENT"),
     ("session_id", "TEXT NOT NULL REFERENCES sessions(id)"), ("role", "TEXT NOT NULL"),
@@ -63,6 +66,7 @@ _MESSAGES_V22 = [
     ("compacted", "INTEGER NOT NULL DEFAULT 0"), ("api_content", "TEXT"),
 ]
 
+# The columns v30 adds to messages.
 _MESSAGES_V30_EXTRA = [
     ("_compressed_summary", "INTEGER NOT NULL DEFAULT 0"), ("display_kind", "TEXT"),
     ("display_metadata", "TEXT"), ("display_identity", "BLOB"), ("display_order", "INTEGER"),
@@ -70,6 +74,7 @@ _MESSAGES_V30_EXTRA = [
 
 # -- other tables (name -> body) ------------------------------------------------
 
+# Per-session model usage, in both versions.
 _USAGE = """
     session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
     model TEXT NOT NULL,
@@ -83,6 +88,7 @@ _USAGE = """
     PRIMARY KEY (session_id, model, billing_provider, billing_base_url, billing_mode, task)
 """
 
+# The other tables both versions have.
 _COMMON_TABLES = {
     "schema_version": "version INTEGER NOT NULL",
     "session_model_usage": _USAGE,
@@ -101,6 +107,7 @@ _COMMON_TABLES = {
                          "delivery_claim TEXT, delivery_claimed_at REAL",
 }
 
+# Tables only v30 has (system prompts, turn leases, gateway state).
 _V30_TABLES = {
     "system_prompts": "hash TEXT PRIMARY KEY, prompt TEXT NOT NULL",
     "session_turn_leases": "conversation_id TEXT PRIMARY KEY, holder TEXT NOT NULL, "
@@ -112,6 +119,7 @@ _V30_TABLES = {
                           "last_heartbeat REAL, profile TEXT, host TEXT",
 }
 
+# Indexes both versions have.
 _INDEXES_COMMON = [
     ("idx_sessions_source", "sessions(source)"),
     ("idx_sessions_source_id", "sessions(source, id)"),
@@ -131,6 +139,7 @@ _INDEXES_COMMON = [
     ("idx_messages_active_null", "messages(active) WHERE active IS NULL"),
 ]
 
+# Indexes only v30 has.
 _INDEXES_V30 = [
     ("idx_messages_session_id", "messages(session_id, id)"),
     ("idx_session_turn_leases_expires", "session_turn_leases(expires_at)"),
@@ -164,6 +173,7 @@ def _fts_v22(table: str, tokenize: str | None) -> list[str]:
 # leaves out tool rows, cron/subagent sessions and delegate transcripts, which
 # it can only decide by looking at the session row.
 _TOOL_TEXT = "CASE WHEN {r}.role = 'tool' THEN substr({r}.content, 1, 8192) ELSE {r}.content END"
+# v30's trigram index takes the messages of sessions this holds for: not cron, subagent or a delegate's.
 _TRIGRAM_KEEP = (
     "s.source NOT IN ('cron', 'subagent') AND "
     "(s.model_config IS NULL OR NOT json_valid(s.model_config) "

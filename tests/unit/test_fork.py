@@ -16,7 +16,8 @@ import pytest
 
 from hermes_admin import stopping
 from hermes_admin.profile import fork
-from hermes_admin.protocol import Job, Owner, Profile
+from hermes_admin.profile.tasks import ORDER
+from hermes_admin.protocol import Context, Job, Maintain, Owner, Profile, Request
 from hermes_admin.results import Result, Run
 from hermes_admin.synth.scenario import build_root
 from tests.conftest import NOW
@@ -24,11 +25,12 @@ from tests.conftest import NOW
 NAMES = ["default"] + [f"p{i:02d}" for i in range(1, fork.MIN_PROFILES + 2)]
 
 
-def _job(profiles: int = fork.MIN_PROFILES, layers: dict | None = None, **params) -> Job:
+def _job(profiles: int = fork.MIN_PROFILES, layers: dict | None = None, dry_run: bool = False,
+         processes: int = 2) -> Job:
     owner = Owner(os.getuid(), os.getgid(), (), "someone", "/nonexistent")
     found = [Profile(Path("/r"), f"p{i:02d}", Path(f"/r/profiles/p{i:02d}")) for i in range(profiles)]
-    return Job("maintain", {"dry_run": False, **params}, owner, found,
-               {str(p.home): layers for p in found} if layers is not None else {})
+    return Job(Maintain(Request(ORDER, NOW, dry_run=dry_run)), owner, found,
+               {str(p.home): layers for p in found} if layers is not None else {}, Context(processes=processes))
 
 
 @pytest.mark.parametrize("layers, applies", [

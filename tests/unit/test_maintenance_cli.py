@@ -100,7 +100,8 @@ def test_purge_filters_and_the_everything_guard(synth_root, invoke):
     root, kinds = synth_root
     db = root / "profiles" / "work" / "state.db"
     refused = invoke("--root", str(root), "purge", "-p", "work", "--min-messages", "0", "--json")
-    assert refused.exit_code == 2 and "match every ended session" in json.loads(refused.stdout)["errors"][0]
+    assert refused.exit_code == 2 and "the filters match all 13 candidate sessions" in \
+        json.loads(refused.stdout)["errors"][0]
     result = invoke("--root", str(root), "purge", "-p", "work", "--source", "telegram", "--json")
     assert result.exit_code == 0
     done = [d["session_id"] for d in json.loads(result.stdout)["results"][0]["done"]]

@@ -156,25 +156,14 @@ def test_a_run_closes_stale_rows_silently_and_a_window_later_purges_them(tmp_pat
 
 def test_the_daemons_run_job_closes_and_later_purges_stale_rows_at_its_edge(tmp_path):
     """The daemon's own job (host/daemon.Daemon.job, its `run` task list), in-process, at frozen times."""
-    from hermes_admin.cli.context import App
-    from hermes_admin.cli.maintain_cmd import request
     from hermes_admin.host.config import AdminConfig
     from hermes_admin.host.daemon import Daemon
 
     root = tmp_path / "h"
-
-    def work(config, task, tasks, now, summaries):
-        app = App(roots_given=(str(root),), _config=config)
-        try:
-            return app.work("maintain", {"request": request(tasks, now, explicit=task != "run"), "dry_run": False,
-                                         "summaries": summaries}, app.discover(quiet=True).profiles, with_policy=True)
-        finally:
-            app.close()
-
     with freeze_time("2026-06-01 12:00:00"):
         import time
         _stale_root(root, time.time())
-        daemon = Daemon(load_config=AdminConfig, work=work)
+        daemon = Daemon(load_config=AdminConfig, roots_given=(str(root),))
         daemon.job("run")
         opened, reaped = _open_ids(root / "state.db")
         assert opened == {"chat"} and reaped == {f"cron_{n}" for n in range(12)}

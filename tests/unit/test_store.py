@@ -188,3 +188,31 @@ def test_the_write_locks_holder_is_named_from_proc_locks(tmp_path, mode):
     finally:
         other.communicate("\n", timeout=10)
     assert write_lock_holder(path) is None
+
+
+@pytest.mark.parametrize("step_mib, at_most_mib", [(64, 4.1), (2, 9.5)])
+def test_a_wal_another_writer_blew_up_is_cut_back_at_our_next_commit(tmp_path, monkeypatch, step_mib, at_most_mib):
+    """Hermes' FTS optimize leaves a WAL of hundreds of MB that stays until its last connection
+    closes; the first commit of ours after the WAL starts over cuts it back, by at most a step."""
+    from hermes_admin.profile.store import connect
+
+    monkeypatch.setattr(connect, "WAL_CUT_STEP", step_mib << 20)
+    path = tmp_path / "state.db"
+    holder = sqlite3.connect(path, isolation_level=None)  # the live process that keeps the WAL
+    holder.execute("PRAGMA journal_mode=WAL")
+    holder.execute("CREATE TABLE t (x BLOB)")
+    holder.execute("BEGIN")
+    holder.executemany("INSERT INTO t VALUES (?)", [(bytes(4000),) for _ in range(2800)])
+    holder.execute("COMMIT")  # one big transaction: about 11.5 MiB of WAL
+    holder.execute("PRAGMA wal_checkpoint(PASSIVE)")  # copied back: the next writer starts the WAL over
+    wal = tmp_path / "state.db-wal"
+    assert wal.stat().st_size > 11 << 20
+    db = open_readwrite(path)
+    try:
+        write_transaction(db, lambda d: d.execute_sql("INSERT INTO t VALUES (1)"))
+        assert wal.stat().st_size <= at_most_mib * (1 << 20)
+        assert db.execute_sql("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert db.execute_sql("SELECT COUNT(*) FROM t").fetchone()[0] == 2801
+    finally:
+        db.close()
+        holder.close()

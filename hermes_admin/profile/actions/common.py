@@ -21,6 +21,20 @@ from hermes_admin.profile.store import StoreError
 from hermes_admin.profile.store.connect import WriteLockHeld
 
 
+class Refused(Exception):
+    """A selection too broad to run without --force (`too_broad` says which)."""
+
+
+def too_broad(profile: Profile, picked: int, candidates: int) -> str | None:
+    """Why filters without an age bound may not run: they pick every candidate the command could
+    take (`purge`'s ended sessions past retention, `sessions delete|archive`'s), so a typo in a
+    filter would take everything; None when they leave some out. One guard, one message."""
+    if not candidates or picked != candidates:
+        return None
+    return (f"profile '{profile.shown}': the filters match all {picked} candidate sessions and set no age "
+            "bound; add --before/--after or use --force")
+
+
 def act_in_parts(engine: Engine, result: Result, parts: Iterable[list[Unit]],
                  act: Callable[[list[Unit]], Result]) -> Result:
     """`act` (one engine call) on each part's units, folded into `result`. The files and events of

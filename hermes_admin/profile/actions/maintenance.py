@@ -1,4 +1,4 @@
-"""The maintenance tasks of one profile, in the order `run` uses (design §3).
+"""The maintenance tasks of one profile, in the order `run` uses (docs/design.md §3).
 
 repair (report) -> ghost prune -> empty sweep -> purge -> auto-archive. Each
 task selects with its pure module in `tasks/` from a fresh read of the store,
@@ -11,18 +11,17 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from dataclasses import dataclass, field
 from typing import Iterator
 
 from hermes_admin import stopping
 from hermes_admin.profile.store import sql
-from hermes_admin.profile.actions.common import Run, act_in_parts, with_engine
+from hermes_admin.profile.actions.common import Refused, Run, act_in_parts, too_broad, with_engine
 from hermes_admin.profile.engine.engine import Engine, Result
 from hermes_admin.profile.engine.exports import Settings
 from hermes_admin.profile import installation
-from hermes_admin.profile.hermes_config import HermesConfigError
+from hermes_admin.profile.hermes_config import HermesConfig, HermesConfigError
 from hermes_admin.profile.hermes_config import load as load_hermes_config
-from hermes_admin.protocol import Profile
+from hermes_admin.protocol import Profile, Request  # Request: the one shape of a maintenance pass
 from hermes_admin.profile.engine.state_folder import LockHeld
 from hermes_admin.profile.store import StoreError
 from hermes_admin.profile.lineage import Graph
@@ -36,25 +35,6 @@ from hermes_admin.filters import Filters
 from hermes_admin.profile.tasks import ORDER  # noqa: E402 (re-exported: `run`'s order)
 CHUNK = 2000  # files of sessions/ looked at together by the ghost sweep
 BUDGET_CHUNK = 200  # units whose text the size budget sums in one query (their ids bound a statement's)
-
-
-class Refused(Exception):
-    """A selection too broad to run without --force."""
-
-
-@dataclass
-class Request:
-    tasks: tuple[str, ...]
-    now: float
-    explicit: bool = False  # a single-task command runs whatever the policy enables
-    dry_run: bool = False
-    force: bool = False
-    older_than: float | None = None  # purge: days, overrides retention_days
-    archive_days: float | None = None  # archive-inactive: days, overrides auto_archive_days
-    filters: Filters = field(default_factory=Filters)
-    vacuum: bool = False
-    export_dir: str | None = None  # --export-dir: over the policy's
-    lock_wait: float | None = None  # --lock-wait: over the policy's
 
 
 class _Pass:
@@ -89,7 +69,7 @@ class _Pass:
         if any_without_messages(self.engine.store, source="tui"):
             result = self._by_parts("ghost_prune", "delete", "ghost_prune",
                                     lambda graph, live: ghosts.select_tui_ghosts(graph, now, live),
-                                    lambda units: self.engine.delete(units, "ghost_prune", recheck=empty.recheck), only=WITHOUT_MESSAGES)
+                                    lambda units: self.engine.delete(units, "ghost_prune", recheck=ghosts.recheck(now)), only=WITHOUT_MESSAGES)
         else:  # no TUI session without messages: no ghost to select or keep (store/read.py)
             result = self.result("ghost_prune", "delete", "ghost_prune")
         missing = orphan_session_ids(self.engine.store)
@@ -113,7 +93,7 @@ class _Pass:
             return self.result("empty_sweep", "delete", "empty_sweep")
         return self._by_parts("empty_sweep", "delete", "empty_sweep",
                               lambda graph, live: empty.select(graph, hours, now, live),
-                              lambda units: self.engine.delete(units, "empty_sweep", recheck=empty.recheck), only=WITHOUT_MESSAGES)
+                              lambda units: self.engine.delete(units, "empty_sweep", recheck=empty.recheck(hours, now)), only=WITHOUT_MESSAGES)
 
     def purge(self) -> Result:
         request = self.request
@@ -271,9 +251,9 @@ class _Pass:
                 units = retention.select(graph, days, request.now, live).units
                 candidates += len(units)
                 picked += sum(1 for u in units if filters.matches(graph.rows[u.session_id]))
-            if candidates and picked == candidates:
-                raise Refused(f"profile '{self.engine.profile.shown}': the filters match every ended session "
-                              "and set no age bound; add --older-than/--before or use --force")
+            refusal = too_broad(self.engine.profile, picked, candidates)
+            if refusal:
+                raise Refused(refusal)
 
         def select(graph: Graph, live: set[str]):
             selection = retention.select(graph, days, request.now, live)
@@ -335,17 +315,9 @@ def overridden(policy: Policy, origins: dict, request: Request) -> tuple[Policy,
     return replace(policy, **changes), origins
 
 
-def maintain(run: Run, profile: Profile, layers: dict, request: Request,
-             siblings: dict[str, Profile] | None = None) -> None:
-    """Run the requested tasks on one profile; its failures are recorded, never raised.
-
-    `layers`: the admin config's part of its policy, as the host read it (host.config.policy_layers).
-    """
-    if not profile.has_store():  # a profile Hermes never used yet: nothing to do, not an error
-        result = Result(profile.name, "none", None, request.dry_run, status="skipped",
-                        why="no store yet: nothing to do", home=str(profile.home))
-        run.results.append(result)
-        return
+def _policy(run: Run, profile: Profile, layers: dict, request: Request) -> tuple[HermesConfig, Policy] | None:
+    """The profile's Hermes config and policy, and into the report the policy as this command applies
+    it, with where each value came from; None when either cannot be read (said in `run.errors`)."""
     try:
         config = load_hermes_config(profile.home)  # once: the engine uses it too
         lookup = installation.for_profile(profile)
@@ -353,11 +325,30 @@ def maintain(run: Run, profile: Profile, layers: dict, request: Request,
                                        installed=installation.defaults_layer(lookup))
     except (HermesConfigError, PolicyError) as exc:
         run.errors.append(f"profile '{profile.shown}': skipped: {exc}")
-        return
+        return None
     applied, origins = overridden(policy, origins, request)
     shown = dict(applied.as_dict(), origins=origins)
     shown["hook_callback_timeout"], origins["hook_callback_timeout"] = installation.hook_timeout(config, lookup)
     run.policies[str(profile.home)] = {"profile": profile.name, **shown, "hermes": lookup.as_dict()}
+    return config, policy
+
+
+def maintain(run: Run, profile: Profile, layers: dict, request: Request,
+             siblings: dict[str, Profile] | None = None, lock_wait: float | None = None) -> None:
+    """Run the requested tasks on one profile; its failures are recorded, never raised.
+
+    `layers`: the admin config's part of its policy, as the host read it (host.config.policy_layers).
+    `lock_wait`: --lock-wait, over the policy's.
+    """
+    if not profile.has_store():  # a profile Hermes never used yet: nothing to do, not an error
+        result = Result(profile.name, "none", None, request.dry_run, status="skipped",
+                        why="no store yet: nothing to do", home=str(profile.home))
+        run.results.append(result)
+        return
+    found = _policy(run, profile, layers, request)
+    if found is None:
+        return
+    config, policy = found
     siblings = siblings if siblings is not None else {profile.name: profile}
     applying = policy.repair == "apply" and not request.dry_run
     if "repair" in request.tasks and applying:  # fixes take the profile's locks themselves: before the engine
@@ -386,6 +377,6 @@ def maintain(run: Run, profile: Profile, layers: dict, request: Request,
         return results
 
     exports = Settings(request.export_dir or policy.export_dir, policy.export_keep_days)
-    lock_wait = request.lock_wait if request.lock_wait is not None else policy.lock_wait
+    lock_wait = lock_wait if lock_wait is not None else policy.lock_wait
     with_engine(run, profile, work, exports, config, lock_wait, incremental=policy.incremental_vacuum,
                 finished=results)

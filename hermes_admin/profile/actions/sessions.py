@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from hermes_admin.profile.actions.common import Run, act_in_parts, with_engine
+from hermes_admin.profile.actions.common import Refused, Run, act_in_parts, too_broad, with_engine
 from hermes_admin.profile.engine.engine import Engine, Result
 from hermes_admin.profile.engine.exports import Settings
 from hermes_admin.protocol import Profile
@@ -12,12 +12,8 @@ from hermes_admin.profile.lineage import Graph, Unit, delete_unit
 from hermes_admin.profile.parts import graph_around, graph_parts
 from hermes_admin.filters import Filters
 
-NAMED = "named on the command line"
-MATCHED = "matched by the filters"
-
-
-class Refused(Exception):
-    pass
+NAMED = "named on the command line"  # the rule of a unit picked by id
+MATCHED = "matched by the filters"  # the rule of a unit picked by the filters
 
 
 def matching(graph: Graph, filters: Filters, archiving: bool) -> list[str]:
@@ -53,9 +49,9 @@ def _parts_of_units(engine: Engine, ids: list[str], filters: Filters | None, for
             for graph in graph_parts(store):
                 picked += len(matching(graph, filters, archiving))
                 candidates += len(matching(graph, Filters(), archiving))
-            if picked and picked == candidates:
-                raise Refused(f"profile '{engine.profile.shown}': the filters match all {picked} candidate sessions "
-                              "and set no age bound; add --before/--after or use --force")
+            refusal = too_broad(engine.profile, picked, candidates)
+            if refusal:
+                raise Refused(refusal)
         parts = graph_parts(store)
     for graph in parts:
         wanted = [(sid, NAMED) for sid in ids if sid in graph.rows]  # the others are gone, or in another part

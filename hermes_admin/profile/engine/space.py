@@ -60,6 +60,8 @@ class Space:
             if free == 0:
                 break
             step = min(pages, free)
+            if step == free:  # the last step: the WAL copied back first, so that its commit is the first
+                self._copied_back()  # since the WAL started over, and cuts the file back (WAL_SIZE_LIMIT)
 
             def work(db, step=step):
                 # One page a statement: Python's sqlite3 steps a statement once, and this pragma frees a

@@ -1,1 +1,1 @@
-"""Plugins and the `on_session_delete` hook bus (design §7)."""
+"""Plugins and the `on_session_delete` hook bus (docs/design.md §7)."""

@@ -35,7 +35,7 @@ from hermes_admin.profile.hooks.discovery import PluginInfo
 from hermes_admin.profile.installation import Installation
 from hermes_admin.protocol import Profile
 
-STARTUP_TIMEOUT_S = 60.0
+STARTUP_TIMEOUT_S = 60.0  # a cold import of Hermes and its plugins on a slow disk
 MAX_REPLY = 64 << 10  # one reply line; a longer one is a broken worker
 POLL_S = 0.5  # how often a wait looks at stop requests
 STOP_GRACE_S = 5.0  # after a stop request, how long an event already sent may take to finish

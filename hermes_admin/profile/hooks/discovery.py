@@ -20,8 +20,8 @@ from hermes_admin import yamlfile
 
 from hermes_admin.profile.hermes_config import HermesConfig
 
-ENTRY_POINT_GROUP = "hermes_agent.plugins"
-MANIFESTS = ("plugin.yaml", "plugin.yml")
+ENTRY_POINT_GROUP = "hermes_agent.plugins"  # the group Hermes loads installed plugins from
+MANIFESTS = ("plugin.yaml", "plugin.yml")  # the manifest names Hermes accepts, in its order
 
 
 @dataclass

@@ -19,9 +19,9 @@ from hermes_admin.profile.hooks.bus import hermes_environment
 from hermes_admin.profile.hooks.discovery import discover
 from hermes_admin.protocol import Profile
 
-LIST_TIMEOUT_S = 30.0
-MAX_ANSWER = 4 << 20
-MAX_PLUGINS = 2000
+LIST_TIMEOUT_S = 30.0  # Hermes' discovery imports no plugin: a cold start at most
+MAX_ANSWER = 4 << 20  # far above any real listing; past it the answer is refused
+MAX_PLUGINS = 2000  # far above any real installation; past it the answer is refused
 
 
 def plugins_of(profile: Profile, config: HermesConfig) -> tuple[list[dict], list[str], installation.Lookup]:

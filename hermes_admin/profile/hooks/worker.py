@@ -267,6 +267,7 @@ def _hermes_status():
         return lambda name, key: None
 
 
+# Hermes' sessions: defaults the probe reports (this file imports nothing of ours)
 SESSIONS_KEYS = ("auto_prune", "retention_days", "auto_archive", "auto_archive_days", "vacuum_after_prune")
 
 

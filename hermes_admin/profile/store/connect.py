@@ -30,10 +30,18 @@ T = TypeVar("T")
 # Hermes' own writers wait about 1 s in SQLite's busy handler; ours wait less
 # and retry the whole transaction instead, so a Hermes writer is never starved.
 WRITE_BUSY_TIMEOUT_S = 0.2
-READ_BUSY_TIMEOUT_S = 5.0
+READ_BUSY_TIMEOUT_S = 5.0  # a read waits only for a checkpoint's or recovery's short locks
 # How long another writer may hold the write lock without any progress before a profile stops
 # (exit 3): a nightly run can wait minutes, and Hermes' own FTS optimize of a GB store holds it ~15 s.
 DEFAULT_LOCK_WAIT_S = 300.0
+# A WAL file a big transaction blew up (Hermes' FTS optimize writes the whole index into it) stays
+# that size until its last connection closes. When a commit of ours is the first since the WAL
+# started over, SQLite cuts the file back to our journal_size_limit (set per connection; the file
+# and its journal mode are not changed): to 4 MiB, what 1000 pages take (the automatic checkpoint's
+# trigger), by at most 64 MiB a commit, since the cut is made with the write lock held (about 15 ms
+# for 64 MiB on ext4).
+WAL_SIZE_LIMIT = 4 * 1024 * 1024
+WAL_CUT_STEP = 64 * 1024 * 1024
 PATIENCE_CAP = 4  # progress or not, a wait ends after this many lock waits
 SAY_WAIT_S = 2.0  # a wait on the lock this long is told on stderr
 
@@ -118,6 +126,7 @@ def write_transaction(
     """
     waiting: _Wait | None = None
     while True:
+        _limit_wal(db)
         try:
             with db.atomic():
                 return work(db)
@@ -137,6 +146,15 @@ def write_transaction(
                       f"makes progress, up to {waiting.patience:g} s without", file=sys.stderr, flush=True)
                 waiting.said = True
             sleep(random.uniform(0.02, 0.15) if waited < 2.0 else random.uniform(0.25, 1.0))
+
+
+def _limit_wal(db: peewee.SqliteDatabase) -> None:
+    """Set how far SQLite may cut the WAL file back at our next commit (see WAL_SIZE_LIMIT)."""
+    try:
+        size = os.stat(f"{db.database}-wal").st_size
+    except OSError:
+        return
+    db.execute_sql(f"PRAGMA journal_size_limit = {max(WAL_SIZE_LIMIT, size - WAL_CUT_STEP)}")
 
 
 class _Wait:

@@ -81,7 +81,7 @@ def _handle(conn: sqlite3.Connection) -> ctypes.c_void_p:
     return ctypes.c_void_p(ctypes.c_void_p.from_address(id(conn) + object.__basicsize__).value)
 
 
-_LIB = None
+_LIB = None  # the SQLite library _sqlite3 uses, found once (3.11 only)
 
 
 def _library():

@@ -45,7 +45,7 @@ class Message(_Base):
         table_name = "messages"
 
 
-MODELS = (Session, Message)
+MODELS = (Session, Message)  # the peewee models bound to a store for the reads written with them
 
 
 @dataclass(slots=True)
@@ -106,8 +106,8 @@ def _select_sessions(store: Store, where: str = "", params: list | None = None) 
     """Session rows with their message statistics, as one SQL read.
 
     Raw SQL on purpose: this is the one bulk read (every session of a store), and
-    peewee's per-value conversion made it eight times slower (measured: 7 s for
-    130 k sessions, against 0.9 s here). The message statistics are correlated
+    peewee's per-value conversion made it several times slower on a large store.
+    The message statistics are correlated
     subqueries, each an index lookup in `messages(session_id, ...)`.
     """
     return list(_iter_sessions(store, _sessions_sql(store, where), params))

@@ -43,6 +43,7 @@ def foreign_references(db: peewee.SqliteDatabase, schema: Schema) -> list[tuple[
     return found
 
 
+# Hermes' tables of live work: (table, its session column, how a report names it).
 LIVE_GUARDS = (("compression_locks", "session_id", "a live compression lock"),
                ("session_turn_leases", "conversation_id", "a live turn lease"))
 

@@ -27,8 +27,8 @@ class Selection:
 # purge weighs units; stale rows are closed after the purge, so that they age a further window first.
 ORDER = ("repair", "ghost_prune", "empty_sweep", "purge", "close_stale", "size_budget", "auto_archive")
 
-DAY = 86400.0
-HOUR = 3600.0
+DAY = 86400.0  # seconds: policies count days, timestamps are Unix seconds
+HOUR = 3600.0  # seconds, for the keys counted in hours
 
 
 def days_ago(now: float, ts: float) -> str:

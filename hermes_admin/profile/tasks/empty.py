@@ -10,32 +10,36 @@ from __future__ import annotations
 from hermes_admin.profile.lineage import Graph, Unit
 from hermes_admin.profile.tasks import HOUR, Selection
 
+# Why a row with messages stays: not this task's business, so the selector reports nothing for it.
+NOT_EMPTY = "not empty: received a message"
 
-def _why_not(graph: Graph, sid: str, cutoff: float, live: set[str]) -> str | None:
-    row = graph.rows[sid]
+
+def why_kept(row, has_children: bool, cutoff: float, live: set[str]) -> str | None:
+    """Why this row is not swept, in the report's words; None: it goes. One rule for the selector (the
+    row as read) and its re-check in the deleting transaction (the row as it is then)."""
     if row.message_rows:
-        return None  # not empty: not this task's business, nothing to report
+        return NOT_EMPTY
     if row.ended_at is None:
         return "empty but open"
-    if sid in live:
+    if row.id in live:
         return "empty but live (lock or lease)"
     if row.archived:
         return "empty but archived"
     if row.pinned:
         return "empty but pinned"
-    if graph.children.get(sid):
+    if has_children:
         return "empty but has children"
     if row.ended_at > cutoff:
         return "empty but ended too recently"
-    return ""
+    return None
 
 
 def select(graph: Graph, min_age_hours: float, now: float, live: set[str] = frozenset()) -> Selection:
     cutoff = now - min_age_hours * HOUR
     chosen = Selection()
     for sid in sorted(graph.rows):
-        why = _why_not(graph, sid, cutoff, live)
-        if why is None:
+        why = why_kept(graph.rows[sid], bool(graph.children.get(sid)), cutoff, live)
+        if why == NOT_EMPTY:
             continue
         if why:
             chosen.kept[sid] = why
@@ -44,12 +48,16 @@ def select(graph: Graph, min_age_hours: float, now: float, live: set[str] = froz
     return chosen
 
 
-def recheck(unit, fresh) -> str | None:
-    row = fresh.get(unit.session_id)
-    if row is None:
-        return "gone already"
-    if row.message_rows:
-        return "received a message"
-    if row.ended_at is None:
-        return "was reopened"
-    return None
+def recheck(min_age_hours: float, now: float):
+    """The selector's rule (why_kept), on the row as it is inside the deleting transaction. Live rows are
+    the engine's own guard there (store/sql.py: blocked). Children are looked for among the rows that
+    transaction read; a child made since the selection is orphaned by the delete, as Hermes does."""
+    cutoff = now - min_age_hours * HOUR
+
+    def check(unit, fresh) -> str | None:
+        row = fresh.get(unit.session_id)
+        if row is None:
+            return "gone already"
+        has_children = any(other.parent_id == row.id for other in fresh.values())
+        return why_kept(row, has_children, cutoff, set())
+    return check

@@ -15,25 +15,50 @@ from hermes_admin.profile.engine.files import SessionFile
 from hermes_admin.profile.lineage import Graph, Unit
 from hermes_admin.profile.tasks import DAY, Selection
 
-GHOST_AGE_S = DAY
-ORPHAN_FILE_AGE_S = DAY
+GHOST_AGE_S = DAY  # a TUI session is a ghost only once it could no longer be one being started
+ORPHAN_FILE_AGE_S = DAY  # a file whose row is gone may be one Hermes is writing before its row
+
+# Why a row that is no TUI ghost stays: not this task's business, so the selector reports nothing for it.
+NOT_A_GHOST = "no longer a TUI ghost (a title, a message, or open)"
+
+
+def why_kept(row, has_children: bool, live: set[str], now: float) -> str | None:
+    """Why this row is not pruned as a TUI ghost, in the report's words; None: it goes. One rule for the
+    selector (the row as read) and its re-check in the deleting transaction (the row as it is then)."""
+    if row.source != "tui" or row.title or row.message_rows or row.ended_at is None:
+        return NOT_A_GHOST
+    if row.id in live or row.pinned:
+        return "TUI ghost, but live or pinned"
+    if has_children:
+        return "TUI ghost, but has children"
+    if row.started_at >= now - GHOST_AGE_S:
+        return "TUI ghost, but started under 24 h ago"
+    return None
 
 
 def select_tui_ghosts(graph: Graph, now: float, live: set[str] = frozenset()) -> Selection:
     chosen = Selection()
     for sid in sorted(graph.rows):
-        row = graph.rows[sid]
-        if row.source != "tui" or row.title or row.message_rows or row.ended_at is None:
+        why = why_kept(graph.rows[sid], bool(graph.children.get(sid)), live, now)
+        if why == NOT_A_GHOST:
             continue
-        if sid in live or row.pinned:
-            chosen.kept[sid] = "TUI ghost, but live or pinned"
-        elif graph.children.get(sid):
-            chosen.kept[sid] = "TUI ghost, but has children"
-        elif row.started_at >= now - GHOST_AGE_S:
-            chosen.kept[sid] = "TUI ghost, but started under 24 h ago"
+        if why:
+            chosen.kept[sid] = why
         else:
             chosen.units.append(Unit(sid, [sid], "TUI ghost: no title, no messages, ended, over 24 h old"))
     return chosen
+
+
+def recheck(now: float):
+    """The selector's rule (why_kept), on the row as it is inside the deleting transaction (live rows
+    are the engine's own guard there; children are looked for among the rows it read)."""
+
+    def check(unit, fresh) -> str | None:
+        row = fresh.get(unit.session_id)
+        if row is None:
+            return "gone already"
+        return why_kept(row, any(other.parent_id == row.id for other in fresh.values()), set(), now)
+    return check
 
 
 def select_orphan_rows(orphan_ids: list[str]) -> Selection:

@@ -65,17 +65,17 @@ def unit_heads(graph: Graph) -> list[str]:
     return sorted(heads)
 
 
-def why_kept(graph: Graph, ids: tuple[str, ...], windows: Windows | float, live: set[str], now: float) -> str | None:
-    windows = windows if isinstance(windows, Windows) else Windows(windows)
-    for sid in ids:
-        row = graph.rows[sid]
+def why_kept(rows, windows: Windows, live: set[str], now: float) -> str | None:
+    """Why a unit of these rows stays, in the report's words; None: it may go. One rule for the selector
+    (rows as read) and its re-check in the deleting transaction (rows as they are then)."""
+    for row in rows:
         if row.ended_at is None:
-            return f"{sid} is open"
-        if sid in live:
-            return f"{sid} is live (lock or lease)"
+            return f"{row.id} is open"
+        if row.id in live:
+            return f"{row.id} is live (lock or lease)"
         if row.pinned:
-            return f"{sid} is pinned"
-    recent = [graph.rows[sid] for sid in ids if not windows.due(graph.rows[sid], now)]
+            return f"{row.id} is pinned"
+    recent = [row for row in rows if not windows.due(row, now)]
     if recent:
         newest = max(recent, key=windows.aged_since)
         since = windows.aged_since(newest)
@@ -84,18 +84,22 @@ def why_kept(graph: Graph, ids: tuple[str, ...], windows: Windows | float, live:
     return None
 
 
+def _windows(retention: float | Windows) -> Windows:
+    return retention if isinstance(retention, Windows) else Windows(retention)
+
+
 def select(graph: Graph, retention_days: float | Windows, now: float, live: set[str] = frozenset()) -> Selection:
-    windows = retention_days if isinstance(retention_days, Windows) else Windows(retention_days)
+    windows = _windows(retention_days)
     chosen = Selection()
     for head in unit_heads(graph):
         unit = lineage_unit(graph, head)
-        why = why_kept(graph, unit.ids, windows, live, now)
+        rows = [graph.rows[sid] for sid in unit.ids]
+        why = why_kept(rows, windows, live, now)
         if why:
             why = sys.intern(why)  # a few hundred distinct texts over tens of thousands of rows
             for sid in unit.ids:
                 chosen.kept[sid] = why
             continue
-        rows = [graph.rows[sid] for sid in unit.ids]
         newest = max(r.last_activity for r in rows)
         unit.rule = sys.intern(f"every member ended, last active {days_ago(now, newest)} ({windows.rule(rows)})")
         chosen.units.append(unit)
@@ -103,17 +107,11 @@ def select(graph: Graph, retention_days: float | Windows, now: float, live: set[
 
 
 def recheck(retention_days: float | Windows, now: float):
-    """The same rule, on the rows as they are inside the deleting transaction."""
-    windows = retention_days if isinstance(retention_days, Windows) else Windows(retention_days)
+    """The selector's rule (why_kept), on the rows as they are inside the deleting transaction. Live
+    rows are the engine's own guard there (store/sql.py: blocked), so none are passed."""
+    windows = _windows(retention_days)
 
     def check(unit, fresh) -> str | None:
         rows = [fresh[i] for i in unit.ids if i in fresh]
-        for row in rows:
-            if row.ended_at is None:
-                return f"{row.id} was reopened"
-            if row.pinned:
-                return f"{row.id} was pinned"
-        if any(not windows.due(row, now) for row in rows):
-            return "became active again"
-        return None
+        return why_kept(rows, windows, set(), now) if rows else None
     return check

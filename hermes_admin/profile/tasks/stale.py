@@ -16,6 +16,7 @@ from hermes_admin.profile.lineage import Graph, Unit
 from hermes_admin.profile.tasks import Selection, days_ago
 from hermes_admin.profile.tasks.retention import REAPED, Windows
 
+# Hermes' sources that no person keeps open: the only ones closed when idle
 AUTOMATED = frozenset({"cli", "cron", "kanban", "acp", "api_server", "subagent", "tool", "recovered"})
 
 

@@ -1,0 +1,221 @@
+"""The host's one way to get work done on profiles, for every command and for the daemon's jobs.
+
+Discovery once per command (or daemon pass), the run locks of the roots a change
+writes in, the broken holds on stores (host/detached.py), the admin config's
+policy layers, handing back what an older root-run left in a home, and one job
+per owner (host/workers.py), whose reports are gathered into one Run. The CLI
+(cli/context.App) and the daemon (host/daemon.py) both call `Host.work`; nothing
+here reads a home: the job does, as its owner (docs/design.md §1, §10).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from hermes_admin import stopping
+from hermes_admin.host import config as admin_config
+from hermes_admin.host import discovery as homes
+from hermes_admin.protocol import Context, Job, ListProfiles, Maintain, Owner, Params, Profile, Repair
+from hermes_admin.results import RepairRun, Run
+
+
+def selects(profile: Profile, wanted: str) -> bool:
+    """`-p` takes NAME (in every root), ROOT:NAME, or a profile's home folder."""
+    if wanted == profile.name:
+        return True
+    root, sep, name = wanted.rpartition(":")
+    if sep and name == profile.name and root and homes.absolute(Path(root)) == profile.root:
+        return True
+    # a home folder as spelled (never resolved through links: a link could name someone else's)
+    return "/" in wanted and Path(os.path.normpath(os.path.abspath(wanted))) == profile.home
+
+
+@dataclass
+class Host:
+    """One command's (or one daemon pass's) view of the machine: its config, roots and profiles."""
+
+    config: admin_config.AdminConfig
+    roots: list[Path]
+    verbose: int = 0
+    lock_wait: float | None = None  # --lock-wait: seconds a write waits for a store held by another process
+    _everything: homes.Discovery | None = field(default=None, repr=False)
+    _run_locks: object = field(default=None, repr=False)  # host.runlock.RunLocks, once a change starts
+    _broken: dict | None = field(default=None, repr=False)
+
+    @classmethod
+    def of(cls, config: admin_config.AdminConfig, roots_given=(), all_users: bool = False, **settings) -> "Host":
+        """`--root`, else the config's `roots:`, else HERMES_HOME or the platform's default (discovery.py)."""
+        return cls(config, homes.resolve_roots(roots_given, config.roots, all_users), **settings)
+
+    def close(self) -> None:
+        """At the end of a command (or a daemon pass): the run locks go."""
+        if self._run_locks is not None:
+            self._run_locks.release()
+
+    def everything(self) -> homes.Discovery:
+        """Every profile of every root, found once. Where several roots are in view, each profile
+        is shown as ROOT:NAME, so two roots' `default`s never read alike."""
+        if self._everything is None:
+            found = homes.discover(self.roots)
+            if len({p.root for p in found.profiles}) > 1:
+                found.profiles = [replace(p, display=f"{p.root}:{p.name}") for p in found.profiles]
+            self._everything = found
+        return self._everything
+
+    def select(self, only: tuple[str, ...] = ()) -> homes.Discovery:
+        """The profiles `-p` chose (all without it), with every root's skipped folders and missing roots."""
+        everything = self.everything()
+        chosen = [p for p in everything.profiles if not only or any(selects(p, w) for w in only)]
+        return homes.Discovery(profiles=chosen, skipped=everything.skipped, missing_roots=everything.missing_roots,
+                               owners=everything.owners)
+
+    def labels(self) -> dict[str, str]:
+        """home -> how output names the profile (its name, or ROOT:NAME with several roots)."""
+        return {str(p.home): p.shown for p in self.everything().profiles}
+
+    def broken_holds(self) -> dict[str, list]:
+        """home -> the processes whose hold on its store is broken (host/detached.py), looked for
+        once, over every profile in view."""
+        if self._broken is None:
+            from hermes_admin.host import detached
+
+            stores = {p.store_path: str(p.home) for p in self.everything().profiles}
+            self._broken = {stores[store]: holds for store, holds in detached.scan(list(stores)).items()}
+        return self._broken
+
+    def work(self, params: Params, profiles: list[Profile], with_policy: bool = False) -> Run:
+        """Do one kind of job on these profiles, one job per owner, and gather the reports."""
+        run = RepairRun(dry_run=True) if isinstance(params, Repair) else Run(dry_run=params.dry_run)
+        if params.CHANGES and not params.dry_run and profiles and not self._lock_roots(run, profiles):
+            return run
+        kept = self._check_holds(run, params, profiles, writing=not params.dry_run)
+        if isinstance(params, Maintain) and params.summaries:  # one left out still has its metrics
+            run.data.setdefault("summaries", []).extend(
+                {"name": p.name, "home": str(p.home), "ok": False} for p in profiles if p not in kept)
+        if with_policy:
+            self._unknown_entries(run)
+        context = self._context()
+        for owner, group in by_owner(kept, self.everything().owners):
+            self._dispatch(run, Job(params, owner, group, context=context), with_policy)
+        self._host_view(run)
+        return run
+
+    def _lock_roots(self, run: Run, profiles: list[Profile]) -> bool:
+        """The run locks of every root these profiles live in, or none: never two half-runs.
+        False when another run holds one (said in `run.locked`)."""
+        from hermes_admin.host.runlock import RootBusy, RunLocks
+
+        try:
+            self._run_locks = self._run_locks or RunLocks()
+            self._run_locks.take([p.root for p in profiles])
+        except RootBusy as exc:
+            run.locked.append(str(exc))
+            return False
+        except OSError as exc:  # no place for the run lock: each profile's own lock still holds
+            run.warnings.append(f"run lock not taken ({exc.strerror or exc}); the profiles' own locks apply")
+        return True
+
+    def _check_holds(self, run: Run, params: Params, profiles: list[Profile], writing: bool) -> list[Profile]:
+        """Name every broken hold on these profiles' stores in the report (an error where it keeps us
+        from writing, a warning where it does not), and leave out of a writing job the profiles whose
+        store must not be written to: a process writes into files no longer there, or without locks."""
+        if not (params.CHANGES or isinstance(params, ListProfiles)):
+            return profiles
+        kept = []
+        for profile in profiles:
+            holds = self.broken_holds().get(str(profile.home), [])
+            for hold in holds:
+                (run.errors if hold.blocks_writes else run.warnings).append(hold.line(profile.shown, profile.store_path))
+            if not (writing and any(hold.blocks_writes for hold in holds)):
+                kept.append(profile)
+        return kept
+
+    def _unknown_entries(self, run: Run) -> None:
+        """A `profiles:` entry of the admin config that names no profile in view is likely a typo."""
+        known = {p.name for p in self.everything().profiles}
+        for name in sorted(map(str, self.config.profiles)):
+            if name not in known:
+                run.warnings.append(f"{self.config.path or 'admin config'}: profiles.{name}: matches no profile "
+                                    f"of {', '.join(str(r) for r in self.roots)} (a typo?)")
+
+    def _context(self) -> Context:
+        """What every job of this command carries besides its parameters (protocol.Context)."""
+        return Context(verbose=self.verbose, lock_wait=self.lock_wait,
+                       safe_mode=os.environ.get("HERMES_SAFE_MODE", ""),  # a worker's environment is clean
+                       bundled_plugins=os.environ.get("HERMES_BUNDLED_PLUGINS", ""),  # Hermes' own override
+                       processes=1 if os.environ.get("HERMES_ADMIN_PROCESSES") == "1" else 2,  # profile/fork.py
+                       siblings=self._siblings())
+
+    def _siblings(self) -> dict[str, dict[str, str]]:
+        """Per root, the profiles that share the owner of its `default`: where repair may move rows."""
+        everything = self.everything()
+        siblings: dict[str, dict[str, str]] = {}
+        for profile in everything.profiles:
+            root_owner = everything.owners.get(profile.root)
+            if root_owner is not None and everything.owners[profile.home].uid == root_owner.uid:
+                siblings.setdefault(str(profile.root), {})[profile.name] = str(profile.home)
+        return siblings
+
+    def _dispatch(self, run: Run, job: Job, with_policy: bool) -> None:
+        """One owner's job, its report merged into `run`; the job's layers are filled in here."""
+        from hermes_admin.host.workers import run_job
+
+        if stopping.requested():
+            run.warnings.append("stopped on request: " + ", ".join(p.name for p in job.profiles) + " not worked on")
+            return
+        # every job may need the profile's Hermes installation (profile/installation.py)
+        job.layers = {str(p.home): admin_config.hermes_python(self.config, p.name, p.root) for p in job.profiles}
+        if with_policy:
+            job.profiles = self._with_policy(run, job.profiles, job.layers)
+        if not job.profiles:
+            return
+        if os.geteuid() == 0 and job.owner.uid != 0 and not job.params.dry_run:
+            self._hand_back(run, job.owner, job.profiles)
+        run.merge(run_job(job, self.verbose))
+
+    def _with_policy(self, run: Run, profiles: list[Profile], layers: dict[str, dict]) -> list[Profile]:
+        """The admin config's policy layers into each profile's; a profile whose entry is wrong is skipped."""
+        kept = []
+        for profile in profiles:
+            try:
+                layers[str(profile.home)].update(admin_config.policy_layers(self.config, profile.name))
+            except admin_config.ConfigError as exc:
+                run.errors.append(f"profile '{profile.shown}': skipped: {exc}")
+                continue
+            kept.append(profile)
+        return kept
+
+    @staticmethod
+    def _hand_back(run: Run, owner: Owner, profiles: list[Profile]) -> None:
+        """Root, before a change: what an older, root-run hermes-admin left as root's in these homes
+        goes back to their owner (host/leftovers.py: the one thing the host does inside a home)."""
+        from hermes_admin.host.leftovers import hand_back
+
+        for profile in profiles:
+            run.warnings += [f"profile '{profile.shown}': {path}: left as root's by an older hermes-admin; "
+                             f"handed back to {owner.user}" for path in hand_back(profile.home, owner)]
+
+    def _host_view(self, run: Run) -> None:
+        """What only the host knows, into the gathered report: the broken holds it saw in /proc (for
+        the metrics), and how output names each profile."""
+        for row in run.data.get("summaries", []):
+            if isinstance(row, dict) and isinstance(row.get("home"), str):
+                holds = self.broken_holds().get(row["home"], [])
+                row["detached_holders"] = sum(1 for hold in holds if hold.blocks_writes)
+                row["unlocked_holders"] = len(holds) - row["detached_holders"]
+        labels = self.labels()
+        for result in run.results:
+            result.label = labels.get(result.home or "", result.profile)
+        for home, policy in run.policies.items():
+            policy["label"] = labels.get(home, policy.get("profile"))
+
+
+def by_owner(profiles: list[Profile], owners: dict[Path, Owner]) -> list[tuple[Owner, list[Profile]]]:
+    """The profiles grouped by who owns them, in the order they were found."""
+    groups: dict[int, tuple[Owner, list[Profile]]] = {}
+    for profile in profiles:
+        owner = owners[profile.home]
+        groups.setdefault(owner.uid, (owner, []))[1].append(profile)
+    return list(groups.values())
