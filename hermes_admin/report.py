@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import json
-import re
 import sys
 from contextlib import contextmanager
 from datetime import datetime, timezone
 
 import click
 
+from hermes_admin.shown import clean  # noqa: F401  (report.clean: where most callers find it)
 from hermes_admin.spill import Spill, SpillMap
 
-VERBOSE = 0  # -v: tracebacks and per-unit detail (set once per command; a worker gets it in its job)
 
 # rich is imported where a table or a bar is drawn: the timer's `run` and `--json` never pay for it.
 
@@ -129,22 +128,6 @@ def stdout_console():
 
 # C0/C1 controls, DEL, and the Unicode line separators and bidirectional overrides: whatever
 # could end a line, move the cursor, retitle a terminal or reorder what a person reads.
-_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
-
-
-def _escape(match: re.Match) -> str:
-    code = ord(match.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-
-
-def clean(text, limit: int | None = None) -> str:
-    """Text from a store, a file or a plugin, made safe to print: controls escaped, length bounded."""
-    text = str(text)
-    if limit is not None and len(text) > limit:
-        text = text[:limit] + "…"
-    return _CONTROLS.sub(_escape, text)
-
-
 def line(text: str) -> None:
     """One line of human output on stdout, escaped."""
     click.echo(clean(text))

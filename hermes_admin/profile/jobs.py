@@ -60,11 +60,11 @@ def _each(job: Job, run: Run, isolated: bool, work: Callable[[Profile], None]) -
         except Exception as exc:  # a bug of ours: this profile ends, the others go on (exit 70)
             import traceback
 
-            from hermes_admin import report
+            from hermes_admin import shown
             run.internal = True
             run.errors.append(f"profile '{profile.shown}': internal error: {type(exc).__name__}: {exc}"
-                              + ("" if report.VERBOSE else " (run with -v for the traceback)"))
-            if report.VERBOSE:
+                              + ("" if shown.VERBOSE else " (run with -v for the traceback)"))
+            if shown.VERBOSE:
                 traceback.print_exc()
 
 
@@ -383,10 +383,10 @@ def _given_wait(lock_wait) -> float | None:
 
 def serve(job: Job, isolated: bool = False) -> Run:
     """Do one job. `isolated`: in a worker process of its own, which may change its current folder."""
-    from hermes_admin import report
+    from hermes_admin import shown
 
     context = job.context
-    report.VERBOSE = context.verbose
+    shown.VERBOSE = context.verbose
     from hermes_admin.profile import installation
 
     installation.configure(job.layers, remember=not job.params.dry_run)

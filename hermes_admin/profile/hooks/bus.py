@@ -29,7 +29,7 @@ import subprocess
 import sys
 import time
 
-from hermes_admin import child, report, stopping
+from hermes_admin import child, shown, stopping
 from hermes_admin.profile.hooks import worker
 from hermes_admin.profile.hooks.discovery import PluginInfo
 from hermes_admin.profile.installation import Installation
@@ -63,7 +63,7 @@ class HookBus:
         self.installation = installation
         self.notes = list(notes)
         self.timeout = timeout
-        self.log = log or (lambda message: print(f"hermes-admin: {report.clean(message, 2000)}", file=sys.stderr))
+        self.log = log or (lambda message: print(f"hermes-admin: {shown.clean(message, 2000)}", file=sys.stderr))
         self.proc: subprocess.Popen | None = None
         self.callbacks: list[str] = []
         self._buffer = b""
@@ -95,7 +95,7 @@ class HookBus:
         child.ours(self.proc.pid)
         self._buffer = b""
         self._send({
-            "home": str(self.profile.home), "profile": self.profile.name, "verbose": report.VERBOSE,
+            "home": str(self.profile.home), "profile": self.profile.name, "verbose": shown.VERBOSE,
             "hermes": self.installation is not None,
             "plugins": [{"key": p.key, "source": p.source, "location": p.location} for p in self.plugins],
         })
@@ -112,9 +112,9 @@ class HookBus:
         if not _texts(callbacks) or not _texts(errors):
             self._kill()
             raise WorkerGone("plugin worker did not start")
-        self.callbacks = [report.clean(c, 200) for c in callbacks]
+        self.callbacks = [shown.clean(c, 200) for c in callbacks]
         notes, self.notes = self.notes, []  # told once, with the first start
-        return [f"profile '{self.profile.shown}': {report.clean(e, 2000)}" for e in notes + errors]
+        return [f"profile '{self.profile.shown}': {shown.clean(e, 2000)}" for e in notes + errors]
 
     def _send(self, message: dict) -> None:
         try:
@@ -243,7 +243,7 @@ class HookBus:
         key = (plugin, kind)
         self._reported[key] = self._reported.get(key, 0) + 1
         if self._reported[key] == 1:
-            failures.append(f"profile '{self.profile.shown}': plugin {plugin}: {report.clean(text, 2000)}")
+            failures.append(f"profile '{self.profile.shown}': plugin {plugin}: {shown.clean(text, 2000)}")
 
     def _run_until_finished(self, failures: list[str], start: int):
         """Replies for one event, in the one order the protocol allows: start i, done i, ..., finished.

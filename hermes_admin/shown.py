@@ -1,0 +1,25 @@
+"""What is shown to people, without click: text made safe to print, and how verbose to be.
+
+The engine and the hook bus print through these, so they need neither click nor report.py.
+"""
+
+from __future__ import annotations
+
+import re
+
+VERBOSE = 0  # -v: tracebacks and per-unit detail (set once per command; a worker gets it in its job)
+
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def _escape(match: re.Match) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def clean(text, limit: int | None = None) -> str:
+    """Text from a store, a file or a plugin, made safe to print: controls escaped, length bounded."""
+    text = str(text)
+    if limit is not None and len(text) > limit:
+        text = text[:limit] + "…"
+    return _CONTROLS.sub(_escape, text)
