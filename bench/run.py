@@ -108,6 +108,8 @@ def with_writer(home: Path, action, optimize_after: int | None = None):
     """Run `action()` while a real Hermes process appends a message every 20 ms (its own FTS
     optimize after `optimize_after` appends, else at its 1000th)."""
     stop, out = home.parent / "writer.stop", home.parent / "writer.json"
+    for old in (stop, out, Path(str(out) + ".ready")):  # an earlier writer's, in the same folder
+        old.unlink(missing_ok=True)
     extra = [str(optimize_after)] if optimize_after else []
     writer = subprocess.Popen([peer.python(), str(HERE / "writer.py"), str(home / "state.db"), str(stop), str(out),
                                *extra],

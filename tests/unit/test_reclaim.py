@@ -73,6 +73,37 @@ def test_a_purge_under_a_live_holder_gives_the_freed_pages_back(tmp_path, now, i
     check.close()
 
 
+@needs_host_pids
+def test_the_last_reclaim_steps_cut_the_wal_back_under_a_live_holder(tmp_path, now, invoke, monkeypatch):
+    """The WAL a purge filled stays its size while another process holds the store; the last
+    incremental-vacuum steps start it over and cut it back to our limit (small here, 64 KiB)."""
+    from hermes_admin.profile.engine import space
+    from hermes_admin.profile.store import connect
+
+    for module in (space, connect):
+        monkeypatch.setattr(module, "WAL_SIZE_LIMIT", 64 << 10)
+    root = tmp_path / "h"
+    db = vacuum_worthy_store(root / "state.db", now, sessions=50)
+    invoke("--root", str(root), "purge", "--vacuum", "--json")  # nobody holds it: switched to incremental
+    more_old_sessions(db, now)
+    holder = subprocess.Popen([sys.executable, "-c", "import sqlite3, sys\n"
+                               f"c = sqlite3.connect({str(db)!r}); c.execute('SELECT COUNT(*) FROM sessions').fetchone()\n"
+                               "print('open', flush=True); sys.stdin.readline()"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    wal = tmp_path / "h" / "state.db-wal"
+    try:
+        assert holder.stdout.readline().strip() == "open"
+        done = invoke("--root", str(root), "purge", "--json")
+        assert done.exit_code == 0, done.stderr
+        assert any("given back to the file system" in n for n in json.loads(done.stdout)["results"][0]["notes"])
+        assert wal.exists() and wal.stat().st_size <= 128 << 10  # cut back, never removed
+    finally:
+        holder.communicate("\n", timeout=10)
+    check = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    assert check.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    check.close()
+
+
 def test_incremental_vacuum_false_keeps_the_stores_mode(tmp_path, now, invoke):
     root = tmp_path / "h"
     db = vacuum_worthy_store(root / "state.db", now, sessions=50)

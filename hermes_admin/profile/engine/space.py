@@ -5,6 +5,7 @@ incremental auto-vacuum in short paced steps, and the checkpoints that shrink th
 
 from __future__ import annotations
 
+import os
 import time
 
 import peewee
@@ -13,7 +14,7 @@ from hermes_admin import stopping
 from hermes_admin.profile.engine.holders import store_holders
 from hermes_admin.profile.engine.pacer import Pacer
 from hermes_admin.profile.store import Store
-from hermes_admin.profile.store.connect import is_lock_error
+from hermes_admin.profile.store.connect import WAL_SIZE_LIMIT, is_lock_error
 from hermes_admin.profile.store.read import journal_mode
 from hermes_admin.results import Result
 
@@ -21,6 +22,7 @@ VACUUM_FREE_RATIO = 0.25  # a VACUUM rewrites the whole store: worth it past a q
 INCREMENTAL = 2  # PRAGMA auto_vacuum's value for incremental auto-vacuum
 RECLAIM_FIRST_PAGES = 256  # the first incremental-vacuum step; later ones sized by the time it took
 CHECKPOINT_SETTLE_S = 1.0  # how long a reclaim tries for the checkpoint that shrinks the file
+CUT_TRIES = 4  # pages kept for the last steps, each a try at cutting the WAL back (a Hermes commit may win)
 
 
 class Space:
@@ -59,9 +61,7 @@ class Space:
             free = self.store.db.execute_sql("PRAGMA freelist_count").fetchone()[0]
             if free == 0:
                 break
-            step = min(pages, free)
-            if step == free:  # the last step: the WAL copied back first, so that its commit is the first
-                self._copied_back()  # since the WAL started over, and cuts the file back (WAL_SIZE_LIMIT)
+            step = self._next_step(pages, free)
 
             def work(db, step=step):
                 # One page a statement: Python's sqlite3 steps a statement once, and this pragma frees a
@@ -81,6 +81,21 @@ class Space:
             self._copied_back()
             result.notes.append(f"{freed} free page(s) given back to the file system (incremental vacuum)")
         return freed
+
+    def _next_step(self, pages: int, free: int) -> int:
+        """How many pages the next step frees. The last CUT_TRIES go one a step, each once the WAL is
+        copied back, so that its commit is the first since the WAL started over and cuts the file
+        back (store/connect.py, WAL_SIZE_LIMIT), as long as the WAL is bigger than that."""
+        if free > CUT_TRIES:
+            return min(pages, free - CUT_TRIES)
+        try:
+            big = os.stat(f"{self.store.profile.store_path}-wal").st_size > WAL_SIZE_LIMIT
+        except OSError:
+            big = False
+        if not big:
+            return free
+        self._copied_back()
+        return 1
 
     def _copied_back(self) -> None:
         """The file shrinks when a checkpoint copies the WAL's last frames back: PASSIVE ones (they
