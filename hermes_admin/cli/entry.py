@@ -8,8 +8,7 @@ import os
 import sys
 
 from hermes_admin import __version__
-
-HELP_COLUMNS = 80  # click's help is as wide on every terminal this wide or wider
+from hermes_admin.cli import HELP_COLUMNS
 
 
 def main() -> None:

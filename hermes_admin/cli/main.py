@@ -132,7 +132,7 @@ def help_text_source() -> str:
     """help_text.py as it must read: `hermes-admin --help` as click prints it on a terminal of
     HELP_COLUMNS or more, which entry.py answers with before click is imported. tests/unit/test_cli.py
     checks the file against this; `write_help_text()` writes it anew."""
-    from hermes_admin.cli.entry import HELP_COLUMNS
+    from hermes_admin.cli import HELP_COLUMNS
 
     with click.Context(cli, info_name="hermes-admin", terminal_width=HELP_COLUMNS - 2, **cli.context_settings) as ctx:
         text = ctx.get_help() + "\n"
