@@ -2,8 +2,8 @@
 
 A run reports every unit it acted on, every session it looked at and kept, and
 every file it removed: about 0.8 KB a session deleted, held until the report is
-written (a W10 purge: 40 of its 77 MB). Design §10 wants peak RSS under 80 MB
-whatever the store's size, so past its first HEAD entries a list writes each new
+written (a W10 purge: 40 of its 77 MB). Peak RSS is to stay under 80 MB whatever
+the store's size (BENCHMARKS.md), so past its first HEAD entries a list writes each new
 entry as one line of JSON to an anonymous temporary file, and the report copies
 those lines out as they are. Iterating reads them back.
 

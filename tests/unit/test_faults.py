@@ -377,3 +377,35 @@ def test_a_store_held_by_another_process_is_3_naming_it(synth_root, invoke):
     assert result.exit_code == 3, result.stderr
     assert f"pid {holder.pid} (" in result.stderr and "python" in result.stderr
     assert "held the write lock" in result.stderr
+
+
+def test_a_failure_closing_the_engine_reports_each_finished_result_once(tmp_path, monkeypatch):
+    """The work returned its results, then closing the engine failed: each result is reported once,
+    with the error, never again from the list of tasks finished before a failure."""
+    from hermes_admin.profile.actions import common
+    from hermes_admin.profile.engine.engine import Engine
+    from hermes_admin.protocol import Profile
+    from hermes_admin.results import Result, Run
+    from hermes_admin.synth.builder import SynthStore
+
+    home = tmp_path / "h"
+    home.mkdir()
+    SynthStore(home / "state.db", 30).close()
+    profile = Profile(root=home, name="default", home=home)
+    real_close = Engine.close
+
+    def close_then_fail(self):
+        real_close(self)
+        raise OSError("the outbox's disk went away")
+
+    monkeypatch.setattr(Engine, "close", close_then_fail)
+    run, finished = Run(dry_run=False), []
+
+    def work(engine):
+        result = Result(profile.name, "delete", "prune", False, task="purge")
+        finished.append(result)
+        return [result]
+
+    common.with_engine(run, profile, work, finished=finished)
+    assert len(run.results) == 1 and run.results[0].task == "purge"
+    assert any("outbox's disk went away" in e for e in run.errors + run.warnings)

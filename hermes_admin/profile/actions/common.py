@@ -74,6 +74,7 @@ def with_engine(run: Run, profile: Profile, work: Callable[[Engine], list[Result
     the batch the failure cut short, with what it committed) is reported with the error.
     """
     done: list[Result] = []
+    worked = False  # `work` returned: its results are in `done`, whatever closing the engine raises
     engine = Engine(profile, dry_run=run.dry_run, exports=exports, config=config, lock_wait_s=lock_wait_s,
                     incremental=incremental, progress=Progress())
     try:
@@ -83,8 +84,10 @@ def with_engine(run: Run, profile: Profile, work: Callable[[Engine], list[Result
                 run.warnings += engine.config.warnings
             done += engine.recovered  # units an interrupted run left half-deleted, finished or restored
             done += work(engine)
+            worked = True
     except BaseException as exc:
-        done += finished or []  # tasks that finished before the failing one
+        if not worked:
+            done += finished or []  # tasks that finished before the failing one
         partial = engine.cut_short
         if partial is not None and partial not in done:
             partial.notes.append(f"stopped by: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}")

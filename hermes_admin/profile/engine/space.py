@@ -14,7 +14,7 @@ from hermes_admin import stopping
 from hermes_admin.profile.engine.holders import store_holders
 from hermes_admin.profile.engine.pacer import Pacer
 from hermes_admin.profile.store import Store
-from hermes_admin.profile.store.connect import WAL_SIZE_LIMIT, is_lock_error
+from hermes_admin.profile.store.connect import WAL_SIZE_LIMIT, WriteLockHeld, is_lock_error
 from hermes_admin.profile.store.read import journal_mode
 from hermes_admin.results import Result
 
@@ -69,8 +69,12 @@ class Space:
                 for _ in range(int(step)):
                     db.execute_sql("PRAGMA incremental_vacuum(1)").close()
 
-            held_s = self.pacer.write(work, None, result, f"an incremental vacuum step ({step} pages)",
-                                      quiet=False).held_s
+            try:
+                held_s = self.pacer.write(work, None, result, f"an incremental vacuum step ({step} pages)",
+                                          quiet=False).held_s
+            except WriteLockHeld as exc:  # the purge before it committed: the pages wait for the next run
+                result.notes.append(f"free pages left for the next run: {exc}")
+                break
             left = self.store.db.execute_sql("PRAGMA freelist_count").fetchone()[0]
             freed += free - left
             if left >= free:  # nothing moved (another writer's pages at the end?): the next run goes on
@@ -99,16 +103,18 @@ class Space:
 
     def _copied_back(self) -> None:
         """The file shrinks when a checkpoint copies the WAL's last frames back: PASSIVE ones (they
-        never wait, nor make anyone wait) until one gets to the end, for up to a second."""
+        never wait, nor make anyone wait) until one gets to the end, for up to a second. One that
+        finds another checkpoint running (ours after each commit, or a Hermes writer's) says busy
+        and copies nothing (frames -1): it is tried again, not taken for done."""
         deadline = time.monotonic() + CHECKPOINT_SETTLE_S
         while time.monotonic() < deadline:
             try:
                 busy, frames, copied = self.store.db.execute_sql("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
             except peewee.OperationalError:
                 return
-            if frames <= 0 or copied >= frames:
+            if not busy and copied >= frames:
                 return
-            time.sleep(0.05)
+            time.sleep(0.01 if busy else 0.05)
 
     def vacuum_if_worth(self, result: Result) -> bool:
         """VACUUM after a purge: over 25 % free pages, and only while nobody else holds the store.

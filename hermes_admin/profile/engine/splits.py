@@ -110,7 +110,9 @@ class SplitDeletes:
             count = messages_in_step([w for _, w in remaining], self.pacer.budget)
             step, weight = [m for m, _ in remaining[:count]], sum(w for _, w in remaining[:count])
             final = count == len(remaining)
-            self.pacer.commits.before(last=False)
+            # the last step's commit synced: the split's record ends and its event is committed
+            # right after it (_after_split), which a power cut must not find ahead of the rows
+            self.pacer.commits.before(last=final)
             present: list[str] = []
             # A changed unit lost nothing: no step of ours. After the last step, what ends the split
             # follows its commit (_after_split), then its turn.
@@ -151,7 +153,7 @@ class SplitDeletes:
         self.outbox.end_split(split_id)
         result.done.append(Done(unit.session_id, tuple(present), unit.rule))
         events = [Event(event_id, "delete", unit.session_id, record["reason"], present)] if event_id is not None else []
-        self.pacer.committed(False, True, (self.aftermath.paths_of(present, result), events), result)
+        self.pacer.committed(True, True, (self.aftermath.paths_of(present, result), events), result)
 
     def _message_weights(self, unit: Unit, upto: int) -> list[tuple[int, int]]:
         size = text_size(self.store, "COALESCE(LENGTH({}), 0)")
