@@ -18,11 +18,16 @@ def write(fd: int, **extra) -> None:
 
     Written over the last holder's record, then cut to length only if that one was longer: records
     are nearly always the same length, and a truncate costs more than the rest of taking a lock. A
-    reader between the two sees no valid record, which `holder` already treats as "unknown"."""
+    reader between the two sees no valid record, which `holder` already treats as "unknown".
+    Best effort: a record that cannot be written (a full or failing disk) leaves the lock held
+    and its holder unknown, never the lock taken with nobody left to release it."""
     record = json.dumps({"pid": os.getpid(), "acquired_at": time.time(), **extra}).encode()
-    os.pwrite(fd, record, 0)
-    if os.fstat(fd).st_size > len(record):
-        os.ftruncate(fd, len(record))
+    try:
+        os.pwrite(fd, record, 0)
+        if os.fstat(fd).st_size > len(record):
+            os.ftruncate(fd, len(record))
+    except OSError:
+        pass
 
 
 def holder(fd: int) -> int | None:

@@ -106,7 +106,7 @@ def test_a_big_unit_goes_in_short_steps_with_one_event_and_comes_back_byte_ident
     assert result.exit_code == 0, result.stderr
     doc = json.loads(result.stdout)
     (res,) = [r for r in doc["results"] if r["task"] == "purge"]
-    assert res["transactions"] > 20  # the lineage alone took many steps
+    assert res["transactions"] > 10  # the lineage alone took many steps (19-38 seen: sized by time)
     assert row_ids(db) == {"recent"}
     assert not row_ids(db, "SELECT DISTINCT session_id FROM messages") - {"recent"}
     gone = [e for e in events(store) if e["session_id"] == "big"]
@@ -604,5 +604,6 @@ def test_a_manifest_line_that_fails_stops_the_deletes_and_never_breaks_what_was_
     monkeypatch.setattr(exports_module.os, "ftruncate", real_truncate)
     manifest = load_manifest(only_export(root))  # the half line is the last: never relied on
     assert [len(m["units"]) for m in manifest["members"]] == [8]
-    assert invoke("--root", str(root), "restore", str(only_export(root)), "--yes").exit_code == 0
+    back = invoke("--root", str(root), "restore", str(only_export(root)), "--yes")
+    assert back.exit_code == 0, back.stderr + back.stdout
     assert len(row_ids(root / "state.db")) == 24

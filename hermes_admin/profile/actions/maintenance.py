@@ -45,6 +45,16 @@ class _Pass:
         # Ids a task selected that are still in the store: all of them in a dry run, else the
         # ones it skipped (what it did act on is gone, and kept out of this set: memory).
         self.claimed: set[str] = set()
+        # The first result of a delete that freed pages: incremental vacuum gives them back once every
+        # task is done (`reclaim`), so that its last commits are the run's last and cut the WAL back.
+        self.to_reclaim: Result | None = None
+
+    def reclaim(self) -> None:
+        """Free pages back to the file system, on a store in incremental auto-vacuum (engine/space.py)."""
+        if self.to_reclaim is not None:
+            started = time.monotonic()
+            self.engine.reclaim(self.to_reclaim)
+            self.to_reclaim.seconds = (self.to_reclaim.seconds or 0) + time.monotonic() - started
 
     def result(self, task: str, action: str, reason: str | None) -> Result:
         return Result(self.engine.profile.name, action, reason, self.engine.dry_run, task=task)
@@ -114,8 +124,8 @@ class _Pass:
                                     lambda units: self.engine.delete(units, "prune", recheck=recheck))
         if result.rows and (request.vacuum or self.policy.vacuum_after_prune):
             result.vacuumed = self.engine.vacuum_if_worth(result)
-        if result.rows and not result.vacuumed:  # a store in incremental auto-vacuum: space back now
-            self.engine.reclaim(result)
+        if result.rows and not result.vacuumed:  # a store in incremental auto-vacuum: space back at the end
+            self.to_reclaim = self.to_reclaim or result
         return result
 
     def close_stale(self) -> Result:
@@ -162,7 +172,7 @@ class _Pass:
             result.notes.append(f"over max_store_mb {limit:g} by {over:.1f} MB: the oldest eligible units whose "
                                 "text covers it")
         if result.rows:
-            self.engine.reclaim(result)
+            self.to_reclaim = self.to_reclaim or result
         return result
 
     def _covering(self, units: list, over_mb: float) -> list:
@@ -374,6 +384,7 @@ def maintain(run: Run, profile: Profile, layers: dict, request: Request,
                 continue
             result.seconds = time.monotonic() - started
             results.append(result)
+        one_pass.reclaim()
         return results
 
     exports = Settings(request.export_dir or policy.export_dir, policy.export_keep_days)
