@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 
 import click
 
-from hermes_admin.shown import clean  # noqa: F401  (report.clean: where most callers find it)
+from hermes_admin.shown import clean
 from hermes_admin.spill import Spill, SpillMap
 
 

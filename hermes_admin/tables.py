@@ -41,7 +41,7 @@ def _terminal() -> bool:
 
 def show(columns: list[Column], rows: list[list[object]]) -> None:
     """Print the rows: a table that fits on a terminal, tab-separated lines otherwise."""
-    from hermes_admin.report import clean
+    from hermes_admin.shown import clean
 
     cells = [["-" if v is None or v == "" else clean(v) for v in row] for row in rows]
     if plain():

@@ -9,6 +9,7 @@ import click
 from dataclasses import replace
 
 from hermes_admin import exitcodes, report, tables
+from hermes_admin.shown import clean
 from hermes_admin.tables import Column
 from hermes_admin.cli import mutate
 from hermes_admin.cli.context import App, json_option, pass_app, profile_option
@@ -94,13 +95,13 @@ def show_cmd(app: App, session_id: str, profiles, as_json: bool):
     out = report.stdout_console()
     for key, value in detail.items():
         if key == "files":
-            lines = [report.clean(f["path"]) + (" (symlink)" if f["symlink"] else "") for f in value] or ["-"]
+            lines = [clean(f["path"]) + (" (symlink)" if f["symlink"] else "") for f in value] or ["-"]
         elif isinstance(value, list):
-            lines = [report.clean(", ".join(str(v) for v in value) or "-")]
+            lines = [clean(", ".join(str(v) for v in value) or "-")]
         elif key.endswith("_at") or key == "last_activity":  # one time format for people (JSON keeps ISO)
-            lines = [report.clean(report.local_time(value) or "-")]
+            lines = [clean(report.local_time(value) or "-")]
         else:
-            lines = [report.clean("-" if value is None else value)]
+            lines = [clean("-" if value is None else value)]
         for n, text in enumerate(lines):  # Text: markup inside a title is never interpreted
             out.print(Text.assemble((f"{key if n == 0 else '':>20}", "bold"), "  ", text), highlight=False)
 

@@ -16,6 +16,7 @@ import time
 import click
 
 from hermes_admin import report, tables
+from hermes_admin.shown import clean
 from hermes_admin.cli.context import App, json_option, pass_app, profile_option
 from hermes_admin.protocol import Status
 from hermes_admin.tables import Column
@@ -126,7 +127,7 @@ def status(app: App, profiles, as_json: bool):
             else:
                 text = f"{item.get('next') or 'not scheduled'}" + (f" ({item['active']})" if item.get("active") else "")
             # on stdout beside the table; piped, on stderr: stdout stays one profile a line
-            click.echo(report.clean(f"next: {item['source']}: {text}"), err=tables.plain())
+            click.echo(clean(f"next: {item['source']}: {text}"), err=tables.plain())
     for message in answer.errors:
         report.error(message)
     raise click.exceptions.Exit(app.exit_code(answer, found, profiles))

@@ -23,6 +23,7 @@ from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
 from hermes_admin import report, stopping
+from hermes_admin.shown import clean
 from hermes_admin.host import metrics, sdnotify
 from hermes_admin.host.config import AdminConfig
 from hermes_admin.profile.tasks import ORDER
@@ -116,12 +117,12 @@ class Daemon:
             target = self.metrics_file or self.config.metrics_file
             run = self.work(task, started, bool(target))
             for line in report.summary_lines(run, only_changes=not log.isEnabledFor(logging.DEBUG)):
-                log.info(report.clean(line))
+                log.info(clean(line))
             for line in run.errors + run.locked + run.warnings:
-                log.warning(report.clean(line, 4000))
+                log.warning(clean(line, 4000))
             for result in run.results:
                 for line in [*result.hook_failures, *result.files_skipped]:
-                    log.warning(report.clean(line, 4000))
+                    log.warning(clean(line, 4000))
             if target:
                 try:
                     metrics.write(target, run, run.data.pop("summaries", []))
@@ -143,7 +144,7 @@ class Daemon:
                 log.warning("root %s: no such folder", root)
             for skipped in found.skipped:
                 if skipped.refused:
-                    log.warning("skipped %s", report.clean(f"{skipped.path}: {skipped.reason}"))
+                    log.warning("skipped %s", clean(f"{skipped.path}: {skipped.reason}"))
             request = Request(TASKS[task], now, explicit=task != "run")
             return host.work(Maintain(request, summaries=summaries, command=f"daemon: {task}"), found.profiles,
                              with_policy=True)

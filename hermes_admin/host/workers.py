@@ -22,7 +22,7 @@ import time
 
 from hermes_admin import child, stopping
 from hermes_admin.protocol import MAX_LINE, Job, Owner, ProtocolError, Reader
-from hermes_admin.report import clean
+from hermes_admin.shown import clean
 from hermes_admin.results import RepairRun, Run
 
 LOG_BYTES = 256 << 10  # a worker's log relayed at most; past it, one line says how much was dropped

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from hermes_admin import yamlfile
-from hermes_admin.report import clean
+from hermes_admin.shown import clean
 from hermes_admin.synth.builder import SynthStore
 from tests.helpers import home_of
 

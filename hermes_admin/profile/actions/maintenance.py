@@ -30,7 +30,6 @@ from hermes_admin.profile.parts import graph_parts
 from hermes_admin.profile.store.read import (WITHOUT_MESSAGES, any_without_messages, existing_ids, message_bytes,
                                              orphan_session_ids)
 from hermes_admin.profile.tasks import Selection, archive, budget, empty, ghosts, retention, stale
-from hermes_admin.filters import Filters
 
 from hermes_admin.profile.tasks import ORDER  # noqa: E402 (re-exported: `run`'s order)
 CHUNK = 2000  # files of sessions/ looked at together by the ghost sweep
