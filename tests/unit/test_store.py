@@ -55,14 +55,39 @@ def test_sqlite_files_that_are_not_hermes_stores(tmp_path, setup, expected):
         Store.open(profile)
 
 
-def test_newer_schema_is_refused(tmp_path):
-    profile = profile_at(tmp_path)
+def _newer(profile, *ddl):
     SynthStore(profile.store_path, version=30).close()
     conn = sqlite3.connect(profile.store_path)
-    conn.execute("UPDATE schema_version SET version = 31")
+    conn.execute("UPDATE schema_version SET version = 40")
+    for statement in ddl:
+        conn.execute(statement)
     conn.commit(), conn.close()
-    with pytest.raises(StoreError, match="schema version 31 is newer"):
+
+
+def test_newer_schema_holding_only_what_is_understood_is_maintained(tmp_path):
+    profile = profile_at(tmp_path)
+    # a new table that names no session (Hermes adds such tables without a thought for us)
+    _newer(profile, "CREATE TABLE gateway_metrics(name TEXT, value REAL)")
+    with Store.open(profile) as store:
+        assert store.schema.version == 40
+
+
+@pytest.mark.parametrize("ddl, named", [
+    ("CREATE TABLE session_notes(session_id TEXT, note TEXT)", "table session_notes"),
+    ("CREATE TABLE inbox(conversation_id TEXT)", "table inbox"),
+    ("CREATE VIEW recent AS SELECT id FROM sessions", "view recent"),
+    ("CREATE TRIGGER messages_audit AFTER DELETE ON messages BEGIN SELECT 1; END", "trigger messages_audit"),
+])
+def test_newer_schema_with_what_is_not_understood_is_refused_naming_it(tmp_path, ddl, named):
+    profile = profile_at(tmp_path)
+    _newer(profile, ddl)
+    before = profile.store_path.read_bytes()
+    with pytest.raises(StoreError) as err:
         Store.open(profile)
+    message = str(err.value)
+    assert "schema version 40" in message and named in message and "\n" not in message
+    assert str(profile.store_path) in message
+    assert profile.store_path.read_bytes() == before
 
 
 def test_missing_store(tmp_path):

@@ -10,7 +10,7 @@ import peewee
 from hermes_admin.protocol import Profile
 from hermes_admin.profile.store.connect import open_readonly, open_readwrite
 from hermes_admin.profile.store.errors import StoreError
-from hermes_admin.profile.store.schema import KNOWN_SCHEMA_VERSION, Schema, read_schema
+from hermes_admin.profile.store.schema import KNOWN_SCHEMA_VERSION, Schema, not_understood, read_schema
 
 
 class Store:
@@ -46,10 +46,13 @@ class Store:
         elif not schema.has_table("messages"):
             problem = "not a Hermes store (no messages table)"
         elif schema.version is not None and schema.version > KNOWN_SCHEMA_VERSION:
-            problem = (
-                f"schema version {schema.version} is newer than this hermes-admin knows "
-                f"({KNOWN_SCHEMA_VERSION}); upgrade hermes-admin"
-            )
+            # Newer than every release checked here: maintained while all it holds that names a
+            # session is understood; otherwise refused, naming what is not.
+            unknown = not_understood(schema)
+            if unknown:
+                shown = ", ".join(unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
+                problem = (f"schema version {schema.version} holds what this hermes-admin does not understand "
+                           f"({shown}); left untouched, upgrade hermes-admin")
         if problem:
             db.close()
             raise StoreError(profile.shown, path, problem)

@@ -1,18 +1,34 @@
 """What a store holds, read from `sqlite_master` and `PRAGMA table_info`.
 
-Hermes' PyPI release writes schema v22, upstream writes v30, and newer
-runtimes add tables without bumping the number. So nothing in hermes-admin
-hard-codes a column list: it asks the store, then adapts its SQL.
+Hermes 0.19.0 writes schema 22, 0.20.1 schema 26, 0.22.2 schema 31; newer runtimes add tables
+without bumping the number, and a store's number never tells its layout (a 0.19 store opened once by
+0.22.2 says 31 and keeps its old FTS tables). So nothing in hermes-admin hard-codes a column list or
+reads a layout from the number: it asks the store, then adapts its SQL. A store newer than every
+release known here is judged by what it holds (`not_understood`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import peewee
 
-# The newest `schema_version` whose layout hermes-admin understands.
-KNOWN_SCHEMA_VERSION = 30
+# The newest `schema_version` of a Hermes release whose stores hermes-admin was checked against.
+KNOWN_SCHEMA_VERSION = 31
+
+# Every table, view and trigger of those releases (and of their stores' optional parts: the CJK
+# index, the trash of `optimize-storage`, Telegram's topic bindings) that names a session. The
+# engine's statements, guards and exports were checked against each. In a newer store, anything
+# else that names a session may hold a meaning (or a trigger an effect) deleting would break.
+UNDERSTOOD = frozenset({
+    "sessions", "messages", "session_model_usage", "system_prompts", "compression_locks",
+    "session_turn_leases", "async_delegations", "gateway_routing", "gateway_hygiene_state",
+    "conversation_generations", "gateway_heartbeats", "telegram_dm_topic_bindings", "state_meta",
+    "schema_version", "messages_fts_src", "messages_fts_trigram_src",
+    "messages_display_identity_delete", "messages_display_identity_update", "messages_display_order_insert",
+    "messages_display_visibility_update", "messages_message_uid_insert",
+})
+UNDERSTOOD_PREFIXES = ("messages_fts", "fts_v22_trash_", "sqlite_")
 
 
 @dataclass(frozen=True)
@@ -22,6 +38,7 @@ class Schema:
     views: frozenset[str]
     triggers: frozenset[str]
     columns: dict[str, frozenset[str]]
+    sql: dict[str, str] = field(default_factory=dict)  # each view's and trigger's text (what it reads)
 
     def has_table(self, name: str) -> bool:
         return name in self.tables
@@ -36,10 +53,11 @@ class Schema:
 
 def read_schema(db: peewee.SqliteDatabase) -> Schema:
     """Introspect a store. Raises peewee.DatabaseError for a file that is not a database."""
-    objects = db.execute_sql("SELECT type, name FROM sqlite_master").fetchall()
-    tables = frozenset(n for t, n in objects if t == "table")
-    views = frozenset(n for t, n in objects if t == "view")
-    triggers = frozenset(n for t, n in objects if t == "trigger")
+    objects = db.execute_sql("SELECT type, name, sql FROM sqlite_master").fetchall()
+    tables = frozenset(n for t, n, _ in objects if t == "table")
+    views = frozenset(n for t, n, _ in objects if t == "view")
+    triggers = frozenset(n for t, n, _ in objects if t == "trigger")
+    sql = {n: text or "" for t, n, text in objects if t in ("view", "trigger")}
     # Every table's columns in one statement (FTS shadow tables are many and uninteresting).
     named: dict[str, set[str]] = {t: set() for t in tables if not t.startswith(("messages_fts", "sqlite_"))}
     for table, column in db.execute_sql(
@@ -51,4 +69,24 @@ def read_schema(db: peewee.SqliteDatabase) -> Schema:
     if "schema_version" in tables:
         row = db.execute_sql("SELECT MAX(version) FROM schema_version").fetchone()
         version = int(row[0]) if row and row[0] is not None else None
-    return Schema(version, tables, views, triggers, columns)
+    return Schema(version, tables, views, triggers, columns, sql)
+
+
+def names_a_session(schema: Schema, name: str) -> bool:
+    """Does this table, view or trigger hold or read session ids (by a column, a key or its text)?"""
+    if name in schema.tables:
+        return any("session" in c or c == "conversation_id" for c in schema.columns.get(name, ()))
+    text = schema.sql.get(name, "").lower()
+    return "session" in text or "messages" in text
+
+
+def not_understood(schema: Schema) -> list[str]:
+    """What a store holds that names a session and is none of the known releases' (sorted, described)."""
+    found = []
+    for kind, names in (("table", schema.tables), ("view", schema.views), ("trigger", schema.triggers)):
+        for name in sorted(names):
+            if name in UNDERSTOOD or name.startswith(UNDERSTOOD_PREFIXES):
+                continue
+            if names_a_session(schema, name):
+                found.append(f"{kind} {name}")
+    return found
