@@ -26,9 +26,10 @@ def session_id_at(ts: float, salt: str) -> str:
 
 
 class SynthStore:
-    """A new store of schema `version` (22 or 30) at `path`."""
+    """A new store of schema `version` (22 or 30) at `path`, in WAL (0.19's stores) or a rollback
+    journal (`journal="delete"`: what 0.20+ makes on a SQLite before 3.51.3)."""
 
-    def __init__(self, path: Path, version: int = 30, profile: str | None = None):
+    def __init__(self, path: Path, version: int = 30, profile: str | None = None, journal: str = "wal"):
         self.path = Path(path)
         self.version = version
         self.profile = profile
@@ -37,7 +38,7 @@ class SynthStore:
         if self.path.exists():
             raise FileExistsError(f"{self.path} exists: synthetic stores are only written new")
         self.conn = sqlite3.connect(self.path, isolation_level=None)
-        self.conn.execute("PRAGMA journal_mode=WAL")  # a new file: ours to choose
+        self.conn.execute(f"PRAGMA journal_mode={'DELETE' if journal == 'delete' else 'WAL'}")  # a new file: ours
         self.conn.execute("PRAGMA foreign_keys=ON")
         self.conn.execute("BEGIN")
         for statement in ddl(version):

@@ -36,9 +36,19 @@ def text(rng: random.Random, size: int) -> str:
 def store(tmp_path, now):
     """A default profile: one old lineage of 240 big messages with a delegate, three small old ones,
     one recent one; the recorder plugin listens."""
+    return build(tmp_path, now, "wal")
+
+
+@pytest.fixture(params=["wal", "delete"])
+def either_store(request, tmp_path, now):
+    """The same, in WAL and in a rollback journal (Hermes 0.20+ on a SQLite before 3.51.3)."""
+    return build(tmp_path, now, request.param)
+
+
+def build(tmp_path, now, journal):
     root = tmp_path / "hermes"
     rng = random.Random(7)
-    synth = SynthStore(root / "state.db", 30)
+    synth = SynthStore(root / "state.db", 30, journal=journal)
     old = now - 200 * DAY
     synth.session("big", started=old, ended=old + 3600, end_reason="user_exit", system_prompt="you are hermes")
     for i in range(240):
@@ -317,6 +327,88 @@ def test_restore_of_a_missing_or_foreign_file_is_one_error_line(store, invoke, t
     result = invoke("--root", str(store), "restore", str(path), "-p", "default", "--yes")
     assert result.exit_code == 2 and "not of this one" in result.stderr
     assert "small-0" not in row_ids(store / "state.db")
+
+
+# Every point after a step of a split has committed where something can fail: the step recorded
+# (committed), measured (after_commit), the lock about to be left free (before_turn), the version
+# read that tells whether Hermes wrote meanwhile (data_version), an FTS merge step after it.
+AFTER_A_STEP = ["committed", "after_commit", "before_turn", "data_version", "merge"]
+
+
+@pytest.mark.parametrize("point", AFTER_A_STEP)
+def test_a_failure_after_a_step_committed_loses_no_row_of_the_kept_conversation(either_store, invoke, small_steps,
+                                                                                 monkeypatch, point):
+    store = either_store
+    db = store / "state.db"
+    before = contents(db)
+    monkeypatch.setattr(faults, "_armed", {})  # whatever is armed here is disarmed after the test
+    seen = {"steps": 0, "hits": 0}
+
+    def step(**_):
+        seen["steps"] += 1
+
+    def fail(**_):
+        if seen["steps"] >= 3:  # the third step has committed (its messages are gone from the store)
+            seen["hits"] += 1
+            if seen["hits"] == 1:
+                raise sqlite3.OperationalError("disk I/O error (on purpose)")
+
+    faults.arm("split_step_deleted", step)
+    if point == "merge":
+        original = pacer_module.Pacer._merge_step
+        monkeypatch.setattr(pacer_module.Pacer, "_merge_step", lambda self, *a: (fail(), original(self, *a))[1])
+    else:
+        faults.arm(point, fail)
+    first = purge(invoke, store)
+    faults.disarm(point), faults.disarm("split_step_deleted")
+    assert seen["hits"] >= 1, "the failure was never injected"
+    if point == "merge":  # an FTS merge that fails is left to Hermes (a note); the deletes go on
+        assert first.exit_code in (0, 1), first.stderr
+    else:
+        assert first.exit_code == 2 and "on purpose" in first.stderr
+    # whole, or wholly gone: never a conversation with some of its messages
+    assert contents(db) in (before, {}), f"{len(contents(db))} of {len(before)} messages left"
+    assert fts_problems(db) == []
+    again = purge(invoke, store)
+    assert again.exit_code == 0, again.stderr
+    assert row_ids(db) == {"recent"}
+    for path in sorted((store / ".hermes-admin" / "exports").glob("*.jsonl.gz")):
+        invoke("--root", str(store), "restore", str(path), "--yes")
+    assert contents(db) == before
+    assert fts_problems(db) == []
+
+
+@pytest.mark.parametrize("point", ["committed", "after_commit"])
+def test_a_failure_right_after_the_last_step_committed_finishes_the_unit(either_store, invoke, small_steps,
+                                                                        monkeypatch, point):
+    store = either_store
+    db = store / "state.db"
+    monkeypatch.setattr(faults, "_armed", {})
+    last = {"steps": 0, "done": False, "hits": 0}
+
+    def step(**_):
+        last["steps"] += 1
+
+    def rows(**_):
+        last["done"] = last["steps"] > 0  # the split's last step deleted its rows: its commit comes next
+
+    def fail(**_):
+        if last["done"] and not last["hits"]:
+            last["hits"] += 1
+            raise sqlite3.OperationalError("disk I/O error (on purpose)")
+
+    faults.arm("split_step_deleted", step)
+    faults.arm("rows_deleted", rows)
+    faults.arm(point, fail)
+    first = purge(invoke, store)
+    for name in (point, "rows_deleted", "split_step_deleted"):
+        faults.disarm(name)
+    assert last["hits"] == 1 and first.exit_code == 2, first.stderr
+    assert {"big", "big-child"}.isdisjoint(row_ids(db)) and contents(db) == {}  # gone, never half kept
+    outbox = sqlite3.connect(store / ".hermes-admin" / "outbox.db")
+    assert outbox.execute("SELECT COUNT(*) FROM splits").fetchone()[0] == 0  # the split ended
+    purge(invoke, store)
+    assert len([e for e in events(store) if e["session_id"] == "big"]) == 1
 
 
 def test_a_failure_after_the_last_step_loses_neither_the_unit_nor_its_event(store, invoke, small_steps, monkeypatch):

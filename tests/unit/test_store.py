@@ -241,3 +241,34 @@ def test_a_wal_another_writer_blew_up_is_cut_back_at_our_next_commit(tmp_path, m
     finally:
         db.close()
         holder.close()
+
+
+@pytest.mark.parametrize("writable", [False, True])
+def test_a_read_outside_our_transactions_waits_for_a_rollback_journal_commit(tmp_path, writable):
+    """In a rollback journal a reader meets "database is locked" while another connection holds the
+    lock to commit: our statements wait for it as the write transaction does, then go on."""
+    profile = profile_at(tmp_path)
+    SynthStore(profile.store_path, version=30, journal="delete").close()
+    holder = sqlite3.connect(profile.store_path, isolation_level=None, check_same_thread=False)
+    with Store.open(profile, writable=writable) as store:
+        holder.execute("BEGIN EXCLUSIVE")  # what a commit takes: no reader gets in
+        release = threading.Timer(1.2, lambda: holder.execute("COMMIT"))
+        release.start()
+        started = time.monotonic()
+        assert store.db.execute_sql("SELECT COUNT(*) FROM sessions").fetchone() == (0,)
+        assert store.db.execute_sql("PRAGMA data_version").fetchone()[0] >= 1
+        release.join()
+        assert time.monotonic() - started >= 1.0
+    holder.close()
+
+
+def test_a_read_gives_up_after_lock_wait_naming_the_lock(tmp_path):
+    profile = profile_at(tmp_path)
+    SynthStore(profile.store_path, version=30, journal="delete").close()
+    holder = sqlite3.connect(profile.store_path, isolation_level=None)
+    with Store.open(profile, writable=True, lock_wait_s=0.5) as store:
+        holder.execute("BEGIN EXCLUSIVE")
+        with pytest.raises(WriteLockHeld, match="held the write lock"):
+            store.db.execute_sql("SELECT COUNT(*) FROM sessions")
+        holder.execute("ROLLBACK")
+    holder.close()

@@ -5,7 +5,11 @@ nothing is armed and a point is one dictionary look-up. A test arms a point by n
 callable (a crash, a write of another connection meanwhile, a look at what was decided) or an
 exception to raise, instead of patching private methods. The points:
 
+- committed: a paced transaction committed, recorded by its caller, not yet measured (pacer.py);
 - after_commit: a paced transaction committed and was measured (pacer.py);
+- before_turn: a commit's files and events handed on, the lock about to be left free (pacer.py);
+- data_version: the deleting connection about to read `PRAGMA data_version` between
+  transactions (turns.py; a rollback journal can answer "database is locked" there);
 - split_step_deleted: inside a step of a split delete, its messages deleted, before its commit;
 - rows_deleted: inside a delete's transaction, its rows deleted, before its commit;
 - before_delivery: events about to go to the plugins (`events=`), their commit durable;

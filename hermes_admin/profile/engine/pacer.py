@@ -92,19 +92,25 @@ class Pacer:
 
     def write(self, work: Callable, weight: int | None, result: Result, what: str, *, synced: bool = False,
               quiet: bool = True, follow: Follow | None = _wrote_nothing_more, turn: bool = True,
-              rolled_back: Callable[[], None] | None = None, unless: Callable[[Any], bool] | None = None) -> Held:
+              rolled_back: Callable[[], None] | None = None, unless: Callable[[Any], bool] | None = None,
+              took: Callable[[Any], None] | None = None) -> Held:
         """`work(db)` in one write transaction, then: measured (`weight`: what it carried, sizing the
         next ones; None: counted, never measured), `follow(value)` (the caller's bookkeeping of what
         committed: whether it wrote, and the work to do once it is durable), its commit handed to
         group commit, the turn other writers are owed. `follow=None`: the caller does the last
         two itself (`committed`, `turn`). `rolled_back`: called when the transaction did not commit.
-        `unless(value)`: the work found it must not write (and did not): nothing follows."""
+        `unless(value)`: the work found it must not write (and did not): nothing follows.
+        `took(value)`: the caller's record of what committed, made before anything that can fail
+        (the measuring, the release of earlier work, the turn): a failure there never hides a commit."""
         try:
             held = self.hold(work, quiet)
         except BaseException:
             if rolled_back is not None:
                 rolled_back()
             raise
+        if took is not None:
+            took(held.value)
+        faults.point("committed")
         if unless is not None and unless(held.value):
             return held
         self.account(held, weight, result, what)
@@ -147,6 +153,7 @@ class Pacer:
 
     def turn(self, held: Held) -> None:
         """The lock left free after a commit, for a waiting writer (lock-free work since counts)."""
+        faults.point("before_turn")
         self.turns.after_commit(held.committed_at, held.held_s)
 
     # -- FTS5 merging ----------------------------------------------------------------

@@ -45,6 +45,20 @@ def _wrote(value) -> tuple[bool, None]:
     return True, None
 
 
+class _Taken:
+    """What a split's committed steps took: their message ids, and the session rows of the last one
+    once it committed (None before)."""
+
+    def __init__(self):
+        self.messages: list[int] = []
+        self.last: list[str] | None = None
+
+    def add(self, messages: list[int], last: list[str] | None) -> None:
+        self.messages += messages
+        if last is not None:
+            self.last = list(last)
+
+
 class SplitDeletes:
     """The Engine's split deletes (see the module's docstring). `settle(result)`: the files and
     events of what committed so far (the engine's); `require_tokenizer()`: Hermes' CJK tokenizer."""
@@ -75,38 +89,43 @@ class SplitDeletes:
 
     def _run_split(self, split_id: int, record: dict, unit: Unit, exported: Exported, recheck: Recheck | None,
                    result: Result, resumed: bool = False) -> None:
-        """The steps, then what follows the last one. A step that fails (and rolled back) or finds the
-        unit changed puts back what the earlier steps deleted (`resumed`: a run before this one
-        took some too, so every exported message that is missing); once the last step has
-        committed, the unit is gone whatever fails after it (its event is committed first)."""
-        taken: list[int] = []
-        deleted = None if resumed else taken
+        """The steps, then what follows the last one. A step that fails (and rolled back), a failure
+        after a step committed, or a unit found changed puts back what the earlier steps deleted
+        (`resumed`: a run before this one took some too, so every exported message that is missing);
+        once the last step has committed, the unit is gone whatever fails after it (its event is
+        committed first)."""
+        taken = _Taken()
         try:
-            outcome, present, held = self._steps_of_split(unit, exported, recheck, taken, result)
+            outcome, held = self._steps_of_split(unit, exported, recheck, taken, result)
         except Exception as exc:
+            if taken.last is not None:  # the last step committed: the unit is gone, its event goes out
+                self._after_split(split_id, record, unit, taken.last, result)
+                raise
             try:
-                self._undo_split(split_id, record, unit, exported, f"a step failed ({exc})", deleted, result)
+                self._undo_split(split_id, record, unit, exported, f"a step failed ({exc})",
+                                 None if resumed else taken.messages, result)
             except Exception:
                 pass  # the record stays in the outbox: the next start finishes or restores the unit
             raise
         if outcome is not None:  # changed since its export, or a stop: what our steps deleted comes back
-            self._undo_split(split_id, record, unit, exported, outcome, deleted, result)
+            self._undo_split(split_id, record, unit, exported, outcome, None if resumed else taken.messages, result)
             return
-        self._after_split(split_id, record, unit, present, result)
+        self._after_split(split_id, record, unit, taken.last, result)
         self.pacer.turn(held)
 
-    def _steps_of_split(self, unit: Unit, exported: Exported, recheck: Recheck | None, deleted: list[int],
-                        result: Result) -> tuple[str | None, list[str], Held | None]:
+    def _steps_of_split(self, unit: Unit, exported: Exported, recheck: Recheck | None, taken: "_Taken",
+                        result: Result) -> tuple[str | None, Held | None]:
         """Delete the unit's messages in id order, a step per transaction, then its rows: (None, the
-        rows the last step took, its transaction) once it committed, else (why the unit must stay:
-        a change, or a stop request, ...)."""
+        last step's transaction) once it committed, else (why the unit must stay: a change, or a stop
+        request, ...). What each step took is in `taken` from the moment it commits, before anything
+        that can fail after the commit (the pacer's `took`)."""
         remaining = self._message_weights(unit, exported.max_message_id)
         went = 0  # weight our steps took
         while True:
             # A stop request never leaves Hermes a conversation half gone: what is less work,
             # finishing the unit or putting back what went, is done first.
             if stopping.requested() and sum(w for _, w in remaining) > went:
-                return "stopped on request", [], None
+                return "stopped on request", None
             count = messages_in_step([w for _, w in remaining], self.pacer.budget)
             step, weight = [m for m, _ in remaining[:count]], sum(w for _, w in remaining[:count])
             final = count == len(remaining)
@@ -119,14 +138,14 @@ class SplitDeletes:
             held = self.pacer.write(lambda db: self._step(db, unit, exported, recheck, step, final, len(remaining),
                                                           present),
                                     weight + (exports.UNIT_WEIGHT if final else 0), result,
-                                    "a step of a unit deleted in steps", unless=bool, follow=None if final else _wrote)
+                                    "a step of a unit deleted in steps", unless=bool, follow=None if final else _wrote,
+                                    took=lambda why: None if why else taken.add(step, present if final else None))
             if held.value:
-                return held.value, [], None
-            deleted += step
+                return held.value, None
             went += weight
             remaining = remaining[count:]
             if final:
-                return None, present, held
+                return None, held
             self.pacer.merge_owed(result, MERGE_STEPS)  # each step adds a segment to each index
 
     def _step(self, db, unit: Unit, exported: Exported, recheck: Recheck | None, step: list[int], final: bool,

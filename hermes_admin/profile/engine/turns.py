@@ -23,6 +23,8 @@ from __future__ import annotations
 import time
 from typing import Callable
 
+from hermes_admin.profile.engine import faults
+
 MIN_S = 0.002  # the lock stays free at least this long after each of our commits
 # SQLite's busy handler (sqliteDefaultBusyCallback): after waiting this long, it sleeps this long.
 POLLS = ((0.001, 0.001), (0.003, 0.002), (0.008, 0.005), (0.018, 0.010), (0.033, 0.015), (0.053, 0.020),
@@ -55,6 +57,7 @@ class Turns:
         self._chain_ended = float("-inf")  # when the last of them committed
 
     def _data_version(self) -> int:
+        faults.point("data_version")
         return self.db.execute_sql("PRAGMA data_version").fetchone()[0]
 
     def _other_committed(self) -> bool:

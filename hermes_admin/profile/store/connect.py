@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 from typing import Callable, TypeVar
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 import peewee
 
@@ -46,6 +46,55 @@ PATIENCE_CAP = 4  # progress or not, a wait ends after this many lock waits
 SAY_WAIT_S = 2.0  # a wait on the lock this long is told on stderr
 
 
+class StoreDatabase(peewee.SqliteDatabase):
+    """A connection to a Hermes store on which every statement outside our write transactions waits
+    for a lock the way the write transaction does (docs/design.md §6).
+
+    In a rollback journal (Hermes 0.20+ on any SQLite before 3.51.3) any statement, a read or
+    `PRAGMA data_version` included, can meet "database is locked" while another connection commits
+    or holds the lock; in WAL only a checkpoint or recovery does that. SQLite's own wait (the busy
+    timeout) is kept short; past it the statement is tried again with jitter while the holder makes
+    progress, up to `lock_wait_s` without (then WriteLockHeld, exit 3, naming the holder). Inside a
+    transaction a lock error goes up: write_transaction retries the whole transaction.
+    """
+
+    def execute_sql(self, sql, params=None):
+        if self.in_transaction():
+            return super().execute_sql(sql, params)
+        return patiently(self, lambda: super(StoreDatabase, self).execute_sql(sql, params))
+
+
+def patiently(db: peewee.SqliteDatabase, statement: Callable[[], T], sleep: Callable[[float], None] = time.sleep) -> T:
+    """`statement()`, tried again on a lock error while the lock's holder makes progress."""
+    waiting: _Wait | None = None
+    while True:
+        try:
+            return statement()
+        except (peewee.OperationalError, sqlite3.OperationalError) as exc:
+            if not is_lock_error(exc):
+                raise
+            if waiting is None:
+                waiting = _Wait(_store_path(db), _patience_of(db))
+            if waiting.over():
+                raise WriteLockHeld(waiting.why()) from None
+            waiting.tell(db)
+            sleep(waiting.pause())
+
+
+def _patience_of(db: peewee.SqliteDatabase) -> float:
+    """The connection's `lock_wait_s` (0: no wait), else the job's default, read at call time."""
+    given = getattr(db, "lock_wait_s", None)
+    return DEFAULT_LOCK_WAIT_S if given is None else given
+
+
+def _store_path(db: peewee.SqliteDatabase) -> Path:
+    """The store's path, from a plain path or a `file:…?mode=ro` URI."""
+    name = str(db.database)
+    if name.startswith("file:"):
+        name = unquote(name[len("file:"):].split("?", 1)[0])
+    return Path(name)
+
+
 def readonly_uri(path: Path) -> str:
     return "file:" + quote(str(Path(path).absolute())) + "?mode=ro"
 
@@ -53,7 +102,7 @@ def readonly_uri(path: Path) -> str:
 def open_readonly(path: Path, shared: bool = False) -> peewee.SqliteDatabase:
     """A read-only connection: cannot write, checkpoint or unlink sidecars. `shared`: one connection
     for every thread (the engine's export thread and its own), where peewee keeps one per thread."""
-    db = peewee.SqliteDatabase(
+    db = StoreDatabase(
         readonly_uri(path),
         uri=True,
         timeout=READ_BUSY_TIMEOUT_S,
@@ -73,7 +122,7 @@ def open_readwrite(path: Path, lock_wait_s: float | None = None) -> peewee.Sqlit
     setting; the file is not changed): SQLite would run them inside COMMIT, so
     the engine runs PASSIVE checkpoints itself, between transactions.
     """
-    db = peewee.SqliteDatabase(
+    db = StoreDatabase(
         str(Path(path).absolute()),
         timeout=WRITE_BUSY_TIMEOUT_S,
         lock_type="IMMEDIATE",
@@ -134,18 +183,14 @@ def write_transaction(
             if not is_lock_error(exc):
                 raise
             if waiting is None:
-                waiting = _Wait(Path(db.database), patience_s if patience_s is not None
+                waiting = _Wait(_store_path(db), patience_s if patience_s is not None
                                 else getattr(db, "lock_wait_s", DEFAULT_LOCK_WAIT_S))
             if waiting.over():
                 raise WriteLockHeld(waiting.why()) from None
             if on_busy is not None:  # someone else writes: the caller paces itself for them
                 on_busy()
-            waited = waiting.waited()
-            if waited >= SAY_WAIT_S and not waiting.said:  # never silent: a person or the journal sees why
-                print(f"hermes-admin: {db.database}: another process holds the write lock; waiting while it "
-                      f"makes progress, up to {waiting.patience:g} s without", file=sys.stderr, flush=True)
-                waiting.said = True
-            sleep(random.uniform(0.02, 0.15) if waited < 2.0 else random.uniform(0.25, 1.0))
+            waiting.tell(db)
+            sleep(waiting.pause())
 
 
 def _limit_wal(db: peewee.SqliteDatabase) -> None:
@@ -181,6 +226,17 @@ class _Wait:
 
     def waited(self) -> float:
         return time.monotonic() - self.started
+
+    def pause(self) -> float:
+        """Jitter as Hermes does it: short waits first, longer ones later."""
+        return random.uniform(0.02, 0.15) if self.waited() < 2.0 else random.uniform(0.25, 1.0)
+
+    def tell(self, db) -> None:
+        """A wait this long is said once on stderr: never silent, a person or the journal sees why."""
+        if self.waited() >= SAY_WAIT_S and not self.said:
+            print(f"hermes-admin: {self.store}: another process holds the write lock; waiting while it "
+                  f"makes progress, up to {self.patience:g} s without", file=sys.stderr, flush=True)
+            self.said = True
 
     def over(self) -> bool:
         now, look = time.monotonic(), self._look()
