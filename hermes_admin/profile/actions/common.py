@@ -57,8 +57,10 @@ def export_settings(profile: Profile, layers: dict | None, export_dir: str | Non
     from hermes_admin.profile.policy import PolicyError, effective
 
     try:
-        policy = effective(profile.shown, layers or {}, load_hermes_config(profile.home), force=True,
-                           installed=installation.defaults_layer(installation.for_profile(profile)))
+        lookup = installation.for_profile(profile)
+        policy = effective(profile.shown, layers or {},
+                           load_hermes_config(profile.home, installation.sessions_keys(lookup)), force=True,
+                           installed=installation.defaults_layer(lookup))
     except (HermesConfigError, PolicyError):
         return Settings(export_dir)
     return Settings(export_dir or policy.export_dir, policy.export_keep_days)
