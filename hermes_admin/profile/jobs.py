@@ -330,7 +330,8 @@ def repair(job: Job, isolated: bool) -> Run:
     apply = job.params.apply
     run = RepairRun(dry_run=not apply)
     siblings = _siblings_by_root(job)
-    _each(job, run, isolated, lambda p: repair_profile(run, p, _siblings(siblings, p), apply, job.params.check_fts))
+    _each(job, run, isolated, lambda p: repair_profile(run, p, _siblings(siblings, p), apply, job.params.check_fts,
+                                                       job.params.move_legacy_main))
     return run
 
 
