@@ -275,3 +275,23 @@ def test_without_an_installation_every_key_of_the_releases_we_know_is_known(tmp_
     assert len(hermes_config.load(tmp_path).warnings) == 1 and "brand_new_key, retention_dayz" in \
         hermes_config.load(tmp_path).warnings[0]
     assert "brand_new_key" not in hermes_config.load(tmp_path, {"brand_new_key"}).warnings[0]
+
+
+def test_a_command_that_reads_no_policy_knows_the_release_s_keys_too(tmp_path, invoke, now):
+    """`sessions archive` builds no policy: the installation is looked up only for a key no release
+    hermes-admin knows, and then that key is known as `run` knows it."""
+    from hermes_admin.synth.builder import SynthStore
+
+    root = tmp_path / "h"
+    store = SynthStore(root / "state.db", version=30)
+    store.session("s1", started=now - 100, ended=now - 50, end_reason="idle")
+    store.close()
+    (root / "config.yaml").write_text("sessions:\n  show_subagents: true\n  brand_new_key: 2\n")
+    python = fake_hermes(tmp_path / "venv", sessions=RELEASE_0222)
+    done = invoke("--root", str(root), *_admin(tmp_path, python), "sessions", "archive", "s1", "--yes", "--json")
+    assert done.exit_code == 0, done.stdout + done.stderr
+    assert "unknown key" not in done.stdout + done.stderr
+    alone = invoke("--root", str(root), *_admin(tmp_path, "hermes-admin"), "sessions", "unarchive", "s1", "--yes",
+                   "--json")
+    (warning,) = [w for w in json.loads(alone.stdout)["warnings"] if "unknown key" in w]
+    assert "brand_new_key" in warning and "show_subagents" not in warning
