@@ -149,6 +149,7 @@ class Repair:
     CHANGES: ClassVar[bool] = True
     apply: bool = False
     check_fts: bool = False
+    move_legacy_main: bool = False  # `agent:main:` rows in a named profile's store move to the default one
 
     @property
     def dry_run(self) -> bool:

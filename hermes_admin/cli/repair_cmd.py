@@ -13,16 +13,21 @@ from hermes_admin.protocol import Repair
 @click.command("repair")
 @click.option("--apply", "apply_fixes", is_flag=True, help="Fix what can be fixed (default: report only).")
 @click.option("--check-fts", is_flag=True, help="Also check both full-text indexes (on a private snapshot: slow on big stores).")
+@click.option("--move-legacy-main", is_flag=True,
+              help="Move rows keyed `agent:main:` found in a named profile's store to the default profile "
+                   "(Hermes' `repair-profiles --legacy-main move`). Without it they are reported as ambiguous "
+                   "and stay: such a row may be that profile's own older history.")
 @profile_option
 @mutate.yes_option
 @json_option
 @pass_app
-def repair_cmd(app: App, apply_fixes: bool, check_fts: bool, profiles, yes: bool, as_json: bool):
+def repair_cmd(app: App, apply_fixes: bool, check_fts: bool, move_legacy_main: bool, profiles, yes: bool,
+               as_json: bool):
     """Find broken profiles: folders, permissions, dangling parents, labels, rows in the wrong store."""
     found = app.discover(profiles)
     if apply_fixes and found.profiles:
         mutate.confirm(f"Apply repairs to {len(found.profiles)} profile(s)?", yes, False)
-    run = app.work(Repair(apply=apply_fixes, check_fts=check_fts), found.profiles)
+    run = app.work(Repair(apply=apply_fixes, check_fts=check_fts, move_legacy_main=move_legacy_main), found.profiles)
     run.dry_run = not apply_fixes
     if app.failed_discovery(found, profiles):
         run.errors.append("some roots or profiles were not found or were refused (see above)")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,12 +19,27 @@ DEFAULT_HOOK_TIMEOUT_S = 30.0  # Hermes' own default for plugins.hook_callback_t
 MAX_HOOK_TIMEOUT_S = 600.0
 
 
-# Every key Hermes itself reads from `sessions:` (hermes-admin uses the first five); anything else
-# there is most likely a typo, which is warned about: Hermes may add keys, so it never skips a profile.
-SESSIONS_KEYS = {"auto_prune", "retention_days", "auto_archive", "auto_archive_days", "vacuum_after_prune",
-                 "min_vacuum_interval_days", "min_interval_hours", "write_json_snapshots", "max_resume_messages",
-                 "max_export_messages", "tool_payload_retention_days", "fts_optimize_notice", "cjk_fts",
-                 "search_slow_ms", "source_retention_days"}  # the last: Hermes' PR #110702, read here already
+# The keys of DEFAULT_CONFIG["sessions"] in each release hermes-admin knows (read from the releases
+# themselves). Where the installed Hermes is known, the keys its own release defines count as well
+# (installation.py's probe), so a release newer than these never gets its own keys called unknown.
+RELEASE_SESSIONS_KEYS = {
+    "0.19.0": frozenset({"auto_prune", "retention_days", "vacuum_after_prune", "min_interval_hours",
+                         "write_json_snapshots"}),
+    "0.20.1": frozenset({"auto_prune", "retention_days", "auto_archive", "auto_archive_days", "vacuum_after_prune",
+                         "min_vacuum_interval_days", "min_interval_hours", "write_json_snapshots",
+                         "fts_optimize_notice", "cjk_fts", "search_slow_ms", "max_resume_messages",
+                         "max_export_messages"}),
+    "0.22.2": frozenset({"auto_prune", "retention_days", "auto_archive", "auto_archive_days", "show_subagents",
+                         "vacuum_after_prune", "min_vacuum_interval_days", "min_interval_hours",
+                         "fts_optimize_notice", "cjk_fts", "search_slow_ms", "max_resume_messages",
+                         "max_export_messages"}),
+}
+# Keys no release defines that a profile may still hold: `source_retention_days` (Hermes' PR #110702,
+# which hermes-admin reads) and `tool_payload_retention_days` (Hermes main, not released yet).
+UNRELEASED_SESSIONS_KEYS = frozenset({"source_retention_days", "tool_payload_retention_days"})
+# Every `sessions:` key known without asking the installation; anything else there is most likely a
+# typo, which is warned about (never a reason to skip a profile: Hermes may add keys).
+SESSIONS_KEYS = frozenset().union(*RELEASE_SESSIONS_KEYS.values()) | UNRELEASED_SESSIONS_KEYS
 
 
 # The only sections read: the rest of the file (700 lines in Hermes' default) is checked, never built.
@@ -84,7 +100,10 @@ def _names(value) -> list[str]:
     return []
 
 
-def load(home: Path) -> HermesConfig:
+def load(home: Path, known: Iterable[str] = ()) -> HermesConfig:
+    """The profile's config.yaml, read raw. `known`: the `sessions:` keys of the installed release
+    (installation.sessions_keys), known on top of SESSIONS_KEYS; a caller that has not looked the
+    installation up passes none, and the releases hermes-admin knows are the measure."""
     path = Path(home) / "config.yaml"
     if not os.path.lexists(path):
         return HermesConfig(path)
@@ -93,7 +112,7 @@ def load(home: Path) -> HermesConfig:
     except yamlfile.YAMLRefused as exc:
         raise HermesConfigError(str(exc)) from None
     config = HermesConfig(path, data)
-    unknown = sorted(map(str, set(config.section("sessions")) - SESSIONS_KEYS))
+    unknown = sorted(map(str, set(config.section("sessions")) - SESSIONS_KEYS - set(known)))
     if unknown:
         shown = ", ".join(k[:40] for k in unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
         config.warnings.append(f"{path}: sessions: unknown key(s) {shown} (a typo? not used)")

@@ -1,7 +1,11 @@
-"""Which Hermes installation serves a profile: its interpreter, its version, its defaults.
+"""Which Hermes installation serves a profile: its interpreter, its version, its defaults and the
+`sessions:` keys its release defines.
 
 Plugins run in that interpreter (`hooks/bus.py`), and where a profile's
-`config.yaml` leaves a setting unset, that installation's default applies.
+`config.yaml` leaves a setting unset, that installation's default applies. The
+policy looks the installation up for every profile it is read for (once per root
+and job), plugins enabled or not: the defaults of Hermes 0.22.2 are not those of
+0.20.1, and a key the installed release defines is never "unknown".
 Looked for in this order, and nothing taken on faith: a candidate counts only
 once it has run, as the home's owner, and imported `hermes_cli`.
 
@@ -24,7 +28,7 @@ import os
 import shutil
 import stat
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from hermes_admin.protocol import Profile
@@ -36,6 +40,7 @@ ROOT_INSTALL = Path("/usr/local/lib/hermes-agent/venv")  # Hermes' installer's l
 DOCKER_VENV = Path("/opt/hermes/.venv")  # Hermes' Docker image
 # the sessions: defaults policy takes from an installation
 SESSIONS_KEYS = ("auto_prune", "retention_days", "auto_archive", "auto_archive_days", "vacuum_after_prune")
+MAX_KEYS = 200  # names of `sessions:` keys a probe may report (a release defines about 15)
 # What a warning about a missing installation says to do.
 HOW_TO_SET = ("set `hermes_python:` in the admin config (globally, per root or per profile) to the "
               "python of the venv Hermes is installed in, or to `hermes-admin` to run them here knowingly")
@@ -48,6 +53,8 @@ class Installation:
     hermes: str | None  # Hermes' version
     sessions: dict = field(default_factory=dict)  # DEFAULT_CONFIG["sessions"] (the keys policy uses)
     hook_callback_timeout: float | None = None  # DEFAULT_CONFIG["plugins"]["hook_callback_timeout"], if any
+    # every key of DEFAULT_CONFIG["sessions"]: what this release reads there (None: it could not be read)
+    sessions_keys: frozenset[str] | None = None
 
     @property
     def label(self) -> str:
@@ -56,7 +63,8 @@ class Installation:
     def as_dict(self) -> dict:
         return {"python": self.python, "found_by": self.found_by, "hermes": self.hermes,
                 "defaults": dict(self.sessions, **({"hook_callback_timeout": self.hook_callback_timeout}
-                                                   if self.hook_callback_timeout is not None else {}))}
+                                                   if self.hook_callback_timeout is not None else {})),
+                "sessions_keys": sorted(self.sessions_keys) if self.sessions_keys is not None else None}
 
 
 @dataclass(frozen=True)
@@ -112,6 +120,13 @@ def hook_timeout(config, lookup: Lookup) -> tuple[float, str]:
     return config.hook_timeout, "built-in"
 
 
+def sessions_keys(lookup: Lookup) -> frozenset[str]:
+    """The `sessions:` keys the installation's release defines (none known without one): a key of
+    these in a profile's config.yaml is never "unknown" (hermes_config.load)."""
+    found = lookup.installation
+    return (found.sessions_keys or frozenset()) if found is not None else frozenset()
+
+
 def defaults_layer(lookup: Lookup) -> tuple[dict, str] | None:
     """The installation's `sessions:` defaults as a policy layer (policy.effective), with its origin."""
     found = lookup.installation
@@ -130,8 +145,7 @@ def _find(root: Path, configured, where: str, remember: bool) -> Lookup:
     for python, found_by in _candidates(root, configured, where, notes):
         answer = _probe(python, remember)
         if isinstance(answer, Installation):
-            return Lookup(Installation(python, found_by, answer.hermes, answer.sessions,
-                                       answer.hook_callback_timeout), tuple(notes))
+            return Lookup(replace(answer, python=python, found_by=found_by), tuple(notes))
         if found_by.startswith("hermes_python") or os.path.exists(python):
             notes.append(f"{python} ({found_by}): not a usable Hermes: {answer}")
     notes.append(f"no Hermes installation found for {root}; plugins run in hermes-admin's own interpreter "
@@ -234,8 +248,19 @@ def _read_probe(done: subprocess.CompletedProcess) -> tuple[Installation | str, 
         timeout = None
     watch = data.get("watch") if isinstance(data.get("watch"), list) else []
     installation = Installation("", "", str(version)[:64] if isinstance(version, str) else None,
-                                sessions, float(timeout) if timeout is not None else None)
+                                sessions, float(timeout) if timeout is not None else None,
+                                _key_names(data.get("sessions_keys")))
     return installation, [w for w in watch[:10] if isinstance(w, str)]
+
+
+def _key_names(value) -> frozenset[str] | None:
+    """The names of a release's `sessions:` keys, as a probe or the cache reports them: a bounded
+    list of short printable names, or nothing (a key that fails makes the whole list unknown)."""
+    if not isinstance(value, list) or len(value) > MAX_KEYS:
+        return None
+    if not all(isinstance(k, str) and 0 < len(k) <= 64 and k.isprintable() for k in value):
+        return None
+    return frozenset(value)
 
 
 def _plain_value(key: str, value) -> bool:
@@ -305,11 +330,13 @@ def _cache_read(python: str) -> tuple[Installation] | None:
     if not watch or _signature(watch) != entry["watch"]:
         return None
     probe = entry.get("probe") if isinstance(entry.get("probe"), dict) else {}
+    if "sessions_keys" not in probe:  # written before probes named the release's keys: probed again
+        return None
     sessions = {k: v for k, v in (probe.get("sessions") or {}).items() if k in SESSIONS_KEYS and _plain_value(k, v)}
     timeout = probe.get("hook_callback_timeout")
     timeout = float(timeout) if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) else None
     version = probe.get("hermes") if isinstance(probe.get("hermes"), str) else None
-    return (Installation("", "", version, sessions, timeout),)
+    return (Installation("", "", version, sessions, timeout, _key_names(probe["sessions_keys"])),)
 
 
 def _cache_write(python: str, answer: Installation, watch: list[str]) -> None:
@@ -317,8 +344,10 @@ def _cache_write(python: str, answer: Installation, watch: list[str]) -> None:
     if signature is None:
         return
     data = _cache_load()
+    keys = sorted(answer.sessions_keys) if answer.sessions_keys is not None else None
     data[python] = {"watch": signature, "probe": {"hermes": answer.hermes, "sessions": answer.sessions,
-                                                   "hook_callback_timeout": answer.hook_callback_timeout}}
+                                                   "hook_callback_timeout": answer.hook_callback_timeout,
+                                                   "sessions_keys": keys}}
     path = _cache_path()
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)

@@ -126,6 +126,7 @@ def policy(job: Job, isolated: bool) -> Run:
     """Each profile's effective policy with the origin of every value, and the problems of its own
     config.yaml with their lines (`config check`, `config show --origin`); changes nothing."""
     from hermes_admin import yamlfile
+    from hermes_admin.profile import installation
     from hermes_admin.profile import policy as rules
     from hermes_admin.profile.hermes_config import HermesConfigError
     from hermes_admin.profile.hermes_config import load as load_hermes_config
@@ -142,8 +143,9 @@ def policy(job: Job, isolated: bool) -> Run:
             line = yamlfile.line_of(text, key) if key and text else None
             row[kind].append({"file": str(path), "line": line, "message": message})
 
+        lookup = installation.for_profile(profile)  # its release's keys and defaults, as `run` reads them
         try:
-            config = load_hermes_config(profile.home)
+            config = load_hermes_config(profile.home, installation.sessions_keys(lookup))
         except HermesConfigError as exc:
             problem("problems", str(exc))
             config = None
@@ -157,7 +159,8 @@ def policy(job: Job, isolated: bool) -> Run:
             for where, key, message in rules.problems({}, config):  # the admin layers are checked by the host
                 problem("problems", message, f"sessions.{key}" if key else "sessions")
             try:
-                chosen, origins = rules.with_origins(profile.shown, job.layers.get(str(profile.home), {}), config)
+                chosen, origins = rules.with_origins(profile.shown, job.layers.get(str(profile.home), {}), config,
+                                                     installed=installation.defaults_layer(lookup))
                 row["values"], row["origins"] = chosen.as_dict(), origins
             except rules.PolicyError as exc:
                 if not row["problems"]:
@@ -327,7 +330,8 @@ def repair(job: Job, isolated: bool) -> Run:
     apply = job.params.apply
     run = RepairRun(dry_run=not apply)
     siblings = _siblings_by_root(job)
-    _each(job, run, isolated, lambda p: repair_profile(run, p, _siblings(siblings, p), apply, job.params.check_fts))
+    _each(job, run, isolated, lambda p: repair_profile(run, p, _siblings(siblings, p), apply, job.params.check_fts,
+                                                       job.params.move_legacy_main))
     return run
 
 

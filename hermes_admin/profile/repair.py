@@ -10,6 +10,7 @@ Findings, and what applying does:
 | mislabelled        | profile_name names another profile, nothing says it belongs there | relabel to this profile (silent) |
 | wrong_store        | session_key `agent:<ns>:...` names another existing profile | copy into that store, verify, delete here (`profile_repair`) |
 | duplicate          | the same row in both stores after an interrupted move       | verify the right copy, delete this one (`profile_repair`) |
+| legacy_main        | session_key `agent:main:...` (the default profile) in a named profile's store: ambiguous | none, unless asked (`move_legacy_main`): as wrong_store / duplicate, into the default profile |
 | unclaimed          | session_key names a profile that does not exist             | none (report only)                     |
 | broken_fts         | an FTS index fails its integrity-check (--check-fts)        | backup, rebuild, only while unheld     |
 | unusable_store     | not a database, malformed, or fails quick_check             | none: never modified                   |
@@ -43,16 +44,27 @@ from hermes_admin.profile.store.read import existing_ids
 STANDARD_FOLDERS = ("sessions", "logs", "memories", "skills", "cron")
 PRIVATE_FILES = ("state.db", "state.db-wal", "state.db-shm", ".env")
 SILENT_KINDS = {"dangling_parent", "mislabelled"}
+# rows copied into their profile's store and deleted here; legacy_main only when asked (`inspect`)
+MOVES = ("wrong_store", "duplicate", "legacy_main")
 
 
 def namespace_of(session_key: str | None) -> str | None:
-    """The profile a gateway key names: `agent:<ns>:...`, where `main` means default."""
+    """The profile a gateway key names: `agent:<ns>:...`, where `main` means default (and `main~`,
+    Hermes' escape for it, a profile named main)."""
     if not session_key or not session_key.startswith("agent:"):
         return None
     parts = session_key.split(":")
     if len(parts) < 3 or not parts[1]:
         return None
-    return "default" if parts[1] == "main" else parts[1]
+    return {"main": "default", "main~": "main"}.get(parts[1], parts[1])
+
+
+# A row keyed to the default profile inside a named profile's store is ambiguous, as Hermes'
+# `repair-profiles` says: the history of a gateway that ran on its own for this profile before keys
+# named their profile, or a default chat written here by mistake. The row cannot tell which, and
+# moving it wrongly hands a conversation to another bot: it moves only when the operator asks.
+AMBIGUOUS_WHY = ("ambiguous: this profile's own history from before keys named their profile, or a default "
+                 "chat that leaked in; the row cannot tell which")
 
 
 # -- finding ------------------------------------------------------------------------
@@ -104,10 +116,11 @@ def fts_problems(store_path: Path) -> list[str]:
 
 
 def inspect(profile: Profile, siblings: dict[str, Profile], check_fts: bool = False,
-            store: Store | None = None, quick_check: bool = True) -> list[Finding]:
+            store: Store | None = None, quick_check: bool = True, move_legacy_main: bool = False) -> list[Finding]:
     """Everything wrong with one profile; reads only. `store`: one the caller has open already
     (the engine's, in `run`: one connection per profile, not two), left open. `quick_check`: False
-    when `run` checked this store recently (profile/integrity.py)."""
+    when `run` checked this store recently (profile/integrity.py). `move_legacy_main`: the operator
+    asked for the default profile's rows found here to move there (else they are reported only)."""
     found = _file_findings(profile)
     if not profile.has_store():
         return found
@@ -140,6 +153,9 @@ def inspect(profile: Profile, siblings: dict[str, Profile], check_fts: bool = Fa
             if owner and owner != profile.name:
                 if owner in siblings:
                     moved.append((sid, key, owner))
+                elif owner == "default":  # no default profile of this owner to move it to
+                    found.append(Finding(profile.name, "legacy_main", sid, f"session_key {key!r} names the default "
+                                         f"profile: {AMBIGUOUS_WHY} (no default profile here to move it to)", "none"))
                 else:
                     found.append(Finding(profile.name, "unclaimed", sid,
                                          f"session_key {key!r} names profile '{owner}', which does not exist", "none"))
@@ -156,9 +172,19 @@ def inspect(profile: Profile, siblings: dict[str, Profile], check_fts: bool = Fa
         wanted.setdefault(owner, []).append(sid)
     present = {owner: _ids_present(siblings[owner], ids) for owner, ids in wanted.items()}
     for sid, key, owner in moved:
-        kind = "duplicate" if sid in present[owner] else "wrong_store"
-        fix = (f"delete this copy (profile '{owner}' holds the right one)" if kind == "duplicate"
+        copied = sid in present[owner]
+        fix = (f"delete this copy (profile '{owner}' holds the right one)" if copied
                else f"move to profile '{owner}' (copy, verify, delete here)")
+        if owner == "default" and profile.name != "default":
+            detail = f"session_key {key!r} names the default profile: {AMBIGUOUS_WHY}" + (
+                "; profile 'default' holds a copy (a move cut short)" if copied else "")
+            if move_legacy_main:
+                found.append(Finding(profile.name, "legacy_main", sid, detail, fix, owner))
+            else:
+                found.append(Finding(profile.name, "legacy_main", sid,
+                                     f"{detail} (`repair --apply --move-legacy-main` moves it)", "none", owner))
+            continue
+        kind = "duplicate" if copied else "wrong_store"
         found.append(Finding(profile.name, kind, sid, f"session_key {key!r} belongs to '{owner}'", fix, owner))
     if check_fts:
         for problem in fts_problems(profile.store_path):
@@ -332,7 +358,7 @@ def apply(profile: Profile, findings: list[Finding], siblings: dict[str, Profile
         if finding.kind in ("missing_folder", "loose_permissions"):
             _attempt(finding, lambda f=finding: _fix_files(f, profile))
     store_fixes = [f for f in findings if f.kind in ("dangling_parent", "mislabelled", "wrong_store", "duplicate",
-                                                      "broken_fts")]
+                                                      "legacy_main", "broken_fts")]
     if not store_fixes:
         return result
     with Engine(profile) as engine:
@@ -350,7 +376,7 @@ def apply(profile: Profile, findings: list[Finding], siblings: dict[str, Profile
             _attempt_all(silent, lambda: engine.pacer.write(fix, None, scratch, "silent repairs", quiet=False))
         moves: dict[str, list[Finding]] = {}
         for finding in store_fixes:
-            if finding.kind in ("wrong_store", "duplicate"):
+            if finding.kind in MOVES and finding.fix != "none":
                 moves.setdefault(finding.target, []).append(finding)
         for target, group in moves.items():
             _move(engine, siblings[target], group, result)

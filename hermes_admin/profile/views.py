@@ -59,7 +59,7 @@ def profile_settings(profile: Profile, layers: dict) -> dict:
     lookup = installation.for_profile(profile)
     row = {"hermes": lookup.as_dict(), "policy": None, "policy_error": None}
     try:
-        config = load_hermes_config(profile.home)
+        config = load_hermes_config(profile.home, installation.sessions_keys(lookup))
         policy = effective(profile.shown, layers, config, force=True, installed=installation.defaults_layer(lookup))
     except (HermesConfigError, PolicyError) as exc:
         row["policy_error"] = str(exc)

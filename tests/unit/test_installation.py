@@ -26,14 +26,15 @@ def fresh(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path / "bin"))
 
 
-def fake_hermes(folder: Path, version: str = "9.9.9", auto_prune=True, timeout=12) -> Path:
-    """A venv-less stand-in that answers the probe: our interpreter, with a `hermes_cli` on its path."""
+def fake_hermes(folder: Path, version: str = "9.9.9", auto_prune=True, timeout=12, sessions=None) -> Path:
+    """A venv-less stand-in that answers the probe: our interpreter, with a `hermes_cli` on its path.
+    `sessions`: its whole DEFAULT_CONFIG["sessions"] (else a small one with a key of its own)."""
     package = folder / "site" / "hermes_cli"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text(f"__version__ = {version!r}\n")
+    sessions = sessions if sessions is not None else {"auto_prune": auto_prune, "retention_days": 30, "junk": "x"}
     (package / "config.py").write_text(
-        f"DEFAULT_CONFIG = {{'sessions': {{'auto_prune': {auto_prune!r}, 'retention_days': 30, 'junk': 'x'}},"
-        f" 'plugins': {{'hook_callback_timeout': {timeout!r}}}}}\n")
+        f"DEFAULT_CONFIG = {{'sessions': {sessions!r}, 'plugins': {{'hook_callback_timeout': {timeout!r}}}}}\n")
     python = folder / "bin" / "python"
     python.parent.mkdir(parents=True)
     # -I drops PYTHONPATH: the stand-in puts its site on the path the way a venv's python would
@@ -145,3 +146,152 @@ def test_the_worker_imports_nothing_of_ours(tmp_path):
 def test_a_listing_that_is_not_the_protocol_is_one_problem(raw):
     rows, problems = listing.read_answer(raw)
     assert rows == [] and problems == ["Hermes' plugin discovery gave no usable answer"]
+
+
+# -- the installed release's own `sessions:` keys and defaults (issue #36) ---------------------
+
+# DEFAULT_CONFIG["sessions"] as 0.20.1 and 0.22.2 ship it (the compat tier reads the real ones),
+# each with a key no release hermes-admin knows, as a newer release would add one.
+RELEASE_0201 = {"auto_prune": False, "retention_days": 90, "auto_archive": False, "auto_archive_days": 3,
+                "vacuum_after_prune": True, "min_vacuum_interval_days": 30, "min_interval_hours": 24,
+                "write_json_snapshots": False, "fts_optimize_notice": "advise", "cjk_fts": True,
+                "search_slow_ms": 1000, "max_resume_messages": 20000, "max_export_messages": 20000,
+                "brand_new_key": 1}
+RELEASE_0222 = dict({k: v for k, v in RELEASE_0201.items() if k != "write_json_snapshots"},
+                    auto_prune=True, show_subagents=False)
+
+
+def test_the_probe_keeps_the_name_of_every_sessions_key_of_the_release(tmp_path):
+    root = tmp_path / "r"
+    fake_hermes(root / "hermes-agent" / "venv", sessions=RELEASE_0222)
+    lookup = installation.for_profile(profile(root))
+    assert lookup.installation.sessions_keys == set(RELEASE_0222)
+    assert installation.sessions_keys(lookup) == set(RELEASE_0222)
+    assert lookup.as_dict()["installation"]["sessions_keys"] == sorted(RELEASE_0222)
+    assert lookup.installation.sessions == {k: RELEASE_0222[k] for k in installation.SESSIONS_KEYS}  # values: policy's only
+    assert installation.sessions_keys(installation.for_profile(profile(tmp_path / "none"))) == frozenset()
+
+
+@pytest.mark.parametrize("keys, known", [
+    (["a", "b"], {"a", "b"}), (None, None), ("a", None), (["a", 1], None), (["x" * 65], None),
+    ([f"k{i}" for i in range(installation.MAX_KEYS + 1)], None), (["bad\nname"], None),
+])
+def test_a_probe_s_key_names_are_checked(keys, known):
+    import subprocess
+
+    answer = {"hermes": "1.0", "sessions": {}, "sessions_keys": keys, "watch": []}
+    done = subprocess.CompletedProcess([], 0, json.dumps(answer).encode() + b"\n", b"")
+    found, _ = installation._read_probe(done)
+    assert found.sessions_keys == known
+
+
+def test_a_cached_answer_without_the_key_names_is_probed_again(tmp_path):
+    """A cache written before probes named the release's keys would hide them until Hermes changes."""
+    root = tmp_path / "r"
+    python = fake_hermes(root / "hermes-agent" / "venv", sessions=RELEASE_0222)
+    installation.configure({}, remember=True)
+    installation.for_profile(profile(root))
+    cache = installation._cache_path()
+    data = json.loads(cache.read_text())
+    data[str(python)]["probe"]["hermes"] = "from the cache"
+    cache.write_text(json.dumps(data))
+    installation.configure({}, remember=True)
+    assert installation.for_profile(profile(root)).installation.hermes == "from the cache"  # the cache serves
+    del data[str(python)]["probe"]["sessions_keys"]
+    cache.write_text(json.dumps(data))
+    installation.configure({}, remember=True)
+    found = installation.for_profile(profile(root)).installation
+    assert found.hermes == "9.9.9" and found.sessions_keys == set(RELEASE_0222)  # probed again
+    assert json.loads(cache.read_text())[str(python)]["probe"]["sessions_keys"] == sorted(RELEASE_0222)
+
+
+def _admin(tmp_path: Path, python) -> list[str]:
+    path = tmp_path / "admin.yaml"
+    path.write_text(f"hermes_python: {python}\n")
+    return ["--config", str(path)]
+
+
+def _home_with_config(tmp_path: Path, sessions: str) -> Path:
+    from hermes_admin.synth.builder import SynthStore
+
+    root = tmp_path / "h"
+    SynthStore(root / "state.db", version=30).close()
+    (root / "config.yaml").write_text(f"sessions:\n{sessions}")
+    return root
+
+
+def test_a_key_of_the_installed_release_is_never_unknown(tmp_path, invoke):
+    """A key the installed Hermes defines, even one no release hermes-admin knows, draws no
+    warning (and `run` exits 0); a typo still does; without the installation, the releases
+    hermes-admin knows are the measure."""
+    root = _home_with_config(tmp_path, "  show_subagents: true\n  brand_new_key: 2\n")
+    python = fake_hermes(tmp_path / "venv", sessions=RELEASE_0222)
+    done = invoke("--root", str(root), *_admin(tmp_path, python), "run", "--dry-run", "--json")
+    assert done.exit_code == 0, done.stdout + done.stderr
+    assert "unknown key" not in done.stdout + done.stderr
+    checked = invoke("--root", str(root), *_admin(tmp_path, python), "config", "check", "--json")
+    assert checked.exit_code == 0 and json.loads(checked.stdout)["warnings"] == []
+
+    (root / "config.yaml").write_text("sessions:\n  show_subagents: true\n  brand_new_key: 2\n  auto_prun: true\n")
+    doc = json.loads(invoke("--root", str(root), *_admin(tmp_path, python), "run", "--dry-run", "--json").stdout)
+    assert [w for w in doc["warnings"] if "unknown key" in w] == [
+        f"{root / 'config.yaml'}: sessions: unknown key(s) auto_prun (a typo? not used)"]
+
+    alone = invoke("--root", str(root), *_admin(tmp_path, "hermes-admin"), "run", "--dry-run", "--json")
+    (warning,) = [w for w in json.loads(alone.stdout)["warnings"] if "unknown key" in w]
+    assert "auto_prun, brand_new_key" in warning and "show_subagents" not in warning  # 0.22.2's: known
+    assert alone.exit_code == 1
+
+
+@pytest.mark.parametrize("release, auto_prune", [(RELEASE_0201, False), (RELEASE_0222, True)], ids=["0.20.1", "0.22.2"])
+def test_the_installed_release_s_defaults_apply_where_the_profile_sets_none(tmp_path, invoke, release, auto_prune):
+    """0.22.2 prunes by default and 0.20.1 does not: `run` follows the release installed, and
+    `config show --origin` says so, as `run --dry-run` does."""
+    root = _home_with_config(tmp_path, "  retention_days: 60\n")
+    python = fake_hermes(tmp_path / "venv", version="0.x", sessions=release)
+    doc = json.loads(invoke("--root", str(root), *_admin(tmp_path, python), "run", "--dry-run", "--json").stdout)
+    policy = doc["policies"][str(root)]
+    assert (policy["auto_prune"], policy["vacuum_after_prune"], policy["retention_days"]) == (auto_prune, True, 60)
+    assert policy["origins"]["auto_prune"] == f"defaults of Hermes 0.x at {python}: auto_prune"
+    assert policy["origins"]["retention_days"] == f"{root / 'config.yaml'}: sessions.retention_days"
+    purge = [r for r in doc["results"] if r["task"] == "purge"]
+    assert (purge[0]["status"] == "skipped") is (not auto_prune)
+    shown = json.loads(invoke("--root", str(root), *_admin(tmp_path, python), "config", "show", "--origin",
+                              "--json").stdout)
+    (row,) = shown["profiles"]
+    assert row["values"]["auto_prune"] is auto_prune and row["values"]["vacuum_after_prune"] is True
+    assert row["values"]["origins"]["auto_prune"] == policy["origins"]["auto_prune"]
+
+
+def test_without_an_installation_every_key_of_the_releases_we_know_is_known(tmp_path):
+    from hermes_admin.profile import hermes_config
+
+    assert set(RELEASE_0222) - {"brand_new_key"} <= hermes_config.SESSIONS_KEYS
+    assert set(RELEASE_0201) - {"brand_new_key"} <= hermes_config.SESSIONS_KEYS
+    for keys in hermes_config.RELEASE_SESSIONS_KEYS.values():
+        (tmp_path / "config.yaml").write_text("sessions:\n" + "".join(f"  {k}: 1\n" for k in sorted(keys)))
+        assert hermes_config.load(tmp_path).warnings == []
+    (tmp_path / "config.yaml").write_text("sessions:\n  brand_new_key: 1\n  retention_dayz: 3\n")
+    assert len(hermes_config.load(tmp_path).warnings) == 1 and "brand_new_key, retention_dayz" in \
+        hermes_config.load(tmp_path).warnings[0]
+    assert "brand_new_key" not in hermes_config.load(tmp_path, {"brand_new_key"}).warnings[0]
+
+
+def test_a_command_that_reads_no_policy_knows_the_release_s_keys_too(tmp_path, invoke, now):
+    """`sessions archive` builds no policy: the installation is looked up only for a key no release
+    hermes-admin knows, and then that key is known as `run` knows it."""
+    from hermes_admin.synth.builder import SynthStore
+
+    root = tmp_path / "h"
+    store = SynthStore(root / "state.db", version=30)
+    store.session("s1", started=now - 100, ended=now - 50, end_reason="idle")
+    store.close()
+    (root / "config.yaml").write_text("sessions:\n  show_subagents: true\n  brand_new_key: 2\n")
+    python = fake_hermes(tmp_path / "venv", sessions=RELEASE_0222)
+    done = invoke("--root", str(root), *_admin(tmp_path, python), "sessions", "archive", "s1", "--yes", "--json")
+    assert done.exit_code == 0, done.stdout + done.stderr
+    assert "unknown key" not in done.stdout + done.stderr
+    alone = invoke("--root", str(root), *_admin(tmp_path, "hermes-admin"), "sessions", "unarchive", "s1", "--yes",
+                   "--json")
+    (warning,) = [w for w in json.loads(alone.stdout)["warnings"] if "unknown key" in w]
+    assert "brand_new_key" in warning and "show_subagents" not in warning

@@ -32,7 +32,7 @@ EVERY_KIND = [
     Maintain(Request(("purge",), 1.5e9, explicit=True, dry_run=True, vacuum=True)),
     Change("delete", False, force=True, ids={"/r": ("a", "b")}, filters=Filters(title="old"), export_dir="/e"),
     Change("unarchive", True, ids={"/r/profiles/work": ("c",)}),
-    Repair(apply=True, check_fts=True),
+    Repair(apply=True, check_fts=True, move_legacy_main=True),
     Restore("/r/.hermes-admin/exports/x.jsonl", False, ("s1",)),
     Restore("/tmp/y.jsonl", True),
     PruneExports(True, {"/r": ("/r/.hermes-admin/exports/x.jsonl",)}, "/e"),

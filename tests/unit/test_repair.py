@@ -17,7 +17,7 @@ from tests.helpers import events, install_plugins, needs_host_pids, row_ids, own
 
 @pytest.mark.parametrize("key, owner", [
     ("agent:main:telegram:dm:1", "default"), ("agent:work:cli", "work"), ("agent::x", None),
-    ("telegram:dm:1", None), (None, None), ("agent:work", None),
+    ("telegram:dm:1", None), (None, None), ("agent:work", None), ("agent:main~:cli", "main"),
 ])
 def test_namespace_of(key, owner):
     assert namespace_of(key) == owner
@@ -30,10 +30,13 @@ def root(request, tmp_path, now):
     SynthStore(root / "state.db", version=30, profile="default").close()
     work = SynthStore(root / "profiles" / "work" / "state.db", version=source_version, profile="work")
     work.session("stray", started=now - 100, ended=now - 50, end_reason="idle", source="telegram",
-                 session_key="agent:main:telegram:dm:42", title="hello", system_prompt="You are kind.")
+                 session_key="agent:main:telegram:dm:42", title="greetings", system_prompt="You are kind.")
     work.messages("stray", 3, now - 100)
     work.usage("stray", when=now - 100)
     work.session("child", started=now - 40, parent="stray")
+    work.session("foreign", started=now - 90, ended=now - 45, end_reason="idle", source="telegram",
+                 session_key="agent:other:telegram:dm:7", title="hello", system_prompt="You are kind.")
+    work.messages("foreign", 2, now - 90)
     work.session("adopt", started=now - 30, ended=now - 20, end_reason="x", profile_name="default")
     work.session("lost", started=now - 30)
     work.conn.execute("COMMIT")
@@ -51,44 +54,79 @@ def root(request, tmp_path, now):
 
 
 def test_report_then_apply_then_nothing(root, invoke):
-    work = root / "profiles" / "work"
+    work, other = root / "profiles" / "work", root / "profiles" / "other"
     os.chmod(work / "state.db", 0o644)
     before = store_digest(root)
     doc = json.loads(invoke("--root", str(root), "repair", "--json").stdout)
     found = {(f["profile"], f["kind"], f["subject"]) for f in doc["findings"]}
-    assert {("work", "wrong_store", "stray"), ("work", "mislabelled", "adopt"), ("work", "dangling_parent", "lost"),
-            ("work", "loose_permissions", str(work / "state.db"))} <= found
+    assert {("work", "wrong_store", "foreign"), ("work", "legacy_main", "stray"), ("work", "mislabelled", "adopt"),
+            ("work", "dangling_parent", "lost"), ("work", "loose_permissions", str(work / "state.db"))} <= found
     assert ("work", "missing_folder", str(work / "logs")) in found
     assert store_digest(root) == before and not (work / "logs").exists()
 
     result = invoke("--root", str(root), *own_interpreter(root.parent), "repair", "--apply", "--yes", "--json")
     assert result.exit_code == 0, result.stdout + result.stderr
-    assert "stray" not in row_ids(work / "state.db")
-    assert "stray" in row_ids(root / "state.db")
-    assert row_ids(root / "state.db", "SELECT id FROM messages WHERE session_id='stray'").__len__() == 3
-    assert row_ids(root / "state.db", "SELECT title FROM sessions WHERE id='stray'") == {"hello"}
-    assert row_ids(work / "state.db", "SELECT id FROM sessions WHERE parent_session_id IS NULL") >= {"child", "lost"}
+    assert "foreign" not in row_ids(work / "state.db") and "foreign" in row_ids(other / "state.db")
+    assert len(row_ids(other / "state.db", "SELECT id FROM messages WHERE session_id='foreign'")) == 2
+    (title,) = row_ids(other / "state.db", "SELECT title FROM sessions WHERE id='foreign'")
+    assert title.startswith("hello (")  # `other` has a session titled "hello" already
+    assert "stray" in row_ids(work / "state.db") and "stray" not in row_ids(root / "state.db")  # ambiguous: stays
+    assert row_ids(work / "state.db", "SELECT id FROM sessions WHERE parent_session_id IS NULL") >= {"lost"}
     assert row_ids(work / "state.db", "SELECT profile_name FROM sessions WHERE id='adopt'") == {"work"}
     assert stat.S_IMODE(os.stat(work / "state.db").st_mode) == 0o600 and (work / "logs").is_dir()
-    assert [(e["session_id"], e["reason"]) for e in events(work)] == [("stray", "profile_repair")]
-    for db in (root / "state.db", work / "state.db", root / "profiles" / "other" / "state.db"):
+    assert [(e["session_id"], e["reason"]) for e in events(work)] == [("foreign", "profile_repair")]
+    for db in (root / "state.db", work / "state.db", other / "state.db"):
         assert fk_rows(db) == set() and fts_problems(db) == []
 
     again = json.loads(invoke("--root", str(root), "repair", "--apply", "--yes", "--json").stdout)
-    assert again["findings"] == []  # idempotent: a second run finds nothing and fires nothing
-    assert len(events(work)) == 1
+    assert [(f["kind"], f["subject"], f["fix"], f["applied"]) for f in again["findings"]] == [
+        ("legacy_main", "stray", "none", False)]  # reported every time, never moved unasked
+    assert "--move-legacy-main" in again["findings"][0]["detail"] and len(events(work)) == 1
+
+
+def test_an_ambiguous_row_moves_to_the_default_profile_only_when_asked(root, invoke):
+    """Hermes' `repair-profiles` says of an `agent:main:` row in a named profile's store that it
+    cannot tell whose it is: reported, and moved only by `--move-legacy-main`."""
+    work = root / "profiles" / "work"
+    preview = json.loads(invoke("--root", str(root), "repair", "--move-legacy-main", "--json").stdout)
+    (finding,) = [f for f in preview["findings"] if f["subject"] == "stray"]
+    assert (finding["kind"], finding["target"], finding["applied"]) == ("legacy_main", "default", False)
+    assert finding["fix"].startswith("move to profile 'default'") and "ambiguous" in finding["detail"]
+    assert "stray" in row_ids(work / "state.db")  # a report changes nothing
+
+    moved = invoke("--root", str(root), *own_interpreter(root.parent), "repair", "--apply", "--move-legacy-main",
+                   "--yes", "--json")
+    assert moved.exit_code == 0, moved.stdout + moved.stderr
+    assert "stray" not in row_ids(work / "state.db") and "stray" in row_ids(root / "state.db")
+    assert len(row_ids(root / "state.db", "SELECT id FROM messages WHERE session_id='stray'")) == 3
+    assert row_ids(root / "state.db", "SELECT title FROM sessions WHERE id='stray'") == {"greetings"}
+    assert row_ids(root / "state.db", "SELECT profile_name FROM sessions WHERE id='stray'") == {"default"}
+    assert row_ids(work / "state.db", "SELECT id FROM sessions WHERE parent_session_id IS NULL") >= {"child", "lost"}
+    assert sorted((e["session_id"], e["reason"]) for e in events(work)) == [
+        ("foreign", "profile_repair"), ("stray", "profile_repair")]
+    for db in (root / "state.db", work / "state.db"):
+        assert fk_rows(db) == set() and fts_problems(db) == []
+    again = json.loads(invoke("--root", str(root), "repair", "--apply", "--move-legacy-main", "--yes",
+                              "--json").stdout)
+    assert again["findings"] == []
 
 
 def test_an_interrupted_move_is_settled(root, invoke, now):
-    # The copy reached the default store, the delete from `work` never happened.
-    conn = sqlite3.connect(root / "state.db")
-    conn.execute("INSERT INTO sessions(id, source, started_at) VALUES ('stray', 'telegram', ?)", (now,))
-    conn.executemany("INSERT INTO messages(session_id, role, content, timestamp) VALUES ('stray', 'user', ?, ?)",
-                     [(f"m{i}", now) for i in range(3)])
-    conn.commit(), conn.close()
+    # Each copy reached its profile's store, the delete from `work` never happened.
+    for db, sid, count in ((root / "state.db", "stray", 3), (root / "profiles" / "other" / "state.db", "foreign", 2)):
+        conn = sqlite3.connect(db)
+        conn.execute("INSERT INTO sessions(id, source, started_at) VALUES (?, 'telegram', ?)", (sid, now))
+        conn.executemany("INSERT INTO messages(session_id, role, content, timestamp) VALUES (?, 'user', ?, ?)",
+                         [(sid, f"m{i}", now) for i in range(count)])
+        conn.commit(), conn.close()
     doc = json.loads(invoke("--root", str(root), "repair", "--json").stdout)
-    assert any(f["kind"] == "duplicate" and f["subject"] == "stray" for f in doc["findings"])
+    kinds = {f["subject"]: f for f in doc["findings"] if f["subject"] in ("stray", "foreign")}
+    assert kinds["foreign"]["kind"] == "duplicate"
+    assert kinds["stray"]["kind"] == "legacy_main" and "holds a copy" in kinds["stray"]["detail"]
     invoke("--root", str(root), "repair", "--apply", "--yes")
+    assert "foreign" not in row_ids(root / "profiles" / "work" / "state.db")
+    assert "stray" in row_ids(root / "profiles" / "work" / "state.db")  # the move was asked once, not now
+    invoke("--root", str(root), "repair", "--apply", "--move-legacy-main", "--yes")
     assert "stray" not in row_ids(root / "profiles" / "work" / "state.db")
     assert row_ids(root / "state.db", "SELECT id FROM messages WHERE session_id='stray'").__len__() == 3
 
@@ -125,13 +163,15 @@ def test_run_reports_repairs_and_applies_them_when_configured(root, invoke, tmp_
     work = root / "profiles" / "work"
     report = json.loads(invoke("--root", str(root), "run", "-p", "work", "--json").stdout)
     (step,) = [r for r in report["results"] if r["task"] == "repair"]
-    assert any("wrong_store stray" in n for n in step["notes"]) and "stray" in row_ids(work / "state.db")
+    assert any("wrong_store foreign" in n for n in step["notes"]) and "foreign" in row_ids(work / "state.db")
+    assert any(n.startswith("legacy_main stray") and n.endswith("(report only)") for n in step["notes"])
     config = tmp_path / "admin.yaml"
     config.write_text("defaults: {repair: apply}\n")
     applied = json.loads(invoke("--root", str(root), "--config", str(config), "run", "-p", "work", "--json").stdout)
     (step,) = [r for r in applied["results"] if r["task"] == "repair"]
-    assert [d["session_id"] for d in step["done"]] == ["stray"]
-    assert "stray" not in row_ids(work / "state.db") and "stray" in row_ids(root / "state.db")
+    assert [d["session_id"] for d in step["done"]] == ["foreign"]  # `repair: apply` never moves an ambiguous row
+    assert "foreign" not in row_ids(work / "state.db") and "foreign" in row_ids(root / "profiles" / "other" / "state.db")
+    assert "stray" in row_ids(work / "state.db") and "stray" not in row_ids(root / "state.db")
     bad = tmp_path / "bad.yaml"
     bad.write_text("defaults: {repair: sometimes}\n")
     refused = invoke("--root", str(root), "--config", str(bad), "run", "-p", "work")

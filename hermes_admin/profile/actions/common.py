@@ -57,11 +57,28 @@ def export_settings(profile: Profile, layers: dict | None, export_dir: str | Non
     from hermes_admin.profile.policy import PolicyError, effective
 
     try:
-        policy = effective(profile.shown, layers or {}, load_hermes_config(profile.home), force=True,
-                           installed=installation.defaults_layer(installation.for_profile(profile)))
+        lookup = installation.for_profile(profile)
+        policy = effective(profile.shown, layers or {},
+                           load_hermes_config(profile.home, installation.sessions_keys(lookup)), force=True,
+                           installed=installation.defaults_layer(lookup))
     except (HermesConfigError, PolicyError):
         return Settings(export_dir)
     return Settings(export_dir or policy.export_dir, policy.export_keep_days)
+
+
+def own_config(profile: Profile) -> HermesConfig | None:
+    """The profile's config.yaml, for a command that reads no policy (so has not looked its Hermes
+    installation up): only a `sessions:` key no release we know defines has the installation looked
+    up, whose release may define it. None when unreadable: the engine reads it again and says why."""
+    from hermes_admin.profile import hermes_config, installation
+
+    try:
+        config = hermes_config.load(profile.home)
+        if set(config.section("sessions")) - hermes_config.SESSIONS_KEYS:
+            config = hermes_config.load(profile.home, installation.sessions_keys(installation.for_profile(profile)))
+    except HermesConfigError:
+        return None
+    return config
 
 
 def with_engine(run: Run, profile: Profile, work: Callable[[Engine], list[Result]],
@@ -75,6 +92,7 @@ def with_engine(run: Run, profile: Profile, work: Callable[[Engine], list[Result
     """
     done: list[Result] = []
     worked = False  # `work` returned: its results are in `done`, whatever closing the engine raises
+    config = config if config is not None else own_config(profile)
     engine = Engine(profile, dry_run=run.dry_run, exports=exports, config=config, lock_wait_s=lock_wait_s,
                     incremental=incremental, progress=Progress())
     try:

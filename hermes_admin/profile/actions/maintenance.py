@@ -328,8 +328,8 @@ def _policy(run: Run, profile: Profile, layers: dict, request: Request) -> tuple
     """The profile's Hermes config and policy, and into the report the policy as this command applies
     it, with where each value came from; None when either cannot be read (said in `run.errors`)."""
     try:
-        config = load_hermes_config(profile.home)  # once: the engine uses it too
-        lookup = installation.for_profile(profile)
+        lookup = installation.for_profile(profile)  # plugins enabled or not: its defaults and keys
+        config = load_hermes_config(profile.home, installation.sessions_keys(lookup))  # once: the engine uses it too
         policy, origins = with_origins(profile.shown, layers, config, force=request.force,
                                        installed=installation.defaults_layer(lookup))
     except (HermesConfigError, PolicyError) as exc:

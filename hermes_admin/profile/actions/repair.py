@@ -13,9 +13,12 @@ from hermes_admin.profile.engine.state_folder import LockHeld
 from hermes_admin.profile.store import StoreError
 
 
-def repair(run: RepairRun, profile: Profile, siblings: dict[str, Profile], apply: bool, check_fts: bool) -> None:
-    """`siblings`: every profile of the same root, by name (where wrong-store rows move to)."""
-    findings = profile_repair.inspect(profile, siblings, check_fts=check_fts)
+def repair(run: RepairRun, profile: Profile, siblings: dict[str, Profile], apply: bool, check_fts: bool,
+           move_legacy_main: bool = False) -> None:
+    """`siblings`: every profile of the same root, by name (where wrong-store rows move to).
+    `move_legacy_main`: `--move-legacy-main` (rows keyed to the default profile found in a named
+    one move there; else they are reported as ambiguous)."""
+    findings = profile_repair.inspect(profile, siblings, check_fts=check_fts, move_legacy_main=move_legacy_main)
     for finding in findings:
         finding.home = str(profile.home)
     run.findings += findings

@@ -20,7 +20,8 @@ the plugins' own prints go to stderr.
             -> {"event": {...}, "start": i}
             <- {"start": i} ... {"done": i, "error": null|"..."} ... {"finished": true}
     list:   -> {"home", "profile"}   <- {"plugins": [rows], "errors": [...]}   (imports no plugin)
-    probe:  <- {"hermes": version, "python", "sessions": {...}, "hook_callback_timeout", "watch": [...]}
+    probe:  <- {"hermes": version, "python", "sessions": {...}, "sessions_keys": [...], "hook_callback_timeout",
+                "watch": [...]}
 """
 
 from __future__ import annotations
@@ -269,6 +270,7 @@ def _hermes_status():
 
 # Hermes' sessions: defaults the probe reports (this file imports nothing of ours)
 SESSIONS_KEYS = ("auto_prune", "retention_days", "auto_archive", "auto_archive_days", "vacuum_after_prune")
+MAX_KEYS = 200  # the names of every `sessions:` key the release defines; a real one has about 15
 
 
 def probe() -> dict:
@@ -277,7 +279,7 @@ def probe() -> dict:
     import hermes_cli  # not Hermes: the caller tells so
 
     answer = {"python": sys.executable, "prefix": sys.prefix, "hermes": None, "sessions": {},
-              "hook_callback_timeout": None, "watch": [sys.executable, hermes_cli.__file__]}
+              "sessions_keys": None, "hook_callback_timeout": None, "watch": [sys.executable, hermes_cli.__file__]}
     try:
         from importlib.metadata import distribution
 
@@ -295,6 +297,7 @@ def probe() -> dict:
         if isinstance(sessions, dict):
             answer["sessions"] = {k: sessions[k] for k in SESSIONS_KEYS
                                   if k in sessions and isinstance(sessions[k], (bool, int, float))}
+            answer["sessions_keys"] = sorted(k for k in sessions if isinstance(k, str))[:MAX_KEYS]
         plugins = DEFAULT_CONFIG.get("plugins") if isinstance(DEFAULT_CONFIG, dict) else None
         timeout = plugins.get("hook_callback_timeout") if isinstance(plugins, dict) else None
         if isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
