@@ -2,6 +2,18 @@
 
 Usage: python build_realistic.py HOME NOW [--scale F]
 
+Runs inside the venv of the Hermes release that is to write the store: 0.19.0 (tests/peer.py's, the
+default of bench/run.py) or 0.22.2 (schema 31; set HERMES_HOME and HOME to a scratch folder first, as
+bench/run.py does, or importing it creates ~/.hermes). The shape (sessions, sides, sizes, lineages,
+text) is the same for every release; what differs is how the release stores it:
+- 0.19.0 keeps system prompts inline (`sessions.system_prompt`); schema 26 and later keep them once in
+  `system_prompts`, named by `sessions.system_prompt_hash` (written with Hermes' own
+  `_store_system_prompt`);
+- where the release has them (0.22.2), message rows are made by Hermes' own row builder
+  (`_message_row_params`, with `message_uid`, tool-call uids and display identity minted as its
+  `append_message` mints them) and inserted with its own INSERT;
+- the journal mode is the one the release gives a new store (0.22.2 on SQLite < 3.51.3: DELETE).
+
 Scale 1 is ~4,000 sessions (~40 % past a 90-day retention) and a store of ~1 GB;
 --scale 0.05 builds a ~50 MB version for quick checks. Deterministic (fixed seed)
 for a given scale and NOW.
@@ -45,6 +57,7 @@ Prints a JSON summary on stdout.
 """
 
 import argparse
+import hashlib
 import itertools
 import json
 import math
@@ -312,6 +325,26 @@ def messages_for(g: Gen, sid: str, count: int, start: float, end: float) -> tupl
     return out, {"chars": chars, "tool_calls": tool_calls_total}
 
 
+def hermes_row_builder(db):
+    """(INSERT, rows -> bind values) made by the release's own message writer, or None where it has no
+    row builder of its own (0.19.0: the plain INSERT of main() is the one its append_message runs)."""
+    if not hasattr(db, "_message_row_params"):
+        return None
+    import hermes_state_messages as hm  # 0.22.2: the module that holds append_message
+
+    def rows(msgs):
+        tool_uids: dict = {}  # the calls of the session's assistant rows, for their tool rows' uids
+        for sid, role, content, call_id, calls, tool_name, ts, tokens, finish, reasoning in msgs:
+            msg = {"role": role, "content": content, "tool_call_id": call_id, "tool_calls": calls,
+                   "tool_name": tool_name, "token_count": tokens, "finish_reason": finish, "reasoning": reasoning}
+            parsed = hm._parse_tool_calls(calls)
+            hm.stamp_message_uid(msg)
+            db._stamp_tool_call_uids(msg, parsed, tool_uids)
+            yield db._message_row_params(sid, role, msg, parsed, ts, keep_reasoning=True)
+
+    return hm._INSERT_MESSAGE_SQL, rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("home", type=Path)
@@ -328,6 +361,8 @@ def main() -> None:
     db = SessionDB(home / "state.db")
     columns = {r[1] for r in db._conn.execute("PRAGMA table_info(sessions)")}
     inline_prompt = "system_prompt" in columns and "system_prompt_hash" not in columns
+    hashed_prompt = "system_prompt_hash" in columns and hasattr(SessionDB, "_store_system_prompt")
+    hermes_rows = hermes_row_builder(db)
     has_usage = db._conn.execute(
         "SELECT 1 FROM sqlite_master WHERE type='table' AND name='session_model_usage'").fetchone() is not None
 
@@ -337,7 +372,7 @@ def main() -> None:
     stats = {"sessions": 0, "old": 0, "old_open": 0, "open": 0, "doomed": 0, "messages": 0, "characters": 0,
              "tool_calls": 0, "files": 0, "delegates": 0, "compression_children": 0, "usage_rows": 0,
              "system_prompts": 0, "largest_session_messages": 0, "longest_message": 0}
-    batch: list[tuple] = []  # (session row dict, message rows, usage rows)
+    batch: list[tuple] = []  # (session row dict, message rows, usage rows, system prompt or None)
     batch_chars = [0]
     began_build = time.monotonic()
     progress = [began_build]
@@ -348,12 +383,18 @@ def main() -> None:
         session_cols = list(batch[0][0])
 
         def work(conn):
-            for session, msgs, usage in batch:
+            for session, msgs, usage, prompt in batch:
+                if prompt is not None:  # schema 26+: the prompt once in system_prompts, as Hermes stores it
+                    SessionDB._store_system_prompt(conn, prompt)
                 conn.execute(f"INSERT INTO sessions ({', '.join(session_cols)}) VALUES "
                              f"({', '.join('?' * len(session_cols))})", [session[c] for c in session_cols])
-                conn.executemany(
-                    "INSERT INTO messages (session_id, role, content, tool_call_id, tool_calls, tool_name, "
-                    "timestamp, token_count, finish_reason, reasoning) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", msgs)
+                if hermes_rows:
+                    conn.executemany(hermes_rows[0], hermes_rows[1](msgs))
+                else:
+                    conn.executemany(
+                        "INSERT INTO messages (session_id, role, content, tool_call_id, tool_calls, tool_name, "
+                        "timestamp, token_count, finish_reason, reasoning) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        msgs)
                 if usage:
                     conn.executemany(
                         "INSERT INTO session_model_usage (session_id, model, billing_provider, task, "
@@ -391,9 +432,15 @@ def main() -> None:
             "title": (g.prose(rng.randint(20, 50)).split(".")[0][:60] + f" #{stats['sessions']}")
             if parent is None and rng.random() < 0.7 else None,
         }
-        if inline_prompt:
-            session["system_prompt"] = rng.choice(prompts) if rng.random() < 0.6 else None
-            stats["system_prompts"] += session["system_prompt"] is not None
+        prompt = None
+        if inline_prompt or hashed_prompt:  # the same draws either way: the same shape for every release
+            prompt = rng.choice(prompts) if rng.random() < 0.6 else None
+            stats["system_prompts"] += prompt is not None
+            if inline_prompt:
+                session["system_prompt"], prompt = prompt, None
+            else:
+                session["system_prompt_hash"] = (hashlib.sha256(prompt.encode("utf-8")).hexdigest()
+                                                 if prompt is not None else None)
         usage = []
         if has_usage and rng.random() < 0.75:
             last = ended if ended is not None else started
@@ -426,7 +473,7 @@ def main() -> None:
             path.write_text(text)
             os.utime(path, (ended or started, ended or started))
         stats["files"] += len(files)
-        batch.append((session, msgs, usage))
+        batch.append((session, msgs, usage, prompt))
         batch_chars[0] += info["chars"]
         if batch_chars[0] > 16_000_000 or len(batch) >= 400:
             flush()
@@ -493,7 +540,12 @@ def main() -> None:
                                if (home / n).exists())
     stats["scale"] = scale
     stats["fts_optimize_s"] = round(optimize_s, 1)
-    stats["system_prompt_storage"] = "inline" if inline_prompt else "none"
+    stats["system_prompt_storage"] = "inline" if inline_prompt else "system_prompts" if hashed_prompt else "none"
+    conn = sqlite3.connect(home / "state.db")
+    stats["schema_version"] = conn.execute("SELECT version FROM schema_version").fetchone()[0]
+    stats["journal_mode"] = conn.execute("PRAGMA journal_mode").fetchone()[0]
+    conn.close()
+    stats["message_rows"] = "hermes" if hermes_rows else "plain"
     print(json.dumps(stats))
 
 

@@ -2,7 +2,11 @@
 realistic ~1 GB store, while a real Hermes SessionDB appends a message every 20 ms (with its own FTS
 optimize inside every 1000th append, as Hermes 0.19.0 does).
 
-Usage:  python bench/lock_share.py [--runs 5] [--r-scale F] [--json FILE]
+Usage:  python bench/lock_share.py [--runs 5] [--r-scale F] [--json FILE] [--release 0.22.2] [--journal delete|wal]
+
+--release and --journal as in bench/run.py: the store written by, and the writer of, Hermes 0.22.2
+(its bounded FTS merge then falls ~6 s into each purge, as 0.19.0's optimize does), each copy in the
+journal mode asked for (switched with plain sqlite3).
 
 The writer's own FTS optimize is made to fall ~6 s into each purge (bench/writer.py OPTIMIZE_AFTER).
 
@@ -52,11 +56,13 @@ def purge(home: Path) -> dict:
             "locked": doc.get("locked", []), "errors": doc.get("errors", [])}
 
 
-def one_run(source: Path, tmp: Path, n: int) -> dict:
+def one_run(source: Path, tmp: Path, n: int, release: str = bench.DEFAULT_RELEASE, journal: str | None = None) -> dict:
     where = tmp / f"run-{n}"
     where.mkdir()
     try:
         home = bench.copy(source, where)
+        if journal and bench.journal_mode(home) != journal:
+            bench.set_journal(home, journal)
 
         def ours():
             tries = [purge(home)]
@@ -65,7 +71,7 @@ def one_run(source: Path, tmp: Path, n: int) -> dict:
             return tries
 
         # Hermes' own optimize ~6 s into our purge (its 1000th write would come after the purge ends)
-        tries, writer = bench.with_writer(home, ours, optimize_after=300)
+        tries, writer = bench.with_writer(home, ours, optimize_after=300, release=release)
         return {"tries": tries, "writer": writer, "kept": len(bench.surviving(home))}
     finally:
         shutil.rmtree(where, ignore_errors=True)
@@ -73,7 +79,7 @@ def one_run(source: Path, tmp: Path, n: int) -> dict:
 
 def table(runs: list[dict]) -> str:
     lines = ["| run | our exit code(s) | our time | deleted | writer worst / p99 wait | failed writes | "
-             "Hermes' own optimize | our longest transaction | sessions kept |",
+             "Hermes' own FTS optimize or merge | our longest transaction | sessions kept |",
              "|---|---|---|---|---|---|---|---|---|"]
     for n, r in enumerate(runs, 1):
         tries, w = r["tries"], r["writer"]
@@ -91,14 +97,16 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--r-scale", type=float, default=float(os.environ.get("HERMES_ADMIN_BENCH_R_SCALE", 1)))
     parser.add_argument("--json", type=Path, help="also write every figure here")
+    parser.add_argument("--release", choices=bench.RELEASES, default=bench.DEFAULT_RELEASE)
+    parser.add_argument("--journal", choices=("delete", "wal"))
     args = parser.parse_args()
-    source, info = bench.workload("R", args.r_scale)
+    source, info = bench.workload("R", args.r_scale, args.release)
     bench.log(f"R: {info['store_bytes'] >> 20} MB, {info['sessions']} sessions, {info['doomed']} due")
     runs = []
     with tempfile.TemporaryDirectory(prefix="hermes-admin-lock-share-") as tmp:
         for n in range(1, args.runs + 1):
             bench.log(f"run {n} of {args.runs} ...")
-            runs.append(one_run(source, Path(tmp), n))
+            runs.append(one_run(source, Path(tmp), n, args.release, args.journal))
             bench.log(table(runs[-1:]).splitlines()[-1])
     print(table(runs))
     if args.json:
