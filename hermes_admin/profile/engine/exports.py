@@ -137,6 +137,25 @@ def session_rows(db, ids: list[str]) -> list[tuple]:
 
 
 PUT_CHARS = 1 << 16  # encoded text held before it is compressed (plus one message: memory stays flat)
+# A session's messages are read a page at a time, each page one short statement: in a rollback
+# journal our read lock holds Hermes' commit back, so it is never held while we encode and compress.
+PAGE_ROWS = 64
+
+
+def message_columns(db) -> list[str]:
+    return [d[0] for d in db.execute_sql("SELECT * FROM messages LIMIT 0").description]
+
+
+def messages_of(db, sid: str, names: list[str]):
+    """One session's message rows in id order, read in pages of PAGE_ROWS (see there)."""
+    at, after = names.index("id"), None
+    while True:
+        page = db.execute_sql("SELECT * FROM messages WHERE session_id = ? AND id > ? ORDER BY id LIMIT ?",
+                              [sid, -1 if after is None else after, PAGE_ROWS]).fetchall()
+        yield from page
+        if len(page) < PAGE_ROWS:
+            return
+        after = page[-1][at]
 ROW_WEIGHT = 256  # what a row costs beyond its bytes (index entries, FTS rows), in bytes of text
 UNIT_WEIGHT = 1024  # what a unit costs beyond its rows (its session row, lookups, its event)
 
@@ -297,11 +316,10 @@ class ExportFile:
                         db, f"SELECT * FROM system_prompts WHERE hash IN ({marks(hashes)})", hashes)
             head = dumps(record)
             put(head[:-1] + (',"messages":[' if len(head) > 2 else '"messages":['))
-            cursor = db.execute_sql("SELECT * FROM messages WHERE session_id = ? ORDER BY id", [sid])
-            names = [d[0] for d in cursor.description]
+            names = message_columns(db)
             held: list[str] = []  # encoded messages not yet compressed: a few put()s a session, not one a message
             size = put_before = 0  # this session's messages already put
-            for message in cursor:
+            for message in messages_of(db, sid, names):
                 text = dumps(dict(zip(names, message)))
                 held.append(text)
                 size += len(text)
