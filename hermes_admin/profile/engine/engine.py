@@ -348,11 +348,9 @@ class Engine:
 
     def set_archived(self, units: list[Unit], archived: bool, reason: str | None, swept: bool = False) -> Result:
         """Archive (or unarchive) whole units; an event fires only for a real unarchived -> archived change.
-        `swept`: the inactivity sweep's archive (auto_archived = 1, and a unit a live Hermes process
-        holds stays), not a deliberate one (auto_archived = 0)."""
+        `swept`: the inactivity sweep's (live units stay; rows.flip_archived), not a deliberate one."""
         result = Result(self.profile.name, "archive" if archived else "unarchive", reason, self.dry_run)
-        if swept:
-            units = self.deletes.screen(units, result, live_only=True)
+        units = self.deletes.screen(units, result, live_only=True) if swept else units
         if self.dry_run:
             rows = load_rows(self.store, [i for unit in units for i in unit.ids])
             for unit in units:
