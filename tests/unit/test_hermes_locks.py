@@ -170,3 +170,16 @@ def test_the_store_file_and_its_application_id_stay(tmp_path, now, invoke):
     conn = sqlite3.connect(f"file:{root / 'state.db'}?mode=ro", uri=True)
     assert conn.execute("PRAGMA application_id").fetchone()[0] == 1212
     conn.close()
+
+
+def test_a_profile_hermes_maintains_is_skipped_and_the_others_go_on(tmp_path, now, invoke):
+    root = tmp_path / "h"
+    for home in (root, root / "profiles" / "work"):
+        store = SynthStore(home / "state.db", version=30)
+        store.session("old", started=now - 200 * 86400, ended=now - 199 * 86400, end_reason="x")
+        store.close()
+    with open(root / "profiles" / "work" / "state.db.auto-maintenance.lock", "ab") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as Hermes' startup maintenance holds it
+        result = invoke("--root", str(root), "purge", "--yes")
+    assert result.exit_code == 3 and "work" in result.stderr and "Hermes is running its own maintenance" in result.stderr
+    assert row_ids(root / "state.db") == set() and row_ids(root / "profiles" / "work" / "state.db") == {"old"}
