@@ -65,7 +65,7 @@ def expected_after_run(k: dict[str, list[str]]) -> dict[str, set[str]]:
         "kept": set(k["recent"] + k["inactive"] + k["old_open"] + k["revived"] + k["empty_open"] + k["lineage"]
                     + k["just_ended_empty"] + k["locked_old"] + k["keyed"] + k.get("pinned_old", [])
                     + k.get("heartbeat_recent", [])),
-        "archived": set(k["inactive"] + k["old_open"] + k["locked_old"]),
+        "archived": set(k["inactive"] + k["old_open"]),  # not the locked one: a live conversation is not idle
     }
 
 

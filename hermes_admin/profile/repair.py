@@ -34,7 +34,7 @@ from hermes_admin.profile.engine.engine import FTS_TABLES, Engine
 from hermes_admin.results import Finding, Result
 from hermes_admin.protocol import Profile
 from hermes_admin.profile.lineage import Unit
-from hermes_admin.profile.engine.state_folder import Flock, LockHeld, state_folder
+from hermes_admin.profile.engine.state_folder import LockHeld, RecordedFlock, state_folder
 from hermes_admin.profile.store import Store, StoreError, keep_wal
 from hermes_admin.profile.engine.exports import UNIT_WEIGHT
 from hermes_admin.profile.engine.restore import insert_row, row_weight
@@ -283,6 +283,13 @@ def _move(source: Engine, target_profile: Profile, moves: list[Finding], result:
     """Copy each row into the right store and verify it there (the target opened once), then
     delete the verified rows here through the engine: one `profile_repair` event each."""
     verified: list[Finding] = []
+    held = source.deletes.blocked(source.store.db, [f.subject for f in moves])
+    for finding in moves:  # a row a live Hermes is at work on stays where it is, uncopied
+        if finding.subject in held:
+            finding.error = f"not moved: {held[finding.subject]}"
+    moves = [f for f in moves if not f.error]
+    if not moves:
+        return
     try:
         with Engine(target_profile) as target:
             target.require_tokenizer("copy into")  # the rows copied in fire its CJK triggers
@@ -328,26 +335,59 @@ def _copy(source: Store, target: Engine, sid: str) -> None:
                            f"of {sid}: this copy is kept")
 
 
+# Hermes' markers of an index rebuild of its own under way or owed: while one is set, its triggers
+# index only part of the rows (fts_rebuild_high_water/progress: a chunked backfill) or none
+# (fts_stale: its triggers are dropped until it rebuilds), and only Hermes, which owns the index's
+# DDL, can finish that. A plain 'rebuild' then would index rows twice, or leave a live index
+# without triggers, so repair does not rebuild; Hermes' own rebuild finishes it.
+REBUILD_MARKERS = ("fts_rebuild_high_water", "fts_rebuild_progress", "fts_stale")
+REBUILD_LOCK_WAIT_S = 120.0  # as long as Hermes 0.22.2 waits for the same lock
+
+
+def pending_rebuild(db, schema) -> list[str]:
+    """Hermes' rebuild markers set in `state_meta` (REBUILD_MARKERS)."""
+    if not schema.has_table("state_meta"):
+        return []
+    return [r[0] for r in db.execute_sql(
+        f"SELECT key FROM state_meta WHERE key IN ({','.join('?' * len(REBUILD_MARKERS))}) ORDER BY key",
+        list(REBUILD_MARKERS)).fetchall()]
+
+
+def _refuse_while_pending(db, schema) -> None:
+    markers = pending_rebuild(db, schema)
+    if markers:
+        raise RuntimeError(f"Hermes has an index rebuild of its own under way or owed (state_meta: "
+                           f"{', '.join(markers)}): it finishes it itself (or `hermes sessions optimize-storage`); "
+                           "not rebuilt here")
+
+
 def _rebuild_fts(engine: Engine) -> None:
+    """Back the store up, then rebuild its FTS indexes: only while no other process holds the store,
+    under Hermes' `state.db.fts_rebuild.lock` taken as Hermes takes it (its holder record in it,
+    a bounded wait, nothing done without it), and never while Hermes' rebuild markers are set
+    (checked before, and again inside each rebuilding transaction)."""
     path = engine.profile.store_path
+    schema = engine.store.schema
+    _refuse_while_pending(engine.store.db, schema)
     if engine.held_by_others():
         raise RuntimeError("another process holds the store: the index is rebuilt only while nobody else does")
-    snapshots = state_folder(engine.profile.home / "state-snapshots", engine.notes)
-    backup = snapshots / f"state.db.repair-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
-    # Made new (O_EXCL, O_NOFOLLOW: never through a link at the name), 0600, then filled by SQLite.
-    os.close(os.open(backup, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
-    copy = sqlite3.connect(backup)
-    engine.store.db.connection().backup(copy)
-    copy.close()
-    rebuild_lock = Flock(Path(f"{path}.fts_rebuild.lock"), "Hermes is rebuilding its FTS index")
-    rebuild_lock.acquire()
-    try:
+    # The file lock first, then SQLite's (Hermes' order).
+    with RecordedFlock(Path(f"{path}.fts_rebuild.lock"), "Hermes is rebuilding its FTS index", REBUILD_LOCK_WAIT_S):
+        snapshots = state_folder(engine.profile.home / "state-snapshots", engine.notes)
+        backup = snapshots / f"state.db.repair-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+        # Made new (O_EXCL, O_NOFOLLOW: never through a link at the name), 0600, then filled by SQLite.
+        os.close(os.open(backup, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
+        copy = sqlite3.connect(backup)
+        engine.store.db.connection().backup(copy)
+        copy.close()
+
+        def rebuild(db, table: str) -> None:
+            _refuse_while_pending(db, schema)
+            db.execute_sql(f"INSERT INTO {table}({table}) VALUES ('rebuild')")
+
         for table in FTS_TABLES:
-            if engine.store.schema.has_table(table):
-                write_transaction(engine.store.db,
-                                  lambda db, t=table: db.execute_sql(f"INSERT INTO {t}({t}) VALUES ('rebuild')"))
-    finally:
-        rebuild_lock.release()
+            if schema.has_table(table):
+                write_transaction(engine.store.db, lambda db, t=table: rebuild(db, t))
 
 
 def apply(profile: Profile, findings: list[Finding], siblings: dict[str, Profile]) -> Result:

@@ -142,6 +142,13 @@ class SynthStore:
             (sid, holder, expires - 600, expires),
         )
 
+    def turn_lease(self, conversation_id: str, expires: float, holder: str = "synth:1") -> None:
+        """A row of v30's `session_turn_leases`, keyed as Hermes keys it: by the conversation's root."""
+        self.conn.execute(
+            "INSERT INTO session_turn_leases(conversation_id, holder, acquired_at, expires_at) VALUES (?, ?, ?, ?)",
+            (conversation_id, holder, expires - 600, expires),
+        )
+
     def close(self) -> None:
         self.conn.execute("COMMIT")
         self.conn.close()

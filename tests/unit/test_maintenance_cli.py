@@ -143,10 +143,12 @@ def test_single_tasks(synth_root, invoke):
     assert not any(k["orphan_file_old"][0] in f for f in os.listdir(root / "profiles" / "legacy" / "sessions"))
     result = invoke("--root", str(root), "archive-inactive", "-p", "legacy", "--days", "60", "--json")
     archived = {i for d in json.loads(result.stdout)["results"][0]["done"] for i in d["ids"]}
-    # Idle over 60 days and not archived yet: the 70-day one, the old open one, the locked one, and the
-    # old sessions a purge would have taken; the 45-day one stays, the archived one does not flip again.
-    idle_over_60 = {k["inactive"][1], *k["old_open"], *k["locked_old"], *k["old_ended"], *k["delegate_parent"]}
+    # Idle over 60 days and not archived yet: the 70-day one, the old open one, and the old sessions a
+    # purge would have taken; the 45-day one stays, the archived one does not flip again, and the one
+    # under a live compression lock stays (a conversation a Hermes process is at work on is not idle).
+    idle_over_60 = {k["inactive"][1], *k["old_open"], *k["old_ended"], *k["delegate_parent"]}
     assert archived == idle_over_60
+    assert "live" in json.loads(result.stdout)["results"][0]["kept"][k["locked_old"][0]]
 
 
 def test_bad_profile_config_skips_that_profile_only(synth_root, invoke):

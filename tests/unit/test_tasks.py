@@ -231,12 +231,14 @@ ARCHIVE_CASES = [
     ("already archived", [Row("a", archived=True, last=ago(40))], []),
     ("lineage with a recent tip", [Row("r", end_reason="compression", last=ago(40)), Row("t", parent_id="r", last=ago(1))], []),
     ("idle lineage flips whole", [Row("r", end_reason="compression", last=ago(40)), Row("t", parent_id="r", last=ago(35))], ["r"]),
+    ("idle lineage with a live member (a lease on its root)",
+     [Row("live", end_reason="compression", last=ago(40)), Row("t", parent_id="live", last=ago(35))], []),
 ]
 
 
 @pytest.mark.parametrize("name, rows, heads", ARCHIVE_CASES, ids=[c[0] for c in ARCHIVE_CASES])
 def test_auto_archive(name, rows, heads):
-    selection = archive.select(Graph(rows), 30, NOW)
+    selection = archive.select(Graph(rows), 30, NOW, live={"live"})
     assert [u.session_id for u in selection.units] == heads
     if heads == ["r"]:
         assert selection.units[0].ids == ("r", "t")

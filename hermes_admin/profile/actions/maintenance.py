@@ -202,8 +202,8 @@ class _Pass:
             return self.skipped("auto_archive", "auto_archive is off in this profile's policy")
         days = request.archive_days if request.archive_days is not None else self.policy.auto_archive_days
         return self._by_parts("auto_archive", "archive", None,  # silent
-                              lambda graph, live: archive.select(graph, days, request.now),
-                              lambda units: self.engine.set_archived(units, True, reason=None))
+                              lambda graph, live: archive.select(graph, days, request.now, live),
+                              lambda units: self.engine.set_archived(units, True, reason=None, swept=True))
 
     # -- a part of the store at a time ----------------------------------------
 

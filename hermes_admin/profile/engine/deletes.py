@@ -40,9 +40,16 @@ class Deletes:
             self._session_columns = exports.session_columns(db)
         return self._session_columns
 
-    def screen(self, units: list[Unit], result: Result) -> list[Unit]:
-        """Drop units with a guarded member (a dry run's stand-in for the check each transaction makes)."""
-        blocked = self.blocked(self.store.db, [i for unit in units for i in unit.ids])
+    def live(self, db, ids: list[str]) -> dict[str, str]:
+        """Ids a live Hermes process is at work on (its lease or lock on their conversation) -> why."""
+        found = sql.live_ids(db, self.store.schema, self.now())
+        return {i: found[i] for i in ids if i in found}
+
+    def screen(self, units: list[Unit], result: Result, live_only: bool = False) -> list[Unit]:
+        """Drop units with a guarded member (a dry run's stand-in for the check each transaction makes);
+        `live_only`: guarded by a live lease or lock only (an archive flip deletes nothing)."""
+        ids = [i for unit in units for i in unit.ids]
+        blocked = self.live(self.store.db, ids) if live_only else self.blocked(self.store.db, ids)
         fit = []
         for unit in units:
             why = next((blocked[i] for i in unit.ids if i in blocked), None)

@@ -346,9 +346,11 @@ class Engine:
 
     # -- row updates: archive, stale rows closed ---------------------------------------
 
-    def set_archived(self, units: list[Unit], archived: bool, reason: str | None) -> Result:
-        """Archive (or unarchive) whole units; an event fires only for a real unarchived -> archived change."""
+    def set_archived(self, units: list[Unit], archived: bool, reason: str | None, swept: bool = False) -> Result:
+        """Archive (or unarchive) whole units; an event fires only for a real unarchived -> archived change.
+        `swept`: the inactivity sweep's (live units stay; rows.flip_archived), not a deliberate one."""
         result = Result(self.profile.name, "archive" if archived else "unarchive", reason, self.dry_run)
+        units = self.deletes.screen(units, result, live_only=True) if swept else units
         if self.dry_run:
             rows = load_rows(self.store, [i for unit in units for i in unit.ids])
             for unit in units:
@@ -357,7 +359,9 @@ class Engine:
                     result.done.append(_unit_report(unit, changing))
             return result
         for chunk, weight in self._by_count(units, result):
-            flip_archived(self.pacer, self.aftermath, chunk, weight, archived, reason, result)
+            flip_archived(self.pacer, self.aftermath, chunk, weight, archived, reason, result,
+                          provenance=self.store.schema.has_column("sessions", "auto_archived"), swept=swept,
+                          live=self.deletes.live if swept else None)
         return result
 
     def close_stale(self, units: list[Unit], recheck: Recheck, now: float) -> Result:

@@ -2,7 +2,9 @@
 
 The files there are regular files made without following links (regular_file, set_aside,
 read_record, write_record), and the per-profile locks: ours against a second hermes-admin, and
-Hermes' own maintenance lock.
+Hermes' own maintenance lock (`state.db.auto-maintenance.lock`, taken without waiting, as Hermes
+0.22.2 takes it: while either holds it, the other leaves the store's maintenance alone). Beside
+them, RecordedFlock takes Hermes' index-rebuild lock the way Hermes does.
 
 Both are kernel `flock`s, released by the kernel when the process dies, so a
 crash never leaves a stale lock behind. Lock files are separate files: the
@@ -26,6 +28,7 @@ import time
 from pathlib import Path
 
 from hermes_admin import lockrecord
+from hermes_admin.profile.store import guards
 from hermes_admin.protocol import Profile
 
 STATE_DIR = ".hermes-admin"  # hermes-admin's own files inside a profile home
@@ -161,6 +164,93 @@ class Flock:
         if self.fd is not None:
             os.close(self.fd)  # closing the descriptor drops the flock
             self.fd = None
+
+
+def start_ticks(pid: int) -> int | None:
+    """When the kernel started `pid` (field 22 of /proc/<pid>/stat): with the pid, one process."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat_file:
+            return int(stat_file.read().rsplit(b")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class RecordedFlock:
+    """A lock file of Hermes' whose holder says who it is in it: `state.db.fts_rebuild.lock`,
+    taken as Hermes 0.22.2 takes it (docs/design.md §8).
+
+    An exclusive flock, waited for up to `wait_s` (polling), then refused (LockHeld): nothing is
+    done without it. A lock taken on a file that is no longer the one at the path (a Hermes
+    process broke a dead holder's lock and made a new file meanwhile) excludes nobody, so it is
+    dropped and taken again on the new file. Held, the file carries Hermes' holder record
+    (`{"acquired_at", "pid", "pidns", "start_ticks"}`), by which Hermes tells a live holder from
+    a dead one; it is emptied before the lock is let go (a record left behind means the holder
+    died). Hermes' own error numbers for a lock held (EAGAIN, EACCES, EDEADLK) are waited on;
+    any other failure is raised at once."""
+
+    CONTENTION = {errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK, errno.EDEADLK}
+
+    def __init__(self, path: Path, what: str, wait_s: float, poll_s: float = 0.1):
+        self.path, self.what, self.wait_s, self.poll_s = path, what, wait_s, poll_s
+        self.fd: int | None = None
+
+    def acquire(self) -> None:
+        deadline = time.monotonic() + self.wait_s
+        while True:
+            regular_file(self.path, "a lock file")
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                if exc.errno not in self.CONTENTION:
+                    os.close(fd)
+                    raise
+                if time.monotonic() >= deadline:
+                    holder = lockrecord.describe(fd, lockrecord.holder(fd))
+                    os.close(fd)
+                    raise LockHeld(f"{self.path}: {self.what}{holder}; waited {self.wait_s:g} s") from None
+                os.close(fd)
+                time.sleep(self.poll_s)
+                continue
+            if self._still_named(fd):
+                self.fd = fd
+                self._write(json.dumps({"pid": os.getpid(), "pidns": guards.own_pid_namespace(),
+                                        "start_ticks": start_ticks(os.getpid()), "acquired_at": time.time()},
+                                       sort_keys=True).encode())
+                return
+            os.close(fd)  # a file nobody else will ever lock: take the one at the path
+
+    def _still_named(self, fd: int) -> bool:
+        try:
+            held, named = os.fstat(fd), os.lstat(self.path)
+        except OSError:
+            return False
+        return (held.st_dev, held.st_ino) == (named.st_dev, named.st_ino)
+
+    def _write(self, record: bytes) -> None:
+        try:  # best effort, as Hermes writes it: a record that cannot be written leaves the holder unknown
+            os.ftruncate(self.fd, 0)
+            if record:
+                os.pwrite(self.fd, record, 0)
+        except OSError:
+            pass
+
+    def release(self) -> None:
+        if self.fd is not None:
+            self._write(b"")  # a normal release leaves no record
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_UN)
+            except OSError:
+                pass
+            os.close(self.fd)
+            self.fd = None
+
+    def __enter__(self) -> "RecordedFlock":
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
 
 
 class ProfileLocks:

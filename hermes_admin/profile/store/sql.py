@@ -1,8 +1,8 @@
 """SQL helpers for a Hermes store (parameter lists in chunks, their `?` marks), and the guards:
 rows the engine must not touch, whatever selected them.
 
-- a session under an unexpired `compression_locks` or `session_turn_leases`
-  row: a live Hermes process is working on it;
+- a session whose conversation has a live `compression_locks` or
+  `session_turn_leases` row (store/guards.py): a live Hermes process is working on it;
 - a session referenced from a table hermes-admin does not know (a newer
   Hermes runtime ledger, say): deleting it would break that table's meaning,
   or fail on its `ON DELETE RESTRICT`.
@@ -14,6 +14,7 @@ from typing import Iterable
 
 import peewee
 
+from hermes_admin.profile.store import guards
 from hermes_admin.profile.store.schema import Schema
 
 # Tables whose references to sessions the engine handles itself.
@@ -43,19 +44,10 @@ def foreign_references(db: peewee.SqliteDatabase, schema: Schema) -> list[tuple[
     return found
 
 
-# Hermes' tables of live work: (table, its session column, how a report names it).
-LIVE_GUARDS = (("compression_locks", "session_id", "a live compression lock"),
-               ("session_turn_leases", "conversation_id", "a live turn lease"))
-
-
 def live_ids(db: peewee.SqliteDatabase, schema: Schema, now: float) -> dict[str, str]:
-    """Sessions a live Hermes process holds a lock or lease on (both tables are tiny)."""
-    found: dict[str, str] = {}
-    for table, column, what in LIVE_GUARDS:
-        if schema.has_table(table):
-            for (sid,) in db.execute_sql(f"SELECT {column} FROM {table} WHERE expires_at > ?", [now]).fetchall():
-                found.setdefault(sid, f"held by {what} ({table})")
-    return found
+    """Sessions a live Hermes process is at work on (a live lease or lock on their conversation,
+    keyed and aged as Hermes does: store/guards.py) -> why."""
+    return guards.live_sessions(db, schema, now)
 
 
 def blocked(db: peewee.SqliteDatabase, schema: Schema, ids: list[str], now: float,
@@ -64,12 +56,9 @@ def blocked(db: peewee.SqliteDatabase, schema: Schema, ids: list[str], now: floa
     why: dict[str, str] = {}
     if references is None:
         references = foreign_references(db, schema)
+    live = live_ids(db, schema, now)
+    why.update((sid, live[sid]) for sid in ids if sid in live)
     for part in chunks(ids):
-        for table, column, what in LIVE_GUARDS:
-            if schema.has_table(table):
-                sql = f"SELECT {column} FROM {table} WHERE {column} IN ({marks(part)}) AND expires_at > ?"
-                for (sid,) in db.execute_sql(sql, [*part, now]).fetchall():
-                    why.setdefault(sid, f"held by {what} ({table})")
         for table, column in references:
             sql = f'SELECT DISTINCT "{column}" FROM "{table}" WHERE "{column}" IN ({marks(part)})'
             for (sid,) in db.execute_sql(sql, part).fetchall():

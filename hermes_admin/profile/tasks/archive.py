@@ -2,7 +2,9 @@
 
 Unarchived, unpinned lineages whose newest activity is older than
 `auto_archive_days`; open sessions included, as Hermes does it. The whole
-compression lineage flips to `archived = 1`.
+compression lineage flips to `archived = 1` (and, where the store has the
+column, `auto_archived = 1`: Hermes un-hides such a lineage when it is resumed).
+A lineage a live Hermes process is at work on is not idle, and stays.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from hermes_admin.profile.tasks import DAY, Selection, days_ago
 from hermes_admin.profile.tasks.retention import unit_heads
 
 
-def select(graph: Graph, idle_days: float, now: float) -> Selection:
+def select(graph: Graph, idle_days: float, now: float, live: set[str] = frozenset()) -> Selection:
     cutoff = now - idle_days * DAY
     chosen = Selection()
     for head in unit_heads(graph):
@@ -25,6 +27,8 @@ def select(graph: Graph, idle_days: float, now: float) -> Selection:
             why = "pinned"
         elif newest >= cutoff:
             why = None  # active: nothing to say about every active session
+        elif any(r.id in live for r in rows):
+            why = "idle, but live (lock or lease)"
         else:
             chosen.units.append(Unit(head, members, f"idle since {days_ago(now, newest)} "
                                                     f"(auto-archive after {idle_days:g} days)"))
