@@ -2,9 +2,7 @@
 its index-rebuild admission reads our holder record, and its resume un-hides what our inactivity
 sweep archived (auto_archived) but not what a deliberate archive hid.
 
-0.22.2 runs in its own cached venv (HERMES_PEER_VENV_0222, else
-~/.cache/hermes-admin-tests/hermes-agent-0.22.2); this file drives it itself, through a
-subprocess, and skips when that venv is not there.
+0.22.2 runs in its own cached venv (tests/peer.py), driven through a subprocess.
 """
 
 from __future__ import annotations
@@ -12,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -21,24 +18,16 @@ import pytest
 
 from hermes_admin.profile.engine.state_folder import RecordedFlock
 from hermes_admin.profile.store import guards
-from hermes_admin.profile.store import schema as schema_module
 from hermes_admin.profile.store.schema import read_schema
+from tests import peer
 from tests.helpers import row_ids
-
-
-def _venv() -> Path:
-    return Path(os.environ.get("HERMES_PEER_VENV_0222")
-                or Path.home() / ".cache" / "hermes-admin-tests" / "hermes-agent-0.22.2")
 
 
 @pytest.fixture(scope="module")
 def hermes22():
     if os.environ.get("HERMES_ADMIN_SKIP_COMPAT") == "1":
         pytest.skip("HERMES_ADMIN_SKIP_COMPAT=1: compat tier left out of this run")
-    python = _venv() / "bin" / "python"
-    if not python.exists():
-        pytest.skip(f"no Hermes 0.22.2 venv at {_venv()}")
-    return str(python)
+    return peer.python("0.22.2")
 
 
 def run22(python: str, home: Path, code: str, **values) -> object:
@@ -145,11 +134,6 @@ def test_hermes_rebuild_admission_reads_our_holder_record(hermes22, tmp_path):
     assert free["admitted"] is True and free["record"] is None  # released: no record left behind
 
 
-needs_31 = pytest.mark.skipif(schema_module.KNOWN_SCHEMA_VERSION < 31,
-                              reason="needs hermes-admin to maintain schema-31 stores")
-
-
-@needs_31
 def test_delete_of_a_leased_chain_tip_is_refused(home22, invoke):
     home, _ = home22
     result = invoke("--root", str(home), "sessions", "delete", "tip", "other", "--yes", "--json")
@@ -158,7 +142,6 @@ def test_delete_of_a_leased_chain_tip_is_refused(home22, invoke):
     assert "tip" in row_ids(home / "state.db") and "other" not in row_ids(home / "state.db")
 
 
-@needs_31
 def test_hermes_unhides_what_our_sweep_archived_only(hermes22, tmp_path, invoke):
     home = tmp_path / "h"
     home.mkdir()

@@ -195,19 +195,13 @@ def test_run_on_homes_of_the_release(built, tmp_path, invoke):
     assert listed.returncode == 0, listed.stderr
 
 
-LEASE_KEY_BUG = ("product bug: an explicit delete looks a turn lease up by the session's own id, not by its "
-                 "compression chain's root as Hermes keys it, so the tip of a leased chain is deleted (issue 36)")
-
-
 @pytest.mark.parametrize("target", ["locked_old", "leased_old", "leased_chain_root", "leased_chain_tip"])
-def test_an_explicit_delete_spares_a_conversation_under_a_live_lease_or_lock(built, tmp_path, invoke, target, request):
+def test_an_explicit_delete_spares_a_conversation_under_a_live_lease_or_lock(built, tmp_path, invoke, target):
     release, _, kinds, guarded = built
     k = kinds["default"]
     kind, _, end = target.rpartition("_") if target.startswith("leased_chain") else (target, "", "")
     if not k.get(kind):
         pytest.skip(f"Hermes {release} has no turn leases")
-    if end == "tip":
-        request.applymarker(pytest.mark.xfail(reason=LEASE_KEY_BUG, strict=False))
     sid = k[kind][-1 if end == "tip" else 0]
     root = copy_of(built, tmp_path / "hermes")
     result = invoke("--root", str(root), "sessions", "delete", sid, "-p", "default", "--yes", "--json")
@@ -227,11 +221,8 @@ try:
 finally:
     db.close()
 """
-AUTO_ARCHIVED_BUG = ("product bug: archive-inactive leaves sessions.auto_archived at 0, so Hermes 0.22.2 takes the "
-                     "sweep's archive for a deliberate one and never un-hides the chat when it is resumed (issue 36)")
 
 
-@pytest.mark.xfail(reason=AUTO_ARCHIVED_BUG, strict=False)
 def test_a_chat_our_sweep_archived_comes_back_when_hermes_resumes_it(built, tmp_path, invoke):
     release, _, kinds, _ = built
     if release != peer.NEWEST:
