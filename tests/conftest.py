@@ -11,6 +11,9 @@ from click.testing import CliRunner
 
 from hermes_admin.cli.main import cli
 from hermes_admin.synth.scenario import build_root
+from tests import one_sqlite
+
+one_sqlite.install()  # one SQLite in this process: hermes-admin's (tests/one_sqlite.py)
 
 NOW = time.time()
 

@@ -100,3 +100,15 @@ def own_interpreter(tmp_path: Path) -> list[str]:
     path = tmp_path / "own-interpreter.yaml"
     path.write_text("hermes_python: hermes-admin\n")
     return ["--config", str(path)]
+
+
+def other_connection(path, timeout: float = 5.0) -> "apsw.Connection":
+    """Another program's connection to a store, made in this process: on the SQLite hermes-admin
+    uses (apsw's), so that their locks meet. Two copies of SQLite in one process never see each
+    other's locks (POSIX locks belong to the process), so a holder on Python's own sqlite3 would
+    hold nothing against an in-process run of ours. Autocommit unless it says BEGIN."""
+    import apsw
+
+    conn = apsw.Connection(str(path))
+    conn.set_busy_timeout(int(timeout * 1000))
+    return conn

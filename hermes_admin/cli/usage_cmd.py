@@ -47,7 +47,7 @@ def usage(app: App, profiles, as_json: bool):
         row["root"] = roots.get(row["home"])
     summed = totals(rows)
     if as_json:
-        report.emit_json({"profiles": rows, **summed, "errors": answer.errors})
+        report.emit_json({"profiles": rows, **summed, "errors": answer.errors, "warnings": answer.warnings})
     else:
         lines = []
         for row in rows:
@@ -70,4 +70,6 @@ def usage(app: App, profiles, as_json: bool):
         report.line(f"host: {report.human_bytes(summed['host_bytes'])}")
     for message in answer.errors:
         report.error(message)
+    for message in answer.warnings:
+        report.warn(message)
     raise click.exceptions.Exit(app.exit_code(answer, found, profiles))

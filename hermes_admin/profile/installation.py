@@ -55,6 +55,7 @@ class Installation:
     hook_callback_timeout: float | None = None  # DEFAULT_CONFIG["plugins"]["hook_callback_timeout"], if any
     # every key of DEFAULT_CONFIG["sessions"]: what this release reads there (None: it could not be read)
     sessions_keys: frozenset[str] | None = None
+    sqlite: str | None = None  # the SQLite its interpreter links (`sqlite3.sqlite_version`), if told
 
     @property
     def label(self) -> str:
@@ -64,7 +65,8 @@ class Installation:
         return {"python": self.python, "found_by": self.found_by, "hermes": self.hermes,
                 "defaults": dict(self.sessions, **({"hook_callback_timeout": self.hook_callback_timeout}
                                                    if self.hook_callback_timeout is not None else {})),
-                "sessions_keys": sorted(self.sessions_keys) if self.sessions_keys is not None else None}
+                "sessions_keys": sorted(self.sessions_keys) if self.sessions_keys is not None else None,
+                "sqlite": self.sqlite}
 
 
 @dataclass(frozen=True)
@@ -249,8 +251,15 @@ def _read_probe(done: subprocess.CompletedProcess) -> tuple[Installation | str, 
     watch = data.get("watch") if isinstance(data.get("watch"), list) else []
     installation = Installation("", "", str(version)[:64] if isinstance(version, str) else None,
                                 sessions, float(timeout) if timeout is not None else None,
-                                _key_names(data.get("sessions_keys")))
+                                _key_names(data.get("sessions_keys")), _version(data.get("sqlite")))
     return installation, [w for w in watch[:10] if isinstance(w, str)]
+
+
+def _version(value) -> str | None:
+    """A library version as a probe or the cache tells it: digits and dots, short, or nothing."""
+    if isinstance(value, str) and 0 < len(value) <= 20 and all(p.isdigit() for p in value.split(".")):
+        return value
+    return None
 
 
 def _key_names(value) -> frozenset[str] | None:
@@ -336,7 +345,8 @@ def _cache_read(python: str) -> tuple[Installation] | None:
     timeout = probe.get("hook_callback_timeout")
     timeout = float(timeout) if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) else None
     version = probe.get("hermes") if isinstance(probe.get("hermes"), str) else None
-    return (Installation("", "", version, sessions, timeout, _key_names(probe["sessions_keys"])),)
+    return (Installation("", "", version, sessions, timeout, _key_names(probe["sessions_keys"]),
+                         _version(probe.get("sqlite"))),)
 
 
 def _cache_write(python: str, answer: Installation, watch: list[str]) -> None:
@@ -347,7 +357,7 @@ def _cache_write(python: str, answer: Installation, watch: list[str]) -> None:
     keys = sorted(answer.sessions_keys) if answer.sessions_keys is not None else None
     data[python] = {"watch": signature, "probe": {"hermes": answer.hermes, "sessions": answer.sessions,
                                                    "hook_callback_timeout": answer.hook_callback_timeout,
-                                                   "sessions_keys": keys}}
+                                                   "sessions_keys": keys, "sqlite": answer.sqlite}}
     path = _cache_path()
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)

@@ -186,14 +186,17 @@ def _small_text(path: Path) -> str | None:
 
 
 def profiles(job: Job, isolated: bool) -> Run:
-    from hermes_admin.profile.views import profile_summary, profile_settings
+    from hermes_admin.profile.views import profile_settings, profile_summary, sqlite_of
 
     run = Run(dry_run=True)
     def row(profile: Profile) -> dict:
         settings = profile_settings(profile, job.layers.get(str(profile.home), {}))
         summary = profile_summary(profile, settings["policy"])  # one look at the store for both
         stale = summary.pop("stale_open", None)
-        return dict(summary, **settings, stale_open=stale)
+        sqlite, warning = sqlite_of(profile, summary["journal_mode"])
+        if warning:
+            run.warnings.append(warning)
+        return dict(summary, **settings, stale_open=stale, sqlite=sqlite)
 
     _each(job, run, isolated, lambda p: run.data.setdefault("profiles", []).append(row(p)))
     return run
@@ -298,13 +301,21 @@ def restore(job: Job, isolated: bool) -> Run:
 def usage(job: Job, isolated: bool) -> Run:
     """`hermes-admin usage`: where each profile's bytes are; read-only."""
     from hermes_admin.profile.actions.common import export_settings
+    from hermes_admin.profile.store.read import journal_mode
     from hermes_admin.profile.usage import profile_usage
+    from hermes_admin.profile.views import sqlite_of
+
+    warnings = []
 
     def rows(profile: Profile, store) -> list[dict]:
         folder = export_settings(profile, job.layers.get(str(profile.home))).folder_of(profile)
-        return [profile_usage(profile, store, folder)]
+        sqlite, warning = sqlite_of(profile, journal_mode(store))
+        warnings.extend([warning] if warning else [])
+        return [dict(profile_usage(profile, store, folder), sqlite=sqlite)]
 
-    return _rows_of_stores(job, isolated, "usage", rows)
+    run = _rows_of_stores(job, isolated, "usage", rows)
+    run.warnings += warnings
+    return run
 
 
 def exports_list(job: Job, isolated: bool) -> Run:

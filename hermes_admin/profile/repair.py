@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sqlite3
 import stat
 import tempfile
 import time
 from pathlib import Path
+
+import apsw
 
 from hermes_admin.profile.engine.engine import FTS_TABLES, Engine
 from hermes_admin.results import Finding, Result
@@ -40,6 +41,8 @@ from hermes_admin.profile.engine.exports import UNIT_WEIGHT
 from hermes_admin.profile.engine.restore import insert_row, row_weight
 from hermes_admin.profile.store.connect import readonly_uri, write_transaction
 from hermes_admin.profile.store.read import existing_ids
+from hermes_admin.profile.store.sql import dicts
+from hermes_admin.profile.store.errors import SQLITE_ERRORS
 
 STANDARD_FOLDERS = ("sessions", "logs", "memories", "skills", "cron")
 PRIVATE_FILES = ("state.db", "state.db-wal", "state.db-shm", ".env")
@@ -98,19 +101,21 @@ def fts_problems(store_path: Path) -> list[str]:
     problems = []
     with tempfile.TemporaryDirectory(prefix="hermes-admin-fts-") as tmp:
         snapshot = Path(tmp) / "snapshot.db"
-        source = keep_wal.connect(readonly_uri(store_path), uri=True)
-        target = sqlite3.connect(snapshot)
+        source = keep_wal.connect(readonly_uri(store_path), keep_wal.READ_ONLY, 5000)
         try:
-            source.backup(target)
+            keep_wal.copy_to(source, snapshot)
+        finally:
+            source.close()
+        target = keep_wal.connect(snapshot)
+        try:
             tables = {r[0] for r in target.execute("SELECT name FROM sqlite_master WHERE type='table'")}
             for table in FTS_TABLES:
                 if table in tables:
                     try:
                         target.execute(f"INSERT INTO {table}({table}, rank) VALUES ('integrity-check', 1)")
-                    except sqlite3.DatabaseError as exc:
+                    except apsw.Error as exc:
                         problems.append(f"{table}: {exc}")
         finally:
-            source.close()
             target.close()
     return problems
 
@@ -232,9 +237,7 @@ def _export(store: Store, sid: str) -> dict:
     db = store.db
 
     def rows(sql, params):
-        cursor = db.execute_sql(sql, params)
-        names = [d[0] for d in cursor.description]
-        return [dict(zip(names, r)) for r in cursor.fetchall()]
+        return dicts(db, sql, params)
 
     (session,) = rows("SELECT * FROM sessions WHERE id = ?", [sid])
     export = {"session": session, "messages": rows("SELECT * FROM messages WHERE session_id = ? ORDER BY id", [sid])}
@@ -377,9 +380,7 @@ def _rebuild_fts(engine: Engine) -> None:
         backup = snapshots / f"state.db.repair-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
         # Made new (O_EXCL, O_NOFOLLOW: never through a link at the name), 0600, then filled by SQLite.
         os.close(os.open(backup, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
-        copy = sqlite3.connect(backup)
-        engine.store.db.connection().backup(copy)
-        copy.close()
+        keep_wal.copy_to(engine.store.db.connection(), backup)
 
         def rebuild(db, table: str) -> None:
             _refuse_while_pending(db, schema)
@@ -430,7 +431,7 @@ def _attempt(finding: Finding, fix) -> None:
     try:
         fix()
         finding.applied = True
-    except (OSError, RuntimeError, StoreError, LockHeld, sqlite3.Error) as exc:
+    except (OSError, RuntimeError, StoreError, LockHeld, *SQLITE_ERRORS) as exc:
         finding.error = " ".join(str(exc).split())
     except Exception as exc:  # peewee's errors, and anything unforeseen: recorded, not raised
         finding.error = f"{type(exc).__name__}: {' '.join(str(exc).split())}"

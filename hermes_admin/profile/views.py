@@ -70,6 +70,25 @@ def profile_settings(profile: Profile, layers: dict) -> dict:
     return row
 
 
+def sqlite_of(profile: Profile, journal: str | None) -> tuple[dict, str | None]:
+    """The SQLite we run on and the one the profile's Hermes runs on; a warning when Hermes' has the
+    WAL-reset bug while the store is in WAL (in a rollback journal the bug cannot strike: 0.20+
+    keeps new stores so on such a library, as `hermes doctor` says)."""
+    from hermes_admin.profile import installation
+    from hermes_admin.profile.store.keep_wal import has_wal_reset_bug, library_version
+
+    found = installation.for_profile(profile).installation
+    theirs = found.sqlite if found is not None else None
+    bug = theirs is not None and has_wal_reset_bug(theirs)
+    about = {"ours": library_version(), "hermes": theirs, "hermes_wal_reset_bug": bug if theirs else None}
+    warning = None
+    if bug and journal == "wal":
+        warning = (f"profile '{profile.shown}': {profile.store_path}: Hermes at {found.python} runs on SQLite {theirs}, "
+                   "which carries the WAL-reset bug (fixed in 3.51.3), and this store is in WAL: a checkpoint racing "
+                   "a commit can corrupt it; upgrade that SQLite (Hermes' installer: `hermes update`)")
+    return about, warning
+
+
 def _stale_open(store: Store, policy: dict) -> int:
     """How many open rows the stale-row rule (tasks/stale.py) would close now, by `policy`'s windows."""
     import time

@@ -35,7 +35,9 @@ DEPENDENT = (("messages", "session_id"), ("session_model_usage", "session_id"),
 
 
 def _ro(db: Path) -> sqlite3.Connection:
-    return sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    """The system's own SQLite (3.40.1 on Debian 12), an older reader than ours: what we wrote must
+    read there too. Used once our command is over (no connection of ours open in this process)."""
+    return one_sqlite.system_connect(f"file:{db}?mode=ro", uri=True)
 
 
 def _tables(conn) -> dict[str, str]:
@@ -68,7 +70,7 @@ def sqlite_problems(db: Path) -> list[str]:
     # handle, so it runs on a private copy (SQLite's backup: a consistent snapshot).
     with tempfile.TemporaryDirectory(prefix="hermes-admin-checks-") as tmp:
         copy = Path(tmp) / "copy.db"
-        src, dst = _ro(db), sqlite3.connect(copy)
+        src, dst = _ro(db), one_sqlite.system_connect(copy)
         try:
             src.backup(dst)
         finally:
@@ -192,6 +194,7 @@ def orphan_problems(db: Path, now: float | None = None) -> list[str]:
 
 HERMES_CHECK = r'''
 import json, sqlite3, sys, time
+from tests import one_sqlite
 from pathlib import Path
 spec = json.loads(sys.argv[1])
 from hermes_state import SessionDB

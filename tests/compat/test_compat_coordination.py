@@ -13,9 +13,9 @@ import subprocess
 import textwrap
 from pathlib import Path
 
-import peewee
 import pytest
 
+from hermes_admin.profile.store.connect import open_readonly
 from hermes_admin.profile.engine.state_folder import RecordedFlock
 from hermes_admin.profile.store import guards
 from hermes_admin.profile.store.schema import read_schema
@@ -71,7 +71,7 @@ print(json.dumps({"keys": keys, "held": held, "lease": lease, "guarded": guarded
 
 
 def _live(path: Path) -> dict[str, str]:
-    db = peewee.SqliteDatabase(f"file:{path}?mode=ro", uri=True)
+    db = open_readonly(path)
     try:
         return guards.live_sessions(db, read_schema(db), __import__("time").time())
     finally:
@@ -79,7 +79,7 @@ def _live(path: Path) -> dict[str, str]:
 
 
 def _conversations(path: Path, keys) -> dict[str, set[str]]:
-    db = peewee.SqliteDatabase(f"file:{path}?mode=ro", uri=True)
+    db = open_readonly(path)
     try:
         return guards.conversations(db, keys)
     finally:

@@ -28,7 +28,7 @@ from hermes_admin.profile.engine.remover import FileRemover
 from hermes_admin.profile.store.connect import open_readwrite
 from hermes_admin.profile.engine.turns import MAX_S, MIN_S, POLL_S, SLACK_S, Turns, poll_interval
 from tests.conftest import fts_problems
-from tests.helpers import HOST_PIDS, home_of, needs_host_pids, row_ids
+from tests.helpers import other_connection, HOST_PIDS, home_of, needs_host_pids, row_ids
 
 
 def wal_store(path, journal="wal"):
@@ -75,7 +75,7 @@ def test_group_commit_holds_work_while_a_reader_pins_old_frames(tmp_path):
     released = commits.committed(False, wrote=True, work="z")
     checkpointer.wait_idle()
     assert released + commits.committed(False, wrote=False, work="y") == ["z", "y"]
-    reader = sqlite3.connect(path)
+    reader = other_connection(path)
     reader.execute("BEGIN")
     reader.execute("SELECT * FROM t").fetchall()  # a snapshot before the next commit
     db.execute_sql("INSERT INTO t VALUES (1)")
@@ -83,7 +83,7 @@ def test_group_commit_holds_work_while_a_reader_pins_old_frames(tmp_path):
     checkpointer.wait_idle()
     assert checkpointer.durable == 1  # the reader kept the checkpoint from copying commit 2
     assert commits.committed(False, wrote=False, work="b") == []
-    reader.rollback()
+    reader.execute("ROLLBACK")
     reader.close()
     assert commits.flush() == ["a", "b"]  # a checkpoint barrier, once the reader is gone
     assert checkpointer.durable == 2

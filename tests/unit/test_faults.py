@@ -9,7 +9,7 @@ import os
 import pytest
 
 from hermes_admin.host.runlock import RunLocks
-from tests.helpers import home_of, install_plugins, row_ids, own_interpreter
+from tests.helpers import other_connection, home_of, install_plugins, row_ids, own_interpreter
 
 
 def old_ids(db):
@@ -297,7 +297,7 @@ def test_a_wait_on_a_locked_store_is_told(synth_root, invoke):
     import threading
 
     root, kinds = synth_root
-    holder = sqlite3.connect(root / "state.db", isolation_level=None, check_same_thread=False)
+    holder = other_connection(root / "state.db")
     holder.execute("BEGIN IMMEDIATE")
     release = threading.Timer(3.5, lambda: holder.execute("ROLLBACK"))
     release.start()

@@ -9,9 +9,9 @@ import sqlite3
 import subprocess
 import sys
 
-import peewee
 import pytest
 
+from hermes_admin.profile.store.connect import open_readonly
 from hermes_admin.profile.store import guards
 from hermes_admin.profile.store.schema import read_schema
 from hermes_admin.synth.builder import SynthStore
@@ -118,7 +118,7 @@ def chain_store(path, now, markers: dict[str, dict] | None = None):
 
 
 def live_of(path, now):
-    db = peewee.SqliteDatabase(f"file:{path}?mode=ro", uri=True)
+    db = open_readonly(path)
     try:
         return guards.live_sessions(db, read_schema(db), now)
     finally:
@@ -201,7 +201,7 @@ def test_a_cycle_of_parents_ends(tmp_path, now):
 def test_no_live_row_reads_nothing_else(tmp_path, now):
     path = tmp_path / "state.db"
     chain_store(path, now).close()
-    db = peewee.SqliteDatabase(f"file:{path}?mode=ro", uri=True)
+    db = open_readonly(path)
     statements = []
     original = db.execute_sql
     db.execute_sql = lambda sql, *a, **k: statements.append(sql) or original(sql, *a, **k)

@@ -137,7 +137,7 @@ def test_the_worker_imports_nothing_of_ours(tmp_path):
     source = Path(worker.__file__).read_text()
     imports = {line.split()[1].split(".")[0] for line in source.splitlines()
                if line.strip().startswith(("import ", "from ")) and not line.strip().startswith("from __future__")}
-    assert imports <= {"json", "os", "sys", "pathlib", "importlib", "re", "inspect", "asyncio", "traceback",
+    assert imports <= {"json", "os", "sys", "sqlite3", "pathlib", "importlib", "re", "inspect", "asyncio", "traceback",
                        "logging", "hermes_cli"}, imports
 
 
@@ -295,3 +295,28 @@ def test_a_command_that_reads_no_policy_knows_the_release_s_keys_too(tmp_path, i
                    "--json")
     (warning,) = [w for w in json.loads(alone.stdout)["warnings"] if "unknown key" in w]
     assert "brand_new_key" in warning and "show_subagents" not in warning
+
+
+@pytest.mark.parametrize("journal", ["wal", "delete"])
+def test_profiles_and_usage_name_both_sqlites_and_warn_of_hermes_wal_reset_bug_on_a_wal_store(tmp_path, invoke,
+                                                                                              journal):
+    import json
+    import sqlite3
+
+    from hermes_admin.profile.store.keep_wal import FIXED, has_wal_reset_bug
+    from hermes_admin.synth.builder import SynthStore
+
+    root = tmp_path / "r"
+    fake_hermes(root / "hermes-agent" / "venv")  # our own interpreter: the system's SQLite (3.40.1 here)
+    SynthStore(root / "state.db", version=30, journal=journal).close()
+    buggy = has_wal_reset_bug(sqlite3.sqlite_version)
+    for command in ("profiles", "usage"):
+        done = invoke("--root", str(root), command, "--json")
+        doc = json.loads(done.stdout)
+        (row,) = doc["profiles"]
+        ours = tuple(int(p) for p in row["sqlite"]["ours"].split("."))
+        assert ours >= FIXED  # what every connection of ours runs on
+        assert row["sqlite"]["hermes"] == sqlite3.sqlite_version
+        warned = [w for w in doc.get("warnings", []) if "WAL-reset bug" in w]
+        assert bool(warned) is (buggy and journal == "wal"), doc.get("warnings")
+        assert done.exit_code == 0, done.stdout  # a listing: its warnings are said, the code stays 0

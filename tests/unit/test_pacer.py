@@ -3,6 +3,8 @@ fault points it passes."""
 
 from __future__ import annotations
 
+import sqlite3
+
 import pytest
 
 from hermes_admin.profile.engine import faults, pacer as pacer_module
@@ -16,6 +18,7 @@ from hermes_admin.results import Result
 
 @pytest.fixture
 def pacer(tmp_path):
+    sqlite3.connect(tmp_path / "state.db").close()  # a store exists before we open it: we never make one
     db = open_readwrite(tmp_path / "state.db")
     db.execute_sql("CREATE TABLE t (x INTEGER)")
     released = []

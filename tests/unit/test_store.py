@@ -9,6 +9,7 @@ from hermes_admin.protocol import Profile
 from hermes_admin.profile.store import Store, StoreError
 from hermes_admin.profile.store.connect import WriteLockHeld, open_readwrite, write_transaction
 from hermes_admin.synth.builder import SynthStore
+from tests.helpers import other_connection
 
 
 def profile_at(tmp_path, name="p"):
@@ -107,7 +108,7 @@ def test_readonly_connection_cannot_write(tmp_path):
 def test_write_transaction_keeps_journal_mode_and_retries_on_lock(tmp_path, mode):
     path = tmp_path / "state.db"
     SynthStore(path, version=30).close()
-    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    conn = other_connection(path)
     conn.execute(f"PRAGMA journal_mode={mode}")
     conn.execute("BEGIN IMMEDIATE")  # another process holds the write lock...
     release = threading.Timer(0.4, lambda: conn.execute("COMMIT"))
@@ -134,7 +135,7 @@ def test_write_transaction_keeps_journal_mode_and_retries_on_lock(tmp_path, mode
 def test_write_transaction_gives_up_after_patience(tmp_path):
     path = tmp_path / "state.db"
     SynthStore(path, version=22).close()
-    holder = sqlite3.connect(path, isolation_level=None)
+    holder = other_connection(path)
     holder.execute("BEGIN IMMEDIATE")
     db = open_readwrite(path)
     with pytest.raises(WriteLockHeld, match="held the write lock"):
@@ -223,7 +224,7 @@ def test_a_wal_another_writer_blew_up_is_cut_back_at_our_next_commit(tmp_path, m
 
     monkeypatch.setattr(connect, "WAL_CUT_STEP", step_mib << 20)
     path = tmp_path / "state.db"
-    holder = sqlite3.connect(path, isolation_level=None)  # the live process that keeps the WAL
+    holder = other_connection(path)  # the live process that keeps the WAL
     holder.execute("PRAGMA journal_mode=WAL")
     holder.execute("CREATE TABLE t (x BLOB)")
     holder.execute("BEGIN")
@@ -249,8 +250,8 @@ def test_a_read_outside_our_transactions_waits_for_a_rollback_journal_commit(tmp
     lock to commit: our statements wait for it as the write transaction does, then go on."""
     profile = profile_at(tmp_path)
     SynthStore(profile.store_path, version=30, journal="delete").close()
-    holder = sqlite3.connect(profile.store_path, isolation_level=None, check_same_thread=False)
-    with Store.open(profile, writable=writable) as store:
+    holder = other_connection(profile.store_path)
+    with Store.open(profile, writable=writable, lock_wait_s=30) as store:
         holder.execute("BEGIN EXCLUSIVE")  # what a commit takes: no reader gets in
         release = threading.Timer(1.2, lambda: holder.execute("COMMIT"))
         release.start()
@@ -265,7 +266,7 @@ def test_a_read_outside_our_transactions_waits_for_a_rollback_journal_commit(tmp
 def test_a_read_gives_up_after_lock_wait_naming_the_lock(tmp_path):
     profile = profile_at(tmp_path)
     SynthStore(profile.store_path, version=30, journal="delete").close()
-    holder = sqlite3.connect(profile.store_path, isolation_level=None)
+    holder = other_connection(profile.store_path)
     with Store.open(profile, writable=True, lock_wait_s=0.5) as store:
         holder.execute("BEGIN EXCLUSIVE")
         with pytest.raises(WriteLockHeld, match="held the write lock"):

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import os
-import sqlite3
 from typing import Callable, Iterable
 
-import peewee
 
 from hermes_admin.profile.engine.engine import Engine
 from hermes_admin.profile.engine.exports import Settings
@@ -19,6 +17,7 @@ from hermes_admin.profile.engine.state_folder import LockHeld
 from hermes_admin.profile.store.connect import is_lock_error
 from hermes_admin.profile.store import StoreError
 from hermes_admin.profile.store.connect import WriteLockHeld
+from hermes_admin.profile.store.errors import SQLITE_ERRORS
 
 
 class Refused(Exception):
@@ -153,12 +152,12 @@ def _record(run: Run, profile: Profile, exc: BaseException) -> None:
         run.errors.append(str(exc))
     elif isinstance(exc, HermesConfigError):
         run.errors.append(f"profile '{profile.shown}': {exc}")
-    elif isinstance(exc, (peewee.DatabaseError, sqlite3.Error)) and is_lock_error(exc):
+    elif isinstance(exc, SQLITE_ERRORS) and is_lock_error(exc):
         # Another process kept the store's write lock past --lock-wait: a held lock (exit 3), named.
         run.locked.append(f"profile '{profile.shown}': {profile.store_path}: another process holds the write lock"
                           f"{store_holders(profile)}; nothing of this transaction was written (--lock-wait "
                           "SECONDS waits longer)")
-    elif isinstance(exc, (peewee.DatabaseError, sqlite3.Error)):
+    elif isinstance(exc, SQLITE_ERRORS):
         # The transaction rolled back: nothing of it was deleted, and its events never fire.
         where = getattr(exc, "filename", None) or profile.store_path
         run.errors.append(f"profile '{profile.shown}': {where}: {' '.join(str(exc).split())}")

@@ -9,7 +9,6 @@ tasks, so a dry run lists each row once, under the task that would take it.
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from typing import Iterator
 
@@ -32,6 +31,7 @@ from hermes_admin.profile.store.read import (WITHOUT_MESSAGES, any_without_messa
 from hermes_admin.profile.tasks import Selection, archive, budget, empty, ghosts, retention, stale
 
 from hermes_admin.profile.tasks import ORDER  # noqa: E402 (re-exported: `run`'s order)
+from hermes_admin.profile.store.errors import SQLITE_ERRORS
 CHUNK = 2000  # files of sessions/ looked at together by the ghost sweep
 BUDGET_CHUNK = 200  # units whose text the size budget sums in one query (their ids bound a statement's)
 
@@ -295,7 +295,7 @@ def repair_step(run: Run, profile: Profile, policy: Policy, request: Request,
         if apply and fixable:
             result = profile_repair.apply(profile, fixable, siblings)
             result.action = "repair"
-    except (LockHeld, StoreError, sqlite3.Error) as exc:
+    except (LockHeld, StoreError, *SQLITE_ERRORS) as exc:
         run.warnings.append(f"profile '{profile.shown}': repair: {' '.join(str(exc).split())}")
         return
     for finding in findings:

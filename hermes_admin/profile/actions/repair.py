@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import sqlite3
 
-import peewee
 
 from hermes_admin.profile import repair as profile_repair
 from hermes_admin.results import RepairRun
 from hermes_admin.protocol import Profile
 from hermes_admin.profile.engine.state_folder import LockHeld
 from hermes_admin.profile.store import StoreError
+from hermes_admin.profile.store.errors import SQLITE_ERRORS
 
 
 def repair(run: RepairRun, profile: Profile, siblings: dict[str, Profile], apply: bool, check_fts: bool,
@@ -33,7 +32,7 @@ def repair(run: RepairRun, profile: Profile, siblings: dict[str, Profile], apply
         run.results.append(result)
     except LockHeld as exc:
         run.locked.append(f"profile '{profile.shown}': skipped: {exc}")
-    except (StoreError, peewee.DatabaseError, sqlite3.Error) as exc:
+    except (StoreError, *SQLITE_ERRORS) as exc:
         run.errors.append(f"profile '{profile.shown}': {' '.join(str(exc).split())}")
     for finding in findings:
         if finding.error:

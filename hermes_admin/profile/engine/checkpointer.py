@@ -16,7 +16,7 @@ number known to be there (see group_commit.py, which relies on it).
 
 from __future__ import annotations
 
-import sqlite3
+import apsw
 import threading
 import time
 from pathlib import Path
@@ -68,7 +68,7 @@ class Checkpointer:
                 # Incomplete when another checkpointer ran (Hermes' writers checkpoint too) or a
                 # reader still uses older frames: the next nudge tries again.
                 complete = not busy and frames == copied
-            except sqlite3.Error:
+            except apsw.Error:
                 pass
             finally:
                 with self._wake:

@@ -16,7 +16,7 @@ from hermes_admin.profile.engine.exports import Exported
 from hermes_admin.profile.lineage import Unit
 from hermes_admin.profile.store import Store, sql
 from hermes_admin.profile.store.read import SessionRow, load_rows
-from hermes_admin.profile.store.sql import chunks, marks
+from hermes_admin.profile.store.sql import changes, chunks, marks
 from hermes_admin.results import Result
 
 Recheck = Callable[[Unit, dict[str, SessionRow]], "str | None"]
@@ -143,14 +143,14 @@ class Deletes:
                     f"SELECT DISTINCT {column} FROM sessions WHERE id IN {doomed_set} AND {column} IS NOT NULL"
                 ).fetchall())
         # 1. survivors whose parent goes keep living, without a parent
-        changed = db.execute_sql(f"UPDATE sessions SET parent_session_id = NULL WHERE parent_session_id IN "
-                                 f"{doomed_set} AND id NOT IN {doomed_set}").rowcount
+        changed = changes(db, db.execute_sql(f"UPDATE sessions SET parent_session_id = NULL WHERE parent_session_id IN "
+                                 f"{doomed_set} AND id NOT IN {doomed_set}"))
         # 2. messages while their session rows still exist (the trigram trigger reads them)
-        changed += db.execute_sql(f"DELETE FROM messages WHERE session_id IN {doomed_set}").rowcount
+        changed += changes(db, db.execute_sql(f"DELETE FROM messages WHERE session_id IN {doomed_set}"))
         # 3. usage rows (they cascade, but say so), then the sessions
         if schema.has_table("session_model_usage"):
-            changed += db.execute_sql(f"DELETE FROM session_model_usage WHERE session_id IN {doomed_set}").rowcount
-        changed += db.execute_sql(f"DELETE FROM sessions WHERE id IN {doomed_set}").rowcount
+            changed += changes(db, db.execute_sql(f"DELETE FROM session_model_usage WHERE session_id IN {doomed_set}"))
+        changed += changes(db, db.execute_sql(f"DELETE FROM sessions WHERE id IN {doomed_set}"))
         # 4. system prompts nobody references any more
         if prompt_hashes:
             unreferenced = " AND ".join(f"NOT EXISTS (SELECT 1 FROM sessions WHERE {c} = system_prompts.hash)"

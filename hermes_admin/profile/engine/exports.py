@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from hermes_admin.profile.store.sql import chunks, marks
+from hermes_admin.profile.store.sql import chunks, column_names, dicts, marks
 from hermes_admin.protocol import Profile
 
 FORMAT = 2  # 1: the manifest as one JSON document, rewritten for each member (still read)
@@ -117,7 +117,7 @@ def decode_value(value):
 
 
 def session_columns(db) -> list[str]:
-    return [d[0] for d in db.execute_sql("SELECT * FROM sessions LIMIT 0").description]
+    return column_names(db, "sessions")
 
 
 def fingerprint(names: list[str], rows: list[tuple]) -> str:
@@ -143,7 +143,7 @@ PAGE_ROWS = 64
 
 
 def message_columns(db) -> list[str]:
-    return [d[0] for d in db.execute_sql("SELECT * FROM messages LIMIT 0").description]
+    return column_names(db, "messages")
 
 
 def messages_of(db, sid: str, names: list[str]):
@@ -373,9 +373,7 @@ class ExportFile:
 
 
 def _dicts(db, sql: str, params: list) -> list[dict]:
-    cursor = db.execute_sql(sql, params)
-    names = [d[0] for d in cursor.description]
-    return [dict(zip(names, row)) for row in cursor]
+    return dicts(db, sql, params)
 
 
 # -- reading -------------------------------------------------------------------

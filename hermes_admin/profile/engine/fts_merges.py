@@ -228,9 +228,9 @@ class FtsMerges:
 
         FTS5 says fewer than two means there was nothing to merge; more, and it is about the pages
         written (a merge stops at a term's end, so one step may do more than asked)."""
-        before = db.connection().total_changes
+        before = db.connection().total_changes()
         db.execute_sql(f"INSERT INTO {table}({table}, rank) VALUES ('merge', ?)", (pages,))
-        return db.connection().total_changes - before
+        return db.connection().total_changes() - before
 
     def measured(self, owed: tuple[str, int], pages: int, written: int, held_s: float) -> None:
         """A step's time per page asked, from steps that did all that was asked (a merge writes

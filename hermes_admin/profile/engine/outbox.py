@@ -33,11 +33,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sqlite3
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+import apsw
 
 from hermes_admin.protocol import Profile
 from hermes_admin.profile.engine.state_folder import regular_file, set_aside, state_dir
@@ -80,12 +81,12 @@ class Outbox:
         self.notes = notes
         self.path: Path = state_dir(profile, notes) / "outbox.db"
         regular_file(self.path, "the outbox", notes)
-        self._conn: sqlite3.Connection | None = None
+        self._conn: apsw.Connection | None = None
         if self.path.exists():  # else made on the first event: a run that deletes nothing makes no file
             self._connect()
 
     @property
-    def conn(self) -> sqlite3.Connection:
+    def conn(self) -> apsw.Connection:
         if self._conn is None:
             self._connect()
         return self._conn
@@ -97,8 +98,8 @@ class Outbox:
         try:
             self._conn = self._open()
             problem = _damage(self._conn)
-        except sqlite3.DatabaseError as exc:
-            if isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc)):
+        except apsw.Error as exc:
+            if isinstance(exc, (apsw.BusyError, apsw.LockedError)):
                 raise OutboxError(f"{self.path}: {exc}") from None  # in use: not damaged
             problem = str(exc)
         if problem is None:
@@ -122,8 +123,8 @@ class Outbox:
                              "VALUES (?, ?, ?, ?, ?, ?, ?)", events)
             conn.executemany("INSERT OR IGNORE INTO splits(id, created, record) VALUES (?, ?, ?)", splits)
 
-    def _open(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self.path, isolation_level=None)
+    def _open(self) -> apsw.Connection:
+        conn = apsw.Connection(str(self.path))  # autocommit unless we BEGIN (apsw's own SQLite)
         try:
             # Our own file: WAL with synchronous=NORMAL keeps every commit across the death of this
             # process (kill -9 included), at a fraction of an fsync per event.
@@ -152,10 +153,10 @@ class Outbox:
             self.conn.execute("BEGIN IMMEDIATE")
             yield self.conn
             self.conn.execute("COMMIT")
-        except sqlite3.Error as exc:
+        except apsw.Error as exc:
             try:
                 self.conn.execute("ROLLBACK")
-            except sqlite3.Error:
+            except apsw.Error:
                 pass
             raise OutboxError(f"{self.path}: {exc}") from None
 
@@ -168,11 +169,11 @@ class Outbox:
         ids = []
         with self._writing() as conn:
             for unit in units:
-                cur = conn.execute(
+                conn.execute(
                     "INSERT INTO events(created, state, kind, session_id, reason, ids) VALUES (?, 'pending', ?, ?, ?, ?)",
                     (time.time(), kind, unit.session_id, reason, json.dumps(list(unit.ids))),
                 )
-                ids.append(cur.lastrowid)
+                ids.append(conn.last_insert_rowid())
         return ids
 
     def settle(self, committed: dict[int, list[str]], dropped: list[int]) -> None:
@@ -195,8 +196,8 @@ class Outbox:
     def begin_split(self, record: dict) -> int:
         """A unit about to be deleted in steps."""
         with self._synced() as conn:
-            return conn.execute("INSERT INTO splits(created, record) VALUES (?, ?)",
-                                (time.time(), json.dumps(record))).lastrowid
+            conn.execute("INSERT INTO splits(created, record) VALUES (?, ?)", (time.time(), json.dumps(record)))
+            return conn.last_insert_rowid()
 
     def update_split(self, split_id: int, record: dict) -> None:
         with self._synced() as conn:
@@ -211,7 +212,7 @@ class Outbox:
             return []
         try:
             rows = self.conn.execute("SELECT id, record FROM splits ORDER BY id").fetchall()
-        except sqlite3.Error as exc:
+        except apsw.Error as exc:
             raise OutboxError(f"{self.path}: {exc}") from None
         return [(i, json.loads(record)) for i, record in rows]
 
@@ -225,7 +226,7 @@ class Outbox:
             return
         try:
             self.conn.execute("DELETE FROM events WHERE state='delivered' AND created < ?", (time.time() - 86400,))
-        except sqlite3.Error:
+        except apsw.Error:
             pass  # history only: the next run tries again
 
     def _events(self, state: str) -> list[Event]:
@@ -235,7 +236,7 @@ class Outbox:
             rows = self.conn.execute(
                 "SELECT id, kind, session_id, reason, ids FROM events WHERE state=? ORDER BY id", (state,)
             ).fetchall()
-        except sqlite3.Error as exc:
+        except apsw.Error as exc:
             raise OutboxError(f"{self.path}: {exc}") from None
         return [Event(i, k, s, r, json.loads(ids)) for i, k, s, r, ids in rows]
 
@@ -254,7 +255,7 @@ STATES = ("pending", "committed", "delivered")  # an event's life (the module's 
 KINDS = ("delete", "archive")  # the changes plugins hear of
 
 
-def _damage(conn: sqlite3.Connection) -> str | None:
+def _damage(conn: apsw.Connection) -> str | None:
     """What is wrong with an outbox, or None: its pages (quick_check), its shape, each row."""
     check = [str(row[0]) for row in conn.execute("PRAGMA quick_check(3)").fetchall()]
     if check != ["ok"]:
@@ -271,7 +272,7 @@ def _damage(conn: sqlite3.Connection) -> str | None:
     return f"{bad} row(s) it cannot read" if bad else None
 
 
-def _readable(conn: sqlite3.Connection) -> tuple[int, list]:
+def _readable(conn: apsw.Connection) -> tuple[int, list]:
     """(rows, the events and split records that read as ours) of every table, row by row: a damaged
     page or a value of the wrong kind costs its own row only."""
     rows, good = 0, []
@@ -279,13 +280,13 @@ def _readable(conn: sqlite3.Connection) -> tuple[int, list]:
         try:
             columns = [row[1] for row in conn.execute(f"PRAGMA table_info({table})")]
             ids = [row[0] for row in conn.execute(f"SELECT rowid FROM {table}")]
-        except sqlite3.DatabaseError:
+        except apsw.Error:
             continue
         for rowid in ids:
             rows += 1
             try:
                 values = dict(zip(columns, conn.execute(f"SELECT * FROM {table} WHERE rowid = ?", (rowid,)).fetchone()))
-            except (sqlite3.DatabaseError, TypeError):
+            except (apsw.Error, TypeError):
                 continue
             if table == "events" and "kind" not in values and isinstance(values.get("reason"), str):
                 values["kind"] = "archive" if values["reason"] == "archive" else "delete"  # what made it
@@ -315,12 +316,12 @@ def _split(row: tuple) -> bool:
     return isinstance(id_, int) and isinstance(created, (int, float)) and isinstance(parsed, dict)
 
 
-def _salvage(conn: sqlite3.Connection) -> tuple[list, list, int | None]:
+def _salvage(conn: apsw.Connection) -> tuple[list, list, int | None]:
     """What can still be read from a damaged outbox: its events, its split records, and how many
     rows could not be read (None: none at all)."""
     try:
         rows, good = _readable(conn)
-    except sqlite3.DatabaseError:
+    except apsw.Error:
         return [], [], None
     events = [row for table, row in good if table == "events"]
     splits = [row for table, row in good if table == "splits"]
@@ -333,15 +334,15 @@ def has_work(profile: Profile) -> bool:
     if not path.is_file() or path.is_symlink():
         return False
     try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        conn = apsw.Connection(f"file:{path}?mode=ro", flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
         try:
             if conn.execute("SELECT 1 FROM events WHERE state IN ('pending', 'committed') LIMIT 1").fetchone():
                 return True
             try:
                 return conn.execute("SELECT 1 FROM splits LIMIT 1").fetchone() is not None
-            except sqlite3.OperationalError:
+            except apsw.SQLError:
                 return False  # an outbox of an older version: no splits table
         finally:
             conn.close()
-    except sqlite3.Error:
+    except apsw.Error:
         return True  # unreadable: opening the profile for writing will say what is wrong

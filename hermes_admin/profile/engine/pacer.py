@@ -11,17 +11,16 @@ paced here too, as transactions of their own.
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-import peewee
 
 from hermes_admin import stopping
 from hermes_admin.profile.engine import faults
 from hermes_admin.profile.store.connect import write_transaction
 from hermes_admin.results import Result
+from hermes_admin.profile.store.errors import SQLITE_ERRORS
 
 # A Hermes writer that waits polls the lock at 18, 33 and 53 ms of waiting: what sets its wait is
 # our longest transactions, so the typical one aims at 20 ms while another writer is seen.
@@ -174,7 +173,7 @@ class Pacer:
                 try:
                     if not self._merge_step(owed, result):
                         return
-                except (peewee.DatabaseError, sqlite3.Error) as exc:
+                except SQLITE_ERRORS as exc:
                     result.notes.append(f"FTS5 merging of {owed[0]} left to Hermes for this run: {exc}")
                     self.fts.tables.remove(owed[0])
         finally:

@@ -13,16 +13,15 @@ rows, then its messages, as many per transaction as the engine's time budget all
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
-import peewee
 
 from hermes_admin.profile.engine.exports import ROW_WEIGHT, decode_value, manifest_or_recomputed, read_member
-from hermes_admin.profile.store.sql import marks
+from hermes_admin.profile.store.sql import dicts, marks
 from hermes_admin.profile.engine.pacer import MERGE_STEPS, Pacer
 from hermes_admin.profile.store import Store
 from hermes_admin.results import Done, Result
+from hermes_admin.profile.store.errors import SQLITE_ERRORS
 
 EXTRAS = ("messages", "session_model_usage", "system_prompts")  # an export record's fields that are no columns
 MAX_ROWS_PER_TXN = 500  # a bound on one restore transaction whatever the weights (tiny rows)
@@ -60,10 +59,8 @@ class Restorer:
 
     def _same_row(self, fields: dict) -> bool:
         """Is the session row in the store the one exported (a restore that was cut short, say)?"""
-        cursor = self.db.execute_sql("SELECT * FROM sessions WHERE id = ?", [fields.get("id")])
-        names = [d[0] for d in cursor.description]
-        row = cursor.fetchone()
-        return row is not None and all(fields.get(n) == v for n, v in zip(names, row) if n in fields)
+        rows = dicts(self.db, "SELECT * FROM sessions WHERE id = ?", [fields.get("id")])
+        return bool(rows) and all(fields.get(n) == v for n, v in rows[0].items() if n in fields)
 
     def session(self, fields: dict, messages, missing_only: bool, dry_run: bool = False) -> tuple[str, int]:
         """One record: ("restored"|"completed"|"exists"|"absent", messages put back).
@@ -186,7 +183,7 @@ def restore_file(store: Store, pacer: Pacer | None, path: Path, wanted: set[str]
             unseen.discard(sid)
             try:
                 state, count = restorer.session(fields, messages, missing_only=False, dry_run=dry_run)
-            except (ValueError, TypeError, sqlite3.Error, peewee.DatabaseError) as exc:
+            except (ValueError, TypeError, *SQLITE_ERRORS) as exc:
                 # a record this store cannot take (a hostile or damaged file): this session only
                 result.skipped.append({"session_id": sid, "ids": [sid], "why": f"not restored: {exc}"})
                 continue

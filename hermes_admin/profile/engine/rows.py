@@ -14,7 +14,7 @@ from hermes_admin.profile.engine.outbox import Event
 from hermes_admin.profile.engine.pacer import Pacer
 from hermes_admin.profile.lineage import Unit
 from hermes_admin.profile.store.read import load_rows
-from hermes_admin.profile.store.sql import marks
+from hermes_admin.profile.store.sql import changes, marks
 from hermes_admin.profile.tasks.retention import REAPED
 from hermes_admin.results import Done, Result
 
@@ -53,8 +53,8 @@ def flip_archived(pacer: Pacer, aftermath: Aftermath, chunk: list[Unit], weight:
                                [target, *([int(swept)] if provenance else []), *flip])
                 changed[index] = flip
             if provenance and not swept:  # deliberate: the whole unit's archive is the user's now
-                claimed += db.execute_sql(f"UPDATE sessions SET auto_archived = 0 WHERE id IN ({marks(ids)}) "
-                                          "AND auto_archived <> 0", ids).rowcount
+                claimed += changes(db, db.execute_sql(f"UPDATE sessions SET auto_archived = 0 WHERE id IN "
+                                                      f"({marks(ids)}) AND auto_archived <> 0", ids))
         return changed, kept, bool(claimed)
 
     changed, kept, _ = pacer.write(work, weight, result, f"an archive flip of {len(chunk)} unit(s)", synced=True,

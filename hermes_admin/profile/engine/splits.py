@@ -18,11 +18,9 @@ deleted in steps, until it is finished or undone (docs/design.md §5).
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 from typing import Callable
 
-import peewee
 
 from hermes_admin import stopping
 from hermes_admin.profile.engine import exports, faults
@@ -39,6 +37,7 @@ from hermes_admin.profile.store import Store
 from hermes_admin.profile.store.read import load_rows
 from hermes_admin.profile.store.sql import marks
 from hermes_admin.results import Done, Result
+from hermes_admin.profile.store.errors import SQLITE_ERRORS
 
 
 def _wrote(value) -> tuple[bool, None]:
@@ -234,7 +233,7 @@ class SplitDeletes:
             result = Result(self.store.profile.name, "delete", record.get("reason"), False, task="resume")
             try:
                 self._finish_split(split_id, record, result)
-            except (ExportError, OutboxError, sqlite3.Error, peewee.DatabaseError, KeyError, TypeError,
+            except (ExportError, OutboxError, *SQLITE_ERRORS, KeyError, TypeError,
                     ValueError) as exc:
                 self.notes.append(f"an interrupted delete in steps ({record.get('session_id')!r}) could not be "
                                   f"finished or restored: {exc}; it stays recorded for the next run")

@@ -7,10 +7,10 @@ much as open that index, and a delete or restore of messages there fails in the 
 from __future__ import annotations
 
 import os
-import sqlite3
 from typing import Callable
 
 from hermes_admin.profile.store import Store
+from hermes_admin.profile.store.errors import SQLITE_ERRORS
 
 # Hermes' CJK index: joins the indexes quieted and merged like the others once the library is loaded.
 CJK_FTS_TABLE = "messages_fts_cjk"
@@ -44,7 +44,7 @@ class Tokenizer:
             conn.enable_load_extension(True)
             conn.load_extension(library)
             conn.enable_load_extension(False)
-        except sqlite3.Error as exc:
+        except SQLITE_ERRORS as exc:
             raise self.store.error(f"cannot load the CJK tokenizer {library}: {exc}; refusing to {doing} this store") from exc
         self._on = conn
         self.loaded(conn)

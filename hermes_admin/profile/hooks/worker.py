@@ -304,6 +304,12 @@ def probe() -> dict:
             answer["hook_callback_timeout"] = timeout
     except Exception as exc:
         answer["defaults_error"] = f"{type(exc).__name__}: {exc}"[:500]
+    try:
+        import sqlite3
+
+        answer["sqlite"] = sqlite3.sqlite_version  # the library Hermes' stores are written with
+    except Exception:
+        pass
     answer["watch"] = [w for w in answer["watch"] if w]
     return answer
 

@@ -3,7 +3,8 @@
 Stores belong to Hermes: live processes share them. So reads use `mode=ro`
 URIs, writes take `BEGIN IMMEDIATE` with a short busy timeout and retry the
 whole transaction with jitter, and nothing here ever sets `journal_mode`.
-Every connection, read or write, is made by keep_wal: none of ours ever
+Every connection, read or write, is made by keep_wal, on the SQLite apsw
+brings (3.51.3 or later: without the WAL-reset bug): none of ours ever
 checkpoints or deletes the WAL when it closes.
 """
 
@@ -11,18 +12,19 @@ from __future__ import annotations
 
 import os
 import random
-import sqlite3
 import sys
 import time
 from pathlib import Path
 from typing import Callable, TypeVar
 from urllib.parse import quote, unquote
 
+import apsw
 import peewee
+from playhouse.apsw_ext import APSWDatabase
 
 from hermes_admin.lockrecord import command_of
 from hermes_admin.profile.engine.holders import write_lock_holder
-from hermes_admin.profile.store.keep_wal import KeepWalConnection
+from hermes_admin.profile.store.keep_wal import READ_ONLY, READ_WRITE
 from hermes_admin.profile.store.keep_wal import connect as keep_wal_connect
 
 T = TypeVar("T")
@@ -46,7 +48,7 @@ PATIENCE_CAP = 4  # progress or not, a wait ends after this many lock waits
 SAY_WAIT_S = 2.0  # a wait on the lock this long is told on stderr
 
 
-class StoreDatabase(peewee.SqliteDatabase):
+class StoreDatabase(APSWDatabase):
     """A connection to a Hermes store on which every statement outside our write transactions waits
     for a lock the way the write transaction does (docs/design.md §6).
 
@@ -57,6 +59,20 @@ class StoreDatabase(peewee.SqliteDatabase):
     progress, up to `lock_wait_s` without (then WriteLockHeld, exit 3, naming the holder). Inside a
     transaction a lock error goes up: write_transaction retries the whole transaction.
     """
+
+    def __init__(self, database, flags: int = READ_WRITE, **kwargs):
+        self.flags = flags
+        super().__init__(database, **kwargs)
+
+    def _connect(self):
+        """apsw's connection, told to keep the WAL on close before it reads anything (keep_wal.py)."""
+        conn = keep_wal_connect(self.database, self.flags, int((self._timeout or 0) * 1000))
+        try:
+            self._add_conn_hooks(conn)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
 
     def execute_sql(self, sql, params=None):
         if self.in_transaction():
@@ -70,7 +86,7 @@ def patiently(db: peewee.SqliteDatabase, statement: Callable[[], T], sleep: Call
     while True:
         try:
             return statement()
-        except (peewee.OperationalError, sqlite3.OperationalError) as exc:
+        except (peewee.OperationalError, apsw.BusyError, apsw.LockedError) as exc:
             if not is_lock_error(exc):
                 raise
             if waiting is None:
@@ -104,12 +120,10 @@ def open_readonly(path: Path, shared: bool = False) -> peewee.SqliteDatabase:
     for every thread (the engine's export thread and its own), where peewee keeps one per thread."""
     db = StoreDatabase(
         readonly_uri(path),
-        uri=True,
+        flags=READ_ONLY,
         timeout=READ_BUSY_TIMEOUT_S,
         pragmas={"query_only": 1},
-        factory=KeepWalConnection,
-        thread_safe=not shared,
-        **({"check_same_thread": False} if shared else {}),
+        thread_safe=not shared,  # apsw lets threads share a connection (each call holds its mutex)
     )
     db.connect()
     return db
@@ -127,7 +141,6 @@ def open_readwrite(path: Path, lock_wait_s: float | None = None) -> peewee.Sqlit
         timeout=WRITE_BUSY_TIMEOUT_S,
         lock_type="IMMEDIATE",
         pragmas={"foreign_keys": 1, "wal_autocheckpoint": 0},
-        factory=KeepWalConnection,
     )
     db.lock_wait_s = DEFAULT_LOCK_WAIT_S if lock_wait_s is None else lock_wait_s  # write_transaction's patience
     # (DEFAULT_LOCK_WAIT_S read at call time: --lock-wait sets it for a job, profile/jobs.py)
@@ -135,15 +148,15 @@ def open_readwrite(path: Path, lock_wait_s: float | None = None) -> peewee.Sqlit
     return db
 
 
-def open_for_checkpoints(path: Path) -> sqlite3.Connection:
+def open_for_checkpoints(path: Path) -> apsw.Connection:
     """A plain connection for the checkpoint thread: no transactions, never waits for a lock.
 
-    Plain sqlite3, not peewee: peewee keeps one connection per thread, and this one is
+    Plain apsw, not peewee: peewee keeps one connection per thread, and this one is
     opened by the engine and used by the thread it starts. Its checkpoints sync the WAL
     and the database file (`synchronous` FULL, set for this connection only): the
     engine counts on that to make its unsynced commits durable (group_commit.py).
     """
-    conn = keep_wal_connect(str(Path(path).absolute()), timeout=0, isolation_level=None, check_same_thread=False)
+    conn = keep_wal_connect(str(Path(path).absolute()))
     conn.execute("PRAGMA synchronous=FULL")
     return conn
 

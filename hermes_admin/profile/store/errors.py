@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
+
+import apsw
+import peewee
 
 
 class StoreError(Exception):
@@ -13,3 +17,8 @@ class StoreError(Exception):
         self.path = Path(path)
         self.problem = " ".join(str(problem).split())  # always one line
         super().__init__(f"profile '{profile}': {self.path}: {self.problem}")
+
+
+# What a statement can raise: peewee's wrapping of a driver's error, and the driver's own (apsw's
+# from our connections, where a cursor is read past peewee; sqlite3's from our own files').
+SQLITE_ERRORS = (peewee.DatabaseError, apsw.Error, sqlite3.Error)

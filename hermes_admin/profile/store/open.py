@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 import peewee
 
 from hermes_admin.protocol import Profile
 from hermes_admin.profile.store.connect import open_readonly, open_readwrite
-from hermes_admin.profile.store.errors import StoreError
+from hermes_admin.profile.store.errors import SQLITE_ERRORS, StoreError
 from hermes_admin.profile.store.schema import KNOWN_SCHEMA_VERSION, Schema, not_understood, read_schema
 
 
@@ -35,7 +34,7 @@ class Store:
         try:
             db = open_readwrite(path, lock_wait_s) if writable else open_readonly(path)
             schema = read_schema(db)
-        except (peewee.DatabaseError, sqlite3.DatabaseError) as exc:
+        except SQLITE_ERRORS as exc:
             # SQLite itself says "file is not a database": we never sniff the header.
             if db is not None:
                 db.close()

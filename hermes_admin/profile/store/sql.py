@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
+import apsw
 import peewee
 
 from hermes_admin.profile.store import guards
@@ -20,6 +21,26 @@ from hermes_admin.profile.store.schema import Schema
 # Tables whose references to sessions the engine handles itself.
 KNOWN_REFERENCES = {"sessions", "messages", "session_model_usage", "telegram_dm_topic_bindings"}
 CHUNK = 900  # SQLite's host-parameter limit is far above; Hermes uses 900 too
+
+
+def changes(db: peewee.SqliteDatabase, cursor) -> int:
+    """Rows the statement just run on `db` changed (apsw's cursors carry no rowcount)."""
+    return db.rows_affected(cursor)
+
+
+def column_names(db: peewee.SqliteDatabase, table: str) -> list[str]:
+    """A table's columns in `SELECT *` order (apsw tells a cursor's columns only while it has rows)."""
+    return [row[1] for row in db.execute_sql(f'PRAGMA table_info("{table}")').fetchall()]
+
+
+def dicts(db: peewee.SqliteDatabase, sql: str, params: list | tuple = ()) -> list[dict]:
+    """The rows a query returns, each as {column: value}."""
+    cursor = db.execute_sql(sql, params)
+    try:
+        names = [d[0] for d in cursor.description]
+    except apsw.ExecutionCompleteError:  # no row: nothing to name
+        return []
+    return [dict(zip(names, row)) for row in cursor.fetchall()]
 
 
 def chunks(ids: list[str], size: int = CHUNK) -> Iterable[list[str]]:
