@@ -28,6 +28,7 @@ import os
 import shutil
 import stat
 import subprocess
+import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -215,8 +216,12 @@ def _probe(python: str, remember: bool) -> Installation | str:
     from hermes_admin.profile.hooks.worker import command
 
     try:
-        done = subprocess.run(command(python, "probe"), stdin=subprocess.DEVNULL, capture_output=True,
-                              env=child.own_environment(), cwd="/", timeout=PROBE_TIMEOUT_S)
+        # A scratch home of its own: importing Hermes 0.22.2's modules makes `$HERMES_HOME` (else
+        # `~/.hermes`) with its folders and files, and the probe must leave no trace in a home.
+        with tempfile.TemporaryDirectory(prefix="hermes-admin-probe-") as scratch:
+            done = subprocess.run(command(python, "probe"), stdin=subprocess.DEVNULL, capture_output=True,
+                                  env=child.own_environment(HERMES_HOME=scratch, HOME=scratch), cwd="/",
+                                  timeout=PROBE_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         answer: Installation | str = f"did not answer within {PROBE_TIMEOUT_S:g} s"
     except OSError as exc:

@@ -8,6 +8,7 @@ skipped, never built here. Its own DEFAULT_CONFIG, printed by its own interprete
 from __future__ import annotations
 
 import json
+import pwd
 import os
 import subprocess
 from pathlib import Path
@@ -47,6 +48,10 @@ def _own_defaults(python: Path, tmp_path: Path) -> dict:
 @pytest.mark.parametrize("version", sorted(FACTS))
 def test_the_release_s_own_keys_are_known_and_its_defaults_apply(version, tmp_path, invoke, monkeypatch):
     python = _venv(version) / "bin" / "python"
+    # The probe runs with the account's own clean environment: its real home must gain nothing
+    # (0.22.2 makes `~/.hermes` when its modules are imported without HERMES_HOME).
+    real_hermes = Path(pwd.getpwuid(os.geteuid()).pw_dir) / ".hermes"
+    there_before = os.path.lexists(real_hermes)
     for name in ("HOME", "XDG_CACHE_HOME", "HERMES_HOME"):  # the probe's cache and Hermes' home: ours only
         monkeypatch.setenv(name, str(tmp_path / name.lower()))
     own = _own_defaults(python, tmp_path)
@@ -72,3 +77,4 @@ def test_the_release_s_own_keys_are_known_and_its_defaults_apply(version, tmp_pa
             assert chosen["origins"][key].startswith(f"defaults of Hermes {version}"), chosen["origins"][key]
     checked = invoke("--root", str(root), "--config", str(admin), "config", "check", "--json")
     assert checked.exit_code == 0 and json.loads(checked.stdout)["warnings"] == []
+    assert there_before or not os.path.lexists(real_hermes), f"the probe made {real_hermes}"

@@ -136,19 +136,20 @@ def test_no_rebuild_while_another_process_holds_the_rebuild_lock(tmp_path, now, 
 
 def test_a_row_a_live_hermes_holds_is_not_moved(tmp_path, now, invoke):
     root = tmp_path / "h"
-    SynthStore(root / "state.db", version=30, profile="default").close()
-    work = SynthStore(root / "profiles" / "work" / "state.db", version=30, profile="work")
-    for sid in ("busy", "idle"):
-        work.session(sid, started=now - 100, ended=now - 50, end_reason="idle", source="telegram",
-                     session_key=f"agent:main:telegram:dm:{sid}")
-        work.messages(sid, 2, now - 100)
-    work.turn_lease("busy", expires=now + 3600)
-    work.close()
+    SynthStore(root / "profiles" / "work" / "state.db", version=30, profile="work").close()
+    default = SynthStore(root / "state.db", version=30, profile="default")
+    for sid in ("busy", "idle"):  # rows of the work profile, found in the default one's store
+        default.session(sid, started=now - 100, ended=now - 50, end_reason="idle", source="telegram",
+                        session_key=f"agent:work:telegram:dm:{sid}")
+        default.messages(sid, 2, now - 100)
+    default.turn_lease("busy", expires=now + 3600)
+    default.close()
     doc = json.loads(invoke("--root", str(root), "repair", "--apply", "--yes", "--json").stdout)
     (busy,) = [f for f in doc["findings"] if f["subject"] == "busy"]
     assert not busy["applied"] and "live turn lease" in busy["error"]
-    assert "busy" in row_ids(root / "profiles" / "work" / "state.db") and "busy" not in row_ids(root / "state.db")
-    assert "idle" in row_ids(root / "state.db") and "idle" not in row_ids(root / "profiles" / "work" / "state.db")
+    here, work = root / "state.db", root / "profiles" / "work" / "state.db"
+    assert "busy" in row_ids(here) and "busy" not in row_ids(work)
+    assert "idle" in row_ids(work) and "idle" not in row_ids(here)
 
 
 def test_the_store_file_and_its_application_id_stay(tmp_path, now, invoke):
