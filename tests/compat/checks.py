@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests import peer
+from tests import one_sqlite, peer
 
 SEARCH_WORD = "zebracorn"
 SEARCH_CJK = "数据库迁移计划"
@@ -194,7 +194,6 @@ def orphan_problems(db: Path, now: float | None = None) -> list[str]:
 
 HERMES_CHECK = r'''
 import json, sqlite3, sys, time
-from tests import one_sqlite
 from pathlib import Path
 spec = json.loads(sys.argv[1])
 from hermes_state import SessionDB

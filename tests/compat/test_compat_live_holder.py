@@ -18,7 +18,7 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
-from tests import peer
+from tests import one_sqlite, peer
 from tests.conftest import fts_problems, store_health
 from tests.helpers import home_of
 from tests.unit.test_ops import parse_textfile, start_daemon, wait_for
@@ -146,7 +146,7 @@ def test_a_holder_writing_into_a_deleted_wal_is_named_and_its_store_left_alone(h
     db = home / "state.db"
     metrics = tmp_path / "hermes.prom"
     with holding(home) as holder:
-        careless = sqlite3.connect(db)  # what the `sqlite3` shell does: the last connection, it thinks
+        careless = one_sqlite.system_connect(db)  # what the `sqlite3` shell does: the last connection, it thinks
         careless.execute("SELECT COUNT(*) FROM sessions").fetchone()
         careless.close()
         assert not Path(f"{db}-wal").exists()  # the holder's WAL is gone

@@ -35,7 +35,7 @@ def result() -> Result:
 
 def test_a_write_returns_what_it_held_and_counts_it(pacer):
     into = result()
-    held = pacer.write(lambda db: db.execute_sql("INSERT INTO t VALUES (1)").rowcount, 10_000, into, "one row")
+    held = pacer.write(lambda db: db.rows_affected(db.execute_sql("INSERT INTO t VALUES (1)")), 10_000, into, "one row")
     assert isinstance(held, Held) and held.value == 1 and held.held_s >= 0
     assert into.transactions == 1 and into.longest_write == "one row"
     assert pacer.released == [[None]]  # outside WAL mode every commit is durable at once
