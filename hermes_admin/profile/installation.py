@@ -213,8 +213,8 @@ def _probe(python: str, remember: bool) -> Installation | str:
     from hermes_admin.profile.hooks.worker import command
 
     try:
-        done = subprocess.run(command(python, "probe"), stdin=subprocess.DEVNULL, capture_output=True,
-                              env=child.own_environment(), cwd="/", timeout=PROBE_TIMEOUT_S)
+        done = child.run_bounded(command(python, "probe"), PROBE_TIMEOUT_S, MAX_PROBE,
+                                 env=child.own_environment(), cwd="/")
     except subprocess.TimeoutExpired:
         answer: Installation | str = f"did not answer within {PROBE_TIMEOUT_S:g} s"
     except OSError as exc:
