@@ -176,9 +176,10 @@ def _candidates(root: Path, configured, where: str, notes: list[str]):
 def shebang_python(script: str) -> str | None:
     """The interpreter a console script runs: `#!/path/python`, or the `'''exec' /path/python`
     line pip writes under `#!/bin/sh` when the path is too long for a shebang."""
-    try:
-        with open(script, "rb") as f:
-            head = f.read(4096)
+    from hermes_admin.profile.engine.state_folder import read_plain
+
+    try:  # a command in a home may be anything: a FIFO there is never waited on
+        head = read_plain(script, 4096, follow=True, head=True)
     except OSError:
         return None
     lines = head.split(b"\n")
