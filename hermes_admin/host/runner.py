@@ -173,7 +173,26 @@ class Host:
             return
         if os.geteuid() == 0 and job.owner.uid != 0 and not job.params.dry_run:
             self._hand_back(run, job.owner, job.profiles)
-        run.merge(run_job(job, self.verbose))
+        deadlines = self._deadlines(job.profiles)
+        job.context = replace(job.context, idle_timeout=deadlines.idle)
+        run.merge(run_job(job, self.verbose, deadlines))
+
+    def _deadlines(self, profiles: list[Profile]):
+        """How long root waits for the worker of these profiles: the admin config's
+        `worker_idle_timeout` and `worker_timeout` (entry, preset, defaults), the longest of its
+        profiles'. Never from a home: a user's own config.yaml cannot make root wait longer."""
+        from hermes_admin.host.workers import Deadlines
+        from hermes_admin.profile.policy import admin_setting
+
+        idle, overall = [], []
+        for profile in profiles:
+            try:
+                layers = admin_config.policy_layers(self.config, profile.name)
+            except admin_config.ConfigError:  # its preset cannot be read: the defaults still say
+                layers = {"defaults": self.config.defaults}
+            idle.append(admin_setting(layers, "worker_idle_timeout"))
+            overall.append(admin_setting(layers, "worker_timeout"))
+        return Deadlines(max(idle, default=Deadlines.idle), max(overall, default=Deadlines.overall))
 
     def _with_policy(self, run: Run, profiles: list[Profile], layers: dict[str, dict]) -> list[Profile]:
         """The admin config's policy layers into each profile's; a profile whose entry is wrong is skipped."""

@@ -177,9 +177,10 @@ def _candidates(root: Path, configured, where: str, notes: list[str]):
 def shebang_python(script: str) -> str | None:
     """The interpreter a console script runs: `#!/path/python`, or the `'''exec' /path/python`
     line pip writes under `#!/bin/sh` when the path is too long for a shebang."""
-    try:
-        with open(script, "rb") as f:
-            head = f.read(4096)
+    from hermes_admin.profile.engine.state_folder import read_plain
+
+    try:  # a command in a home may be anything: a FIFO there is never waited on
+        head = read_plain(script, 4096, follow=True, head=True)
     except OSError:
         return None
     lines = head.split(b"\n")
@@ -217,9 +218,8 @@ def _probe(python: str, remember: bool) -> Installation | str:
         # A scratch home of its own: importing Hermes 0.22.2's modules makes `$HERMES_HOME` (else
         # `~/.hermes`) with its folders and files, and the probe must leave no trace in a home.
         with tempfile.TemporaryDirectory(prefix="hermes-admin-probe-") as scratch:
-            done = subprocess.run(command(python, "probe"), stdin=subprocess.DEVNULL, capture_output=True,
-                                  env=child.own_environment(HERMES_HOME=scratch, HOME=scratch), cwd="/",
-                                  timeout=PROBE_TIMEOUT_S)
+            done = child.run_bounded(command(python, "probe"), PROBE_TIMEOUT_S, MAX_PROBE,
+                                     env=child.own_environment(HERMES_HOME=scratch, HOME=scratch), cwd="/")
     except subprocess.TimeoutExpired:
         answer: Installation | str = f"did not answer within {PROBE_TIMEOUT_S:g} s"
     except OSError as exc:
