@@ -43,6 +43,7 @@ class Host:
     _everything: homes.Discovery | None = field(default=None, repr=False)
     _run_locks: object = field(default=None, repr=False)  # host.runlock.RunLocks, once a change starts
     _broken: dict | None = field(default=None, repr=False)
+    _broken_notes: list = field(default_factory=list, repr=False)  # the broken-hold scan passed its bounds
 
     @classmethod
     def of(cls, config: admin_config.AdminConfig, roots_given=(), all_users: bool = False, **settings) -> "Host":
@@ -82,7 +83,9 @@ class Host:
             from hermes_admin.host import detached
 
             stores = {p.store_path: str(p.home) for p in self.everything().profiles}
-            self._broken = {stores[store]: holds for store, holds in detached.scan(list(stores)).items()}
+            self._broken_notes = []
+            self._broken = {stores[store]: holds
+                            for store, holds in detached.scan(list(stores), self._broken_notes).items()}
         return self._broken
 
     def work(self, params: Params, profiles: list[Profile], with_policy: bool = False) -> Run:
@@ -130,6 +133,8 @@ class Host:
                 (run.errors if hold.blocks_writes else run.warnings).append(hold.line(profile.shown, profile.store_path))
             if not (writing and any(hold.blocks_writes for hold in holds)):
                 kept.append(profile)
+        if profiles:  # the scan passed its bounds: what it did not see is unknown, and said once
+            run.warnings.extend(n for n in self._broken_notes if n not in run.warnings)
         return kept
 
     def _unknown_entries(self, run: Run) -> None:

@@ -1,0 +1,137 @@
+"""Every finding about a profile is that profile's (issue 37): the broken-hold scan proves which
+store a process holds by the file's device and inode and by the mount namespace it sees it in,
+never by the text of /proc/PID/fd/N; a link from one store to another moves no finding."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hermes_admin import lockrecord
+from hermes_admin.host import detached
+
+HOLD = r'''
+import os, sys, time
+path = sys.argv[1]
+fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+os.write(fd, b"x" * 4096)
+os.unlink(path)
+print("ready", flush=True)
+time.sleep(60)
+'''
+
+
+def _store(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "state.db").write_bytes(b"")
+    return folder / "state.db"
+
+
+def _hold(argv: list[str]) -> subprocess.Popen:
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = proc.stdout.readline().strip()
+    if line != "ready":
+        proc.kill()
+        pytest.skip(f"cannot play the holder here: {proc.stderr.read()[-300:]}")
+    return proc
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    proc.kill()
+    proc.wait()
+
+
+def test_a_deleted_wal_held_in_our_namespace_is_found(tmp_path):
+    store = _store(tmp_path / "home")
+    proc = _hold([sys.executable, "-c", HOLD, f"{store}-wal"])
+    try:
+        found = detached.scan([store])
+        assert [h.pid for h in found.get(store, [])] == [proc.pid]
+        assert found[store][0].broken[0].how == "deleted"
+    finally:
+        _stop(proc)
+
+
+@pytest.mark.skipif(not shutil.which("unshare"), reason="no unshare(1)")
+def test_a_tmpfs_over_the_path_in_a_private_namespace_is_not_the_store(tmp_path):
+    """`unshare -rm`, a tmpfs over her victim's folder, a file deleted there under a process named
+    like Hermes: the text of its fd link is the victim's WAL, the file is not."""
+    store = _store(tmp_path / "victim")
+    script = (f'mount -t tmpfs none "{store.parent}" && exec -a "hermes gateway run" '
+              f'"{sys.executable}" -c \'{HOLD}\' "{store}-wal"')
+    proc = _hold(["unshare", "-rm", "bash", "-c", script])
+    try:
+        assert os.readlink(f"/proc/{proc.pid}/ns/mnt") != os.readlink("/proc/self/ns/mnt")
+        assert detached.scan([store]) == {}
+    finally:
+        _stop(proc)
+
+
+@pytest.mark.skipif(not shutil.which("unshare"), reason="no unshare(1)")
+def test_her_folder_bound_over_the_path_in_a_private_namespace_is_not_the_store(tmp_path):
+    """The same filesystem, the same path text, another folder of it: not the victim's."""
+    store = _store(tmp_path / "victim")
+    hers = tmp_path / "hers"
+    hers.mkdir()
+    script = (f'mount --bind "{hers}" "{store.parent}" && exec "{sys.executable}" -c \'{HOLD}\' "{store}-wal"')
+    proc = _hold(["unshare", "-rm", "bash", "-c", script])
+    try:
+        assert detached.scan([store]) == {}
+    finally:
+        _stop(proc)
+
+
+@pytest.mark.skipif(not shutil.which("unshare"), reason="no unshare(1)")
+def test_a_private_namespace_that_sees_the_same_folder_still_counts(tmp_path):
+    """A service in a namespace of its own (PrivateTmp) holding the real store is still found."""
+    store = _store(tmp_path / "home")
+    script = f'exec "{sys.executable}" -c \'{HOLD}\' "{store}-wal"'
+    proc = _hold(["unshare", "-rm", "bash", "-c", script])
+    try:
+        assert [h.pid for h in detached.scan([store]).get(store, [])] == [proc.pid]
+    finally:
+        _stop(proc)
+
+
+def test_a_link_from_her_store_to_anothers_moves_no_finding(tmp_path):
+    """Her state.db is a link to Bob's store: a process holding Bob's deleted WAL is Bob's finding,
+    and only his; the link neither takes it nor switches his check off."""
+    bob = _store(tmp_path / "bob")
+    hers = tmp_path / "alice"
+    hers.mkdir()
+    (hers / "state.db").symlink_to(bob)
+    (hers / "state.db-wal").symlink_to(f"{bob}-wal")
+    proc = _hold([sys.executable, "-c", HOLD, f"{bob}-wal"])
+    try:
+        for order in ([hers / "state.db", bob], [bob, hers / "state.db"]):
+            found = detached.scan(order)
+            assert list(found) == [bob]
+            assert [h.pid for h in found[bob]] == [proc.pid]
+    finally:
+        _stop(proc)
+
+
+def test_the_broken_hold_scan_is_bounded_and_says_so(tmp_path, monkeypatch):
+    store = _store(tmp_path / "home")
+    proc = _hold([sys.executable, "-c", HOLD, f"{store}-wal"])
+    try:
+        monkeypatch.setattr(lockrecord, "SCAN_FDS", 2)
+        notes: list[str] = []
+        assert detached.scan([store], notes) == {}
+        assert len(notes) == 1 and "gave up" in notes[0]
+    finally:
+        _stop(proc)
+
+
+def test_device_names_come_from_the_mount(tmp_path):
+    """/proc/locks names a file by its filesystem's device: st_dev, and its mount's device."""
+    path = tmp_path / "f"
+    path.write_text("")
+    st, names = lockrecord.path_identity(path)
+    assert f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}" in names
+    assert lockrecord.path_identity(tmp_path / "missing") is None
