@@ -135,3 +135,70 @@ def test_device_names_come_from_the_mount(tmp_path):
     st, names = lockrecord.path_identity(path)
     assert f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}" in names
     assert lockrecord.path_identity(tmp_path / "missing") is None
+
+
+# -- exports prune: one user's files never cost another's exports -----------------------------
+
+def _row(home: str, created, size, name: str) -> dict:
+    return {"home": home, "file": f"{home}/.hermes-admin/exports/{name}", "created": created, "bytes": size}
+
+
+def test_max_size_is_a_budget_per_owner_and_times_cannot_lie_into_the_future():
+    from hermes_admin.cli.exports_cmd import chosen
+
+    now = 1_000_000.0
+    bob = [_row("/home/bob/.hermes", now - 86400 * d, 10_000, f"b{d}") for d in (3, 2, 1)]
+    forged = _row("/home/alice/.hermes", 1e300, 1 << 40, "huge")  # 1 TiB, made "in the far future"
+    old_hers = _row("/home/alice/.hermes", now - 86400 * 9, 100, "old")
+    owners = {"/home/bob/.hermes": 1001, "/home/alice/.hermes": 1002}
+    doomed = chosen([*bob, forged, old_hers], None, 50_000, owners, now)
+    assert {r["file"] for r in doomed} == {old_hers["file"], forged["file"]}  # hers alone, bob's untouched
+    assert not any(r in doomed for r in bob)
+    # one owner's own budget still works, oldest first; a future time counts as now
+    doomed = chosen(bob, None, 15_000, owners, now)
+    assert [r["file"] for r in doomed] == [bob[0]["file"], bob[1]["file"]]
+    assert chosen([forged], 30, None, owners, now) == []  # "now" is never older than 30 days
+    junk = {"home": "/home/bob/.hermes", "file": "x", "created": "soon", "bytes": True}
+    assert chosen([junk], 0.0001, 0, owners, now) == []  # no number: made now, and 0 bytes
+
+
+def test_an_exports_created_time_is_clamped_to_its_files_mtime(tmp_path):
+    from hermes_admin.profile.engine.exports import _created
+
+    path = tmp_path / "f"
+    path.write_bytes(b"")
+    st = os.stat(path)
+    assert _created(1e300, st) == st.st_mtime
+    assert _created(st.st_mtime - 10, st) == st.st_mtime - 10
+    assert _created("x", st) is None and _created(float("nan"), st) is None and _created(True, st) is None
+
+
+def test_usage_counts_allocated_bytes(tmp_path):
+    from hermes_admin.profile.usage import _folder_bytes, _size
+
+    sparse = tmp_path / "sparse"
+    with open(sparse, "wb") as f:
+        f.truncate(1 << 40)
+    assert _size(sparse, apparent=True) == 1 << 40
+    assert _size(sparse) < 1 << 20 and _folder_bytes(tmp_path) < 1 << 20
+
+
+def test_restore_by_id_escapes_the_names_workers_give(monkeypatch):
+    import click
+
+    from hermes_admin.cli import exports_cmd
+    from hermes_admin.results import Run
+
+    evil = "/home/a/.hermes/.hermes-admin/exports/x\x1b]0;pwned\x07.jsonl.gz"
+    run = Run(dry_run=True)
+    run.data["exports"] = [{"file": evil}, {"file": evil + "2"}]
+
+    class App:
+        def work(self, *args, **kwargs):
+            return run
+
+    monkeypatch.setattr(exports_cmd, "short_id", lambda path: "abcd1234")
+    with pytest.raises(click.UsageError) as raised:
+        exports_cmd._by_id(App(), [], "abcd")
+    assert "\x1b" not in raised.value.message and "\x07" not in raised.value.message
+    assert "\\x1b" in raised.value.message
