@@ -19,6 +19,7 @@ from hermes_admin.host import config as admin_config
 from hermes_admin.host import discovery as homes
 from hermes_admin.protocol import Context, Job, ListProfiles, Maintain, Owner, Params, Profile, Repair
 from hermes_admin.results import RepairRun, Run
+from hermes_admin.trust import steering_environment
 
 
 def selects(profile: Profile, wanted: str) -> bool:
@@ -43,7 +44,8 @@ class Host:
     _everything: homes.Discovery | None = field(default=None, repr=False)
     _run_locks: object = field(default=None, repr=False)  # host.runlock.RunLocks, once a change starts
     _broken: dict | None = field(default=None, repr=False)
-    _broken_notes: list = field(default_factory=list, repr=False)  # the broken-hold scan passed its bounds
+    _broken_notes: list = field(default_factory=list, repr=False)
+    _steering: list | None = field(default=None, repr=False)  # $VARIABLES ignored as root: warned in each run  # the broken-hold scan passed its bounds
 
     @classmethod
     def of(cls, config: admin_config.AdminConfig, roots_given=(), all_users: bool = False, **settings) -> "Host":
@@ -99,6 +101,9 @@ class Host:
                 {"name": p.name, "home": str(p.home), "ok": False} for p in profiles if p not in kept)
         if with_policy:
             self._unknown_entries(run)
+        if self._steering is None:  # as root, a loading path not root's own is dropped, once (trust.py)
+            self._steering = steering_environment()
+        run.warnings.extend(w for w in self._steering if w not in run.warnings)
         context = self._context()
         for owner, group in by_owner(kept, self.everything().owners):
             self._dispatch(run, Job(params, owner, group, context=context), with_policy)

@@ -4,6 +4,7 @@ never by the text of /proc/PID/fd/N; a link from one store to another moves no f
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -202,3 +203,87 @@ def test_restore_by_id_escapes_the_names_workers_give(monkeypatch):
         exports_cmd._by_id(App(), [], "abcd")
     assert "\x1b" not in raised.value.message and "\x07" not in raised.value.message
     assert "\\x1b" in raised.value.message
+
+
+# -- root decides from root's own inputs ----------------------------------------------------
+
+def test_a_hermes_python_key_is_compared_as_spelled_never_through_links(tmp_path):
+    from hermes_admin.host.config import AdminConfig, hermes_python
+
+    bob = tmp_path / "bob" / ".hermes"
+    bob.mkdir(parents=True)
+    alice = tmp_path / "alice"
+    alice.mkdir()
+    (alice / ".hermes").symlink_to(bob)  # her root, a link to his
+    admin = AdminConfig(hermes_python={str(bob): "/opt/bob/python", str(tmp_path / "x" / ".." / "bob" / ".hermes"): "/y"})
+    assert hermes_python(admin, "default", alice / ".hermes") == {}
+    assert hermes_python(admin, "default", bob)["hermes_python"] == "/opt/bob/python"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="makes a file of another uid")
+def test_a_users_worker_runs_no_interpreter_of_another_user(tmp_path, monkeypatch):
+    from hermes_admin.profile import installation
+
+    os.chmod(tmp_path, 0o755)
+    python = tmp_path / "python"
+    python.write_text("#!/bin/sh\n")
+    os.chmod(python, 0o755)
+    monkeypatch.setattr(installation.os, "geteuid", lambda: 4243)
+    assert installation.runnable(str(python)) is None  # root's: fine for a user
+    os.chown(python, 4242, 4242)
+    assert "belongs to uid 4242" in installation.runnable(str(python))  # another user's, though readable
+    monkeypatch.setattr(installation.os, "geteuid", lambda: 4242)
+    assert installation.runnable(str(python)) is None  # her own
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="root's rule")
+def test_steering_variables_not_roots_own_are_ignored_as_root(tmp_path):
+    from hermes_admin.trust import steering_environment
+
+    hers = tmp_path / "hers"
+    hers.mkdir()
+    os.chown(hers, 4242, 4242)
+    env = {"HERMES_BUNDLED_PLUGINS": str(hers), "HERMES_FTS5_CJK_SO": "/usr/lib", "HERMES_SAFE_MODE": "1"}
+    warnings = steering_environment(env)
+    assert "HERMES_BUNDLED_PLUGINS" not in env and env["HERMES_FTS5_CJK_SO"] == "/usr/lib"
+    assert len(warnings) == 1 and "HERMES_BUNDLED_PLUGINS" in warnings[0] and "uid 4242" in warnings[0]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="root's cache")
+def test_roots_cache_is_in_roots_home_whatever_home_says(tmp_path, monkeypatch):
+    import pwd
+
+    from hermes_admin.profile import installation
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert installation._cache_path() == Path(pwd.getpwuid(0).pw_dir) / ".cache" / "hermes-admin" / "hermes-installations.json"
+
+
+def test_the_cache_is_read_with_checks_and_written_without_following_links(tmp_path, monkeypatch):
+    from hermes_admin.profile import installation
+
+    folder = tmp_path / "cache"
+    folder.mkdir(mode=0o700)
+    path = folder / "hermes-installations.json"
+    monkeypatch.setattr(installation, "_cache_path", lambda: path)
+    python = tmp_path / "python"
+    python.write_text("")
+    good = {"watch": installation._signature([str(python)]),
+            "probe": {"hermes": "0.22.2", "sessions": {"retention_days": 90}, "hook_callback_timeout": 30,
+                      "sessions_keys": ["retention_days"]}}
+    path.write_text(json.dumps({str(python): good}))
+    assert installation._cache_read(str(python))[0].sessions == {"retention_days": 90}
+    for bad in ({"retention_days": "1"}, ["retention_days"], {"retention_days": 1, "evil": 2}):
+        path.write_text(json.dumps({str(python): dict(good, probe=dict(good["probe"], sessions=bad))}))
+        assert installation._cache_read(str(python)) is None, bad
+    path.unlink()
+    os.mkfifo(path)  # a FIFO where the cache is read: nothing waits
+    assert installation._cache_load() == {}
+    path.unlink()
+    target = tmp_path / "victim"
+    target.write_text("keep")
+    path.symlink_to(target)
+    assert installation._cache_load() == {}
+    installation._cache_write(str(python), installation.Installation("", "", "0.22.2", {}, None, frozenset()), [])
+    assert target.read_text() == "keep" and not path.is_symlink() and json.loads(path.read_text())
