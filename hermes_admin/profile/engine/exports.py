@@ -678,7 +678,7 @@ def listing(profile: Profile, settings: Settings) -> list[dict]:
         path = folder / name
         try:
             manifest = load_manifest(path)
-            size = os.lstat(path).st_size
+            st = os.lstat(path)
         except (ExportError, OSError) as exc:
             found.append({"file": str(path), "profile": profile.name, "home": str(profile.home),
                           "problem": str(exc)})
@@ -687,11 +687,19 @@ def listing(profile: Profile, settings: Settings) -> list[dict]:
             continue
         units = [u for m in manifest["members"] for u in m["units"]]
         found.append({"file": str(path), "profile": profile.name, "home": str(profile.home),
-                      "created": manifest.get("created"), "units": len(units),
+                      "created": _created(manifest.get("created"), st), "units": len(units),
                       "sessions": sum(u[1] for u in units), "messages": sum(u[2] for u in units),
                       "reasons": sorted({m.get("reason") for m in manifest["members"] if m.get("reason")}),
-                      "bytes": size})
+                      "bytes": st.st_blocks * 512})  # allocated: a sparse file is not its apparent size
     return found
+
+
+def _created(said, st: os.stat_result) -> float | None:
+    """When an export was made, as its manifest says, but never after its file was last written
+    (the manifest is the owner's text): what orders and ages exports cannot lie into the future."""
+    if isinstance(said, bool) or not isinstance(said, (int, float)) or said != said:
+        return None
+    return float(min(said, st.st_mtime))
 
 
 def prune(profile: Profile, settings: Settings, now: float, keep: set[str]) -> list[str]:
@@ -712,7 +720,7 @@ def prune(profile: Profile, settings: Settings, now: float, keep: set[str]) -> l
     except OSError:
         pass  # listing() says what is wrong
     for item in listing(profile, settings):
-        if "problem" in item or item["file"] in keep or (item.get("created") or now) >= horizon:
+        if "problem" in item or item["file"] in keep or min(item.get("created") or now, now) >= horizon:
             continue
         for path in (item["file"], item["file"] + MANIFEST):
             try:
