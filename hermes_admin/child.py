@@ -9,7 +9,11 @@ imported, whoever planted it there.
 from __future__ import annotations
 
 import os
+import select
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import hermes_admin
@@ -107,3 +111,73 @@ def reap_orphans() -> int:
             except ChildProcessError:
                 pass
     return killed
+
+
+# -- a short conversation with a program we do not trust to end ---------------------
+
+def run_bounded(argv: list[str], timeout: float, limit: int, input: bytes = b"", **popen) -> subprocess.CompletedProcess:
+    """`argv` run to its end, in a session of its own, its output read (at most `limit` bytes of
+    each stream kept) until `timeout` seconds have passed: then it is killed with its whole process
+    group (SIGKILL ends a stopped or traced process too) and subprocess.TimeoutExpired is raised.
+    Unlike subprocess.run(timeout=), no read or write here can block past the deadline, and what it
+    left running in its group goes with it."""
+    deadline = time.monotonic() + timeout
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE if input else subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True, close_fds=True, **popen)
+    out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
+    out = {out_fd: bytearray(), err_fd: bytearray()}
+    readers = set(out)
+    writer = proc.stdin.fileno() if input else None
+    if writer is not None:
+        os.set_blocking(writer, False)
+    try:
+        while readers or writer is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                if proc.poll() is None or writer is not None:
+                    raise subprocess.TimeoutExpired(argv, timeout)
+                break  # it ended; whatever else holds its pipes is not waited for
+            ready_r, ready_w, _ = select.select(list(readers), [writer] if writer is not None else [], [], min(left, 0.5))
+            for fd in ready_w:
+                try:
+                    input = input[os.write(fd, input):]
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    input = b""
+                if not input:
+                    proc.stdin.close()
+                    writer = None
+            for fd in ready_r:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    readers.discard(fd)
+                elif len(out[fd]) <= limit:
+                    out[fd] += chunk[:limit + 1 - len(out[fd])]
+        left = max(0.0, deadline - time.monotonic())
+        try:
+            code = proc.wait(left)
+        except subprocess.TimeoutExpired:
+            raise subprocess.TimeoutExpired(argv, timeout) from None
+    except BaseException:
+        _kill_group(proc)
+        raise
+    finally:
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            if stream is not None:
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+    return subprocess.CompletedProcess(argv, code, bytes(out[out_fd]), bytes(out[err_fd]))
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        try:
+            proc.kill()
+        except ProcessLookupError:
+            pass
+    proc.wait()

@@ -3,6 +3,12 @@
 Ours (a profile's `.hermes-admin/lock`, a root's run lock) and Hermes' own maintenance lock files
 carry one, so a run that finds a lock held can say by whom. What the kernel says is truer: the
 one reader of /proc/locks is here too, and the one reader of a process's command line.
+
+/proc/locks is everyone's: any user can fill it (100 000 small locks make one read of it take
+seconds, since the kernel walks the table from its start for every page it hands out). So it is
+read up to LOCK_LINES lines and LOCK_SECONDS; past either the table is "unknown" (None), as an
+unreadable one is, and `gave_up` says why, once. Its entries name a file by the filesystem's
+device and the inode: both are compared (`device_names`), never the inode alone.
 """
 
 from __future__ import annotations
@@ -11,6 +17,10 @@ import json
 import os
 import time
 from dataclasses import dataclass
+
+LOCK_LINES = 20_000  # of /proc/locks read at most; a busy host holds a few hundred
+LOCK_SECONDS = 2.0  # spent reading it at most
+gave_up: str | None = None  # why the last read of /proc/locks gave up (None: it did not)
 
 
 def write(fd: int, **extra) -> None:
@@ -56,9 +66,18 @@ class Lock:
 def lock_table() -> list[Lock] | None:
     """/proc/locks, parsed: the one reader of it (holders, write-lock holders, lock files' holders).
     None when it cannot be read, or holds a line of a shape this code does not know."""
+    global gave_up
+    gave_up = None
+    lines = []
+    deadline = time.monotonic() + LOCK_SECONDS
     try:
         with open("/proc/locks", encoding="ascii", errors="replace") as table:
-            lines = table.read().splitlines()
+            for line in table:
+                if len(lines) >= LOCK_LINES or time.monotonic() > deadline:
+                    gave_up = (f"/proc/locks holds more than {len(lines)} lines (read for at most {LOCK_LINES} "
+                               f"lines and {LOCK_SECONDS:g} s): who holds which lock is unknown")
+                    return None
+                lines.append(line)
     except OSError:
         return None
     locks = []
@@ -79,10 +98,10 @@ def kernel_holders(st: os.stat_result, kinds: tuple[str, ...] = ("FLOCK",)) -> l
     """The pids the kernel says hold a lock of these kinds (FLOCK; POSIX for SQLite's) on the file
     `st` is of: the real holder, whatever a record in the file says. Waiters are not holders.
     Empty where /proc/locks cannot say (no procfs, another pid namespace)."""
-    device = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}"
+    devices = device_names(st)
     pids: list[int] = []
     for lock in lock_table() or []:
-        if (not lock.waiting and lock.kind in kinds and lock.device == device and lock.inode == st.st_ino
+        if (not lock.waiting and lock.kind in kinds and lock.device in devices and lock.inode == st.st_ino
                 and lock.pid > 0 and lock.pid not in pids):
             pids.append(lock.pid)
     return pids
@@ -118,3 +137,108 @@ def describe(fd: int, recorded: int | None = None, kinds: tuple[str, ...] = ("FL
         return f" (pid {recorded}: {alive})" if alive else \
             f" (the record names pid {recorded}, which is not running: the record is stale)"
     return ""
+
+
+def _name(device: int) -> str:
+    """A device number as /proc/locks (and /proc/PID/mountinfo, in decimal) writes it: "fe:00"."""
+    return f"{os.major(device):02x}:{os.minor(device):02x}"
+
+
+def device_names(st: os.stat_result, mount_id: int | None = None, mountinfo: str = "/proc/self/mountinfo",
+                 ) -> set[str]:
+    """How /proc/locks may name the filesystem of the file `st` is of: its `st_dev`, and the
+    device of the mount it is on (`mount_id`, from an fdinfo's `mnt_id`) where that differs (a btrfs
+    subvolume's `st_dev` is not its filesystem's). Empty when `mount_id` is given and not found:
+    the caller cannot tell which entries are this file's."""
+    names = {_name(st.st_dev)}
+    if mount_id is None:
+        return names
+    device = mount_device(mount_id, mountinfo)
+    return names | {device} if device else set()
+
+
+def mount_device(mount_id: int, mountinfo: str = "/proc/self/mountinfo") -> str | None:
+    """The device ("fe:00") of mount `mount_id` by a mountinfo table, or None."""
+    try:
+        with open(mountinfo, encoding="utf-8", errors="replace") as table:
+            for n, line in enumerate(table):
+                if n > 100_000:
+                    return None
+                fields = line.split(maxsplit=3)
+                if len(fields) > 2 and fields[0] == str(mount_id):
+                    major, minor = (int(x) for x in fields[2].split(":"))
+                    return _name(os.makedev(major, minor))
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def mount_id(fdinfo: str) -> int | None:
+    """The `mnt_id` an fdinfo file (/proc/PID/fdinfo/N) gives its descriptor, or None."""
+    try:
+        with open(fdinfo, encoding="ascii", errors="replace") as info:
+            for n, line in enumerate(info):
+                if line.startswith("mnt_id:"):
+                    return int(line.split()[1])
+                if n > 64:
+                    break
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def path_identity(path, follow: bool = True) -> tuple[os.stat_result, set[str]] | None:
+    """A file's `stat` (through a link as SQLite opens it, unless not `follow`) and how /proc/locks
+    names its filesystem, from an O_PATH descriptor: such a descriptor does no I/O and its close
+    drops none of this process's POSIX locks (SQLite's), unlike a plain open and close. None when
+    the file is not there; an empty set of names when its mount cannot be found."""
+    try:
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW))
+    except FileNotFoundError:
+        return None
+    except OSError:
+        try:
+            return os.stat(path, follow_symlinks=follow), set()
+        except OSError:
+            return None
+    try:
+        st = os.fstat(fd)
+        mount = mount_id(f"/proc/self/fdinfo/{fd}")
+        return st, device_names(st, mount) if mount is not None else set()
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+# -- the bounds of a scan of /proc ----------------------------------------------------------
+
+SCAN_FDS = 100_000  # descriptors looked at in one scan of every process (a host has a few thousand)
+SCAN_SECONDS = 3.0  # spent on one scan at most
+
+
+class Budget:
+    """What one scan of /proc may spend: any user can open 20 000 descriptors in each of 100
+    processes. Once spent, `gave_up` says so in one line and the scan's answer is "unknown"."""
+
+    def __init__(self, what: str):
+        self.what, self.left, self.gave_up = what, SCAN_FDS, None
+        self.deadline = time.monotonic() + SCAN_SECONDS
+
+    def take(self, count: int = 1) -> bool:
+        """Spend `count` descriptors; False (and `gave_up` set) once the work or the time is spent."""
+        if self.gave_up is None:
+            self.left -= count
+            if self.left < 0 or time.monotonic() > self.deadline:
+                self.gave_up = (f"{self.what} gave up (at most {SCAN_FDS} descriptors and {SCAN_SECONDS:g} s "
+                                "for every process): what it did not look at is unknown")
+        return self.gave_up is None
+
+
+def mount_namespace(pid: int | str = "self") -> tuple[int, int] | None:
+    """The identity of a process's mount namespace (of /proc/PID/ns/mnt), or None when hidden."""
+    try:
+        st = os.stat(f"/proc/{pid}/ns/mnt")
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino

@@ -8,6 +8,11 @@ The host sends one job; the worker answers with JSON lines on its stdout:
     <- {"t": "result", "v": {...}}  then  {"t": "item", "f": FIELD, "v": ...} / {"t": "kept", ...}
     <- {"t": "data", "k": KEY, "v": ...}                               rows of list-type jobs
     <- {"t": "end", "v": {"dry_run", "errors", "locked", "warnings", "policies", "findings"}}
+    <- {"t": "beat"}                                                   any time before the end: still alive
+
+A worker beats every few seconds while it lives (`Writer.beating`), whatever its work: the host
+kills one that goes silent past its idle deadline (stopped, traced), and any past its overall one
+(host/workers.py).
 
 A job's parameters are one frozen dataclass per kind (`Maintain`, `Change`, ...), checked
 field by field when the worker reads them (`Job.decode`): a bad one is one ProtocolError naming it.
@@ -21,6 +26,8 @@ from __future__ import annotations
 
 import json
 import math
+import threading
+from contextlib import contextmanager
 from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
 from functools import cached_property
 from pathlib import Path
@@ -31,6 +38,8 @@ from hermes_admin.filters import Filters
 from hermes_admin.profile.tasks import ORDER
 from hermes_admin.results import Done, Finding, RepairRun, Result, Run
 
+BEAT_THREAD = "hermes-admin-beat"
+BEAT_S = 5.0  # how often a worker says it lives, at most (a quarter of its idle deadline, if shorter)
 MAX_LINE = 1 << 20  # one message; a longer one ends the worker (an item is a few hundred bytes)
 # A whole report: the long lists go to the host's Spills on disk, but rows and texts are in memory.
 MAX_REPORT = 256 << 20
@@ -251,6 +260,8 @@ class Context:
     safe_mode: str = ""  # the invoker's HERMES_SAFE_MODE: a worker's environment is clean
     bundled_plugins: str = ""  # the invoker's HERMES_BUNDLED_PLUGINS (Nix, packages)
     processes: int = 2  # profile/fork.py; 1: every profile in one process
+    # seconds a process of the worker's (profile/fork.py's copy) may go without a sign of life
+    idle_timeout: float = 120.0
     # root -> {name: home} of the profiles that share the owner of its `default`: where repair may
     # move a wrong-store row (docs/design.md §8)
     siblings: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -366,13 +377,45 @@ _SPILLS = ("done", "skipped", "files_removed", "files_skipped")
 
 
 class Writer:
-    """Writes a Run as protocol lines through `write` (a text stream's write)."""
+    """Writes a Run as protocol lines through `write` (a text stream's write); a line at a time,
+    whichever thread writes (`beating` sends its beats from a thread of its own)."""
 
     def __init__(self, write):
         self._write = write
+        self._lock = threading.Lock()
+        self._ended = False
 
     def send(self, message: dict) -> None:
-        self._write(json.dumps(message, default=_plain) + "\n")
+        line = json.dumps(message, default=_plain) + "\n"
+        with self._lock:
+            if message.get("t") == "end":
+                self._ended = True
+            self._write(line)
+
+    def beat(self) -> None:
+        with self._lock:
+            if not self._ended:  # nothing follows the end
+                self._write('{"t": "beat"}\n')
+
+    @contextmanager
+    def beating(self, every: float):
+        """Beats every `every` seconds from a thread while the block runs (after hello): the sign of
+        life the reading side's idle deadline waits for. A stopped or traced process beats no more."""
+        done = threading.Event()
+
+        def beat():
+            while not done.wait(every):
+                try:
+                    self.beat()
+                except (OSError, ValueError):  # the reader is gone: nothing left to tell
+                    return
+
+        thread = threading.Thread(target=beat, name=BEAT_THREAD, daemon=True)
+        thread.start()
+        try:
+            yield self
+        finally:
+            done.set()
 
     def hello(self, uid: int, gid: int, groups: list[int]) -> None:
         self.send({"t": "hello", "uid": uid, "gid": gid, "groups": groups})
@@ -394,6 +437,11 @@ class Writer:
             "policies": run.policies, "findings": [f.as_dict() for f in getattr(run, "findings", [])],
             "internal": run.internal,
         }})
+
+
+def beat_every(idle_timeout: float) -> float:
+    """How often to beat for a reader that waits `idle_timeout` seconds for a sign of life."""
+    return max(0.05, min(BEAT_S, idle_timeout / 4))
 
 
 def _plain(value):
@@ -488,6 +536,8 @@ class Reader:
         if not isinstance(message, dict) or not isinstance(message.get("t"), str):
             raise ProtocolError("a message without a type")
         kind = message["t"]
+        if kind == "beat":  # a sign of life (the host's idle deadline), nothing else
+            return
         if self.ended:
             raise ProtocolError("a message after the end")
         if kind == "hello":

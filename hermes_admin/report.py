@@ -17,9 +17,14 @@ from hermes_admin.spill import Spill, SpillMap
 
 
 def iso(ts: float | None) -> str | None:
+    """A moment as ISO 8601 in UTC; None for none, and for what no clock can say (a store's or a
+    file's `1e300`, NaN, text): a value from a home never ends a command."""
     if ts is None:
         return None
-    return datetime.fromtimestamp(float(ts), tz=timezone.utc).isoformat(timespec="seconds")
+    try:
+        return datetime.fromtimestamp(float(ts), tz=timezone.utc).isoformat(timespec="seconds")
+    except (ValueError, OverflowError, OSError, TypeError):
+        return None
 
 
 def _plain(value):
@@ -157,7 +162,7 @@ def local_time(value) -> str | None:
     try:
         moment = datetime.fromtimestamp(float(value)) if isinstance(value, (int, float)) else \
             datetime.fromisoformat(str(value)).astimezone()
-    except (ValueError, OverflowError, OSError):
+    except (ValueError, OverflowError, OSError, TypeError):
         return str(value)
     return moment.strftime("%Y-%m-%d %H:%M")
 

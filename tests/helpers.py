@@ -102,7 +102,7 @@ def own_interpreter(tmp_path: Path) -> list[str]:
     return ["--config", str(path)]
 
 
-def other_connection(path, timeout: float = 5.0) -> "apsw.Connection":
+def other_connection(path, timeout: float = 5.0):
     """Another program's connection to a store, made in this process: on the SQLite hermes-admin
     uses (apsw's), so that their locks meet. Two copies of SQLite in one process never see each
     other's locks (POSIX locks belong to the process), so a holder on Python's own sqlite3 would

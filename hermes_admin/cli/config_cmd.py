@@ -22,8 +22,11 @@ def config():
 
 
 def _text(path) -> str | None:
+    """A config file's text, to find a key's line: a plain file only (a FIFO is never waited on)."""
+    from hermes_admin.profile.engine.state_folder import read_plain
+
     try:
-        return Path(path).read_text(errors="replace") if path else None
+        return read_plain(path, 1 << 20, follow=True, head=True).decode("utf-8", "replace") if path else None
     except OSError:
         return None
 

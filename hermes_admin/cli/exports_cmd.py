@@ -17,6 +17,7 @@ from hermes_admin.cli.maintain_cmd import absolute_dir, export_dir_option
 from hermes_admin.cli.params import DURATION, SIZE
 from hermes_admin.protocol import ListExports, PruneExports, Restore
 from hermes_admin.results import Run
+from hermes_admin.shown import clean
 
 
 def _owner_of(path: Path, profiles):
@@ -33,7 +34,8 @@ def _by_id(app: App, profiles, wanted: str) -> str:
     answer = app.work(ListExports(), profiles, with_policy=True)
     matches = [r["file"] for r in answer.data.get("exports", []) if short_id(r["file"]).startswith(wanted)]
     if len(matches) != 1:
-        raise click.UsageError(f"export id {wanted!r} matches " + (", ".join(matches[:5]) if matches else "no export"))
+        raise click.UsageError(f"export id {wanted!r} matches " +  # names from the workers: escaped
+                               (", ".join(clean(m, 300) for m in matches[:5]) if matches else "no export"))
     return matches[0]
 
 
@@ -57,9 +59,9 @@ def restore(app: App, file, sessions, profiles, dry_run, yes, as_json):
     chosen = found.profiles if profiles else [p for p in [_owner_of(path, found.profiles)] if p]
     if len(chosen) != 1:
         raise click.UsageError(
-            f"{path}: name the profile to restore into with -p (the file is not in a profile's "
+            f"{clean(path)}: name the profile to restore into with -p (the file is not in a profile's "
             "default export folder)" if not chosen else
-            f"-p selects {len(chosen)} profiles ({', '.join(p.shown for p in chosen)}); restore goes into one")
+            f"-p selects {len(chosen)} profiles ({', '.join(clean(p.shown) for p in chosen)}); restore goes into one")
     mutate.confirm(f"Restore the units of {path.name} into profile '{chosen[0].shown}'?", yes, dry_run)
     run = Run(dry_run=dry_run)
     run.merge(app.work(Restore(str(path), dry_run, tuple(sessions) or None), chosen))
@@ -118,7 +120,7 @@ def list_cmd(app: App, profiles, export_dir, as_json: bool):
 @exports.command("prune")
 @click.option("--older-than", type=DURATION, metavar="AGE", help="Remove exports made longer ago than AGE (30d, 2w, 3mo).")
 @click.option("--max-size", type=SIZE, metavar="SIZE",
-              help="Remove the oldest exports until those left take at most SIZE together (500M, 2G).")
+              help="Remove each owner's oldest exports until hers take at most SIZE on disk (500M, 2G).")
 @profile_option
 @export_dir_option
 @mutate.dry_run_option
@@ -131,17 +133,7 @@ def prune(app: App, older_than, max_size, profiles, export_dir, dry_run, yes, as
         raise click.UsageError("say what to remove: --older-than AGE and/or --max-size SIZE")
     found = app.discover(profiles)
     answer = app.work(ListExports(absolute_dir(export_dir)), found.profiles, with_policy=True)
-    rows = sorted(answer.data.get("exports", []), key=lambda r: (r.get("created") or 0, r["file"]))
-    now = time.time()
-    doomed = [r for r in rows if older_than is not None and (r.get("created") or now) < now - older_than * 86400]
-    if max_size is not None:
-        left = [r for r in rows if r not in doomed]
-        total = sum(r["bytes"] for r in left)
-        for row in left:  # oldest first
-            if total <= max_size:
-                break
-            doomed.append(row)
-            total -= row["bytes"]
+    doomed = chosen(answer.data.get("exports", []), older_than, max_size, _owners(found), time.time())
     run = Run(dry_run=dry_run)
     run.errors += answer.errors
     run.warnings += answer.warnings
@@ -169,3 +161,41 @@ def prune(app: App, older_than, max_size, profiles, export_dir, dry_run, yes, as
             report.line(f"{len(removed)} export(s), {report.human_bytes(sum(r['bytes'] for r in removed))} {would}removed")
     mutate.problems(run)
     raise click.exceptions.Exit(run.exit_code() if not app.failed_discovery(found, profiles) else 2)
+
+
+def _owners(found) -> dict[str, int]:
+    """home -> the uid whose exports share one --max-size budget (without root: the invoker's)."""
+    return {str(home): owner.uid for home, owner in found.owners.items()}
+
+
+def chosen(rows: list[dict], older_than: float | None, max_size: int | None, owners: dict[str, int],
+           now: float) -> list[dict]:
+    """The exports `exports prune` removes, oldest first. Each row came from its owner's worker, so
+    from her files: a `created` in the future counts as now (and one missing or not a number as
+    now too: never "oldest"), a size not a count of bytes as 0, and --max-size is a budget per owner,
+    never one across users: nothing one user puts in her home makes another's exports go."""
+    def created(row) -> float:
+        when = row.get("created")
+        if isinstance(when, bool) or not isinstance(when, (int, float)) or when != when:
+            return now
+        return min(float(when), now)
+
+    def size(row) -> int:
+        value = row.get("bytes")
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+    rows = sorted(rows, key=lambda r: (created(r), str(r.get("file"))))
+    doomed = [r for r in rows if older_than is not None and created(r) < now - older_than * 86400]
+    if max_size is not None:
+        budgets: dict[object, list[dict]] = {}
+        for row in rows:
+            if row not in doomed:
+                budgets.setdefault(owners.get(str(row.get("home")), ("home", row.get("home"))), []).append(row)
+        for left in budgets.values():
+            total = sum(size(r) for r in left)
+            for row in left:  # oldest first
+                if total <= max_size:
+                    break
+                doomed.append(row)
+                total -= size(row)
+    return sorted(doomed, key=lambda r: (created(r), str(r.get("file"))))

@@ -100,10 +100,10 @@ def status(app: App, profiles, as_json: bool):
     found = app.discover(profiles)
     answer = app.work(Status(), found.profiles)
     labels = app.labels()
-    rows = sorted(answer.data.get("status", []), key=lambda r: labels.get(r["home"], r["profile"]))
+    rows = sorted(_checked(answer), key=lambda r: labels.get(r["home"], r["profile"]))
     upcoming = timer_next() + daemon_next(app.config, now)
     if as_json:
-        report.emit_json({"profiles": rows, "next": upcoming, "errors": answer.errors})
+        report.emit_json({"profiles": rows, "next": upcoming, "errors": answer.errors, "warnings": answer.warnings})
     else:
         table = []
         for row in rows:
@@ -128,6 +128,28 @@ def status(app: App, profiles, as_json: bool):
                 text = f"{item.get('next') or 'not scheduled'}" + (f" ({item['active']})" if item.get("active") else "")
             # on stdout beside the table; piped, on stderr: stdout stays one profile a line
             click.echo(clean(f"next: {item['source']}: {text}"), err=tables.plain())
+    if not as_json:
+        for message in answer.warnings:
+            report.warn(message)
     for message in answer.errors:
         report.error(message)
     raise click.exceptions.Exit(app.exit_code(answer, found, profiles))
+
+
+def _checked(answer) -> list[dict]:
+    """The workers' rows, checked as the host checks all they say (protocol.py): a row of another
+    shape is left out, and a run record of another shape is shown as none, with one line naming it."""
+    from hermes_admin.profile.run_record import shape_problem
+
+    rows = []
+    for row in answer.data.get("status", []):
+        if not (isinstance(row, dict) and isinstance(row.get("home"), str) and isinstance(row.get("profile"), str)):
+            answer.warnings.append("a worker's status row of another shape; left out")
+            continue
+        last = row.get("last_run")
+        if last is not None and shape_problem(last):
+            answer.warnings.append(f"profile '{row['profile']}': {row['home']}: a run record of another shape "
+                                   f"({shape_problem(last)}); not shown")
+            row = dict(row, last_run=None)
+        rows.append(dict(row, store=row.get("store") is True))
+    return rows

@@ -8,13 +8,14 @@ at all is fine: every key has a default.
 from __future__ import annotations
 
 import os
-import stat
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import platformdirs
+
 from hermes_admin import yamlfile
+from hermes_admin.trust import expand_user, not_roots_alone
 
 APP = "hermes-admin"  # the folder name platformdirs and /etc look under
 # every key the admin config may hold; any other is refused (exit 78)
@@ -66,17 +67,11 @@ def load(explicit: str | None = None, environ: dict[str, str] | None = None) -> 
 
 def trusted(path: Path) -> None:
     """As root, a config (or preset) file is used only if root owns it and nobody else can write it
-    or swap it: under `sudo -E` or `su`, $HERMES_ADMIN_CONFIG and the user config dir are a user's."""
-    if os.geteuid() != 0:
-        return
-    for place in [path, *Path(os.path.abspath(path)).parents]:
-        try:
-            st = os.stat(place)
-        except OSError:
-            return  # the read that follows says what is wrong
-        if st.st_uid != 0 or (st.st_mode & 0o022 and not (place != path and st.st_mode & stat.S_ISVTX)):
-            raise ConfigError(f"{path}: refusing it as root: {place} is not root's alone "
-                              f"(uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o})")
+    or swap it: under `sudo -E` or `su`, $HERMES_ADMIN_CONFIG and the user config dir are a user's.
+    The one rule for what root takes from a path (trust.not_roots_alone)."""
+    why = not_roots_alone(path, missing_ok=True)
+    if why:
+        raise ConfigError(f"{path}: refusing it as root: {why}")
 
 
 def parse(path: Path) -> AdminConfig:
@@ -163,8 +158,8 @@ def hermes_python(admin: AdminConfig, profile_name: str, root: Path) -> dict:
     if isinstance(entry, dict) and entry.get("hermes_python") is not None:
         return {"hermes_python": entry["hermes_python"], "hermes_python_where": f"{where}: profiles.{profile_name}"}
     if isinstance(admin.hermes_python, dict):
-        for folder, python in admin.hermes_python.items():
-            if os.path.realpath(os.path.expanduser(folder)) == os.path.realpath(root):
+        for folder, python in admin.hermes_python.items():  # as spelled: a user's link never matches
+            if os.path.normpath(expand_user(folder)) == os.path.normpath(os.path.abspath(root)):
                 return {"hermes_python": python, "hermes_python_where": f"{where}: hermes_python.{folder}"}
         return {}
     if admin.hermes_python is not None:

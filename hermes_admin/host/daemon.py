@@ -42,6 +42,8 @@ TASKS = {
 }
 # Nightly, somewhere between 03:30 and 04:00, so many machines do not start at once.
 DEFAULT_SCHEDULE = {"run": {"cron": "30 3 * * *", "jitter": 1800}}
+# Past a worker's idle deadline, how long its kill and report may take before the daemon counts its job stuck.
+STUCK_MARGIN_S = 60.0
 
 
 class ScheduleError(Exception):
@@ -151,6 +153,29 @@ class Daemon:
         finally:
             host.close()
 
+    def job_stuck(self) -> bool:
+        """The job thread waits on a worker that has been silent well past any worker's idle deadline
+        (host/workers.py kills one at its deadline: this would be a bug of ours). Then the watchdog
+        is no longer fed, and systemd restarts the daemon rather than let it hang."""
+        from hermes_admin.host import workers
+
+        seen = workers.activity[0]
+        if seen is None:
+            return False
+        idle = max((self._idle_setting(), workers.IDLE_TIMEOUT_S))
+        stuck = time.monotonic() - seen > idle + STUCK_MARGIN_S
+        if stuck:
+            log.error("a job's worker has been silent for %.0f s, past its deadline: no longer feeding the "
+                      "watchdog", time.monotonic() - seen)
+        return stuck
+
+    def _idle_setting(self) -> float:
+        from hermes_admin.profile.policy import admin_setting
+
+        entries = [e for e in self.config.profiles.values() if isinstance(e, dict)]
+        return max([admin_setting({"entry": e, "defaults": self.config.defaults}, "worker_idle_timeout")
+                    for e in entries] + [admin_setting({"defaults": self.config.defaults}, "worker_idle_timeout")])
+
     def _on_signal(self, signum, frame) -> None:
         if signum == signal.SIGHUP:
             self._reload = True
@@ -184,7 +209,7 @@ class Daemon:
         interval = sdnotify.watchdog_interval()
         while not stopping.requested():
             self._sleep(interval or 60)
-            if interval:
+            if interval and not self.job_stuck():
                 sdnotify.notify("WATCHDOG=1")
             if self._reload and not stopping.requested():
                 self._reload = False

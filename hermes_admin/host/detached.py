@@ -25,12 +25,15 @@ Root sees every process; a user sees her own (the kernel hides the fds of others
 from __future__ import annotations
 
 import os
+import re
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from hermes_admin import lockrecord
 from hermes_admin.lockrecord import command_of
-from hermes_admin.profile.engine.holders import locks_by_inode
+from hermes_admin.profile.engine.holders import locks_by_file
 
 SUFFIXES = ("", "-wal", "-shm")  # the store and its sidecars: the files a process may hold broken
 COMMAND_CHARS = 160  # of a process's command line, in a report line
@@ -84,63 +87,94 @@ class BrokenHold:
                 "files": [{"file": b.file, "problem": b.how} for b in self.broken]}
 
 
-def scan(stores: list[Path]) -> dict[Path, list[BrokenHold]]:
+def scan(stores: list[Path], notes: list[str] | None = None) -> dict[Path, list[BrokenHold]]:
     """For each store, the processes (not ours) whose hold on it is broken. One pass over /proc;
-    an unreadable /proc gives no findings (this is a report, not a gate)."""
-    wanted: dict[str, tuple[Path, str]] = {}
+    an unreadable /proc gives no findings (this is a report, not a gate), and so does one past its
+    bounds (lockrecord.Budget), said in one line in `notes`.
+
+    Every finding is proven to be that store's: a descriptor's link text only says where to look.
+    Its file must be on the mount the store's folder is on as we see it (the mount's device, read
+    from the process's mountinfo: nothing of a mount of hers is ever touched, so a FUSE file of
+    hers cannot hang us), and the process must see that folder as we do: the same mount namespace,
+    or one whose mount of that filesystem puts the same folder of it at that path. A tmpfs over the
+    path, or a folder of hers bound there, in a namespace of her own (`unshare -rm`) is not the
+    store, whatever the process calls itself. The store's folder is resolved (discovery vetted it),
+    the file never: her `state.db` linking to another's store is not that store."""
+    wanted: dict[str, list[tuple[Path, str]]] = {}
+    folders: dict[str, _Folder] = {}
     for store in stores:
-        real = os.path.realpath(store)
+        folder = _folder(store.parent)
+        if folder is None:
+            continue
+        folders[folder.path] = folder
         for suffix in SUFFIXES:
-            wanted[real + suffix] = (store, Path(real + suffix).name)
-    broken: dict[tuple[Path, int], list[Broken]] = {}
+            wanted.setdefault(os.path.join(folder.path, store.name + suffix), []).append((store, store.name + suffix))
     if not wanted:
         return {}
-    holding: list[tuple[int, int, str, Path, os.stat_result]] = []  # held at their paths, for the lock check
+    broken: dict[tuple[Path, int], list[Broken]] = {}
+    holding: list[tuple[int, int, str, Path, os.stat_result, tuple[str, int]]] = []  # held at their paths
     me = os.getpid()
     try:
         pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
     except OSError:
         return {}
+    ours = lockrecord.mount_namespace()
+    budget = lockrecord.Budget("the scan of /proc for broken holds on stores")
     writers: set[tuple[Path, int]] = set()  # holding -shm read-write: a WAL connection that can write
     for pid in pids:
         if pid == me:
             continue
-        for fd, target in _links(pid):
+        mounts: dict[int, tuple[str, str, str]] | None = None
+        for fd, target in _links(pid, budget):
             deleted = target.endswith(DELETED)
             name = target[: -len(DELETED)] if deleted else target
-            if name not in wanted:
+            places = wanted.get(name)
+            if not places:
                 continue
-            store, file = wanted[name]
+            folder = folders[os.path.dirname(name)]
+            if mounts is None:
+                mounts = _mounts(pid)
+            if not _sees(pid, fd, folder, ours, mounts):
+                continue
             try:
                 held = os.stat(f"/proc/{pid}/fd/{fd}")
             except OSError:
                 continue
-            if file.endswith("-shm") and _read_write(pid, fd):
-                writers.add((store, pid))
+            if held.st_dev != folder.dev:
+                continue
+            writer = name.endswith("-shm") and _read_write(pid, fd)
             how = "deleted" if deleted else _compare(held, name)
-            if how:
-                broken.setdefault((store, pid), []).append(Broken(file, how, fd))
-            else:
-                holding.append((pid, fd, file, store, held))
+            for store, file in places:
+                if writer:
+                    writers.add((store, pid))
+                if how:
+                    broken.setdefault((store, pid), []).append(Broken(file, how, fd))
+                else:
+                    holding.append((pid, fd, file, store, held, (folder.device, held.st_ino)))
+    if budget.gave_up and notes is not None:
+        notes.append(budget.gave_up)
     # In WAL mode a connection that may write keeps a lock on state.db and on -shm for as long as it
     # is open (none on -wal: its locks live in -shm). A read-only one may hold -shm without a lock (no
     # other connection was there to share the index with: SQLite reads it as a copy, by design), and
     # one to a rollback-journal store holds none between transactions: neither is looked at. A
     # connection being opened or closed right now holds its files a moment without its locks: only
     # what is unlocked at every look, over LOOKS_S, counts. A warning, never a refusal: a process that
-    # opens and closes connections fast can still be caught between two of them.
+    # opens and closes connections fast can still be caught between two of them. Locks are matched
+    # by the filesystem's device and the inode, never the inode alone.
     candidates = [h for h in holding if (h[3], h[0]) in writers and h[2] in (h[3].name, h[3].name + "-shm")]
     for look in range(LOOKS):
         if not candidates:
             break
         if look:
             time.sleep(LOOKS_S / (LOOKS - 1))
-        locks = locks_by_inode({held.st_ino for *_, held in candidates})
+        locks = locks_by_file({h[5] for h in candidates})
         if locks is None:
+            if lockrecord.gave_up and notes is not None and lockrecord.gave_up not in notes:
+                notes.append(lockrecord.gave_up)
             candidates = []
             break
-        candidates = [h for h in candidates if h[0] not in locks[h[4].st_ino]]
-    for pid, fd, file, store, held in candidates:
+        candidates = [h for h in candidates if h[0] not in locks[h[5]]]
+    for pid, fd, file, store, *_ in candidates:
         broken.setdefault((store, pid), []).append(Broken(file, "unlocked", fd))
     found: dict[Path, list[BrokenHold]] = {}
     for (store, pid), files in sorted(broken.items(), key=lambda item: item[0][1]):
@@ -148,13 +182,102 @@ def scan(stores: list[Path]) -> dict[Path, list[BrokenHold]]:
     return found
 
 
-def _links(pid: int):
-    """(fd, target) of each descriptor of `pid` we may look at; none for a process we may not."""
+@dataclass(frozen=True)
+class _Folder:
+    """A store's folder as we see it: its path with every link resolved, its identity, and its
+    place in its filesystem (the mount's device as /proc/locks names it, the path within it)."""
+
+    path: str
+    dev: int
+    device: str
+    inside: str  # the folder's path from its filesystem's root (mountinfo's root + the rest)
+
+
+def _folder(spelled: Path) -> _Folder | None:
+    """The folder of a store, only if it is a real folder (not a link, now) and its mount is known."""
+    try:
+        here = os.lstat(spelled)
+        path = os.path.realpath(spelled)
+        fd = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        mount = lockrecord.mount_id(f"/proc/self/fdinfo/{fd}")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if not stat.S_ISDIR(here.st_mode) or (here.st_dev, here.st_ino) != (st.st_dev, st.st_ino) or mount is None:
+        return None
+    place = _mounts("self").get(mount)
+    inside = _inside(place, path) if place else None
+    if inside is None:
+        return None
+    return _Folder(path, st.st_dev, place[0], inside)
+
+
+def _mounts(pid: int | str) -> dict[int, tuple[str, str, str]]:
+    """A process's mounts (/proc/PID/mountinfo): id -> (device as /proc/locks names it, the root of
+    the mount within its filesystem, where it is mounted), read as text: no mount is touched."""
+    found: dict[int, tuple[str, str, str]] = {}
+    try:
+        with open(f"/proc/{pid}/mountinfo", encoding="utf-8", errors="surrogateescape") as table:
+            for n, line in enumerate(table):
+                if n >= MOUNTS:
+                    break
+                fields = line.split()
+                try:
+                    major, minor = (int(x) for x in fields[2].split(":"))
+                    found[int(fields[0])] = (f"{major:02x}:{minor:02x}", _unescape(fields[3]), _unescape(fields[4]))
+                except (IndexError, ValueError):
+                    continue
+    except OSError:
+        pass
+    return found
+
+
+MOUNTS = 20_000  # lines of a mountinfo read at most
+
+
+def _unescape(field: str) -> str:
+    """mountinfo writes space, tab, newline and backslash in octal (\\040)."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def _inside(place: tuple[str, str, str], path: str) -> str | None:
+    """Where `path`, on that mount, is within the mount's filesystem; None if not below it."""
+    _, root, point = place
+    if path != point and not path.startswith(point.rstrip("/") + "/"):
+        return None
+    rest = path[len(point.rstrip("/")):].lstrip("/")
+    return os.path.normpath(os.path.join(root, rest)) if rest else os.path.normpath(root)
+
+
+def _sees(pid: int, fd: int, folder: _Folder, ours, mounts: dict[int, tuple[str, str, str]]) -> bool:
+    """Does the process hold, at that descriptor, a file of this very folder (as its link says)?
+    Its file's mount must be of the folder's filesystem; and in a mount namespace other than ours,
+    that mount must put the same folder of the filesystem at the path (a private namespace of a
+    service, yes; a folder of hers bound over another user's path, no)."""
+    mount = lockrecord.mount_id(f"/proc/{pid}/fdinfo/{fd}")
+    place = mounts.get(mount) if mount is not None else None
+    if place is None or place[0] != folder.device:
+        return False  # another filesystem (her tmpfs, her FUSE): never looked into
+    if ours is not None and lockrecord.mount_namespace(pid) == ours:
+        return True
+    return _inside(place, folder.path) == folder.inside
+
+
+def _links(pid: int, budget: lockrecord.Budget):
+    """(fd, target) of each descriptor of `pid` we may look at; none for a process we may not, and
+    none once the scan's budget is spent."""
     try:
         fds = os.listdir(f"/proc/{pid}/fd")
     except OSError:
         return
     for fd in fds:
+        if not budget.take():
+            return
         try:
             yield int(fd), os.readlink(f"/proc/{pid}/fd/{fd}")
         except (OSError, ValueError):

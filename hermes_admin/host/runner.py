@@ -19,6 +19,7 @@ from hermes_admin.host import config as admin_config
 from hermes_admin.host import discovery as homes
 from hermes_admin.protocol import Context, Job, ListProfiles, Maintain, Owner, Params, Profile, Repair
 from hermes_admin.results import RepairRun, Run
+from hermes_admin.trust import steering_environment
 
 
 def selects(profile: Profile, wanted: str) -> bool:
@@ -43,6 +44,8 @@ class Host:
     _everything: homes.Discovery | None = field(default=None, repr=False)
     _run_locks: object = field(default=None, repr=False)  # host.runlock.RunLocks, once a change starts
     _broken: dict | None = field(default=None, repr=False)
+    _broken_notes: list = field(default_factory=list, repr=False)
+    _steering: list | None = field(default=None, repr=False)  # $VARIABLES ignored as root: warned in each run  # the broken-hold scan passed its bounds
 
     @classmethod
     def of(cls, config: admin_config.AdminConfig, roots_given=(), all_users: bool = False, **settings) -> "Host":
@@ -82,7 +85,9 @@ class Host:
             from hermes_admin.host import detached
 
             stores = {p.store_path: str(p.home) for p in self.everything().profiles}
-            self._broken = {stores[store]: holds for store, holds in detached.scan(list(stores)).items()}
+            self._broken_notes = []
+            self._broken = {stores[store]: holds
+                            for store, holds in detached.scan(list(stores), self._broken_notes).items()}
         return self._broken
 
     def work(self, params: Params, profiles: list[Profile], with_policy: bool = False) -> Run:
@@ -96,6 +101,9 @@ class Host:
                 {"name": p.name, "home": str(p.home), "ok": False} for p in profiles if p not in kept)
         if with_policy:
             self._unknown_entries(run)
+        if self._steering is None:  # as root, a loading path not root's own is dropped, once (trust.py)
+            self._steering = steering_environment()
+        run.warnings.extend(w for w in self._steering if w not in run.warnings)
         context = self._context()
         for owner, group in by_owner(kept, self.everything().owners):
             self._dispatch(run, Job(params, owner, group, context=context), with_policy)
@@ -130,6 +138,8 @@ class Host:
                 (run.errors if hold.blocks_writes else run.warnings).append(hold.line(profile.shown, profile.store_path))
             if not (writing and any(hold.blocks_writes for hold in holds)):
                 kept.append(profile)
+        if profiles:  # the scan passed its bounds: what it did not see is unknown, and said once
+            run.warnings.extend(n for n in self._broken_notes if n not in run.warnings)
         return kept
 
     def _unknown_entries(self, run: Run) -> None:
@@ -173,7 +183,26 @@ class Host:
             return
         if os.geteuid() == 0 and job.owner.uid != 0 and not job.params.dry_run:
             self._hand_back(run, job.owner, job.profiles)
-        run.merge(run_job(job, self.verbose))
+        deadlines = self._deadlines(job.profiles)
+        job.context = replace(job.context, idle_timeout=deadlines.idle)
+        run.merge(run_job(job, self.verbose, deadlines))
+
+    def _deadlines(self, profiles: list[Profile]):
+        """How long root waits for the worker of these profiles: the admin config's
+        `worker_idle_timeout` and `worker_timeout` (entry, preset, defaults), the longest of its
+        profiles'. Never from a home: a user's own config.yaml cannot make root wait longer."""
+        from hermes_admin.host.workers import Deadlines
+        from hermes_admin.profile.policy import admin_setting
+
+        idle, overall = [], []
+        for profile in profiles:
+            try:
+                layers = admin_config.policy_layers(self.config, profile.name)
+            except admin_config.ConfigError:  # its preset cannot be read: the defaults still say
+                layers = {"defaults": self.config.defaults}
+            idle.append(admin_setting(layers, "worker_idle_timeout"))
+            overall.append(admin_setting(layers, "worker_timeout"))
+        return Deadlines(max(idle, default=Deadlines.idle), max(overall, default=Deadlines.overall))
 
     def _with_policy(self, run: Run, profiles: list[Profile], layers: dict[str, dict]) -> list[Profile]:
         """The admin config's policy layers into each profile's; a profile whose entry is wrong is skipped."""

@@ -28,6 +28,7 @@ The halves are contiguous, so the merged report lists the profiles in their orde
 from __future__ import annotations
 
 import os
+import select
 import signal
 import sys
 import threading
@@ -37,7 +38,7 @@ from typing import Callable
 
 from hermes_admin import child, exitcodes, stopping
 from hermes_admin.profile.policy import applies_repairs
-from hermes_admin.protocol import MAX_LINE, Job, ProtocolError, Reader, Writer
+from hermes_admin.protocol import BEAT_THREAD, MAX_LINE, Job, ProtocolError, Reader, Writer, beat_every
 from hermes_admin.results import Run
 
 MIN_PROFILES = 8  # below this, a fork and a report cost about what a second core saves
@@ -49,10 +50,16 @@ PR_SET_PDEATHSIG = 1  # prctl's number for it (linux/prctl.h): the copy dies wit
 def worth_it(job: Job) -> bool:
     if job.context.processes == 1 or len(job.profiles) < MIN_PROFILES:
         return False
-    if len(os.sched_getaffinity(0)) < 2 or threading.active_count() > 1 or sys.stderr.isatty():
+    if len(os.sched_getaffinity(0)) < 2 or _other_threads() or sys.stderr.isatty():
         return False
     return job.params.dry_run or not any(
         applies_repairs(job.layers.get(str(p.home), {})) for p in job.profiles)
+
+
+def _other_threads() -> bool:
+    """A thread besides this one and the beat to the host (protocol.Writer.beating), which holds
+    nothing the copy uses."""
+    return any(t is not threading.current_thread() and t.name != BEAT_THREAD for t in threading.enumerate())
 
 
 def in_two(job: Job, serve: Callable[[Job], Run]) -> Run:
@@ -162,9 +169,10 @@ def _second(job: Job, serve: Callable[[Job], Run], write_end: int, parent: int) 
             signal.signal(signum, stop)
         _stop_with(parent)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)
-        run = serve(job)
-        with os.fdopen(write_end, "w", encoding="utf-8") as out:
+        with os.fdopen(write_end, "w", encoding="utf-8", buffering=1) as out:
             writer = Writer(out.write)
+            with writer.beating(beat_every(job.context.idle_timeout)):  # the parent's sign of life
+                run = serve(job)
             writer.hello(os.getuid(), os.getgid(), sorted(os.getgroups()))
             writer.run(run)
         code = exitcodes.OK
@@ -197,11 +205,12 @@ def _report(job: Job, source, copy: _Copy) -> Run:
     reader = Reader({str(p.home) for p in job.profiles}, max_report=None)  # our own process: no size cap
     problem, broken = None, False
     try:
-        while line := source.readline(MAX_LINE + 1):
-            reader.line(line.rstrip(b"\n"))
+        problem = _read_report(reader, source, job.context.idle_timeout)
     except ProtocolError as exc:
         problem, broken = f"sent a broken report ({exc})", True
     source.close()
+    if problem and not broken:
+        copy.signal(signal.SIGKILL)  # stopped or traced: a signal to end it would never be handled
     status = copy.reap(1.0 if problem else None)  # its work is done when it reports: a broken one is killed
     if problem is None and not reader.ended:
         problem = f"stopped before its report ({_status(status)})"
@@ -214,6 +223,35 @@ def _report(job: Job, source, copy: _Copy) -> Run:
         run.errors += [f"profile '{p.shown}': {p.home}: the second process {problem}"
                        for p in job.profiles if str(p.home) not in reported] or [f"the second process {problem}"]
     return reader.run
+
+
+def _read_report(reader: Reader, source, idle_timeout: float) -> str | None:
+    """The copy's lines into `reader` until its end of the pipe closes; what went wrong when it said
+    nothing for `idle_timeout` seconds (it beats while it works: a stopped or traced copy does not)."""
+    fd, buffer = source.fileno(), b""
+    last = time.monotonic()
+    while True:
+        left = last + idle_timeout - time.monotonic()
+        if left <= 0:
+            return f"gave no sign of life for {idle_timeout:g} s (stopped or traced?); killed"
+        try:
+            ready, _, _ = select.select([fd], [], [], min(left, 0.5))
+        except InterruptedError:
+            continue
+        if not ready:
+            continue
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            if buffer:
+                reader.line(buffer)
+            return None
+        last = time.monotonic()
+        buffer += chunk
+        *lines, buffer = buffer.split(b"\n")
+        for line in lines:
+            reader.line(line)
+        if len(buffer) > MAX_LINE:
+            raise ProtocolError(f"a message over {MAX_LINE} bytes")
 
 
 def _status(status: int | None) -> str:

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from hermes_admin.protocol import Profile
+from hermes_admin.trust import expand_user, own_home
 
 PROBE_TIMEOUT_S = 20.0  # a cold start of Hermes' config on a slow disk; past it the candidate is refused
 MAX_PROBE = 64 << 10  # a probe's answer is a few hundred bytes; past this it is refused
@@ -159,13 +160,13 @@ def _find(root: Path, configured, where: str, remember: bool) -> Lookup:
 def _candidates(root: Path, configured, where: str, notes: list[str]):
     if configured is not None:
         if isinstance(configured, str) and configured and "\0" not in configured:
-            yield os.path.expanduser(configured), f"hermes_python ({where})"
+            yield expand_user(configured), f"hermes_python ({where})"
         else:
             notes.append(f"{where}: hermes_python must be the path of a python, not {str(configured)[:60]!r}")
     yield str(Path(root) / INSTALLER_VENV / "bin" / "python"), "<root>/hermes-agent/venv (installer, user)"
     yield str(ROOT_INSTALL / "bin" / "python"), "/usr/local/lib/hermes-agent/venv (installer, root)"
     seen = set()
-    for folder in os.environ.get("PATH", "").split(os.pathsep) + [str(Path.home() / ".local" / "bin")]:
+    for folder in os.environ.get("PATH", "").split(os.pathsep) + [str(own_home() / ".local" / "bin")]:
         command = os.path.join(folder, "hermes") if folder else ""
         if not command or command in seen or not os.path.isfile(command):
             continue
@@ -179,9 +180,10 @@ def _candidates(root: Path, configured, where: str, notes: list[str]):
 def shebang_python(script: str) -> str | None:
     """The interpreter a console script runs: `#!/path/python`, or the `'''exec' /path/python`
     line pip writes under `#!/bin/sh` when the path is too long for a shebang."""
-    try:
-        with open(script, "rb") as f:
-            head = f.read(4096)
+    from hermes_admin.profile.engine.state_folder import read_plain
+
+    try:  # a command in a home may be anything: a FIFO there is never waited on
+        head = read_plain(script, 4096, follow=True, head=True)
     except OSError:
         return None
     lines = head.split(b"\n")
@@ -219,9 +221,8 @@ def _probe(python: str, remember: bool) -> Installation | str:
         # A scratch home of its own: importing Hermes 0.22.2's modules makes `$HERMES_HOME` (else
         # `~/.hermes`) with its folders and files, and the probe must leave no trace in a home.
         with tempfile.TemporaryDirectory(prefix="hermes-admin-probe-") as scratch:
-            done = subprocess.run(command(python, "probe"), stdin=subprocess.DEVNULL, capture_output=True,
-                                  env=child.own_environment(HERMES_HOME=scratch, HOME=scratch), cwd="/",
-                                  timeout=PROBE_TIMEOUT_S)
+            done = child.run_bounded(command(python, "probe"), PROBE_TIMEOUT_S, MAX_PROBE,
+                                     env=child.own_environment(HERMES_HOME=scratch, HOME=scratch), cwd="/")
     except subprocess.TimeoutExpired:
         answer: Installation | str = f"did not answer within {PROBE_TIMEOUT_S:g} s"
     except OSError as exc:
@@ -286,10 +287,11 @@ def _plain_value(key: str, value) -> bool:
 def runnable(python: str) -> str | None:
     """Why we must not run `python` (None: we may). Every folder on its way, and what its links
     lead to, must be writable by its owner alone (a shared install is fine, one anybody could
-    change is not); as root, also root's own: root runs nothing a user could have placed."""
+    change is not) and belong to root or to us: root runs nothing a user could have placed, and a
+    user's worker nothing of another user's, even one she may read."""
     if not os.path.isabs(python):
         return "not an absolute path"
-    as_root = os.geteuid() == 0
+    me = os.geteuid()
     paths = [Path(python), Path(os.path.realpath(python))]
     for path in paths:
         for place in [path, *path.parents]:
@@ -297,8 +299,10 @@ def runnable(python: str) -> str | None:
                 st = os.lstat(place)
             except OSError as exc:
                 return f"{place}: {exc.strerror}"
-            if as_root and st.st_uid != 0:
-                return f"{place} belongs to uid {st.st_uid}: root runs nothing of a user's"
+            if st.st_uid not in (0, me):
+                return (f"{place} belongs to uid {st.st_uid}: root runs nothing of a user's" if me == 0 else
+                        f"{place} belongs to uid {st.st_uid}: a user's plugins run in her own or root's "
+                        "interpreter only")
             if stat.S_ISLNK(st.st_mode):
                 continue  # what it leads to is checked with the resolved path
             if st.st_mode & 0o022 and not (place != path and st.st_mode & stat.S_ISVTX):
@@ -310,10 +314,26 @@ def runnable(python: str) -> str | None:
 
 # -- the cache: a probe's answer, for as long as what it read is unchanged -------------
 
+CACHE_BYTES = 1 << 20  # a cache of a few interpreters is a few kB
+
+
 def _cache_path() -> Path:
+    """Our cache folder's file. Root's is in root's own home by the password database, never where
+    $HOME or $XDG_CACHE_HOME say (under `sudo -E` or `su` they are a user's)."""
+    if os.geteuid() == 0:
+        return own_home() / ".cache" / "hermes-admin" / "hermes-installations.json"
     import platformdirs
 
     return Path(platformdirs.user_cache_dir("hermes-admin")) / "hermes-installations.json"
+
+
+def _own_folder(folder: Path) -> bool:
+    """A real folder (not a link) of ours that nobody else may write: where the cache may be."""
+    try:
+        st = os.lstat(folder)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022
 
 
 def _signature(paths: list[str]) -> list | None:
@@ -328,30 +348,56 @@ def _signature(paths: list[str]) -> list | None:
 
 
 def _cache_load() -> dict:
+    """The cache, if it is a plain file of ours in a folder of ours: opened without following a
+    link and without waiting (a FIFO there blocks nothing), its type checked on the descriptor."""
+    path = _cache_path()
+    if not _own_folder(path.parent):
+        return {}
     try:
-        with open(_cache_path(), encoding="utf-8") as f:
-            data = json.loads(f.read(1 << 20))
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return {}
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_size > CACHE_BYTES:
+            return {}
+        data = json.loads(os.read(fd, CACHE_BYTES + 1).decode("utf-8", "replace"))
     except (OSError, ValueError, RecursionError):
         return {}
+    finally:
+        os.close(fd)
     return data if isinstance(data, dict) else {}
 
 
 def _cache_read(python: str) -> tuple[Installation] | None:
+    """A cached probe's answer, checked as a probe's is; an entry of any other shape is ignored
+    (probed again), never trusted to change a default."""
     entry = _cache_load().get(python)
-    if not isinstance(entry, dict) or not isinstance(entry.get("watch"), list):
+    if not isinstance(entry, dict) or not isinstance(entry.get("watch"), list) or len(entry["watch"]) > 11:
         return None
-    watch = [w[0] for w in entry["watch"] if isinstance(w, list) and w and isinstance(w[0], str)]
-    if not watch or _signature(watch) != entry["watch"]:
+    if not all(isinstance(w, list) and len(w) == 4 and isinstance(w[0], str) for w in entry["watch"]):
         return None
-    probe = entry.get("probe") if isinstance(entry.get("probe"), dict) else {}
-    if "sessions_keys" not in probe:  # written before probes named the release's keys: probed again
+    watch = [w[0] for w in entry["watch"]]
+    if not watch or watch[0] != python or _signature(watch) != entry["watch"]:
         return None
-    sessions = {k: v for k, v in (probe.get("sessions") or {}).items() if k in SESSIONS_KEYS and _plain_value(k, v)}
+    probe = entry.get("probe")
+    if not isinstance(probe, dict) or "sessions_keys" not in probe:  # older caches: probed again
+        return None
+    sessions = probe.get("sessions")
+    if not isinstance(sessions, dict) or not all(k in SESSIONS_KEYS and _plain_value(k, v) for k, v in sessions.items()):
+        return None
     timeout = probe.get("hook_callback_timeout")
-    timeout = float(timeout) if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) else None
-    version = probe.get("hermes") if isinstance(probe.get("hermes"), str) else None
-    return (Installation("", "", version, sessions, timeout, _key_names(probe["sessions_keys"]),
-                         _version(probe.get("sqlite"))),)
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                or not 0 <= timeout < 1e9):
+        return None
+    version = probe.get("hermes")
+    if version is not None and not (isinstance(version, str) and len(version) <= 64):
+        return None
+    keys = probe["sessions_keys"]
+    if keys is not None and _key_names(keys) is None:
+        return None
+    return (Installation("", "", version, dict(sessions), float(timeout) if timeout is not None else None,
+                         _key_names(keys), _version(probe.get("sqlite"))),)
 
 
 def _cache_write(python: str, answer: Installation, watch: list[str]) -> None:
@@ -366,9 +412,12 @@ def _cache_write(python: str, answer: Installation, watch: list[str]) -> None:
     path = _cache_path()
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if not _own_folder(path.parent):
+            return  # a link, or a folder others may write: no cache rather than a write through it
         temporary = path.with_name(f".{path.name}.{os.getpid()}")
-        with open(temporary, "w", encoding="utf-8") as f:
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(data, f)
-        os.replace(temporary, path)
+        os.replace(temporary, path)  # replaces a link at `path` itself, never what it leads to
     except OSError:
         pass  # a cache: the next run probes again

@@ -117,8 +117,15 @@ def status(job: Job, isolated: bool) -> Run:
     from hermes_admin.profile import run_record
 
     run = Run(dry_run=True)
-    _each(job, run, isolated, lambda p: run.data.setdefault("status", []).append(
-        {"profile": p.name, "home": str(p.home), "store": p.has_store(), "last_run": run_record.read(p)}))
+
+    def one(p: Profile) -> None:
+        problems: list[str] = []
+        last = run_record.read(p, problems)
+        run.warnings.extend(f"profile '{p.shown}': {problem}" for problem in problems)
+        run.data.setdefault("status", []).append(
+            {"profile": p.name, "home": str(p.home), "store": p.has_store(), "last_run": last})
+
+    _each(job, run, isolated, one)
     return run
 
 
@@ -173,16 +180,12 @@ def policy(job: Job, isolated: bool) -> Run:
 
 def _small_text(path: Path) -> str | None:
     """A config file's text for finding a key's line: never through a link, at most 1 MiB."""
+    from hermes_admin.profile.engine.state_folder import read_plain
+
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        return read_plain(path, 1 << 20, head=True).decode("utf-8", "replace")
     except OSError:
         return None
-    try:
-        return os.read(fd, 1 << 20).decode("utf-8", "replace")
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
 
 
 def profiles(job: Job, isolated: bool) -> Run:

@@ -37,6 +37,12 @@ BUILTINS = {
     "max_store_mb": None,  # a size budget: over it after the usual tasks, the oldest eligible units go
     "min_keep_days": 7,  # what the size budget never takes: anything active this recently
     "incremental_vacuum": True,  # a VACUUM of ours switches the store to incremental auto-vacuum (engine.reclaim)
+    # How long root waits for the worker of a profile's owner (host/workers.py): seconds without a
+    # sign of life (it beats every few seconds; a stopped or traced one does not), and in all.
+    # Read by the host from the admin config alone (admin_setting); a worker's longest wait of its
+    # own (lock_wait, a plugin's timeout) never counts against the first: it beats meanwhile.
+    "worker_idle_timeout": 120,
+    "worker_timeout": 7200,
 }
 # The keys Hermes itself reads from a profile's `sessions:` section.
 HERMES_KEYS = ("auto_prune", "retention_days", "auto_archive", "auto_archive_days", "vacuum_after_prune",
@@ -49,6 +55,7 @@ _PATHS = {"export_dir"}  # keys that take a path (relative to the home)
 # Durations (durations.py): `120d`, `1w2d`, `3mo`, or a bare number in the key's own unit.
 _DAYS = {"retention_days", "auto_archive_days", "export_keep_days", "stale_grace_days", "min_keep_days"}
 _HOURS = {"empty_min_age_hours", "quick_check_hours"}  # durations whose bare number means hours
+_DEADLINES = {"worker_idle_timeout", "worker_timeout"}  # seconds, never unbounded
 
 
 class PolicyError(Exception):
@@ -75,6 +82,8 @@ class Policy:
     incremental_vacuum: bool = True
     max_store_mb: float | None = None
     min_keep_days: float = 7.0
+    worker_idle_timeout: float = 120.0
+    worker_timeout: float = 7200.0
     origins: dict = field(default_factory=dict, compare=False)  # key -> the layer its value came from
 
     def describe(self) -> str:
@@ -158,6 +167,8 @@ def _coerce(key: str, value, where: str, hermes: bool = False):
     if key in ("export_keep_days", "quick_check_hours", "lock_wait", "stale_grace_days", "min_keep_days",
                "max_store_mb") and value < 0:
         raise PolicyError(f"{where}: {key} must be 0 or more, not {_short(value)}")
+    if key in _DEADLINES and not 0 < value < math.inf:
+        raise PolicyError(f"{where}: {key} must be a number of seconds over 0, not {_short(value)}")
     return float(value)
 
 
@@ -269,6 +280,20 @@ def with_origins(profile_name: str, layers: dict, hermes: HermesConfig | None, f
     policy = Policy(**values, origins=origins)
     validate(policy, profile_name, force)
     return policy, origins
+
+
+def admin_setting(layers: dict, key: str) -> float:
+    """A value only the admin config sets (`worker_timeout`, ...), for the host: from the profile's
+    entry, its preset, then `defaults:`, as `effective` takes it; the built-in where none sets it or
+    the value is wrong (the worker's own reading of the policy then reports the mistake)."""
+    for name in ("entry", "preset", "defaults"):
+        layer = layers.get(name)
+        if isinstance(layer, dict) and key in layer:
+            try:
+                return _coerce(key, layer[key], name)
+            except PolicyError:
+                break
+    return float(BUILTINS[key])
 
 
 def applies_repairs(layers: dict) -> bool:

@@ -4,7 +4,8 @@
 database holds; the free pages, and the pages SQLite keeps for itself (pointer maps, the lock page),
 make up the rest of `page_count`. The file on disk can differ from `page_count × page_size` while the
 WAL holds pages not yet copied back: that difference is its own line, so every store's figures add
-up to its files' sizes exactly. An FTS5 index is its virtual table's shadow tables together (`_data`,
+up to its file's length exactly. The files' figures are what they take on disk (allocated blocks:
+a sparse file of a user's counts for what it holds, not its length). An FTS5 index is its virtual table's shadow tables together (`_data`,
 `_idx`, `_content`, `_docsize`, `_config`) and their indexes.
 """
 
@@ -34,7 +35,7 @@ def profile_usage(profile, store: Store, export_folder: Path | None) -> dict:
     parts["free pages"] = free
     parts["SQLite's own pages (pointer maps, lock page)"] = logical - free - sum(btrees.values())
     files = {suffix or "state.db": _size(f"{store.path}{suffix}") for suffix in ("", "-wal", "-shm")}
-    parts["in the WAL, not yet copied back"] = files["state.db"] - logical  # negative: the file is behind
+    parts["in the WAL, not yet copied back"] = _size(store.path, apparent=True) - logical  # negative: behind
     sizes, sources = _sessions(db)
     return {
         "profile": profile.name, "home": str(profile.home), "store": str(store.path),
@@ -81,15 +82,17 @@ def _sessions(db) -> tuple[list[tuple[str, int, str]], list[dict]]:
     return sizes, sources
 
 
-def _size(path) -> int:
+def _size(path, apparent: bool = False) -> int:
+    """A file's bytes on disk (allocated: a sparse 1 TiB file is not 1 TiB), or its length."""
     try:
-        return os.stat(path).st_size  # stat, never open: SQLite's locks stay intact
+        st = os.stat(path)  # stat, never open: SQLite's locks stay intact
     except OSError:
         return 0
+    return st.st_size if apparent else st.st_blocks * 512
 
 
 def _folder_bytes(folder: Path) -> int:
-    """Bytes of the plain files in a folder and below it, never through a link."""
+    """Bytes on disk of the plain files in a folder and below it, never through a link."""
     total = 0
     stack = [Path(folder)]
     while stack:
@@ -102,7 +105,7 @@ def _folder_bytes(folder: Path) -> int:
                 if entry.is_dir(follow_symlinks=False):
                     stack.append(Path(entry.path))
                 elif entry.is_file(follow_symlinks=False):
-                    total += entry.stat(follow_symlinks=False).st_size
+                    total += entry.stat(follow_symlinks=False).st_blocks * 512  # allocated
             except OSError:
                 continue
     return total

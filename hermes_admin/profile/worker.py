@@ -20,7 +20,7 @@ import os
 import signal
 import sys
 
-from hermes_admin.protocol import Job, Owner, ProtocolError, Writer
+from hermes_admin.protocol import Job, Owner, ProtocolError, Writer, beat_every
 
 MAX_JOB = 16 << 20  # a job lists profiles and their layers; far below this
 PR_SET_NO_NEW_PRIVS = 38  # prctl's number for it (linux/prctl.h)
@@ -90,6 +90,8 @@ def main() -> int:
     signal.signal(signal.SIGTERM, stop)
     writer = Writer(replies.write)
     writer.hello(os.getuid(), os.getgid(), sorted(os.getgroups()))
-    writer.run(serve(job, isolated=True))
+    with writer.beating(beat_every(job.context.idle_timeout)):  # the host's sign of life
+        run = serve(job, isolated=True)
+    writer.run(run)
     replies.flush()
     return 0

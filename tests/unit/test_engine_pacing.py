@@ -440,20 +440,58 @@ def test_a_connection_the_owner_cannot_look_into_is_seen_by_its_lock(tmp_path, m
 @pytest.mark.parametrize("table, expected", [
     ("1: POSIX  ADVISORY  READ 4321 fe:00:77 128 128\n", {4321}),
     ("1: POSIX  ADVISORY  WRITE 4321 fe:00:78 0 EOF\n1: -> POSIX  ADVISORY  WRITE 99 fe:00:77 0 EOF\n", {99}),
-    ("2: OFDLCK ADVISORY  READ -1 00:2e:77 128 128\n", {-1}),
-    ("3: FLOCK  ADVISORY  WRITE 12 08:01:5 0 EOF\n", set()),
-    ("3: FLOCK  ADVISORY  WRITE 12 08:01:77 0 EOF\n4: LEASE  ACTIVE    READ 13 08:01:77 0 EOF\n", {12, 13}),
+    ("2: OFDLCK ADVISORY  READ -1 fe:00:77 128 128\n", {-1}),
+    ("2: OFDLCK ADVISORY  READ -1 00:2e:77 128 128\n", set()),  # the same inode on her tmpfs: not this file
+    ("3: FLOCK  ADVISORY  WRITE 12 fe:00:5 0 EOF\n", set()),
+    ("3: FLOCK  ADVISORY  WRITE 12 fe:00:77 0 EOF\n4: LEASE  ACTIVE    READ 13 fe:00:77 0 EOF\n", {12, 13}),
     ("5: POSIX  ADVISORY  WRITE 7 fe:00:9 0 EOF\n5: -> POSIX  ADVISORY  WRITE 8 fe:00:77 0 EOF\n"
      "5:  -> POSIX  ADVISORY  WRITE 9 fe:00:77 0 EOF\n", {8, 9}),
     ("", set()),
     ("1: garbage\n", None),
 ])
-def test_the_locks_table_is_read_by_inode(table, expected, tmp_path, monkeypatch):
+def test_the_locks_table_is_read_by_device_and_inode(table, expected, tmp_path, monkeypatch):
     locks = tmp_path / "locks"
     locks.write_text(table)
     real_open = open
     monkeypatch.setattr("builtins.open", lambda name, *a, **k: real_open(locks if name == "/proc/locks" else name, *a, **k))
-    assert lock_holders({77}) == expected
+    assert lock_holders({("fe:00", 77)}) == expected
+
+
+def test_a_flooded_locks_table_is_unknown_and_said_once(tmp_path, monkeypatch):
+    """Anyone can fill /proc/locks: read up to a bound, past it the table is unknown (no VACUUM)."""
+    from hermes_admin import lockrecord
+
+    locks = tmp_path / "locks"
+    locks.write_text("".join(f"{n}: POSIX  ADVISORY  READ {n} fe:00:{n} 0 EOF\n" for n in range(1, 60)))
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda name, *a, **k: real_open(locks if name == "/proc/locks" else name, *a, **k))
+    assert lock_holders({("fe:00", 7)}) == {7}
+    monkeypatch.setattr(lockrecord, "LOCK_LINES", 50)
+    assert lock_holders({("fe:00", 7)}) is None
+    assert "more than 50 lines" in lockrecord.gave_up
+    path = tmp_path / "s.db"
+    db = wal_store(path)
+    why: list[str] = []
+    assert store_holders(path, wal=True, why=why) is None
+    assert why == [lockrecord.gave_up]
+    db.close()
+
+
+def test_a_descriptor_flood_bounds_the_holder_scan(tmp_path, monkeypatch):
+    """100 processes with 20 000 descriptors each cannot make the scan take long: past its bound
+    the answer is unknown (held: no VACUUM), with one line saying why."""
+    from hermes_admin import lockrecord
+
+    path = tmp_path / "s.db"
+    db = wal_store(path)
+    monkeypatch.setattr(lockrecord, "SCAN_FDS", 3)
+    why: list[str] = []
+    assert store_holders(path, wal=True, why=why) is None
+    assert len(why) == 1 and "gave up" in why[0]
+    monkeypatch.setattr(lockrecord, "SCAN_FDS", 10**6)
+    monkeypatch.setattr(lockrecord, "SCAN_SECONDS", -1.0)
+    assert store_holders(path, wal=True) is None
+    db.close()
 
 
 def test_what_the_scan_cannot_see_makes_it_careful(tmp_path, monkeypatch):

@@ -27,6 +27,7 @@ import codecs
 import errno
 import hashlib
 import json
+import math
 import os
 import re
 import stat
@@ -37,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from hermes_admin.profile.engine.state_folder import NotPlain, open_plain, read_plain
 from hermes_admin.profile.store.sql import chunks, column_names, dicts, marks
 from hermes_admin.protocol import Profile
 
@@ -52,6 +54,7 @@ READ_CHUNK = 1 << 20  # compressed bytes read at a time: memory stays flat whate
 MAX_MANIFEST = 256 << 20  # ~3 M units
 MAX_VALUE = 64 << 20  # a single JSON value read back: Hermes caps a message's content far below
 DAY = 86400.0  # seconds: export_keep_days is in days
+MAX_MOMENT = 253402300800  # 10000-01-01: past it, a time in a manifest is not one a clock can say
 
 
 class ExportError(OSError):
@@ -383,7 +386,7 @@ def _member_text(path, offset: int, length: int) -> Iterator[bytes]:
     """The uncompressed bytes of one member, a piece at a time (never more than READ_CHUNK at once,
     whatever the compressed bytes expand to). `path`: a file name, or a descriptor of it."""
     inflater = zlib.decompressobj(31)
-    opened = os.fdopen(os.dup(path), "rb") if isinstance(path, int) else open(path, "rb", opener=_no_follow)
+    opened = os.fdopen(os.dup(path) if isinstance(path, int) else _plain_fd(path), "rb")
     with opened as source:
         source.seek(offset)
         left = length
@@ -401,8 +404,12 @@ def _member_text(path, offset: int, length: int) -> Iterator[bytes]:
         raise ExportError(errno.EIO, "an export member ends early", str(path))
 
 
-def _no_follow(path, flags):
-    return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC)
+def _plain_fd(path) -> int:
+    """The export at `path` opened to read: a plain file, never through a link, never waited on."""
+    try:
+        return open_plain(path)
+    except OSError as exc:
+        raise ExportError(exc.errno, f"cannot read the export: {exc.strerror}", str(path)) from None
 
 
 def verify_member(path, offset: int, length: int) -> tuple[str, int]:
@@ -420,21 +427,42 @@ def load_manifest(path: Path) -> dict:
     """The manifest as one dict (its members listed under "members"): written a line at a time, or
     as one document (format 1, and what a person may write back)."""
     manifest_path = Path(str(path) + MANIFEST)
-    try:
-        with open(manifest_path, "rb") as source:
-            data = source.read(MAX_MANIFEST + 1)
+    try:  # a FIFO, a device or a link there is one line, never a wait (state_folder.read_plain)
+        data = read_plain(manifest_path, MAX_MANIFEST)
+    except NotPlain as exc:
+        if exc.errno == errno.EFBIG:  # never a silent cut: the line it would end in is a member
+            raise ExportError(errno.EFBIG, f"the export's manifest is over {MAX_MANIFEST >> 20} MB",
+                              str(manifest_path)) from None
+        raise ExportError(exc.errno, f"the export's manifest {exc.strerror}", str(manifest_path)) from None
     except OSError as exc:
         raise ExportError(exc.errno, f"cannot read the export's manifest: {exc.strerror}", str(manifest_path)) from None
-    if len(data) > MAX_MANIFEST:  # never a silent cut: the line it would end in is a member
-        raise ExportError(errno.EFBIG, f"the export's manifest is over {MAX_MANIFEST >> 20} MB", str(manifest_path))
     try:
         manifest = _parse_manifest(data)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise ExportError(errno.EINVAL, "the export's manifest is not valid JSON", str(manifest_path)) from None
     if not isinstance(manifest, dict) or manifest.get("format") not in FORMATS \
             or not isinstance(manifest.get("members"), list) or not all(map(_good_member, manifest["members"])):
         raise ExportError(errno.EINVAL, "not a hermes-admin export manifest", str(manifest_path))
+    wrong = _wrong_header(manifest)
+    if wrong:
+        raise ExportError(errno.EINVAL, f"not a hermes-admin export manifest ({wrong})", str(manifest_path))
     return manifest
+
+
+def _wrong_header(manifest: dict) -> str | None:
+    """What in a manifest's own fields is not of the shape we write (its members are checked apart)."""
+    created = manifest.get("created")
+    if created is not None and not _moment(created):
+        return "created: not a time"
+    if manifest.get("home") is not None and not (isinstance(manifest["home"], str) and len(manifest["home"]) < 4096):
+        return "home: not a folder"
+    return None
+
+
+def _moment(value) -> bool:
+    """A time in seconds since the epoch that a clock can say (never NaN, 1e300 or text)."""
+    return (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            and 0 <= value < MAX_MOMENT)
 
 
 def manifest_or_recomputed(path: Path) -> dict:
@@ -468,7 +496,7 @@ def _member_length(path, offset: int) -> int:
     """How many compressed bytes the gzip member at `offset` takes (inflated to its end, then what
     was read past it subtracted)."""
     inflater = zlib.decompressobj(31)
-    with open(path, "rb", opener=_no_follow) as source:
+    with os.fdopen(_plain_fd(path), "rb") as source:
         source.seek(offset)
         while not inflater.eof:
             data = source.read(READ_CHUNK)
@@ -509,13 +537,18 @@ def _parse_manifest(data: bytes):
 def _good_member(member) -> bool:
     def good_unit(unit) -> bool:
         return (isinstance(unit, list) and len(unit) == 4 and isinstance(unit[0], str)
-                and all(isinstance(n, int) and not isinstance(n, bool) for n in unit[1:3])
+                and all(map(_count, unit[1:3]))
                 and isinstance(unit[3], list) and all(isinstance(i, str) for i in unit[3]))
 
-    return (isinstance(member, dict) and all(isinstance(member.get(k), int) and not isinstance(member.get(k), bool)
-                                             and member[k] >= 0 for k in ("offset", "length", "bytes"))
-            and isinstance(member.get("sha256"), str) and isinstance(member.get("units"), list)
-            and all(map(good_unit, member["units"])))
+    return (isinstance(member, dict) and all(_count(member.get(k)) for k in ("offset", "length", "bytes"))
+            and isinstance(member.get("sha256"), str) and len(member["sha256"]) <= 128
+            and (member.get("reason") is None or isinstance(member["reason"], str) and len(member["reason"]) <= 256)
+            and isinstance(member.get("units"), list) and all(map(good_unit, member["units"])))
+
+
+def _count(value) -> bool:
+    """A size or a count as we write them: a whole number a JSON reader anywhere holds exactly."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 53
 
 
 class _Parser:
@@ -643,7 +676,7 @@ def listing(profile: Profile, settings: Settings) -> list[dict]:
         path = folder / name
         try:
             manifest = load_manifest(path)
-            size = os.lstat(path).st_size
+            st = os.lstat(path)
         except (ExportError, OSError) as exc:
             found.append({"file": str(path), "profile": profile.name, "home": str(profile.home),
                           "problem": str(exc)})
@@ -652,11 +685,19 @@ def listing(profile: Profile, settings: Settings) -> list[dict]:
             continue
         units = [u for m in manifest["members"] for u in m["units"]]
         found.append({"file": str(path), "profile": profile.name, "home": str(profile.home),
-                      "created": manifest.get("created"), "units": len(units),
+                      "created": _created(manifest.get("created"), st), "units": len(units),
                       "sessions": sum(u[1] for u in units), "messages": sum(u[2] for u in units),
                       "reasons": sorted({m.get("reason") for m in manifest["members"] if m.get("reason")}),
-                      "bytes": size})
+                      "bytes": st.st_blocks * 512})  # allocated: a sparse file is not its apparent size
     return found
+
+
+def _created(said, st: os.stat_result) -> float | None:
+    """When an export was made, as its manifest says, but never after its file was last written
+    (the manifest is the owner's text): what orders and ages exports cannot lie into the future."""
+    if isinstance(said, bool) or not isinstance(said, (int, float)) or said != said:
+        return None
+    return float(min(said, st.st_mtime))
 
 
 def prune(profile: Profile, settings: Settings, now: float, keep: set[str]) -> list[str]:
@@ -677,7 +718,7 @@ def prune(profile: Profile, settings: Settings, now: float, keep: set[str]) -> l
     except OSError:
         pass  # listing() says what is wrong
     for item in listing(profile, settings):
-        if "problem" in item or item["file"] in keep or (item.get("created") or now) >= horizon:
+        if "problem" in item or item["file"] in keep or min(item.get("created") or now, now) >= horizon:
             continue
         for path in (item["file"], item["file"] + MANIFEST):
             try:

@@ -2,19 +2,22 @@
 
 Structural work (VACUUM, an index rebuild) runs only when nobody else holds
 the files. Targets are matched by device and inode through `stat` of
-`/proc/<pid>/fd/<n>`: nothing is opened. A home's owner (how the root timer
+`/proc/<pid>/fd/<n>` (never by the text of its link): nothing is opened. A
+process in another mount namespace holding this very file is a holder; one
+holding another file at the same path in its own namespace is not. A home's owner (how the root timer
 works on a home) may not list the fds of other users' processes, root's
 included, and `hidepid` may hide those processes altogether. For them,
 `/proc/locks` answers, which anyone may read: every SQLite connection to a WAL
 store holds a shared lock on its `-shm` file (and its database file) for as
 long as it is open, whoever runs it.
 
-So the answer is None ("unknown", which callers treat as "held"):
+So the answer is None ("unknown", which callers treat as "held": no VACUUM, no index rebuild):
 - on a rollback-journal store, if any process could not be looked into (an
   idle connection there holds no lock);
 - from inside a pid namespace of our own (a container): a Hermes outside it
   shows in neither table;
-- if either table cannot be read.
+- if either table cannot be read, or the scan passed its bounds (lockrecord.Budget: any user can
+  open 20 000 descriptors in each of 100 processes, or fill /proc/locks); it says so in one line.
 Left unseen: another user's process holding the files open without a lock
 (a copy being read, an `immutable=1` reader).
 
@@ -31,34 +34,59 @@ from pathlib import Path
 from hermes_admin import lockrecord
 
 
-def _identities(paths: list[Path]) -> set[tuple[int, int]]:
-    """(device, inode) of each of `paths` that exists."""
-    found = set()
+def _identities(paths: list[Path]) -> dict[tuple[int, int], set[str]]:
+    """(device, inode) of each of `paths` that exists -> how /proc/locks names its filesystem
+    (empty: not known, see lockrecord.path_identity)."""
+    found: dict[tuple[int, int], set[str]] = {}
     for path in paths:
-        try:
-            st = os.stat(path)
-        except FileNotFoundError:
-            continue
-        found.add((st.st_dev, st.st_ino))
+        got = lockrecord.path_identity(path)
+        if got is not None:
+            found[(got[0].st_dev, got[0].st_ino)] = got[1]
     return found
 
 
-def other_holders(paths: list[Path], others_count: bool = True, wal: bool = False) -> list[int] | None:
+def other_holders(paths: list[Path], others_count: bool = True, wal: bool = False,
+                  why: list[str] | None = None) -> list[int] | None:
     """The pids, other than ours, holding any of `paths` open (-1: a lock of no process, an open
     file description's); None when that cannot be known. `others_count=False` skips the processes
     this account may not inspect (another user's: as a home's owner, every process but its own);
     otherwise their locks on the files count (see above), and on a store not in WAL mode (`wal`)
-    a process that could not be inspected makes the answer None."""
+    a process that could not be inspected makes the answer None. A descriptor is matched by the
+    device and inode `stat` gives through it, a lock by its filesystem's device and the inode:
+    a file of the same number elsewhere (her tmpfs) is never this one. The scan is bounded
+    (lockrecord.Budget, LOCK_LINES); past a bound the answer is None, and `why` gets one line."""
     targets = _identities(paths)
     if not targets:
         return []
     me = os.getpid()
+    scanned = _descriptor_holders(targets, me, why)
+    if scanned is None:
+        return None
+    holders, unseen = scanned
+    if not others_count:
+        return holders
+    if not in_the_host_pid_namespace():
+        return None  # a Hermes outside this container would be seen by no scan here
+    if not all(targets.values()):
+        return None  # a file whose filesystem /proc/locks would name we could not tell
+    locking = lock_holders({(name, inode) for (_, inode), names in targets.items() for name in names})
+    if locking is None and lockrecord.gave_up and why is not None:
+        why.append(lockrecord.gave_up)
+    if locking is None or (unseen and not wal):
+        return None
+    return holders + sorted(pid for pid in locking if pid != me and pid not in holders)
+
+
+def _descriptor_holders(targets, me: int, why: list[str] | None) -> tuple[list[int], bool] | None:
+    """The pids with a descriptor of one of `targets` ((device, inode)), and whether a process
+    could not be looked into; None when /proc cannot be listed or the scan passed its bounds."""
     try:
         pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
     except OSError:
         return None
     holders = []
     unseen = 1 not in pids  # `hidepid`: other users' processes are not even listed
+    budget = lockrecord.Budget("the scan of /proc for the processes holding a store")
     for pid in pids:
         if pid == me:
             continue
@@ -70,6 +98,10 @@ def other_holders(paths: list[Path], others_count: bool = True, wal: bool = Fals
             unseen = True
             continue
         for fd in fds:
+            if not budget.take():
+                if why is not None:
+                    why.append(budget.gave_up)
+                return None
             try:
                 st = os.stat(f"/proc/{pid}/fd/{fd}")
             except PermissionError:  # a process of ours with rights we lack: not looked into
@@ -80,14 +112,7 @@ def other_holders(paths: list[Path], others_count: bool = True, wal: bool = Fals
             if (st.st_dev, st.st_ino) in targets:
                 holders.append(pid)
                 break
-    if not others_count:
-        return holders
-    if not in_the_host_pid_namespace():
-        return None  # a Hermes outside this container would be seen by no scan here
-    locking = lock_holders({inode for _, inode in targets})
-    if locking is None or (unseen and not wal):
-        return None
-    return holders + sorted(pid for pid in locking if pid != me and pid not in holders)
+    return holders, unseen
 
 
 def in_the_host_pid_namespace() -> bool:
@@ -102,30 +127,32 @@ def in_the_host_pid_namespace() -> bool:
     return False
 
 
-def lock_holders(inodes: set[int]) -> set[int] | None:
-    """The pids holding a lock on any of `inodes` by `/proc/locks`; None if it cannot be read."""
-    table = locks_by_inode(inodes)
+def lock_holders(files: set[tuple[str, int]]) -> set[int] | None:
+    """The pids holding a lock on any of `files` ((device as /proc/locks names it, inode)) by
+    `/proc/locks`; None if it cannot be read."""
+    table = locks_by_file(files)
     return None if table is None else set().union(*table.values())
 
 
-def locks_by_inode(inodes: set[int]) -> dict[int, set[int]] | None:
-    """Each of `inodes` -> the pids holding (or waiting for: they hold the file open) a lock on it, by
-    `/proc/locks`; None if it cannot be read. Matched by inode alone: the device there is the
-    filesystem's own, which `stat` may not show (btrfs subvolumes), and a match on another
-    filesystem only makes the answer more careful."""
+def locks_by_file(files: set[tuple[str, int]]) -> dict[tuple[str, int], set[int]] | None:
+    """Each of `files` ((device, inode), lockrecord.device_names) -> the pids holding (or waiting
+    for: they hold the file open) a lock on it, by `/proc/locks`; None if it cannot be read (or
+    was too long to read, lockrecord.LOCK_LINES). Matched by device and inode: an inode number is
+    unique on one filesystem only, and anyone may lock a file on her own tmpfs."""
     table = lockrecord.lock_table()
     if table is None:
         return None
-    pids: dict[int, set[int]] = {inode: set() for inode in inodes}
+    pids: dict[tuple[str, int], set[int]] = {file: set() for file in files}
     for lock in table:
-        if lock.inode in pids:
-            pids[lock.inode].add(lock.pid)
+        if (lock.device, lock.inode) in pids:
+            pids[(lock.device, lock.inode)].add(lock.pid)
     return pids
 
 
-def store_holders(store: Path, others_count: bool = True, wal: bool = False) -> list[int] | None:
+def store_holders(store: Path, others_count: bool = True, wal: bool = False,
+                  why: list[str] | None = None) -> list[int] | None:
     """`other_holders` of a store, its WAL and its shared-memory file."""
-    return other_holders([store, Path(f"{store}-wal"), Path(f"{store}-shm")], others_count, wal)
+    return other_holders([store, Path(f"{store}-wal"), Path(f"{store}-shm")], others_count, wal, why)
 
 
 def held_by_its_owner(store: Path) -> bool:
@@ -146,12 +173,11 @@ def write_lock_holder(store: Path) -> int | None:
     """The pid holding the store's write lock by `/proc/locks`, or None (nobody, or unknown)."""
     wanted = {}
     for path, byte in ((Path(f"{store}-shm"), WAL_WRITE_LOCK), (store, RESERVED_BYTE)):
-        try:
-            wanted[os.stat(path).st_ino] = byte
-        except OSError:
-            continue
+        got = lockrecord.path_identity(path)
+        for name in (got[1] if got else ()):
+            wanted[(name, got[0].st_ino)] = byte
     for lock in lockrecord.lock_table() or []:
-        if (not lock.waiting and lock.mode == "WRITE" and wanted.get(lock.inode) == lock.start
+        if (not lock.waiting and lock.mode == "WRITE" and wanted.get((lock.device, lock.inode)) == lock.start
                 and lock.pid != os.getpid()):
             return lock.pid
     return None

@@ -16,14 +16,18 @@ from __future__ import annotations
 
 import fcntl
 import json
+import os
+import select
 import subprocess
 import threading
+import time
 from collections import deque
 
 from hermes_admin import child
 from hermes_admin.profile.engine import unlinker
 
 PIPE_BYTES = 1 << 20  # room for ~15 k queued paths before the engine would wait on the worker
+STALL_S = 30.0  # a worker that takes or answers nothing this long is stopped, not slow: killed, the rest done here
 
 
 class FileRemover:
@@ -45,20 +49,49 @@ class FileRemover:
         if not self._broken:
             with self._answered:
                 self._sent.append(paths)
-            try:
-                self._worker.stdin.write(unlinker.encode(paths))
-                self._worker.stdin.flush()
-                return
-            except (OSError, ValueError):
-                self._break()  # drain() removes here what the worker never answered
-                return
+            if not self._send(unlinker.encode(paths)):
+                self._give_up()  # drain() removes here what the worker never answered
+            return
         self._here(paths)
 
     def drain(self) -> None:
+        """Wait for every batch sent; a worker that answers nothing for STALL_S (stopped, traced)
+        is killed and the rest is removed here."""
         with self._answered:
             while self._sent and not self._broken:
-                self._answered.wait()
+                answered = len(self._sent)
+                if not self._answered.wait(STALL_S) and len(self._sent) == answered and not self._broken:
+                    break
+        if self._sent and not self._broken:
+            self._give_up()
         self._redo_unanswered()
+
+    def _send(self, data: bytes) -> bool:
+        """The batch to the worker, never blocking past STALL_S; False when it did not take it."""
+        fd = self._worker.stdin.fileno()
+        deadline = time.monotonic() + STALL_S
+        while data:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            _, ready, _ = select.select([], [fd], [], left)
+            if not ready:
+                continue
+            try:
+                data = data[os.write(fd, data):]
+            except BlockingIOError:
+                continue
+            except OSError:
+                return False
+        return True
+
+    def _give_up(self) -> None:
+        """The worker is stopped, traced or gone: killed (SIGKILL ends a stopped process), the rest done here."""
+        try:
+            self._worker.kill()
+        except (OSError, AttributeError):
+            pass
+        self._break()
 
     def take(self) -> tuple[list[str], list[str]]:
         """Wait for everything queued; what was removed and what was not, since the last take."""
@@ -80,7 +113,11 @@ class FileRemover:
                 self._worker.stdin.close()
             except OSError:
                 pass
-            self._worker.wait()
+            try:
+                self._worker.wait(STALL_S)
+            except subprocess.TimeoutExpired:  # stopped after its last answer
+                self._worker.kill()
+                self._worker.wait()
             self._reader.join()
             self._worker = None
 
@@ -100,6 +137,7 @@ class FileRemover:
             fcntl.fcntl(self._worker.stdin.fileno(), getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_BYTES)
         except OSError:
             pass
+        os.set_blocking(self._worker.stdin.fileno(), False)  # _send waits with a deadline
         self._reader = threading.Thread(target=self._read_answers, name="hermes-admin-files", daemon=True)
         self._reader.start()
 

@@ -44,9 +44,10 @@ class Space:
     def held_by_others(self) -> str | None:
         """Who else holds the store open, for structural work (VACUUM, an index rebuild) that runs
         only while nobody does; None when nobody does. Unknown counts as held (holders.py)."""
-        holders = store_holders(self.store.profile.store_path, wal=self.in_wal_mode())
-        if holders is None:
-            return "a process this scan cannot see into (another user's, or outside this pid namespace)"
+        why: list[str] = []
+        holders = store_holders(self.store.profile.store_path, wal=self.in_wal_mode(), why=why)
+        if holders is None:  # unknown: structural work waits for a run that can tell
+            return f"whoever it is ({why[0]})" if why else "a process this scan cannot see into (another user's, or outside this pid namespace)"
         return f"pid {', '.join(map(str, holders))}" if holders else None
 
     def reclaim(self, result: Result) -> int:

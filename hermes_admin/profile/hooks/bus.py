@@ -39,6 +39,7 @@ STARTUP_TIMEOUT_S = 60.0  # a cold import of Hermes and its plugins on a slow di
 MAX_REPLY = 64 << 10  # one reply line; a longer one is a broken worker
 POLL_S = 0.5  # how often a wait looks at stop requests
 STOP_GRACE_S = 5.0  # after a stop request, how long an event already sent may take to finish
+SEND_TIMEOUT_S = 10.0  # a message a worker does not take in this long: it is stopped, not slow
 
 
 class WorkerGone(Exception):
@@ -117,11 +118,24 @@ class HookBus:
         return [f"profile '{self.profile.shown}': {shown.clean(e, 2000)}" for e in notes + errors]
 
     def _send(self, message: dict) -> None:
-        try:
-            self.proc.stdin.write((json.dumps(message) + "\n").encode())
-            self.proc.stdin.flush()
-        except (BrokenPipeError, OSError) as exc:
-            raise WorkerGone(str(exc)) from exc
+        """One line to the worker, never blocking past SEND_TIMEOUT_S (a stopped worker reads nothing)."""
+        data = (json.dumps(message) + "\n").encode()
+        fd = self.proc.stdin.fileno()
+        os.set_blocking(fd, False)
+        deadline = time.monotonic() + SEND_TIMEOUT_S
+        while data:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise WorkerGone(f"plugin worker did not read for {SEND_TIMEOUT_S:g} s")
+            _, ready, _ = select.select([], [fd], [], min(left, POLL_S))
+            if not ready:
+                continue
+            try:
+                data = data[os.write(fd, data):]
+            except BlockingIOError:
+                continue
+            except OSError as exc:
+                raise WorkerGone(str(exc)) from exc
 
     def _receive(self, deadline: float) -> dict | None:
         """The next reply, or None when `deadline` (monotonic) passes first.

@@ -32,11 +32,10 @@ def plugins_of(profile: Profile, config: HermesConfig) -> tuple[list[dict], list
         rows = [dict(p.as_dict(), loads=p.enabled, kind="standalone") for p in discover(profile.home, config)]
         return rows, [], lookup
     try:
-        done = subprocess.run(
-            worker.command(found.python, "list"), input=json.dumps({"home": str(profile.home),
-                                                                    "profile": profile.name}).encode() + b"\n",
-            capture_output=True, env=child.own_environment(HERMES_HOME=str(profile.home), **hermes_environment()),
-            cwd=str(profile.home), timeout=LIST_TIMEOUT_S, start_new_session=True)
+        done = child.run_bounded(
+            worker.command(found.python, "list"), LIST_TIMEOUT_S, MAX_ANSWER,
+            input=json.dumps({"home": str(profile.home), "profile": profile.name}).encode() + b"\n",
+            env=child.own_environment(HERMES_HOME=str(profile.home), **hermes_environment()), cwd=str(profile.home))
     except subprocess.TimeoutExpired:
         return [], [f"Hermes' plugin discovery in {found.python} did not answer within {LIST_TIMEOUT_S:g} s"], lookup
     except OSError as exc:

@@ -1,0 +1,171 @@
+"""Issue 37, as root over real users: every finding about a profile is that profile's, one user's
+files never cost another's exports, and root decides from root's own inputs."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.root.conftest import build_user_root, chown_tree, root_owned
+
+HOLD = r'''
+import os, sys, time
+path = sys.argv[1]
+fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+os.write(fd, b"x" * 4096)
+os.unlink(path)
+print("ready", flush=True)
+time.sleep(120)
+'''
+
+
+def _as(user, argv: list[str]) -> subprocess.Popen:
+    """A process of hers, started as she would (her uid, her groups, a clean environment)."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            user=user.uid, group=user.gid, extra_groups=[], cwd=str(user.home),
+                            env={"PATH": "/usr/bin:/bin", "HOME": str(user.home), "LANG": "C.UTF-8"})
+    line = proc.stdout.readline().strip()
+    if line != "ready":
+        proc.kill()
+        raise AssertionError(f"the holder did not start: {proc.stderr.read()[-500:]}")
+    return proc
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    proc.kill()
+    proc.wait()
+
+
+def _holds(done: subprocess.CompletedProcess) -> dict[str, list[int]]:
+    assert done.stdout, done.stderr
+    return {row["home"]: [h["pid"] for h in row["broken_holds"]] for row in json.loads(done.stdout)["profiles"]}
+
+
+def test_a_forged_holder_in_her_private_namespace_is_not_bobs(make_user, admin):
+    """She mounts a tmpfs over Bob's root in a namespace of her own (`unshare -rm`), deletes a
+    `state.db-wal` there under a process named "hermes gateway run": root names nobody for Bob,
+    and maintains his store."""
+    if not shutil.which("unshare"):
+        pytest.fail("unshare(1) is missing: the as-root tier needs util-linux")
+    alice, bob = make_user("alice"), make_user("bob")
+    build_user_root(bob, {"default": 30})
+    os.chmod(bob.home, 0o755)  # she may look up the path to mount over it (not into his files)
+    os.chmod(bob.root, 0o755)
+    script = (f'mount -t tmpfs none "{bob.root}" && exec -a "hermes gateway run" /usr/bin/python3 -c \'{HOLD}\' '
+              f'"{bob.root}/state.db-wal"')
+    proc = _as(alice, ["unshare", "-rm", "bash", "-c", script])
+    try:
+        assert os.readlink(f"/proc/{proc.pid}/ns/mnt") != os.readlink("/proc/self/ns/mnt")
+        assert os.readlink(f"/proc/{proc.pid}/fd/3").startswith(f"{bob.root}/state.db-wal")
+        listed = admin("--root", str(bob.root), "profiles", "--json")
+        assert listed.returncode in (0, 1), listed.stderr
+        assert _holds(listed) == {str(bob.root): []}
+        ran = admin("--root", str(bob.root), "run", "--yes")
+        assert ran.returncode in (0, 1), ran.stderr
+        assert str(proc.pid) not in ran.stderr + ran.stdout
+    finally:
+        _stop(proc)
+
+
+def test_a_link_from_her_store_to_bobs_moves_no_finding(make_user, admin):
+    """Bob's own process writes into his deleted WAL; her state.db is a link to his store. The
+    finding is Bob's, named once, and stays Bob's whatever order the roots come in."""
+    alice, bob = make_user("alice"), make_user("bob")
+    build_user_root(alice, {"default": 30})
+    build_user_root(bob, {"default": 30})
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{alice.root}/state.db{suffix}").unlink(missing_ok=True)
+        os.symlink(f"{bob.root}/state.db{suffix}", f"{alice.root}/state.db{suffix}")
+        os.lchown(f"{alice.root}/state.db{suffix}", alice.uid, alice.gid)
+    proc = _as(bob, ["/usr/bin/python3", "-c", HOLD, f"{bob.root}/state.db-wal"])
+    try:
+        for roots in ((alice.root, bob.root), (bob.root, alice.root)):
+            listed = admin(*(a for r in roots for a in ("--root", str(r))), "profiles", "--json")
+            holds = _holds(listed)
+            assert holds[str(bob.root)] == [proc.pid], listed.stderr
+            assert holds.get(str(alice.root), []) == []
+    finally:
+        _stop(proc)
+
+
+def test_exports_prune_never_removes_bobs_exports_for_her_forged_one(make_user, admin):
+    """Her export: a sparse 1 TiB file whose manifest says it was made in the far future. A
+    `--max-size` prune over everyone removes hers (her budget) and none of Bob's."""
+    alice, bob = make_user("alice"), make_user("bob")
+    for user in (alice, bob):
+        build_user_root(user, {"default": 30})
+        done = admin("--root", str(user.root), "purge", "--older-than", "90", "--yes")
+        assert done.returncode in (0, 1), done.stderr
+    (his,) = (bob.root / ".hermes-admin" / "exports").glob("*.jsonl.gz")
+    (hers,) = (alice.root / ".hermes-admin" / "exports").glob("*.jsonl.gz")
+    manifest = Path(f"{hers}.json")
+    head, *rest = manifest.read_text().splitlines()  # JSON lines: the header first, then members
+    data = json.loads(head)
+    data["created"] = 1e300
+    manifest.write_text("\n".join([json.dumps(data), *rest]) + "\n")
+    with open(hers, "r+b") as f:
+        f.truncate(1 << 40)
+    chown_tree(alice.root, alice)
+    usage = admin("--root", str(alice.root), "exports", "list", "--json")
+    assert json.loads(usage.stdout)["total_bytes"] < 1 << 30, usage.stdout  # allocated, not 1 TiB
+    his_size = os.stat(his).st_blocks * 512
+    pruned = admin("--root", str(alice.root), "--root", str(bob.root), "exports", "prune",
+                   "--max-size", str(his_size), "--yes", "--json")
+    assert pruned.returncode in (0, 1), pruned.stderr
+    removed = {row["file"] for row in json.loads(pruned.stdout)["removed"]}
+    assert str(his) not in removed and his.exists()
+    assert removed <= {str(hers)}
+
+
+def test_bundled_plugins_from_a_users_folder_are_ignored_as_root(make_user, admin):
+    """`sudo -E` hands root her $HERMES_BUNDLED_PLUGINS: root warns and drops it, for every worker
+    and its own profiles alike."""
+    alice = make_user("alice")
+    build_user_root(alice, {"default": 30})
+    folder = alice.home / "bundled"
+    folder.mkdir()
+    chown_tree(folder, alice)
+    done = admin("--root", str(alice.root), "run", "--yes",
+                 env={"HERMES_BUNDLED_PLUGINS": str(folder), "SUDO_USER": alice.name, "HOME": str(alice.home)})
+    assert done.returncode in (0, 1), done.stderr
+    assert "$HERMES_BUNDLED_PLUGINS ignored as root" in done.stderr
+
+
+def test_roots_installation_cache_is_roots_whatever_home_says(make_user, admin, user_hermes):
+    """`sudo -E`: HOME and XDG_CACHE_HOME are hers, and she put a link where the cache would go.
+    Root probes its own root's installation and keeps the answer in root's own home; her link and
+    what it leads to stay as they were, and her home holds nothing of root's."""
+    alice = make_user("alice")
+    build_user_root(alice, {"default": 30})
+    cache = alice.home / ".cache" / "hermes-admin"
+    cache.mkdir(parents=True)
+    target = alice.home / "target"
+    target.write_text("hers\n")
+    (cache / "hermes-installations.json").symlink_to(target)
+    chown_tree(alice.home / ".cache", alice)
+    os.lchown(target, alice.uid, alice.gid)
+    place = Path(tempfile.mkdtemp(dir="/var/tmp", prefix="ha-rootroot-"))
+    try:
+        os.chmod(place, 0o700)
+        from hermes_admin.synth.scenario import build_root
+
+        build_root(place / ".hermes", {"default": 30}, now=1.7e9)
+        config = place / "config.yaml"
+        config.write_text(yaml.safe_dump({"hermes_python": str(user_hermes / "bin" / "python")}))
+        done = admin("--root", str(place / ".hermes"), "run", "--yes",
+                     env={"HOME": str(alice.home), "XDG_CACHE_HOME": str(alice.home / ".cache"),
+                          "HERMES_ADMIN_CONFIG": str(config)})
+        assert done.returncode in (0, 1), done.stderr
+        assert (cache / "hermes-installations.json").is_symlink() and target.read_text() == "hers\n"
+        assert root_owned(alice.home) == []
+        mine = Path("/root/.cache/hermes-admin/hermes-installations.json")
+        assert str(user_hermes / "bin" / "python") in json.loads(mine.read_text())
+    finally:
+        shutil.rmtree(place, ignore_errors=True)

@@ -1,0 +1,206 @@
+"""Nothing a home's owner does to her worker holds root's run up past a bound (docs/design.md §10):
+the host's deadlines on a worker, the worker's on its forked copy, its file remover, its probe and
+its plugins' worker, and the units' start timeout."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from hermes_admin import child
+from hermes_admin.host import workers
+from hermes_admin.host.runner import Host
+from hermes_admin.host.config import AdminConfig
+from hermes_admin.profile import fork
+from hermes_admin.profile.engine import remover
+from hermes_admin.profile.policy import PolicyError, _coerce, admin_setting
+from hermes_admin.profile.tasks import ORDER
+from hermes_admin.protocol import Context, Job, Maintain, Owner, Profile, Reader, Request, Writer
+from hermes_admin.results import Result, Run
+from tests.conftest import NOW
+
+HELLO = '{"t": "hello", "uid": 0, "gid": 0, "groups": []}'
+
+
+def _job(n: int = 2, layers: dict | None = None) -> Job:
+    owner = Owner(os.getuid(), os.getgid(), tuple(sorted(os.getgroups())), "mallory", "/nonexistent")
+    found = [Profile(Path("/r"), f"p{i}", Path(f"/r/profiles/p{i}")) for i in range(n)]
+    return Job(Maintain(Request(ORDER, NOW)), owner, found, layers or {})
+
+
+def _fake_worker(monkeypatch, script: str) -> None:
+    """The worker replaced by `script` (its job pipe's descriptor is sys.argv[1])."""
+    monkeypatch.setattr(workers.child, "argv", lambda module, *args: [sys.executable, "-c", script, *args])
+
+
+def _spawn(job: Job, deadlines: workers.Deadlines) -> tuple[Run, float]:
+    started = time.monotonic()
+    spawned = workers.Spawned(job, 0, deadlines)
+    run = spawned.run()
+    return run, time.monotonic() - started
+
+
+def test_a_silent_worker_is_killed_at_its_idle_deadline_with_its_group(monkeypatch, tmp_path):
+    marker = tmp_path / "grandchild"
+    # says hello, starts a child of its own (same process group), then goes silent, as a stopped one does
+    grandchild = f"import os, time; open({str(marker)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
+    _fake_worker(monkeypatch, f"""
+import subprocess, sys, time
+print('{HELLO}', flush=True)
+subprocess.Popen([sys.executable, '-c', {grandchild!r}])
+time.sleep(60)
+""")
+    run, took = _spawn(_job(), workers.Deadlines(idle=1.0, overall=60))
+    assert took < 1.0 + workers.PIPE_GRACE_S + 2
+    assert len(run.errors) == 2 and all("gave no sign of life for 1 s" in e and "killed" in e for e in run.errors)
+    assert run.errors[0].startswith("profile 'p0': /r/profiles/p0: the worker for mallory")
+    time.sleep(0.2)
+    pid = int(marker.read_text())
+    assert _gone(pid)  # killed with the worker's process group
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in "ZX"
+    except OSError:
+        return True
+
+
+def test_a_stopped_worker_is_killed_at_its_idle_deadline(monkeypatch):
+    _fake_worker(monkeypatch, f"""
+import os, signal, time
+print('{HELLO}', flush=True)
+os.kill(os.getpid(), signal.SIGSTOP)
+""")
+    run, took = _spawn(_job(1), workers.Deadlines(idle=1.0, overall=60))
+    assert took < 5
+    assert run.errors and "gave no sign of life" in run.errors[0]
+
+
+def test_a_worker_that_beats_forever_is_killed_at_its_overall_deadline(monkeypatch):
+    _fake_worker(monkeypatch, f"""
+import time
+print('{HELLO}', flush=True)
+while True:
+    print('{{"t": "beat"}}', flush=True)
+    time.sleep(0.1)
+""")
+    run, took = _spawn(_job(1), workers.Deadlines(idle=1.0, overall=2.0))
+    assert 2.0 <= took < 6
+    assert "still at work after 2 s; killed (worker_timeout)" in run.errors[0]
+
+
+def test_a_worker_that_never_reads_its_job_never_blocks_the_host(monkeypatch):
+    _fake_worker(monkeypatch, "import time; time.sleep(60)")
+    big = {f"/r/profiles/p{i}": {"defaults": {"x": "y" * 4096}} for i in range(64)}  # past a pipe's 64 KiB
+    run, took = _spawn(_job(64, big), workers.Deadlines(idle=1.0, overall=60))
+    assert took < 5
+    assert len(run.errors) == 64 and "gave no sign of life" in run.errors[0]
+
+
+def test_a_beating_worker_that_reports_is_not_killed(monkeypatch):
+    _fake_worker(monkeypatch, f"""
+import time
+print('{HELLO}', flush=True)
+for _ in range(15):
+    print('{{"t": "beat"}}', flush=True)
+    time.sleep(0.1)
+print('{{"t": "end", "v": {{"dry_run": false, "errors": [], "locked": [], "warnings": []}}}}', flush=True)
+""")
+    run, took = _spawn(_job(1), workers.Deadlines(idle=0.5, overall=60))
+    assert run.errors == [] and took >= 1.4
+
+
+def test_the_writer_beats_from_a_thread_and_stops_at_the_end():
+    lines: list[str] = []
+    writer = Writer(lines.append)
+    with writer.beating(0.05):
+        time.sleep(0.3)
+    writer.run(Run(dry_run=True))
+    writer.beat()  # after the end: nothing
+    assert sum(line == '{"t": "beat"}\n' for line in lines) >= 3
+    assert lines[-1].startswith('{"t": "end"')
+    reader = Reader(set())
+    for line in [HELLO, *lines]:
+        reader.line(line.strip().encode())
+    assert reader.ended
+
+
+def test_deadlines_come_from_the_admin_config_alone(tmp_path):
+    assert admin_setting({}, "worker_idle_timeout") == 120
+    assert admin_setting({"defaults": {"worker_timeout": 60}}, "worker_timeout") == 60
+    assert admin_setting({"entry": {"worker_timeout": 30}, "defaults": {"worker_timeout": 60}}, "worker_timeout") == 30
+    assert admin_setting({"defaults": {"worker_timeout": -1}}, "worker_timeout") == 7200  # wrong: the built-in
+    for bad in (0, -1, float("inf"), True, "soon"):
+        with pytest.raises(PolicyError):
+            _coerce("worker_idle_timeout", bad, "here")
+    config = AdminConfig(defaults={"worker_idle_timeout": 3}, profiles={"big": {"worker_timeout": 99999}})
+    host = Host(config, [])
+    profiles = [Profile(Path("/r"), name, Path(f"/r/{name}")) for name in ("default", "big")]
+    deadlines = host._deadlines(profiles)
+    assert (deadlines.idle, deadlines.overall) == (3, 99999)  # the longest of the worker's profiles
+
+
+def test_a_stopped_fork_copy_is_killed_at_the_idle_deadline(monkeypatch):
+    owner = Owner(os.getuid(), os.getgid(), (), "someone", "/nonexistent")
+    found = [Profile(Path("/r"), f"p{i:02d}", Path(f"/r/profiles/p{i:02d}")) for i in range(fork.MIN_PROFILES)]
+    job = Job(Maintain(Request(ORDER, NOW)), owner, found, {}, Context(idle_timeout=1.0))
+    parent = os.getpid()
+
+    def serve(job: Job) -> Run:
+        if os.getpid() != parent:
+            os.kill(os.getpid(), signal.SIGSTOP)  # the copy stops itself, as its owner could
+        run = Run(dry_run=False)
+        for p in job.profiles:
+            result = Result(p.name, "run", None, False)
+            result.home = str(p.home)
+            run.results.append(result)
+        return run
+
+    started = time.monotonic()
+    run = fork.in_two(job, serve)
+    assert time.monotonic() - started < 6
+    assert len(run.results) == fork.MIN_PROFILES // 2
+    assert len(run.errors) == fork.MIN_PROFILES // 2
+    assert "gave no sign of life for 1 s (stopped or traced?); killed" in run.errors[0]
+
+
+def test_a_stopped_file_remover_costs_at_most_its_stall_time(monkeypatch, tmp_path):
+    monkeypatch.setattr(remover, "STALL_S", 1.0)
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    files = [folder / f"f{i}" for i in range(3)]
+    for f in files:
+        f.write_text("x")
+    r = remover.FileRemover(str(folder))
+    r.remove([str(files[0])])
+    r.drain()
+    os.kill(r._worker.pid, signal.SIGSTOP)
+    started = time.monotonic()
+    r.remove([str(f) for f in files[1:]])
+    r.close()
+    assert time.monotonic() - started < 5
+    assert not any(f.exists() for f in files)  # done here instead
+
+
+def test_a_bounded_run_kills_a_stopped_program_and_its_group(tmp_path):
+    started = time.monotonic()
+    with pytest.raises(subprocess.TimeoutExpired):
+        child.run_bounded([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGSTOP)"], 1.0, 100)
+    assert time.monotonic() - started < 3
+    done = child.run_bounded([sys.executable, "-c", "import sys; print(sys.stdin.read()); print('x' * 10**6)"],
+                             10, 1000, input=b"hello" * 40000)
+    assert done.returncode == 0 and done.stdout.startswith(b"hello") and len(done.stdout) == 1001
+
+
+@pytest.mark.parametrize("unit", ["hermes-admin.service", "user/hermes-admin.service"])
+def test_the_oneshot_units_carry_a_start_timeout(unit):
+    text = (Path(__file__).resolve().parents[2] / "systemd" / unit).read_text()
+    assert "\nTimeoutStartSec=" in text

@@ -1,0 +1,88 @@
+"""A file in a home is read without ever blocking, and of any shape it never ends a command (issue 37)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from hermes_admin import report
+from hermes_admin.profile import run_record
+from hermes_admin.profile.engine import exports
+from hermes_admin.profile.engine.state_folder import NotPlain, read_plain, read_record
+from hermes_admin.protocol import Profile
+
+GOOD = {"format": 1, "command": "run", "started": 1.7e9, "finished": 1.7e9 + 3, "seconds": 3.0, "result": "ok",
+        "changed": {"purge": {"rows": 2, "units": 1, "files": 0}}, "errors": [], "warnings": []}
+
+
+def test_a_fifo_a_link_or_a_large_file_is_one_refusal_never_a_wait(tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    started = time.monotonic()
+    with pytest.raises(NotPlain, match="a FIFO"):
+        read_plain(fifo, 100)
+    assert time.monotonic() - started < 1
+    (tmp_path / "big").write_bytes(b"x" * 101)
+    with pytest.raises(NotPlain, match="over 100 bytes"):
+        read_plain(tmp_path / "big", 100)
+    assert read_plain(tmp_path / "big", 10, head=True) == b"x" * 10
+    (tmp_path / "link").symlink_to(tmp_path / "big")
+    with pytest.raises(NotPlain, match="symlink"):
+        read_plain(tmp_path / "link", 1000)
+    assert read_plain(tmp_path / "link", 1000, follow=True) == b"x" * 101
+
+
+def test_a_run_record_that_is_a_fifo_or_of_another_shape_is_one_line(tmp_path):
+    profile = Profile(tmp_path, "default", tmp_path)
+    (tmp_path / ".hermes-admin").mkdir()
+    record = tmp_path / ".hermes-admin" / "last-run.json"
+    os.mkfifo(record)
+    problems: list[str] = []
+    assert run_record.read(profile, problems) is None
+    assert problems == [f"{record}: is not a plain file (a FIFO); not read"]
+    record.unlink()
+    for bad, why in [({**GOOD, "started": 1e300}, "started"), ({**GOOD, "seconds": float("nan")}, "seconds"),
+                     ({**GOOD, "changed": {"purge": [1]}}, "changed"), ({**GOOD, "errors": [[]]}, "errors"),
+                     ({**GOOD, "last_error": {"at": "x", "message": "m"}}, "last_error"),
+                     ({**GOOD, "result": ["ok"]}, "result")]:
+        record.write_text(json.dumps(bad))
+        problems = []
+        assert run_record.read(profile, problems) is None
+        assert len(problems) == 1 and why in problems[0] and str(record) in problems[0]
+    record.write_text("[" * 100000 + "]" * 100000)
+    problems = []
+    assert read_record(profile, "last-run.json", 1 << 20, problems) is None and problems
+    record.write_text(json.dumps(GOOD))
+    assert run_record.read(profile) == GOOD
+
+
+def test_an_export_manifest_of_another_shape_is_refused_naming_it(tmp_path):
+    export = tmp_path / "20260101T000000Z-x.jsonl.gz"
+    export.write_bytes(b"")
+    manifest = Path(str(export) + exports.MANIFEST)
+    os.mkfifo(manifest)
+    with pytest.raises(exports.ExportError, match="FIFO"):
+        exports.load_manifest(export)
+    manifest.unlink()
+    member = {"offset": 0, "length": 0, "bytes": 0, "sha256": "x", "units": [], "reason": None}
+    for bad in [{"format": 1, "created": 1e300, "members": []}, {"format": 1, "created": "soon", "members": []},
+                {"format": 1, "home": ["x"], "members": []},
+                {"format": 1, "members": [dict(member, offset=-1)]},
+                {"format": 1, "members": [dict(member, units=[["a", 1 << 60, 1, []]])]},
+                {"format": 1, "members": [dict(member, reason=["x"])]}]:
+        manifest.write_text(json.dumps(bad))
+        with pytest.raises(exports.ExportError, match="not a hermes-admin export manifest"):
+            exports.load_manifest(export)
+    manifest.write_text("[" * 100000 + "]" * 100000)
+    with pytest.raises(exports.ExportError, match="not valid JSON"):
+        exports.load_manifest(export)
+
+
+@pytest.mark.parametrize("value", [1e300, float("nan"), float("inf"), -1e300, "x"])
+def test_a_time_no_clock_can_say_is_shown_as_none(value):
+    assert report.iso(value) is None
+    assert isinstance(report.local_time(value), str)
