@@ -10,7 +10,7 @@ from tests.conftest import counts, store_digest
 
 KEYS = ["name", "home", "store", "ok", "error", "schema_version", "journal_mode", "sessions", "messages",
         "archived", "live", "empty", "store_bytes", "wal_bytes", "last_activity", "hermes", "policy", "policy_error",
-        "stale_open", "broken_holds"]
+        "stale_open", "sqlite", "broken_holds"]
 
 
 def add_garbage_profile(root, name="broken"):
