@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import base64
 import codecs
+import contextlib
 import errno
 import hashlib
 import json
@@ -39,7 +40,7 @@ from pathlib import Path
 from typing import Iterator
 
 from hermes_admin.profile.engine.state_folder import NotPlain, open_plain, read_plain
-from hermes_admin.profile.store.sql import chunks, column_names, dicts, marks
+from hermes_admin.profile.store.sql import chunks, column_names, dicts, journal, marks
 from hermes_admin.protocol import Profile
 
 FORMAT = 2  # 1: the manifest as one JSON document, rewritten for each member (still read)
@@ -259,7 +260,12 @@ class ExportFile:
                     out.write(compressor.compress(data))
 
                 found = {}
-                with db.atomic():  # one read transaction: the whole member as of one moment: each unit consistent in itself
+                # In WAL, one read transaction: the whole member as of one moment. In a rollback journal
+                # a read transaction holds every commit back, Hermes' and ours, for as long as it lasts
+                # (encoding and compressing included): there each statement is its own, a page of rows
+                # at a time; a unit that changed meanwhile is found unlike its export by the delete's
+                # own check, inside its transaction, and left for the next run.
+                with db.atomic() if journal(db) == "wal" else contextlib.nullcontext():
                     columns = session_columns(db)
                     rows = {r[0]: r for r in session_rows(db, [i for u in units for i in u.ids])}
                     usage = self._usage(db, schema, list(rows))

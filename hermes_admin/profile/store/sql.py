@@ -43,6 +43,11 @@ def dicts(db: peewee.SqliteDatabase, sql: str, params: list | tuple = ()) -> lis
     return [dict(zip(names, row)) for row in cursor.fetchall()]
 
 
+def journal(db: peewee.SqliteDatabase) -> str:
+    """The store's journal mode, as this connection sees it ("wal", "delete", ...)."""
+    return str(db.execute_sql("PRAGMA journal_mode").fetchone()[0]).lower()
+
+
 def chunks(ids: list[str], size: int = CHUNK) -> Iterable[list[str]]:
     for start in range(0, len(ids), size):
         yield ids[start:start + size]
