@@ -63,3 +63,31 @@ def test_a_purge_beside_a_lock_that_comes_and_goes_finishes_and_loses_nothing(de
     assert not doc["errors"]
     assert row_ids(db) == kept, f"after {took:.1f} s"
     assert fts_problems(db) == []
+
+
+def test_an_export_holds_no_read_lock_between_its_pages_in_a_rollback_journal(delete_root, invoke, monkeypatch):
+    """A read transaction of ours holds every commit back in a rollback journal: Hermes commits
+    while we export, between any two pages we read."""
+    from hermes_admin.profile.engine import exports
+    from tests.helpers import other_connection
+
+    db = delete_root / "state.db"
+    monkeypatch.setattr(exports, "PAGE_ROWS", 2)
+    original, commits = exports.messages_of, []
+
+    def interleaved(conn_db, sid, names):
+        for n, row in enumerate(original(conn_db, sid, names)):
+            if n == 2:  # a page read, the next not yet: Hermes commits now, without waiting
+                hermes = other_connection(db, timeout=2)  # our own write transactions are short
+                hermes.execute("BEGIN IMMEDIATE")
+                hermes.execute("UPDATE sessions SET title = title WHERE id = 's1'")
+                hermes.execute("COMMIT")
+                hermes.close()
+                commits.append(sid)
+            yield row
+
+    monkeypatch.setattr(exports, "messages_of", interleaved)
+    result = invoke("--root", str(delete_root), "purge", "--older-than", "90", "--yes", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert commits  # Hermes committed in the middle of an export, never refused
+    assert fts_problems(db) == []
