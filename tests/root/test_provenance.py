@@ -169,3 +169,70 @@ def test_roots_installation_cache_is_roots_whatever_home_says(make_user, admin, 
         assert str(user_hermes / "bin" / "python") in json.loads(mine.read_text())
     finally:
         shutil.rmtree(place, ignore_errors=True)
+
+
+FLOOD = r'''
+import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)
+for n in range(int(sys.argv[2])):  # byte ranges apart from each other: one line of /proc/locks each
+    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 2 * n)
+print("ready", flush=True)
+import time
+time.sleep(300)
+'''
+
+
+def test_a_lock_table_she_floods_costs_one_line_and_bob_is_maintained(make_user, admin):
+    """She takes 25 000 POSIX locks on a file of hers: every read of /proc/locks meets them. The
+    scan gives up at its bound, says so once, and both roots are maintained in bounded time."""
+    import time
+
+    from tests.helpers import row_ids
+
+    alice, bob = make_user("alice"), make_user("bob")
+    for user in (alice, bob):
+        build_user_root(user, {"default": 30})
+    before = row_ids(bob.root / "state.db")
+    flood = _as(alice, ["/usr/bin/python3", "-c", FLOOD, str(alice.home / "locks"), "25000"])
+    try:
+        started = time.monotonic()
+        done = admin("--root", str(alice.root), "--root", str(bob.root), "purge", "--older-than", "90",
+                     "--yes", "--json")
+        took = time.monotonic() - started
+    finally:
+        _stop(flood)
+    assert done.returncode in (0, 1), done.stderr
+    assert took < 60, f"{took:.0f} s"
+    assert row_ids(bob.root / "state.db") < before  # his old sessions went
+    said = done.stdout + done.stderr
+    assert said.count("/proc/locks holds more than") <= 2, said  # one line (stderr, and the JSON's own)
+
+
+def test_hermes_python_keyed_by_her_root_never_runs_as_bob_through_her_link(make_user, admin):
+    """The admin config names an interpreter for her root; she makes that root a link to Bob's.
+    Keys are compared as spelled, never through links: her program never runs as Bob."""
+    alice, bob = make_user("alice"), make_user("bob")
+    build_user_root(bob, {"default": 30})
+    marker = Path(tempfile.mkdtemp(dir="/var/tmp", prefix="ha-ran-"))
+    os.chmod(marker, 0o1777)
+    python = alice.home / "py" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text(f"#!/bin/sh\ntouch {marker}/as-$(id -u)\nexec /usr/bin/python3 \"$@\"\n")
+    python.chmod(0o755)
+    chown_tree(alice.home / "py", alice)
+    if os.path.lexists(alice.root):
+        shutil.rmtree(alice.root)
+    os.symlink(bob.root, alice.root)  # what she can do in her own home
+    os.lchown(alice.root, alice.uid, alice.gid)
+    place = Path(tempfile.mkdtemp(dir="/var/tmp", prefix="ha-config-"))
+    try:
+        os.chmod(place, 0o700)
+        config = place / "config.yaml"
+        config.write_text(yaml.safe_dump({"hermes_python": {str(alice.root): str(python)}}))
+        done = admin("--root", str(bob.root), "run", "--yes", env={"HERMES_ADMIN_CONFIG": str(config)})
+        assert done.returncode in (0, 1, 2), done.stderr
+        assert not (marker / f"as-{bob.uid}").exists(), "her interpreter ran as Bob"
+        assert not (marker / "as-0").exists(), "her interpreter ran as root"
+    finally:
+        shutil.rmtree(place, ignore_errors=True)
+        shutil.rmtree(marker, ignore_errors=True)
