@@ -115,6 +115,26 @@ def reap_orphans() -> int:
 
 # -- a short conversation with a program we do not trust to end ---------------------
 
+def write_within(fd: int, data: bytes, seconds: float, poll_s: float = 0.1) -> str | None:
+    """All of `data` to a non-blocking pipe within `seconds`: None once written, else why not (a
+    reader that stopped, was stopped or traced, reads nothing: the wait has a deadline)."""
+    deadline = time.monotonic() + seconds
+    while data:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return f"did not read for {seconds:g} s"
+        _, ready, _ = select.select([], [fd], [], min(left, poll_s))
+        if not ready:
+            continue
+        try:
+            data = data[os.write(fd, data):]
+        except BlockingIOError:
+            continue
+        except OSError as exc:
+            return exc.strerror or str(exc)
+    return None
+
+
 def run_bounded(argv: list[str], timeout: float, limit: int, input: bytes = b"", **popen) -> subprocess.CompletedProcess:
     """`argv` run to its end, in a session of its own, its output read (at most `limit` bytes of
     each stream kept) until `timeout` seconds have passed: then it is killed with its whole process

@@ -260,12 +260,7 @@ class ExportFile:
                     out.write(compressor.compress(data))
 
                 found = {}
-                # In WAL, one read transaction: the whole member as of one moment. In a rollback journal
-                # a read transaction holds every commit back, Hermes' and ours, for as long as it lasts
-                # (encoding and compressing included): there each statement is its own, a page of rows
-                # at a time; a unit that changed meanwhile is found unlike its export by the delete's
-                # own check, inside its transaction, and left for the next run.
-                with db.atomic() if journal(db) == "wal" else contextlib.nullcontext():
+                with _snapshot(db):
                     columns = session_columns(db)
                     rows = {r[0]: r for r in session_rows(db, [i for u in units for i in u.ids])}
                     usage = self._usage(db, schema, list(rows))
@@ -379,6 +374,15 @@ class ExportFile:
         except OSError as exc:
             raise ExportError(exc.errno, f"cannot write the export's manifest: {exc.strerror}", str(path)) from None
         self._members += 1
+
+
+def _snapshot(db):
+    """In WAL, one read transaction: a whole member as of one moment. In a rollback journal a read
+    transaction holds every commit back, Hermes' and ours, for as long as it lasts (encoding and
+    compressing included): there each statement is its own, a page of rows at a time; a unit that
+    changed meanwhile is found unlike its export by the delete's own check, inside its
+    transaction, and left for the next run."""
+    return db.atomic() if journal(db) == "wal" else contextlib.nullcontext()
 
 
 def _dicts(db, sql: str, params: list) -> list[dict]:

@@ -17,10 +17,8 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import select
 import subprocess
 import threading
-import time
 from collections import deque
 
 from hermes_admin import child
@@ -68,22 +66,7 @@ class FileRemover:
 
     def _send(self, data: bytes) -> bool:
         """The batch to the worker, never blocking past STALL_S; False when it did not take it."""
-        fd = self._worker.stdin.fileno()
-        deadline = time.monotonic() + STALL_S
-        while data:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            _, ready, _ = select.select([], [fd], [], left)
-            if not ready:
-                continue
-            try:
-                data = data[os.write(fd, data):]
-            except BlockingIOError:
-                continue
-            except OSError:
-                return False
-        return True
+        return child.write_within(self._worker.stdin.fileno(), data, STALL_S) is None
 
     def _give_up(self) -> None:
         """The worker is stopped, traced or gone: killed (SIGKILL ends a stopped process), the rest done here."""

@@ -119,23 +119,11 @@ class HookBus:
 
     def _send(self, message: dict) -> None:
         """One line to the worker, never blocking past SEND_TIMEOUT_S (a stopped worker reads nothing)."""
-        data = (json.dumps(message) + "\n").encode()
         fd = self.proc.stdin.fileno()
         os.set_blocking(fd, False)
-        deadline = time.monotonic() + SEND_TIMEOUT_S
-        while data:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise WorkerGone(f"plugin worker did not read for {SEND_TIMEOUT_S:g} s")
-            _, ready, _ = select.select([], [fd], [], min(left, POLL_S))
-            if not ready:
-                continue
-            try:
-                data = data[os.write(fd, data):]
-            except BlockingIOError:
-                continue
-            except OSError as exc:
-                raise WorkerGone(str(exc)) from exc
+        why = child.write_within(fd, (json.dumps(message) + "\n").encode(), SEND_TIMEOUT_S, POLL_S)
+        if why is not None:
+            raise WorkerGone(f"plugin worker: {why}")
 
     def _receive(self, deadline: float) -> dict | None:
         """The next reply, or None when `deadline` (monotonic) passes first.
