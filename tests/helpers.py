@@ -102,13 +102,24 @@ def own_interpreter(tmp_path: Path) -> list[str]:
     return ["--config", str(path)]
 
 
+# A process that holds a file deleted under it (argv[1]: its path), as Hermes holds a WAL removed
+# by a careless close, until it is killed (after 120 s at most).
+HOLD_DELETED = r'''
+import os, sys, time
+path = sys.argv[1]
+fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+os.write(fd, b"x" * 4096)
+os.unlink(path)
+print("ready", flush=True)
+time.sleep(120)
+'''
+
+
 def other_connection(path, timeout: float = 5.0):
     """Another program's connection to a store, made in this process: on the SQLite hermes-admin
     uses (apsw's), so that their locks meet. Two copies of SQLite in one process never see each
     other's locks (POSIX locks belong to the process), so a holder on Python's own sqlite3 would
     hold nothing against an in-process run of ours. Autocommit unless it says BEGIN."""
-    import apsw
+    from tests import one_sqlite
 
-    conn = apsw.Connection(str(path))
-    conn.set_busy_timeout(int(timeout * 1000))
-    return conn
+    return one_sqlite.connect(path, timeout=timeout, isolation_level=None)

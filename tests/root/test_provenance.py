@@ -13,17 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.helpers import HOLD_DELETED as HOLD
 from tests.root.conftest import build_user_root, chown_tree, root_owned
-
-HOLD = r'''
-import os, sys, time
-path = sys.argv[1]
-fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-os.write(fd, b"x" * 4096)
-os.unlink(path)
-print("ready", flush=True)
-time.sleep(120)
-'''
 
 
 def _as(user, argv: list[str]) -> subprocess.Popen:

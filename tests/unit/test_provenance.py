@@ -15,16 +15,7 @@ import pytest
 
 from hermes_admin import lockrecord
 from hermes_admin.host import detached
-
-HOLD = r'''
-import os, sys, time
-path = sys.argv[1]
-fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-os.write(fd, b"x" * 4096)
-os.unlink(path)
-print("ready", flush=True)
-time.sleep(60)
-'''
+from tests.helpers import HOLD_DELETED as HOLD
 
 
 def _store(folder: Path) -> Path:

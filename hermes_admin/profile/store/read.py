@@ -16,7 +16,7 @@ from typing import Iterator
 import peewee
 from peewee import SQL, fn
 
-from hermes_admin.profile.store.sql import chunks, marks
+from hermes_admin.profile.store.sql import chunks, journal, marks
 from hermes_admin.profile.store.open import Store
 
 
@@ -259,7 +259,7 @@ def profile_counts(store: Store) -> ProfileCounts:
 
 def journal_mode(store: Store) -> str:
     # Reading the mode never changes it.
-    return str(store.db.execute_sql("PRAGMA journal_mode").fetchone()[0]).lower()
+    return journal(store.db)
 
 
 def orphan_session_ids(store: Store) -> list[str]:
