@@ -28,6 +28,7 @@ from hermes_admin.profile.hermes_config import HermesConfig, HermesConfigError
 from hermes_admin.profile.hermes_config import load as load_hermes_config
 from hermes_admin.protocol import Request  # Request: the one shape of a maintenance pass
 from hermes_admin.profile.engine.state_folder import LockHeld
+from hermes_admin.profile.environment import Environment
 from hermes_admin.profile.store import StoreError
 from hermes_admin.profile.lineage import Graph
 from hermes_admin.profile.policy import Policy, PolicyError, with_origins
@@ -421,12 +422,12 @@ def _policy(run: Run, profile: Profile, layers: dict, request: Request) -> tuple
     return config, policy
 
 
-def maintain(run: Run, profile: Profile, layers: dict, request: Request,
-             siblings: dict[str, Profile] | None = None, lock_wait: float | None = None) -> None:
+def maintain(run: Run, profile: Profile, layers: dict, request: Request, env: Environment,
+             siblings: dict[str, Profile] | None = None) -> None:
     """Run the requested tasks on one profile; its failures are recorded, never raised.
 
     `layers`: the admin config's part of its policy, as the host read it (host.config.policy_layers).
-    `lock_wait`: --lock-wait, over the policy's.
+    `env`: the job's (its --lock-wait over the policy's).
     """
     if not profile.has_store():  # a profile Hermes never used yet: nothing to do, not an error
         result = Result(profile.name, "none", None, request.dry_run, status="skipped",
@@ -463,6 +464,5 @@ def maintain(run: Run, profile: Profile, layers: dict, request: Request,
         return results
 
     exports = Settings(request.export_dir or policy.export_dir, policy.export_keep_days)
-    lock_wait = lock_wait if lock_wait is not None else policy.lock_wait
-    with_engine(run, profile, work, exports, config, lock_wait, incremental=policy.incremental_vacuum,
-                finished=results)
+    env = replace(env, lock_wait=env.lock_wait if env.lock_wait is not None else policy.lock_wait)
+    with_engine(run, profile, env, work, exports, config, incremental=policy.incremental_vacuum, finished=results)
