@@ -44,8 +44,7 @@ from hermes_admin.profile.engine.splits import SplitDeletes
 from hermes_admin.profile.engine.state_folder import ProfileLocks
 from hermes_admin.profile.engine.tokenizer import CJK_FTS_TABLE, Tokenizer
 from hermes_admin.profile.engine.turns import Turns
-from hermes_admin.profile.hermes_config import HermesConfig
-from hermes_admin.profile.hermes_config import load as load_hermes_config
+from hermes_admin.profile.hermes_config import HermesConfig, load as load_hermes_config
 from hermes_admin.profile.hooks.bus import HookBus
 from hermes_admin.profile.hooks.discovery import discover as discover_plugins
 from hermes_admin.profile.hooks.discovery import safe_mode
@@ -71,8 +70,7 @@ class Engine:
                  progress: Progress | None = None, exports: Settings | None = None,
                  config: HermesConfig | None = None, lock_wait_s: float | None = None, incremental: bool = True,
                  verbose: int = 0):
-        self.profile, self.dry_run, self.now = profile, dry_run, now
-        self.verbose = verbose  # -v: the plugin worker is told (hooks/bus.py)
+        self.profile, self.dry_run, self.now, self.verbose = profile, dry_run, now, verbose  # verbose: -v, for plugins
         self.incremental = incremental  # a VACUUM of ours switches the store to incremental auto-vacuum
         self.lock_wait_s = lock_wait_s  # how long another writer may hold the lock without progress
         self.export_settings = exports or Settings()
@@ -156,10 +154,8 @@ class Engine:
             return HookBus(self.profile, [], self.config.hook_timeout, verbose=self.verbose)
         lookup = installation.for_profile(self.profile)
         timeout, _ = installation.hook_timeout(self.config, lookup)
-        if lookup.installation is not None:
-            return HookBus(self.profile, [], timeout, installation=lookup.installation, notes=lookup.notes,
-                           verbose=self.verbose)
-        return HookBus(self.profile, discover_plugins(self.profile.home, self.config), timeout, notes=lookup.notes,
+        ours = [] if lookup.installation is not None else discover_plugins(self.profile.home, self.config)
+        return HookBus(self.profile, ours, timeout, installation=lookup.installation, notes=lookup.notes,
                        verbose=self.verbose)
 
     def _has_index(self, table: str) -> bool:
