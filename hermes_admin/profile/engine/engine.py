@@ -32,7 +32,7 @@ from hermes_admin.profile.engine.export_ahead import ExportAhead, Step, data_ver
 from hermes_admin.profile.engine.exports import ExportFile, Settings
 from hermes_admin.profile.engine.fts_merges import FtsMerges
 from hermes_admin.profile.engine.group_commit import GroupCommit
-from hermes_admin.profile.engine.holders import held_by_its_owner
+from hermes_admin.holders import held_by_its_owner
 from hermes_admin.profile.engine.outbox import Event, Outbox
 from hermes_admin.profile.engine.packing import units_by_count
 from hermes_admin.profile.engine.pacer import MERGE_STEPS, MERGE_STEPS_AT_END, Pacer
