@@ -104,16 +104,37 @@ def _human(run: Run, verbose: int = 0, quiet: bool = False) -> None:
     by_profile: dict[str, list] = {}
     for result in run.results:
         by_profile.setdefault(result.home or result.profile, []).append(result)
+    stops = stopped(run)  # label -> why not all was done: said here too, never as "nothing to do"
     for results in by_profile.values():
+        label = results[0].label or results[0].profile
+        why = stops.pop(label, None)
         if not (verbose or run.dry_run) and not any(report.changed(r) for r in results):
             if not quiet:
-                report.line(_nothing_line(results))
+                report.line(f"{label}: nothing done: {why}" if why else _nothing_line(results))
             continue
         for result in results:
             if not quiet or report.changed(result):
                 _result_lines(result, run.dry_run, verbose, quiet)
         for path in dict.fromkeys(r.export for r in results if r.export):  # once a profile, whatever the tasks
-            report.line(f"{results[0].label or results[0].profile}: exported to {path}")
+            report.line(f"{label}: exported to {path}")
+        if why and not quiet:
+            report.line(f"{label}: not all done: {why}")
+    for label, why in stops.items() if not quiet else ():  # stopped before any task (a lock held)
+        report.line(f"{label}: nothing done: {why}")
+
+
+_PROFILE_LINE = re.compile(r"^profile '(.*?)': (?:skipped: )?(.*)$", re.DOTALL)
+
+
+def stopped(run: Run) -> dict[str, str]:
+    """Each profile whose work an error or a held lock ended or cut short, with the first such
+    line's reason (every such line begins `profile 'LABEL': `)."""
+    stops: dict[str, str] = {}
+    for line in run.locked + run.errors:
+        match = _PROFILE_LINE.match(line)
+        if match:
+            stops.setdefault(*match.groups())
+    return stops
 
 
 def _nothing_line(results: list) -> str:
