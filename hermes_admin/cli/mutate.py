@@ -68,10 +68,14 @@ def counted(preview: Run) -> str:
 
 
 def confirm(question: str, yes: bool, dry_run: bool) -> None:
-    """Ask on a terminal; Ctrl-C at the prompt aborts at once (nothing was done yet). "No" is an
-    answer, not an interruption: nothing is changed and the exit code is 1, not 130."""
+    """Ask on a terminal; Ctrl-C at the prompt, or before it while its counts were made, ends the
+    command at once (nothing was done yet: 130). "No" is an answer, not an interruption: nothing is
+    changed and the exit code is 1, not 130."""
     if not asks(yes, dry_run):
         return
+    if stopping.requested():  # Ctrl-C while the question was being counted: no question, nothing done
+        report.note("stopped while planning: nothing was changed")
+        raise click.exceptions.Exit(exitcodes.INTERRUPTED)
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         agreed = click.confirm(question, err=True)
@@ -230,5 +234,6 @@ def finish(run: Run, as_json: bool, verb: str, verbose: int = 0, quiet: bool = F
         _human(run, verbose, quiet)
     problems(run)
     if stopping.requested():
-        report.warn("stopped on request: the report above is what was done; the rest waits for the next run")
+        report.warn("stopped on request: the report above is what was done; the rest waits for the next run "
+                    "(`--dry-run` counts what is left)")
     raise click.exceptions.Exit(exitcodes.INTERRUPTED if stopping.requested() else run.exit_code())
