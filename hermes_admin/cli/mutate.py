@@ -181,34 +181,6 @@ def findings_summary(notes: list[str]) -> str:
     return ", ".join(f"{n} {kind}" for kind, n in counts.items())
 
 
-# a plugin failure's warning, so repeats of one plugin's failures fold into one line
-_PLUGIN_LINE = re.compile(r"^(profile '.*?': plugin \S+): (.*)$", re.DOTALL)
-_REPEATS = re.compile(r"^\S.* (\d+) more time\(s\)$")  # the count a folded warning already carries
-
-
-def plugin_failures(lines: list[str]) -> list[str]:
-    """One line per failing plugin per run: its first failure, and how many more there were
-    (each task of a run delivers its own events, and each would say it again)."""
-    first: dict[str, str] = {}
-    more: dict[str, int] = {}
-    others = []
-    for line in lines:
-        match = _PLUGIN_LINE.match(line)
-        if not match:
-            others.append(line)
-            continue
-        who, text = match.groups()
-        repeats = _REPEATS.match(text)
-        if who not in first and not repeats:
-            first[who] = text
-        else:
-            more[who] = more.get(who, 0) + (int(repeats.group(1)) if repeats else 1)
-    said = [f"{who}: {text}" + (f" (and {more[who]} more time(s) this run)" if more.get(who) else "")
-            for who, text in first.items()]
-    said += [f"{who}: failed {n} more time(s) this run" for who, n in more.items() if who not in first]
-    return others + said
-
-
 def _value(value) -> str:
     return "forever" if value is None else str(value).lower() if isinstance(value, bool) else f"{value:g}" \
         if isinstance(value, float) else str(value)
@@ -216,15 +188,8 @@ def _value(value) -> str:
 
 def problems(run: Run) -> None:
     """Warnings and errors on stderr, whatever the output format."""
-    for result in run.results:
-        for line in result.files_skipped:
-            report.warn(line)
-    for line in plugin_failures([line for result in run.results for line in result.hook_failures]):
-        report.warn(line)
-    for line in run.warnings:
-        report.warn(line)
-    for line in run.locked + run.errors:
-        report.error(line)
+    for severity, line in report.problems(run):
+        (report.error if severity == "error" else report.warn)(line)
 
 
 def finish(run: Run, as_json: bool, verb: str, verbose: int = 0, quiet: bool = False) -> None:
