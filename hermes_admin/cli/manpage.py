@@ -24,8 +24,9 @@ EXIT_STATUS = [  # exitcodes.py in words, the README's table
     (exitcodes.USAGE, "usage error (EX_USAGE)"),
     (exitcodes.INTERNAL, "internal error (EX_SOFTWARE): a bug; the traceback under -v"),
     (exitcodes.CONFIG, "the admin config cannot be used (EX_CONFIG); nothing was done"),
-    (exitcodes.INTERRUPTED, "interrupted (SIGINT, SIGTERM), after reporting what was done"),
-]
+    (exitcodes.INTERRUPTED, "interrupted (SIGINT, SIGTERM), after reporting what was done; Ctrl-C while a "
+                            "prompt's counts are made: no prompt, nothing done"),
+]  # `status` exits with what the worst last run it shows exited with (0, 1, 3, 2: ranked so)
 ENVIRONMENT = [  # every variable hermes-admin reads
     ("HERMES_HOME", "the Hermes root (or a profile's folder, mapped back to its root) when no --root is given"),
     ("HERMES_ADMIN_CONFIG", "the admin config file, when no --config is given"),
