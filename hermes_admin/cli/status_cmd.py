@@ -180,7 +180,7 @@ def profile_lines(row: dict, label: str) -> list[str]:
         lines.append(f"  last run:    {_run_text(last)}: {changed_text(last['changed'])}")
         lines += [f"    error: {line}" for line in last["errors"]]
         lines += [f"    warning: {line}" for line in last["warnings"]]
-    if change and change is not last and change != last:
+    if change is not None and change is not last:
         lines.append(f"  last change: {_run_text(change)}: {changed_text(change['changed'])}")
     elif last and not change:
         lines.append("  last change: none recorded")
