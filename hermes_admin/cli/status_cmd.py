@@ -138,7 +138,7 @@ def health(row: dict) -> tuple[str, int]:
 @json_option
 @pass_app
 def status(app: App, profiles, as_json: bool):
-    """The last runs per profile and the next scheduled one; changes nothing.
+    """The last run per profile and the next scheduled one; changes nothing.
 
     Per profile: its last run (when, which command, result, how long, what it changed), the last
     run that changed something, and the newest error (the last run's, or dated as older); then the
