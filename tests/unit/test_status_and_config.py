@@ -141,3 +141,22 @@ def test_config_check_reads_the_plugin_keys_too(synth_root, invoke):
     result = invoke("--root", str(root), "config", "check")
     assert result.exit_code == 1  # a warning: Hermes' own default applies
     assert f"{home_of(root, 'work') / 'config.yaml'}:3: plugins.hook_callback_timeout" in result.stderr
+
+
+def test_the_next_run_says_whether_anything_will_run_it():
+    from hermes_admin.cli.status_cmd import next_text
+
+    daemon = {"source": "daemon schedule.run", "next": 1.8e9, "jitter_seconds": None}
+    assert next_text(dict(daemon, daemon={"unit": "system", "active": "active"})).endswith(
+        "(system unit hermes-admin-daemon.service active)")
+    assert next_text(dict(daemon, daemon={"unit": "system", "active": "inactive"})).startswith(
+        "none: the system unit hermes-admin-daemon.service is inactive (it would run ")
+    assert next_text(dict(daemon, daemon={"unit": None, "active": "not loaded"})).startswith(
+        "none: no hermes-admin-daemon.service is loaded")
+    assert next_text(dict(daemon, daemon={"unit": None, "active": None})).endswith(
+        "if a daemon runs (systemd did not answer)")
+    timer = {"source": "systemd system timer hermes-admin.timer", "next": "Fri 2026-12-04 03:31:07 UTC",
+             "active": "active"}
+    assert next_text(timer) == "Fri 2026-12-04 03:31:07 UTC (active)"
+    assert next_text(dict(timer, next=None, active="inactive")) == "none (inactive)"
+    assert next_text(dict(timer, next=None, active="not loaded")) == "none (not loaded)"
