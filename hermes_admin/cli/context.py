@@ -31,9 +31,10 @@ class App:
     def config(self) -> admin_config.AdminConfig:
         if self._config is None:
             try:
-                self._config = admin_config.load(self.config_path)
+                self._config = admin_config.load_checked(self.config_path)
             except admin_config.ConfigError as exc:
-                report.error(f"config: {exc}")
+                for line in str(exc).splitlines():  # every problem, each with its file and line
+                    report.error(f"config: {line}")
                 raise click.exceptions.Exit(exitcodes.CONFIG)
         return self._config
 

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import click
 
+from hermes_admin.cli.groups import SuggestingGroup
 from hermes_admin import exitcodes, report, stopping
 from hermes_admin.cli.context import App, pass_app
 from hermes_admin.host.config import ConfigError
-from hermes_admin.host.config import load as load_config
+from hermes_admin.host.config import load_checked as load_config
 from hermes_admin.host.config import shipped
 
 PLACEHOLDER = "/usr/local/bin/hermes-admin"  # the path the shipped units name, replaced by this installation's real one
@@ -81,7 +82,7 @@ def render_units(user: bool, exe: str, roots: list[Path] | None, writable: list[
     return units
 
 
-@click.group()
+@click.group(cls=SuggestingGroup)
 def systemd():
     """systemd units for hermes-admin."""
 

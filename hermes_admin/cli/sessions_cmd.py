@@ -6,6 +6,7 @@ import time
 
 import click
 
+from hermes_admin.cli.groups import SuggestingGroup
 from dataclasses import replace
 
 from hermes_admin import exitcodes, report, tables
@@ -23,7 +24,7 @@ COLUMNS = [Column("profile", whole=True), Column("id", whole=True), Column("titl
            Column("last activity", drop=1), Column("source", drop=2), Column("msgs", drop=4), Column("state", drop=3)]
 
 
-@click.group()
+@click.group(cls=SuggestingGroup)
 def sessions():
     """Look at, delete or archive sessions."""
 
