@@ -21,7 +21,7 @@ from hermes_admin.trust import expand_user, not_roots_alone
 
 APP = "hermes-admin"  # the folder name platformdirs and /etc look under
 # every key the admin config may hold; any other is refused (exit 78)
-TOP_LEVEL_KEYS = {"roots", "defaults", "profiles", "schedule", "metrics_file", "hermes_python"}
+TOP_LEVEL_KEYS = {"roots", "defaults", "profiles", "schedule", "metrics_file", "hermes_python", "exclude"}
 
 
 class ConfigError(Exception):
@@ -38,6 +38,8 @@ class AdminConfig:
     metrics_file: str | None = None
     # the python of the Hermes installation plugins run in: one path for every root, or {ROOT: path}
     hermes_python: str | dict | None = None
+    # profiles left out unless named with -p: NAME (in every root), ROOT:NAME or a home folder, as -p takes them
+    exclude: list[str] = field(default_factory=list)
 
 
 def candidate_paths(environ: dict[str, str] | None = None) -> list[Path]:
@@ -94,6 +96,11 @@ def parse(path: Path) -> AdminConfig:
     for key in ("defaults", "profiles", "schedule"):
         if not isinstance(data.get(key) or {}, dict):
             raise ConfigError(f"{path}: {key} must be a mapping")
+    exclude = data.get("exclude") or []
+    if isinstance(exclude, str):
+        exclude = [exclude]
+    if not isinstance(exclude, list) or not all(isinstance(e, str) and e for e in exclude):
+        raise ConfigError(f"{path}: exclude must be a list of profiles (NAME, ROOT:NAME or a home folder)")
     pythons = data.get("hermes_python")
     if pythons is not None and not isinstance(pythons, str) and not (
             isinstance(pythons, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in pythons.items())):
@@ -101,7 +108,7 @@ def parse(path: Path) -> AdminConfig:
     return AdminConfig(
         path=path, roots=roots, defaults=data.get("defaults") or {},
         profiles=data.get("profiles") or {}, schedule=data.get("schedule") or {},
-        metrics_file=data.get("metrics_file"), hermes_python=pythons,
+        metrics_file=data.get("metrics_file"), hermes_python=pythons, exclude=exclude,
     )
 
 

@@ -138,3 +138,16 @@ def test_user_units_keep_the_metrics_folder(invoke, tmp_path):
     config = _config(tmp_path, f"metrics_file: {metrics}\n")
     printed = invoke("--config", config, "systemd", "print", "--user")
     assert f"-{metrics.parent}" in printed.stdout and f"--config {config}" in printed.stdout
+
+
+def test_exclude_leaves_a_profile_out_unless_named(synth_root, invoke, tmp_path):
+    root, _ = synth_root
+    config = _config(tmp_path, f"exclude: [work, '{root}:legacy']\n")
+    listed = json.loads(invoke("--root", str(root), "--config", config, "profiles", "--json").stdout)
+    assert {p["name"] for p in listed["profiles"]} == {"default"}
+    dry = json.loads(invoke("--root", str(root), "--config", config, "run", "--dry-run", "--json").stdout)
+    assert {r["profile"] for r in dry["results"]} == {"default"}
+    named = json.loads(invoke("--root", str(root), "--config", config, "profiles", "-p", "work", "--json").stdout)
+    assert [p["name"] for p in named["profiles"]] == ["work"]
+    bad = invoke("--root", str(root), "--config", _config(tmp_path, "exclude: {work: 1}\n"), "profiles")
+    assert bad.exit_code == 78 and "exclude must be a list" in bad.stderr
