@@ -9,9 +9,9 @@ from pathlib import Path
 
 import click
 
-from hermes_admin.cli.groups import SuggestingGroup
 from hermes_admin import durations, exitcodes, report, tables
 from hermes_admin.cli.context import App, json_option, pass_app, profile_option
+from hermes_admin.cli.groups import SuggestingGroup
 from hermes_admin.host import config as admin_config
 from hermes_admin.protocol import ShowPolicy
 from hermes_admin.tables import Column

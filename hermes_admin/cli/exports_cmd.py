@@ -9,11 +9,11 @@ from pathlib import Path
 
 import click
 
-from hermes_admin.cli.groups import SuggestingGroup
 from hermes_admin import report, tables
 from hermes_admin.tables import Column
 from hermes_admin.cli import mutate
 from hermes_admin.cli.context import App, json_option, pass_app, profile_option
+from hermes_admin.cli.groups import SuggestingGroup
 from hermes_admin.cli.maintain_cmd import absolute_dir, export_dir_option
 from hermes_admin.cli.params import EXPORT_AGE, SIZE, at_least
 from hermes_admin.protocol import ListExports, PruneExports, Restore

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import click
 
-from hermes_admin.cli.groups import SuggestingGroup
 from hermes_admin import exitcodes, report, stopping
 from hermes_admin.cli.context import App, pass_app
+from hermes_admin.cli.groups import SuggestingGroup
 from hermes_admin.host.config import ConfigError
 from hermes_admin.host.config import load_checked as load_config
 from hermes_admin.host.config import shipped

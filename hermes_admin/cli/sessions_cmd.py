@@ -6,7 +6,6 @@ import time
 
 import click
 
-from hermes_admin.cli.groups import SuggestingGroup
 from dataclasses import replace
 
 from hermes_admin import exitcodes, report, tables
@@ -14,6 +13,7 @@ from hermes_admin.shown import clean
 from hermes_admin.tables import Column
 from hermes_admin.cli import mutate
 from hermes_admin.cli.context import App, json_option, pass_app, profile_option
+from hermes_admin.cli.groups import SuggestingGroup
 from hermes_admin.cli.maintain_cmd import absolute_dir, build_filters, export_dir_option, filter_options
 from hermes_admin.protocol import Change, ListSessions, SessionDetail
 from hermes_admin.results import Run

@@ -151,3 +151,11 @@ def test_exclude_leaves_a_profile_out_unless_named(synth_root, invoke, tmp_path)
     assert [p["name"] for p in named["profiles"]] == ["work"]
     bad = invoke("--root", str(root), "--config", _config(tmp_path, "exclude: {work: 1}\n"), "profiles")
     assert bad.exit_code == 78 and "exclude must be a list" in bad.stderr
+
+
+def test_the_daemon_refuses_a_value_under_its_minimum(synth_root, tmp_path):
+    root, _ = synth_root
+    config = _config(tmp_path, "defaults:\n  export_keep_days: 1m\n")
+    proc = subprocess.run([sys.executable, "-m", "hermes_admin", "--root", str(root), "--config", config, "daemon"],
+                          capture_output=True, text=True, timeout=60, env=dict(os.environ, HERMES_ADMIN_CONFIG=""))
+    assert proc.returncode == 78 and f"{config}:2: defaults: export_keep_days" in proc.stderr
