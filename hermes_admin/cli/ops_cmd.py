@@ -65,11 +65,12 @@ class UnitInputs:
     """What `systemd print` was given, for the units to carry exactly: the roots' options their
     command lines start with (None keeps the shipped `--all-users` or `--root %h/.hermes`), the
     other global options (`--config F`, `--lock-wait`), and every folder the run writes: the roots
-    (none: the shipped list), then exports and the metrics folder."""
+    (none, or every user's: the shipped list too), then exports and the metrics folder."""
 
     root_options: tuple[str, ...] | None = None
     options: tuple[str, ...] = ()
     roots: tuple[Path, ...] = ()
+    all_users: bool = False
     writable: tuple[Path, ...] = ()
 
 
@@ -98,7 +99,9 @@ def render_units(user: bool, exe: str, inputs: UnitInputs = UnitInputs()) -> dic
                 chosen = words[:n] if inputs.root_options is None else [_word(w) for w in inputs.root_options]
                 line = " ".join([f"ExecStart={exe}", *chosen, *map(_word, inputs.options), *words[n:]])
             elif line.startswith("ReadWritePaths="):
-                roots = [_word(r) if user else "-" + _word(r) for r in inputs.roots] or line.split("=", 1)[1].split()
+                roots = [_word(r) if user else "-" + _word(r) for r in inputs.roots]
+                if not roots or inputs.all_users:
+                    roots += line.split("=", 1)[1].split()  # the shipped list: every user's root
                 cache = "-%h/.cache/hermes-admin" if user else "-/root/.cache/hermes-admin"  # installation.py's cache
                 line = "ReadWritePaths=" + " ".join(dict.fromkeys(
                     roots + [cache] + ["-" + _word(w) for w in inputs.writable]))
@@ -121,7 +124,7 @@ def unit_inputs(app: App) -> UnitInputs:
     root_options: list[str] | None = None  # nothing said about roots: the shipped selection
     if app.roots_given or app.all_users or config.roots:
         root_options = [w for r in app.roots_given for w in ("--root", str(Path(r).expanduser().absolute()))]
-        root_options += ["--all-users"] if app.all_users else []  # the config's roots: come with --config
+        root_options += ["--all-users"] if app.all_users else []  # no --root: the config's roots:, by --config
     roots = [Path(r).expanduser().absolute() for r in app.roots_given or config.roots]
     writable = []
     for name in list(config.profiles) or [""]:
@@ -133,7 +136,7 @@ def unit_inputs(app: App) -> UnitInputs:
     if config.metrics_file:
         writable.append(Path(config.metrics_file).expanduser().absolute().parent)
     return UnitInputs(None if root_options is None else tuple(root_options), tuple(options), tuple(roots),
-                      tuple(dict.fromkeys(writable)))
+                      app.all_users, tuple(dict.fromkeys(writable)))
 
 
 @click.group(cls=SuggestingGroup)

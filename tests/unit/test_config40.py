@@ -159,3 +159,12 @@ def test_the_daemon_refuses_a_value_under_its_minimum(synth_root, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "hermes_admin", "--root", str(root), "--config", config, "daemon"],
                           capture_output=True, text=True, timeout=60, env=dict(os.environ, HERMES_ADMIN_CONFIG=""))
     assert proc.returncode == 78 and f"{config}:2: defaults: export_keep_days" in proc.stderr
+
+
+def test_all_users_with_the_configs_roots_keeps_every_users_paths(invoke, tmp_path):
+    config = _config(tmp_path, "roots: [/srv/hermes-a]\n")
+    printed = invoke("--config", config, "--all-users", "systemd", "print").stdout
+    service = printed.split("# ---- hermes-admin.service ----")[1].split("# ----")[0]
+    paths = next(l for l in service.splitlines() if l.startswith("ReadWritePaths=")).split("=", 1)[1].split()
+    assert {"-/srv/hermes-a", "-/home", "-/root/.hermes"} <= set(paths)
+    assert f"--all-users --config {config} -q run --yes" in service
