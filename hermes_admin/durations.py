@@ -57,7 +57,8 @@ class Rule:
     finite: bool = False  # a deadline: never unbounded
 
 
-# Every duration key of the policy, and the options that set the same thing (README's table).
+# Every duration key of the policy; an option that sets the same thing keeps its key's rule
+# (cli/params.py). README's table says them.
 RULES = {
     "retention_days": Rule("d", DAY),
     "auto_archive_days": Rule("d", DAY),
