@@ -135,11 +135,9 @@ class Problem:
 
 def text_of(path) -> str | None:
     """A config file's text, to find a key's line: a plain file only (a FIFO is never waited on)."""
-    from hermes_admin.profile.engine.state_folder import read_plain
-
     try:
-        return read_plain(path, 1 << 20, follow=True, head=True).decode("utf-8", "replace") if path else None
-    except OSError:
+        return yamlfile.text(path) if path else None
+    except (OSError, yamlfile.YAMLRefused):
         return None
 
 

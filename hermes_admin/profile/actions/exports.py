@@ -7,10 +7,11 @@ from pathlib import Path
 from hermes_admin.profile.actions.common import Run, export_settings, with_engine
 from hermes_admin.profile.engine import exports
 from hermes_admin.profile.engine.engine import Engine, Result
+from hermes_admin.profile.environment import Environment
 from hermes_admin.protocol import Profile
 
 
-def restore(run: Run, profile: Profile, path: str, sessions: list[str] | None) -> None:
+def restore(run: Run, profile: Profile, env: Environment, path: str, sessions: list[str] | None) -> None:
     """Units of an export back into this profile's store; a session id that exists is left alone."""
     def work(engine: Engine) -> list[Result]:
         result = Result(profile.name, "restore", None, engine.dry_run)
@@ -18,7 +19,7 @@ def restore(run: Run, profile: Profile, path: str, sessions: list[str] | None) -
         engine.restore(Path(path), set(sessions) if sessions else None, result)
         return [result]
 
-    with_engine(run, profile, work)
+    with_engine(run, profile, env, work)
 
 
 def listing(run: Run, profile: Profile, layers: dict | None, export_dir: str | None) -> None:
