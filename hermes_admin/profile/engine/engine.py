@@ -283,15 +283,15 @@ class Engine:
         event_ids = self.outbox.add_pending("delete", reason, chunk) if listening else [None] * len(chunk)
         synced = self.commits.before(last)
 
-        def rolled_back():
+        try:
+            held = self.pacer.hold(lambda db: self.deletes.in_transaction(db, chunk, step.exported, recheck, orphans))
+        except BaseException:
             if listening:
                 self.outbox.settle({}, event_ids)  # rolled back: these events must never fire
-
+            raise
         # Committed, `follow` says what follows; it needs no write lock, so it fills the pause we owe.
-        self.pacer.write(lambda db: self.deletes.in_transaction(db, chunk, step.exported, recheck, orphans),
-                         step.weight, result, f"a delete of {len(chunk)} unit(s)", synced=synced,
-                         follow=lambda done: self._deleted(chunk, event_ids, reason, done, result),
-                         rolled_back=rolled_back)
+        self.pacer.settle(held, step.weight, result, f"a delete of {len(chunk)} unit(s)", synced=synced,
+                          follow=lambda done: self._deleted(chunk, event_ids, reason, done, result))
 
     def _deleted(self, chunk: list[Unit], event_ids: list, reason: str, done: tuple[Decision, bool],
                  result: Result):

@@ -63,9 +63,14 @@ def flip_archived(pacer: Pacer, aftermath: Aftermath, deletes: Deletes, flip: Fl
         decision = flip.decide(db, deletes, chunk)
         return decision, flip.apply(db, decision)
 
-    decision, _ = pacer.write(work, weight, result, f"an archive flip of {len(chunk)} unit(s)", synced=True,
-                              quiet=False, follow=lambda done: (done[1], None),  # a checkpoint
-                              rolled_back=lambda: outbox.settle({}, event_ids) if fires else None).value
+    try:
+        held = pacer.hold(work, quiet=False)
+    except BaseException:
+        if fires:
+            outbox.settle({}, event_ids)  # rolled back: these events must never fire
+        raise
+    decision, _ = pacer.settle(held, weight, result, f"an archive flip of {len(chunk)} unit(s)", synced=True,
+                               follow=lambda done: (done[1], None)).value  # a claim alone wrote: a checkpoint
     if fires:
         changed = decision.changes
         outbox.settle({event_ids[i]: list(ids) for i, ids in changed.items()},

@@ -117,7 +117,7 @@ class SplitDeletes:
         """Delete the unit's messages in id order, a step per transaction, then its rows: (None, the
         last step's transaction) once it committed, else (why the unit must stay: a change, or a stop
         request, ...). What each step took is in `taken` from the moment it commits, before anything
-        that can fail after the commit (the pacer's `took`)."""
+        that can fail after the commit (between the pacer's `hold` and its `settle`)."""
         remaining = self._message_weights(unit, exported.max_message_id)
         went = 0  # weight our steps took
         while True:
@@ -134,13 +134,14 @@ class SplitDeletes:
             present: list[str] = []
             # A changed unit lost nothing: no step of ours. After the last step, what ends the split
             # follows its commit (_after_split), then its turn.
-            held = self.pacer.write(lambda db: self._step(db, unit, exported, recheck, step, final, len(remaining),
-                                                          present),
-                                    weight + (exports.UNIT_WEIGHT if final else 0), result,
-                                    "a step of a unit deleted in steps", unless=bool, follow=None if final else _wrote,
-                                    took=lambda why: None if why else taken.add(step, present if final else None))
-            if held.value:
+            held = self.pacer.hold(lambda db: self._step(db, unit, exported, recheck, step, final, len(remaining),
+                                                         present))
+            if held.value:  # it found the unit changed and deleted nothing: nothing follows
+                faults.point("committed")
                 return held.value, None
+            taken.add(step, present if final else None)  # before anything that can fail after the commit
+            self.pacer.settle(held, weight + (exports.UNIT_WEIGHT if final else 0), result,
+                              "a step of a unit deleted in steps", follow=None if final else _wrote)
             went += weight
             remaining = remaining[count:]
             if final:
