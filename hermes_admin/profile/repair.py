@@ -38,7 +38,8 @@ from hermes_admin.profile.lineage import Unit
 from hermes_admin.profile.engine.state_folder import LockHeld, RecordedFlock, state_folder
 from hermes_admin.profile.store import Store, StoreError, keep_wal
 from hermes_admin.profile.engine.exports import UNIT_WEIGHT
-from hermes_admin.profile.engine.restore import insert_row, row_weight
+from hermes_admin.profile.engine.restore import row_weight
+from hermes_admin.profile.store.restoring import insert_row
 from hermes_admin.profile.store.connect import readonly_uri, write_transaction
 from hermes_admin.profile.store.read import existing_ids
 from hermes_admin.profile.store.sql import dicts

@@ -33,8 +33,8 @@ from hermes_admin.profile.store import StoreError
 from hermes_admin.profile.lineage import Graph
 from hermes_admin.profile.policy import Policy, PolicyError, with_origins
 from hermes_admin.profile.parts import graph_parts
-from hermes_admin.profile.store.read import (WITHOUT_MESSAGES, any_without_messages, existing_ids, message_bytes,
-                                             orphan_session_ids)
+from hermes_admin.profile.store.read import (WITHOUT_MESSAGES, any_without_messages, count_sessions, existing_ids,
+                                             message_bytes, orphan_session_ids)
 from hermes_admin.profile.tasks import Selection, archive, budget, empty, ghosts, retention, stale
 
 from hermes_admin.profile.store.errors import SQLITE_ERRORS
@@ -169,9 +169,7 @@ class _Pass:
     def _parts(self, task: str, result: Result, only: str | None = None) -> Iterator[Graph]:
         """The store a part at a time (parts.py), with a progress bar; a stop request ends it."""
         store = self.engine.store
-        where = f"WHERE {only}" if only else ""
-        total = store.db.execute_sql(f"SELECT COUNT(*) FROM sessions s {where}").fetchone()[0] \
-            if self.engine.progress.wanted() else 0  # a count only for a bar someone sees
+        total = count_sessions(store, only) if self.engine.progress.wanted() else 0  # only for a bar someone sees
         with self.engine.progress.whole(f"{self.engine.profile.name}: {task}", total) as looked_at:
             for n, graph in enumerate(graph_parts(store, only)):
                 if n and stopping.requested():

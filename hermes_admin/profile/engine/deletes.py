@@ -13,7 +13,7 @@ from hermes_admin.profile.engine import decisions, exports, faults
 from hermes_admin.profile.engine.decisions import Decision, Recheck
 from hermes_admin.profile.engine.exports import Exported
 from hermes_admin.profile.lineage import Unit
-from hermes_admin.profile.store import Store, deleting, sql
+from hermes_admin.profile.store import Store, deleting, sql, unit_rows
 from hermes_admin.profile.store.read import load_rows
 
 __all__ = ["Deletes", "Recheck"]
@@ -79,7 +79,7 @@ class Deletes:
             return {}
         ids = [i for unit in units for i in unit.ids]
         counts = deleting.message_counts(db, ids)
-        rows: dict[str, tuple] = {r[0]: r for r in exports.session_rows(db, ids)}
+        rows: dict[str, tuple] = {r[0]: r for r in unit_rows.session_rows(db, ids)}
         columns = self.columns(db)
         why = {}
         for unit in units:

@@ -34,8 +34,8 @@ from hermes_admin.profile.engine.pacer import MERGE_STEPS, Held, Pacer
 from hermes_admin.profile.engine.restore import Restorer
 from hermes_admin.profile.lineage import Unit
 from hermes_admin.profile.store import Store
-from hermes_admin.profile.store.read import load_rows
-from hermes_admin.profile.store.sql import marks
+from hermes_admin.profile.store import unit_rows
+from hermes_admin.profile.store.read import existing_ids, load_rows
 from hermes_admin.results import Done, Result
 from hermes_admin.profile.store.errors import SQLITE_ERRORS
 
@@ -156,8 +156,7 @@ class SplitDeletes:
         if why:
             return why
         if final:
-            present[:] = [r[0] for r in db.execute_sql(
-                f"SELECT id FROM sessions WHERE id IN ({marks(list(unit.ids))})", list(unit.ids)).fetchall()]
+            present[:] = existing_ids(self.store, list(unit.ids))
             self.deletes.delete_rows(db, present)
         else:
             self.deletes.delete_messages(db, step)
@@ -177,19 +176,15 @@ class SplitDeletes:
     def _message_weights(self, unit: Unit, upto: int) -> list[tuple[int, int]]:
         size = text_size(self.store, "COALESCE(LENGTH({}), 0)")
         ids = list(unit.ids)
-        return [(i, int(w) + exports.ROW_WEIGHT) for i, w in self.store.db.execute_sql(
-            f"SELECT id, {size} FROM messages WHERE session_id IN ({marks(ids)}) AND id <= ? ORDER BY id",
-            [*ids, upto]).fetchall()]
+        return [(i, w + exports.ROW_WEIGHT) for i, w in unit_rows.each_message_size(self.store.db, ids, size, upto)]
 
     def _changed(self, db, unit: Unit, exported: Exported, left: int, recheck: Recheck | None) -> str | None:
         """Inside a step's transaction: why the unit must not lose more rows, if it changed since its export."""
         ids = list(unit.ids)
-        rows = exports.session_rows(db, ids)
+        rows = unit_rows.session_rows(db, ids)
         if len(rows) != exported.sessions or exports.fingerprint(self.deletes.columns(db), rows) != exported.fingerprint:
             return "its session rows changed while it was being deleted in steps"
-        newer, kept = db.execute_sql(
-            f"SELECT COALESCE(SUM(id > ?), 0), COALESCE(SUM(id <= ?), 0) FROM messages WHERE session_id IN ({marks(ids)})",
-            [exported.max_message_id, exported.max_message_id, *ids]).fetchone()
+        newer, kept = unit_rows.messages_beside(db, ids, exported.max_message_id)
         if newer:
             return "a new message arrived while it was being deleted in steps"
         if kept != left:
@@ -250,9 +245,7 @@ class SplitDeletes:
         if record.get("undoing"):  # the crash came while it was being put back: go on putting it back
             self._undo_split(split_id, record, unit, exported, record["undoing"], None, result)
             return
-        left = self.store.db.execute_sql(
-            f"SELECT COUNT(*) FROM sessions WHERE id IN ({marks(list(unit.ids))})", list(unit.ids)).fetchone()[0]
-        if left == 0:  # its last step committed; what followed it did not
+        if not existing_ids(self.store, list(unit.ids)):  # its last step committed; what followed it did not
             self._after_split(split_id, record, unit, list(unit.ids), result)
         else:
             # Re-checked against its export at every step, as in the run that began it; the rule that

@@ -177,6 +177,12 @@ def session_batches(store: Store, leave_out: set[str], size: int = 2000,
             return
 
 
+def count_sessions(store: Store, only: str | None = None) -> int:
+    """How many session rows there are (`only`: an SQL condition on them, aliased `s`)."""
+    where = f"WHERE {only}" if only else ""
+    return int(store.db.execute_sql(f"SELECT COUNT(*) FROM sessions s {where}").fetchone()[0])
+
+
 def load_rows(store: Store, ids: list[str]) -> dict[str, SessionRow]:
     """The rows of these sessions only (those that exist), by id. The engine calls it inside
     its transactions (existence and recheck at once), where every millisecond holds the lock."""
