@@ -16,7 +16,8 @@ from collections import defaultdict
 from pathlib import Path
 
 from hermes_admin.profile.store import Store
-from hermes_admin.profile.store.read import message_bytes
+from hermes_admin.profile.store import page_accounting
+from hermes_admin.profile.store.read import message_bytes, sources_by_id
 
 # the shadow tables FTS5 makes for an index: counted as that index
 FTS5_SHADOWS = ("_data", "_idx", "_content", "_docsize", "_config")
@@ -26,10 +27,9 @@ LARGEST = 10  # sessions listed by size: enough to find what to look at
 def profile_usage(profile, store: Store, export_folder: Path | None) -> dict:
     """One profile's figures, in bytes."""
     db = store.db
-    page_size = db.execute_sql("PRAGMA page_size").fetchone()[0]
-    page_count = db.execute_sql("PRAGMA page_count").fetchone()[0]
-    free = db.execute_sql("PRAGMA freelist_count").fetchone()[0] * page_size
-    btrees = dict(db.execute_sql("SELECT name, pgsize FROM dbstat WHERE aggregate = TRUE").fetchall())
+    page_size, page_count, free_pages = page_accounting.pages(db)
+    free = free_pages * page_size
+    btrees = page_accounting.btree_bytes(db)
     parts = _grouped(db, btrees)
     logical = page_count * page_size
     parts["free pages"] = free
@@ -51,7 +51,7 @@ def profile_usage(profile, store: Store, export_folder: Path | None) -> dict:
 
 def _grouped(db, btrees: dict[str, int]) -> dict[str, int]:
     """b-tree bytes by what a person knows: each table with its own indexes, each FTS5 index whole."""
-    rows = db.execute_sql("SELECT type, name, tbl_name, sql FROM sqlite_master").fetchall()
+    rows = page_accounting.schema_entries(db)
     fts = {name for kind, name, _, sql in rows if kind == "table" and sql and "USING FTS5" in sql.upper()}
     owner = {}
     for kind, name, table, _ in rows:
@@ -68,7 +68,7 @@ def _sessions(db) -> tuple[list[tuple[str, int, str]], list[dict]]:
     """Each session's bytes of messages (content and tool calls), largest first, and per source the
     sessions and bytes with their share."""
     per = message_bytes(db)
-    source_of = dict(db.execute_sql("SELECT id, source FROM sessions").fetchall())
+    source_of = sources_by_id(db)
     sizes = sorted(((sid, int(size or 0), source_of.get(sid, "(no session row)")) for sid, size in per.items()),
                    key=lambda item: -item[1])
     by_source: dict[str, list[int]] = defaultdict(lambda: [0, 0])

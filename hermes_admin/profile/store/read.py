@@ -235,6 +235,11 @@ def message_bytes(db, ids: list[str] | None = None) -> dict[str, int]:
     return found
 
 
+def sources_by_id(db) -> dict[str, str]:
+    """Every session's source, by id."""
+    return dict(db.execute_sql("SELECT id, source FROM sessions").fetchall())
+
+
 def open_sessions(store: Store) -> list[SessionRow]:
     """The sessions still open (`ended_at` NULL): what the stale-row rule looks at."""
     return _select_sessions(store, "WHERE s.ended_at IS NULL")
