@@ -7,7 +7,8 @@ A facade over its collaborators (docs/design.md §5):
   kept out of the deletes, in short transactions of their own (fts_merges.py);
 - export_ahead.py and packing.py: every unit exported before its delete commits (exports.py),
   the next batch exported on a thread meanwhile, units packed into transactions by their weight;
-- deletes.py: the statements, inside the transaction, each unit checked again first;
+- deletes.py, rows.py: inside each transaction, its units' rows read again, a decision made from them
+  (decisions.py: the same one a dry run makes in a read transaction), then applied (store/);
 - splits.py: a unit too big for one transaction, deleted in steps, finished or undone;
 - aftermath.py: once a commit is durable, its files removed (remover.py, unlinker.py), then its
   events fired through the outbox, so a crash right after a commit still delivers them;

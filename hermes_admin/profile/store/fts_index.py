@@ -4,6 +4,7 @@ decides when; these say how."""
 
 from __future__ import annotations
 
+import apsw
 import peewee
 
 STRUCTURE_ROWID = 10  # the %_data row that holds an index's structure record
@@ -50,3 +51,22 @@ def merge(db: peewee.SqliteDatabase, table: str, pages: int) -> int:
     before = db.connection().total_changes()
     db.execute_sql(f"INSERT INTO {table}({table}, rank) VALUES ('merge', ?)", (pages,))
     return db.connection().total_changes() - before
+
+
+def integrity_problems(conn, tables: tuple[str, ...]) -> list[str]:
+    """FTS5's 'integrity-check' of each of these indexes the store has, on `conn` (an apsw
+    connection that may write: FTS5 asks for one); one line per index that fails it."""
+    present = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    problems = []
+    for table in tables:
+        if table in present:
+            try:
+                conn.execute(f"INSERT INTO {table}({table}, rank) VALUES ('integrity-check', 1)")
+            except apsw.Error as exc:
+                problems.append(f"{table}: {exc}")
+    return problems
+
+
+def rebuild(db: peewee.SqliteDatabase, table: str) -> None:
+    """FTS5's 'rebuild': the index made again from its content, inside the caller's transaction."""
+    db.execute_sql(f"INSERT INTO {table}({table}) VALUES ('rebuild')")
