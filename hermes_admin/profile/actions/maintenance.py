@@ -18,7 +18,7 @@ from typing import Callable, Iterator
 
 from hermes_admin import model, stopping
 from hermes_admin.model import Profile
-from hermes_admin.profile.store import sql
+from hermes_admin.profile.store import page_accounting, sql
 from hermes_admin.profile.actions.common import Refused, Run, act_in_parts, too_broad, with_engine
 from hermes_admin.profile.engine.deletes import Recheck
 from hermes_admin.profile.engine.engine import Engine, Result
@@ -290,10 +290,8 @@ class _Pass:
 
     def _used_mb(self) -> float:
         """The store's pages in use (free pages are space the next writes reuse), in MB."""
-        db = self.engine.store.db
-        pages, free, size = (db.execute_sql(f"PRAGMA {p}").fetchone()[0] for p in
-                             ("page_count", "freelist_count", "page_size"))
-        return (pages - free) * size / 1e6
+        pages = page_accounting.pages(self.engine.store.db)
+        return (pages.count - pages.free) * pages.size / 1e6
 
 
 def _ghost_rule(policy: Policy, now: float) -> Rule:

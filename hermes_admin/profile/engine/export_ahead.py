@@ -21,7 +21,7 @@ from hermes_admin.profile.engine.pacer import Pace, Pacer
 from hermes_admin.profile.lineage import Unit
 from hermes_admin.profile.store import Store
 from hermes_admin.profile.store.connect import open_readonly
-from hermes_admin.profile.store import unit_rows
+from hermes_admin.profile.store import pragmas, unit_rows
 from hermes_admin.results import Result
 
 EXPORT_UNITS = 500  # units per export member: one fsync and manifest write each
@@ -177,4 +177,4 @@ class ExportAhead:
 
 def data_version(store: Store) -> int:
     """SQLite's count of other connections' commits, as the store's connection on this thread sees them."""
-    return store.db.execute_sql("PRAGMA data_version").fetchone()[0]
+    return pragmas.data_version(store.db)
