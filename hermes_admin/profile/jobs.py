@@ -297,7 +297,8 @@ def restore(job: Job, isolated: bool) -> Run:
 
     run = Run(dry_run=job.params.dry_run)
     sessions = list(job.params.sessions) if job.params.sessions else None
-    _each(job, run, isolated, lambda p: restore_units(run, p, job.params.file, sessions))
+    _each(job, run, isolated, lambda p: restore_units(run, p, job.params.file, sessions, job.params.pin,
+                                                      job.params.other_profile))
     return run
 
 
@@ -325,7 +326,8 @@ def exports_list(job: Job, isolated: bool) -> Run:
     from hermes_admin.profile.actions.exports import listing
 
     run = Run(dry_run=True)
-    _each(job, run, isolated, lambda p: listing(run, p, job.layers.get(str(p.home)), job.params.export_dir))
+    _each(job, run, isolated, lambda p: listing(run, p, job.layers.get(str(p.home)), job.params.export_dir,
+                                                job.params.holding))
     return run
 
 

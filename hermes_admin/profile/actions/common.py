@@ -119,6 +119,8 @@ def with_engine(run: Run, profile: Profile, work: Callable[[Engine], list[Result
                 result.export = str(exported)
         run.results += done
         run.warnings += [f"profile '{profile.shown}': {note}" for note in engine.notes]
+        if engine.exports_removed:
+            run.data.setdefault("exports_removed", []).extend(engine.exports_removed)
 
 
 def store_holders(profile: Profile) -> str:

@@ -78,6 +78,7 @@ class Engine:
         self.progress = progress or _no_progress
         self.config = config  # the profile's config.yaml, when the caller has read it already
         self.notes: list[str] = []  # leftovers set aside while opening (state_folder.py)
+        self.exports_removed: list[dict] = []  # old exports that retention removed (or, dry, would remove)
         self.replayed: list[str] = []  # hook failures while replaying the outbox
         self.recovered: list[Result] = []  # units of an interrupted split delete, finished or restored
         self.locks: ProfileLocks | None = None
@@ -170,8 +171,9 @@ class Engine:
             if self.store.writable:
                 self.space.passive_checkpoint()
             self.store.close()
-        if self.outbox is not None:
+        if self.outbox is not None or self.dry_run:
             self._prune_exports()
+        if self.outbox is not None:
             self.outbox.forget_old()
             self.outbox.close()
         if self.locks is not None:
@@ -180,12 +182,15 @@ class Engine:
         self.commits = self.turns = self.pacer = self._ahead = None
 
     def _prune_exports(self) -> None:
-        """Exports past `export_keep_days` go, except those an unfinished split delete still needs."""
-        if not self._prunes or self.dry_run:
+        """Exports past `export_keep_days` go, except those an unfinished split delete still needs;
+        each one is reported (`exports_removed`), in a dry run as one that would go."""
+        if not self._prunes:
             return
         try:
-            keep = {record["exported"]["path"] for _, record in self.outbox.splits()}
-            self.notes += exports.prune(self.profile, self.export_settings, self.now(), keep)
+            keep = {record["exported"]["path"] for _, record in self.outbox.splits()} if self.outbox else set()
+            removed, problems = exports.prune(self.profile, self.export_settings, self.now(), keep, self.dry_run)
+            self.exports_removed += removed
+            self.notes += problems
         except (OSError, KeyError, TypeError) as exc:  # housekeeping: the next run tries again
             self.notes.append(f"old exports not pruned: {exc}")
 
@@ -389,10 +394,11 @@ class Engine:
 
     # -- restore ---------------------------------------------------------------
 
-    def restore(self, path: Path, wanted: set[str] | None, result: Result) -> None:
+    def restore(self, path: Path, wanted: set[str] | None, result: Result, pin: bool = False,
+                other_profile: bool = False) -> None:
         """`hermes-admin restore`: units of an export back into this store (restore.py)."""
         self.require_tokenizer("restore into")  # the messages put back fire the CJK triggers too
-        restore_file(self.store, self.pacer, path, wanted, self.dry_run, result)
+        restore_file(self.store, self.pacer, path, wanted, self.dry_run, result, pin, other_profile)
 
 
 def _unit_report(unit: Unit, ids: list[str]) -> Done:
