@@ -707,6 +707,7 @@ def listing(profile: Profile, settings: Settings) -> list[dict]:
         try:
             manifest = load_manifest(path)
             st = os.lstat(path)
+            beside = os.lstat(str(path) + MANIFEST).st_blocks * 512
         except (ExportError, OSError) as exc:
             found.append({"file": str(path), "profile": profile.name, "home": str(profile.home),
                           "problem": str(exc)})
@@ -720,7 +721,9 @@ def listing(profile: Profile, settings: Settings) -> list[dict]:
                       "created": _created(manifest.get("created"), st), "units": len(units),
                       "sessions": sum(u[1] for u in units), "messages": sum(u[2] for u in units),
                       "reasons": sorted({m.get("reason") for m in manifest["members"] if m.get("reason")}),
-                      "bytes": st.st_blocks * 512})  # allocated: a sparse file is not its apparent size
+                      # on disk with its manifest (what a prune frees; `usage` counts the same); allocated
+                      # blocks: a sparse file is not its apparent size
+                      "bytes": st.st_blocks * 512 + beside})
     return found
 
 
