@@ -115,6 +115,11 @@ def _human(run: Run, verbose: int = 0, quiet: bool = False) -> None:
         for path in dict.fromkeys(r.export for r in results if r.export):  # once a profile, whatever the tasks
             report.line(f"{results[0].label or results[0].profile}: exported to {path}")
     exports_removed(run, by_profile)
+    for wait in run.data.get("reclaim_waits", []) if not quiet else []:
+        results = by_profile.get(wait.get("home")) or []
+        name = (results[0].label or results[0].profile) if results else wait.get("profile")
+        report.line(f"{name}: {report.human_bytes(wait.get('bytes'))} of free pages wait for one VACUUM while nobody "
+                    f"else holds the store (held by {wait.get('held_by')}); every run looks again")
 
 
 def exports_removed(run: Run, by_profile: dict[str, list]) -> None:

@@ -121,6 +121,8 @@ def with_engine(run: Run, profile: Profile, work: Callable[[Engine], list[Result
         run.warnings += [f"profile '{profile.shown}': {note}" for note in engine.notes]
         if engine.exports_removed:
             run.data.setdefault("exports_removed", []).extend(engine.exports_removed)
+        for wait in engine.space.waits if engine.space is not None else []:  # what the free pages wait for
+            run.data.setdefault("reclaim_waits", []).append(dict(wait, profile=profile.name, home=str(profile.home)))
 
 
 def store_holders(profile: Profile) -> str:

@@ -123,6 +123,8 @@ class _Pass:
                                     lambda units: self.engine.delete(units, "prune", recheck=recheck))
         if result.rows and (request.vacuum or self.policy.vacuum_after_prune):
             result.vacuumed = self.engine.vacuum_if_worth(result)
+        elif self.engine.switch_pending():  # free pages only the switching VACUUM gives back: any run may
+            result.vacuumed = self.engine.vacuum_if_worth(result)  # find the moment nobody holds the store
         if result.rows and not result.vacuumed:  # a store in incremental auto-vacuum: space back at the end
             self.to_reclaim = self.to_reclaim or result
         return result

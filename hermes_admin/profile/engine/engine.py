@@ -79,6 +79,7 @@ class Engine:
         self.config = config  # the profile's config.yaml, when the caller has read it already
         self.notes: list[str] = []  # leftovers set aside while opening (state_folder.py)
         self.exports_removed: list[dict] = []  # old exports that retention removed (or, dry, would remove)
+        self.space: Space | None = None  # free pages given back (space.py)
         self.replayed: list[str] = []  # hook failures while replaying the outbox
         self.recovered: list[Result] = []  # units of an interrupted split delete, finished or restored
         self.locks: ProfileLocks | None = None
@@ -221,6 +222,9 @@ class Engine:
 
     def vacuum_if_worth(self, result: Result) -> bool:
         return self.space.vacuum_if_worth(result)
+
+    def switch_pending(self) -> bool:
+        return self.space.switch_pending()
 
     def remove_orphan_files(self, paths: list[str], result: Result) -> None:
         self.aftermath.remove_orphan_files(paths, result)
