@@ -18,6 +18,7 @@ import os
 from collections import defaultdict
 from pathlib import Path
 
+from hermes_admin.profile.engine.space import SWITCH_MIN_BYTES
 from hermes_admin.profile.store import Store
 from hermes_admin.profile.store.read import message_bytes
 
@@ -48,7 +49,7 @@ def profile_usage(profile, store: Store, export_folder: Path | None, held_by: st
     files = {"state_db": _size(store.path), "state_db_wal": _size(f"{store.path}-wal"),
              "state_db_shm": _size(f"{store.path}-shm"), "sessions_dir": _folder_bytes(profile.sessions_dir),
              "exports": _folder_bytes(export_folder) if export_folder else 0}
-    mode = AUTO_VACUUM.get(db.execute_sql("PRAGMA auto_vacuum").fetchone()[0], "unknown")
+    mode, _ = reclaim_state(db)
     return {
         "profile": profile.name, "home": str(profile.home), "store": str(store.path),
         "files": files, "total_bytes": sum(files.values()),
@@ -62,10 +63,18 @@ def profile_usage(profile, store: Store, export_folder: Path | None, held_by: st
     }
 
 
+def reclaim_state(db) -> tuple[str, int]:
+    """The store's auto-vacuum mode (AUTO_VACUUM) and its free pages, in bytes."""
+    mode = AUTO_VACUUM.get(db.execute_sql("PRAGMA auto_vacuum").fetchone()[0], "unknown")
+    free = db.execute_sql("PRAGMA freelist_count").fetchone()[0] * db.execute_sql("PRAGMA page_size").fetchone()[0]
+    return mode, free
+
+
 def reclaim_waits_for(mode: str, free: int, held_by: str | None) -> str | None:
     """What a store's free pages wait for before they go back to the file system; None: nothing
-    (none free, or the store is in incremental auto-vacuum, which every run steps through)."""
-    if not free or mode == "incremental":
+    (fewer than a run would VACUUM for, or the store is in incremental auto-vacuum, which every run
+    that purges steps through)."""
+    if free < SWITCH_MIN_BYTES or mode == "incremental":
         return None
     return ("one VACUUM while nobody else holds the store (it also switches the store to incremental "
             "reclaim, unless incremental_vacuum: false)" + (f"; held now by {held_by}" if held_by else ""))
