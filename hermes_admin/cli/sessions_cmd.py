@@ -117,10 +117,10 @@ def _show_deleted(app: App, found, session_id: str, as_json: bool) -> None:
     exact = [h for h in held if h.get("session_id") == session_id]
     held = sorted(exact or held, key=lambda h: (h.get("created") or 0, str(h.get("file"))))
     labels = app.labels()
-    if as_json:
-        report.emit_json({"session": None, "deleted": held, "errors": answer.errors})
-    elif not held:
+    if not held:  # as before exports knew: one error, inside the JSON document under --json
         report.error(f"no session matches '{clean(session_id)}', in the stores or in their exports")
+    elif as_json:
+        report.emit_json({"session": None, "deleted": held, "errors": answer.errors})
     for h in held if not as_json else []:
         name = labels.get(h.get("home"), h.get("profile"))
         unit = "" if h.get("unit") == h.get("session_id") else f", with the unit of {clean(h.get('unit'))}"

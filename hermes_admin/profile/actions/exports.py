@@ -16,7 +16,7 @@ def restore(run: Run, profile: Profile, path: str, sessions: list[str] | None, p
     def work(engine: Engine) -> list[Result]:
         result = Result(profile.name, "restore", None, engine.dry_run)
         result.notes.append("transcript files in sessions/ are not part of an export: they stay gone")
-        engine.restore(Path(path), set(sessions) if sessions else None, result, pin, other_profile)
+        engine.restore(Path(path), set(sessions) if sessions else None, result, pin=pin, other_profile=other_profile)
         return [result]
 
     with_engine(run, profile, work)

@@ -121,10 +121,9 @@ class _Pass:
             result = self._by_parts("purge", "delete", "prune",
                                     lambda graph, live: retention.select(graph, windows, request.now, live),
                                     lambda units: self.engine.delete(units, "prune", recheck=recheck))
-        if result.rows and (request.vacuum or self.policy.vacuum_after_prune):
-            result.vacuumed = self.engine.vacuum_if_worth(result)
-        elif self.engine.switch_pending():  # free pages only the switching VACUUM gives back: any run may
-            result.vacuumed = self.engine.vacuum_if_worth(result)  # find the moment nobody holds the store
+        # Unasked, only the switch to incremental reclaim, whose moment any purge may find (space.py).
+        asked = bool(result.rows and (request.vacuum or self.policy.vacuum_after_prune))
+        result.vacuumed = self.engine.vacuum_if_worth(result, asked)
         if result.rows and not result.vacuumed:  # a store in incremental auto-vacuum: space back at the end
             self.to_reclaim = self.to_reclaim or result
         return result

@@ -172,8 +172,7 @@ class Engine:
             if self.store.writable:
                 self.space.passive_checkpoint()
             self.store.close()
-        if self.outbox is not None or self.dry_run:
-            self._prune_exports()
+        self._prune_exports()
         if self.outbox is not None:
             self.outbox.forget_old()
             self.outbox.close()
@@ -183,17 +182,11 @@ class Engine:
         self.commits = self.turns = self.pacer = self._ahead = None
 
     def _prune_exports(self) -> None:
-        """Exports past `export_keep_days` go, except those an unfinished split delete still needs;
-        each one is reported (`exports_removed`), in a dry run as one that would go."""
-        if not self._prunes:
-            return
-        try:
-            keep = {record["exported"]["path"] for _, record in self.outbox.splits()} if self.outbox else set()
-            removed, problems = exports.prune(self.profile, self.export_settings, self.now(), keep, self.dry_run)
-            self.exports_removed += removed
+        """Exports past `export_keep_days` go, each reported; a dry run names them (exports.at_run_end)."""
+        if self._prunes and (self.outbox is not None or self.dry_run):  # opened: this profile's run is ours
+            self.exports_removed, problems = exports.at_run_end(self.profile, self.export_settings, self.now(),
+                                                                self.outbox, self.dry_run)
             self.notes += problems
-        except (OSError, KeyError, TypeError) as exc:  # housekeeping: the next run tries again
-            self.notes.append(f"old exports not pruned: {exc}")
 
     # -- what callers read -------------------------------------------------------
 
@@ -220,11 +213,8 @@ class Engine:
     def reclaim(self, result: Result) -> int:
         return self.space.reclaim(result)
 
-    def vacuum_if_worth(self, result: Result) -> bool:
-        return self.space.vacuum_if_worth(result)
-
-    def switch_pending(self) -> bool:
-        return self.space.switch_pending()
+    def vacuum_if_worth(self, result: Result, asked: bool = True) -> bool:
+        return self.space.vacuum_if_worth(result, asked)
 
     def remove_orphan_files(self, paths: list[str], result: Result) -> None:
         self.aftermath.remove_orphan_files(paths, result)
@@ -398,11 +388,10 @@ class Engine:
 
     # -- restore ---------------------------------------------------------------
 
-    def restore(self, path: Path, wanted: set[str] | None, result: Result, pin: bool = False,
-                other_profile: bool = False) -> None:
-        """`hermes-admin restore`: units of an export back into this store (restore.py)."""
+    def restore(self, path: Path, wanted: set[str] | None, result: Result, **how) -> None:
+        """`hermes-admin restore`: units of an export back into this store (restore.py; `how`: pin, other_profile)."""
         self.require_tokenizer("restore into")  # the messages put back fire the CJK triggers too
-        restore_file(self.store, self.pacer, path, wanted, self.dry_run, result, pin, other_profile)
+        restore_file(self.store, self.pacer, path, wanted, self.dry_run, result, **how)
 
 
 def _unit_report(unit: Unit, ids: list[str]) -> Done:

@@ -717,7 +717,7 @@ def listing(profile: Profile, settings: Settings) -> list[dict]:
             continue
         units = [u for m in manifest["members"] for u in m["units"]]
         found.append({"file": str(path), "id": export_id(name), "profile": profile.name, "home": str(profile.home),
-                      "made_in": None if made_in == str(profile.home) else made_in,
+                      "made_in": None if made_in == str(profile.home) else (made_in or "not recorded"),
                       "created": _created(manifest.get("created"), st), "units": len(units),
                       "sessions": sum(u[1] for u in units), "messages": sum(u[2] for u in units),
                       "reasons": sorted({m.get("reason") for m in manifest["members"] if m.get("reason")}),
@@ -789,6 +789,16 @@ def prune(profile: Profile, settings: Settings, now: float, keep: set[str],
         if not failed:
             removed.append(dict(item, why="age", keep_days=settings.keep_days, dry_run=dry_run))
     return removed, problems
+
+
+def at_run_end(profile: Profile, settings: Settings, now: float, outbox, dry_run: bool) -> tuple[list[dict], list[str]]:
+    """A run's retention of exports (`prune`), but for those an unfinished split delete in the
+    `outbox` still needs (None: a dry run, which keeps everything and names what would go)."""
+    try:
+        keep = {record["exported"]["path"] for _, record in outbox.splits()} if outbox is not None else set()
+        return prune(profile, settings, now, keep, dry_run)
+    except (OSError, KeyError, TypeError) as exc:  # housekeeping: the next run tries again
+        return [], [f"old exports not pruned: {exc}"]
 
 
 def remove_export(path: str) -> list[str]:

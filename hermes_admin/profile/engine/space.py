@@ -152,11 +152,12 @@ class Space:
                 return
             time.sleep(0.01 if busy else 0.05)
 
-    def vacuum_if_worth(self, result: Result) -> bool:
+    def vacuum_if_worth(self, result: Result, asked: bool = True) -> bool:
         """VACUUM after a purge: over 25 % free pages, and only while nobody else holds the store.
         Unless the policy says not to (`incremental_vacuum: false`), the same VACUUM switches the store
-        to incremental auto-vacuum, so that later purges give space back while Hermes runs (reclaim)."""
-        if self.dry_run:
+        to incremental auto-vacuum, so that later purges give space back while Hermes runs (reclaim).
+        Not `asked` (no --vacuum, nothing purged): only that switch, when it is pending."""
+        if self.dry_run or not (asked or self.switch_pending()):
             return False
         db = self.store.db
         pages = db.execute_sql("PRAGMA page_count").fetchone()[0]
