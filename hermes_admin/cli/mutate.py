@@ -114,26 +114,8 @@ def _human(run: Run, verbose: int = 0, quiet: bool = False) -> None:
                 _result_lines(result, run.dry_run, verbose, quiet)
         for path in dict.fromkeys(r.export for r in results if r.export):  # once a profile, whatever the tasks
             report.line(f"{results[0].label or results[0].profile}: exported to {path}")
-    exports_removed(run, by_profile)
-    for wait in run.data.get("reclaim_waits", []) if not quiet else []:
-        results = by_profile.get(wait.get("home")) or []
-        name = (results[0].label or results[0].profile) if results else wait.get("profile")
-        report.line(f"{name}: {report.human_bytes(wait.get('bytes'))} of free pages wait for one VACUUM while nobody "
-                    f"else holds the store (held by {wait.get('held_by')}); every run looks again")
-
-
-def exports_removed(run: Run, by_profile: dict[str, list]) -> None:
-    """Every export retention removed, by name, and how many (shown under -q too: they were restore copies)."""
-    removed = run.data.get("exports_removed", [])
-    would = "would be " if run.dry_run else ""
-    for row in removed:
-        results = by_profile.get(row.get("home")) or []
-        name = (results[0].label or results[0].profile) if results else row.get("profile")
-        report.line(f"{name}: old export {would}removed ({row.get('why')}: made over {_value(row.get('keep_days'))} "
-                    f"day(s) ago, export_keep_days): {row.get('file')} ({report.human_bytes(row.get('bytes'))})")
-    if removed:
-        report.line(f"{len(removed)} old export(s), {report.human_bytes(sum(r.get('bytes') or 0 for r in removed))} "
-                    f"{would}removed")
+    for line in report.space_lines(run, quiet):  # each export removed; what free pages wait for
+        report.line(line)
 
 
 def _nothing_line(results: list) -> str:

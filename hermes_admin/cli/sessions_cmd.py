@@ -115,7 +115,7 @@ def _show_deleted(app: App, found, session_id: str, as_json: bool) -> None:
     answer = app.work(ListExports(holding=session_id), found.profiles, with_policy=True)
     held = answer.data.get("held", [])
     exact = [h for h in held if h.get("session_id") == session_id]
-    held = sorted(exact or held, key=lambda h: (h.get("created") or 0, str(h.get("file"))))
+    held = sorted(exact or held, key=lambda h: (h.get("exported_at") or 0, str(h.get("file"))))
     labels = app.labels()
     if not held:  # as before exports knew: one error, inside the JSON document under --json
         report.error(f"no session matches '{clean(session_id)}', in the stores or in their exports")
@@ -127,7 +127,7 @@ def _show_deleted(app: App, found, session_id: str, as_json: bool) -> None:
         made = f" (made in the profile at {clean(h['made_in'])})" if h.get("made_in") else ""
         report.line(f"{clean(h.get('session_id'))}: deleted from profile '{clean(name)}'{unit}, "
                     f"reason {clean(h.get('reason') or 'unknown')}, exported "
-                    f"{report.local_time(h.get('created')) or 'at an unknown time'} into {clean(h.get('id'))}{made}: "
+                    f"{report.local_time(h.get('exported_at')) or 'at an unknown time'} into {clean(h.get('id'))}{made}: "
                     f"{clean(h.get('file'))}")
         other = " --other-profile" if h.get("made_in") else ""
         report.line(f"  restore: hermes-admin restore {clean(h.get('id'))} --session {clean(h.get('session_id'))} "

@@ -78,6 +78,7 @@ def test_a_deleted_session_is_found_by_its_id_and_restored_pinned(synth_root, in
     assert f"hermes-admin restore {export['id']} --session {sid} -p work" in shown.stdout
     as_json = json.loads(invoke("--root", str(root), "sessions", "show", sid, "--json").stdout)
     assert as_json["session"] is None and as_json["deleted"][0]["file"] == export["file"]
+    assert abs(as_json["deleted"][0]["exported_at"] - time.time()) < 600  # the member's own time
 
     back = invoke("--root", str(root), "restore", export["id"], "--session", sid, "--pin", "--yes")
     assert back.exit_code == 0, back.stderr
@@ -125,3 +126,44 @@ def test_exports_of_a_renamed_profile_folder(synth_root, invoke):
     old = age(Path(listed["file"]), 8)
     ran = json.loads(invoke("--root", str(root), "run", "--yes", "--json").stdout)
     assert [r["file"] for r in ran["exports_removed"]] == [str(old)] and not old.exists()
+
+
+def test_the_daemons_journal_names_each_export_removed_too():
+    from hermes_admin import report
+    from hermes_admin.results import Result, Run
+
+    run = Run(dry_run=False, results=[Result("work", "delete", "prune", False, task="purge", home="/h/work")])
+    run.data["exports_removed"] = [{"home": "/h/work", "profile": "work", "file": "/h/work/x-1a2b3c4d.jsonl.gz",
+                                    "why": "age", "keep_days": 7.0, "bytes": 8192}]
+    lines = report.summary_lines(run, only_changes=True)
+    assert "work: old export removed (age: made over 7 day(s) ago, export_keep_days): /h/work/x-1a2b3c4d.jsonl.gz " \
+           "(8.0 KiB)" in lines and "1 old export(s), 8.0 KiB removed" in lines
+
+
+def test_malformed_manifests_never_fail_sessions_show(synth_root, invoke):
+    """Her manifests are her text: of the wrong shape, a FIFO, a time past any clock; `sessions
+    show` of a deleted id still answers from the sound ones, never with exit 70."""
+    import os
+
+    root, _ = synth_root
+    doc = purge(invoke, root, "-p", "work")
+    sid = next(d["session_id"] for r in doc["results"] for d in r["done"] if r["profile"] == "work")
+    (export,) = exports_of(invoke, root)
+    folder = Path(export["file"]).parent
+    lines = Path(export["file"] + MANIFEST).read_text().splitlines()
+    member = json.loads(lines[1])
+    forged = folder / "20260101T000000Z-work-0badf00d.jsonl.gz"
+    forged.write_bytes(b"")
+    Path(str(forged) + MANIFEST).write_text("\n".join([lines[0], json.dumps(dict(member, at=1e300))]) + "\n")
+    for n, text in enumerate(['{"format": 2, "home": ["x"], "members": [{"units": 5}]}', "[" * 5000]):
+        bad = folder / f"2026010{n + 2}T000000Z-work-0000000{n}.jsonl.gz"
+        bad.write_bytes(b"")
+        Path(str(bad) + MANIFEST).write_text(text)
+    fifo = folder / "20260105T000000Z-work-0000fifo.jsonl.gz"
+    fifo.write_bytes(b"")
+    os.mkfifo(str(fifo) + MANIFEST)
+    shown = invoke("--root", str(root), "sessions", "show", sid, "--json")
+    assert shown.exit_code == 1, shown.stderr
+    found = json.loads(shown.stdout)["deleted"]
+    assert {f["file"] for f in found} == {export["file"], str(forged)}
+    assert all(f["exported_at"] is None or f["exported_at"] < time.time() + 1 for f in found)

@@ -134,6 +134,8 @@ def test_free_pages_under_a_holder_that_never_lets_go_are_named_and_the_free_mom
         assert f"pid {holder.pid}" in wait["held_by"] and pragma(db, "auto_vacuum") == 0
         usage = json.loads(invoke("--root", str(root), "usage", "--json").stdout)["profiles"][0]
         assert usage["reclaimable_bytes"] >= 4 << 20 and f"pid {holder.pid}" in usage["reclaim_waits_for"]
+        (profile,) = json.loads(invoke("--root", str(root), "profiles", "--json").stdout)["profiles"]
+        assert profile["auto_vacuum"] == "none" and "one VACUUM while nobody else holds" in profile["reclaim_waits_for"]
         human = invoke("--root", str(root), "purge")
         assert "of free pages wait for one VACUUM while nobody else holds the store" in human.stdout
     finally:

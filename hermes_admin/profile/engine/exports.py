@@ -287,6 +287,7 @@ class ExportFile:
         for item in written.values():
             item.offset, item.length = offset, length
         member = {"offset": offset, "length": length, "sha256": expected[0], "bytes": expected[1], "reason": reason,
+                  "at": self.clock(),  # when its units were exported: just before they were deleted
                   "units": [[sid, e.sessions, e.messages, list(ids[sid])] for sid, e in written.items()]}
         self._append_manifest(member)
         return written
@@ -740,14 +741,17 @@ def holding(profile: Profile, settings: Settings, wanted: str) -> list[dict]:
             continue
         try:
             manifest = load_manifest(Path(item["file"]))
-        except ExportError:
+            written = os.lstat(item["file"]).st_mtime
+        except (ExportError, OSError):
             continue
         for member in manifest["members"]:
             for head, _, _, ids in member["units"]:
                 for sid in ids:
                     if sid.startswith(wanted) and len(found) < MAX_FOUND:
+                        at = member.get("at")  # the owner's text: never later than the file's last write
                         found.append({"session_id": sid, "unit": head, "reason": member.get("reason"),
                                       "file": item["file"], "id": item["id"], "created": item["created"],
+                                      "exported_at": min(at, written) if _moment(at) else item["created"],
                                       "made_in": item["made_in"], "profile": profile.name,
                                       "home": str(profile.home)})
     return found
