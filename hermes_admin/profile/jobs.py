@@ -306,6 +306,7 @@ def usage(job: Job, isolated: bool) -> Run:
     """`hermes-admin usage`: where each profile's bytes are; read-only."""
     from hermes_admin.profile.actions.common import export_settings
     from hermes_admin.profile.store.read import journal_mode
+    from hermes_admin.profile.engine import exports
     from hermes_admin.profile.engine.space import held_by
     from hermes_admin.profile.usage import profile_usage
     from hermes_admin.profile.views import sqlite_of
@@ -313,10 +314,14 @@ def usage(job: Job, isolated: bool) -> Run:
     warnings = []
 
     def rows(profile: Profile, store) -> list[dict]:
-        folder = export_settings(profile, job.layers.get(str(profile.home))).folder_of(profile)
+        try:  # the exports `exports list` shows for this profile, whatever else shares its folder
+            exported = exports.listed_bytes(profile, export_settings(profile, job.layers.get(str(profile.home))))
+        except exports.ExportError as exc:
+            exported = 0
+            warnings.append(f"profile '{profile.shown}': {exc}")
         sqlite, warning = sqlite_of(profile, journal_mode(store))
         warnings.extend([warning] if warning else [])
-        return [dict(profile_usage(profile, store, folder, held_by(store)), sqlite=sqlite)]
+        return [dict(profile_usage(profile, store, exported, held_by(store)), sqlite=sqlite)]
 
     run = _rows_of_stores(job, isolated, "usage", rows)
     run.warnings += warnings

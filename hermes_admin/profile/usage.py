@@ -5,7 +5,9 @@ database holds; the free pages, and the pages SQLite keeps for itself (pointer m
 make up the rest of `page_count`. The file on disk can differ from `page_count × page_size` while the
 WAL holds pages not yet copied back: that difference is its own line, so every store's figures add
 up to its file's length exactly. The files' figures are what they take on disk (allocated blocks:
-a sparse file of a user's counts for what it holds, not its length). An FTS5 index is its virtual table's shadow tables together (`_data`,
+a sparse file of a user's counts for what it holds, not its length); the exports are those `exports
+list` shows for the profile, with their manifests, so a folder several profiles share is counted
+once, each export under the profile that answers for it. An FTS5 index is its virtual table's shadow tables together (`_data`,
 `_idx`, `_content`, `_docsize`, `_config`) and their indexes.
 
 Every key of the figures is an identifier (`state_db_wal`, `free_pages`); each part of the store is
@@ -32,9 +34,10 @@ PARTS = {"table": "table {}", "indexes": "indexes of {}", "fts5_index": "FTS5 in
 AUTO_VACUUM = {0: "none", 1: "full", 2: "incremental"}  # PRAGMA auto_vacuum's values
 
 
-def profile_usage(profile, store: Store, export_folder: Path | None, held_by: str | None = None) -> dict:
-    """One profile's figures, in bytes. `held_by`: who else holds the store open now (space.py), for
-    what its free pages wait for."""
+def profile_usage(profile, store: Store, exports: int, held_by: str | None = None) -> dict:
+    """One profile's figures, in bytes. `exports`: what its exports take, as `exports list` counts
+    them (exports.listed_bytes); `held_by`: who else holds the store open now (space.py), for what
+    its free pages wait for."""
     db = store.db
     page_size = db.execute_sql("PRAGMA page_size").fetchone()[0]
     page_count = db.execute_sql("PRAGMA page_count").fetchone()[0]
@@ -48,7 +51,7 @@ def profile_usage(profile, store: Store, export_folder: Path | None, held_by: st
     sizes, sources = _sessions(db)
     files = {"state_db": _size(store.path), "state_db_wal": _size(f"{store.path}-wal"),
              "state_db_shm": _size(f"{store.path}-shm"), "sessions_dir": _folder_bytes(profile.sessions_dir),
-             "exports": _folder_bytes(export_folder) if export_folder else 0}
+             "exports": exports}
     mode, _ = reclaim_state(db)
     return {
         "profile": profile.name, "home": str(profile.home), "store": str(store.path),

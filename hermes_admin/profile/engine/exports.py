@@ -728,6 +728,19 @@ def listing(profile: Profile, settings: Settings) -> list[dict]:
     return found
 
 
+def listed_bytes(profile: Profile, settings: Settings) -> int:
+    """What this profile's exports take on disk, as `exports list` counts them (with their manifests;
+    one whose manifest cannot be read, its own blocks): what `usage` shows."""
+    total = 0
+    for item in listing(profile, settings):
+        if "problem" not in item:
+            total += item["bytes"]
+            continue
+        with contextlib.suppress(OSError):
+            total += os.lstat(item["file"]).st_blocks * 512
+    return total
+
+
 MAX_FOUND = 20  # exports named for one wanted id in one profile: a prefix of one character finds many
 
 
