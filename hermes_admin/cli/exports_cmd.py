@@ -62,7 +62,7 @@ def restore(app: App, file, sessions, profiles, dry_run, yes, as_json, pin, othe
     is refused unless --other-profile is given."""
     found = app.discover(profiles)
     row = None
-    if not os.path.lexists(file) and re.fullmatch(r"[0-9a-f]{4,64}", file):
+    if not os.path.lexists(file) and re.fullmatch(r"[0-9a-f]{4,64}(-[0-9]+){0,2}", file):  # export_id
         row = _by_id(app, found.profiles, file)
         file = row["file"]
     path = Path(os.path.normpath(os.path.abspath(file)))

@@ -167,3 +167,26 @@ def test_malformed_manifests_never_fail_sessions_show(synth_root, invoke):
     found = json.loads(shown.stdout)["deleted"]
     assert {f["file"] for f in found} == {export["file"], str(forged)}
     assert all(f["exported_at"] is None or f["exported_at"] < time.time() + 1 for f in found)
+
+
+def test_ids_of_every_kind_of_name():
+    from hermes_admin.profile.engine.exports import export_id
+
+    assert export_id("/e/20261203T131325Z-work-1a2b3c4d.jsonl.gz") == "1a2b3c4d"
+    assert export_id("/e/20261203T131325Z-my-1a2b3c4d-12345678.jsonl.gz") == "12345678"  # a profile named so
+    assert export_id("/e/20261203T131325Z-work-3f9e0a12-4242.jsonl.gz") == "3f9e0a12-4242"  # an earlier version's
+    assert export_id("/e/20261203T131325Z-work-3f9e0a12-4242-3.jsonl.gz") == "3f9e0a12-4242-3"
+    assert len(export_id("/e/copy.jsonl.gz")) == 8  # named by hand: derived
+
+
+def test_an_export_of_an_earlier_version_restores_by_the_id_in_its_name(synth_root, invoke):
+    root, _ = synth_root
+    purge(invoke, root, "-p", "work")
+    (export,) = exports_of(invoke, root)
+    path = Path(export["file"])
+    older = path.with_name(path.name.replace(f"-{export['id']}.jsonl.gz", "-3f9e0a12-4242.jsonl.gz"))
+    path.rename(older)
+    Path(str(path) + MANIFEST).rename(str(older) + MANIFEST)
+    (listed,) = exports_of(invoke, root)
+    assert listed["id"] == "3f9e0a12-4242" and listed["file"] == str(older)
+    assert invoke("--root", str(root), "restore", "3f9e0a12-42", "--yes").exit_code == 0

@@ -50,6 +50,7 @@ SUFFIX = ".jsonl.gz"  # JSON lines, gzip: any tool reads them back
 STAMP = "%Y%m%dT%H%M%SZ"  # an export's name begins with when it was begun, in UTC: names sort by time
 _STAMPED = re.compile(r"\d{8}T\d{6}Z")
 _ID_IN_NAME = re.compile(r"-([0-9a-f]{8})" + re.escape(SUFFIX) + "$")  # older names end in a pid: never 8 digits
+_OLDER_ID = re.compile(r"-([0-9a-f]{8}-\d+(?:-\d+)?)" + re.escape(SUFFIX) + "$")  # <home tag>-<pid>[-n]
 MANIFEST = ".json"  # beside each export: its members and units, so a restore reads only what it needs
 DEFAULT_KEEP_DAYS = 7.0  # a week to notice a delete that should not have been
 LEVEL = 1  # zlib's fastest: text compresses ~4x even so, at a fraction of the time of level 6
@@ -675,10 +676,10 @@ def read_member(path: Path, member: dict, check: bool = True) -> Iterator[tuple[
 
 def export_id(path: str) -> str:
     """An export's short id, as its file's name ends (`…-1a2b3c4d.jsonl.gz`): what `exports list`
-    shows and `restore` takes. A name of an earlier version (it ends in a process id) has none: its
-    id is derived from the name, and `exports list` shows the name beside it."""
+    shows and `restore` takes. A name of an earlier version ends in `<home tag>-<pid>`: that is its
+    id; a file named by hand has its id derived from the name (`exports list` shows both)."""
     name = os.path.basename(path)
-    found = _ID_IN_NAME.search(name)
+    found = _ID_IN_NAME.search(name) or _OLDER_ID.search(name)
     return found.group(1) if found else hashlib.sha256(name.encode()).hexdigest()[:8]
 
 
