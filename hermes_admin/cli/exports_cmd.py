@@ -104,7 +104,8 @@ def exports():
 @json_option
 @pass_app
 def list_cmd(app: App, profiles, export_dir, as_json: bool):
-    """Every profile's exports, oldest first: when, what they hold, where."""
+    """Every profile's exports, oldest first: id (the end of the file's name), when, what they hold,
+    where; one made in another profile folder (renamed, moved or copied) shows that folder (`made in`)."""
     found = app.discover(profiles)
     answer = app.work(ListExports(absolute_dir(export_dir)), found.profiles, with_policy=True)
     rows = answer.data.get("exports", [])
@@ -143,7 +144,8 @@ def list_cmd(app: App, profiles, export_dir, as_json: bool):
 @json_option
 @pass_app
 def prune(app: App, older_than, max_size, profiles, export_dir, dry_run, yes, as_json):
-    """Remove old exports by age or total size, oldest first (each with its manifest)."""
+    """Remove old exports by age or total size, oldest first (each with its manifest), each named with
+    why (age or budget)."""
     if older_than is None and max_size is None:
         raise click.UsageError("say what to remove: --older-than AGE and/or --max-size SIZE")
     found = app.discover(profiles)
