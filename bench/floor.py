@@ -36,7 +36,7 @@ from pathlib import Path
 
 DAY = 86400.0
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from hermes_admin.profile.engine.files import session_id_of  # noqa: E402  (the file names Hermes uses)
+from hermes_admin.profile.store.files import session_id_of  # noqa: E402  (the file names Hermes uses)
 
 
 def delete(conn, doomed: list[str], cols: set[str], tables: set[str]) -> dict[str, int]:

@@ -29,13 +29,12 @@ import math
 import threading
 from contextlib import contextmanager
 from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
-from functools import cached_property
 from pathlib import Path
 from types import UnionType
 from typing import ClassVar, Union, get_args, get_origin, get_type_hints
 
 from hermes_admin.filters import Filters
-from hermes_admin.profile.tasks import ORDER
+from hermes_admin.model import ORDER, STORE_FILE, Owner, Profile  # noqa: F401 (re-exported: every layer's values)
 from hermes_admin.results import Done, Finding, RepairRun, Result, Run
 
 BEAT_THREAD = "hermes-admin-beat"
@@ -43,52 +42,6 @@ BEAT_S = 5.0  # how often a worker says it lives, at most (a quarter of its idle
 MAX_LINE = 1 << 20  # one message; a longer one ends the worker (an item is a few hundred bytes)
 # A whole report: the long lists go to the host's Spills on disk, but rows and texts are in memory.
 MAX_REPORT = 256 << 20
-STORE_FILE = "state.db"
-
-
-@dataclass(frozen=True)
-class Profile:
-    """One Hermes profile: its name, its home folder and the root it lives in."""
-
-    root: Path
-    name: str
-    home: Path
-    display: str | None = field(default=None, compare=False)  # ROOT:NAME when several roots are in view
-
-    @property
-    def shown(self) -> str:
-        """How messages name it: its name, or ROOT:NAME where two roots may both have that name."""
-        return self.display or self.name
-
-    @cached_property  # asked for many times per profile and run; a frozen instance never changes
-    def store_path(self) -> Path:
-        return self.home / STORE_FILE
-
-    @cached_property
-    def sessions_dir(self) -> Path:
-        return self.home / "sessions"
-
-    @property
-    def config_path(self) -> Path:
-        return self.home / "config.yaml"
-
-    def has_store(self) -> bool:
-        # Worker side only (it stats inside the home). os.stat: never open the file outside SQLite.
-        return self.store_path.is_file()
-
-
-@dataclass(frozen=True)
-class Owner:
-    """Who a worker becomes: the account that owns the homes it is given."""
-
-    uid: int
-    gid: int
-    groups: tuple[int, ...]
-    user: str
-    home: str  # the account's own home folder (its HOME), not a profile home
-
-    def as_dict(self) -> dict:
-        return {"uid": self.uid, "gid": self.gid, "groups": list(self.groups), "user": self.user, "home": self.home}
 
 
 # -- the job: one frozen dataclass per kind, read as strictly as a report -----------
@@ -96,7 +49,7 @@ class Owner:
 @dataclass(frozen=True)
 class Request:
     """What a maintenance pass does, the one shape the CLI, the daemon and the worker's
-    actions/maintenance.py share: which tasks (named as in tasks.ORDER, which alone orders them)
+    actions/maintenance.py share: which tasks (named as in model.ORDER, which alone orders them)
     and what the command line overrides (docs/design.md §3, §4)."""
 
     tasks: tuple[str, ...]

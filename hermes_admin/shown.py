@@ -1,4 +1,4 @@
-"""What is shown to people, without click: text made safe to print, and how verbose to be.
+"""What is shown to people, without click: text made safe to print.
 
 The engine and the hook bus print through these, so they need neither click nor report.py.
 """
@@ -6,8 +6,6 @@ The engine and the hook bus print through these, so they need neither click nor 
 from __future__ import annotations
 
 import re
-
-VERBOSE = 0  # -v: tracebacks and per-unit detail (set once per command; a worker gets it in its job)
 
 _CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 

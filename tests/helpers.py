@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hermes_admin.profile.engine.holders import in_the_host_pid_namespace
+from hermes_admin.holders import in_the_host_pid_namespace
 
 # In a pid namespace of its own (a container) the holder scan answers "unknown" by design: a Hermes
 # outside would be seen by no table there, so VACUUM and the index rebuild never run.

@@ -11,7 +11,7 @@ import click
 import yaml
 
 from hermes_admin.cli import mutate
-from hermes_admin.profile.tasks import ORDER
+from hermes_admin.model import ORDER
 from hermes_admin.cli.context import App, pass_app
 from hermes_admin.cli.profiles_cmd import show_profiles
 from hermes_admin.host.config import AdminConfig

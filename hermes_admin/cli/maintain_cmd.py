@@ -12,9 +12,8 @@ from hermes_admin.cli import mutate
 from hermes_admin.cli.context import App, json_option, pass_app, profile_option
 from hermes_admin.cli.params import DURATION, WHEN
 from hermes_admin.filters import FilterError, Filters, parse_when
+from hermes_admin.model import AUTO_ARCHIVE, BY_COMMAND, ORDER, PURGE, TaskName
 from hermes_admin.protocol import Maintain, Request
-
-from hermes_admin.profile.tasks import ORDER  # noqa: E402 (`run`'s order, one copy)
 
 
 def export_dir_option(f):
@@ -113,30 +112,30 @@ def purge(app: App, older_than, vacuum, profiles, dry_run, yes, as_json, force, 
     if chosen.given() and older_than is None:
         report.warn("filters without --older-than replace the retention window (as in Hermes): every ended "
                     "session they match goes, whatever its age; add --older-than AGE to keep recent ones")
-    wanted = Request(("purge",), now, explicit=True, force=force, older_than=older_than,
+    wanted = Request((PURGE.name,), now, explicit=True, force=force, older_than=older_than,
                      filters=chosen, vacuum=vacuum, dry_run=dry_run, export_dir=absolute_dir(export_dir))
-    run_tasks(app, profiles, wanted, yes, as_json, "purge")
+    run_tasks(app, profiles, wanted, yes, as_json, PURGE.command)
 
 
-def _single_task(name: str, task: str, help_text: str) -> click.Command:
+def _single_task(task: TaskName, help_text: str) -> click.Command:
     """A command that runs one maintenance task, whatever the policy enables."""
-    @click.command(name, help=help_text)
+    @click.command(task.command, help=help_text)
     @export_dir_option
     @task_options
     @pass_app
     def command(app: App, profiles, dry_run, yes, as_json, force, export_dir):
-        run_tasks(app, profiles, Request((task,), time.time(), explicit=True, force=force, dry_run=dry_run,
-                                         export_dir=absolute_dir(export_dir)), yes, as_json, name)
+        run_tasks(app, profiles, Request((task.name,), time.time(), explicit=True, force=force, dry_run=dry_run,
+                                         export_dir=absolute_dir(export_dir)), yes, as_json, task.command)
     return command
 
 
-sweep_empty = _single_task("sweep-empty", "empty_sweep",
+sweep_empty = _single_task(BY_COMMAND["sweep-empty"],
                            "Delete ended sessions that never got a message (reason `empty_sweep`).")
-prune_ghosts = _single_task("prune-ghosts", "ghost_prune",
+prune_ghosts = _single_task(BY_COMMAND["prune-ghosts"],
                             "Delete TUI ghosts and rows or files whose session is gone (reason `ghost_prune`).")
 
 
-@click.command("archive-inactive")
+@click.command(AUTO_ARCHIVE.command)
 @click.option("--days", type=DURATION, metavar="AGE",
               help="Idle for longer than AGE: 30 (days), 30d, 1w2d, 3mo (default: auto_archive_days).")
 @task_options
@@ -145,8 +144,8 @@ def archive_inactive(app: App, days, profiles, dry_run, yes, as_json, force):
     """Archive idle lineages, open ones included; pinned never (silent: no event)."""
     if days is not None and days < 1 and not force:
         raise click.BadParameter("below 1 day would archive nearly everything; add --force", param_hint="--days")
-    run_tasks(app, profiles, Request(("auto_archive",), time.time(), explicit=True, force=force,
-                                     archive_days=days, dry_run=dry_run), yes, as_json, "archive-inactive")
+    run_tasks(app, profiles, Request((AUTO_ARCHIVE.name,), time.time(), explicit=True, force=force,
+                                     archive_days=days, dry_run=dry_run), yes, as_json, AUTO_ARCHIVE.command)
 
 
 @click.command()

@@ -26,20 +26,14 @@ from hermes_admin import report, stopping
 from hermes_admin.shown import clean
 from hermes_admin.host import metrics, sdnotify
 from hermes_admin.host.config import AdminConfig
-from hermes_admin.profile.tasks import ORDER
+from hermes_admin.model import BY_COMMAND, ORDER
 from hermes_admin.protocol import Maintain, Request
 from hermes_admin.results import Run
 
 log = logging.getLogger("hermes_admin.daemon")
 
-# What each schedulable task runs.
-TASKS = {
-    "run": ORDER,
-    "purge": ("purge",),
-    "sweep-empty": ("empty_sweep",),
-    "prune-ghosts": ("ghost_prune",),
-    "archive-inactive": ("auto_archive",),
-}
+# What each schedulable task runs: `run`'s whole order, or one task by its command's name.
+TASKS = {"run": ORDER, **{command: (task.name,) for command, task in BY_COMMAND.items()}}
 # Nightly, somewhere between 03:30 and 04:00, so many machines do not start at once.
 DEFAULT_SCHEDULE = {"run": {"cron": "30 3 * * *", "jitter": 1800}}
 # Past a worker's idle deadline, how long its kill and report may take before the daemon counts its job stuck.

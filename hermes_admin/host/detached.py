@@ -33,7 +33,7 @@ from pathlib import Path
 
 from hermes_admin import lockrecord
 from hermes_admin.lockrecord import command_of
-from hermes_admin.profile.engine.holders import locks_by_file
+from hermes_admin.holders import locks_by_file
 
 SUFFIXES = ("", "-wal", "-shm")  # the store and its sidecars: the files a process may hold broken
 COMMAND_CHARS = 160  # of a process's command line, in a report line

@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
+from hermes_admin.profile.environment import Environment
 from hermes_admin.protocol import Job, Profile
 from hermes_admin.results import RepairRun, Run
 
@@ -60,11 +61,10 @@ def _each(job: Job, run: Run, isolated: bool, work: Callable[[Profile], None]) -
         except Exception as exc:  # a bug of ours: this profile ends, the others go on (exit 70)
             import traceback
 
-            from hermes_admin import shown
             run.internal = True
             run.errors.append(f"profile '{profile.shown}': internal error: {type(exc).__name__}: {exc}"
-                              + ("" if shown.VERBOSE else " (run with -v for the traceback)"))
-            if shown.VERBOSE:
+                              + ("" if job.context.verbose else " (run with -v for the traceback)"))
+            if job.context.verbose:
                 traceback.print_exc()
 
 
@@ -79,17 +79,16 @@ def _siblings(by_root: dict[Path, dict[str, Profile]], profile: Profile) -> dict
     return {profile.name: profile, **by_root.get(profile.root, {})}
 
 
-def maintain(job: Job, isolated: bool) -> Run:
+def maintain(job: Job, isolated: bool, env: Environment) -> Run:
     from hermes_admin.profile import fork
     from hermes_admin.profile.actions.maintenance import maintain as maintain_profile
     from hermes_admin.profile.views import profile_summary
 
     if fork.worth_it(job):  # half of the profiles in a second process (fork.py says when)
         return fork.in_two(job, lambda half: maintain(replace(half, context=replace(half.context, processes=1)),
-                                                      isolated))
+                                                      isolated, env))
 
     request = job.params.request
-    lock_wait = _given_wait(job.context.lock_wait)  # --lock-wait, over the policy's
     run = Run(dry_run=request.dry_run)
     siblings = _siblings_by_root(job)
 
@@ -100,8 +99,8 @@ def maintain(job: Job, isolated: bool) -> Run:
 
         before, started = (len(run.results), len(run.errors), len(run.warnings), len(run.locked)), time.time()
         try:
-            maintain_profile(run, profile, job.layers.get(str(profile.home), {}), request, _siblings(siblings, profile),
-                             lock_wait)
+            maintain_profile(run, profile, job.layers.get(str(profile.home), {}), request, env,
+                             _siblings(siblings, profile))
         finally:  # what `status` reads: written as the owner, in the home, for every run that was not dry
             if not request.dry_run and profile.has_store():
                 run_record.write(profile, run_record.summarise(run, before, job.params.command, started))
@@ -112,7 +111,7 @@ def maintain(job: Job, isolated: bool) -> Run:
     return run
 
 
-def status(job: Job, isolated: bool) -> Run:
+def status(job: Job, isolated: bool, env: Environment) -> Run:
     """What the last changing run recorded in each profile (`hermes-admin status`); changes nothing."""
     from hermes_admin.profile import run_record
 
@@ -129,7 +128,7 @@ def status(job: Job, isolated: bool) -> Run:
     return run
 
 
-def policy(job: Job, isolated: bool) -> Run:
+def policy(job: Job, isolated: bool, env: Environment) -> Run:
     """Each profile's effective policy with the origin of every value, and the problems of its own
     config.yaml with their lines (`config check`, `config show --origin`); changes nothing."""
     from hermes_admin import yamlfile
@@ -188,7 +187,7 @@ def _small_text(path: Path) -> str | None:
         return None
 
 
-def profiles(job: Job, isolated: bool) -> Run:
+def profiles(job: Job, isolated: bool, env: Environment) -> Run:
     from hermes_admin.profile.views import profile_settings, profile_summary, sqlite_of
 
     run = Run(dry_run=True)
@@ -225,7 +224,7 @@ def _rows_of_stores(job: Job, isolated: bool, key: str, rows: Callable) -> Run:
     return run
 
 
-def sessions_list(job: Job, isolated: bool) -> Run:
+def sessions_list(job: Job, isolated: bool, env: Environment) -> Run:
     from hermes_admin.profile.store.read import most_recent
     from hermes_admin.profile.views import session_brief
 
@@ -244,7 +243,7 @@ def sessions_list(job: Job, isolated: bool) -> Run:
     return run
 
 
-def resolve(job: Job, isolated: bool) -> Run:
+def resolve(job: Job, isolated: bool, env: Environment) -> Run:
     """Which sessions each wanted id (or prefix) names, in each profile: the host decides exactness and
     ambiguity over all of them (cli/mutate.targets)."""
     from hermes_admin.profile.store.read import find_session_ids
@@ -254,7 +253,7 @@ def resolve(job: Job, isolated: bool) -> Run:
         for wanted in job.params.wanted for sid in find_session_ids(store, wanted)])
 
 
-def session_detail(job: Job, isolated: bool) -> Run:
+def session_detail(job: Job, isolated: bool, env: Environment) -> Run:
     from hermes_admin.profile.views import session_detail as detail
 
     run = Run(dry_run=True)
@@ -263,7 +262,7 @@ def session_detail(job: Job, isolated: bool) -> Run:
     return run
 
 
-def change(job: Job, isolated: bool) -> Run:
+def change(job: Job, isolated: bool, env: Environment) -> Run:
     """`sessions delete|archive|unarchive`: named ids per home, and/or filters."""
     from hermes_admin.profile.actions import sessions as actions
 
@@ -278,31 +277,31 @@ def change(job: Job, isolated: bool) -> Run:
             from hermes_admin.profile.actions.common import with_engine
             from hermes_admin.profile.engine.outbox import has_work
             if not run.dry_run and has_work(profile):
-                with_engine(run, profile, lambda engine: [])
+                with_engine(run, profile, env, lambda engine: [])
             return
         if verb == "delete":
             from hermes_admin.profile.actions.common import export_settings
             exports = export_settings(profile, job.layers.get(str(profile.home)), params.export_dir)
-            actions.delete(run, profile, ids, filters, force, exports)
+            actions.delete(run, profile, env, ids, filters, force, exports)
         else:
-            actions.archive(run, profile, ids, verb == "archive", filters if verb == "archive" else None, force)
+            actions.archive(run, profile, env, ids, verb == "archive", filters if verb == "archive" else None, force)
 
     _each(job, run, isolated, work)
     return run
 
 
-def restore(job: Job, isolated: bool) -> Run:
+def restore(job: Job, isolated: bool, env: Environment) -> Run:
     """`restore FILE`: one profile (the host chose it), the file read as its owner."""
     from hermes_admin.profile.actions.exports import restore as restore_units
 
     run = Run(dry_run=job.params.dry_run)
     sessions = list(job.params.sessions) if job.params.sessions else None
-    _each(job, run, isolated, lambda p: restore_units(run, p, job.params.file, sessions, job.params.pin,
+    _each(job, run, isolated, lambda p: restore_units(run, p, env, job.params.file, sessions, job.params.pin,
                                                       job.params.other_profile))
     return run
 
 
-def usage(job: Job, isolated: bool) -> Run:
+def usage(job: Job, isolated: bool, env: Environment) -> Run:
     """`hermes-admin usage`: where each profile's bytes are; read-only."""
     from hermes_admin.profile.actions.common import export_settings
     from hermes_admin.profile.store.read import journal_mode
@@ -328,7 +327,7 @@ def usage(job: Job, isolated: bool) -> Run:
     return run
 
 
-def exports_list(job: Job, isolated: bool) -> Run:
+def exports_list(job: Job, isolated: bool, env: Environment) -> Run:
     from hermes_admin.profile.actions.exports import listing
 
     run = Run(dry_run=True)
@@ -337,7 +336,7 @@ def exports_list(job: Job, isolated: bool) -> Run:
     return run
 
 
-def exports_prune(job: Job, isolated: bool) -> Run:
+def exports_prune(job: Job, isolated: bool, env: Environment) -> Run:
     from hermes_admin.profile.actions.exports import remove
 
     run = Run(dry_run=job.params.dry_run)
@@ -346,7 +345,7 @@ def exports_prune(job: Job, isolated: bool) -> Run:
     return run
 
 
-def repair(job: Job, isolated: bool) -> Run:
+def repair(job: Job, isolated: bool, env: Environment) -> Run:
     from hermes_admin.profile.actions.repair import repair as repair_profile
 
     apply = job.params.apply
@@ -357,7 +356,7 @@ def repair(job: Job, isolated: bool) -> Run:
     return run
 
 
-def plugins_list(job: Job, isolated: bool) -> Run:
+def plugins_list(job: Job, isolated: bool, env: Environment) -> Run:
     from hermes_admin.profile.hermes_config import HermesConfigError
     from hermes_admin.profile.hermes_config import load as load_hermes_config
     from hermes_admin.profile.hooks.listing import plugins_of
@@ -380,7 +379,7 @@ def plugins_list(job: Job, isolated: bool) -> Run:
     return run
 
 
-KINDS: dict[str, Callable[[Job, bool], Run]] = {
+KINDS: dict[str, Callable[[Job, bool, Environment], Run]] = {
     "maintain": maintain, "profiles": profiles, "sessions_list": sessions_list, "resolve": resolve,
     "session_detail": session_detail, "change": change, "repair": repair, "plugins_list": plugins_list,
     "restore": restore, "exports_list": exports_list, "status": status,
@@ -391,34 +390,28 @@ KINDS: dict[str, Callable[[Job, bool], Run]] = {
 _PATIENCE: list[float] = []  # the store's own default wait, kept before --lock-wait first changes it
 
 
-def _patience(lock_wait) -> None:
-    """--lock-wait SECONDS: how long a write waits, without progress, for a store another process
-    holds (each job says; an in-process worker serves many jobs, so a job without it gets the
-    default back). Maintenance takes it over the policy's `lock_wait` (actions/maintenance.py)."""
+def _patience(lock_wait: float | None) -> None:
+    """--lock-wait SECONDS for the connections that are not the engine's (which is given it, over the
+    policy's, through the job's Environment): how long a read waits, without progress, for a store
+    another process holds. An in-process worker serves many jobs, so a job without it gets the
+    default back."""
     from hermes_admin.profile.store import connect
 
     if not _PATIENCE:
         _PATIENCE.append(connect.DEFAULT_LOCK_WAIT_S)
-    connect.DEFAULT_LOCK_WAIT_S = _given_wait(lock_wait) if _given_wait(lock_wait) is not None else _PATIENCE[0]
-
-
-def _given_wait(lock_wait) -> float | None:
-    given = isinstance(lock_wait, (int, float)) and not isinstance(lock_wait, bool)
-    return max(0.0, float(lock_wait)) if given else None
+    connect.DEFAULT_LOCK_WAIT_S = lock_wait if lock_wait is not None else _PATIENCE[0]
 
 
 def serve(job: Job, isolated: bool = False) -> Run:
     """Do one job. `isolated`: in a worker process of its own, which may change its current folder."""
-    from hermes_admin import shown
-
     context = job.context
-    shown.VERBOSE = context.verbose
+    env = Environment.of(context)
     from hermes_admin.profile import installation
 
     installation.configure(job.layers, remember=not job.params.dry_run)
-    _patience(context.lock_wait)
+    _patience(env.lock_wait)
     if isolated and context.safe_mode:  # the invoker's HERMES_SAFE_MODE, into a clean environment
         os.environ["HERMES_SAFE_MODE"] = context.safe_mode
     if isolated and context.bundled_plugins:  # where Hermes' bundled plugins are (Nix, packages)
         os.environ["HERMES_BUNDLED_PLUGINS"] = context.bundled_plugins
-    return KINDS[job.kind](job, isolated)
+    return KINDS[job.kind](job, isolated, env)

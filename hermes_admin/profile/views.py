@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from hermes_admin.profile.engine.files import FileIndex
+from hermes_admin.profile.store.files import FileIndex
 from hermes_admin.protocol import Profile
 from hermes_admin.report import iso
 from hermes_admin.profile.store import Store, StoreError

@@ -282,7 +282,7 @@ def test_a_stop_of_roots_run_reaches_both_of_her_processes(make_user, system_ven
     assert root_owned(alice.root) == []
 
 
-HELD = "import sys; from hermes_admin.profile.engine.holders import held_by_its_owner; print(held_by_its_owner(sys.argv[1]))"
+HELD = "import sys; from hermes_admin.holders import held_by_its_owner; print(held_by_its_owner(sys.argv[1]))"
 
 
 def test_pacing_sees_her_own_hermes_and_never_counts_roots_processes(make_user, system_venv):

@@ -231,3 +231,55 @@ def test_hermes_python_keyed_by_her_root_never_runs_as_bob_through_her_link(make
     finally:
         shutil.rmtree(place, ignore_errors=True)
         shutil.rmtree(marker, ignore_errors=True)
+
+
+SAME_INODE = r'''
+import fcntl, os, sys
+place, wanted = sys.argv[1], int(sys.argv[2])
+for n in range(100_000):  # a fresh tmpfs numbers its files from 2 up: reach the number of his store
+    fd = os.open(f"{place}/f{n}", os.O_RDWR | os.O_CREAT, 0o600)
+    if os.fstat(fd).st_ino == wanted:
+        break
+    os.close(fd)
+else:
+    sys.exit(f"never reached inode {wanted}")
+fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+print("ready", flush=True)
+import time
+time.sleep(300)
+'''
+
+
+def test_a_lock_on_her_file_with_bobs_inode_number_does_not_hold_his_store(make_user, admin):
+    """Bob's root is on a filesystem of its own (a tmpfs root mounts), so his store's inode number
+    is small; in a mount namespace of her own she makes a tmpfs, creates files until one has that
+    same number, and holds a POSIX write lock on it. /proc/locks then shows a lock on an inode of
+    that number on another device: root still takes Bob's store as free, and vacuums it."""
+    if not shutil.which("unshare"):
+        pytest.fail("unshare(1) is missing: the as-root tier needs util-linux")
+    alice, bob = make_user("alice"), make_user("bob")
+    bob.root.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=0700", "hermes-admin-test", str(bob.root)], check=True)
+    holder = None
+    try:
+        build_user_root(bob, {"default": 30})
+        wanted = os.stat(bob.root / "state.db").st_ino
+        (alice.home / "t").mkdir()
+        chown_tree(alice.home / "t", alice)
+        script = (f'mount -t tmpfs none "{alice.home}/t" && exec /usr/bin/python3 -c \'{SAME_INODE}\' '
+                  f'"{alice.home}/t" {wanted}')
+        holder = _as(alice, ["unshare", "-rm", "bash", "-c", script])
+        bobs = os.stat(bob.root / "state.db")
+        forged = [line for line in Path("/proc/locks").read_text().splitlines()
+                  if f" {holder.pid} " in line and line.split()[5].endswith(f":{wanted}")]
+        assert forged and not forged[0].split()[5].startswith(
+            f"{os.major(bobs.st_dev):02x}:{os.minor(bobs.st_dev):02x}:"), forged
+        done = admin("--root", str(bob.root), "purge", "--older-than", "90", "--vacuum", "--yes", "--json")
+        assert done.returncode in (0, 1), done.stderr
+        results = [r for r in json.loads(done.stdout)["results"] if r["home"] == str(bob.root)]
+        assert results and any(r["vacuumed"] for r in results), results
+        assert str(holder.pid) not in done.stdout + done.stderr
+    finally:
+        if holder is not None:
+            _stop(holder)
+        subprocess.run(["umount", "-l", str(bob.root)], check=False)

@@ -21,7 +21,7 @@ from hermes_admin.host.config import AdminConfig
 from hermes_admin.profile import fork
 from hermes_admin.profile.engine import remover
 from hermes_admin.profile.policy import PolicyError, _coerce, admin_setting
-from hermes_admin.profile.tasks import ORDER
+from hermes_admin.model import ORDER
 from hermes_admin.protocol import Context, Job, Maintain, Owner, Profile, Reader, Request, Writer
 from hermes_admin.results import Result, Run
 from tests.conftest import NOW

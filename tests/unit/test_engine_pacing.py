@@ -19,10 +19,10 @@ import pytest
 from hermes_admin import stopping
 from hermes_admin.profile import parts
 from hermes_admin.profile.engine.checkpointer import Checkpointer
-from hermes_admin.profile.engine.files import FileIndex
+from hermes_admin.profile.store.files import FileIndex
 from hermes_admin.profile.engine.group_commit import GroupCommit
-from hermes_admin.profile.engine import holders as holders_module
-from hermes_admin.profile.engine.holders import held_by_its_owner, lock_holders, store_holders
+from hermes_admin import holders as holders_module
+from hermes_admin.holders import held_by_its_owner, lock_holders, store_holders
 from hermes_admin.profile.engine import remover as remover_module
 from hermes_admin.profile.engine.remover import FileRemover
 from hermes_admin.profile.store.connect import open_readwrite

@@ -9,6 +9,7 @@ import os
 import pytest
 
 from hermes_admin.host.runlock import RunLocks
+from hermes_admin.profile.environment import Environment
 from tests.helpers import other_connection, home_of, install_plugins, row_ids, own_interpreter
 
 
@@ -406,6 +407,6 @@ def test_a_failure_closing_the_engine_reports_each_finished_result_once(tmp_path
         finished.append(result)
         return [result]
 
-    common.with_engine(run, profile, work, finished=finished)
+    common.with_engine(run, profile, Environment(), work, finished=finished)
     assert len(run.results) == 1 and run.results[0].task == "purge"
     assert any("outbox's disk went away" in e for e in run.errors + run.warnings)

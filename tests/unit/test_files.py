@@ -2,7 +2,7 @@ import os
 
 import pytest
 
-from hermes_admin.profile.engine.files import FileIndex, session_id_of, unsafe_id
+from hermes_admin.profile.store.files import FileIndex, session_id_of, unsafe_id
 
 
 @pytest.mark.parametrize("name, sid", [

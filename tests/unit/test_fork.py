@@ -16,7 +16,7 @@ import pytest
 
 from hermes_admin import stopping
 from hermes_admin.profile import fork
-from hermes_admin.profile.tasks import ORDER
+from hermes_admin.model import ORDER
 from hermes_admin.protocol import Context, Job, Maintain, Owner, Profile, Request
 from hermes_admin.results import Result, Run
 from hermes_admin.synth.scenario import build_root

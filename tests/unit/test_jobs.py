@@ -15,7 +15,7 @@ import pytest
 
 from hermes_admin import child
 from hermes_admin.filters import Filters
-from hermes_admin.profile.tasks import ORDER
+from hermes_admin.model import ORDER
 from hermes_admin.protocol import (PARAMS, Change, Context, Job, ListExports, ListPlugins, ListProfiles, ListSessions,
                                    Maintain, Owner, Profile, ProtocolError, PruneExports, Repair, Request, Resolve,
                                    Restore, SessionDetail, ShowPolicy, Status, Usage)

@@ -137,3 +137,28 @@ def test_a_lock_whose_holder_record_cannot_be_written_is_still_taken_and_release
     again = Flock(path, "test", record=True)
     again.acquire()  # taken again: the first one let it go
     again.release()
+
+
+@pytest.mark.parametrize("swap", ["fifo", "link"])
+def test_what_is_swapped_in_after_the_check_never_holds_the_outbox_up(tmp_path, monkeypatch, swap):
+    """The name is checked (a plain file, or nothing) and then opened by SQLite: in between, her
+    process may put a FIFO or a link there. Neither is opened as the outbox, nor waited on: it is
+    set aside as damage and a new outbox is made, at once."""
+    from hermes_admin.profile.engine import outbox as module
+    from hermes_admin.protocol import Profile
+
+    home = tmp_path / "home"
+    (home / ".hermes-admin").mkdir(parents=True)
+    path = home / ".hermes-admin" / "outbox.db"
+    target = tmp_path / "elsewhere.db"
+    ours(target)
+    monkeypatch.setattr(module, "regular_file", lambda *_args, **_kw: None)  # the check passed; then the swap
+    os.mkfifo(path) if swap == "fifo" else path.symlink_to(target)
+    notes: list[str] = []
+    started = time.monotonic()
+    box = module.Outbox(Profile(root=home, name="default", home=home), notes)
+    assert time.monotonic() - started < 5
+    assert path.is_file() and not path.is_symlink()
+    assert len(notes) == 1 and "outbox.db" in notes[0], notes
+    box.close()
+    assert sqlite3.connect(target).execute("SELECT count(*) FROM events").fetchone() == (1,)  # untouched

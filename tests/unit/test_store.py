@@ -191,7 +191,7 @@ def test_the_write_locks_holder_is_named_from_proc_locks(tmp_path, mode):
     import sys
 
     from hermes_admin.lockrecord import command_of
-    from hermes_admin.profile.engine.holders import write_lock_holder
+    from hermes_admin.holders import write_lock_holder
 
     path = tmp_path / "state.db"
     SynthStore(path, version=30).close()

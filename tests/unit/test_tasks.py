@@ -8,7 +8,7 @@ from datetime import datetime
 
 import pytest
 
-from hermes_admin.profile.engine.files import FileIndex
+from hermes_admin.profile.store.files import FileIndex
 from hermes_admin.profile.lineage import Graph, Unit, lineage_unit
 from hermes_admin.profile.tasks import archive, empty, ghosts, retention
 from hermes_admin.filters import FilterError, Filters, parse_when

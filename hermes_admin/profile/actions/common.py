@@ -8,6 +8,7 @@ from typing import Callable, Iterable
 
 from hermes_admin.profile.engine.engine import Engine
 from hermes_admin.profile.engine.exports import Settings
+from hermes_admin.profile.environment import Environment
 from hermes_admin.report import Progress
 from hermes_admin.results import Result, Run
 from hermes_admin.profile.hermes_config import HermesConfig, HermesConfigError
@@ -80,9 +81,8 @@ def own_config(profile: Profile) -> HermesConfig | None:
     return config
 
 
-def with_engine(run: Run, profile: Profile, work: Callable[[Engine], list[Result]],
-                exports: Settings | None = None, config: HermesConfig | None = None,
-                lock_wait_s: float | None = None, incremental: bool = True,
+def with_engine(run: Run, profile: Profile, env: Environment, work: Callable[[Engine], list[Result]],
+                exports: Settings | None = None, config: HermesConfig | None = None, incremental: bool = True,
                 finished: list[Result] | None = None) -> None:
     """Open the profile's engine, do `work`, record results; one profile's failure never stops the others.
 
@@ -92,8 +92,8 @@ def with_engine(run: Run, profile: Profile, work: Callable[[Engine], list[Result
     done: list[Result] = []
     worked = False  # `work` returned: its results are in `done`, whatever closing the engine raises
     config = config if config is not None else own_config(profile)
-    engine = Engine(profile, dry_run=run.dry_run, exports=exports, config=config, lock_wait_s=lock_wait_s,
-                    incremental=incremental, progress=Progress())
+    engine = Engine(profile, dry_run=run.dry_run, exports=exports, config=config, lock_wait_s=env.lock_wait,
+                    incremental=incremental, progress=Progress(), verbose=env.verbose)
     try:
         with engine:
             run.warnings += engine.replayed

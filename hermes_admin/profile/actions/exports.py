@@ -7,11 +7,12 @@ from pathlib import Path
 from hermes_admin.profile.actions.common import Run, export_settings, with_engine
 from hermes_admin.profile.engine import exports
 from hermes_admin.profile.engine.engine import Engine, Result
+from hermes_admin.profile.environment import Environment
 from hermes_admin.protocol import Profile
 
 
-def restore(run: Run, profile: Profile, path: str, sessions: list[str] | None, pin: bool = False,
-            other_profile: bool = False) -> None:
+def restore(run: Run, profile: Profile, env: Environment, path: str, sessions: list[str] | None,
+            pin: bool = False, other_profile: bool = False) -> None:
     """Units of an export back into this profile's store; a session id that exists is left alone."""
     def work(engine: Engine) -> list[Result]:
         result = Result(profile.name, "restore", None, engine.dry_run)
@@ -19,7 +20,7 @@ def restore(run: Run, profile: Profile, path: str, sessions: list[str] | None, p
         engine.restore(Path(path), set(sessions) if sessions else None, result, pin=pin, other_profile=other_profile)
         return [result]
 
-    with_engine(run, profile, work)
+    with_engine(run, profile, env, work)
 
 
 def listing(run: Run, profile: Profile, layers: dict | None, export_dir: str | None,

@@ -1,27 +1,34 @@
 """The maintenance tasks of one profile, in the order `run` uses (docs/design.md §3).
 
-repair (report) -> ghost prune -> empty sweep -> purge -> auto-archive. Each
-task selects with its pure module in `tasks/` from a fresh read of the store,
-then hands the units to the engine. A task that policy disables is reported
-as skipped, never silently left out. Within one run no row is selected by two
-tasks, so a dry run lists each row once, under the task that would take it.
+Each task is one record (`Task`, the tuple `TASKS`): its name and reason (model.py), the
+policy key that turns it on, its rule (select, and re-check inside the transaction, from
+the pure modules in `tasks/`) and what the engine does with what it selects. `_Pass.run`
+runs any of them the same way. The command's overrides are applied to the policy once
+(`applied`): that policy drives every task and is the one the report shows. Within one
+run no row is selected by two tasks, so a dry run lists each row once, under the task
+that would take it; and a dry run's later tasks see what the earlier ones would have
+done (rows closed as stale are closed for them), so it predicts the run.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Iterator
+from dataclasses import dataclass, replace
+from typing import Callable, Iterator
 
-from hermes_admin import stopping
+from hermes_admin import model, stopping
+from hermes_admin.model import Profile
 from hermes_admin.profile.store import sql
 from hermes_admin.profile.actions.common import Refused, Run, act_in_parts, too_broad, with_engine
+from hermes_admin.profile.engine.deletes import Recheck
 from hermes_admin.profile.engine.engine import Engine, Result
 from hermes_admin.profile.engine.exports import Settings
 from hermes_admin.profile import installation
 from hermes_admin.profile.hermes_config import HermesConfig, HermesConfigError
 from hermes_admin.profile.hermes_config import load as load_hermes_config
-from hermes_admin.protocol import Profile, Request  # Request: the one shape of a maintenance pass
+from hermes_admin.protocol import Request  # Request: the one shape of a maintenance pass
 from hermes_admin.profile.engine.state_folder import LockHeld
+from hermes_admin.profile.environment import Environment
 from hermes_admin.profile.store import StoreError
 from hermes_admin.profile.lineage import Graph
 from hermes_admin.profile.policy import Policy, PolicyError, with_origins
@@ -30,23 +37,63 @@ from hermes_admin.profile.store.read import (WITHOUT_MESSAGES, any_without_messa
                                              orphan_session_ids)
 from hermes_admin.profile.tasks import Selection, archive, budget, empty, ghosts, retention, stale
 
-from hermes_admin.profile.tasks import ORDER  # noqa: E402 (re-exported: `run`'s order)
 from hermes_admin.profile.store.errors import SQLITE_ERRORS
 CHUNK = 2000  # files of sessions/ looked at together by the ghost sweep
 BUDGET_CHUNK = 200  # units whose text the size budget sums in one query (their ids bound a statement's)
 
 
+@dataclass(frozen=True)
+class Rule:
+    """A task's rule under one policy and `now`: which units of a graph it picks (the rest kept, each with
+    why), and the same rule on the rows as they are inside the transaction that acts."""
+
+    select: Callable[[Graph, set[str]], Selection]
+    recheck: Recheck | None = None
+    only: str | None = None  # what every unlinked session the rule can pick or keep meets (parts.graph_parts)
+
+
+@dataclass(frozen=True)
+class Task:
+    """One maintenance task: its name and reason, when the policy has it on, its rule, how it is acted on."""
+
+    name: model.TaskName
+    rule: Callable[[Policy, float], Rule]
+    act: str  # what the engine does with a selected unit: "delete", "close" or "archive"
+    work: Callable[["_Pass", "Task"], Result]  # how it goes over the store: most, `_Pass.in_parts`
+    off_why: str | None = None  # what the report says when the policy has it off (else the switch's name)
+
+    def off(self, policy: Policy) -> str | None:
+        """Why the policy leaves this task off, in the report's words; None: it runs."""
+        value = getattr(policy, self.name.switch)  # a policy key, named in model.TASKS
+        if value is not None and value is not False:
+            return None
+        return self.off_why or f"{self.name.switch} is off in this profile's policy"
+
+
 class _Pass:
-    """One profile's run: the engine, the policy, and the rows already taken by an earlier task."""
+    """One profile's run: the engine, the policy as applied, and the rows already taken by an earlier task."""
 
     def __init__(self, engine: Engine, policy: Policy, request: Request):
         self.engine, self.policy, self.request = engine, policy, request
         # Ids a task selected that are still in the store: all of them in a dry run, else the
         # ones it skipped (what it did act on is gone, and kept out of this set: memory).
         self.claimed: set[str] = set()
+        # Rows a dry run's close_stale would have closed: the later tasks of the dry run read them
+        # closed, as the run's later tasks do (their `ended_at`, the run's now).
+        self.closed: set[str] = set()
         # The first result of a delete that freed pages: incremental vacuum gives them back once every
         # task is done (`reclaim`), so that its last commits are the run's last and cut the WAL back.
         self.to_reclaim: Result | None = None
+
+    def run(self, task: Task) -> Result:
+        """Any task, the one way: skipped if the policy has it off, else its work, timed."""
+        why = task.off(self.policy)
+        if why:
+            return self.skipped(task, why)
+        started = time.monotonic()
+        result = task.work(self, task)
+        result.seconds = time.monotonic() - started
+        return result
 
     def reclaim(self) -> None:
         """Free pages back to the file system, on a store in incremental auto-vacuum (engine/space.py)."""
@@ -55,11 +102,11 @@ class _Pass:
             self.engine.reclaim(self.to_reclaim)
             self.to_reclaim.seconds = (self.to_reclaim.seconds or 0) + time.monotonic() - started
 
-    def result(self, task: str, action: str, reason: str | None) -> Result:
-        return Result(self.engine.profile.name, action, reason, self.engine.dry_run, task=task)
+    def result(self, task: Task) -> Result:
+        return Result(self.engine.profile.name, task.act, task.name.reason, self.engine.dry_run, task=task.name.name)
 
-    def skipped(self, task: str, why: str) -> Result:
-        result = self.result(task, "none", None)
+    def skipped(self, task: Task, why: str) -> Result:
+        result = Result(self.engine.profile.name, "none", None, self.engine.dry_run, task=task.name.name)
         result.status, result.why = "skipped", why
         return result
 
@@ -69,23 +116,84 @@ class _Pass:
             self.claimed.update(unit.ids)
         return units
 
-    # -- the tasks -----------------------------------------------------------
+    def act(self, task: Task, rule: Rule, units: list) -> Result:
+        """What the engine does with a task's units; its dry run reports what it would do."""
+        if task.act == "close":
+            return self.engine.close_stale(units, rule.recheck, self.request.now)
+        if task.act == "archive":  # the inactivity sweep's: silent, live units stay
+            return self.engine.set_archived(units, True, reason=None, swept=True)
+        return self.engine.delete(units, task.name.reason, recheck=rule.recheck)
 
-    def ghost_prune(self) -> Result:
-        if not (self.policy.ghost_prune or self.request.explicit):
-            return self.skipped("ghost_prune", "ghost_prune is off in this profile's policy")
-        now = self.request.now
+    # -- how a task goes over the store ---------------------------------------
+
+    def in_parts(self, task: Task, select=None) -> Result:
+        """The task's rule (or `select`, a narrower one) and its acting on each part of the store in turn.
+
+        The parts together are the whole store, and a unit never spans two of them, so
+        the selection is the one a single graph of every row would give (the tests
+        compare both); only one part is in memory at a time.
+        """
+        rule = task.rule(self.policy, self.request.now)
+        select = select or rule.select
+        store = self.engine.store
+        live = set(sql.live_ids(store.db, store.schema, self.request.now))
+        result = self.result(task)
+
+        def units() -> Iterator[list]:
+            for graph in self._graphs(task, result, rule.only):
+                selection = select(graph, live)
+                result.kept.update(selection.kept)
+                yield self.unclaimed(selection)
+
+        def acted(chosen: list) -> Result:
+            done = self.act(task, rule, chosen)
+            ids = [i for unit in done.done for i in unit.ids]
+            if task.act == "close":  # closed, the rows stay: a later task (the archive) may still take them
+                self.claimed.difference_update(ids)
+                if self.engine.dry_run:
+                    self.closed.update(ids)
+            elif not self.engine.dry_run:  # gone (or archived, by the last task): no later task can take them
+                self.claimed.difference_update(ids)
+            return done
+
+        return act_in_parts(self.engine, result, units(), acted)
+
+    def _graphs(self, task: Task, result: Result, only: str | None = None) -> Iterator[Graph]:
+        """The store's parts as this point of the run sees them: in a dry run, the rows an earlier task
+        would have closed are closed, as the run would have left them."""
+        for graph in self._parts(task.name.name, result, only):
+            for sid in self.closed.intersection(graph.rows):
+                graph.rows[sid] = replace(graph.rows[sid], ended_at=self.request.now, end_reason=retention.REAPED)
+            yield graph
+
+    def _parts(self, task: str, result: Result, only: str | None = None) -> Iterator[Graph]:
+        """The store a part at a time (parts.py), with a progress bar; a stop request ends it."""
+        store = self.engine.store
+        where = f"WHERE {only}" if only else ""
+        total = store.db.execute_sql(f"SELECT COUNT(*) FROM sessions s {where}").fetchone()[0] \
+            if self.engine.progress.wanted() else 0  # a count only for a bar someone sees
+        with self.engine.progress.whole(f"{self.engine.profile.name}: {task}", total) as looked_at:
+            for n, graph in enumerate(graph_parts(store, only)):
+                if n and stopping.requested():
+                    if not any(note.startswith("stopped on request") for note in result.notes):
+                        result.notes.append("stopped on request: the rest of the store waits for the next run")
+                    return
+                yield graph
+                looked_at(len(graph.rows))
+
+    # -- the tasks whose work is more than their rule over the parts ------------
+
+    def ghost_prune(self, task: Task) -> Result:
+        """TUI ghosts by the rule; then rows and files whose session is gone."""
         if any_without_messages(self.engine.store, source="tui"):
-            result = self._by_parts("ghost_prune", "delete", "ghost_prune",
-                                    lambda graph, live: ghosts.select_tui_ghosts(graph, now, live),
-                                    lambda units: self.engine.delete(units, "ghost_prune", recheck=ghosts.recheck(now)), only=WITHOUT_MESSAGES)
+            result = self.in_parts(task)
         else:  # no TUI session without messages: no ghost to select or keep (store/read.py)
-            result = self.result("ghost_prune", "delete", "ghost_prune")
+            result = self.result(task)
         missing = orphan_session_ids(self.engine.store)
         rows = ghosts.select_orphan_rows(missing)
-        result.absorb(self.engine.delete(self.unclaimed(rows), "ghost_prune", orphans=True))
+        result.absorb(self.engine.delete(self.unclaimed(rows), task.name.reason, orphans=True))
         # (c) files of sessions that are gone; those of `missing` went with their rows just now
-        index = self.engine.files
+        index, now = self.engine.files, self.request.now
         for part in index.names(CHUNK):
             existing = set(existing_ids(self.engine.store, sorted({sid for sid, _ in part}))) | set(missing)
             gone = [(sid, index.entry(name)) for sid, name in part if sid not in existing]  # lstat those only
@@ -94,33 +202,16 @@ class _Pass:
             result.kept.update(files.kept)
         return result
 
-    def empty_sweep(self) -> Result:
-        if not (self.policy.empty_sweep or self.request.explicit):
-            return self.skipped("empty_sweep", "empty_sweep is off in this profile's policy")
-        hours, now = self.policy.empty_min_age_hours, self.request.now
+    def empty_sweep(self, task: Task) -> Result:
         if not any_without_messages(self.engine.store):  # nothing empty: nothing to select or keep
-            return self.result("empty_sweep", "delete", "empty_sweep")
-        return self._by_parts("empty_sweep", "delete", "empty_sweep",
-                              lambda graph, live: empty.select(graph, hours, now, live),
-                              lambda units: self.engine.delete(units, "empty_sweep", recheck=empty.recheck(hours, now)), only=WITHOUT_MESSAGES)
+            return self.result(task)
+        return self.in_parts(task)
 
-    def purge(self) -> Result:
+    def purge(self, task: Task) -> Result:
+        """Retention by the policy's windows (the command's overrides are in them: `applied`), narrowed by
+        the command's filters; then VACUUM, or the freed pages back at the end."""
         request = self.request
-        if not (self.policy.auto_prune or request.explicit):
-            return self.skipped("purge", "auto_prune is off in this profile's policy")
-        filters = request.filters
-        # As in Hermes: a filter replaces the implicit retention window, unless --older-than is given.
-        days = request.older_than if request.older_than is not None else (
-            0.0 if filters.given() else self.policy.retention_days)
-        # --older-than (or filters) names one window for every source; else the policy's, per source
-        windows = self.policy.windows() if request.older_than is None and not filters.given() else days
-        recheck = retention.recheck(windows, request.now)
-        if filters.given():
-            result = self._filtered_purge(days, recheck)
-        else:
-            result = self._by_parts("purge", "delete", "prune",
-                                    lambda graph, live: retention.select(graph, windows, request.now, live),
-                                    lambda units: self.engine.delete(units, "prune", recheck=recheck))
+        result = self._filtered_purge(task) if request.filters.given() else self.in_parts(task)
         # Unasked, only the switch to incremental reclaim, whose moment any purge may find (space.py).
         asked = bool(result.rows and (request.vacuum or self.policy.vacuum_after_prune))
         result.vacuumed = self.engine.vacuum_if_worth(result, asked)
@@ -128,32 +219,43 @@ class _Pass:
             self.to_reclaim = self.to_reclaim or result
         return result
 
-    def close_stale(self) -> Result:
-        """Open rows of automated sources idle past their window, closed as Hermes closes them (silent)."""
-        if not (self.policy.auto_prune or self.request.explicit):
-            return self.skipped("close_stale", "auto_prune is off in this profile's policy (stale rows are "
-                                "closed with it, as Hermes does)")
-        windows, now = self.policy.windows(), self.request.now
-        check = stale.recheck(windows, now)
-        return self._by_parts("close_stale", "close", None,
-                              lambda graph, live: stale.select(graph, windows, now, live),
-                              lambda units: self.engine.close_stale(units, check, now))
+    def _filtered_purge(self, task: Task) -> Result:
+        """Retention, then the filters. Two passes over the store's parts: the first only counts,
+        for the guard against filters that match every ended session, before anything goes."""
+        request, filters = self.request, self.request.filters
+        rule = task.rule(self.policy, request.now)
+        store = self.engine.store
+        if request.older_than is None and not filters.has_age_bound and not request.force:
+            live = set(sql.live_ids(store.db, store.schema, request.now))
+            candidates = picked = 0
+            for graph in graph_parts(store):
+                units = rule.select(graph, live).units
+                candidates += len(units)
+                picked += sum(1 for u in units if filters.matches(graph.rows[u.session_id]))
+            refusal = too_broad(self.engine.profile, picked, candidates)
+            if refusal:
+                raise Refused(refusal)
 
-    def size_budget(self) -> Result:
+        def select(graph: Graph, live: set[str]) -> Selection:
+            selection = rule.select(graph, live)
+            selection.units = [u for u in selection.units if filters.matches(graph.rows[u.session_id])]
+            return selection
+
+        return self.in_parts(task, select)
+
+    def size_budget(self, task: Task) -> Result:
         """Over `max_store_mb` after the other tasks: the oldest eligible units go until their text
         covers the excess, or nothing eligible is left (then one note says by how much it is over)."""
-        limit = self.policy.max_store_mb
-        if limit is None:
-            return self.skipped("size_budget", "no max_store_mb in this profile's policy")
-        result = self.result("size_budget", "delete", "prune")
-        now, keep = self.request.now, self.policy.min_keep_days
+        limit, keep = self.policy.max_store_mb, self.policy.min_keep_days
+        result = self.result(task)
         if self._used_mb() <= limit:
             return result
+        rule, now = task.rule(self.policy, self.request.now), self.request.now
         store = self.engine.store
         live = set(sql.live_ids(store.db, store.schema, now))
         candidates = []
-        for graph in self._parts("size_budget", result):
-            picked = budget.select(graph, limit, keep, now, live)
+        for graph in self._graphs(task, result):
+            picked = rule.select(graph, live)
             result.kept.update(picked.kept)
             candidates += [(max(graph.rows[i].last_activity for i in u.ids), u.session_id, u) for u in picked.units
                            if not self.claimed.intersection(u.ids)]
@@ -163,8 +265,7 @@ class _Pass:
         # _covering says), and the next run looks again.
         over = self._used_mb() - limit
         chosen = self._covering(units, over)
-        result.absorb(act_in_parts(self.engine, self.result("size_budget", "delete", "prune"), [chosen],
-                                   lambda part: self.engine.delete(part, "prune", recheck=budget.recheck(keep, now))))
+        result.absorb(act_in_parts(self.engine, self.result(task), [chosen], lambda part: self.act(task, rule, part)))
         if len(chosen) == len(units) and self._used_mb() > limit and not self.engine.dry_run:
             result.notes.append(f"still over max_store_mb {limit:g} by {self._used_mb() - limit:.1f} MB: nothing "
                                 f"eligible is left (open, pinned, live or active within {keep:g} days)")
@@ -197,81 +298,46 @@ class _Pass:
                              ("page_count", "freelist_count", "page_size"))
         return (pages - free) * size / 1e6
 
-    def auto_archive(self) -> Result:
-        request = self.request
-        if not (self.policy.auto_archive or request.explicit):
-            return self.skipped("auto_archive", "auto_archive is off in this profile's policy")
-        days = request.archive_days if request.archive_days is not None else self.policy.auto_archive_days
-        return self._by_parts("auto_archive", "archive", None,  # silent
-                              lambda graph, live: archive.select(graph, days, request.now, live),
-                              lambda units: self.engine.set_archived(units, True, reason=None, swept=True))
 
-    # -- a part of the store at a time ----------------------------------------
+def _ghost_rule(policy: Policy, now: float) -> Rule:
+    return Rule(lambda graph, live: ghosts.select_tui_ghosts(graph, now, live), ghosts.recheck(now), WITHOUT_MESSAGES)
 
-    def _by_parts(self, task: str, action: str, reason: str | None, select, act, only: str | None = None) -> Result:
-        """`select` (a pure rule) and `act` (the engine) on each part of the store in turn.
 
-        The parts together are the whole store, and a unit never spans two of them, so
-        the selection is the one a single graph of every row would give (the tests
-        compare both); only one part is in memory at a time. `only`: the condition every
-        unlinked session the rule can pick or keep meets (parts.graph_parts).
-        """
-        store = self.engine.store
-        live = set(sql.live_ids(store.db, store.schema, self.request.now))
-        result = self.result(task, action, reason)
+def _empty_rule(policy: Policy, now: float) -> Rule:
+    hours = policy.empty_min_age_hours
+    return Rule(lambda graph, live: empty.select(graph, hours, now, live), empty.recheck(hours, now), WITHOUT_MESSAGES)
 
-        def units() -> Iterator[list]:
-            for graph in self._parts(task, result, only):
-                selection = select(graph, live)
-                result.kept.update(selection.kept)
-                yield self.unclaimed(selection)
 
-        def acted(chosen: list) -> Result:
-            done = act(chosen)
-            if not self.engine.dry_run:  # gone (or archived, by the last task): no later task can take them
-                self.claimed.difference_update(i for unit in done.done for i in unit.ids)
-            return done
+def _retention_rule(policy: Policy, now: float) -> Rule:
+    windows = policy.windows()  # per source, unless the command's --older-than (or filters) replaced them
+    return Rule(lambda graph, live: retention.select(graph, windows, now, live), retention.recheck(windows, now))
 
-        return act_in_parts(self.engine, result, units(), acted)
 
-    def _parts(self, task: str, result: Result, only: str | None = None) -> Iterator[Graph]:
-        """The store a part at a time (parts.py), with a progress bar; a stop request ends it."""
-        store = self.engine.store
-        where = f"WHERE {only}" if only else ""
-        total = store.db.execute_sql(f"SELECT COUNT(*) FROM sessions s {where}").fetchone()[0] \
-            if self.engine.progress.wanted() else 0  # a count only for a bar someone sees
-        with self.engine.progress.whole(f"{self.engine.profile.name}: {task}", total) as looked_at:
-            for n, graph in enumerate(graph_parts(store, only)):
-                if n and stopping.requested():
-                    if not any(note.startswith("stopped on request") for note in result.notes):
-                        result.notes.append("stopped on request: the rest of the store waits for the next run")
-                    return
-                yield graph
-                looked_at(len(graph.rows))
+def _stale_rule(policy: Policy, now: float) -> Rule:
+    windows = policy.windows()
+    return Rule(lambda graph, live: stale.select(graph, windows, now, live), stale.recheck(windows, now))
 
-    def _filtered_purge(self, days: float, recheck) -> Result:
-        """Retention, then the filters. Two passes over the store's parts: the first only counts,
-        for the guard against filters that match every ended session, before anything goes."""
-        request, filters = self.request, self.request.filters
-        store = self.engine.store
-        if request.older_than is None and not filters.has_age_bound and not request.force:
-            live = set(sql.live_ids(store.db, store.schema, request.now))
-            candidates = picked = 0
-            for graph in graph_parts(store):
-                units = retention.select(graph, days, request.now, live).units
-                candidates += len(units)
-                picked += sum(1 for u in units if filters.matches(graph.rows[u.session_id]))
-            refusal = too_broad(self.engine.profile, picked, candidates)
-            if refusal:
-                raise Refused(refusal)
 
-        def select(graph: Graph, live: set[str]):
-            selection = retention.select(graph, days, request.now, live)
-            selection.units = [u for u in selection.units if filters.matches(graph.rows[u.session_id])]
-            return selection
+def _budget_rule(policy: Policy, now: float) -> Rule:
+    limit, keep = policy.max_store_mb, policy.min_keep_days
+    return Rule(lambda graph, live: budget.select(graph, limit, keep, now, live), budget.recheck(keep, now))
 
-        return self._by_parts("purge", "delete", "prune", select,
-                              lambda units: self.engine.delete(units, "prune", recheck=recheck))
+
+def _archive_rule(policy: Policy, now: float) -> Rule:
+    days = policy.auto_archive_days
+    return Rule(lambda graph, live: archive.select(graph, days, now, live))
+
+
+# Every task the engine acts for, in `run`'s order (model.ORDER; repair, first, is `repair_step`).
+TASKS = (
+    Task(model.GHOST_PRUNE, _ghost_rule, "delete", _Pass.ghost_prune),
+    Task(model.EMPTY_SWEEP, _empty_rule, "delete", _Pass.empty_sweep),
+    Task(model.PURGE, _retention_rule, "delete", _Pass.purge, "auto_prune is off in this profile's policy"),
+    Task(model.CLOSE_STALE, _stale_rule, "close", _Pass.in_parts,
+         "auto_prune is off in this profile's policy (stale rows are closed with it, as Hermes does)"),
+    Task(model.SIZE_BUDGET, _budget_rule, "delete", _Pass.size_budget, "no max_store_mb in this profile's policy"),
+    Task(model.AUTO_ARCHIVE, _archive_rule, "archive", _Pass.in_parts),
+)
 
 
 def repair_step(run: Run, profile: Profile, policy: Policy, request: Request,
@@ -308,26 +374,40 @@ def repair_step(run: Run, profile: Profile, policy: Policy, request: Request,
     run.results.append(result)
 
 
-def overridden(policy: Policy, origins: dict, request: Request) -> tuple[Policy, dict]:
-    """The policy as this command applies it: an explicit command runs its task whatever the policy
-    enables, and --older-than/--days replace the windows; what a dry run prints says so."""
-    from dataclasses import replace
+def applied(policy: Policy, origins: dict, request: Request) -> tuple[Policy, dict]:
+    """The policy as this command applies it, with where each value came from: the one policy that
+    drives every task of the pass and the one the report (a dry run's included) shows.
 
+    A single-task command turns its task on whatever the policy says. `--older-than` is the window
+    for every session: it replaces `retention_days` and every per-source window (the operator who
+    types it means that age, for every source). Filters without `--older-than` have no age bound at
+    all, as in Hermes. `--days` replaces `auto_archive_days`.
+    """
     origins, changes = dict(origins), {}
-    if request.explicit and "purge" in request.tasks:
-        changes["auto_prune"], origins["auto_prune"] = True, "the purge command"
-    if request.explicit and "auto_archive" in request.tasks:
-        changes["auto_archive"], origins["auto_archive"] = True, "the archive-inactive command"
-    if request.older_than is not None:
-        changes["retention_days"], origins["retention_days"] = request.older_than, "--older-than"
-    if request.archive_days is not None:
-        changes["auto_archive_days"], origins["auto_archive_days"] = request.archive_days, "--days"
-    return replace(policy, **changes), origins
+
+    def change(key: str, value, origin: str) -> None:
+        changes[key], origins[key] = value, origin
+
+    if request.explicit:
+        for task in model.TASKS:
+            if task.name in request.tasks and task.command and isinstance(getattr(policy, task.switch), bool):
+                change(task.switch, True, f"the {task.command} command")
+    if model.PURGE.name in request.tasks:
+        if request.older_than is not None:
+            change("retention_days", request.older_than, "--older-than")
+            change("source_retention_days", {}, "--older-than (over every source's window)")
+        elif request.filters.given():
+            change("retention_days", 0.0, "filters without --older-than (no age bound, as in Hermes)")
+            change("source_retention_days", {}, "filters without --older-than (no age bound, as in Hermes)")
+    if request.archive_days is not None and model.AUTO_ARCHIVE.name in request.tasks:
+        change("auto_archive_days", request.archive_days, "--days")
+    return replace(policy, **changes, origins=origins), origins
 
 
 def _policy(run: Run, profile: Profile, layers: dict, request: Request) -> tuple[HermesConfig, Policy] | None:
-    """The profile's Hermes config and policy, and into the report the policy as this command applies
-    it, with where each value came from; None when either cannot be read (said in `run.errors`)."""
+    """The profile's Hermes config and its policy as this command applies it (`applied`), which also
+    goes into the report with where each value came from; None when either cannot be read (said in
+    `run.errors`)."""
     try:
         lookup = installation.for_profile(profile)  # plugins enabled or not: its defaults and keys
         config = load_hermes_config(profile.home, installation.sessions_keys(lookup))  # once: the engine uses it too
@@ -336,19 +416,19 @@ def _policy(run: Run, profile: Profile, layers: dict, request: Request) -> tuple
     except (HermesConfigError, PolicyError) as exc:
         run.errors.append(f"profile '{profile.shown}': skipped: {exc}")
         return None
-    applied, origins = overridden(policy, origins, request)
-    shown = dict(applied.as_dict(), origins=origins)
+    policy, origins = applied(policy, origins, request)
+    shown = dict(policy.as_dict(), origins=origins)
     shown["hook_callback_timeout"], origins["hook_callback_timeout"] = installation.hook_timeout(config, lookup)
     run.policies[str(profile.home)] = {"profile": profile.name, **shown, "hermes": lookup.as_dict()}
     return config, policy
 
 
-def maintain(run: Run, profile: Profile, layers: dict, request: Request,
-             siblings: dict[str, Profile] | None = None, lock_wait: float | None = None) -> None:
+def maintain(run: Run, profile: Profile, layers: dict, request: Request, env: Environment,
+             siblings: dict[str, Profile] | None = None) -> None:
     """Run the requested tasks on one profile; its failures are recorded, never raised.
 
     `layers`: the admin config's part of its policy, as the host read it (host.config.policy_layers).
-    `lock_wait`: --lock-wait, over the policy's.
+    `env`: the job's (its --lock-wait over the policy's).
     """
     if not profile.has_store():  # a profile Hermes never used yet: nothing to do, not an error
         result = Result(profile.name, "none", None, request.dry_run, status="skipped",
@@ -360,34 +440,30 @@ def maintain(run: Run, profile: Profile, layers: dict, request: Request,
         return
     config, policy = found
     siblings = siblings if siblings is not None else {profile.name: profile}
+    repairing = model.REPAIR.name in request.tasks
     applying = policy.repair == "apply" and not request.dry_run
-    if "repair" in request.tasks and applying:  # fixes take the profile's locks themselves: before the engine
+    if repairing and applying:  # fixes take the profile's locks themselves: before the engine
         repair_step(run, profile, policy, request, siblings)
 
     results: list[Result] = []  # filled as tasks finish: reported with a failure too (common.with_engine)
 
     def work(engine: Engine) -> list[Result]:
-        if "repair" in request.tasks and not applying:  # a report reads through the engine's own connection
+        if repairing and not applying:  # a report reads through the engine's own connection
             repair_step(run, profile, policy, request, siblings, store=engine.store)
         one_pass = _Pass(engine, policy, request)
-        for task in ORDER:
-            if task == "repair" or task not in request.tasks:
+        for task in TASKS:
+            if task.name.name not in request.tasks:
                 continue
             if stopping.requested():  # named in the report: a stop that came as this profile began never hides it
                 results.append(one_pass.skipped(task, "stopped on request before it began"))
                 continue
-            started = time.monotonic()
             try:
-                result = getattr(one_pass, task)()
+                results.append(one_pass.run(task))
             except Refused as exc:
                 run.errors.append(str(exc))
-                continue
-            result.seconds = time.monotonic() - started
-            results.append(result)
         one_pass.reclaim()
         return results
 
     exports = Settings(request.export_dir or policy.export_dir, policy.export_keep_days)
-    lock_wait = lock_wait if lock_wait is not None else policy.lock_wait
-    with_engine(run, profile, work, exports, config, lock_wait, incremental=policy.incremental_vacuum,
-                finished=results)
+    env = replace(env, lock_wait=env.lock_wait if env.lock_wait is not None else policy.lock_wait)
+    with_engine(run, profile, env, work, exports, config, incremental=policy.incremental_vacuum, finished=results)

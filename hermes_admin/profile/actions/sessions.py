@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from hermes_admin.profile.environment import Environment
 from hermes_admin.profile.actions.common import Refused, Run, act_in_parts, too_broad, with_engine
 from hermes_admin.profile.engine.engine import Engine, Result
 from hermes_admin.profile.engine.exports import Settings
@@ -77,24 +78,24 @@ def _guarded(run: Run, work):
     return wrapped
 
 
-def delete(run: Run, profile: Profile, ids: list[str], filters: Filters | None = None, force: bool = False,
-           exports: Settings | None = None) -> None:
+def delete(run: Run, profile: Profile, env: Environment, ids: list[str], filters: Filters | None = None,
+           force: bool = False, exports: Settings | None = None) -> None:
     """Each session with its delegates is one unit; other children are orphaned."""
-    with_engine(run, profile, _guarded(run, lambda engine: [act_in_parts(
+    with_engine(run, profile, env, _guarded(run, lambda engine: [act_in_parts(
         engine, Result(profile.name, "delete", "delete", engine.dry_run),
         _parts_of_units(engine, ids, filters, force, False, delete_unit),
         lambda units: engine.delete(units, "delete"))]), exports)
 
 
 
-def archive(run: Run, profile: Profile, ids: list[str], archived: bool, filters: Filters | None = None,
-            force: bool = False) -> None:
+def archive(run: Run, profile: Profile, env: Environment, ids: list[str], archived: bool,
+            filters: Filters | None = None, force: bool = False) -> None:
     """The whole compression lineage flips; `archive` fires only on a real change, unarchive never."""
     def lineage(graph: Graph, sid: str, rule: str) -> Unit:
         return Unit(sid, [sid, *graph.lineage(sid)], rule)
 
     action, reason = ("archive", "archive") if archived else ("unarchive", None)
-    with_engine(run, profile, _guarded(run, lambda engine: [act_in_parts(
+    with_engine(run, profile, env, _guarded(run, lambda engine: [act_in_parts(
         engine, Result(profile.name, action, reason, engine.dry_run),
         _parts_of_units(engine, ids, filters, force, True, lineage),
         lambda units: engine.set_archived(units, archived, reason))]))

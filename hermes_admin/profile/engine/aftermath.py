@@ -12,7 +12,7 @@ import stat
 
 from hermes_admin import stopping
 from hermes_admin.profile.engine import faults
-from hermes_admin.profile.engine.files import FileIndex, removable, unsafe_id
+from hermes_admin.profile.store.files import FileIndex, removable, unsafe_id
 from hermes_admin.profile.engine.outbox import Event, Outbox, OutboxError
 from hermes_admin.profile.engine.remover import FileRemover
 from hermes_admin.profile.hooks.bus import DeliveryStopped, HookBus

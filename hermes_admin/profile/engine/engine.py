@@ -32,7 +32,7 @@ from hermes_admin.profile.engine.export_ahead import ExportAhead, Step, data_ver
 from hermes_admin.profile.engine.exports import ExportFile, Settings
 from hermes_admin.profile.engine.fts_merges import FtsMerges
 from hermes_admin.profile.engine.group_commit import GroupCommit
-from hermes_admin.profile.engine.holders import held_by_its_owner
+from hermes_admin.holders import held_by_its_owner
 from hermes_admin.profile.engine.outbox import Event, Outbox
 from hermes_admin.profile.engine.packing import units_by_count
 from hermes_admin.profile.engine.pacer import MERGE_STEPS, MERGE_STEPS_AT_END, Pacer
@@ -44,8 +44,7 @@ from hermes_admin.profile.engine.splits import SplitDeletes
 from hermes_admin.profile.engine.state_folder import ProfileLocks
 from hermes_admin.profile.engine.tokenizer import CJK_FTS_TABLE, Tokenizer
 from hermes_admin.profile.engine.turns import Turns
-from hermes_admin.profile.hermes_config import HermesConfig
-from hermes_admin.profile.hermes_config import load as load_hermes_config
+from hermes_admin.profile.hermes_config import HermesConfig, load as load_hermes_config
 from hermes_admin.profile.hooks.bus import HookBus
 from hermes_admin.profile.hooks.discovery import discover as discover_plugins
 from hermes_admin.profile.hooks.discovery import safe_mode
@@ -69,8 +68,9 @@ class Engine:
 
     def __init__(self, profile: Profile, dry_run: bool = False, now: Callable[[], float] = time.time,
                  progress: Progress | None = None, exports: Settings | None = None,
-                 config: HermesConfig | None = None, lock_wait_s: float | None = None, incremental: bool = True):
-        self.profile, self.dry_run, self.now = profile, dry_run, now
+                 config: HermesConfig | None = None, lock_wait_s: float | None = None, incremental: bool = True,
+                 verbose: int = 0):
+        self.profile, self.dry_run, self.now, self.verbose = profile, dry_run, now, verbose  # verbose: -v, for plugins
         self.incremental = incremental  # a VACUUM of ours switches the store to incremental auto-vacuum
         self.lock_wait_s = lock_wait_s  # how long another writer may hold the lock without progress
         self.export_settings = exports or Settings()
@@ -153,12 +153,12 @@ class Engine:
         # Opt-in: with nothing in plugins.enabled, no plugin Hermes loads that way hears anything,
         # so no installation is looked for, no folder scanned, no worker started.
         if not self.config.plugins_enabled or safe_mode():
-            return HookBus(self.profile, [], self.config.hook_timeout)
+            return HookBus(self.profile, [], self.config.hook_timeout, verbose=self.verbose)
         lookup = installation.for_profile(self.profile)
         timeout, _ = installation.hook_timeout(self.config, lookup)
-        if lookup.installation is not None:
-            return HookBus(self.profile, [], timeout, installation=lookup.installation, notes=lookup.notes)
-        return HookBus(self.profile, discover_plugins(self.profile.home, self.config), timeout, notes=lookup.notes)
+        ours = [] if lookup.installation is not None else discover_plugins(self.profile.home, self.config)
+        return HookBus(self.profile, ours, timeout, installation=lookup.installation, notes=lookup.notes,
+                       verbose=self.verbose)
 
     def _has_index(self, table: str) -> bool:
         """Is the FTS5 index there whole (the table and the shadow tables FtsMerges reads and writes)?"""

@@ -124,7 +124,11 @@ class Outbox:
             conn.executemany("INSERT OR IGNORE INTO splits(id, created, record) VALUES (?, ?, ?)", splits)
 
     def _open(self) -> apsw.Connection:
-        conn = apsw.Connection(str(self.path))  # autocommit unless we BEGIN (apsw's own SQLite)
+        # Autocommit unless we BEGIN (apsw's own SQLite). regular_file checked the name before; a
+        # link put there since is refused here (NOFOLLOW), and a FIFO fails SQLite's first read at
+        # once (pread on a pipe is ESPIPE): nothing swapped in after the check can hold us up.
+        conn = apsw.Connection(str(self.path), flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
+                               | apsw.SQLITE_OPEN_NOFOLLOW)
         try:
             # Our own file: WAL with synchronous=NORMAL keeps every commit across the death of this
             # process (kill -9 included), at a fraction of an fsync per event.

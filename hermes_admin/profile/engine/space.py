@@ -18,7 +18,7 @@ import time
 import peewee
 
 from hermes_admin import stopping
-from hermes_admin.profile.engine.holders import store_holders
+from hermes_admin.holders import store_holders
 from hermes_admin.profile.engine.pacer import Pacer
 from hermes_admin.profile.store import Store
 from hermes_admin.profile.store.connect import WAL_SIZE_LIMIT, WriteLockHeld, is_lock_error

@@ -19,7 +19,7 @@ import os
 import select
 import sys
 
-from hermes_admin.profile.engine.files import removable
+from hermes_admin.profile.store.files import removable
 
 
 def remove_batch(paths: list[str]) -> tuple[list[int], list[list]]:

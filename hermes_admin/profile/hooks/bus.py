@@ -56,10 +56,11 @@ class DeliveryStopped(Exception):
 
 class HookBus:
     def __init__(self, profile: Profile, plugins: list[PluginInfo], timeout: float, log=None,
-                 installation: Installation | None = None, notes: tuple[str, ...] = ()):
+                 installation: Installation | None = None, notes: tuple[str, ...] = (), verbose: int = 0):
         """`installation`: Hermes' interpreter, whose plugin manager decides the plugins (`plugins`
         is then unused); else ours, loading `plugins`. `notes`: told with the first start."""
         self.profile = profile
+        self.verbose = verbose  # the job's -v, told to the plugin worker
         self.plugins = [p for p in plugins if p.enabled]
         self.installation = installation
         self.notes = list(notes)
@@ -96,7 +97,7 @@ class HookBus:
         child.ours(self.proc.pid)
         self._buffer = b""
         self._send({
-            "home": str(self.profile.home), "profile": self.profile.name, "verbose": shown.VERBOSE,
+            "home": str(self.profile.home), "profile": self.profile.name, "verbose": self.verbose,
             "hermes": self.installation is not None,
             "plugins": [{"key": p.key, "source": p.source, "location": p.location} for p in self.plugins],
         })

@@ -23,7 +23,7 @@ import peewee
 from playhouse.apsw_ext import APSWDatabase
 
 from hermes_admin.lockrecord import command_of
-from hermes_admin.profile.engine.holders import write_lock_holder
+from hermes_admin.holders import write_lock_holder
 from hermes_admin.profile.store.keep_wal import READ_ONLY, READ_WRITE
 from hermes_admin.profile.store.keep_wal import connect as keep_wal_connect
 

@@ -23,10 +23,6 @@ class Selection:
         return {i for unit in self.units for i in unit.ids}
 
 
-# `run`'s order, the one every caller uses: repair reports first; ghosts and empties go before the
-# purge weighs units; stale rows are closed after the purge, so that they age a further window first.
-ORDER = ("repair", "ghost_prune", "empty_sweep", "purge", "close_stale", "size_budget", "auto_archive")
-
 DAY = 86400.0  # seconds: policies count days, timestamps are Unix seconds
 HOUR = 3600.0  # seconds, for the keys counted in hours
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from hermes_admin.profile.engine.files import SessionFile
+from hermes_admin.profile.store.files import SessionFile
 from hermes_admin.profile.lineage import Graph, Unit
 from hermes_admin.profile.tasks import DAY, Selection
 
