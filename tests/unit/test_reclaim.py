@@ -146,3 +146,12 @@ def test_free_pages_under_a_holder_that_never_lets_go_are_named_and_the_free_mom
     assert pragma(db, "auto_vacuum") == 2 and pragma(db, "journal_mode") == "wal"
     usage = json.loads(invoke("--root", str(root), "usage", "--json").stdout)["profiles"][0]
     assert usage["auto_vacuum"] == "incremental" and usage["reclaim_waits_for"] is None
+    more_old_sessions(db, now)  # then Hermes' own prune deletes them: its free pages, not ours
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("DELETE FROM messages WHERE session_id LIKE 'later%'")
+    conn.execute("DELETE FROM sessions WHERE id LIKE 'later%'")
+    conn.close()
+    assert pragma(db, "freelist_count") > 0
+    back = json.loads(invoke("--root", str(root), "purge", "--json").stdout)["results"][0]
+    assert back["rows"] == 0 and any("given back to the file system" in n for n in back["notes"])
+    assert pragma(db, "freelist_count") == 0

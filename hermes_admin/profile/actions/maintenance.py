@@ -215,8 +215,8 @@ class _Pass:
         # Unasked, only the switch to incremental reclaim, whose moment any purge may find (space.py).
         asked = bool(result.rows and (request.vacuum or self.policy.vacuum_after_prune))
         result.vacuumed = self.engine.vacuum_if_worth(result, asked)
-        if result.rows and not result.vacuumed:  # a store in incremental auto-vacuum: space back at the end
-            self.to_reclaim = self.to_reclaim or result
+        if not result.vacuumed:  # a store in incremental auto-vacuum: space back at the end, whoever
+            self.to_reclaim = self.to_reclaim or result  # freed it (Hermes' own deletes too)
         return result
 
     def _filtered_purge(self, task: Task) -> Result:
