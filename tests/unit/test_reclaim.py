@@ -137,6 +137,8 @@ def test_free_pages_under_a_holder_that_never_lets_go_are_named_and_the_free_mom
         (profile,) = json.loads(invoke("--root", str(root), "profiles", "--json").stdout)["profiles"]
         assert profile["auto_vacuum"] == "none" and "one VACUUM while nobody else holds" in profile["reclaim_waits_for"]
         human = invoke("--root", str(root), "purge")
+        dry = json.loads(invoke("--root", str(root), "purge", "--dry-run", "--json").stdout)["results"][0]
+        assert any(n.startswith("would VACUUM once nobody else holds the store") for n in dry["notes"])
         assert "of free pages wait for one VACUUM while nobody else holds the store" in human.stdout
     finally:
         holder.stdin.close()

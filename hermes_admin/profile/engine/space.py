@@ -66,14 +66,15 @@ class Space:
         return held_by(self.store)
 
     def switch_pending(self) -> bool:
-        """Does the store hold free pages that only the switching VACUUM would give back?"""
-        if self.dry_run or not self.incremental:
-            return False
+        return not self.dry_run and self._pending_bytes() > 0
+
+    def _pending_bytes(self) -> int:
+        """The free pages, in bytes, that only the switching VACUUM would give back (0: none worth it)."""
         db = self.store.db
-        if db.execute_sql("PRAGMA auto_vacuum").fetchone()[0] == INCREMENTAL:
-            return False
+        if not self.incremental or db.execute_sql("PRAGMA auto_vacuum").fetchone()[0] == INCREMENTAL:
+            return 0
         free = db.execute_sql("PRAGMA freelist_count").fetchone()[0] * db.execute_sql("PRAGMA page_size").fetchone()[0]
-        return free >= SWITCH_MIN_BYTES
+        return free if free >= SWITCH_MIN_BYTES else 0
 
     def _free_moment(self, patience: float) -> str | None:
         """None as soon as nobody else holds the store, looking for up to `patience` seconds; else
@@ -157,6 +158,9 @@ class Space:
         Unless the policy says not to (`incremental_vacuum: false`), the same VACUUM switches the store
         to incremental auto-vacuum, so that later purges give space back while Hermes runs (reclaim).
         Not `asked` (no --vacuum, nothing purged): only that switch, when it is pending."""
+        if self.dry_run and self._pending_bytes():  # what the run will try, said by the dry run
+            result.notes.append(f"would VACUUM once nobody else holds the store ({self._pending_bytes() >> 20} MiB "
+                                "of free pages; it switches the store to incremental reclaim)")
         if self.dry_run or not (asked or self.switch_pending()):
             return False
         db = self.store.db
