@@ -77,8 +77,8 @@ def restore(app: App, file, sessions, profiles, dry_run, yes, as_json, pin, othe
     if row and row.get("made_in"):
         report.warn(f"{clean(path.name)} was made in the profile at {clean(row['made_in'])}, not in "
                     f"'{clean(chosen[0].shown)}'" + ("" if other_profile else ": --other-profile restores it there"))
-    limit = f" (only the units holding {', '.join(sessions)})" if sessions else ""
-    mutate.confirm(f"Restore the units of {path.name}{limit} into profile '{chosen[0].shown}'"
+    only = f" holding session(s) {', '.join(clean(s, 80) for s in sessions)}" if sessions else ""  # the limit asked for
+    mutate.confirm(f"Restore the units of {path.name}{only} into profile '{chosen[0].shown}'"
                    f"{', pinned' if pin else ''}?", yes, dry_run)
     run = Run(dry_run=dry_run)
     run.merge(app.work(Restore(str(path), dry_run, tuple(sessions) or None, pin, other_profile), chosen))
