@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -280,3 +281,41 @@ class Progress:
         finally:
             self._whole = False
             self.stop()
+
+
+# a plugin failure's warning, so repeats of one plugin's failures fold into one line
+_PLUGIN_LINE = re.compile(r"^(profile '.*?': plugin \S+): (.*)$", re.DOTALL)
+_REPEATS = re.compile(r"^\S.* (\d+) more time\(s\)$")  # the count a folded warning already carries
+
+
+def plugin_failures(lines: list[str]) -> list[str]:
+    """One line per failing plugin per run: its first failure, and how many more there were
+    (each task of a run delivers its own events, and each would say it again)."""
+    first: dict[str, str] = {}
+    more: dict[str, int] = {}
+    others = []
+    for line in lines:
+        match = _PLUGIN_LINE.match(line)
+        if not match:
+            others.append(line)
+            continue
+        who, text = match.groups()
+        repeats = _REPEATS.match(text)
+        if who not in first and not repeats:
+            first[who] = text
+        else:
+            more[who] = more.get(who, 0) + (int(repeats.group(1)) if repeats else 1)
+    said = [f"{who}: {text}" + (f" (and {more[who]} more time(s) this run)" if more.get(who) else "")
+            for who, text in first.items()]
+    said += [f"{who}: failed {n} more time(s) this run" for who, n in more.items() if who not in first]
+    return others + said
+
+
+def problems(run) -> list[tuple[str, str]]:
+    """A run's warnings and errors as they are said, `("warning" | "error", line)`, by `run`'s stderr
+    and the daemon's journal alike: a failing plugin is one line per run, not one per task."""
+    said = [("warning", line) for result in run.results for line in result.files_skipped]
+    said += [("warning", line) for line in plugin_failures([line for result in run.results
+                                                             for line in result.hook_failures])]
+    said += [("warning", line) for line in run.warnings]
+    return said + [("error", line) for line in run.locked + run.errors]

@@ -62,7 +62,8 @@ def restore(app: App, file, sessions, profiles, dry_run, yes, as_json):
             f"{clean(path)}: name the profile to restore into with -p (the file is not in a profile's "
             "default export folder)" if not chosen else
             f"-p selects {len(chosen)} profiles ({', '.join(clean(p.shown) for p in chosen)}); restore goes into one")
-    mutate.confirm(f"Restore the units of {path.name} into profile '{chosen[0].shown}'?", yes, dry_run)
+    only = f" holding session(s) {', '.join(clean(s, 80) for s in sessions)}" if sessions else ""  # the limit asked for
+    mutate.confirm(f"Restore the units of {path.name}{only} into profile '{chosen[0].shown}'?", yes, dry_run)
     run = Run(dry_run=dry_run)
     run.merge(app.work(Restore(str(path), dry_run, tuple(sessions) or None), chosen))
     mutate.finish(run, as_json, "restore", app.verbose, app.quiet)

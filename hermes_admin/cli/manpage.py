@@ -16,15 +16,16 @@ PAGE = Path(__file__).resolve().parents[2] / "man" / "hermes-admin.1"
 EXIT_STATUS = [  # exitcodes.py in words, the README's table
     (exitcodes.OK, "done (a profile without a store yet is nothing to do)"),
     (exitcodes.WARNINGS, "done, with warnings (a plugin failed, units skipped, a typo in a config); or a "
-                         "confirmation was answered no, and nothing was changed"),
+                         "confirmation was answered no, and nothing was changed; status: a last run had warnings"),
     (exitcodes.PROFILE_FAILED, "a profile, store or root could not be processed, or was refused for safety; "
-                               "the others were"),
+                               "the others were; status: a last run failed"),
     (exitcodes.LOCKED, "a lock is held: another hermes-admin run, Hermes' own maintenance, or a process that "
-                       "keeps a store's write lock past --lock-wait (named)"),
+                       "keeps a store's write lock past --lock-wait (named); status: a last run found one"),
     (exitcodes.USAGE, "usage error (EX_USAGE)"),
     (exitcodes.INTERNAL, "internal error (EX_SOFTWARE): a bug; the traceback under -v"),
     (exitcodes.CONFIG, "the admin config cannot be used (EX_CONFIG); nothing was done"),
-    (exitcodes.INTERRUPTED, "interrupted (SIGINT, SIGTERM), after reporting what was done"),
+    (exitcodes.INTERRUPTED, "interrupted (SIGINT, SIGTERM), after reporting what was done; Ctrl-C while a "
+                            "prompt's counts are made: no prompt, nothing done"),
 ]
 ENVIRONMENT = [  # every variable hermes-admin reads
     ("HERMES_HOME", "the Hermes root (or a profile's folder, mapped back to its root) when no --root is given"),

@@ -68,10 +68,14 @@ def counted(preview: Run) -> str:
 
 
 def confirm(question: str, yes: bool, dry_run: bool) -> None:
-    """Ask on a terminal; Ctrl-C at the prompt aborts at once (nothing was done yet). "No" is an
-    answer, not an interruption: nothing is changed and the exit code is 1, not 130."""
+    """Ask on a terminal; Ctrl-C at the prompt, or before it while its counts were made, ends the
+    command at once (nothing was done yet: 130). "No" is an answer, not an interruption: nothing is
+    changed and the exit code is 1, not 130."""
     if not asks(yes, dry_run):
         return
+    if stopping.requested():  # Ctrl-C while the question was being counted: no question, nothing done
+        report.note("stopped while planning: nothing was changed")
+        raise click.exceptions.Exit(exitcodes.INTERRUPTED)
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         agreed = click.confirm(question, err=True)
@@ -104,16 +108,37 @@ def _human(run: Run, verbose: int = 0, quiet: bool = False) -> None:
     by_profile: dict[str, list] = {}
     for result in run.results:
         by_profile.setdefault(result.home or result.profile, []).append(result)
+    stops = stopped(run)  # label -> why not all was done: said here too, never as "nothing to do"
     for results in by_profile.values():
+        label = results[0].label or results[0].profile
+        why = stops.pop(label, None)
         if not (verbose or run.dry_run) and not any(report.changed(r) for r in results):
             if not quiet:
-                report.line(_nothing_line(results))
+                report.line(f"{label}: nothing done: {why}" if why else _nothing_line(results))
             continue
         for result in results:
             if not quiet or report.changed(result):
                 _result_lines(result, run.dry_run, verbose, quiet)
         for path in dict.fromkeys(r.export for r in results if r.export):  # once a profile, whatever the tasks
-            report.line(f"{results[0].label or results[0].profile}: exported to {path}")
+            report.line(f"{label}: exported to {path}")
+        if why and not quiet:
+            report.line(f"{label}: not all done: {why}")
+    for label, why in stops.items() if not quiet else ():  # stopped before any task (a lock held)
+        report.line(f"{label}: nothing done: {why}")
+
+
+_PROFILE_LINE = re.compile(r"^profile '(.*?)': (?:skipped: )?(.*)$", re.DOTALL)
+
+
+def stopped(run: Run) -> dict[str, str]:
+    """Each profile whose work an error or a held lock ended or cut short, with the first such
+    line's reason (every such line begins `profile 'LABEL': `)."""
+    stops: dict[str, str] = {}
+    for line in run.locked + run.errors:
+        match = _PROFILE_LINE.match(line)
+        if match:
+            stops.setdefault(*match.groups())
+    return stops
 
 
 def _nothing_line(results: list) -> str:
@@ -156,34 +181,6 @@ def findings_summary(notes: list[str]) -> str:
     return ", ".join(f"{n} {kind}" for kind, n in counts.items())
 
 
-# a plugin failure's warning, so repeats of one plugin's failures fold into one line
-_PLUGIN_LINE = re.compile(r"^(profile '.*?': plugin \S+): (.*)$", re.DOTALL)
-_REPEATS = re.compile(r"^\S.* (\d+) more time\(s\)$")  # the count a folded warning already carries
-
-
-def plugin_failures(lines: list[str]) -> list[str]:
-    """One line per failing plugin per run: its first failure, and how many more there were
-    (each task of a run delivers its own events, and each would say it again)."""
-    first: dict[str, str] = {}
-    more: dict[str, int] = {}
-    others = []
-    for line in lines:
-        match = _PLUGIN_LINE.match(line)
-        if not match:
-            others.append(line)
-            continue
-        who, text = match.groups()
-        repeats = _REPEATS.match(text)
-        if who not in first and not repeats:
-            first[who] = text
-        else:
-            more[who] = more.get(who, 0) + (int(repeats.group(1)) if repeats else 1)
-    said = [f"{who}: {text}" + (f" (and {more[who]} more time(s) this run)" if more.get(who) else "")
-            for who, text in first.items()]
-    said += [f"{who}: failed {n} more time(s) this run" for who, n in more.items() if who not in first]
-    return others + said
-
-
 def _value(value) -> str:
     return "forever" if value is None else str(value).lower() if isinstance(value, bool) else f"{value:g}" \
         if isinstance(value, float) else str(value)
@@ -191,15 +188,8 @@ def _value(value) -> str:
 
 def problems(run: Run) -> None:
     """Warnings and errors on stderr, whatever the output format."""
-    for result in run.results:
-        for line in result.files_skipped:
-            report.warn(line)
-    for line in plugin_failures([line for result in run.results for line in result.hook_failures]):
-        report.warn(line)
-    for line in run.warnings:
-        report.warn(line)
-    for line in run.locked + run.errors:
-        report.error(line)
+    for severity, line in report.problems(run):
+        (report.error if severity == "error" else report.warn)(line)
 
 
 def finish(run: Run, as_json: bool, verb: str, verbose: int = 0, quiet: bool = False) -> None:
@@ -209,5 +199,6 @@ def finish(run: Run, as_json: bool, verb: str, verbose: int = 0, quiet: bool = F
         _human(run, verbose, quiet)
     problems(run)
     if stopping.requested():
-        report.warn("stopped on request: the report above is what was done; the rest waits for the next run")
+        report.warn("stopped on request: the report above is what was done; the rest waits for the next run "
+                    "(`--dry-run` counts what is left)")
     raise click.exceptions.Exit(exitcodes.INTERRUPTED if stopping.requested() else run.exit_code())

@@ -114,11 +114,8 @@ class Daemon:
             run = self.work(task, started, bool(target))
             for line in report.summary_lines(run, only_changes=not log.isEnabledFor(logging.DEBUG)):
                 log.info(clean(line))
-            for line in run.errors + run.locked + run.warnings:
+            for _, line in report.problems(run):  # as `run` says them: one line per failing plugin
                 log.warning(clean(line, 4000))
-            for result in run.results:
-                for line in [*result.hook_failures, *result.files_skipped]:
-                    log.warning(clean(line, 4000))
             if target:
                 try:
                     metrics.write(target, run, run.data.pop("summaries", []))

@@ -1,10 +1,13 @@
 """Prometheus textfile metrics, written after each run (docs/design.md §12), with prometheus_client.
 
-A registry of gauges, filled from the run's report, written by `write_to_textfile` (beside the
-target, then renamed over it: a scrape never sees half a file). Gauges, not counters: each file
-is the state after one run, and node_exporter's textfile collector serves it as it is; the one
-value that must outlive a failing run, each profile's last success, is carried over from the file
-the run replaces.
+A registry filled from the run's report, written by `write_to_textfile` (beside the target, then
+renamed over it: a scrape never sees half a file). What a run finds (sessions, bytes, holders, how
+long each task took, when it ended) is a gauge. What runs do (rows deleted and archived, units
+skipped, errors, plugin failures) is a counter, `_total`, as Prometheus names them: each run adds
+to the totals of the file it replaces, so `increase(hermes_admin_deleted_sessions_total[1d])`
+says what a day deleted, whatever the number of runs (a lost file is a counter reset, which
+Prometheus expects). The one gauge that must outlive a failing run, each profile's last success,
+is carried over from that file too.
 """
 
 from __future__ import annotations
@@ -14,10 +17,12 @@ import time
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Gauge, generate_latest, write_to_textfile
+from prometheus_client.core import CounterMetricFamily
 
 from hermes_admin.results import Run
 
 LAST_SUCCESS = "hermes_admin_last_success_timestamp_seconds"  # read back from the last file, so a failing run keeps it
+Carried = dict[tuple[str, tuple[tuple[str, str], ...]], float]  # (sample name, its labels) -> value, from the last file
 _PROFILE = ("profile", "home")  # every series' labels: two roots' profiles of one name never merge
 
 
@@ -29,12 +34,43 @@ def _well_formed(summaries: list) -> list[dict]:
                     for k in ("sessions", "messages", "store_bytes", "wal_bytes"))]
 
 
+class Counters:
+    """The run's counters, each series starting from its total in the file the run replaces."""
+
+    def __init__(self, previous: Carried):
+        self._previous = previous
+        self._families: dict[str, tuple[str, tuple[str, ...]]] = {}  # name (with _total) -> help, labels
+        self._values: dict[str, dict[tuple[str, ...], float]] = {}
+
+    def counter(self, name: str, text: str, labels: tuple[str, ...] = _PROFILE):
+        assert name.endswith("_total")  # Prometheus' rule for counters, checked where each is named
+        self._families[name] = (text, labels)
+        values = self._values[name] = {}
+        for (sample, pairs), value in self._previous.items():
+            if sample == name and tuple(k for k, _ in pairs) == labels:
+                values[tuple(v for _, v in pairs)] = value
+
+        def add(*label_values: str, amount: float = 1) -> None:
+            values[label_values] = values.get(label_values, 0.0) + amount
+        return add
+
+    def collect(self):
+        for name, (text, labels) in self._families.items():
+            family = CounterMetricFamily(name, text, labels=list(labels))
+            for label_values, value in sorted(self._values[name].items()):
+                family.add_metric(list(label_values), value)
+            yield family
+
+
 def registry(run: Run, summaries: list[dict], finished: float | None = None,
-             previous: dict[tuple[str, str], float] | None = None) -> CollectorRegistry:
+             previous: Carried | None = None) -> CollectorRegistry:
     """The run as metrics. Every series is keyed by the profile's home as well as its name: two
     roots' `default`s never merge, and nothing is summed across roots."""
     finished = finished or time.time()
+    previous = previous or {}
     reg = CollectorRegistry(auto_describe=True)
+    counters = Counters(previous)
+    reg.register(counters)
 
     def gauge(name, text, labels=_PROFILE):
         return Gauge(name, text, labels, registry=reg)
@@ -43,14 +79,16 @@ def registry(run: Run, summaries: list[dict], finished: float | None = None,
     messages = gauge("hermes_admin_messages", "Message rows in the profile's store after the run.")
     store = gauge("hermes_admin_store_bytes", "Size of state.db in bytes.")
     wal = gauge("hermes_admin_wal_bytes", "Size of state.db-wal in bytes.")
-    deleted = gauge("hermes_admin_deleted", "Session rows deleted by the last run, by reason.", (*_PROFILE, "reason"))
-    archived = gauge("hermes_admin_archived", "Session rows archived by the last run.")
-    skipped = gauge("hermes_admin_skipped", "Units left alone by the last run (live, guarded, changed), by task.",
-                    (*_PROFILE, "task"))
-    errors = gauge("hermes_admin_run_errors", "Errors of the last run for the profile (store or config unusable).")
-    plugin_failures = gauge("hermes_admin_plugin_failures",
-                            "Plugin callbacks that failed (raised, timed out, died) in the last run, by plugin.",
-                            (*_PROFILE, "plugin"))
+    deleted = counters.counter("hermes_admin_deleted_sessions_total", "Session rows deleted, by reason.",
+                               (*_PROFILE, "reason"))
+    archived = counters.counter("hermes_admin_archived_sessions_total", "Session rows archived.")
+    skipped = counters.counter("hermes_admin_skipped_units_total",
+                               "Units left alone (live, guarded, changed), by task.", (*_PROFILE, "task"))
+    errors = counters.counter("hermes_admin_run_errors_total",
+                              "Errors of runs in the profile (store or config unusable, a lock held).")
+    plugin_failures = counters.counter("hermes_admin_plugin_failures_total",
+                                       "Plugin callbacks that failed (raised, timed out, died), by plugin.",
+                                       (*_PROFILE, "plugin"))
     seconds = gauge("hermes_admin_run_seconds", "Wall time of each task in the last run.", (*_PROFILE, "task"))
     detached = gauge("hermes_admin_store_detached_holders",
                      "Processes writing into the profile's store files after they were deleted or replaced, or "
@@ -77,22 +115,22 @@ def registry(run: Run, summaries: list[dict], finished: float | None = None,
     for result in run.results:
         key = (result.profile, result.home or "")
         if result.task:  # one series per (profile, home, task), whatever the number of engine calls
-            skipped.labels(*key, result.task).inc(len(result.skipped))
+            skipped(*key, result.task, amount=len(result.skipped))
             seconds.labels(*key, result.task).inc(round(result.seconds, 3))
         for line in result.hook_failures:
             plugin = line.split(": plugin ", 1)[1].split(":", 1)[0] if ": plugin " in line else "?"
-            plugin_failures.labels(*key, plugin).inc()
+            plugin_failures(*key, plugin)
         if result.status != "done":
             continue
         if result.action == "delete":
-            deleted.labels(*key, result.reason or "delete").inc(result.rows)
+            deleted(*key, result.reason or "delete", amount=result.rows)
         elif result.action == "archive":
-            archived.labels(*key).inc(result.rows)
+            archived(*key, amount=result.rows)
     for row in rows:
         label = row.get("label") or row["name"]
         count = sum(1 for line in run.errors + run.locked if f"profile '{label}'" in line)
-        errors.labels(row["name"], row["home"]).set(count)
-        before = (previous or {}).get((row["name"], row["home"]))
+        errors(row["name"], row["home"], amount=count)
+        before = previous.get((LAST_SUCCESS, (("profile", row["name"]), ("home", row["home"]))))
         if count == 0:
             last_success.labels(row["name"], row["home"]).set(round(finished, 3))
         elif before is not None:
@@ -102,21 +140,28 @@ def registry(run: Run, summaries: list[dict], finished: float | None = None,
 
 
 def render(run: Run, summaries: list[dict], finished: float | None = None,
-           previous: dict[tuple[str, str], float] | None = None) -> str:
+           previous: Carried | None = None) -> str:
     return generate_latest(registry(run, summaries, finished, previous)).decode()
 
 
-def last_successes(path: Path) -> dict[tuple[str, str], float]:
-    """Each profile's last success as the file this run replaces says it (nothing, if unreadable)."""
+def carried(path: Path) -> Carried:
+    """What the file this run replaces says of each counter series and of each profile's last
+    success (nothing, if it cannot be read: the counters start again, as after a restart)."""
     from prometheus_client.parser import text_string_to_metric_families
 
     try:
         text = Path(path).read_text()
-        return {(s.labels.get("profile", ""), s.labels.get("home", "")): s.value
-                for family in text_string_to_metric_families(text) if family.name == LAST_SUCCESS
-                for s in family.samples}
+        return {(s.name, tuple(sorted(s.labels.items(), key=_label_order))): s.value
+                for family in text_string_to_metric_families(text)
+                if family.type == "counter" or family.name == LAST_SUCCESS
+                for s in family.samples if family.type != "counter" or s.name.endswith("_total")}
     except (OSError, ValueError, UnicodeDecodeError):
         return {}
+
+
+def _label_order(pair: tuple[str, str]) -> tuple[int, str]:
+    """The labels in the order the series declare them (profile, home, then the series' own)."""
+    return ({"profile": 0, "home": 1}.get(pair[0], 2), pair[0])
 
 
 def write(path: Path, run: Run, summaries: list[dict]) -> None:
@@ -124,7 +169,7 @@ def write(path: Path, run: Run, summaries: list[dict]) -> None:
     whatever the service's UMask), so the umask is set only around the write."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    reg = registry(run, summaries, previous=last_successes(path))
+    reg = registry(run, summaries, previous=carried(path))
     old = os.umask(0o022)
     try:
         write_to_textfile(str(path), reg)

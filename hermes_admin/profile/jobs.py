@@ -113,17 +113,17 @@ def maintain(job: Job, isolated: bool, env: Environment) -> Run:
 
 
 def status(job: Job, isolated: bool, env: Environment) -> Run:
-    """What the last changing run recorded in each profile (`hermes-admin status`); changes nothing."""
+    """The runs recorded in each profile (`hermes-admin status`); changes nothing."""
     from hermes_admin.profile import run_record
 
     run = Run(dry_run=True)
 
     def one(p: Profile) -> None:
         problems: list[str] = []
-        last = run_record.read(p, problems)
+        runs = run_record.read(p, problems)
         run.warnings.extend(f"profile '{p.shown}': {problem}" for problem in problems)
         run.data.setdefault("status", []).append(
-            {"profile": p.name, "home": str(p.home), "store": p.has_store(), "last_run": last})
+            {"profile": p.name, "home": str(p.home), "store": p.has_store(), "runs": runs or []})
 
     _each(job, run, isolated, one)
     return run

@@ -1,11 +1,16 @@
-"""What the last changing run did in a profile, for `hermes-admin status`.
+"""What the last runs did in a profile, for `hermes-admin status`.
 
 Written by the profile's worker, as the home's owner, into `<home>/.hermes-admin/last-run.json`
-at the end of every maintenance command that was not a dry run: when it began, how long it took,
-its result, what each task changed, its errors and warnings (a few, bounded), and the last error
-of any run (kept from the record before when this run had none, with its time). Like the
-quick-check record it buys no durability, so it is written without fsync; lost or garbled, it
-only means `status` says "no run recorded". Never through a link (O_NOFOLLOW), never by root.
+at the end of every maintenance command that was not a dry run. It keeps a short history, not
+only the last run: the last `KEEP` runs, and beyond them the newest run that changed something
+and the newest that failed, so a big nightly run is still there after a day of idle hourly ones
+(`trimmed`). Each run: when it began, how long it took, its result, what each task changed (and
+how: deleted, closed, archived), its errors and warnings (a few, bounded). Like the quick-check
+record it buys no durability, so it is written without fsync; lost or garbled, it only means
+`status` says "no run recorded". Never through a link (O_NOFOLLOW), never by root.
+
+A user may write anything there: `shape_problem` checks a file where the worker reads it, and
+`history_problem` the runs again where the host receives them.
 """
 
 from __future__ import annotations
@@ -18,12 +23,15 @@ from hermes_admin.protocol import Profile
 from hermes_admin.results import Run
 
 RECORD = "last-run.json"  # in <home>/.hermes-admin/, read by `status`
-MAX_RECORD = 64 * 1024  # a record holds a few bounded lines; a larger one is not ours
-MAX_LINES = 5  # errors and warnings kept in the record: enough to say what went wrong
+KEEP = 10  # the last runs kept; with the newest changing and failing ones past them, at most KEEP + 2
+MAX_RUNS = KEEP + 2
+MAX_RECORD = 256 * 1024  # MAX_RUNS runs of a few bounded lines; a larger file is not ours
+MAX_LINES = 5  # errors and warnings kept per run: enough to say what went wrong
+ACTIONS = ("delete", "archive", "close", "repair")  # what a task's engine call did to its rows
 
 
 def summarise(run: Run, before: tuple[int, int, int, int], command: str, started: float) -> dict:
-    """What this profile's part of `run` (entries past `before`) did."""
+    """What this profile's part of `run` (entries past `before`) did: one run of the history."""
     results, errors, warnings, locked = (run.results[before[0]:], run.errors[before[1]:],
                                          run.warnings[before[2]:], run.locked[before[3]:])
     changed = {}
@@ -31,6 +39,8 @@ def summarise(run: Run, before: tuple[int, int, int, int], command: str, started
         if result.task is None and result.status == "skipped":
             continue
         entry = changed.setdefault(result.task or result.action, {"rows": 0, "units": 0, "files": 0})
+        if result.action in ACTIONS and result.action != "delete":  # how status words it ("4 closed")
+            entry["action"] = result.action
         entry["rows"] += result.rows
         entry["units"] += len(result.done)
         entry["files"] += len(result.files_removed)
@@ -39,26 +49,21 @@ def summarise(run: Run, before: tuple[int, int, int, int], command: str, started
     outcome = ("error" if errors else "locked" if locked else
                "warnings" if warnings or any(len(r.skipped) or len(r.files_skipped) for r in results) else "ok")
     finished = time.time()
-    return {"format": 1, "command": command, "started": started, "finished": finished,
+    return {"command": command, "started": started, "finished": finished,
             "seconds": round(finished - started, 3), "result": outcome, "changed": changed,
             "errors": [e[:500] for e in (errors + locked)[:MAX_LINES]],
             "warnings": [w[:500] for w in warnings[:MAX_LINES]]}
 
 
-def write(profile: Profile, record: dict) -> None:
-    """Replace the record (never raises: the worst is a `status` that knows less)."""
-    previous = read(profile) or {}
-    problems = record["errors"]
-    if problems:
-        record["last_error"] = {"at": record["finished"], "message": problems[0]}
-    elif isinstance(previous.get("last_error"), dict):
-        record["last_error"] = previous["last_error"]
-    write_record(profile, RECORD, "the last run's record", record)
+def write(profile: Profile, run: dict) -> None:
+    """Add this run to the history (never raises: the worst is a `status` that knows less)."""
+    runs = read(profile) or []
+    write_record(profile, RECORD, "the runs' record", {"format": 2, "runs": trimmed(runs + [run])})
 
 
-def read(profile: Profile, problems: list[str] | None = None) -> dict | None:
-    """The record, read where it is (never made here, never waited on), or None; a record of any
-    other shape than ours is one line in `problems` naming the file."""
+def read(profile: Profile, problems: list[str] | None = None) -> list[dict] | None:
+    """The runs recorded, oldest first, read where they are (never made here, never waited on), or
+    None; a file of any other shape than ours is one line in `problems` naming it."""
     record = read_record(profile, RECORD, MAX_RECORD, problems)
     if record is None:
         return None
@@ -67,7 +72,39 @@ def read(profile: Profile, problems: list[str] | None = None) -> dict | None:
         if problems is not None:
             problems.append(f"{profile.home / STATE_DIR / RECORD}: not a record of ours ({wrong}); ignored")
         return None
-    return record
+    if record["format"] == 1:  # an earlier version's record: its one run, its kept error left out
+        return [{k: v for k, v in record.items() if k not in ("format", "last_error")}]
+    return record["runs"]
+
+
+def changed_something(run: dict) -> bool:
+    return any(counts.get("rows") or counts.get("files") for counts in run["changed"].values())
+
+
+def failed(run: dict) -> bool:
+    return bool(run["errors"])
+
+
+def trimmed(runs: list[dict]) -> list[dict]:
+    """The last KEEP runs, and the newest that changed something and the newest that failed when
+    they are older: what `status` shows stays, whatever ran since. Oldest first."""
+    kept, older = runs[-KEEP:], runs[:-KEEP]
+    for wanted in (changed_something, failed):
+        if not any(wanted(r) for r in kept):
+            kept = [r for r in older if wanted(r)][-1:] + kept
+    return sorted(kept, key=lambda r: r["finished"])
+
+
+def overview(runs: list[dict]) -> dict:
+    """What `status` shows of a profile's history: the last run, the last one that changed
+    something, and the newest error with its time, saying whether the last run is the one that had it."""
+    last = runs[-1] if runs else None
+    change = next((r for r in reversed(runs) if changed_something(r)), None)
+    failure = next((r for r in reversed(runs) if failed(r)), None)
+    error = None if failure is None else {
+        "at": failure["finished"], "command": failure["command"], "message": failure["errors"][0],
+        "in_last_run": failure is last}
+    return {"last_run": last, "last_change": change, "last_error": error}
 
 
 RESULTS = ("ok", "warnings", "locked", "error")
@@ -75,32 +112,54 @@ MAX_MOMENT = 253402300800  # 10000-01-01: later is no time a clock can say
 
 
 def shape_problem(record) -> str | None:
-    """What in a run record is not of the shape `summarise` writes (a user may write anything
-    there): checked where the worker reads it and again where the host receives it."""
-    if not isinstance(record, dict) or record.get("format") != 1:
-        return "format: not 1"
+    """What in a file read as a run record is not of the shape `write` writes (or the one run
+    an earlier version wrote, format 1)."""
+    if not isinstance(record, dict) or record.get("format") not in (1, 2):
+        return "format: not 1 or 2"
+    if record["format"] == 1:
+        last = record.get("last_error")
+        if last is not None and not (isinstance(last, dict) and set(last) == {"at", "message"}
+                                     and _moment(last["at"]) and _short(last["message"], 500)):
+            return "last_error: not a time and a line"
+        return run_problem({k: v for k, v in record.items() if k not in ("format", "last_error")})
+    if set(record) != {"format", "runs"}:
+        return "keys: not format and runs"
+    return history_problem(record["runs"])
+
+
+def history_problem(runs) -> str | None:
+    """What in a list of runs is not of the shape `summarise` writes: checked again by the host."""
+    if not isinstance(runs, list) or len(runs) > MAX_RUNS:
+        return f"runs: not a list of at most {MAX_RUNS}"
+    for run in runs:
+        wrong = run_problem(run)
+        if wrong:
+            return wrong
+    return None
+
+
+def run_problem(run) -> str | None:
+    if not isinstance(run, dict):
+        return "a run: not an object"
     for key in ("started", "finished"):
-        if not _moment(record.get(key)):
+        if not _moment(run.get(key)):
             return f"{key}: not a time"
-    if not _number(record.get("seconds"), 1e9):
+    if not _number(run.get("seconds"), 1e9):
         return "seconds: not a duration"
-    if record.get("result") not in RESULTS:
+    if run.get("result") not in RESULTS:
         return "result: not one of " + ", ".join(RESULTS)
-    if not _short(record.get("command"), 200):
+    if not _short(run.get("command"), 200):
         return "command: not a short text"
-    changed = record.get("changed")
+    changed = run.get("changed")
     if not isinstance(changed, dict) or len(changed) > 50 or not all(
-            _short(task, 64) and isinstance(counts, dict) and set(counts) <= {"rows", "units", "files"}
-            and all(_count(v) for v in counts.values()) for task, counts in changed.items()):
+            _short(task, 64) and isinstance(counts, dict) and set(counts) <= {"rows", "units", "files", "action"}
+            and all(_count(counts.get(k, 0)) for k in ("rows", "units", "files"))
+            and counts.get("action", "delete") in ACTIONS for task, counts in changed.items()):
         return "changed: not counts per task"
     for key in ("errors", "warnings"):
-        lines = record.get(key)
+        lines = run.get(key)
         if not isinstance(lines, list) or len(lines) > MAX_LINES or not all(_short(line, 500) for line in lines):
             return f"{key}: not a few lines"
-    last = record.get("last_error")
-    if last is not None and not (isinstance(last, dict) and set(last) == {"at", "message"}
-                                 and _moment(last["at"]) and _short(last["message"], 500)):
-        return "last_error: not a time and a line"
     return None
 
 

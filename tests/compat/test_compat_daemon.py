@@ -22,7 +22,7 @@ def test_daemon_on_a_real_root(hermes_peer, tmp_path, now):
         old = set(kinds["alpha"]["old_ended"])
         db = root / "profiles" / "alpha" / "state.db"
         assert wait_for(lambda: not row_ids(db) & old, 20), "the old sessions were not purged within 20 s"
-        assert wait_for(lambda: metrics.exists() and "hermes_admin_deleted{" in metrics.read_text(), 20)
+        assert wait_for(lambda: metrics.exists() and "hermes_admin_deleted_sessions_total{" in metrics.read_text(), 20)
         proc.send_signal(signal.SIGTERM)
         asked = time.monotonic()
         assert proc.wait(timeout=10) == 0
@@ -33,7 +33,7 @@ def test_daemon_on_a_real_root(hermes_peer, tmp_path, now):
     samples = parse_textfile(metrics.read_text())
     assert any(k.startswith('hermes_admin_sessions{profile="alpha"') for k in samples)
     alpha = root / "profiles" / "alpha"
-    assert any(k == f'hermes_admin_deleted{{profile="alpha",home="{alpha}",reason="prune"}}' for k in samples)
+    assert any(k == f'hermes_admin_deleted_sessions_total{{profile="alpha",home="{alpha}",reason="prune"}}' for k in samples)
     assert samples["hermes_admin_last_run_timestamp_seconds"] > now
     assert store_health(db) == []
     assert hermes_peer.hermes(root / "profiles" / "alpha", "sessions", "list").returncode == 0

@@ -159,3 +159,23 @@ def test_answering_no_changes_nothing_and_is_not_an_interruption(synth_root, inv
     result = invoke("--root", str(root), "purge", "--older-than", "1d", "--force", input="n\n")
     assert result.exit_code == 1 and "nothing was changed" in result.stderr
     assert store_digest(root) == before
+
+
+def test_ctrl_c_while_the_question_is_counted_asks_nothing_and_changes_nothing(synth_root, invoke, monkeypatch):
+    """The first Ctrl-C only asks to stop: if it comes while the dry run behind a prompt counts, the
+    prompt is not shown, nothing is done, and the exit code is 130."""
+    from hermes_admin import stopping
+    from hermes_admin.cli import mutate
+
+    root, _ = synth_root
+    monkeypatch.setattr(mutate, "asks", lambda yes, dry_run: not (yes or dry_run))  # as on a terminal
+    counted = mutate.counted
+    monkeypatch.setattr(mutate, "counted", lambda preview: (stopping.request(), counted(preview))[1])
+    before = store_digest(root)
+    try:
+        result = invoke("--root", str(root), "purge", "--older-than", "1d", "--force", input="y\n")
+    finally:
+        stopping.clear()
+    assert result.exit_code == 130 and "Go on?" not in result.stderr + result.stdout
+    assert "stopped while planning: nothing was changed" in result.stderr
+    assert store_digest(root) == before

@@ -77,3 +77,16 @@ def test_restore_takes_the_short_id(synth_root, invoke):
     result = invoke("--root", str(root), "restore", export["id"][:6], "--yes")
     assert result.exit_code == 0, result.stderr
     assert row_ids(home_of(root, "work") / "state.db") == before
+
+
+def test_the_restore_prompt_names_the_sessions_it_is_limited_to(synth_root, invoke, monkeypatch):
+    from hermes_admin.cli import mutate
+
+    root, _ = synth_root
+    doc = purge(invoke, root, "-p", "work")
+    (result,) = [r for r in doc["results"] if r["rows"] and r["task"] == "purge"]
+    wanted = result["done"][0]["session_id"]
+    monkeypatch.setattr(mutate, "asks", lambda yes, dry_run: not (yes or dry_run))  # as on a terminal
+    answered = invoke("--root", str(root), "restore", result["export"], "--session", wanted, input="n\n")
+    assert answered.exit_code == 1
+    assert f"holding session(s) {wanted} into profile 'work'?" in answered.stderr + answered.stdout

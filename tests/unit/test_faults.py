@@ -124,6 +124,25 @@ def test_plugin_failures_are_one_line_each(tmp_path, synth_root, invoke):
     assert "Traceback" not in result.stderr
 
 
+def test_the_daemon_says_a_failing_plugin_once_a_run_as_run_does(tmp_path, synth_root, caplog):
+    """Each task of a scheduled `run` delivers its own events; the journal still gets one line."""
+    import logging
+
+    from hermes_admin.host.config import AdminConfig
+    from hermes_admin.host.daemon import Daemon
+
+    root, _ = synth_root
+    install_plugins(root, ["raiser"], enabled=["raiser"])
+    with caplog.at_level(logging.INFO, logger="hermes_admin.daemon"):
+        Daemon(load_config=AdminConfig, roots_given=(str(root),)).job("run")
+    said = [r.getMessage() for r in caplog.records]
+    tasks = [line for line in said if line.startswith("default: ") and "unit(s)" in line]
+    assert len(tasks) >= 2, said  # events came from more than one task
+    lines = [line for line in said if "plugin raiser" in line]
+    assert len([line for line in lines if "on_session_delete raised RuntimeError" in line]) == 1, said
+    assert len(lines) <= 2 and all("more time(s)" in line for line in lines[1:])
+
+
 def test_the_same_sessions_delete_again_delivers_what_a_crash_left(synth_root, invoke):
     """A kill after the commit leaves an event in the outbox: naming the gone session again delivers it."""
     import sqlite3

@@ -56,8 +56,38 @@ def test_a_run_record_that_is_a_fifo_or_of_another_shape_is_one_line(tmp_path):
     record.write_text("[" * 100000 + "]" * 100000)
     problems = []
     assert read_record(profile, "last-run.json", 1 << 20, problems) is None and problems
-    record.write_text(json.dumps(GOOD))
-    assert run_record.read(profile) == GOOD
+    record.write_text(json.dumps(GOOD))  # an earlier version's one run
+    assert run_record.read(profile) == [{k: v for k, v in GOOD.items() if k != "format"}]
+    one = {k: v for k, v in GOOD.items() if k != "format"}
+    for bad, why in [({"format": 2, "runs": [one] * 13}, "runs"), ({"format": 2, "runs": [{**one, "seconds": -1}]},
+                                                                    "seconds"),
+                     ({"format": 2, "runs": [], "more": 1}, "keys"), ({"format": 3, "runs": []}, "format")]:
+        record.write_text(json.dumps(bad))
+        problems = []
+        assert run_record.read(profile, problems) is None
+        assert len(problems) == 1 and why in problems[0] and str(record) in problems[0]
+    record.write_text(json.dumps({"format": 2, "runs": [one]}))
+    assert run_record.read(profile) == [one]
+
+
+def _run(finished: float, rows: int = 0, error: str | None = None) -> dict:
+    return {"command": "run", "started": finished - 1, "finished": finished, "seconds": 1.0,
+            "result": "error" if error else "ok", "changed": {"purge": {"rows": rows, "units": rows, "files": 0}},
+            "errors": [error] if error else [], "warnings": []}
+
+
+@pytest.mark.parametrize("history, kept", [
+    # (rows changed, error) per run, oldest first -> the finished times kept
+    ([(0, None)] * 3, [1, 2, 3]),
+    ([(5, None)] + [(0, None)] * 12, [1] + list(range(4, 14))),  # the big run outlives the idle ones
+    ([(0, "x"), (5, None)] + [(0, None)] * 12, [1, 2] + list(range(5, 15))),  # so does the newest failure
+    ([(5, None), (7, None)] + [(0, None)] * 12, [2] + list(range(5, 15))),  # only the newest change
+    ([(5, None)] * 14, list(range(5, 15))),  # changes among the last ten: nothing older kept
+])
+def test_the_history_keeps_the_last_runs_and_the_newest_change_and_failure(history, kept):
+    runs = [_run(n + 1, rows, error) for n, (rows, error) in enumerate(history)]
+    assert [r["finished"] for r in run_record.trimmed(runs)] == kept
+    assert len(run_record.trimmed(runs)) <= run_record.MAX_RUNS
 
 
 def test_an_export_manifest_of_another_shape_is_refused_naming_it(tmp_path):

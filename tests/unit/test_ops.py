@@ -149,7 +149,7 @@ def test_daemon_runs_writes_metrics_reloads_and_stops_on_sigterm(synth_root, tmp
         samples = parse_textfile(metrics.read_text())
         assert samples[f'hermes_admin_sessions{{profile="work",home="{root}/profiles/work"}}'] >= 1
         assert "hermes_admin_last_run_timestamp_seconds" in samples
-        assert "# TYPE hermes_admin_deleted gauge" in metrics.read_text()
+        assert "# TYPE hermes_admin_deleted_sessions_total counter" in metrics.read_text()
         config.write_text(f"schedule: {{purge: '0 4 * * sun'}}\nmetrics_file: {metrics}\n")
         proc.send_signal(signal.SIGHUP)
         assert listener.recv(200) == b"RELOADING=1"
@@ -210,9 +210,54 @@ def test_run_writes_the_textfile(synth_root, tmp_path, invoke):
     assert result.exit_code == 0, result.stderr
     samples = parse_textfile(target.read_text())
     work = root / "profiles" / "work"
-    assert samples[f'hermes_admin_deleted{{profile="work",home="{work}",reason="ghost_prune"}}'] == 2  # ghost + orphans
+    deleted = f'hermes_admin_deleted_sessions_total{{profile="work",home="{work}",reason="ghost_prune"}}'
+    assert samples[deleted] == 2  # ghost + orphans
     assert any(k.startswith("hermes_admin_run_seconds{") for k in samples)
     assert not list(tmp_path.glob(".m.prom.*"))  # no temporary file left behind
+    assert not any(k.endswith("_created") or "_created{" in k for k in samples)
+    again = invoke("--root", str(root), "run", "--metrics-file", str(target))
+    assert again.exit_code == 0, again.stderr
+    assert parse_textfile(target.read_text())[deleted] == 2  # a run that deleted nothing adds nothing
+
+
+def test_counters_are_totals_over_runs_and_gauges_what_a_run_found():
+    """Prometheus' rules: what runs do is a `_total` counter, each run adding to the file before it."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from hermes_admin.host import metrics
+    from hermes_admin.results import Done, Result, Run
+
+    def one_run(rows: int) -> Run:
+        result = Result("work", "delete", "prune", False, task="purge", home="/h/work")
+        result.done += [Done(f"s{n}", (f"s{n}",), "r") for n in range(rows)]
+        return Run(dry_run=False, results=[result], errors=["profile 'work': broken"])
+
+    summaries = [{"name": "work", "home": "/h/work", "ok": True, "store": True, "sessions": 5, "messages": 9,
+                  "store_bytes": 1, "wal_bytes": 0}]
+    first = metrics.render(one_run(3), summaries, finished=1.0)
+    kinds = {f.name: f.type for f in text_string_to_metric_families(first)}
+    assert all(kinds[name] == "counter" for name in ("hermes_admin_deleted_sessions", "hermes_admin_run_errors",
+                                                      "hermes_admin_skipped_units", "hermes_admin_archived_sessions",
+                                                      "hermes_admin_plugin_failures"))
+    assert all(kind == "gauge" for name, kind in kinds.items() if not name.endswith(("_sessions", "_errors", "_units",
+                                                                                     "_failures")))
+    assert kinds["hermes_admin_sessions"] == "gauge"
+    second = parse_textfile(metrics.render(one_run(4), summaries, finished=2.0,
+                                           previous=metrics_carried(first)))
+    assert second['hermes_admin_deleted_sessions_total{profile="work",home="/h/work",reason="prune"}'] == 7
+    assert second['hermes_admin_run_errors_total{profile="work",home="/h/work"}'] == 2
+    assert second['hermes_admin_sessions{profile="work",home="/h/work"}'] == 5
+
+
+def metrics_carried(text: str) -> dict:
+    import tempfile
+
+    from hermes_admin.host import metrics
+
+    with tempfile.NamedTemporaryFile("w", suffix=".prom") as out:
+        out.write(text)
+        out.flush()
+        return metrics.carried(Path(out.name))
 
 
 SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
@@ -262,5 +307,5 @@ def test_metrics_carry_last_success_and_plugin_failures(synth_root, tmp_path, in
     invoke("--root", str(root), "run", "--metrics-file", str(target))
     second = parse_textfile(target.read_text())
     assert second[key] == first[key]  # the last success outlives a failing run
-    assert second[f'hermes_admin_run_errors{{profile="work",home="{work}"}}'] == 1
+    assert second[f'hermes_admin_run_errors_total{{profile="work",home="{work}"}}'] == 1
     list(text_string_to_metric_families(target.read_text()))

@@ -192,3 +192,31 @@ def test_a_stop_lets_the_event_already_sent_finish_once(tmp_path, now):
         stopping.clear()
         bus.close()
     assert [e["session_id"] for e in events(home)] == ["a"]
+
+
+def test_a_slow_plugin_start_is_said_and_a_quick_one_is_not(tmp_path, now, monkeypatch):
+    """A worker whose plugins take long to import says so while it starts, then when it did."""
+    from hermes_admin.profile.hooks import bus as bus_module
+
+    home, bus = recorder_bus(tmp_path, now)
+    said: list[str] = []
+    bus.log = said.append
+    payload = {"session_id": "a", "reason": "delete", "profile": "default", "deleted_ids": None,
+               "sessions_dir": str(home / "sessions")}
+    try:
+        assert bus.fire(payload) == []
+    finally:
+        bus.close()
+    assert said == []  # a quick start: nothing said
+    plugin = home / "plugins" / "recorder" / "__init__.py"
+    plugin.write_text("import time\ntime.sleep(1.5)\n" + plugin.read_text())
+    monkeypatch.setattr(bus_module, "SLOW_START_S", 0.5)
+    slow = HookBus(bus.profile, bus.plugins, timeout=20)
+    slow.log = said.append
+    try:
+        assert slow.fire(payload) == []
+    finally:
+        slow.close()
+    assert len(said) == 2, said
+    assert said[0].startswith("profile 'default': starting plugins in hermes-admin's interpreter: over 0.5 s")
+    assert said[1].startswith("profile 'default': plugins started after ")

@@ -132,3 +132,26 @@ def test_colour_only_on_a_terminal_and_never_with_no_color(monkeypatch):
     assert not tables._console().no_color
     monkeypatch.setenv("NO_COLOR", "1")
     assert tables._console().no_color
+
+
+def test_stdout_never_says_nothing_to_do_where_stderr_says_why_it_stopped(synth_root, invoke, tmp_path):
+    """A profile lock held, an export folder that cannot be made: stdout says nothing was done, and why."""
+    import fcntl
+
+    root, _ = synth_root
+    lock = root / "profiles" / "work" / ".hermes-admin" / "lock"
+    lock.parent.mkdir(exist_ok=True)
+    with open(lock, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        locked = invoke("--root", str(root), "run", "--yes")
+    assert locked.exit_code == 3 and "another hermes-admin run holds this profile" in locked.stderr
+    assert "work: nothing to do" not in locked.stdout
+    assert "work: nothing done: " in locked.stdout and "holds this profile" in locked.stdout
+    (tmp_path / "a-file").write_text("")
+    folder = tmp_path / "a-file" / "exports"
+    unwritable = invoke("--root", str(root), "run", "--yes", "-p", "work", "--export-dir", str(folder))
+    assert unwritable.exit_code == 2 and "cannot make the export folder" in unwritable.stderr
+    assert "nothing to do" not in unwritable.stdout
+    assert "work: nothing done: " in unwritable.stdout and "cannot make the export folder" in unwritable.stdout
+    quiet = invoke("--root", str(root), "-q", "run", "--yes", "-p", "work", "--export-dir", str(folder))
+    assert quiet.stdout == ""  # -q: the problem is on stderr alone

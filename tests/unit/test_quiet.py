@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import yaml
 
-from hermes_admin.cli.mutate import plugin_failures
+from hermes_admin.report import plugin_failures
 from tests.helpers import home_of, install_plugins
 
 POLICY = {"auto_prune": True, "retention_days": 90, "auto_archive": True, "auto_archive_days": 30}

@@ -29,7 +29,7 @@ from hermes_admin.profile.engine import exports
 from hermes_admin.profile.engine.aftermath import Aftermath
 from hermes_admin.profile.engine.checkpointer import Checkpointer
 from hermes_admin.profile.engine.deletes import Deletes, Recheck
-from hermes_admin.profile.engine.export_ahead import ExportAhead, Step, data_version
+from hermes_admin.profile.engine.export_ahead import ExportAhead, Step, data_version, stop_note
 from hermes_admin.profile.engine.exports import ExportFile, Settings
 from hermes_admin.profile.engine.fts_merges import FtsMerges
 from hermes_admin.profile.engine.group_commit import GroupCommit
@@ -381,7 +381,7 @@ class Engine:
         position = 0
         while position < len(units):
             if stopping.requested():
-                result.notes.append(f"stopped on request: {len(units) - position} unit(s) left for the next run")
+                result.notes.append(stop_note(len(units) - position, len(units)))
                 return
             chunk = units[position:position + units_by_count(self.pacer.budget, exports.UNIT_WEIGHT)]
             position += len(chunk)

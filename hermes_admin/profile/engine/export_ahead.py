@@ -33,6 +33,14 @@ EXPORTS_AHEAD = 2  # batches exported ahead of the deletes: a batch of big sessi
 TEXT_COLUMNS = ("content", "tool_calls", "reasoning", "reasoning_content", "api_content")  # what FTS5 indexes
 
 
+def stop_note(left: int, selected: int) -> str:
+    """What a stop request between transactions says of the task it ends. Not "N left for the next
+    run": the next run selects again, over every task (those after this one did not run), so only a
+    dry run then can say how many are left."""
+    return (f"stopped on request: {left} of the {selected} unit(s) this task selected not reached "
+            "(the next run selects again; `--dry-run` counts what is left)")
+
+
 class Step(NamedTuple):
     """One transaction of whole units, or one unit too big for one (`split`: deleted in steps)."""
     units: list[Unit]
@@ -72,7 +80,7 @@ class ExportAhead:
         queued_to = 0  # where the batches made so far end
         while position < len(units):
             if stopping.requested():
-                result.notes.append(f"stopped on request: {len(units) - position} unit(s) left for the next run")
+                result.notes.append(stop_note(len(units) - position, len(units)))
                 return
             if units[position].session_id not in weights:
                 weights, exported, queued_to = self._batch_at(units, position, reason, orphans, ahead, queued_to)

@@ -37,6 +37,7 @@ from hermes_admin.profile.installation import Installation
 from hermes_admin.protocol import Profile
 
 STARTUP_TIMEOUT_S = 60.0  # a cold import of Hermes and its plugins on a slow disk
+SLOW_START_S = 3.0  # a start longer than this is said at once (a run otherwise silent that long looks hung)
 MAX_REPLY = 64 << 10  # one reply line; a longer one is a broken worker
 POLL_S = 0.5  # how often a wait looks at stop requests
 STOP_GRACE_S = 5.0  # after a stop request, how long an event already sent may take to finish
@@ -105,8 +106,17 @@ class HookBus:
             "hermes": self.installation is not None,
             "plugins": [{"key": p.key, "source": p.source, "location": p.location} for p in self.plugins],
         })
+        started = time.monotonic()
         try:
-            ready = self._receive(time.monotonic() + STARTUP_TIMEOUT_S)
+            ready = self._receive(started + SLOW_START_S)
+            if ready is None:
+                where = f"Hermes' interpreter ({python})" if self.installation else "hermes-admin's interpreter"
+                self.log(f"profile '{self.profile.shown}': starting plugins in {where}: over {SLOW_START_S:g} s "
+                         f"so far, waiting up to {STARTUP_TIMEOUT_S:g} s")
+                ready = self._receive(started + STARTUP_TIMEOUT_S)
+                if ready is not None:
+                    self.log(f"profile '{self.profile.shown}': plugins started after "
+                             f"{time.monotonic() - started:.1f} s")
         except WorkerGone:
             ready = None
         except BaseException:  # a stop while it starts: no half-started worker is left to "deliver"
