@@ -13,7 +13,7 @@ import pytest
 import hermes_admin
 from hermes_admin.profile.environment import Environment
 from hermes_admin.profile.installation import Installations
-from hermes_admin.protocol import Context
+from hermes_admin.protocol import Context, Job, Owner, Status
 
 PACKAGE = Path(hermes_admin.__file__).parent
 
@@ -34,6 +34,13 @@ def test_a_job_s_environment_is_made_from_its_context_and_layers():
         env.lock_wait = 1  # type: ignore[misc]
     with pytest.raises(FrozenInstanceError):
         env.installations.remember = False  # type: ignore[misc]
+
+
+def test_a_job_is_not_changed_once_the_host_made_it():
+    job = Job(Status(), Owner(1000, 1000, (1000,), "ann", "/home/ann"), [], {}, Context())
+    for name, value in (("layers", {}), ("profiles", []), ("context", Context(verbose=1))):
+        with pytest.raises(FrozenInstanceError):
+            setattr(job, name, value)
 
 
 def test_two_jobs_share_no_finder():
