@@ -21,3 +21,11 @@ def clean(text, limit: int | None = None) -> str:
     if limit is not None and len(text) > limit:
         text = text[:limit] + "…"
     return _CONTROLS.sub(_escape, text)
+
+
+def did_you_mean(word, known) -> str:
+    """` (did you mean 'retention_days'?)` for a mistyped name (a key, a profile), else ""."""
+    import difflib
+
+    near = difflib.get_close_matches(str(word), sorted(str(k) for k in known), n=1)
+    return f" (did you mean {near[0]!r}?)" if near else ""

@@ -180,6 +180,12 @@ def _read(yaml, loader, text: str, keys: frozenset[str] | None, measure: bool):
 
 def load(path: Path, keys: frozenset[str] | None = None):
     """The document in the file at `path` (None for an empty file); OSError when it cannot be read."""
+    return parse(text(path), str(path), keys)
+
+
+def text(path: Path) -> str:
+    """A YAML file's text, bounded, never waiting on a FIFO (also to find a key's line in it);
+    OSError when it cannot be read, YAMLRefused when it is not a plain file of UTF-8 text."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)  # a fifo never blocks us
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
@@ -192,10 +198,9 @@ def load(path: Path, keys: frozenset[str] | None = None):
     if len(data) > MAX_BYTES:
         raise YAMLRefused(f"{path}: refused: over {MAX_BYTES} bytes")
     try:
-        text = data.decode("utf-8")
+        return data.decode("utf-8")
     except UnicodeDecodeError:
         raise YAMLRefused(f"{path}: not UTF-8 text") from None
-    return parse(text, str(path), keys)
 
 
 def load_mapping(path: Path, what: str = "a mapping of keys", keys: frozenset[str] | None = None) -> dict:

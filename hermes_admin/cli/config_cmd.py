@@ -9,86 +9,49 @@ from pathlib import Path
 
 import click
 
-from hermes_admin import exitcodes, report, tables, yamlfile
+from hermes_admin import durations, exitcodes, report, tables
 from hermes_admin.cli.context import App, json_option, pass_app, profile_option
+from hermes_admin.cli.groups import SuggestingGroup
 from hermes_admin.host import config as admin_config
 from hermes_admin.protocol import ShowPolicy
 from hermes_admin.tables import Column
 
 
-@click.group()
+@click.group(cls=SuggestingGroup)
 def config():
     """Check the admin config, presets and profiles' config.yaml; show effective values."""
 
 
-def _text(path) -> str | None:
-    """A config file's text, to find a key's line: a plain file only (a FIFO is never waited on)."""
-    from hermes_admin.profile.engine.state_folder import read_plain
-
-    try:
-        return read_plain(path, 1 << 20, follow=True, head=True).decode("utf-8", "replace") if path else None
-    except OSError:
-        return None
-
-
-def _where(path, text: str | None, key: str | None, message: str) -> dict:
-    """A problem with its file and line: the line YAML reported, else where the key is written."""
-    said = re.search(r"\(line (\d+)\)", message)
-    line = int(said.group(1)) if said else yamlfile.line_of(text, key) if text and key else None
-    return {"file": str(path) if path else None, "line": line, "message": message}
-
-
 def admin_problems(app: App) -> tuple[admin_config.AdminConfig | None, list[dict]]:
     """The admin config itself, its schedule, and each of its policy layers (defaults, profiles.NAME and
-    their presets), every problem of each, not only the first."""
-    from hermes_admin.profile import policy as rules
-
+    their presets: the check every command applies, host/config.policy_problems), every problem of
+    each, not only the first."""
     path = Path(app.config_path).expanduser() if app.config_path else next(
         (p for p in admin_config.candidate_paths() if p.is_file()), None)
-    text = _text(path)
+    text = admin_config.text_of(path)
     try:
         loaded = admin_config.load(app.config_path)
     except admin_config.ConfigError as exc:
         unknown = re.search(r"unknown key\(s\) (\S+?)[ ,]", str(exc))
-        return None, [_where(path, text, unknown.group(1) if unknown else None, str(exc))]
+        return None, [admin_config.problem_at(path, text, unknown.group(1) if unknown else None, str(exc)).as_dict()]
     app.use_config(loaded)
-    found = []
+    found = [p.as_dict() for p in admin_config.policy_problems(loaded)]
     if loaded.metrics_file is not None and not isinstance(loaded.metrics_file, str):
-        found.append(_where(path, text, "metrics_file", f"{path}: metrics_file must be a path"))
+        found.append(admin_config.problem_at(path, text, "metrics_file", f"{path}: metrics_file must be a path").as_dict())
     if loaded.schedule:
         from hermes_admin.host.daemon import ScheduleError, trigger_for
         for task, spec in loaded.schedule.items():
             try:
                 trigger_for(str(task), spec)
             except ScheduleError as exc:
-                found.append(_where(path, text, f"schedule.{task}", f"{path}: {exc}"))
-    names = sorted(map(str, loaded.profiles)) or [""]
-    for name in names:
-        try:
-            layers = admin_config.policy_layers(loaded, name)
-        except admin_config.ConfigError as exc:
-            found.append(_where(path, text, f"profiles.{name}.preset", str(exc)))
-            layers = {k: v for k, v in [("entry", loaded.profiles.get(name)), ("defaults", loaded.defaults)] if v}
-            layers.update(entry_where=f"{path}: profiles.{name}", defaults_where=f"{path}: defaults")
-        for where, key, message in rules.problems(layers, None):
-            preset = layers.get("preset_where")
-            if preset and where == preset:
-                found.append(_where(preset, _text(preset), key, message))
-            else:
-                section = where.split(": ", 1)[1] if ": " in where else ""
-                found.append(_where(path, text, f"{section}.{key}" if key else section, message))
+                found.append(admin_config.problem_at(path, text, f"schedule.{task}", f"{path}: {exc}").as_dict())
     unique = list({(p["file"], p["line"], p["message"]): p for p in found}.values())
     return loaded, unique
 
 
 def _line(problem: dict) -> str:
     """`FILE:LINE: message`, as compilers and `nginx -t` say it (the file said once)."""
-    message, place = problem["message"], problem.get("file")
-    if not place:
-        return message
-    if message.startswith(f"{place}: "):
-        message = message[len(place) + 2:]
-    return f"{place}:{problem['line']}: {message}" if problem.get("line") else f"{place}: {message}"
+    return str(admin_config.Problem(problem.get("file"), problem.get("line"), problem["message"]))
 
 
 @config.command("check")
@@ -102,16 +65,20 @@ def check(app: App, profiles, as_json: bool):
     warnings: list[dict] = []
     checked = [str(loaded.path)] if loaded is not None and loaded.path else []
     if loaded is not None:
+        checked += _presets(loaded)
         found = app.discover(profiles)
         # Without the admin layers (checked above): a profile whose preset is missing is checked too.
         answer = app.work(ShowPolicy(), found.profiles)
         admin_level = bool(problems)  # then a profile's policy fails on them too: said once, above
-        for row in answer.data.get("policy", []):
+        rows = answer.data.get("policy", [])
+        for row in rows:
             problems += [p for p in row["problems"] if p["file"] or not admin_level]
             warnings += row["warnings"]
             checked.append(str(Path(row["home"]) / "config.yaml"))
+        warnings += [w.as_dict() for w in _defaults_never_used(loaded, rows)]
         problems += [{"file": None, "line": None, "message": m} for m in answer.errors if not admin_level]
         warnings += [{"file": None, "line": None, "message": m} for m in answer.warnings]
+    checked = list(dict.fromkeys(checked))
     code = exitcodes.CONFIG if problems else exitcodes.WARNINGS if warnings else exitcodes.OK
     if code != exitcodes.CONFIG and loaded is not None and app.failed_discovery(found, profiles):
         code = exitcodes.PROFILE_FAILED  # a root or profile named that is not there
@@ -124,8 +91,55 @@ def check(app: App, profiles, as_json: bool):
     if not as_json:
         state = f"{len(problems)} problem(s)" if problems else "ok"
         report.note(f"config check: {state}" + (f", {len(warnings)} warning(s)" if warnings else "")
-                    + f" ({len(checked)} file(s) read)")
+                    + f"; read {len(checked)} file(s): " + ", ".join(checked))
     raise click.exceptions.Exit(code)
+
+
+def _presets(loaded: admin_config.AdminConfig) -> list[str]:
+    """The preset files the admin config's entries name, as read (one that cannot be is a problem)."""
+    found = []
+    for entry in loaded.profiles.values():
+        if isinstance(entry, dict) and entry.get("preset") is not None:
+            try:
+                found.append(str(admin_config.load_preset(str(entry["preset"]))[1]))
+            except admin_config.ConfigError:
+                pass
+    return found
+
+
+def _defaults_never_used(loaded: admin_config.AdminConfig, rows: list[dict]) -> list[admin_config.Problem]:
+    """A `defaults:` value that no profile in view takes (each sets the key itself): a warning, since
+    changing it changes nothing (a typo of the profile's name, or a forgotten default?)."""
+    where = f"{loaded.path}: defaults"
+    used = [r["origins"] for r in rows if r.get("origins")]
+    if not used or not loaded.path:
+        return []
+    text = admin_config.text_of(loaded.path)
+    return [admin_config.problem_at(loaded.path, text, f"defaults.{key}",
+                                    f"{where}.{key} is overridden in every profile ({len(used)}): it is not used")
+            for key in map(str, loaded.defaults)
+            if all(origins.get(key) not in (None, f"{where}.{key}") for origins in used)]
+
+
+def _value(key: str, value, home: str) -> str:
+    """One effective value as the config would say it: durations as durations (`7d`, `5m`), and
+    what an unset value means rather than a dash."""
+    if key == "export_dir" and value is None:
+        return str(Path(home) / ".hermes-admin" / "exports")
+    if key == "source_retention_days":
+        return ", ".join(f"{s} {durations.shown_in('retention_days', d)}" for s, d in sorted(value.items())) \
+            if value else "none (retention_days for every source)"
+    if key == "stale_grace_days" and value is None:
+        return "the row's whole window"
+    if key == "max_store_mb" and value is None:
+        return "none"
+    if key == "hook_callback_timeout":
+        return durations.shown(value)
+    if key in durations.RULES:
+        return durations.shown_in(key, float("inf") if value is None else value)  # JSON's null: no end
+    if isinstance(value, bool):
+        return str(value).lower()
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 @config.command("show")
@@ -147,10 +161,7 @@ def show(app: App, origin: bool, profiles, as_json: bool):
         lines = []
         for row in rows:
             for key, value in (row["values"] or {}).items():
-                if key == "description":
-                    continue
-                shown = "-" if value is None else str(value).lower() if isinstance(value, bool) else \
-                    f"{value:g}" if isinstance(value, float) else str(value)
+                shown = _value(key, value, row["home"])
                 lines.append([labels.get(row["home"], row["profile"]), key, shown]
                              + ([(row["origins"] or {}).get(key)] if origin else []))
             for problem in row["problems"]:

@@ -14,6 +14,7 @@ from hermes_admin.host import discovery as homes
 from hermes_admin.host.runner import Host, selects
 from hermes_admin.protocol import Params, Profile
 from hermes_admin.results import Run
+from hermes_admin.shown import did_you_mean
 
 
 @dataclass
@@ -31,9 +32,10 @@ class App:
     def config(self) -> admin_config.AdminConfig:
         if self._config is None:
             try:
-                self._config = admin_config.load(self.config_path)
+                self._config = admin_config.load_checked(self.config_path)
             except admin_config.ConfigError as exc:
-                report.error(f"config: {exc}")
+                for line in str(exc).splitlines():  # every problem, each with its file and line
+                    report.error(f"config: {line}")
                 raise click.exceptions.Exit(exitcodes.CONFIG)
         return self._config
 
@@ -84,8 +86,10 @@ class App:
             (report.error if skipped.refused else report.warn)(f"skipped {skipped.path}: {skipped.reason}")
         if only:
             missing = [w for w in only if not any(selects(p, w) for p in found.profiles)]
+            known = {p.name for p in self.everything().profiles} if missing else set()
             for name in missing:
-                report.error(f"profile '{name}': not found in {', '.join(str(r) for r in self.roots())}")
+                report.error(f"profile '{name}': not found in {', '.join(str(r) for r in self.roots())}"
+                             + did_you_mean(name, known))
         return found
 
     def failed_discovery(self, found: homes.Discovery, only: tuple[str, ...] = ()) -> bool:

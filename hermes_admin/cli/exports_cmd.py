@@ -13,8 +13,9 @@ from hermes_admin import report, tables
 from hermes_admin.tables import Column
 from hermes_admin.cli import mutate
 from hermes_admin.cli.context import App, json_option, pass_app, profile_option
+from hermes_admin.cli.groups import SuggestingGroup
 from hermes_admin.cli.maintain_cmd import absolute_dir, export_dir_option
-from hermes_admin.cli.params import DURATION, SIZE
+from hermes_admin.cli.params import EXPORT_AGE, SIZE, at_least
 from hermes_admin.protocol import ListExports, PruneExports, Restore
 from hermes_admin.results import Run
 from hermes_admin.shown import clean
@@ -83,7 +84,7 @@ def short_id(path: str) -> str:
     return hashlib.sha256(os.path.basename(path).encode()).hexdigest()[:8]
 
 
-@click.group()
+@click.group(cls=SuggestingGroup)
 def exports():
     """The exports every delete writes first (restorable with `restore FILE`)."""
 
@@ -119,19 +120,22 @@ def list_cmd(app: App, profiles, export_dir, as_json: bool):
 
 
 @exports.command("prune")
-@click.option("--older-than", type=DURATION, metavar="AGE", help="Remove exports made longer ago than AGE (30d, 2w, 3mo).")
+@click.option("--older-than", type=EXPORT_AGE, metavar="AGE",
+              help="Remove exports made longer ago than AGE: 30 (days), 30d, 2w, 3mo (at least 1 day, or 0).")
 @click.option("--max-size", type=SIZE, metavar="SIZE",
               help="Remove each owner's oldest exports until hers take at most SIZE on disk (500M, 2G).")
 @profile_option
 @export_dir_option
 @mutate.dry_run_option
 @mutate.yes_option
+@click.option("--force", is_flag=True, help="Allow --older-than under 1 day (other than 0).")
 @json_option
 @pass_app
-def prune(app: App, older_than, max_size, profiles, export_dir, dry_run, yes, as_json):
+def prune(app: App, older_than, max_size, profiles, export_dir, dry_run, yes, force, as_json):
     """Remove old exports by age or total size, oldest first (each with its manifest)."""
     if older_than is None and max_size is None:
         raise click.UsageError("say what to remove: --older-than AGE and/or --max-size SIZE")
+    at_least("export_keep_days", older_than, force, "--older-than")  # `1m` is a minute, not a month
     found = app.discover(profiles)
     answer = app.work(ListExports(absolute_dir(export_dir)), found.profiles, with_policy=True)
     doomed = chosen(answer.data.get("exports", []), older_than, max_size, _owners(found), time.time())

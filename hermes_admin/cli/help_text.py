@@ -7,20 +7,21 @@ Usage: hermes-admin [OPTIONS] COMMAND [ARGS]...
   Maintenance for Hermes Agent installations: every profile of every root.
 
 Options:
-  --root PATH          A Hermes root (repeatable). Default: $HERMES_HOME's
-                       root, else ~/.hermes.
-  --config FILE        Admin config (default: $HERMES_ADMIN_CONFIG, the
-                       user/site config dir, /etc/hermes-admin).
-  --all-users          Also every local user's default root.
-  -v, --verbose        More detail on stderr.
-  -q, --quiet          Only what changed, warnings and errors (for timers).
-  --plain              Tables as tab-separated lines, no box drawing (as when
-                       piped).
-  --lock-wait SECONDS  How long a write waits for a store another process
-                       holds without progress (default: the policy's
-                       lock_wait, 300), then exit 3 naming it.  [x>=0]
-  --version            Show the version and exit.
-  -h, --help           Show this message and exit.
+  --root PATH           A Hermes root (repeatable). Default: $HERMES_HOME's
+                        root, else ~/.hermes.
+  --config FILE         Admin config (default: $HERMES_ADMIN_CONFIG, the
+                        user/site config dir, /etc/hermes-admin).
+  --all-users           Also every local user's default root.
+  -v, --verbose         More detail on stderr.
+  -q, --quiet           Only what changed, warnings and errors (for timers).
+  --plain               Tables as tab-separated lines, no box drawing (as when
+                        piped).
+  --lock-wait DURATION  How long a write waits for a store another process
+                        holds without progress (default: the policy's
+                        lock_wait, 300; a bare number is seconds: 30, 5s, 2m),
+                        then exit 3 naming it.
+  --version             Show the version and exit.
+  -h, --help            Show this message and exit.
 
 Commands:
   profiles          List every profile with its health and counts.
@@ -53,4 +54,7 @@ Commands:
   systemd           systemd units for hermes-admin.
   demo              Build a throwaway Hermes root with several profiles and
                     run on it.
+
+  Global options may come after the command too: hermes-admin run -q --root
+  PATH.
 """

@@ -24,7 +24,9 @@ signal.signal(signal.SIGINT, _stop_request)
 
 import click  # noqa: E402
 
-from hermes_admin import __version__, exitcodes, stopping
+from hermes_admin import __version__, exitcodes, stopping  # noqa: E402
+from hermes_admin.cli.groups import SuggestingGroup  # noqa: E402
+from hermes_admin.cli.params import LOCK_WAIT  # noqa: E402
 
 # name -> (module, attribute, short help). A command's module is imported only when it runs, so
 # `--help` and `--version` load click and nothing else (tests/unit/test_cli.py checks the help texts).
@@ -55,7 +57,7 @@ COMMANDS = {
 }
 
 
-class LazyGroup(click.Group):
+class LazyGroup(SuggestingGroup):
     """Subcommands imported on use; the listing in --help comes from COMMANDS."""
 
     def list_commands(self, ctx):
@@ -66,7 +68,7 @@ class LazyGroup(click.Group):
             return None
         from importlib import import_module
         module, attribute, _ = COMMANDS[name]
-        return getattr(import_module(f"hermes_admin.cli.{module}"), attribute)
+        return accept_global_options(getattr(import_module(f"hermes_admin.cli.{module}"), attribute))
 
     def invoke(self, ctx):
         """The command, and with --json its one document written as it ends, whatever ended it."""
@@ -103,18 +105,69 @@ class LazyGroup(click.Group):
             formatter.write_dl([(name, short) for name, (_, _, short) in COMMANDS.items()])
 
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--root", "roots", multiple=True, metavar="PATH", type=click.Path(),
-              help="A Hermes root (repeatable). Default: $HERMES_HOME's root, else ~/.hermes.")
-@click.option("--config", "config_path", metavar="FILE", type=click.Path(),
-              help="Admin config (default: $HERMES_ADMIN_CONFIG, the user/site config dir, /etc/hermes-admin).")
-@click.option("--all-users", is_flag=True, help="Also every local user's default root.")
-@click.option("-v", "--verbose", count=True, help="More detail on stderr.")
-@click.option("-q", "--quiet", is_flag=True, help="Only what changed, warnings and errors (for timers).")
-@click.option("--plain", is_flag=True, help="Tables as tab-separated lines, no box drawing (as when piped).")
-@click.option("--lock-wait", type=click.FloatRange(min=0), metavar="SECONDS",
-              help="How long a write waits for a store another process holds without progress (default: the "
-                   "policy's lock_wait, 300), then exit 3 naming it.")
+# The global options, once: before the command as the group's, and after it too, on every command
+# (`hermes-admin run -q`, `purge --root X --lock-wait 30`), hidden there so each command's help
+# stays its own. (declarations, settings) each.
+GLOBAL_OPTIONS = [
+    (("--root", "roots"), dict(multiple=True, metavar="PATH", type=click.Path(),
+                               help="A Hermes root (repeatable). Default: $HERMES_HOME's root, else ~/.hermes.")),
+    (("--config", "config_path"), dict(metavar="FILE", type=click.Path(),
+                                       help="Admin config (default: $HERMES_ADMIN_CONFIG, the user/site config dir, "
+                                            "/etc/hermes-admin).")),
+    (("--all-users",), dict(is_flag=True, help="Also every local user's default root.")),
+    (("-v", "--verbose"), dict(count=True, help="More detail on stderr.")),
+    (("-q", "--quiet"), dict(is_flag=True, help="Only what changed, warnings and errors (for timers).")),
+    (("--plain",), dict(is_flag=True, help="Tables as tab-separated lines, no box drawing (as when piped).")),
+    (("--lock-wait",), dict(type=LOCK_WAIT, metavar="DURATION",
+                            help="How long a write waits for a store another process holds without progress "
+                                 "(default: the policy's lock_wait, 300; a bare number is seconds: 30, 5s, 2m), "
+                                 "then exit 3 naming it.")),
+]
+
+
+def global_options(f):
+    for declarations, settings in reversed(GLOBAL_OPTIONS):
+        f = click.option(*declarations, **settings)(f)
+    return f
+
+
+def _given_after(ctx: click.Context, param: click.Parameter, value) -> None:
+    """A global option written after the command: into the App the group made from those before it
+    (the group's callback runs before a command's options are parsed)."""
+    if value in (None, False, 0, ()):
+        return
+    from hermes_admin import tables
+    from hermes_admin.cli.context import App
+
+    app = ctx.find_object(App)
+    if param.name == "roots":
+        app.roots_given += tuple(value)
+    elif param.name == "verbose":
+        app.verbose += value
+    elif param.name == "plain":
+        tables.PLAIN = True
+    else:
+        setattr(app, param.name, value)
+
+
+def accept_global_options(command: click.Command) -> click.Command:
+    """Give `command` (and a group's commands) the global options, once."""
+    if getattr(command, "_takes_global_options", False):
+        return command
+    command._takes_global_options = True
+    if isinstance(command, click.Group):
+        for name in command.list_commands(click.Context(command)):
+            accept_global_options(command.get_command(click.Context(command), name))
+        return command
+    for declarations, settings in GLOBAL_OPTIONS:
+        command.params.append(click.Option(declarations, **settings, hidden=True, expose_value=False,
+                                           callback=_given_after))
+    return command
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]},
+             epilog="Global options may come after the command too: hermes-admin run -q --root PATH.")
+@global_options
 @click.version_option(__version__, prog_name="hermes-admin")
 @click.pass_context
 def cli(ctx: click.Context, roots, config_path, all_users, verbose, quiet, plain, lock_wait):

@@ -10,7 +10,7 @@ import click
 from hermes_admin import report
 from hermes_admin.cli import mutate
 from hermes_admin.cli.context import App, json_option, pass_app, profile_option
-from hermes_admin.cli.params import DURATION, WHEN
+from hermes_admin.cli.params import ARCHIVE_DAYS, OLDER_THAN, WHEN, at_least
 from hermes_admin.filters import FilterError, Filters, parse_when
 from hermes_admin.model import AUTO_ARCHIVE, BY_COMMAND, ORDER, PURGE, TaskName
 from hermes_admin.protocol import Maintain, Request
@@ -24,7 +24,7 @@ def export_dir_option(f):
 
 def task_options(f):
     for option in (
-        click.option("--force", is_flag=True, help="Allow a policy or filter that would select nearly everything."),
+        click.option("--force", is_flag=True, help="Allow --older-than or --days under 1 day, or filters matching every candidate without an age bound."),
         json_option, mutate.yes_option, mutate.dry_run_option, profile_option,
     ):
         f = option(f)
@@ -95,7 +95,7 @@ def run_tasks(app: App, profiles, wanted: Request, yes: bool, as_json: bool, wha
 
 
 @click.command()
-@click.option("--older-than", type=DURATION, metavar="AGE",
+@click.option("--older-than", type=OLDER_THAN, metavar="AGE",
               help="Inactive for longer than AGE: 90 (days), 90d, 12h, 1w2d, 3mo (default: the profile's retention_days; with filters and "
                    "no --older-than, as in Hermes, no age bound at all).")
 @click.option("--vacuum", is_flag=True, help="VACUUM afterwards if over 25 % of pages are free and nobody holds the store.")
@@ -106,8 +106,7 @@ def run_tasks(app: App, profiles, wanted: Request, yes: bool, as_json: bool, wha
 def purge(app: App, older_than, vacuum, profiles, dry_run, yes, as_json, force, export_dir, **filters):
     """Delete ended, unpinned sessions past retention, whole lineages at a time (reason `prune`)."""
     now = time.time()
-    if older_than is not None and older_than < 1 and not force:
-        raise click.BadParameter("below 1 day would delete nearly every ended session; add --force", param_hint="--older-than")
+    at_least("retention_days", older_than, force, "--older-than")
     chosen = build_filters(now, **filters)
     if chosen.given() and older_than is None:
         report.warn("filters without --older-than replace the retention window (as in Hermes): every ended "
@@ -136,14 +135,13 @@ prune_ghosts = _single_task(BY_COMMAND["prune-ghosts"],
 
 
 @click.command(AUTO_ARCHIVE.command)
-@click.option("--days", type=DURATION, metavar="AGE",
+@click.option("--days", type=ARCHIVE_DAYS, metavar="AGE",
               help="Idle for longer than AGE: 30 (days), 30d, 1w2d, 3mo (default: auto_archive_days).")
 @task_options
 @pass_app
 def archive_inactive(app: App, days, profiles, dry_run, yes, as_json, force):
     """Archive idle lineages, open ones included; pinned never (silent: no event)."""
-    if days is not None and days < 1 and not force:
-        raise click.BadParameter("below 1 day would archive nearly everything; add --force", param_hint="--days")
+    at_least("auto_archive_days", days, force, "--days")
     run_tasks(app, profiles, Request((AUTO_ARCHIVE.name,), time.time(), explicit=True, force=force,
                                      archive_days=days, dry_run=dry_run), yes, as_json, AUTO_ARCHIVE.command)
 

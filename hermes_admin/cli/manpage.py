@@ -48,8 +48,13 @@ def _roff(text: str) -> str:
 def _options(command: click.Command, ctx: click.Context) -> list[str]:
     lines = []
     for param in command.get_params(ctx):
+        # Options only, and never --help (said once, not under every command): what click writes
+        # for the rest (arguments, its help option's name) changes between its releases, and the
+        # committed page must be what any click the README installs generates (test_manpage.py).
+        if not isinstance(param, click.Option) or param.hidden or "--help" in param.opts:
+            continue
         record = param.get_help_record(ctx)
-        if record is None or param.name == "help":  # said once, not under every command
+        if record is None:
             continue
         names, text = record
         lines += [".TP", f"\\fB{_roff(names)}\\fR", _roff(text)]
@@ -87,7 +92,8 @@ def render() -> str:
              _roff("It keeps every profile's SQLite store of every Hermes root in shape: retention purges, "
                    "empty-session and ghost sweeps, auto-archive, profile repair, with plugin hooks. Durations "
                    "read 90 (days), 90d, 12h, 1w2d, 3mo; times are ISO 8601, local unless they name a zone."),
-             ".SH GLOBAL OPTIONS", *_options(cli, ctx),
+             ".SH GLOBAL OPTIONS", _roff("They may also follow the command: hermes-admin run -q --root PATH."),
+             *_options(cli, ctx),
              ".SH COMMANDS", *_commands(cli, ctx, ""),
              ".SH EXIT STATUS"]
     for code, text in EXIT_STATUS:

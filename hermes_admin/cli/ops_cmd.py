@@ -6,14 +6,16 @@ import logging
 import os
 import shutil
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
 from hermes_admin import exitcodes, report, stopping
 from hermes_admin.cli.context import App, pass_app
+from hermes_admin.cli.groups import SuggestingGroup
 from hermes_admin.host.config import ConfigError
-from hermes_admin.host.config import load as load_config
+from hermes_admin.host.config import load_checked as load_config
 from hermes_admin.host.config import shipped
 
 PLACEHOLDER = "/usr/local/bin/hermes-admin"  # the path the shipped units name, replaced by this installation's real one
@@ -58,30 +60,86 @@ def executable() -> str:
     return str(Path(found).resolve()) if found else str(Path(sys.argv[0]).resolve())
 
 
-def render_units(user: bool, exe: str, roots: list[Path] | None, writable: list[Path] | None = None) -> dict[str, str]:
-    """The shipped units with this executable; `roots` replace --all-users, and ReadWritePaths= covers
-    them and `writable` (the metrics folder) as well as the shipped defaults."""
+@dataclass(frozen=True)
+class UnitInputs:
+    """What `systemd print` was given, for the units to carry exactly: the roots' options their
+    command lines start with (None keeps the shipped `--all-users` or `--root %h/.hermes`), the
+    other global options (`--config F`, `--lock-wait`), and every folder the run writes: the roots
+    (none, or every user's: the shipped list too), then exports and the metrics folder."""
+
+    root_options: tuple[str, ...] | None = None
+    options: tuple[str, ...] = ()
+    roots: tuple[Path, ...] = ()
+    all_users: bool = False
+    writable: tuple[Path, ...] = ()
+
+
+def _word(text) -> str:
+    """One word of a unit's command line or path list, as systemd reads it back (systemd.syntax(7))."""
+    text = str(text).replace("%", "%%").replace("$", "$$")
+    return f'"{text}"' if any(c.isspace() or c in "\"'\\;" for c in text) else text
+
+
+def render_units(user: bool, exe: str, inputs: UnitInputs = UnitInputs()) -> dict[str, str]:
+    """The shipped units with this executable and `inputs`: every ExecStart= starts with the
+    options given (so the timer runs the policy `--config F run --dry-run` shows), and
+    ReadWritePaths= covers the roots, our cache and every other folder the run writes."""
     folder = shipped("systemd")
     if folder is None:
         raise click.ClickException("the systemd units are not installed with this copy of hermes-admin")
     folder = folder / "user" if user else folder
     units = {}
     for path in sorted(folder.glob("hermes-admin*")):
-        text = path.read_text().replace(PLACEHOLDER, exe)
-        if not user and (roots or writable):
-            def paths(line: str) -> str:
-                given = [f"-{r}" for r in (roots or [])] + [f"-{w}" for w in (writable or [])]
-                kept = [] if roots else line.split("=", 1)[1].split()
-                return "ReadWritePaths=" + " ".join(dict.fromkeys(kept + given))
-            text = "\n".join(paths(line) if line.startswith("ReadWritePaths=") else line
-                             for line in text.splitlines()) + "\n"
-        if roots and not user:
-            text = text.replace(f"{exe} --all-users ", f"{exe} " + " ".join(f"--root {r}" for r in roots) + " ")
-        units[path.name] = text
+        lines = []
+        for line in path.read_text().replace(PLACEHOLDER, exe).splitlines():
+            if line.startswith(f"ExecStart={exe} "):
+                words, n = line.split()[1:], 0
+                while n < len(words) and words[n] in ("--all-users", "--root"):  # the shipped root selection
+                    n += 2 if words[n] == "--root" else 1
+                chosen = words[:n] if inputs.root_options is None else [_word(w) for w in inputs.root_options]
+                line = " ".join([f"ExecStart={exe}", *chosen, *map(_word, inputs.options), *words[n:]])
+            elif line.startswith("ReadWritePaths="):
+                roots = [_word(r) if user else "-" + _word(r) for r in inputs.roots]
+                if not roots or inputs.all_users:
+                    roots += line.split("=", 1)[1].split()  # the shipped list: every user's root
+                cache = "-%h/.cache/hermes-admin" if user else "-/root/.cache/hermes-admin"  # installation.py's cache
+                line = "ReadWritePaths=" + " ".join(dict.fromkeys(
+                    roots + [cache] + ["-" + _word(w) for w in inputs.writable]))
+            lines.append(line)
+        units[path.name] = "\n".join(lines) + "\n"
     return units
 
 
-@click.group()
+def unit_inputs(app: App) -> UnitInputs:
+    """The global options `systemd print` was given (the admin config it read, by its path), and
+    what the run they start writes: the timer then runs what `--config F run --dry-run` shows."""
+    from hermes_admin.host.config import policy_layers
+
+    config = app.config
+    options: list[str] = []
+    if config.path:
+        options += ["--config", str(Path(config.path).expanduser().absolute())]
+    if app.lock_wait is not None:
+        options += ["--lock-wait", f"{app.lock_wait:g}s"]
+    root_options: list[str] | None = None  # nothing said about roots: the shipped selection
+    if app.roots_given or app.all_users or config.roots:
+        root_options = [w for r in app.roots_given for w in ("--root", str(Path(r).expanduser().absolute()))]
+        root_options += ["--all-users"] if app.all_users else []  # no --root: the config's roots:, by --config
+    roots = [Path(r).expanduser().absolute() for r in app.roots_given or config.roots]
+    writable = []
+    for name in list(config.profiles) or [""]:
+        layers = policy_layers(config, str(name))
+        for layer in (layers.get("entry"), layers.get("preset"), layers.get("defaults")):
+            folder = layer.get("export_dir") if isinstance(layer, dict) else None
+            if isinstance(folder, str) and Path(folder).expanduser().is_absolute():  # else inside a home
+                writable.append(Path(folder).expanduser())
+    if config.metrics_file:
+        writable.append(Path(config.metrics_file).expanduser().absolute().parent)
+    return UnitInputs(None if root_options is None else tuple(root_options), tuple(options), tuple(roots),
+                      app.all_users, tuple(dict.fromkeys(writable)))
+
+
+@click.group(cls=SuggestingGroup)
 def systemd():
     """systemd units for hermes-admin."""
 
@@ -91,12 +149,9 @@ def systemd():
 @click.option("--dir", "target", type=click.Path(file_okay=False), help="Write the units into this folder instead.")
 @pass_app
 def print_units(app: App, user: bool, target: str | None):
-    """The units with the real path of this hermes-admin (and the --root folders, when given)."""
-    given = app.roots_given or tuple(app.config.roots)  # --root, else the admin config's roots:
-    roots = [Path(r).expanduser().absolute() for r in given] or None
-    metrics = app.config.metrics_file
-    writable = [Path(metrics).expanduser().absolute().parent] if metrics else None
-    units = render_units(user, executable(), roots, writable)
+    """The units with the real path of this hermes-admin and the global options given (--config,
+    --root, --all-users, --lock-wait): they run the policy `run --dry-run` shows with those."""
+    units = render_units(user, executable(), unit_inputs(app))
     if target:
         Path(target).mkdir(parents=True, exist_ok=True)
         for name, text in units.items():

@@ -10,17 +10,33 @@ from hermes_admin import durations
 
 
 class Duration(click.ParamType):
-    """`90`, `90d`, `12h`, `1w2d`, `3mo`: a number of days (a bare number is days)."""
+    """`90`, `90d`, `12h`, `1w2d`, `3mo`, `5s`: a duration in the unit of the policy key the option
+    sets (durations.RULES: days for `--older-than`, seconds for `--lock-wait`), under that key's
+    minimum refused. `forceable`: the command lets `--force` pass a smaller value (`at_least`),
+    since click converts options in the order they are typed, `--force` maybe after this one."""
 
     name = "duration"
+
+    def __init__(self, key: str, forceable: bool = False):
+        self.key, self.forceable = key, forceable
 
     def convert(self, value, param, ctx):
         if isinstance(value, float):
             return value
         try:
-            return durations.days(value)
+            if self.forceable:
+                unit = durations.RULES[self.key].unit
+                return durations.seconds(value, unit) / durations.SECONDS[unit]
+            return durations.read(self.key, value)
         except durations.DurationError as exc:
             self.fail(str(exc), param, ctx)
+
+
+def at_least(key: str, value: float | None, force: bool, option: str) -> None:
+    """A forceable option's value under its key's minimum: a usage error unless `--force`."""
+    why = durations.under_minimum(key, value) if value is not None else None
+    if why and not force:
+        raise click.BadParameter(f"{why}; add --force if you mean it", param_hint=option)
 
 
 class When(click.ParamType):
@@ -56,6 +72,9 @@ class Size(click.ParamType):
         return int(float(match.group(1)) * self.UNITS[match.group(2).lower()])
 
 
-DURATION = Duration()  # one instance of each parameter type: they hold no state
+OLDER_THAN = Duration("retention_days", forceable=True)  # purge --older-than
+ARCHIVE_DAYS = Duration("auto_archive_days", forceable=True)  # archive-inactive --days
+EXPORT_AGE = Duration("export_keep_days", forceable=True)  # exports prune --older-than
+LOCK_WAIT = Duration("lock_wait")  # --lock-wait: seconds
 SIZE = Size()  # --max-size: bytes from `2G`, `500M`
 WHEN = When()  # --before, --after: a time, or a duration back from now

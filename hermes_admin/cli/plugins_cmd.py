@@ -7,10 +7,11 @@ import click
 from hermes_admin import report, tables
 from hermes_admin.tables import Column
 from hermes_admin.cli.context import App, json_option, pass_app, profile_option
+from hermes_admin.cli.groups import SuggestingGroup
 from hermes_admin.protocol import ListPlugins
 
 
-@click.group()
+@click.group(cls=SuggestingGroup)
 def plugins():
     """Hermes plugins that receive `on_session_delete`."""
 

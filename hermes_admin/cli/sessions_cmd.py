@@ -13,6 +13,7 @@ from hermes_admin.shown import clean
 from hermes_admin.tables import Column
 from hermes_admin.cli import mutate
 from hermes_admin.cli.context import App, json_option, pass_app, profile_option
+from hermes_admin.cli.groups import SuggestingGroup
 from hermes_admin.cli.maintain_cmd import absolute_dir, build_filters, export_dir_option, filter_options
 from hermes_admin.protocol import Change, ListSessions, SessionDetail
 from hermes_admin.results import Run
@@ -23,7 +24,7 @@ COLUMNS = [Column("profile", whole=True), Column("id", whole=True), Column("titl
            Column("last activity", drop=1), Column("source", drop=2), Column("msgs", drop=4), Column("state", drop=3)]
 
 
-@click.group()
+@click.group(cls=SuggestingGroup)
 def sessions():
     """Look at, delete or archive sessions."""
 

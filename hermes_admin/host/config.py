@@ -8,6 +8,7 @@ at all is fine: every key has a default.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,11 +16,12 @@ from pathlib import Path
 import platformdirs
 
 from hermes_admin import yamlfile
+from hermes_admin.shown import did_you_mean
 from hermes_admin.trust import expand_user, not_roots_alone
 
 APP = "hermes-admin"  # the folder name platformdirs and /etc look under
 # every key the admin config may hold; any other is refused (exit 78)
-TOP_LEVEL_KEYS = {"roots", "defaults", "profiles", "schedule", "metrics_file", "hermes_python"}
+TOP_LEVEL_KEYS = {"roots", "defaults", "profiles", "schedule", "metrics_file", "hermes_python", "exclude"}
 
 
 class ConfigError(Exception):
@@ -36,6 +38,8 @@ class AdminConfig:
     metrics_file: str | None = None
     # the python of the Hermes installation plugins run in: one path for every root, or {ROOT: path}
     hermes_python: str | dict | None = None
+    # profiles left out unless named with -p: NAME (in every root), ROOT:NAME or a home folder, as -p takes them
+    exclude: list[str] = field(default_factory=list)
 
 
 def candidate_paths(environ: dict[str, str] | None = None) -> list[Path]:
@@ -82,7 +86,8 @@ def parse(path: Path) -> AdminConfig:
         raise ConfigError(str(exc)) from None
     unknown = sorted(map(str, set(data) - TOP_LEVEL_KEYS))[:10]
     if unknown:
-        raise ConfigError(f"{path}: unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(TOP_LEVEL_KEYS))})")
+        raise ConfigError(f"{path}: unknown key(s) {', '.join(unknown)}{did_you_mean(unknown[0], TOP_LEVEL_KEYS)} "
+                          f"(known: {', '.join(sorted(TOP_LEVEL_KEYS))})")
     roots = data.get("roots") or []
     if isinstance(roots, str):
         roots = [roots]
@@ -91,6 +96,11 @@ def parse(path: Path) -> AdminConfig:
     for key in ("defaults", "profiles", "schedule"):
         if not isinstance(data.get(key) or {}, dict):
             raise ConfigError(f"{path}: {key} must be a mapping")
+    exclude = data.get("exclude") or []
+    if isinstance(exclude, str):
+        exclude = [exclude]
+    if not isinstance(exclude, list) or not all(isinstance(e, str) and e for e in exclude):
+        raise ConfigError(f"{path}: exclude must be a list of profiles (NAME, ROOT:NAME or a home folder)")
     pythons = data.get("hermes_python")
     if pythons is not None and not isinstance(pythons, str) and not (
             isinstance(pythons, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in pythons.items())):
@@ -98,8 +108,80 @@ def parse(path: Path) -> AdminConfig:
     return AdminConfig(
         path=path, roots=roots, defaults=data.get("defaults") or {},
         profiles=data.get("profiles") or {}, schedule=data.get("schedule") or {},
-        metrics_file=data.get("metrics_file"), hermes_python=pythons,
+        metrics_file=data.get("metrics_file"), hermes_python=pythons, exclude=exclude,
     )
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong in a config file: where (file and line, when known) and what."""
+
+    file: str | None
+    line: int | None
+    message: str
+
+    def as_dict(self) -> dict:
+        return {"file": self.file, "line": self.line, "message": self.message}
+
+    def __str__(self) -> str:
+        """`FILE:LINE: message`, as compilers and `nginx -t` say it (the file said once)."""
+        message = self.message
+        if not self.file:
+            return message
+        if message.startswith(f"{self.file}: "):
+            message = message[len(self.file) + 2:]
+        return f"{self.file}:{self.line}: {message}" if self.line else f"{self.file}: {message}"
+
+
+def text_of(path) -> str | None:
+    """A config file's text, to find a key's line: a plain file only (a FIFO is never waited on)."""
+    try:
+        return yamlfile.text(path) if path else None
+    except (OSError, yamlfile.YAMLRefused):
+        return None
+
+
+def problem_at(path, text: str | None, key: str | None, message: str) -> Problem:
+    """A problem with its file and line: the line YAML reported, else where the key is written."""
+    said = re.search(r"\(line (\d+)\)", message)
+    line = int(said.group(1)) if said else yamlfile.line_of(text, key) if text and key else None
+    return Problem(str(path) if path else None, line, message)
+
+
+def policy_problems(admin: AdminConfig) -> list[Problem]:
+    """Every problem of the admin config's policy layers (`defaults:`, each `profiles:` entry and its
+    preset), not only the first, each with its file and line: the one check `config check`, `run`,
+    every other command and the daemon apply before any work (a problem there is exit 78), so what
+    `config check` passes is what they run, limits included (durations.RULES)."""
+    from hermes_admin.profile import policy as rules
+
+    path, text = admin.path, text_of(admin.path)
+    found: list[Problem] = []
+    for name in sorted(map(str, admin.profiles)) or [""]:
+        try:
+            layers = policy_layers(admin, name)
+        except ConfigError as exc:
+            found.append(problem_at(path, text, f"profiles.{name}.preset", str(exc)))
+            layers = {k: v for k, v in [("entry", admin.profiles.get(name)), ("defaults", admin.defaults)] if v}
+            layers.update(entry_where=f"{path}: profiles.{name}", defaults_where=f"{path}: defaults")
+        for where, key, message in rules.problems(layers, None):
+            preset = layers.get("preset_where")
+            if preset and where == preset:
+                found.append(problem_at(preset, text_of(preset), key, message))
+            else:
+                section = where.split(": ", 1)[1] if ": " in where else ""
+                found.append(problem_at(path, text, f"{section}.{key}" if key else section, message))
+    return list(dict.fromkeys(found))  # a default's problem, found once per profile, said once
+
+
+def load_checked(explicit: str | None = None) -> AdminConfig:
+    """The admin config in force, refused (ConfigError, every problem a line) when any of its policy
+    layers is wrong: nothing runs on a config `config check` would refuse."""
+    admin = load(explicit)
+    found = policy_problems(admin)
+    if found:
+        raise ConfigError("\n".join(map(str, found)))
+    return admin
 
 
 # -- presets and the admin side of a profile's policy ---------------------------------

@@ -68,9 +68,13 @@ class Host:
         return self._everything
 
     def select(self, only: tuple[str, ...] = ()) -> homes.Discovery:
-        """The profiles `-p` chose (all without it), with every root's skipped folders and missing roots."""
+        """The profiles `-p` chose (without it, all but those the admin config's `exclude:` leaves out:
+        named with `-p`, one is chosen all the same), with every root's skipped folders and missing roots."""
         everything = self.everything()
-        chosen = [p for p in everything.profiles if not only or any(selects(p, w) for w in only)]
+        if only:
+            chosen = [p for p in everything.profiles if any(selects(p, w) for w in only)]
+        else:
+            chosen = [p for p in everything.profiles if not any(selects(p, w) for w in self.config.exclude)]
         return homes.Discovery(profiles=chosen, skipped=everything.skipped, missing_roots=everything.missing_roots,
                                owners=everything.owners)
 

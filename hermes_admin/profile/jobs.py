@@ -168,7 +168,10 @@ def policy(job: Job, isolated: bool, env: Environment) -> Run:
             try:
                 chosen, origins = rules.with_origins(profile.shown, job.layers.get(str(profile.home), {}), config,
                                                      installed=installation.defaults_layer(lookup))
-                row["values"], row["origins"] = chosen.as_dict(), origins
+                values = {k: v for k, v in chosen.as_dict().items() if k not in ("origins", "description")}
+                # every value `run` uses, as its dry run reports them (actions/maintenance._policy)
+                values["hook_callback_timeout"], origins["hook_callback_timeout"] = installation.hook_timeout(config, lookup)
+                row["values"], row["origins"] = values, origins
             except rules.PolicyError as exc:
                 if not row["problems"]:
                     row["problems"].append({"file": None, "line": None, "message": str(exc)})

@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass, field, fields
 
 from hermes_admin import durations
+from hermes_admin.shown import did_you_mean
 from hermes_admin.profile.hermes_config import HermesConfig
 
 # Hermes' own defaults, plus hermes-admin's for the keys Hermes does not have.
@@ -52,10 +53,8 @@ ADMIN_KEYS = set(BUILTINS) | {"preset", "hermes_python"}  # hermes_python: insta
 _BOOLS = {"auto_prune", "auto_archive", "vacuum_after_prune", "empty_sweep", "ghost_prune", "incremental_vacuum"}
 _CHOICES = {"repair": ("report", "apply")}  # keys that take one of a few words
 _PATHS = {"export_dir"}  # keys that take a path (relative to the home)
-# Durations (durations.py): `120d`, `1w2d`, `3mo`, or a bare number in the key's own unit.
-_DAYS = {"retention_days", "auto_archive_days", "export_keep_days", "stale_grace_days", "min_keep_days"}
-_HOURS = {"empty_min_age_hours", "quick_check_hours"}  # durations whose bare number means hours
-_DEADLINES = {"worker_idle_timeout", "worker_timeout"}  # seconds, never unbounded
+# Durations (`120d`, `1w2d`, `3mo`, or a bare number in the key's own unit) are the keys of
+# durations.RULES, each with its unit and minimum.
 
 
 class PolicyError(Exception):
@@ -124,7 +123,8 @@ def _check_keys(data: dict, allowed: set[str], where: str) -> None:
     if unknown:
         shown = ", ".join(_short(k) if not isinstance(k, str) or len(k) > 60 else k for k in unknown[:10])
         more = f" and {len(unknown) - 10} more" if len(unknown) > 10 else ""
-        raise PolicyError(f"{where}: unknown key(s) {shown}{more} (known: {', '.join(sorted(allowed))})")
+        raise PolicyError(f"{where}: unknown key(s) {shown}{more}{did_you_mean(unknown[0], allowed)} "
+                          f"(known: {', '.join(sorted(allowed))})")
 
 
 def _short(value) -> str:
@@ -139,7 +139,7 @@ def _coerce(key: str, value, where: str, hermes: bool = False):
     if key == "source_retention_days":
         if not isinstance(value, dict) or len(value) > 100:
             raise PolicyError(f"{where}: {key} must be a mapping of sources to days, not {_short(value)}")
-        return {_coerce_source(source, where): _coerce("retention_days", days, f"{where}: {key}.{source}", hermes)
+        return {_coerce_source(source, where): _duration(key, days, f"{where}: {key}.{source}", hermes)
                 for source, days in value.items()}
     if key in ("stale_grace_days", "max_store_mb") and value is None:
         return None
@@ -155,21 +155,25 @@ def _coerce(key: str, value, where: str, hermes: bool = False):
         if not isinstance(value, bool):
             raise PolicyError(f"{where}: {key} must be true or false, not {_short(value)}")
         return value
-    if (key in _DAYS or key in _HOURS) and isinstance(value, str) and not hermes:
-        try:
-            value = durations.days(value) if key in _DAYS else durations.hours(value)
-        except durations.DurationError:
-            raise PolicyError(f"{where}: {key} must be a number or a duration (90d, 12h, 1w2d, 3mo), "
-                              f"not {_short(value)}") from None
-    elif isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-        raise PolicyError(f"{where}: {key} must be a number, not {_short(value)}"
-                          + (" (Hermes reads this key too: a plain number)" if hermes and isinstance(value, str) else ""))
-    if key in ("export_keep_days", "quick_check_hours", "lock_wait", "stale_grace_days", "min_keep_days",
-               "max_store_mb") and value < 0:
+    if key in durations.RULES:
+        return _duration(key, value, f"{where}: {key}", hermes)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        raise PolicyError(f"{where}: {key} must be a number, not {_short(value)}")
+    if key == "max_store_mb" and value < 0:
         raise PolicyError(f"{where}: {key} must be 0 or more, not {_short(value)}")
-    if key in _DEADLINES and not 0 < value < math.inf:
-        raise PolicyError(f"{where}: {key} must be a number of seconds over 0, not {_short(value)}")
     return float(value)
+
+
+def _duration(key: str, value, where: str, hermes: bool) -> float:
+    """A duration key's value in its unit, under the key's one rule (durations.RULES: unit, minimum).
+    A value under the minimum is refused here, in every layer and whatever the command: a config
+    is read unattended, so no `--force` passes it (only an option's own value may be forced)."""
+    if hermes and isinstance(value, str):
+        raise PolicyError(f"{where} must be a number, not {_short(value)} (Hermes reads this key too: a plain number)")
+    try:
+        return durations.read(key, value)
+    except durations.DurationError as exc:
+        raise PolicyError(f"{where}: {exc}") from None
 
 
 def _coerce_source(source, where: str) -> str:
@@ -178,14 +182,14 @@ def _coerce_source(source, where: str) -> str:
     return source
 
 
-def effective(profile_name: str, layers: dict, hermes: HermesConfig, force: bool = False,
+def effective(profile_name: str, layers: dict, hermes: HermesConfig,
               installed: tuple[dict, str] | None = None) -> Policy:
     """The policy in force for one profile; raises PolicyError with the file to blame.
 
     `layers` are the admin config's, read by the host (`host.config.policy_layers`):
     the profile's entry, its preset, the defaults, each with where it came from.
     """
-    policy, _ = with_origins(profile_name, layers, hermes, force, installed)
+    policy, _ = with_origins(profile_name, layers, hermes, installed)
     return policy
 
 
@@ -244,8 +248,8 @@ def problems(layers: dict, hermes: HermesConfig | None) -> list[tuple[str, str |
             found.append((where, None, f"{where} must be a mapping"))
             continue
         for key in sorted(set(layer) - allowed, key=str):
-            found.append((where, str(key), f"{where}: unknown key {_short(key) if not isinstance(key, str) else key} "
-                                           f"(known: {', '.join(sorted(allowed))})"))
+            found.append((where, str(key), f"{where}: unknown key {_short(key) if not isinstance(key, str) else key}"
+                                           f"{did_you_mean(key, allowed)} (known: {', '.join(sorted(allowed))})"))
         checked.append(({k: v for k, v in layer.items() if k in allowed and k not in ("preset", "hermes_python")},
                         where, False))
     if hermes is not None:
@@ -260,7 +264,7 @@ def problems(layers: dict, hermes: HermesConfig | None) -> list[tuple[str, str |
     return found
 
 
-def with_origins(profile_name: str, layers: dict, hermes: HermesConfig | None, force: bool = False,
+def with_origins(profile_name: str, layers: dict, hermes: HermesConfig | None,
                  installed: tuple[dict, str] | None = None) -> tuple[Policy, dict[str, str]]:
     """The effective policy and, per key, where its value came from (a file and key, or `built-in`).
     `installed`: the defaults of the Hermes installed for the profile, and which one it is."""
@@ -277,9 +281,7 @@ def with_origins(profile_name: str, layers: dict, hermes: HermesConfig | None, f
                 break
         else:
             values[key], origins[key] = default, "built-in"
-    policy = Policy(**values, origins=origins)
-    validate(policy, profile_name, force)
-    return policy, origins
+    return Policy(**values, origins=origins), origins
 
 
 def admin_setting(layers: dict, key: str) -> float:
@@ -308,19 +310,3 @@ def applies_repairs(layers: dict) -> bool:
         if "repair" in layer:
             return layer["repair"] != "report"
     return BUILTINS["repair"] != "report"
-
-
-def validate(policy: Policy, profile_name: str, force: bool = False) -> None:
-    """Refuse a policy that would select far more than anyone means, unless forced."""
-    if force:
-        return
-    if policy.retention_days < 1:
-        raise PolicyError(f"profile '{profile_name}': retention_days {policy.retention_days:g} < 1 would "
-                          "delete nearly every ended session; use --force if you mean it")
-    if policy.auto_archive_days < 1:
-        raise PolicyError(f"profile '{profile_name}': auto_archive_days {policy.auto_archive_days:g} < 1 would "
-                          "archive nearly everything; use --force if you mean it")
-    for source, days in policy.source_retention_days.items():
-        if days < 1:
-            raise PolicyError(f"profile '{profile_name}': source_retention_days.{source} {days:g} < 1 would "
-                              f"delete nearly every ended {source} session; use --force if you mean it")

@@ -63,7 +63,7 @@ def profile_settings(profile: Profile, layers: dict, installations: Installation
     row = {"hermes": lookup.as_dict(), "policy": None, "policy_error": None}
     try:
         config = load_hermes_config(profile.home, installation.sessions_keys(lookup))
-        policy = effective(profile.shown, layers, config, force=True, installed=installation.defaults_layer(lookup))
+        policy = effective(profile.shown, layers, config, installed=installation.defaults_layer(lookup))
     except (HermesConfigError, PolicyError) as exc:
         row["policy_error"] = str(exc)
         return row

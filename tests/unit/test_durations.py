@@ -72,4 +72,4 @@ def test_config_durations_and_a_losing_layer(synth_root, invoke, tmp_path):
     assert policy["origins"]["auto_prune"].endswith("defaults.auto_prune")
     config.write_text("defaults: {retention_days: 120 parsecs}\nprofiles: {work: {retention_days: 30}}\n")
     result = invoke("--root", str(root), "--config", str(config), "run", "--dry-run", "-p", "work")
-    assert result.exit_code == 2 and "defaults: retention_days must be a number or a duration" in result.stderr
+    assert result.exit_code == 78 and "defaults: retention_days: '120 parsecs' is not a duration" in result.stderr

@@ -93,7 +93,8 @@ def test_systemd_print_covers_the_configs_roots_and_metrics_folder(tmp_path, inv
     rw = [line for line in service.splitlines() if line.startswith("ReadWritePaths=")][0]
     for path in ("/srv/hermes-a", "/srv/hermes-b", "/var/lib/prometheus/node-exporter"):
         assert f"-{path}" in rw.split("=", 1)[1].split()
-    assert "--root /srv/hermes-a --root /srv/hermes-b -q run" in service
+    # the roots come with the config the unit names, as they did for the dry run that checked it
+    assert f" --config {config} -q run --yes" in service and "--all-users" not in service
 
 
 def test_shell_completion_offers_profile_names_and_root_names(two_roots, tmp_path):

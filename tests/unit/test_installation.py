@@ -267,7 +267,7 @@ def test_the_installed_release_s_defaults_apply_where_the_profile_sets_none(tmp_
                               "--json").stdout)
     (row,) = shown["profiles"]
     assert row["values"]["auto_prune"] is auto_prune and row["values"]["vacuum_after_prune"] is True
-    assert row["values"]["origins"]["auto_prune"] == policy["origins"]["auto_prune"]
+    assert row["origins"]["auto_prune"] == policy["origins"]["auto_prune"]
 
 
 def test_without_an_installation_every_key_of_the_releases_we_know_is_known(tmp_path):

@@ -159,7 +159,7 @@ def test_bad_profile_config_skips_that_profile_only(synth_root, invoke):
     assert result.exit_code == 2
     errors = json.loads(result.stdout)["errors"]
     assert any("work" in e and "config.yaml" in e and "not valid YAML" in e for e in errors)
-    assert any("legacy" in e and "retention_days 0 < 1" in e for e in errors)
+    assert any("legacy" in e and "retention_days: 0 is under its minimum" in e for e in errors)
     assert not row_ids(root / "state.db") & set(kinds["default"]["tui_ghost"])  # default still maintained
 
 

@@ -8,9 +8,9 @@ from hermes_admin.profile.hermes_config import HermesConfig
 from hermes_admin.profile.policy import BUILTINS, PolicyError
 
 
-def effective(name, admin, own, force=False):
+def effective(name, admin, own):
     """The host's layers of the admin config under the profile's own config, as a worker stacks them."""
-    return profile_policy.effective(name, policy_layers(admin, name), own, force=force)
+    return profile_policy.effective(name, policy_layers(admin, name), own)
 
 
 def hermes(sessions=None):
@@ -47,16 +47,18 @@ def test_presets_load_and_only_use_known_keys(name):
     (AdminConfig(profiles={"p": {"preset": "nope"}}), hermes(), "preset 'nope' not found"),
     (AdminConfig(defaults={"auto_prune": "yes"}), hermes(), "must be true or false"),
     (AdminConfig(), hermes({"retention_days": "ninety"}), "must be a number"),
-    (AdminConfig(), hermes({"retention_days": 0}), "retention_days 0 < 1"),
-    (AdminConfig(), hermes({"retention_days": -5}), "retention_days -5 < 1"),
+    (AdminConfig(), hermes({"retention_days": 0}), "retention_days: 0 is under its minimum, 1d"),
+    (AdminConfig(), hermes({"retention_days": -5}), "retention_days: -5 is under its minimum, 1d"),
 ])
 def test_bad_policies_are_refused_with_the_file_named(admin, own, message):
     with pytest.raises((PolicyError, ConfigError), match=message):
         effective("p", admin, own)
 
 
-def test_force_allows_a_tiny_retention():
-    assert effective("p", AdminConfig(), hermes({"retention_days": 0}), force=True).retention_days == 0
+def test_no_force_passes_a_config_value_under_its_minimum():
+    """A config is read unattended: only an option's own value may be forced (durations.RULES)."""
+    with pytest.raises(PolicyError, match="under its minimum"):
+        effective("p", AdminConfig(defaults={"export_keep_days": "1m"}), hermes())
 
 
 def test_policy_describes_itself():
@@ -85,5 +87,5 @@ def test_a_losing_layer_is_checked_too():
 
     layers = {"entry": {"retention_days": 30}, "entry_where": "a: profiles.work",
               "defaults": {"retention_days": "120 parsecs"}, "defaults_where": "a: defaults"}
-    with pytest.raises(PolicyError, match="a: defaults: retention_days must be a number or a duration"):
+    with pytest.raises(PolicyError, match="a: defaults: retention_days: '120 parsecs' is not a duration"):
         with_origins("work", layers, hermes({}))

@@ -175,7 +175,7 @@ def test_run_reports_repairs_and_applies_them_when_configured(root, invoke, tmp_
     bad = tmp_path / "bad.yaml"
     bad.write_text("defaults: {repair: sometimes}\n")
     refused = invoke("--root", str(root), "--config", str(bad), "run", "-p", "work")
-    assert refused.exit_code == 2 and "repair must be one of report, apply" in refused.stderr
+    assert refused.exit_code == 78 and "repair must be one of report, apply" in refused.stderr  # the admin config: nothing done
 
 
 def test_run_reads_a_whole_store_once_a_day_and_again_when_it_is_replaced(synth_root, invoke, monkeypatch, tmp_path):

@@ -105,7 +105,7 @@ def test_config_check_names_every_problem_with_its_file_and_line(synth_root, inv
     result = invoke("--root", str(root), "--config", str(admin), "config", "check")
     assert result.exit_code == 78
     lines = [line.replace("hermes-admin: error: ", "") for line in result.stderr.splitlines()]
-    assert any(line.startswith(f"{admin}:1: defaults: retention_days must be a number or a duration") for line in lines)
+    assert any(line.startswith(f"{admin}:1: defaults: retention_days: '120 parsecs' is not a duration") for line in lines)
     assert any(line.startswith(f"{admin}:4: profiles.work: unknown key retension_days") for line in lines)
     assert any(line.startswith(f"{admin}:5: preset 'nosuch' not found") for line in lines)
     assert any(line.startswith(f"{path}:2: sessions: retention_days must be a number, not '120d'") for line in lines)
@@ -132,7 +132,7 @@ def test_config_show_origin(synth_root, invoke, tmp_path):
     assert by["work"]["origins"]["retention_days"].endswith("lean.yaml: retention_days")
     assert by["default"]["origins"]["auto_archive"] == "built-in"
     plain = invoke("--root", str(root), "--config", str(admin), "config", "show", "--origin", "-p", "legacy")
-    assert f"legacy\tretention_days\t120\t{admin}: defaults.retention_days" in plain.stdout
+    assert f"legacy\tretention_days\t120d\t{admin}: defaults.retention_days" in plain.stdout
 
 
 def test_config_check_reads_the_plugin_keys_too(synth_root, invoke):

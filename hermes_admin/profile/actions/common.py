@@ -61,7 +61,7 @@ def export_settings(profile: Profile, layers: dict | None, installations: Instal
     try:
         lookup = installations.for_profile(profile)
         policy = effective(profile.shown, layers or {},
-                           load_hermes_config(profile.home, installation.sessions_keys(lookup)), force=True,
+                           load_hermes_config(profile.home, installation.sessions_keys(lookup)),
                            installed=installation.defaults_layer(lookup))
     except (HermesConfigError, PolicyError):
         return Settings(export_dir)

@@ -412,7 +412,7 @@ def _policy(run: Run, profile: Profile, layers: dict, request: Request,
     try:
         lookup = installations.for_profile(profile)  # plugins enabled or not: its defaults and keys
         config = load_hermes_config(profile.home, installation.sessions_keys(lookup))  # once: the engine uses it too
-        policy, origins = with_origins(profile.shown, layers, config, force=request.force,
+        policy, origins = with_origins(profile.shown, layers, config,
                                        installed=installation.defaults_layer(lookup))
     except (HermesConfigError, PolicyError) as exc:
         run.errors.append(f"profile '{profile.shown}': skipped: {exc}")

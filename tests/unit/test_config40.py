@@ -1,0 +1,170 @@
+"""One duration rule (unit and minimum per key) for config and options; one check of the admin
+config for `config check`, `run` and the rest; global options after the command; `config show`;
+the units `systemd print` writes run the policy that was checked."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from hermes_admin import durations
+from hermes_admin.profile.policy import PolicyError, with_origins
+
+
+@pytest.mark.parametrize("key, value", [
+    ("export_keep_days", "1m"), ("retention_days", 0), ("retention_days", -5), ("retention_days", "12h"),
+    ("auto_archive_days", "2h"), ("min_keep_days", "1m"), ("worker_timeout", float("inf")),
+    ("source_retention_days", {"cron": "1m"}),
+])
+def test_a_value_under_its_keys_minimum_is_refused_naming_the_key(key, value):
+    layers = {"defaults": {key: value}, "defaults_where": "/etc/a.yaml: defaults"}
+    with pytest.raises(PolicyError, match=f"/etc/a.yaml: defaults: {key}"):
+        with_origins("p", layers, None)
+
+
+@pytest.mark.parametrize("key, value, read", [
+    ("export_keep_days", 0, 0), ("export_keep_days", "1mo", 30), ("retention_days", "1d", 1),
+    ("lock_wait", "5s", 5), ("lock_wait", "2m", 120), ("quick_check_hours", 0, 0), ("worker_idle_timeout", "3s", 3),
+])
+def test_values_at_or_over_the_minimum_are_read_in_the_keys_unit(key, value, read):
+    assert durations.read(key, value) == read
+
+
+def test_durations_are_shown_back_as_durations():
+    assert [durations.shown(s) for s in (90 * 86400, 36 * 3600, 300, 0, float("inf"))] == \
+        ["90d", "1d12h", "5m", "0", "forever"]
+
+
+def _config(tmp_path, text):
+    path = tmp_path / "admin.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_config_check_and_run_refuse_the_same_value_with_file_key_and_line(synth_root, invoke, tmp_path):
+    root, _ = synth_root
+    config = _config(tmp_path, "defaults:\n  retention_days: 120\n  export_keep_days: 1m\n")
+    check = invoke("--root", str(root), "--config", config, "config", "check")
+    assert check.exit_code == 78 and f"{config}:3: defaults: export_keep_days: '1m' is under its minimum" in check.stderr
+    run = invoke("--root", str(root), "--config", config, "run", "--yes")
+    assert run.exit_code == 78 and f"{config}:3:" in run.stderr
+
+
+def test_a_defaults_typo_exits_78_with_a_suggestion_and_the_files_read(synth_root, invoke, tmp_path):
+    root, _ = synth_root
+    config = _config(tmp_path, "defaults:\n  retention_dayz: 30\n")
+    check = invoke("--root", str(root), "--config", config, "config", "check")
+    assert check.exit_code == 78 and "did you mean 'retention_days'?" in check.stderr
+    assert invoke("--root", str(root), "--config", config, "run", "--dry-run").exit_code == 78
+    ok = invoke("--root", str(root), "--config", _config(tmp_path, "defaults: {retention_days: 30}\n"), "config", "check")
+    assert ok.exit_code in (0, 1) and "admin.yaml" in ok.stderr and "profiles/work/config.yaml" in ok.stderr
+
+
+def test_a_default_every_profile_overrides_is_a_warning(synth_root, invoke, tmp_path):
+    root, _ = synth_root
+    entries = "".join(f"  {n}: {{retention_days: 40}}\n" for n in ("default", "work", "legacy"))
+    config = _config(tmp_path, f"defaults:\n  retention_days: 30\nprofiles:\n{entries}")
+    check = invoke("--root", str(root), "--config", config, "config", "check")
+    assert check.exit_code == 1 and "defaults.retention_days is overridden in every profile" in check.stderr
+
+
+@pytest.mark.parametrize("args", [
+    ["exports", "prune", "--older-than", "1m"], ["purge", "--older-than", "12h", "--dry-run"],
+    ["archive-inactive", "--days", "1h", "--dry-run"],
+])
+def test_options_under_the_minimum_need_force(synth_root, invoke, args):
+    root, _ = synth_root
+    result = invoke("--root", str(root), *args)
+    assert result.exit_code == 2 and "under its minimum" in result.stderr and "--force" in result.stderr
+
+
+def test_global_options_after_the_command(synth_root, invoke):
+    root, _ = synth_root
+    result = invoke("run", "--root", str(root), "-q", "--lock-wait", "5s", "--dry-run", "--json")
+    assert result.exit_code in (0, 1), result.stderr
+    assert json.loads(result.stdout)["results"]
+    assert invoke("profiles", "--root", str(root), "--plain").exit_code == 0
+
+
+def test_did_you_mean_for_commands_and_profiles(synth_root, invoke):
+    root, _ = synth_root
+    assert "Did you mean 'purge'?" in invoke("--root", str(root), "purg").stderr
+    assert "Did you mean 'list'?" in invoke("--root", str(root), "sessions", "lst").stderr
+    assert "did you mean 'work'?" in invoke("--root", str(root), "profiles", "-p", "wrok").stderr
+
+
+def test_config_show_says_every_value_as_run_does(synth_root, invoke, tmp_path):
+    root, _ = synth_root
+    config = _config(tmp_path, "defaults: {lock_wait: 5m, export_keep_days: 30d}\n")
+    shown = invoke("--root", str(root), "--config", config, "--plain", "config", "show", "--origin", "-p", "work")
+    rows = {line.split("\t")[1]: line.split("\t")[2:] for line in shown.stdout.splitlines()[1:]}
+    assert "origins" not in rows and "description" not in rows and "hook_callback_timeout" in rows
+    assert rows["lock_wait"] == ["5m", f"{config}: defaults.lock_wait"] and rows["export_keep_days"][0] == "30d"
+    assert rows["export_dir"][0].endswith("work/.hermes-admin/exports")
+    dry = invoke("--root", str(root), "--config", config, "run", "--dry-run", "--json", "-p", "work")
+    policy = next(iter(json.loads(dry.stdout)["policies"].values()))
+    assert {k: rows[k][1] for k in rows} == {k: policy["origins"][k] for k in rows}
+
+
+def test_the_printed_unit_runs_the_checked_policy(synth_root, invoke, tmp_path):
+    """The command line of hermes-admin.service, run with --dry-run, shows the policy that
+    `--config F --root R run --dry-run` shows."""
+    root, _ = synth_root
+    exports, metrics = tmp_path / "exports", tmp_path / "metrics" / "h.prom"
+    config = _config(tmp_path, f"defaults: {{retention_days: 3d, export_dir: {exports}}}\nmetrics_file: {metrics}\n")
+    printed = invoke("--config", config, "--root", str(root), "systemd", "print")
+    assert printed.exit_code == 0, printed.stderr
+    service = printed.stdout.split("# ---- hermes-admin.service ----")[1].split("# ----")[0]
+    line = next(l for l in service.splitlines() if l.startswith("ExecStart="))
+    paths = next(l for l in service.splitlines() if l.startswith("ReadWritePaths=")).split("=", 1)[1]
+    assert f"-{exports}" in paths.split() and f"-{metrics.parent}" in paths.split() and f"-{root}" in paths.split()
+    words = shlex.split(line.split("=", 1)[1])[1:]
+    assert words[-1] == "--yes"
+    env = dict(os.environ, HOME=str(tmp_path / "home"), HERMES_HOME="", HERMES_ADMIN_CONFIG="")
+    unit = subprocess.run([sys.executable, "-m", "hermes_admin", *words[:-1], "--dry-run", "--json"],
+                          capture_output=True, text=True, env=env)
+    checked = invoke("--config", config, "--root", str(root), "run", "--dry-run", "--json")
+    strip = lambda doc: {h: {k: v for k, v in p.items() if k != "hermes"} for h, p in json.loads(doc)["policies"].items()}
+    assert strip(unit.stdout) == strip(checked.stdout) and strip(unit.stdout)
+
+
+def test_user_units_keep_the_metrics_folder(invoke, tmp_path):
+    metrics = tmp_path / "m" / "h.prom"
+    config = _config(tmp_path, f"metrics_file: {metrics}\n")
+    printed = invoke("--config", config, "systemd", "print", "--user")
+    assert f"-{metrics.parent}" in printed.stdout and f"--config {config}" in printed.stdout
+
+
+def test_exclude_leaves_a_profile_out_unless_named(synth_root, invoke, tmp_path):
+    root, _ = synth_root
+    config = _config(tmp_path, f"exclude: [work, '{root}:legacy']\n")
+    listed = json.loads(invoke("--root", str(root), "--config", config, "profiles", "--json").stdout)
+    assert {p["name"] for p in listed["profiles"]} == {"default"}
+    dry = json.loads(invoke("--root", str(root), "--config", config, "run", "--dry-run", "--json").stdout)
+    assert {r["profile"] for r in dry["results"]} == {"default"}
+    named = json.loads(invoke("--root", str(root), "--config", config, "profiles", "-p", "work", "--json").stdout)
+    assert [p["name"] for p in named["profiles"]] == ["work"]
+    bad = invoke("--root", str(root), "--config", _config(tmp_path, "exclude: {work: 1}\n"), "profiles")
+    assert bad.exit_code == 78 and "exclude must be a list" in bad.stderr
+
+
+def test_the_daemon_refuses_a_value_under_its_minimum(synth_root, tmp_path):
+    root, _ = synth_root
+    config = _config(tmp_path, "defaults:\n  export_keep_days: 1m\n")
+    proc = subprocess.run([sys.executable, "-m", "hermes_admin", "--root", str(root), "--config", config, "daemon"],
+                          capture_output=True, text=True, timeout=60, env=dict(os.environ, HERMES_ADMIN_CONFIG=""))
+    assert proc.returncode == 78 and f"{config}:2: defaults: export_keep_days" in proc.stderr
+
+
+def test_all_users_with_the_configs_roots_keeps_every_users_paths(invoke, tmp_path):
+    config = _config(tmp_path, "roots: [/srv/hermes-a]\n")
+    printed = invoke("--config", config, "--all-users", "systemd", "print").stdout
+    service = printed.split("# ---- hermes-admin.service ----")[1].split("# ----")[0]
+    paths = next(l for l in service.splitlines() if l.startswith("ReadWritePaths=")).split("=", 1)[1].split()
+    assert {"-/srv/hermes-a", "-/home", "-/root/.hermes"} <= set(paths)
+    assert f"--all-users --config {config} -q run --yes" in service
