@@ -17,8 +17,9 @@ once it has run, as the home's owner, and imported `hermes_cli`.
 5. `/opt/hermes/.venv` (the Docker image).
 
 A probe costs a Python start and Hermes' config import (a few hundred ms), so
-each interpreter is probed once per job (the job's finder, `Installations`), and a probe's answer is kept in the
-owner's cache folder as long as the files it came from are unchanged.
+each interpreter is probed once per job (by the job's finder, `Installations`),
+and a probe's answer is kept in the owner's cache folder as long as the files it
+came from are unchanged.
 """
 
 from __future__ import annotations
