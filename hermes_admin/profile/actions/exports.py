@@ -8,6 +8,7 @@ from hermes_admin.profile.actions.common import Run, export_settings, with_engin
 from hermes_admin.profile.engine import exports
 from hermes_admin.profile.engine.engine import Engine, Result
 from hermes_admin.profile.environment import Environment
+from hermes_admin.profile.installation import Installations
 from hermes_admin.protocol import Profile
 
 
@@ -23,11 +24,11 @@ def restore(run: Run, profile: Profile, env: Environment, path: str, sessions: l
     with_engine(run, profile, env, work)
 
 
-def listing(run: Run, profile: Profile, layers: dict | None, export_dir: str | None,
-            holding: str | None = None) -> None:
+def listing(run: Run, profile: Profile, layers: dict | None, installations: Installations,
+            export_dir: str | None, holding: str | None = None) -> None:
     """This profile's exports: file, when, how many units, sessions and messages; or, `holding` a
     session id (or a prefix of one), the exports and units that hold it (`held` rows)."""
-    settings = export_settings(profile, layers, export_dir)
+    settings = export_settings(profile, layers, installations, export_dir)
     try:
         if holding is not None:
             run.data.setdefault("held", []).extend(exports.holding(profile, settings, holding))
@@ -43,13 +44,13 @@ def listing(run: Run, profile: Profile, layers: dict | None, export_dir: str | N
             run.data.setdefault("exports", []).append(item)
 
 
-def remove(run: Run, profile: Profile, layers: dict | None, export_dir: str | None, files: list[str],
-           dry_run: bool) -> None:
+def remove(run: Run, profile: Profile, layers: dict | None, installations: Installations,
+           export_dir: str | None, files: list[str], dry_run: bool) -> None:
     """`exports prune`: remove the exports the host chose, each with its manifest; only files this
     profile's own listing holds (a name from elsewhere is never removed)."""
     try:
-        found = {item["file"]: item for item in exports.listing(profile, export_settings(profile, layers, export_dir))
-                 if "problem" not in item}
+        settings = export_settings(profile, layers, installations, export_dir)
+        found = {item["file"]: item for item in exports.listing(profile, settings) if "problem" not in item}
     except exports.ExportError as exc:
         run.errors.append(f"profile '{profile.shown}': {exc}")
         return
