@@ -301,7 +301,8 @@ def restore(job: Job, isolated: bool, env: Environment) -> Run:
 
     run = Run(dry_run=job.params.dry_run)
     sessions = list(job.params.sessions) if job.params.sessions else None
-    _each(job, run, isolated, lambda p: restore_units(run, p, env, job.params.file, sessions))
+    _each(job, run, isolated, lambda p: restore_units(run, p, env, job.params.file, sessions, job.params.pin,
+                                                      job.params.other_profile))
     return run
 
 
@@ -309,16 +310,23 @@ def usage(job: Job, isolated: bool, env: Environment) -> Run:
     """`hermes-admin usage`: where each profile's bytes are; read-only."""
     from hermes_admin.profile.actions.common import export_settings
     from hermes_admin.profile.store.read import journal_mode
+    from hermes_admin.profile.engine import exports
+    from hermes_admin.profile.engine.space import held_by
     from hermes_admin.profile.usage import profile_usage
     from hermes_admin.profile.views import sqlite_of
 
     warnings = []
 
     def rows(profile: Profile, store) -> list[dict]:
-        folder = export_settings(profile, job.layers.get(str(profile.home)), env.installations).folder_of(profile)
+        try:  # the exports `exports list` shows for this profile, whatever else shares its folder
+            settings = export_settings(profile, job.layers.get(str(profile.home)), env.installations)
+            exported = exports.listed_bytes(profile, settings)
+        except exports.ExportError as exc:
+            exported = 0
+            warnings.append(f"profile '{profile.shown}': {exc}")
         sqlite, warning = sqlite_of(profile, journal_mode(store), env.installations)
         warnings.extend([warning] if warning else [])
-        return [dict(profile_usage(profile, store, folder), sqlite=sqlite)]
+        return [dict(profile_usage(profile, store, exported, held_by(store)), sqlite=sqlite)]
 
     run = _rows_of_stores(job, isolated, env, "usage", rows)
     run.warnings += warnings
@@ -330,7 +338,7 @@ def exports_list(job: Job, isolated: bool, env: Environment) -> Run:
 
     run = Run(dry_run=True)
     _each(job, run, isolated, lambda p: listing(run, p, job.layers.get(str(p.home)), env.installations,
-                                                job.params.export_dir))
+                                                job.params.export_dir, job.params.holding))
     return run
 
 

@@ -11,6 +11,7 @@ from hermes_admin.report import iso
 from hermes_admin.profile.store import Store, StoreError
 from hermes_admin.profile.parts import graph_around
 from hermes_admin.profile.store.read import SessionRow, journal_mode, profile_counts
+from hermes_admin.profile.usage import reclaim_state, reclaim_waits_for
 
 
 def _size(path) -> int | None:
@@ -28,7 +29,7 @@ def profile_summary(profile: Profile, policy: dict | None = None, lock_wait_s: f
         "name": profile.name, "home": str(profile.home), "store": None, "ok": True, "error": None,
         "schema_version": None, "journal_mode": None, "sessions": None, "messages": None,
         "archived": None, "live": None, "empty": None, "store_bytes": None, "wal_bytes": None,
-        "last_activity": None,
+        "last_activity": None, "auto_vacuum": None, "reclaimable_bytes": None, "reclaim_waits_for": None,
     }
     if not profile.has_store():
         return row
@@ -43,6 +44,8 @@ def profile_summary(profile: Profile, policy: dict | None = None, lock_wait_s: f
                 sessions=counts.sessions, messages=counts.messages, archived=counts.archived,
                 live=counts.live, empty=counts.empty, last_activity=iso(counts.last_activity),
             )
+            mode, free = reclaim_state(store.db)
+            row.update(auto_vacuum=mode, reclaimable_bytes=free, reclaim_waits_for=reclaim_waits_for(mode, free, None))
             if policy is not None:
                 row["stale_open"] = _stale_open(store, policy)
     except StoreError as exc:

@@ -121,6 +121,10 @@ def with_engine(run: Run, profile: Profile, env: Environment, work: Callable[[En
                 result.export = str(exported)
         run.results += done
         run.warnings += [f"profile '{profile.shown}': {note}" for note in engine.notes]
+        if engine.exports_removed:
+            run.data.setdefault("exports_removed", []).extend(engine.exports_removed)
+        for wait in engine.space.waits if engine.space is not None else []:  # what the free pages wait for
+            run.data.setdefault("reclaim_waits", []).append(dict(wait, profile=profile.name, home=str(profile.home)))
 
 
 def store_holders(profile: Profile) -> str:

@@ -213,10 +213,11 @@ class _Pass:
         the command's filters; then VACUUM, or the freed pages back at the end."""
         request = self.request
         result = self._filtered_purge(task) if request.filters.given() else self.in_parts(task)
-        if result.rows and (request.vacuum or self.policy.vacuum_after_prune):
-            result.vacuumed = self.engine.vacuum_if_worth(result)
-        if result.rows and not result.vacuumed:  # a store in incremental auto-vacuum: space back at the end
-            self.to_reclaim = self.to_reclaim or result
+        # Unasked, only the switch to incremental reclaim, whose moment any purge may find (space.py).
+        asked = bool(result.rows and (request.vacuum or self.policy.vacuum_after_prune))
+        result.vacuumed = self.engine.vacuum_if_worth(result, asked)
+        if not result.vacuumed:  # a store in incremental auto-vacuum: space back at the end, whoever
+            self.to_reclaim = self.to_reclaim or result  # freed it (Hermes' own deletes too)
         return result
 
     def _filtered_purge(self, task: Task) -> Result:

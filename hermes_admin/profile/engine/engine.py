@@ -77,6 +77,8 @@ class Engine:
         self.progress = progress or _no_progress
         self.config = config  # the profile's config.yaml, when the caller has read it already
         self.notes: list[str] = []  # leftovers set aside while opening (state_folder.py)
+        self.exports_removed: list[dict] = []  # old exports that retention removed (or, dry, would remove)
+        self.space: Space | None = None  # free pages given back (space.py)
         self.replayed: list[str] = []  # hook failures while replaying the outbox
         self.recovered: list[Result] = []  # units of an interrupted split delete, finished or restored
         self.locks: ProfileLocks | None = None
@@ -170,8 +172,8 @@ class Engine:
             if self.store.writable:
                 self.space.passive_checkpoint()
             self.store.close()
+        self._prune_exports()
         if self.outbox is not None:
-            self._prune_exports()
             self.outbox.forget_old()
             self.outbox.close()
         if self.locks is not None:
@@ -180,14 +182,11 @@ class Engine:
         self.commits = self.turns = self.pacer = self._ahead = None
 
     def _prune_exports(self) -> None:
-        """Exports past `export_keep_days` go, except those an unfinished split delete still needs."""
-        if not self._prunes or self.dry_run:
-            return
-        try:
-            keep = {record["exported"]["path"] for _, record in self.outbox.splits()}
-            self.notes += exports.prune(self.profile, self.export_settings, self.now(), keep)
-        except (OSError, KeyError, TypeError) as exc:  # housekeeping: the next run tries again
-            self.notes.append(f"old exports not pruned: {exc}")
+        """Exports past `export_keep_days` go, each reported; a dry run names them (exports.at_run_end)."""
+        if self._prunes and (self.outbox is not None or self.dry_run):  # opened: this profile's run is ours
+            self.exports_removed, problems = exports.at_run_end(self.profile, self.export_settings, self.now(),
+                                                                self.outbox, self.dry_run)
+            self.notes += problems
 
     # -- what callers read -------------------------------------------------------
 
@@ -214,8 +213,8 @@ class Engine:
     def reclaim(self, result: Result) -> int:
         return self.space.reclaim(result)
 
-    def vacuum_if_worth(self, result: Result) -> bool:
-        return self.space.vacuum_if_worth(result)
+    def vacuum_if_worth(self, result: Result, asked: bool = True) -> bool:
+        return self.space.vacuum_if_worth(result, asked)
 
     def remove_orphan_files(self, paths: list[str], result: Result) -> None:
         self.aftermath.remove_orphan_files(paths, result)
@@ -389,10 +388,10 @@ class Engine:
 
     # -- restore ---------------------------------------------------------------
 
-    def restore(self, path: Path, wanted: set[str] | None, result: Result) -> None:
-        """`hermes-admin restore`: units of an export back into this store (restore.py)."""
+    def restore(self, path: Path, wanted: set[str] | None, result: Result, **how) -> None:
+        """`hermes-admin restore`: units of an export back into this store (restore.py; `how`: pin, other_profile)."""
         self.require_tokenizer("restore into")  # the messages put back fire the CJK triggers too
-        restore_file(self.store, self.pacer, path, wanted, self.dry_run, result)
+        restore_file(self.store, self.pacer, path, wanted, self.dry_run, result, **how)
 
 
 def _unit_report(unit: Unit, ids: list[str]) -> Done:
