@@ -4,8 +4,8 @@ incremental auto-vacuum in short paced steps, and the checkpoints that shrink th
 
 A store not yet in incremental auto-vacuum gives nothing back until one VACUUM, which runs only
 while nobody else holds it (a gateway may hold it for weeks). So every run that purges looks for
-that moment, whatever it purged (`switch_pending`): the holders are looked at for up to
-FREE_MOMENT_S, the VACUUM runs as soon as nobody holds the store, and otherwise what waits and for
+that moment, whatever it purged (`switch_pending`): the holders are looked at once (for up to
+FREE_MOMENT_S when a VACUUM was asked for), the VACUUM runs as soon as nobody holds the store, and otherwise what waits and for
 whom is said (`waits`: the run report's `reclaim_waits`, and `usage`). The journal mode and the
 application id are never changed; Hermes' maintenance lock is held for the whole run (engine.py).
 """
@@ -31,7 +31,7 @@ RECLAIM_FIRST_PAGES = 256  # the first incremental-vacuum step; later ones sized
 CHECKPOINT_SETTLE_S = 1.0  # how long a reclaim tries for the checkpoint that shrinks the file
 CUT_TRIES = 4  # pages kept for the last steps, each a try at cutting the WAL back (a Hermes commit may win)
 SWITCH_MIN_BYTES = 4 << 20  # free pages worth the one VACUUM that switches a store to incremental reclaim
-FREE_MOMENT_S = 2.0  # how long a run looks for a moment nobody else holds the store, for that VACUUM
+FREE_MOMENT_S = 2.0  # how long a run asked to VACUUM looks for a moment nobody else holds the store
 FREE_MOMENT_POLL_S = 0.5  # between two looks (each a bounded /proc scan: holders.py)
 
 
@@ -170,7 +170,10 @@ class Space:
         if not pages or (free / pages <= VACUUM_FREE_RATIO and not switching):
             result.notes.append(f"no VACUUM: {free}/{pages} pages free (needs over 25 %)")
             return False
-        who = self._free_moment(FREE_MOMENT_S if switching else 0)
+        # Asked for (--vacuum, vacuum_after_prune), the switch may wait a little for its moment; unasked,
+        # one look: a gateway holds its store for days, and 2 s more per held profile per run would add
+        # up over a host's profiles while rarely finding the moment a single look misses.
+        who = self._free_moment(FREE_MOMENT_S if switching and asked else 0)
         if who:
             result.notes.append(f"no VACUUM: the store is held by {who}")
             if switching and free:
