@@ -127,6 +127,8 @@ class Restore:
     file: str
     dry_run: bool
     sessions: tuple[str, ...] | None = None  # only the units holding these ids
+    pin: bool = False  # the sessions put back are pinned (retention leaves them alone)
+    other_profile: bool = False  # an export another profile made is restored all the same
 
 
 @dataclass(frozen=True)
@@ -197,6 +199,7 @@ class SessionDetail(_Looks):
 class ListExports(_Looks):
     KIND: ClassVar[str] = "exports_list"
     export_dir: str | None = None
+    holding: str | None = None  # only where the exports hold this session id (or ids beginning with it)
 
 
 Params = Union[Maintain, Change, Repair, Restore, PruneExports, ListProfiles, Status, ShowPolicy, Usage,
@@ -220,9 +223,10 @@ class Context:
     siblings: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Job:
-    """One kind of work (its params, see `profile/jobs.py`) over the profiles of one owner."""
+    """One kind of work (its params, see `profile/jobs.py`) over the profiles of one owner; made
+    whole by the host (host/runner.py) and never changed after."""
 
     params: Params
     owner: Owner

@@ -218,8 +218,28 @@ def changed(result) -> bool:
 
 def summary_lines(run, only_changes: bool = False) -> list[str]:
     """One line per task per profile; `only_changes`: the tasks that changed something (the daemon's
-    journal, like `run -q`)."""
-    return [summary_line(result, run.dry_run) for result in run.results if not only_changes or changed(result)]
+    journal, like `run -q`); then each export removed (space_lines)."""
+    return [summary_line(result, run.dry_run) for result in run.results
+            if not only_changes or changed(result)] + space_lines(run, quiet=only_changes)
+
+
+def space_lines(run, quiet: bool = False) -> list[str]:
+    """Each export the run's retention removed (a dry run: would remove), and how many: they were
+    restore copies, so they are named under -q too; then, unless `quiet`, what free pages wait for."""
+    names = {r.home: r.label or r.profile for r in run.results}
+    would = "would be " if run.dry_run else ""
+    removed = run.data.get("exports_removed", [])
+    lines = [f"{names.get(row.get('home'), row.get('profile'))}: old export {would}removed ({row.get('why')}: made "
+             f"over {row.get('keep_days'):g} day(s) ago, export_keep_days): {row.get('file')} "
+             f"({human_bytes(row.get('bytes'))})" for row in removed]
+    if removed:
+        lines.append(f"{len(removed)} old export(s), {human_bytes(sum(r.get('bytes') or 0 for r in removed))} "
+                     f"{would}removed")
+    for wait in run.data.get("reclaim_waits", []) if not quiet else []:
+        lines.append(f"{names.get(wait.get('home'), wait.get('profile'))}: {human_bytes(wait.get('bytes'))} of free "
+                     f"pages wait for one VACUUM while nobody else holds the store (held by {wait.get('held_by')}); "
+                     "every run looks again")
+    return lines
 
 
 class Progress:

@@ -130,6 +130,8 @@ class Run:
             "dry_run": self.dry_run, "results": [r.as_dict() for r in self.results],
             "errors": self.errors, "locked": self.locked, "warnings": self.warnings,
             "policies": self.policies,
+            "exports_removed": self.data.get("exports_removed", []),  # each old export retention removed, and why
+            "reclaim_waits": self.data.get("reclaim_waits", []),  # free pages waiting for a store nobody holds
             "longest_write_ms": round(max((r.longest_write_ms for r in self.results), default=0.0), 2),
             "longest_write": max(self.results, key=lambda r: r.longest_write_ms).longest_write if self.results else None,
         }

@@ -3,7 +3,7 @@
 On a terminal: a rich table as wide as the terminal. The columns people copy (ids, profile
 names, paths) are never cut. Less important columns are dropped first, in the order each table
 gives, as `ps` and `systemctl` do (`--plain` or a wider terminal shows them all); a free-text
-column (a title) is cut with "…"; a path still too long goes under its row, on a line of its
+column (a title) is cut with "…", one that must be read whole (a reason) wraps in its cell; a path still too long goes under its row, on a line of its
 own that the terminal wraps, so it is copied whole (a folded cell would copy with a line break).
 
 Piped, or with `--plain`: no box drawing, no colour, one row a line, the cells separated by a tab,
@@ -29,6 +29,7 @@ class Column:
     whole: bool = False  # an id, a name or a path: never cut (folded only when nothing else fits)
     drop: int = 0  # on a narrow terminal, columns with the highest `drop` go first; 0 never goes
     cut: bool = False  # free text (a title): may end in "…" on a narrow terminal
+    wrap: bool = False  # free text read whole (a reason, an error): wraps onto more lines of its row
 
 
 def plain() -> bool:
@@ -108,18 +109,18 @@ def _width(console, table) -> int:
 
 
 def _table(columns: list[Column], rows: list[list[str]], spare: int = 0):
-    """Nothing wraps; `spare`: columns a free-text column may grow by (0: at its narrowest)."""
+    """Nothing wraps but a `wrap` column; `spare`: columns a free-text column may grow by (0: at its narrowest)."""
     from rich import box
     from rich.table import Table
     from rich.text import Text
 
     out = Table(box=box.SIMPLE_HEAD, header_style="bold", pad_edge=False, show_edge=False)
-    cut = [c for c in columns if c.cut]
+    cut = [c for c in columns if c.cut or c.wrap]
     for column in columns:
-        if column.cut:
+        if column.cut or column.wrap:
             narrowest = min(CUT_MIN, max([len(column.name)] + [len(r[columns.index(column)]) for r in rows]))
-            out.add_column(column.name, no_wrap=True, overflow="ellipsis", min_width=narrowest,
-                           max_width=narrowest + spare // len(cut))
+            out.add_column(column.name, no_wrap=column.cut, overflow="ellipsis" if column.cut else "fold",
+                           min_width=narrowest, max_width=narrowest + spare // len(cut))
         else:
             out.add_column(column.name, no_wrap=True, overflow="fold")
     for row in rows:  # Text, not str: markup inside data is never interpreted

@@ -125,6 +125,8 @@ def _human(run: Run, verbose: int = 0, quiet: bool = False) -> None:
             report.line(f"{label}: not all done: {why}")
     for label, why in stops.items() if not quiet else ():  # stopped before any task (a lock held)
         report.line(f"{label}: nothing done: {why}")
+    for line in report.space_lines(run, quiet):  # each export removed; what free pages wait for
+        report.line(line)
 
 
 _PROFILE_LINE = re.compile(r"^profile '(.*?)': (?:skipped: )?(.*)$", re.DOTALL)

@@ -24,7 +24,10 @@ def plugins():
 @pass_app
 def list_cmd(app: App, profiles, as_json: bool, no_bundled: bool, only_enabled: bool):
     """Every plugin each profile's Hermes sees: enabled or not, whether it loads and why.
-    Imports none: Hermes' own discovery answers, in the interpreter of the installation found."""
+    Imports none: Hermes' own discovery answers, in the interpreter of the installation found.
+
+    Which hooks a plugin registers is known only by running its `register()`, so the table has no
+    hooks column; the JSON's `hooks` are those its manifest declares (`provides_hooks`), if any."""
     found = app.discover(profiles)
     answer = app.work(ListPlugins(), found.profiles)
     rows, errors = answer.data.get("plugins", []), answer.errors
@@ -36,10 +39,9 @@ def list_cmd(app: App, profiles, as_json: bool, no_bundled: bool, only_enabled: 
         for row in installs:
             report.line(f"{row['profile']}: {installation_line(row)}")
         tables.show([Column("profile", whole=True), Column("plugin", whole=True), Column("source", drop=3),
-                     Column("kind", drop=2), Column("enabled"), Column("loads"), Column("why", cut=True),
-                     Column("hooks", drop=1)],
+                     Column("kind", drop=2), Column("enabled"), Column("loads"), Column("why", wrap=True)],
                     [[r["profile"], r["key"], r["source"], r.get("kind"), "yes" if r["enabled"] else "no",
-                      "yes" if r.get("loads", r["enabled"]) else "no", r["why"], ", ".join(r["hooks"])] for r in rows])
+                      "yes" if r.get("loads", r["enabled"]) else "no", r["why"]] for r in rows])
     for message in answer.warnings:
         report.warn(message)
     for message in errors:

@@ -44,6 +44,10 @@ def show_profiles(app: App, only: tuple[str, ...], as_json: bool) -> int:
                 if note not in told:
                     told.add(note)
                     report.note(note)  # on stderr: the table on stdout stays a table
+        for r in rows:
+            if r.get("reclaim_waits_for"):
+                report.note(f"{labels.get(r['home'], r['name'])}: {report.human_bytes(r['reclaimable_bytes'])} of free "
+                            f"pages reclaimable; they wait for {r['reclaim_waits_for']}")
     for r in rows:
         if r["error"]:
             report.error(r["error"])

@@ -15,7 +15,7 @@ from hermes_admin.cli import mutate
 from hermes_admin.cli.context import App, json_option, pass_app, profile_option
 from hermes_admin.cli.groups import SuggestingGroup
 from hermes_admin.cli.maintain_cmd import absolute_dir, build_filters, export_dir_option, filter_options
-from hermes_admin.protocol import Change, ListSessions, SessionDetail
+from hermes_admin.protocol import Change, ListExports, ListSessions, SessionDetail
 from hermes_admin.results import Run
 
 
@@ -69,15 +69,18 @@ def _state(brief: dict) -> str:
 @json_option
 @pass_app
 def show_cmd(app: App, session_id: str, profiles, as_json: bool):
-    """Show one session (ID or a unique prefix): lineage, delegates and files."""
+    """Show one session (ID or a unique prefix): lineage, delegates and files.
+
+    A session that was deleted is found in the exports: when, why, which export holds it, and the
+    command that puts it back (exit 1: it is not in the store)."""
     found = app.discover(profiles)
     by_profile, missing, problems = mutate.targets(app, found.profiles, [session_id])
     ambiguous = [p for p in problems if "is ambiguous" in p]
     for message in problems:
         report.error(message)
     if missing:
-        report.error(f"no session matches '{session_id}'")
         failed = problems or app.failed_discovery(found, profiles)
+        _show_deleted(app, found, session_id, as_json)
         raise click.exceptions.Exit(exitcodes.PROFILE_FAILED if failed else exitcodes.WARNINGS)
     if ambiguous or not by_profile:
         raise click.exceptions.Exit(exitcodes.WARNINGS)
@@ -105,6 +108,33 @@ def show_cmd(app: App, session_id: str, profiles, as_json: bool):
             lines = [clean("-" if value is None else value)]
         for n, text in enumerate(lines):  # Text: markup inside a title is never interpreted
             out.print(Text.assemble((f"{key if n == 0 else '':>20}", "bold"), "  ", text), highlight=False)
+
+
+def _show_deleted(app: App, found, session_id: str, as_json: bool) -> None:
+    """Where the exports hold a session no store has: each export and unit, oldest first (a session
+    restored and deleted again is in two), found by its id or a prefix of it, as live ones are."""
+    answer = app.work(ListExports(holding=session_id), found.profiles, with_policy=True)
+    held = answer.data.get("held", [])
+    exact = [h for h in held if h.get("session_id") == session_id]
+    held = sorted(exact or held, key=lambda h: (h.get("exported_at") or 0, str(h.get("file"))))
+    labels = app.labels()
+    if not held:  # as before exports knew: one error, inside the JSON document under --json
+        report.error(f"no session matches '{clean(session_id)}', in the stores or in their exports")
+    elif as_json:
+        report.emit_json({"session": None, "deleted": held, "errors": answer.errors})
+    for h in held if not as_json else []:
+        name = labels.get(h.get("home"), h.get("profile"))
+        unit = "" if h.get("unit") == h.get("session_id") else f", with the unit of {clean(h.get('unit'))}"
+        made = f" (made in the profile at {clean(h['made_in'])})" if h.get("made_in") else ""
+        report.line(f"{clean(h.get('session_id'))}: deleted from profile '{clean(name)}'{unit}, "
+                    f"reason {clean(h.get('reason') or 'unknown')}, exported "
+                    f"{report.local_time(h.get('exported_at')) or 'at an unknown time'} into {clean(h.get('id'))}{made}: "
+                    f"{clean(h.get('file'))}")
+        other = " --other-profile" if h.get("made_in") else ""
+        report.line(f"  restore: hermes-admin restore {clean(h.get('id'))} --session {clean(h.get('session_id'))} "
+                    f"-p {clean(name)}{other} (--pin keeps it from retention)")
+    for message in answer.errors:
+        report.error(message)
 
 
 def _read_ids(source) -> list[str]:

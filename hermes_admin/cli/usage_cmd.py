@@ -6,8 +6,12 @@ import click
 
 from hermes_admin import report, tables
 from hermes_admin.cli.context import App, json_option, pass_app, profile_option
+from hermes_admin.profile.usage import PARTS
 from hermes_admin.protocol import Usage
 from hermes_admin.tables import Column
+
+FILES = {"state_db_wal": "state.db-wal", "state_db_shm": "state.db-shm", "sessions_dir": "sessions/",
+         "exports": "exports"}  # how people read the file kinds after the store's parts
 
 # On a narrow terminal the share goes first; profile and part stay whole.
 COLUMNS = [Column("profile", whole=True), Column("part", whole=True), Column("bytes"), Column("share", drop=1)]
@@ -25,7 +29,12 @@ def totals(rows: list[dict]) -> dict:
     for sums in by_root.values():
         for name, size in sums.items():
             host[name] = host.get(name, 0) + size
-    return {"roots": by_root, "host": host, "host_bytes": sum(host.values())}
+    return {"roots": by_root, "root_bytes": {root: sum(sums.values()) for root, sums in by_root.items()},
+            "host": host, "host_bytes": sum(host.values())}
+
+
+def part_label(part: dict) -> str:
+    return PARTS.get(part.get("kind"), "{}").format(part.get("name"))
 
 
 @click.command()
@@ -36,8 +45,8 @@ def usage(app: App, profiles, as_json: bool):
     """Where each profile's bytes are: tables, FTS indexes, free pages, WAL, files.
 
     Per profile: each table with its indexes, each FTS5 index, free pages, the WAL, sessions/ files
-    and exports, adding up to the files' sizes; the largest sessions and each source's share; totals
-    per root and for the host. Read-only."""
+    and exports, adding up to the files' sizes, and its total; what its free pages wait for; the
+    largest sessions and each source's share; totals per root and for the host. Read-only."""
     found = app.discover(profiles)
     answer = app.work(Usage(), found.profiles, with_policy=True)
     rows = answer.data.get("usage", [])
@@ -52,21 +61,26 @@ def usage(app: App, profiles, as_json: bool):
         lines = []
         for row in rows:
             name = labels.get(row["home"], row["profile"])
-            store = row["files"]["state.db"] or 1
-            for part, size in row["store_parts"].items():
-                lines.append([name, f"state.db: {part}", report.human_bytes(size), f"{100 * size / store:.1f} %"])
-            for part in ("state.db-wal", "state.db-shm", "sessions/", "exports"):
-                lines.append([name, part, report.human_bytes(row["files"][part]), ""])
+            store = row["files"]["state_db"] or 1
+            for part in row["store_parts"]:
+                lines.append([name, f"state.db: {part_label(part)}", report.human_bytes(part["bytes"]),
+                              f"{100 * part['bytes'] / store:.1f} %"])
+            for key, shown in FILES.items():
+                lines.append([name, shown, report.human_bytes(row["files"][key]), ""])
+            lines.append([name, "total", report.human_bytes(row["total_bytes"]), ""])
         tables.show(COLUMNS, lines)
         for row in rows:
             name = labels.get(row["home"], row["profile"])
+            if row.get("reclaim_waits_for"):
+                report.line(f"{name}: {report.human_bytes(row['reclaimable_bytes'])} of free pages reclaimable; "
+                            f"they wait for {row['reclaim_waits_for']}")
             shares = ", ".join(f"{s['source']} {100 * s['share_sessions']:.0f} % of sessions, "
                                f"{100 * s['share_bytes']:.0f} % of bytes" for s in row["sources"][:5])
             report.line(f"{name}: sources: {shares or 'none'}")
             for big in row["largest_sessions"][:3]:
                 report.line(f"{name}: large: {big['id']} ({big['source']}) {report.human_bytes(big['bytes'])}")
-        for root, sums in summed["roots"].items():
-            report.line(f"root {root}: {report.human_bytes(sum(sums.values()))}")
+        for root, size in summed["root_bytes"].items():
+            report.line(f"root {root}: {report.human_bytes(size)}")
         report.line(f"host: {report.human_bytes(summed['host_bytes'])}")
     for message in answer.errors:
         report.error(message)

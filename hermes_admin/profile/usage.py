@@ -5,8 +5,13 @@ database holds; the free pages, and the pages SQLite keeps for itself (pointer m
 make up the rest of `page_count`. The file on disk can differ from `page_count × page_size` while the
 WAL holds pages not yet copied back: that difference is its own line, so every store's figures add
 up to its file's length exactly. The files' figures are what they take on disk (allocated blocks:
-a sparse file of a user's counts for what it holds, not its length). An FTS5 index is its virtual table's shadow tables together (`_data`,
+a sparse file of a user's counts for what it holds, not its length); the exports are those `exports
+list` shows for the profile, with their manifests, so a folder several profiles share is counted
+once, each export under the profile that answers for it. An FTS5 index is its virtual table's shadow tables together (`_data`,
 `_idx`, `_content`, `_docsize`, `_config`) and their indexes.
+
+Every key of the figures is an identifier (`state_db_wal`, `free_pages`); each part of the store is
+`{"kind", "name", "bytes"}`, the kind one of PARTS, the name the table's or index's where it has one.
 """
 
 from __future__ import annotations
@@ -15,52 +20,80 @@ import os
 from collections import defaultdict
 from pathlib import Path
 
-from hermes_admin.profile.store import Store
-from hermes_admin.profile.store import page_accounting
+from hermes_admin.profile.engine.space import SWITCH_MIN_BYTES
+from hermes_admin.profile.store import Store, page_accounting, pragmas
 from hermes_admin.profile.store.read import message_bytes, sources_by_id
 
 # the shadow tables FTS5 makes for an index: counted as that index
 FTS5_SHADOWS = ("_data", "_idx", "_content", "_docsize", "_config")
 LARGEST = 10  # sessions listed by size: enough to find what to look at
+# the kinds of a store's parts, and how people read them (`{}`: the part's name)
+PARTS = {"table": "table {}", "indexes": "indexes of {}", "fts5_index": "FTS5 index {}", "schema": "the schema",
+         "free_pages": "free pages", "sqlite_pages": "SQLite's own pages (pointer maps, lock page)",
+         "wal_not_copied_back": "in the WAL, not yet copied back", "other": "other: {}"}
+AUTO_VACUUM = {0: "none", 1: "full", 2: "incremental"}  # PRAGMA auto_vacuum's values
 
 
-def profile_usage(profile, store: Store, export_folder: Path | None) -> dict:
-    """One profile's figures, in bytes."""
+def profile_usage(profile, store: Store, exports: int, held_by: str | None = None) -> dict:
+    """One profile's figures, in bytes. `exports`: what its exports take, as `exports list` counts
+    them (exports.listed_bytes); `held_by`: who else holds the store open now (space.py), for what
+    its free pages wait for."""
     db = store.db
     page_size, page_count, free_pages = page_accounting.pages(db)
     free = free_pages * page_size
     btrees = page_accounting.btree_bytes(db)
     parts = _grouped(db, btrees)
     logical = page_count * page_size
-    parts["free pages"] = free
-    parts["SQLite's own pages (pointer maps, lock page)"] = logical - free - sum(btrees.values())
-    files = {suffix or "state.db": _size(f"{store.path}{suffix}") for suffix in ("", "-wal", "-shm")}
-    parts["in the WAL, not yet copied back"] = _size(store.path, apparent=True) - logical  # negative: behind
+    parts[("free_pages", None)] = free
+    parts[("sqlite_pages", None)] = logical - free - sum(btrees.values())
+    parts[("wal_not_copied_back", None)] = _size(store.path, apparent=True) - logical  # negative: behind
     sizes, sources = _sessions(db)
+    files = {"state_db": _size(store.path), "state_db_wal": _size(f"{store.path}-wal"),
+             "state_db_shm": _size(f"{store.path}-shm"), "sessions_dir": _folder_bytes(profile.sessions_dir),
+             "exports": exports}
+    mode, _ = reclaim_state(db)
     return {
         "profile": profile.name, "home": str(profile.home), "store": str(store.path),
-        "files": {"state.db": files["state.db"], "state.db-wal": files["-wal"], "state.db-shm": files["-shm"],
-                  "sessions/": _folder_bytes(profile.sessions_dir),
-                  "exports": _folder_bytes(export_folder) if export_folder else 0},
-        "store_parts": dict(sorted(parts.items(), key=lambda item: -item[1])),
+        "files": files, "total_bytes": sum(files.values()),
+        "auto_vacuum": mode, "reclaimable_bytes": free,
+        "reclaim_waits_for": reclaim_waits_for(mode, free, held_by),
+        "store_parts": [{"kind": kind, "name": name, "bytes": size}
+                        for (kind, name), size in sorted(parts.items(), key=lambda item: -item[1])],
         "largest_sessions": [{"id": sid, "bytes": size, "source": source}
                              for sid, size, source in sizes[:LARGEST]],
         "sources": sources,
     }
 
 
-def _grouped(db, btrees: dict[str, int]) -> dict[str, int]:
-    """b-tree bytes by what a person knows: each table with its own indexes, each FTS5 index whole."""
+def reclaim_state(db) -> tuple[str, int]:
+    """The store's auto-vacuum mode (AUTO_VACUUM) and its free pages, in bytes."""
+    pages = page_accounting.pages(db)
+    return AUTO_VACUUM.get(pragmas.auto_vacuum(db), "unknown"), pages.free * pages.size
+
+
+def reclaim_waits_for(mode: str, free: int, held_by: str | None) -> str | None:
+    """What a store's free pages wait for before they go back to the file system; None: nothing
+    (fewer than a run would VACUUM for, or the store is in incremental auto-vacuum, which every run
+    that purges steps through)."""
+    if free < SWITCH_MIN_BYTES or mode == "incremental":
+        return None
+    return ("one VACUUM while nobody else holds the store (it also switches the store to incremental "
+            "reclaim, unless incremental_vacuum: false)" + (f"; held now by {held_by}" if held_by else ""))
+
+
+def _grouped(db, btrees: dict[str, int]) -> dict[tuple[str, str | None], int]:
+    """b-tree bytes by what a person knows, keyed (kind, name): each table with its own indexes,
+    each FTS5 index whole."""
     rows = page_accounting.schema_entries(db)
     fts = {name for kind, name, _, sql in rows if kind == "table" and sql and "USING FTS5" in sql.upper()}
     owner = {}
     for kind, name, table, _ in rows:
         base = next((f for f in fts if table in (f, *(f + s for s in FTS5_SHADOWS))), None)
-        owner[name] = f"FTS5 index {base}" if base else (f"table {table}" if kind == "table" else f"indexes of {table}")
-    grouped: dict[str, int] = defaultdict(int)
+        owner[name] = ("fts5_index", base) if base else (("table", table) if kind == "table" else ("indexes", table))
+    grouped: dict[tuple[str, str | None], int] = defaultdict(int)
     for name, size in btrees.items():
         schema = name in ("sqlite_schema", "sqlite_master")
-        grouped[owner.get(name, "the schema" if schema else f"other: {name}")] += size
+        grouped[owner.get(name, ("schema", None) if schema else ("other", name))] += size
     return dict(grouped)
 
 

@@ -106,7 +106,7 @@ def test_exports_prune_never_removes_bobs_exports_for_her_forged_one(make_user, 
     chown_tree(alice.root, alice)
     usage = admin("--root", str(alice.root), "exports", "list", "--json")
     assert json.loads(usage.stdout)["total_bytes"] < 1 << 30, usage.stdout  # allocated, not 1 TiB
-    his_size = os.stat(his).st_blocks * 512
+    his_size = sum(os.stat(path).st_blocks * 512 for path in (his, f"{his}.json"))  # with its manifest
     pruned = admin("--root", str(alice.root), "--root", str(bob.root), "exports", "prune",
                    "--max-size", str(his_size), "--yes", "--json")
     assert pruned.returncode in (0, 1), pruned.stderr

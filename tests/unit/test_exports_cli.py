@@ -46,7 +46,8 @@ def test_exports_list_has_short_ids_and_the_total(synth_root, invoke):
     purge(invoke, root)
     doc = json.loads(invoke("--root", str(root), "exports", "list", "--json").stdout)
     assert len(doc["exports"]) == 3 and all(len(e["id"]) == 8 for e in doc["exports"])
-    assert doc["total_bytes"] == sum(os.stat(e["file"]).st_blocks * 512 for e in doc["exports"])  # on disk
+    assert doc["total_bytes"] == sum(os.stat(f).st_blocks * 512 for e in doc["exports"]
+                                     for f in (e["file"], e["file"] + ".json"))  # on disk, with the manifests
     human = invoke("--root", str(root), "--plain", "exports", "list")
     assert all(e["id"] in human.stdout for e in doc["exports"])
 

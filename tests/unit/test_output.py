@@ -57,6 +57,16 @@ def test_a_long_title_is_cut_but_the_id_is_not(terminal):
     assert all(len(line) <= 80 for line in text.splitlines())
 
 
+def test_a_long_reason_wraps_whole_at_80_columns(terminal):
+    why = "not in plugins.enabled of this profile's config.yaml, so Hermes never imports it (nor do we)"
+    tables.show([tables.Column("profile", whole=True), tables.Column("plugin", whole=True),
+                 tables.Column("why", wrap=True)], [["work", "deletion-audit", why]])
+    text = terminal.getvalue()
+    assert all(len(line) <= 80 for line in text.splitlines()) and "…" not in text
+    assert " ".join(" ".join(line.split()[2:] if "deletion-audit" in line else line.split())
+                    for line in text.splitlines()[2:]) == why
+
+
 def test_piped_tables_are_plain_tab_separated_lines(synth_root, invoke):
     root, _ = synth_root
     result = invoke("--root", str(root), "profiles")

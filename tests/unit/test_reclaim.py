@@ -111,3 +111,49 @@ def test_incremental_vacuum_false_keeps_the_stores_mode(tmp_path, now, invoke):
     done = invoke("--root", str(root), "--config", str(root / "admin.yaml"), "purge", "--vacuum", "--json")
     assert done.exit_code == 0, done.stderr
     assert pragma(db, "auto_vacuum") == 0
+
+
+@needs_host_pids
+def test_free_pages_under_a_holder_that_never_lets_go_are_named_and_the_free_moment_taken(tmp_path, now, invoke):
+    """A gateway holds the store through the purge: the switching VACUUM waits, and the run, `usage`
+    and the JSON say how much waits and for whom; the first run that finds the store free (nothing
+    left to purge) takes the moment. The journal mode stays what Hermes chose."""
+    root = tmp_path / "h"
+    db = vacuum_worthy_store(root / "state.db", now, sessions=1200)
+    holder = subprocess.Popen([sys.executable, "-c", "import sqlite3, sys\n"
+                               f"c = sqlite3.connect({str(db)!r}); c.execute('SELECT COUNT(*) FROM sessions').fetchone()\n"
+                               "print('open', flush=True); sys.stdin.readline()"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "open"
+        held = invoke("--root", str(root), "purge", "--json")
+        doc = json.loads(held.stdout)
+        assert held.exit_code == 0, held.stderr
+        (wait,) = doc["reclaim_waits"]
+        assert doc["results"][0]["vacuumed"] is False and wait["bytes"] >= 4 << 20
+        assert f"pid {holder.pid}" in wait["held_by"] and pragma(db, "auto_vacuum") == 0
+        usage = json.loads(invoke("--root", str(root), "usage", "--json").stdout)["profiles"][0]
+        assert usage["reclaimable_bytes"] >= 4 << 20 and f"pid {holder.pid}" in usage["reclaim_waits_for"]
+        (profile,) = json.loads(invoke("--root", str(root), "profiles", "--json").stdout)["profiles"]
+        assert profile["auto_vacuum"] == "none" and "one VACUUM while nobody else holds" in profile["reclaim_waits_for"]
+        human = invoke("--root", str(root), "purge")
+        dry = json.loads(invoke("--root", str(root), "purge", "--dry-run", "--json").stdout)["results"][0]
+        assert any(n.startswith("would VACUUM once nobody else holds the store") for n in dry["notes"])
+        assert "of free pages wait for one VACUUM while nobody else holds the store" in human.stdout
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=10)
+    freed = json.loads(invoke("--root", str(root), "purge", "--json").stdout)
+    assert freed["results"][0]["rows"] == 0 and freed["results"][0]["vacuumed"] is True and not freed["reclaim_waits"]
+    assert pragma(db, "auto_vacuum") == 2 and pragma(db, "journal_mode") == "wal"
+    usage = json.loads(invoke("--root", str(root), "usage", "--json").stdout)["profiles"][0]
+    assert usage["auto_vacuum"] == "incremental" and usage["reclaim_waits_for"] is None
+    more_old_sessions(db, now)  # then Hermes' own prune deletes them: its free pages, not ours
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("DELETE FROM messages WHERE session_id LIKE 'later%'")
+    conn.execute("DELETE FROM sessions WHERE id LIKE 'later%'")
+    conn.close()
+    assert pragma(db, "freelist_count") > 0
+    back = json.loads(invoke("--root", str(root), "purge", "--json").stdout)["results"][0]
+    assert back["rows"] == 0 and any("given back to the file system" in n for n in back["notes"])
+    assert pragma(db, "freelist_count") == 0

@@ -18,9 +18,12 @@ def test_usage_adds_up_to_each_stores_files_and_changes_nothing(synth_root, invo
     assert {r["profile"] for r in doc["profiles"]} == {"default", "work", "legacy"}
     for row in doc["profiles"]:
         db = home_of(root, row["profile"]) / "state.db"
-        assert sum(row["store_parts"].values()) == os.stat(db).st_size == row["files"]["state.db"]
-        assert any(part.startswith("FTS5 index messages_fts") for part in row["store_parts"])
-        assert row["files"]["sessions/"] > 0
+        assert sum(p["bytes"] for p in row["store_parts"]) == os.stat(db).st_size == row["files"]["state_db"]
+        assert {"kind": "fts5_index", "name": "messages_fts"} in [
+            {k: p[k] for k in ("kind", "name")} for p in row["store_parts"]]
+        assert row["files"]["sessions_dir"] > 0 and row["total_bytes"] == sum(row["files"].values())
+        assert all(key.isidentifier() and key == key.lower() for key in row["files"])  # keys, not prose
+        assert row["auto_vacuum"] in ("none", "full", "incremental") and row["reclaimable_bytes"] >= 0
         assert abs(sum(s["share_sessions"] for s in row["sources"]) - 1) < 0.01
         sizes = [s["bytes"] for s in row["largest_sessions"]]
         assert sizes == sorted(sizes, reverse=True)
@@ -29,6 +32,7 @@ def test_usage_adds_up_to_each_stores_files_and_changes_nothing(synth_root, invo
     assert store_digest(root) == before  # read-only
     human = invoke("--root", str(root), "usage")
     assert human.exit_code == 0 and "FTS5 index messages_fts" in human.stdout and "host:" in human.stdout
+    assert "\ttotal\t" in human.stdout
 
 
 def test_usage_of_a_garbage_store_is_that_profiles_error(synth_root, invoke):

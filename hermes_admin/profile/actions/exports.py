@@ -8,24 +8,32 @@ from hermes_admin.profile.actions.common import Run, export_settings, with_engin
 from hermes_admin.profile.engine import exports
 from hermes_admin.profile.engine.engine import Engine, Result
 from hermes_admin.profile.environment import Environment
+from hermes_admin.profile.installation import Installations
 from hermes_admin.protocol import Profile
 
 
-def restore(run: Run, profile: Profile, env: Environment, path: str, sessions: list[str] | None) -> None:
+def restore(run: Run, profile: Profile, env: Environment, path: str, sessions: list[str] | None,
+            pin: bool = False, other_profile: bool = False) -> None:
     """Units of an export back into this profile's store; a session id that exists is left alone."""
     def work(engine: Engine) -> list[Result]:
         result = Result(profile.name, "restore", None, engine.dry_run)
         result.notes.append("transcript files in sessions/ are not part of an export: they stay gone")
-        engine.restore(Path(path), set(sessions) if sessions else None, result)
+        engine.restore(Path(path), set(sessions) if sessions else None, result, pin=pin, other_profile=other_profile)
         return [result]
 
     with_engine(run, profile, env, work)
 
 
-def listing(run: Run, profile: Profile, layers: dict | None, export_dir: str | None) -> None:
-    """This profile's exports: file, when, how many units, sessions and messages."""
+def listing(run: Run, profile: Profile, layers: dict | None, installations: Installations,
+            export_dir: str | None, holding: str | None = None) -> None:
+    """This profile's exports: file, when, how many units, sessions and messages; or, `holding` a
+    session id (or a prefix of one), the exports and units that hold it (`held` rows)."""
+    settings = export_settings(profile, layers, installations, export_dir)
     try:
-        found = exports.listing(profile, export_settings(profile, layers, export_dir))
+        if holding is not None:
+            run.data.setdefault("held", []).extend(exports.holding(profile, settings, holding))
+            return
+        found = exports.listing(profile, settings)
     except exports.ExportError as exc:
         run.errors.append(f"profile '{profile.shown}': {exc}")
         return
@@ -36,15 +44,13 @@ def listing(run: Run, profile: Profile, layers: dict | None, export_dir: str | N
             run.data.setdefault("exports", []).append(item)
 
 
-def remove(run: Run, profile: Profile, layers: dict | None, export_dir: str | None, files: list[str],
-           dry_run: bool) -> None:
+def remove(run: Run, profile: Profile, layers: dict | None, installations: Installations,
+           export_dir: str | None, files: list[str], dry_run: bool) -> None:
     """`exports prune`: remove the exports the host chose, each with its manifest; only files this
     profile's own listing holds (a name from elsewhere is never removed)."""
-    import os
-
     try:
-        found = {item["file"]: item for item in exports.listing(profile, export_settings(profile, layers, export_dir))
-                 if "problem" not in item}
+        settings = export_settings(profile, layers, installations, export_dir)
+        found = {item["file"]: item for item in exports.listing(profile, settings) if "problem" not in item}
     except exports.ExportError as exc:
         run.errors.append(f"profile '{profile.shown}': {exc}")
         return
@@ -53,12 +59,7 @@ def remove(run: Run, profile: Profile, layers: dict | None, export_dir: str | No
         if item is None:
             run.warnings.append(f"profile '{profile.shown}': {name}: not one of its exports; left alone")
             continue
-        if not dry_run:
-            for path in (name, name + exports.MANIFEST):
-                try:
-                    os.unlink(path)
-                except FileNotFoundError:
-                    pass
-                except OSError as exc:
-                    run.errors.append(f"profile '{profile.shown}': {path}: cannot remove: {exc.strerror}")
-        run.data.setdefault("removed", []).append(dict(item, dry_run=dry_run))
+        failed = [] if dry_run else exports.remove_export(name)
+        run.errors += [f"profile '{profile.shown}': {problem}" for problem in failed]
+        if not failed:
+            run.data.setdefault("removed", []).append(dict(item, dry_run=dry_run))

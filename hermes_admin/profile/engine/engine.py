@@ -25,6 +25,7 @@ from typing import Callable, Iterator
 
 from hermes_admin import stopping
 from hermes_admin.profile import installation
+from hermes_admin.profile.environment import Environment
 from hermes_admin.profile.engine import exports
 from hermes_admin.profile.engine.aftermath import Aftermath
 from hermes_admin.profile.engine.checkpointer import Checkpointer
@@ -48,8 +49,7 @@ from hermes_admin.profile.engine.tokenizer import CJK_FTS_TABLE, Tokenizer
 from hermes_admin.profile.engine.turns import Turns
 from hermes_admin.profile.hermes_config import HermesConfig, load as load_hermes_config
 from hermes_admin.profile.hooks.bus import HookBus
-from hermes_admin.profile.hooks.discovery import discover as discover_plugins
-from hermes_admin.profile.hooks.discovery import safe_mode
+from hermes_admin.profile.hooks.discovery import discover as discover_plugins, safe_mode
 from hermes_admin.profile.lineage import Unit
 from hermes_admin.profile.store import Store, sql
 from hermes_admin.profile.store.connect import read_transaction
@@ -71,16 +71,17 @@ class Engine:
 
     def __init__(self, profile: Profile, dry_run: bool = False, now: Callable[[], float] = time.time,
                  progress: Progress | None = None, exports: Settings | None = None,
-                 config: HermesConfig | None = None, lock_wait_s: float | None = None, incremental: bool = True,
-                 verbose: int = 0):
-        self.profile, self.dry_run, self.now, self.verbose = profile, dry_run, now, verbose  # verbose: -v, for plugins
+                 config: HermesConfig | None = None, incremental: bool = True, env: Environment | None = None):
+        self.profile, self.dry_run, self.now = profile, dry_run, now
+        self.env = env if env is not None else Environment()  # the job's: -v, lock wait, installations
         self.incremental = incremental  # a VACUUM of ours switches the store to incremental auto-vacuum
-        self.lock_wait_s = lock_wait_s  # how long another writer may hold the lock without progress
         self.export_settings = exports or Settings()
         self._prunes = exports is not None  # only a command that knows the policy prunes old exports
         self.progress = progress or _no_progress
         self.config = config  # the profile's config.yaml, when the caller has read it already
         self.notes: list[str] = []  # leftovers set aside while opening (state_folder.py)
+        self.exports_removed: list[dict] = []  # old exports that retention removed (or, dry, would remove)
+        self.space: Space | None = None  # free pages given back (space.py)
         self.replayed: list[str] = []  # hook failures while replaying the outbox
         self.recovered: list[Result] = []  # units of an interrupted split delete, finished or restored
         self.locks: ProfileLocks | None = None
@@ -118,7 +119,7 @@ class Engine:
             self.config = load_hermes_config(self.profile.home)
         if not self.dry_run:  # a dry run writes nothing anywhere: no lock file, no outbox
             self.locks = ProfileLocks(self.profile, self.notes).__enter__()
-        self.store = Store.open(self.profile, writable=not self.dry_run, lock_wait_s=self.lock_wait_s)
+        self.store = Store.open(self.profile, writable=not self.dry_run, lock_wait_s=self.env.lock_wait)
         self.tokenizer = Tokenizer(self.store, self.dry_run, self._tokenizer_loaded)
         self.deletes = Deletes(self.store, lambda: self.references, self.now, lambda: data_version(self.store))
         if self.dry_run:
@@ -152,13 +153,14 @@ class Engine:
     def _bus(self) -> HookBus:
         # Opt-in: with nothing in plugins.enabled, no plugin Hermes loads that way hears anything,
         # so no installation is looked for, no folder scanned, no worker started.
-        if not self.config.plugins_enabled or safe_mode():
-            return HookBus(self.profile, [], self.config.hook_timeout, verbose=self.verbose)
-        lookup = installation.for_profile(self.profile)
+        env = self.env
+        if not self.config.plugins_enabled or safe_mode(env.hermes):
+            return HookBus(self.profile, [], self.config.hook_timeout, verbose=env.verbose, hermes_env=env.hermes)
+        lookup = env.installations.for_profile(self.profile)
         timeout, _ = installation.hook_timeout(self.config, lookup)
-        ours = [] if lookup.installation is not None else discover_plugins(self.profile.home, self.config)
+        ours = [] if lookup.installation is not None else discover_plugins(self.profile.home, self.config, env.hermes)
         return HookBus(self.profile, ours, timeout, installation=lookup.installation, notes=lookup.notes,
-                       verbose=self.verbose)
+                       verbose=env.verbose, hermes_env=env.hermes)
 
     def _has_index(self, table: str) -> bool:
         """Is the FTS5 index there whole (the table and the shadow tables FtsMerges reads and writes)?"""
@@ -172,8 +174,8 @@ class Engine:
             if self.store.writable:
                 self.space.passive_checkpoint()
             self.store.close()
+        self._prune_exports()
         if self.outbox is not None:
-            self._prune_exports()
             self.outbox.forget_old()
             self.outbox.close()
         if self.locks is not None:
@@ -182,14 +184,11 @@ class Engine:
         self.commits = self.turns = self.pacer = self._ahead = None
 
     def _prune_exports(self) -> None:
-        """Exports past `export_keep_days` go, except those an unfinished split delete still needs."""
-        if not self._prunes or self.dry_run:
-            return
-        try:
-            keep = {record["exported"]["path"] for _, record in self.outbox.splits()}
-            self.notes += exports.prune(self.profile, self.export_settings, self.now(), keep)
-        except (OSError, KeyError, TypeError) as exc:  # housekeeping: the next run tries again
-            self.notes.append(f"old exports not pruned: {exc}")
+        """Exports past `export_keep_days` go, each reported; a dry run names them (exports.at_run_end)."""
+        if self._prunes and (self.outbox is not None or self.dry_run):  # opened: this profile's run is ours
+            self.exports_removed, problems = exports.at_run_end(self.profile, self.export_settings, self.now(),
+                                                                self.outbox, self.dry_run)
+            self.notes += problems
 
     # -- what callers read -------------------------------------------------------
 
@@ -213,8 +212,8 @@ class Engine:
     def reclaim(self, result: Result) -> int:
         return self.space.reclaim(result)
 
-    def vacuum_if_worth(self, result: Result) -> bool:
-        return self.space.vacuum_if_worth(result)
+    def vacuum_if_worth(self, result: Result, asked: bool = True) -> bool:
+        return self.space.vacuum_if_worth(result, asked)
 
     def remove_orphan_files(self, paths: list[str], result: Result) -> None:
         self.aftermath.remove_orphan_files(paths, result)
@@ -392,8 +391,8 @@ class Engine:
 
     # -- restore ---------------------------------------------------------------
 
-    def restore(self, path: Path, wanted: set[str] | None, result: Result) -> None:
-        """`hermes-admin restore`: units of an export back into this store (restore.py)."""
+    def restore(self, path: Path, wanted: set[str] | None, result: Result, **how) -> None:
+        """`hermes-admin restore`: units of an export back into this store (restore.py; `how`: pin, other_profile)."""
         self.require_tokenizer("restore into")  # the messages put back fire the CJK triggers too
-        restore_file(self.store, self.pacer, path, wanted, self.dry_run, result)
+        restore_file(self.store, self.pacer, path, wanted, self.dry_run, result, **how)
 

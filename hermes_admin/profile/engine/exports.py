@@ -1,7 +1,7 @@
 """Export before delete: every unit the engine deletes is on disk first, verified, restorable.
 
-One export file per profile and run, `<stamp>-<profile>-<home tag>-<pid>.jsonl.gz` in the
-profile's export folder (`<home>/.hermes-admin/exports/` unless the policy names another). It
+One export file per profile and run, `<stamp>-<profile>-<id>.jsonl.gz` in the
+profile's export folder (the id, 8 hex digits, is what `exports list` shows and `restore` takes) (`<home>/.hermes-admin/exports/` unless the policy names another). It
 holds Hermes' own `sessions export` JSONL shape: a line per session, the `sessions` row's columns
 plus `messages` (every column of every message row, in id order), and, where the store has them,
 `session_model_usage` and `system_prompts` rows. A batch of units is one gzip member appended to
@@ -31,6 +31,7 @@ import json
 import math
 import os
 import re
+import secrets
 import stat
 import threading
 import time
@@ -49,6 +50,8 @@ FORMATS = (1, 2)  # the formats read back: exports made by older versions stay r
 SUFFIX = ".jsonl.gz"  # JSON lines, gzip: any tool reads them back
 STAMP = "%Y%m%dT%H%M%SZ"  # an export's name begins with when it was begun, in UTC: names sort by time
 _STAMPED = re.compile(r"\d{8}T\d{6}Z")
+_ID_IN_NAME = re.compile(r"-([0-9a-f]{8})" + re.escape(SUFFIX) + "$")  # older names end in a pid: never 8 digits
+_OLDER_ID = re.compile(r"-([0-9a-f]{8}-\d+(?:-\d+)?)" + re.escape(SUFFIX) + "$")  # <home tag>-<pid>[-n]
 MANIFEST = ".json"  # beside each export: its members and units, so a restore reads only what it needs
 DEFAULT_KEEP_DAYS = 7.0  # a week to notice a delete that should not have been
 LEVEL = 1  # zlib's fastest: text compresses ~4x even so, at a fraction of the time of level 6
@@ -192,12 +195,10 @@ class ExportFile:
 
     def _create(self) -> None:
         folder = _folder(self.settings.folder_of(self.profile))
-        home_tag = hashlib.sha256(str(self.profile.home).encode()).hexdigest()[:8]
         stamp = time.strftime(STAMP, time.gmtime(self.clock()))
         flags = os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        for n in range(100):  # one run per process at a time, but tests run many in one second
-            path = folder / f"{stamp}-{_safe_name(self.profile.name)}-{home_tag}-{os.getpid()}" \
-                            f"{'-' + str(n) if n else ''}{SUFFIX}"
+        for _ in range(100):  # a random id: two profiles, roots or runs in one second never share a name
+            path = folder / f"{stamp}-{_safe_name(self.profile.name)}-{secrets.token_hex(4)}{SUFFIX}"
             fd = None
             try:
                 # no fsync of the folder yet: the first member's manifest line, before any delete commits, covers both names
@@ -268,6 +269,7 @@ class ExportFile:
         for item in written.values():
             item.offset, item.length = offset, length
         member = {"offset": offset, "length": length, "sha256": expected[0], "bytes": expected[1], "reason": reason,
+                  "at": self.clock(),  # when its units were exported: just before they were deleted
                   "units": [[sid, e.sessions, e.messages, list(ids[sid])] for sid, e in written.items()]}
         self._append_manifest(member)
         return written
@@ -653,8 +655,28 @@ def read_member(path: Path, member: dict, check: bool = True) -> Iterator[tuple[
 # -- the folder ------------------------------------------------------------------
 
 
+def export_id(path: str) -> str:
+    """An export's short id, as its file's name ends (`…-1a2b3c4d.jsonl.gz`): what `exports list`
+    shows and `restore` takes. A name of an earlier version ends in `<home tag>-<pid>`: that is its
+    id; a file named by hand has its id derived from the name (`exports list` shows both)."""
+    name = os.path.basename(path)
+    found = _ID_IN_NAME.search(name) or _OLDER_ID.search(name)
+    return found.group(1) if found else hashlib.sha256(name.encode()).hexdigest()[:8]
+
+
+def _made_elsewhere(profile: Profile, settings: Settings, home) -> bool:
+    """Is an export in this profile's folder that names another home one this profile answers for?
+    Yes in its own default folder (the profile's folder was renamed, moved or copied with its
+    exports), and for a home that is no longer there; no in a folder several profiles share
+    (`export_dir`) while the profile that made it exists: that one lists, prunes and restores it."""
+    if settings.folder_of(profile) == profile.home / ".hermes-admin" / "exports":
+        return True
+    return not (isinstance(home, str) and os.path.isdir(home))
+
+
 def listing(profile: Profile, settings: Settings) -> list[dict]:
-    """This profile's exports in its folder, oldest first (others' files in a shared folder are left out)."""
+    """This profile's exports in its folder, oldest first: its own, and those made in a profile
+    folder it was renamed, moved or copied from (`made_in`: that folder; `_made_elsewhere`)."""
     folder = settings.folder_of(profile)
     try:
         names = sorted(n for n in os.listdir(folder) if n.endswith(SUFFIX))
@@ -668,18 +690,65 @@ def listing(profile: Profile, settings: Settings) -> list[dict]:
         try:
             manifest = load_manifest(path)
             st = os.lstat(path)
+            beside = os.lstat(str(path) + MANIFEST).st_blocks * 512
         except (ExportError, OSError) as exc:
             found.append({"file": str(path), "profile": profile.name, "home": str(profile.home),
                           "problem": str(exc)})
             continue
-        if manifest.get("home") != str(profile.home):
+        made_in = manifest.get("home")
+        if made_in != str(profile.home) and not _made_elsewhere(profile, settings, made_in):
             continue
         units = [u for m in manifest["members"] for u in m["units"]]
-        found.append({"file": str(path), "profile": profile.name, "home": str(profile.home),
+        found.append({"file": str(path), "id": export_id(name), "profile": profile.name, "home": str(profile.home),
+                      "made_in": None if made_in == str(profile.home) else (made_in or "not recorded"),
                       "created": _created(manifest.get("created"), st), "units": len(units),
                       "sessions": sum(u[1] for u in units), "messages": sum(u[2] for u in units),
                       "reasons": sorted({m.get("reason") for m in manifest["members"] if m.get("reason")}),
-                      "bytes": st.st_blocks * 512})  # allocated: a sparse file is not its apparent size
+                      # on disk with its manifest (what a prune frees; `usage` counts the same); allocated
+                      # blocks: a sparse file is not its apparent size
+                      "bytes": st.st_blocks * 512 + beside})
+    return found
+
+
+def listed_bytes(profile: Profile, settings: Settings) -> int:
+    """What this profile's exports take on disk, as `exports list` counts them (with their manifests;
+    one whose manifest cannot be read, its own blocks): what `usage` shows."""
+    total = 0
+    for item in listing(profile, settings):
+        if "problem" not in item:
+            total += item["bytes"]
+            continue
+        with contextlib.suppress(OSError):
+            total += os.lstat(item["file"]).st_blocks * 512
+    return total
+
+
+MAX_FOUND = 20  # exports named for one wanted id in one profile: a prefix of one character finds many
+
+
+def holding(profile: Profile, settings: Settings, wanted: str) -> list[dict]:
+    """Where this profile's exports hold a session whose id is `wanted` or begins with it: the
+    export, the unit and the reason it was deleted for, from the manifests alone (no export is
+    read). A manifest that cannot be read is left out here (`exports list` names it)."""
+    found = []
+    for item in listing(profile, settings):
+        if "problem" in item:
+            continue
+        try:
+            manifest = load_manifest(Path(item["file"]))
+            written = os.lstat(item["file"]).st_mtime
+        except (ExportError, OSError):
+            continue
+        for member in manifest["members"]:
+            for head, _, _, ids in member["units"]:
+                for sid in ids:
+                    if sid.startswith(wanted) and len(found) < MAX_FOUND:
+                        at = member.get("at")  # the owner's text: never later than the file's last write
+                        found.append({"session_id": sid, "unit": head, "reason": member.get("reason"),
+                                      "file": item["file"], "id": item["id"], "created": item["created"],
+                                      "exported_at": min(at, written) if _moment(at) else item["created"],
+                                      "made_in": item["made_in"], "profile": profile.name,
+                                      "home": str(profile.home)})
     return found
 
 
@@ -691,31 +760,54 @@ def _created(said, st: os.stat_result) -> float | None:
     return float(min(said, st.st_mtime))
 
 
-def prune(profile: Profile, settings: Settings, now: float, keep: set[str]) -> list[str]:
-    """Remove this profile's exports older than `keep_days` (not those in `keep`); returns problems."""
-    problems = []
+def prune(profile: Profile, settings: Settings, now: float, keep: set[str],
+          dry_run: bool = False) -> tuple[list[dict], list[str]]:
+    """This profile's exports older than `keep_days` (not those in `keep`), removed (`dry_run`: only
+    named). Returns what went, each a listing row with `why` ("age") and `keep_days`, and problems."""
+    removed: list[dict] = []
+    problems: list[str] = []
     horizon = now - settings.keep_days * DAY
     folder = settings.folder_of(profile)
     if not os.path.isdir(folder):
-        return problems
+        return removed, problems
     try:
         stamp = time.strftime(STAMP, time.gmtime(horizon))
     except (OverflowError, OSError, ValueError):  # kept "forever" (.inf, or past what a clock can say)
-        return problems
+        return removed, problems
     try:  # names begin with the second the export was begun: manifests are read only when one may be old
         if not any(n.endswith(SUFFIX) and not (_STAMPED.match(n) and n[:len(stamp)] > stamp)
                    for n in os.listdir(folder)):
-            return problems
+            return removed, problems
     except OSError:
         pass  # listing() says what is wrong
     for item in listing(profile, settings):
         if "problem" in item or item["file"] in keep or min(item.get("created") or now, now) >= horizon:
             continue
-        for path in (item["file"], item["file"] + MANIFEST):
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                pass
-            except OSError as exc:
-                problems.append(f"{path}: cannot remove an old export: {exc.strerror}")
+        failed = [] if dry_run else remove_export(item["file"])
+        problems += failed
+        if not failed:
+            removed.append(dict(item, why="age", keep_days=settings.keep_days, dry_run=dry_run))
+    return removed, problems
+
+
+def at_run_end(profile: Profile, settings: Settings, now: float, outbox, dry_run: bool) -> tuple[list[dict], list[str]]:
+    """A run's retention of exports (`prune`), but for those an unfinished split delete in the
+    `outbox` still needs (None: a dry run, which keeps everything and names what would go)."""
+    try:
+        keep = {record["exported"]["path"] for _, record in outbox.splits()} if outbox is not None else set()
+        return prune(profile, settings, now, keep, dry_run)
+    except (OSError, KeyError, TypeError) as exc:  # housekeeping: the next run tries again
+        return [], [f"old exports not pruned: {exc}"]
+
+
+def remove_export(path: str) -> list[str]:
+    """An export and its manifest gone; returns what could not be removed (the export stays listed)."""
+    problems = []
+    for name in (path, path + MANIFEST):
+        try:
+            os.unlink(name)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            problems.append(f"{name}: cannot remove an export: {exc.strerror}")
     return problems

@@ -19,7 +19,7 @@ from pathlib import Path
 from hermes_admin.profile.engine.exports import ROW_WEIGHT, decode_value, manifest_or_recomputed, read_member
 from hermes_admin.profile.engine.pacer import MERGE_STEPS, Pacer
 from hermes_admin.profile.store import Store
-from hermes_admin.profile.store.restoring import (insert_row, message_owners, newest_message_id, session_exists,
+from hermes_admin.profile.store.restoring import (insert_row, message_owners, newest_message_id, pin, session_exists,
                                                   session_row)
 from hermes_admin.profile.store.sql import column_names
 from hermes_admin.results import Done, Result
@@ -85,6 +85,10 @@ class Restorer:
             count += self._write(head, batch)
         return state, count
 
+    def pin(self, ids: list[str]) -> None:
+        """Pin sessions put back (Hermes' own `pinned` flag, which every task of ours honours)."""
+        self.pacer.write(lambda db: pin(db, ids), ROW_WEIGHT * len(ids), self.result, "pinning the sessions put back")
+
     def _write(self, head: dict | None, messages: list[dict]) -> int:
         def work(db):
             if head is not None:
@@ -144,13 +148,25 @@ def units_of(manifest: dict, wanted: set[str] | None) -> list[tuple[dict, list]]
 
 
 def restore_file(store: Store, pacer: Pacer | None, path: Path, wanted: set[str] | None, dry_run: bool,
-                 result: Result) -> None:
-    """`hermes-admin restore FILE`: every (wanted) unit of the export back, existing ids left alone."""
+                 result: Result, pin: bool = False, other_profile: bool = False) -> None:
+    """`hermes-admin restore FILE`: every (wanted) unit of the export back, existing ids left alone.
+
+    An export another profile made (its `home` is not this one's: a renamed, moved or copied
+    profile folder, or a mistake) is restored only when asked (`other_profile`), and said so.
+    `pin`: the sessions put back are pinned, so that retention, which leaves pinned sessions
+    alone, does not delete them again on the next run."""
     manifest = manifest_or_recomputed(path)  # a copy without its manifest is restorable too
-    if not manifest.get("recomputed") and manifest.get("home") != str(store.profile.home):
-        raise store.error(f"{path} is an export of the profile at {manifest.get('home')}, not of this one; "
-                          "nothing restored")
+    made_in = manifest.get("home")
+    if not manifest.get("recomputed") and made_in != str(store.profile.home):
+        if not other_profile:
+            raise store.error(f"{path} is an export of the profile at {made_in}, not of this one; nothing "
+                              "restored (--other-profile restores it here all the same)")
+        result.notes.append(f"made in the profile at {made_in}: restored into this one as asked (--other-profile)")
     restorer = Restorer(store, pacer, result)
+    if pin and "pinned" not in restorer.columns["sessions"]:
+        raise store.error(f"{store.path}: --pin: this store's sessions have no `pinned` column (a Hermes "
+                          "before pinning); nothing restored")
+    put_back: list[str] = []
     for member, units in units_of(manifest, wanted):
         ids = {i for u in units for i in u[3]}
         unseen = set(ids)
@@ -169,7 +185,15 @@ def restore_file(store: Store, pacer: Pacer | None, path: Path, wanted: set[str]
                 result.skipped.append({"session_id": sid, "ids": [sid], "why": "exists as exported: nothing to put back"})
             elif state in ("restored", "completed"):
                 result.done.append(Done(sid, (sid,), f"{state} from {path.name} ({count} messages)"))
+                put_back.append(sid)
             else:
                 result.skipped.append({"session_id": sid, "ids": [sid], "why": "exists in the store: left alone"})
         for sid in sorted(unseen):
             result.skipped.append({"session_id": sid, "ids": [sid], "why": "not in the export"})
+    if put_back and pin:
+        if not dry_run:
+            restorer.pin(put_back)
+        result.notes.append(f"{len(put_back)} session(s) pinned: retention leaves them alone until unpinned in Hermes")
+    elif put_back:
+        result.notes.append("a session past its retention window is deleted again by the next run (and exported "
+                            "again): `restore --pin` keeps what it puts back")

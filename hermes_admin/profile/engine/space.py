@@ -1,6 +1,13 @@
 """Space given back to the file system: VACUUM while nobody else holds the store, else SQLite's
 incremental auto-vacuum in short paced steps, and the checkpoints that shrink the file
 (docs/design.md §9).
+
+A store not yet in incremental auto-vacuum gives nothing back until one VACUUM, which runs only
+while nobody else holds it (a gateway may hold it for weeks). So every run that purges looks for
+that moment, whatever it purged (`switch_pending`): the holders are looked at once (for up to
+FREE_MOMENT_S when a VACUUM was asked for), the VACUUM runs as soon as nobody holds the store, and otherwise what waits and for
+whom is said (`waits`: the run report's `reclaim_waits`, and `usage`). The journal mode and the
+application id are never changed; Hermes' maintenance lock is held for the whole run (engine.py).
 """
 
 from __future__ import annotations
@@ -23,6 +30,19 @@ VACUUM_FREE_RATIO = 0.25  # a VACUUM rewrites the whole store: worth it past a q
 RECLAIM_FIRST_PAGES = 256  # the first incremental-vacuum step; later ones sized by the time it took
 CHECKPOINT_SETTLE_S = 1.0  # how long a reclaim tries for the checkpoint that shrinks the file
 CUT_TRIES = 4  # pages kept for the last steps, each a try at cutting the WAL back (a Hermes commit may win)
+SWITCH_MIN_BYTES = 4 << 20  # free pages worth the one VACUUM that switches a store to incremental reclaim
+FREE_MOMENT_S = 2.0  # how long a run asked to VACUUM looks for a moment nobody else holds the store
+FREE_MOMENT_POLL_S = 0.5  # between two looks (each a bounded /proc scan: holders.py)
+
+
+def held_by(store: Store) -> str | None:
+    """Who else holds the store open, for structural work (VACUUM, an index rebuild) that runs only
+    while nobody does; None when nobody does. Unknown counts as held (holders.py)."""
+    why: list[str] = []
+    holders = store_holders(store.profile.store_path, wal=journal_mode(store) == "wal", why=why)
+    if holders is None:  # unknown: structural work waits for a run that can tell
+        return f"whoever it is ({why[0]})" if why else "a process this scan cannot see into (another user's, or outside this pid namespace)"
+    return f"pid {', '.join(map(str, holders))}" if holders else None
 
 
 class Space:
@@ -30,6 +50,7 @@ class Space:
 
     def __init__(self, store: Store, pacer: Pacer | None, incremental: bool, dry_run: bool):
         self.store, self.pacer, self.incremental, self.dry_run = store, pacer, incremental, dry_run
+        self.waits: list[dict] = []  # free pages left for a moment nobody holds the store: {bytes, held_by}
 
     def in_wal_mode(self) -> bool:
         return journal_mode(self.store) == "wal"
@@ -42,13 +63,28 @@ class Space:
             pass  # a checkpoint is a courtesy; Hermes' own writers checkpoint too
 
     def held_by_others(self) -> str | None:
-        """Who else holds the store open, for structural work (VACUUM, an index rebuild) that runs
-        only while nobody does; None when nobody does. Unknown counts as held (holders.py)."""
-        why: list[str] = []
-        holders = store_holders(self.store.profile.store_path, wal=self.in_wal_mode(), why=why)
-        if holders is None:  # unknown: structural work waits for a run that can tell
-            return f"whoever it is ({why[0]})" if why else "a process this scan cannot see into (another user's, or outside this pid namespace)"
-        return f"pid {', '.join(map(str, holders))}" if holders else None
+        return held_by(self.store)
+
+    def switch_pending(self) -> bool:
+        return not self.dry_run and self._pending_bytes() > 0
+
+    def _pending_bytes(self) -> int:
+        """The free pages, in bytes, that only the switching VACUUM would give back (0: none worth it)."""
+        db = self.store.db
+        if not self.incremental or pragmas.auto_vacuum(db) == INCREMENTAL:
+            return 0
+        free = pragmas.free_pages(db) * pragmas.page_size(db)
+        return free if free >= SWITCH_MIN_BYTES else 0
+
+    def _free_moment(self, patience: float) -> str | None:
+        """None as soon as nobody else holds the store, looking for up to `patience` seconds; else
+        who held it at the last look."""
+        deadline = time.monotonic() + patience
+        while True:
+            who = self.held_by_others()
+            if who is None or time.monotonic() + FREE_MOMENT_POLL_S > deadline or stopping.requested():
+                return who
+            time.sleep(FREE_MOMENT_POLL_S)
 
     def reclaim(self, result: Result) -> int:
         """Give the store's free pages back to the file system, in short steps that wait for other
@@ -115,11 +151,15 @@ class Space:
                 return
             time.sleep(0.01 if busy else 0.05)
 
-    def vacuum_if_worth(self, result: Result) -> bool:
+    def vacuum_if_worth(self, result: Result, asked: bool = True) -> bool:
         """VACUUM after a purge: over 25 % free pages, and only while nobody else holds the store.
         Unless the policy says not to (`incremental_vacuum: false`), the same VACUUM switches the store
-        to incremental auto-vacuum, so that later purges give space back while Hermes runs (reclaim)."""
-        if self.dry_run:
+        to incremental auto-vacuum, so that later purges give space back while Hermes runs (reclaim).
+        Not `asked` (no --vacuum, nothing purged): only that switch, when it is pending."""
+        if self.dry_run and self._pending_bytes():  # what the run will try, said by the dry run
+            result.notes.append(f"would VACUUM once nobody else holds the store ({self._pending_bytes() >> 20} MiB "
+                                "of free pages; it switches the store to incremental reclaim)")
+        if self.dry_run or not (asked or self.switch_pending()):
             return False
         db = self.store.db
         pages, free = pragmas.page_count(db), pragmas.free_pages(db)
@@ -127,9 +167,17 @@ class Space:
         if not pages or (free / pages <= VACUUM_FREE_RATIO and not switching):
             result.notes.append(f"no VACUUM: {free}/{pages} pages free (needs over 25 %)")
             return False
-        who = self.held_by_others()
+        # Asked for (--vacuum, vacuum_after_prune), the switch may wait a little for its moment; unasked,
+        # one look: a gateway holds its store for days, and 2 s more per held profile per run would add
+        # up over a host's profiles while rarely finding the moment a single look misses.
+        who = self._free_moment(FREE_MOMENT_S if switching and asked else 0)
         if who:
             result.notes.append(f"no VACUUM: the store is held by {who}")
+            if switching and free:
+                size = free * pragmas.page_size(db)
+                self.waits.append({"bytes": size, "held_by": who})
+                result.notes.append(f"{size >> 20} MiB of free pages wait for one VACUUM while nobody else holds "
+                                    "the store (it switches the store to incremental reclaim); every run looks again")
             return False
         try:
             if switching:  # once: from then on, purges give space back while Hermes runs (reclaim)

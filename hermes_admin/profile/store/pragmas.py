@@ -55,3 +55,7 @@ def checkpoint(db: peewee.SqliteDatabase, mode: str = "PASSIVE") -> tuple[int, i
     if mode not in ("PASSIVE", "TRUNCATE"):
         raise ValueError(f"no such checkpoint: {mode}")
     return db.execute_sql(f"PRAGMA wal_checkpoint({mode})").fetchone()
+
+
+def page_size(db: peewee.SqliteDatabase) -> int:
+    return db.execute_sql("PRAGMA page_size").fetchone()[0]

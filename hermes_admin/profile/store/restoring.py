@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import peewee
 
-from hermes_admin.profile.store.sql import dicts, marks
+from hermes_admin.profile.store.sql import chunks, dicts, marks
 
 
 def insert_row(db: peewee.SqliteDatabase, table: str, row: dict, columns, verb: str = "INSERT") -> None:
@@ -40,3 +40,9 @@ def newest_message_id(db: peewee.SqliteDatabase) -> int:
     if row is None:
         row = db.execute_sql("SELECT COALESCE(MAX(id), 0) FROM messages").fetchone()
     return int(row[0] or 0)
+
+
+def pin(db: peewee.SqliteDatabase, ids: list[str]) -> None:
+    """Hermes' own `pinned` flag set on these sessions."""
+    for part in chunks(ids):
+        db.execute_sql(f"UPDATE sessions SET pinned = 1 WHERE id IN ({marks(part)})", part)
