@@ -76,6 +76,23 @@ def test_a_dry_run_archive_and_close_report_what_the_run_then_does(profile):
     assert row_ids(profile.store_path, "SELECT id FROM sessions WHERE ended_at IS NULL") == set()
 
 
+def test_a_dry_runs_later_steps_read_the_rows_its_close_would_have_closed(profile):
+    """A task after the close (the size budget) re-checks rows the run has closed by then: the dry
+    run, which closes nothing, decides as if it had, so it predicts the run."""
+    conn = sqlite3.connect(profile.store_path)
+    conn.execute("UPDATE sessions SET ended_at = NULL, end_reason = NULL WHERE id = 'd'")
+    conn.commit(), conn.close()
+    still_open = lambda unit, rows: None if rows[unit.session_id].ended_at is None else "closed already"
+    ended = lambda unit, rows: None if rows[unit.session_id].ended_at is not None else "still open"
+    reports = []
+    for dry_run in (True, False):
+        with Engine(profile, dry_run=dry_run) as engine:
+            engine.close_stale([Unit("d", ["d"])], still_open, 1.0)
+            reports.append(_report(engine.delete([Unit("d", ["d"])], "budget", recheck=ended)))
+    assert reports[0] == reports[1] == ([("d", ("d",))], [])
+    assert "d" not in row_ids(profile.store_path)
+
+
 def test_a_dry_run_holds_no_read_transaction_between_its_steps(profile, monkeypatch):
     """A reader holds off Hermes' commits in a rollback journal: each decision's read ends with it."""
     from hermes_admin.profile.engine import engine as engine_module

@@ -7,6 +7,7 @@ Hermes' order, are store/deleting.py's.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable
 
 from hermes_admin.profile.engine import decisions, exports, faults
@@ -14,7 +15,8 @@ from hermes_admin.profile.engine.decisions import Decision, Recheck
 from hermes_admin.profile.engine.exports import Exported
 from hermes_admin.profile.lineage import Unit
 from hermes_admin.profile.store import Store, deleting, sql, unit_rows
-from hermes_admin.profile.store.read import load_rows
+from hermes_admin.profile.store.read import SessionRow, load_rows
+from hermes_admin.profile.tasks.retention import REAPED
 
 __all__ = ["Deletes", "Recheck"]
 
@@ -27,6 +29,18 @@ class Deletes:
                  data_version: Callable[[], int]):
         self.store, self.references, self.now, self.data_version = store, references, now, data_version
         self._session_columns: list[str] | None = None
+        # A dry run's: rows its close_stale would have closed (id -> ended_at), read closed by the
+        # decisions after it, as the run's later transactions read them.
+        self.closed_in_dry_run: dict[str, float] = {}
+
+    def rows(self, ids: list[str]) -> dict[str, SessionRow]:
+        """The rows of these sessions as they are now (inside the caller's transaction); in a dry run,
+        as its earlier steps would have left them."""
+        fresh = load_rows(self.store, ids)
+        if self.closed_in_dry_run:
+            for sid in fresh.keys() & self.closed_in_dry_run.keys():
+                fresh[sid] = replace(fresh[sid], ended_at=self.closed_in_dry_run[sid], end_reason=REAPED)
+        return fresh
 
     def blocked(self, db, ids: list[str]) -> dict[str, str]:
         """Guarded ids (a live Hermes at work on them, a table we do not know pointing at them) -> why."""
@@ -51,7 +65,7 @@ class Deletes:
                orphans: bool) -> Decision:
         """Inside a transaction (a write one, or a dry run's read one): which units go, from their
         rows as they are now, their guards, and whether they are still as exported."""
-        fresh = load_rows(self.store, [i for unit in chunk for i in unit.ids])
+        fresh = self.rows([i for unit in chunk for i in unit.ids])
         blocked = {} if orphans else self.blocked(db, [i for unit in chunk for i in unit.ids])
         blocked.update(self.unlike_exports(db, [u for u in chunk if u.session_id in exported], exported))
         return decisions.to_delete(chunk, fresh, blocked, recheck, orphans)

@@ -361,7 +361,8 @@ class Engine:
         'startup_orphan_reap', as Hermes does; silent (nothing is deleted: no event, no file)."""
         result = Result(self.profile.name, "close", None, self.dry_run)
         if self.dry_run:
-            self._dry(units, result, lambda db, chunk: decide_close(db, self.deletes, chunk, recheck))
+            for decision in self._dry(units, result, lambda db, chunk: decide_close(db, self.deletes, chunk, recheck)):
+                self.deletes.closed_in_dry_run.update(dict.fromkeys(decision.ids, now))  # for the later tasks
             return result
         for chunk, weight in self._by_count(units, result):
             close_stale_rows(self.pacer, self.deletes, chunk, weight, recheck, now, result).fold_into(result)

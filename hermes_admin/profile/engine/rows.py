@@ -18,7 +18,6 @@ from hermes_admin.profile.engine.outbox import Event
 from hermes_admin.profile.engine.pacer import Pacer
 from hermes_admin.profile.lineage import Unit
 from hermes_admin.profile.store import row_updates
-from hermes_admin.profile.store.read import load_rows
 from hermes_admin.profile.tasks.retention import REAPED
 from hermes_admin.results import Result
 
@@ -83,7 +82,7 @@ def flip_archived(pacer: Pacer, aftermath: Aftermath, deletes: Deletes, flip: Fl
 def decide_close(db, deletes: Deletes, chunk: list[Unit], recheck: Recheck) -> Decision:
     """Inside a transaction: which stale open rows close, from the rows as they are now."""
     ids = [u.session_id for u in chunk]
-    return decisions.to_close(chunk, load_rows(deletes.store, ids), deletes.blocked(db, ids), recheck)
+    return decisions.to_close(chunk, deletes.rows(ids), deletes.blocked(db, ids), recheck)
 
 
 def close_stale_rows(pacer: Pacer, deletes: Deletes, chunk: list[Unit], weight: int, recheck: Recheck, now: float,
