@@ -381,11 +381,11 @@ class Engine:
     def _by_count(self, units: list[Unit], result: Result) -> Iterator[tuple[list[Unit], int]]:
         """Row updates (and a dry run's chunks): units by count, sized like the deletes; with their weight."""
         position = 0
-        budget = self.pacer.budget if self.pacer is not None else FIRST_BUDGET
         while position < len(units):
             if stopping.requested():
                 result.notes.append(stop_note(len(units) - position, len(units)))
                 return
+            budget = self.pacer.budget if self.pacer is not None else FIRST_BUDGET  # as last measured
             chunk = units[position:position + units_by_count(budget, exports.UNIT_WEIGHT)]
             position += len(chunk)
             yield chunk, len(chunk) * exports.UNIT_WEIGHT
