@@ -128,7 +128,8 @@ class Engine:
             self._open_writing()
         self.space = Space(self.store, self.pacer, self.incremental, self.dry_run)
         if not self.dry_run:
-            self.recovered = self._splits.finish_all()  # before the replay: a finished split's event is committed
+            self.recovered, left = self._splits.finish_all()  # before the replay: a finished split's event is committed
+            self.notes += left
             self.replayed = self.aftermath.replay(self.store.db)
 
     def _open_writing(self) -> None:
@@ -147,8 +148,7 @@ class Engine:
         self.export = ExportFile(self.profile, self.export_settings, self.now)
         self._ahead = ExportAhead(self.store, self.export, self.export_settings, self.pacer)
         self._splits = SplitDeletes(self.store, self.pacer, self.outbox, self.aftermath, self.deletes,
-                                    lambda result: self._settle(result, merge=True), self.require_tokenizer,
-                                    self.notes)
+                                    lambda result: self._settle(result, merge=True), self.require_tokenizer)
 
     def _bus(self) -> HookBus:
         # Opt-in: with nothing in plugins.enabled, no plugin Hermes loads that way hears anything,

@@ -63,9 +63,9 @@ class SplitDeletes:
     events of what committed so far (the engine's); `require_tokenizer()`: Hermes' CJK tokenizer."""
 
     def __init__(self, store: Store, pacer: Pacer, outbox: Outbox, aftermath: Aftermath, deletes: Deletes,
-                 settle: Callable[[Result], None], require_tokenizer: Callable[[], None], notes: list[str]):
+                 settle: Callable[[Result], None], require_tokenizer: Callable[[], None]):
         self.store, self.pacer, self.outbox, self.aftermath = store, pacer, outbox, aftermath
-        self.deletes, self.settle, self.require_tokenizer, self.notes = deletes, settle, require_tokenizer, notes
+        self.deletes, self.settle, self.require_tokenizer = deletes, settle, require_tokenizer
 
     def split(self, unit: Unit, exported: Exported, reason: str, recheck: Recheck | None, result: Result) -> None:
         """Delete one big unit in steps of messages, then its rows; it is already exported.
@@ -218,25 +218,26 @@ class SplitDeletes:
                                "why": f"{record['undoing']}: kept, {put} deleted message(s) restored from "
                                       f"{exported.path}"})
 
-    def finish_all(self) -> list[Result]:
-        """Units an earlier run left half-deleted: finished if unchanged since their export, else restored.
+    def finish_all(self) -> tuple[list[Result], list[str]]:
+        """Units an earlier run left half-deleted: finished if unchanged since their export, else restored;
+        (their results, a note for each record left for the next run).
 
         One record that cannot be dealt with (its export unreadable, say) is reported and kept for
         the next run; it never stops the profile's other work.
         """
-        recovered = []
+        recovered, notes = [], []
         for split_id, record in self.outbox.splits():
             result = Result(self.store.profile.name, "delete", record.get("reason"), False, task="resume")
             try:
                 self._finish_split(split_id, record, result)
             except (ExportError, OutboxError, *SQLITE_ERRORS, KeyError, TypeError,
                     ValueError) as exc:
-                self.notes.append(f"an interrupted delete in steps ({record.get('session_id')!r}) could not be "
-                                  f"finished or restored: {exc}; it stays recorded for the next run")
+                notes.append(f"an interrupted delete in steps ({record.get('session_id')!r}) could not be "
+                             f"finished or restored: {exc}; it stays recorded for the next run")
                 continue
             result.notes.append(f"an interrupted delete of {record['session_id']} in steps, from an earlier run")
             recovered.append(result)
-        return recovered
+        return recovered, notes
 
     def _finish_split(self, split_id: int, record: dict, result: Result) -> None:
         unit = Unit(record["session_id"], record["ids"], record.get("rule", ""))
