@@ -8,6 +8,7 @@ from hermes_admin.profile.actions.common import Run, export_settings, with_engin
 from hermes_admin.profile.engine import exports
 from hermes_admin.profile.engine.engine import Engine, Result
 from hermes_admin.profile.environment import Environment
+from hermes_admin.problems import ERROR, WARNING, about
 from hermes_admin.protocol import Profile
 
 
@@ -27,11 +28,11 @@ def listing(run: Run, profile: Profile, layers: dict | None, export_dir: str | N
     try:
         found = exports.listing(profile, export_settings(profile, layers, export_dir))
     except exports.ExportError as exc:
-        run.errors.append(f"profile '{profile.shown}': {exc}")
+        run.add(about(profile, ERROR, "exports", str(exc)))
         return
     for item in found:
         if "problem" in item:
-            run.warnings.append(f"profile '{profile.shown}': {item['problem']}")
+            run.add(about(profile, WARNING, "export_file", item["problem"]))
         else:
             run.data.setdefault("exports", []).append(item)
 
@@ -46,12 +47,12 @@ def remove(run: Run, profile: Profile, layers: dict | None, export_dir: str | No
         found = {item["file"]: item for item in exports.listing(profile, export_settings(profile, layers, export_dir))
                  if "problem" not in item}
     except exports.ExportError as exc:
-        run.errors.append(f"profile '{profile.shown}': {exc}")
+        run.add(about(profile, ERROR, "exports", str(exc)))
         return
     for name in files:
         item = found.get(name)
         if item is None:
-            run.warnings.append(f"profile '{profile.shown}': {name}: not one of its exports; left alone")
+            run.add(about(profile, WARNING, "not_an_export", "not one of its exports; left alone", path=name))
             continue
         if not dry_run:
             for path in (name, name + exports.MANIFEST):
@@ -60,5 +61,5 @@ def remove(run: Run, profile: Profile, layers: dict | None, export_dir: str | No
                 except FileNotFoundError:
                     pass
                 except OSError as exc:
-                    run.errors.append(f"profile '{profile.shown}': {path}: cannot remove: {exc.strerror}")
+                    run.add(about(profile, ERROR, "os", f"cannot remove: {exc.strerror}", path=path))
         run.data.setdefault("removed", []).append(dict(item, dry_run=dry_run))
