@@ -9,7 +9,6 @@ always a Run: results, errors, warnings, and for list-type jobs its rows in
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable
@@ -158,11 +157,8 @@ def policy(job: Job, isolated: bool, env: Environment) -> Run:
             config = None
         if config is not None:
             config.hook_timeout  # read for what it warns about (a timeout that is not a finite number >= 0)
-            for warning in config.warnings:  # `…: plugins.hook_callback_timeout …`, `…: sessions: unknown key(s) x`
-                dotted = re.search(r": ((?:sessions|plugins)\.[A-Za-z0-9_]+)", warning)
-                unknown = re.search(r": (sessions|plugins): unknown key\(s\) ([^ ,]+)", warning)
-                problem("warnings", warning, dotted.group(1) if dotted else
-                        f"{unknown.group(1)}.{unknown.group(2)}" if unknown else None)
+            for warning in config.warnings:
+                problem("warnings", warning.text(), warning.key)
             for where, key, message in rules.problems({}, config):  # the admin layers are checked by the host
                 problem("problems", message, f"sessions.{key}" if key else "sessions")
             try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from typing import Callable, Iterable
 
 
@@ -102,9 +103,8 @@ def with_engine(run: Run, profile: Profile, env: Environment, work: Callable[[En
     try:
         with engine:
             run.add(*(Problem(WARNING, line, home=str(profile.home), kind="replay") for line in engine.replayed))
-            if engine.config is not None:  # each line names its file
-                run.add(*(Problem(WARNING, line, home=str(profile.home), kind="hermes_config")
-                          for line in engine.config.warnings))
+            if engine.config is not None:  # each names its file and key
+                run.add(*(replace(w, home=str(profile.home)) for w in engine.config.warnings))
             done += engine.recovered  # units an interrupted run left half-deleted, finished or restored
             done += work(engine)
             worked = True
