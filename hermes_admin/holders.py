@@ -69,9 +69,7 @@ def other_holders(paths: list[Path], others_count: bool = True, wal: bool = Fals
         return None  # a Hermes outside this container would be seen by no scan here
     if not all(targets.values()):
         return None  # a file whose filesystem /proc/locks would name we could not tell
-    locking = lock_holders({(name, inode) for (_, inode), names in targets.items() for name in names})
-    if locking is None and lockrecord.gave_up and why is not None:
-        why.append(lockrecord.gave_up)
+    locking = lock_holders({(name, inode) for (_, inode), names in targets.items() for name in names}, why)
     if locking is None or (unseen and not wal):
         return None
     return holders + sorted(pid for pid in locking if pid != me and pid not in holders)
@@ -127,19 +125,20 @@ def in_the_host_pid_namespace() -> bool:
     return False
 
 
-def lock_holders(files: set[tuple[str, int]]) -> set[int] | None:
+def lock_holders(files: set[tuple[str, int]], why: list[str] | None = None) -> set[int] | None:
     """The pids holding a lock on any of `files` ((device as /proc/locks names it, inode)) by
-    `/proc/locks`; None if it cannot be read."""
-    table = locks_by_file(files)
+    `/proc/locks`; None if it cannot be read (`why`: see lockrecord.lock_table)."""
+    table = locks_by_file(files, why)
     return None if table is None else set().union(*table.values())
 
 
-def locks_by_file(files: set[tuple[str, int]]) -> dict[tuple[str, int], set[int]] | None:
+def locks_by_file(files: set[tuple[str, int]], why: list[str] | None = None) -> dict[tuple[str, int], set[int]] | None:
     """Each of `files` ((device, inode), lockrecord.device_names) -> the pids holding (or waiting
     for: they hold the file open) a lock on it, by `/proc/locks`; None if it cannot be read (or
     was too long to read, lockrecord.LOCK_LINES). Matched by device and inode: an inode number is
-    unique on one filesystem only, and anyone may lock a file on her own tmpfs."""
-    table = lockrecord.lock_table()
+    unique on one filesystem only, and anyone may lock a file on her own tmpfs. `why` gets the line
+    saying the table was too long to read, once."""
+    table = lockrecord.lock_table(why)
     if table is None:
         return None
     pids: dict[tuple[str, int], set[int]] = {file: set() for file in files}

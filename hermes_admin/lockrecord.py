@@ -7,7 +7,7 @@ one reader of /proc/locks is here too, and the one reader of a process's command
 /proc/locks is everyone's: any user can fill it (100 000 small locks make one read of it take
 seconds, since the kernel walks the table from its start for every page it hands out). So it is
 read up to LOCK_LINES lines and LOCK_SECONDS; past either the table is "unknown" (None), as an
-unreadable one is, and `gave_up` says why, once. Its entries name a file by the filesystem's
+unreadable one is, and the caller's `why` gets one line saying so. Its entries name a file by the filesystem's
 device and the inode: both are compared (`device_names`), never the inode alone.
 """
 
@@ -20,7 +20,6 @@ from dataclasses import dataclass
 
 LOCK_LINES = 20_000  # of /proc/locks read at most; a busy host holds a few hundred
 LOCK_SECONDS = 2.0  # spent reading it at most
-gave_up: str | None = None  # why the last read of /proc/locks gave up (None: it did not)
 
 
 def write(fd: int, **extra) -> None:
@@ -63,19 +62,20 @@ class Lock:
     waiting: bool  # a waiter's line ("1: -> POSIX ..."): it wants the lock, it does not hold it
 
 
-def lock_table() -> list[Lock] | None:
+def lock_table(why: list[str] | None = None) -> list[Lock] | None:
     """/proc/locks, parsed: the one reader of it (holders, write-lock holders, lock files' holders).
-    None when it cannot be read, or holds a line of a shape this code does not know."""
-    global gave_up
-    gave_up = None
+    None when it cannot be read, or holds a line of a shape this code does not know; when it was
+    too long to read, `why` gets one line saying so (once: a line already there is not repeated)."""
     lines = []
     deadline = time.monotonic() + LOCK_SECONDS
     try:
         with open("/proc/locks", encoding="ascii", errors="replace") as table:
             for line in table:
                 if len(lines) >= LOCK_LINES or time.monotonic() > deadline:
-                    gave_up = (f"/proc/locks holds more than {len(lines)} lines (read for at most {LOCK_LINES} "
-                               f"lines and {LOCK_SECONDS:g} s): who holds which lock is unknown")
+                    said = (f"/proc/locks holds more than {len(lines)} lines (read for at most {LOCK_LINES} "
+                            f"lines and {LOCK_SECONDS:g} s): who holds which lock is unknown")
+                    if why is not None and said not in why:
+                        why.append(said)
                     return None
                 lines.append(line)
     except OSError:

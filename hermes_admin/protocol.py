@@ -223,9 +223,10 @@ class Context:
     siblings: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Job:
-    """One kind of work (its params, see `profile/jobs.py`) over the profiles of one owner."""
+    """One kind of work (its params, see `profile/jobs.py`) over the profiles of one owner; made
+    whole by the host (host/runner.py) and never changed after."""
 
     params: Params
     owner: Owner

@@ -171,10 +171,8 @@ def scan(stores: list[Path], notes: list[str] | None = None) -> dict[Path, list[
             break
         if look:
             time.sleep(LOOKS_S / (LOOKS - 1))
-        locks = locks_by_file({h[5] for h in candidates})
+        locks = locks_by_file({h[5] for h in candidates}, notes)
         if locks is None:
-            if lockrecord.gave_up and notes is not None and lockrecord.gave_up not in notes:
-                notes.append(lockrecord.gave_up)
             candidates = []
             break
         candidates = [h for h in candidates if h[0] not in locks[h[5]]]

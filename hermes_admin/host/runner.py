@@ -111,7 +111,7 @@ class Host:
         run.add(*(Problem(WARNING, w, kind="environment") for w in self._steering if w not in run.warnings))
         context = self._context()
         for owner, group in by_owner(kept, self.everything().owners):
-            self._dispatch(run, Job(params, owner, group, context=context), with_policy)
+            self._dispatch(run, params, owner, group, context, with_policy)
         self._host_view(run)
         return run
 
@@ -175,24 +175,26 @@ class Host:
                 siblings.setdefault(str(profile.root), {})[profile.name] = str(profile.home)
         return siblings
 
-    def _dispatch(self, run: Run, job: Job, with_policy: bool) -> None:
-        """One owner's job, its report merged into `run`; the job's layers are filled in here."""
+    def _dispatch(self, run: Run, params: Params, owner: Owner, profiles: list[Profile], context: Context,
+                  with_policy: bool) -> None:
+        """One owner's job, made whole here (its profiles' layers, its worker's deadline), then its
+        report merged into `run`."""
         from hermes_admin.host.workers import run_job
 
         if stopping.requested():
-            run.add(Problem(WARNING, "stopped on request: " + ", ".join(p.name for p in job.profiles)
+            run.add(Problem(WARNING, "stopped on request: " + ", ".join(p.name for p in profiles)
                             + " not worked on", kind="stopped"))
             return
         # every job may need the profile's Hermes installation (profile/installation.py)
-        job.layers = {str(p.home): admin_config.hermes_python(self.config, p.name, p.root) for p in job.profiles}
+        layers = {str(p.home): admin_config.hermes_python(self.config, p.name, p.root) for p in profiles}
         if with_policy:
-            job.profiles = self._with_policy(run, job.profiles, job.layers)
-        if not job.profiles:
+            profiles = self._with_policy(run, profiles, layers)
+        if not profiles:
             return
-        if os.geteuid() == 0 and job.owner.uid != 0 and not job.params.dry_run:
-            self._hand_back(run, job.owner, job.profiles)
-        deadlines = self._deadlines(job.profiles)
-        job.context = replace(job.context, idle_timeout=deadlines.idle)
+        if os.geteuid() == 0 and owner.uid != 0 and not params.dry_run:
+            self._hand_back(run, owner, profiles)
+        deadlines = self._deadlines(profiles)
+        job = Job(params, owner, profiles, layers, replace(context, idle_timeout=deadlines.idle))
         run.merge(run_job(job, self.verbose, deadlines))
 
     def _deadlines(self, profiles: list[Profile]):

@@ -17,8 +17,9 @@ once it has run, as the home's owner, and imported `hermes_cli`.
 5. `/opt/hermes/.venv` (the Docker image).
 
 A probe costs a Python start and Hermes' config import (a few hundred ms), so
-each interpreter is probed once per process, and a probe's answer is kept in the
-owner's cache folder as long as the files it came from are unchanged.
+each interpreter is probed once per job (by the job's finder, `Installations`),
+and a probe's answer is kept in the owner's cache folder as long as the files it
+came from are unchanged.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Mapping
 
 from hermes_admin.protocol import Profile
 from hermes_admin.trust import expand_user, own_home
@@ -82,35 +84,36 @@ class Lookup:
                 "notes": list(self.notes), "own_interpreter_chosen_in": self.own_by_choice}
 
 
-_lookups: dict[tuple, Lookup] = {}
-_probes: dict[str, Installation | str] = {}  # interpreter -> what it answered, or why it was refused
-# What the job being served says (profile/jobs.serve): per home, the admin config's `hermes_python`;
-# whether a probe's answer may be kept on disk (never in a dry run). Set once per job, read by the
-# policy, the engine and `plugins list` alike, rather than threaded through every call between them.
-_configured: dict[str, dict] = {}
-_remember = False
+@dataclass(frozen=True, eq=False)
+class Installations:
+    """The finder of a job: which installation serves each of its profiles, by what the admin config
+    says for their homes (`hermes_python`, and where it was set). Made where the job starts
+    (profile/environment.Environment.of) and passed to the policy, the engine and `plugins list`.
 
+    Lookups and probes are remembered in the finder, so once per job: a daemon sees an installation
+    upgraded or removed meanwhile (the disk cache keeps that cheap). `remember`: whether a probe's
+    answer may be kept on disk (never in a dry run)."""
 
-def configure(layers: dict[str, dict], remember: bool) -> None:
-    """A job begins: what the admin config says for its homes. Lookups and probes are per job, so
-    a daemon sees an installation upgraded or removed meanwhile (the disk cache keeps that cheap)."""
-    global _remember
-    _lookups.clear()
-    _probes.clear()
-    for home, layer in layers.items():
-        _configured[home] = {k: layer[k] for k in ("hermes_python", "hermes_python_where") if k in layer}
-    _remember = remember
+    configured: Mapping[str, Mapping[str, object]] = field(default_factory=dict)  # per home
+    remember: bool = False
+    _lookups: dict = field(default_factory=dict, init=False, repr=False)  # (root, setting, where) -> Lookup
+    _probes: dict = field(default_factory=dict, init=False, repr=False)  # interpreter -> Installation or why refused
 
+    @classmethod
+    def of(cls, layers: Mapping[str, Mapping], remember: bool) -> "Installations":
+        """From the job's policy layers (per home, the admin config's part)."""
+        return cls({home: {k: layer[k] for k in ("hermes_python", "hermes_python_where") if k in layer}
+                    for home, layer in layers.items()}, remember)
 
-def for_profile(profile: Profile) -> Lookup:
-    """The installation serving `profile` (found once per root and setting, per process)."""
-    layer = _configured.get(str(profile.home), {})
-    configured = layer.get("hermes_python")
-    where = layer.get("hermes_python_where") or "admin config"
-    key = (str(profile.root), configured, where)
-    if key not in _lookups:
-        _lookups[key] = _find(profile.root, configured, where, _remember)
-    return _lookups[key]
+    def for_profile(self, profile: Profile) -> Lookup:
+        """The installation serving `profile` (found once per root and setting)."""
+        layer = self.configured.get(str(profile.home), {})
+        configured = layer.get("hermes_python")
+        where = layer.get("hermes_python_where") or "admin config"
+        key = (str(profile.root), configured, where)
+        if key not in self._lookups:
+            self._lookups[key] = _find(profile.root, configured, where, self.remember, self._probes)
+        return self._lookups[key]
 
 
 def hook_timeout(config, lookup: Lookup) -> tuple[float, str]:
@@ -142,12 +145,12 @@ def defaults_layer(lookup: Lookup) -> tuple[dict, str] | None:
 OWN = "hermes-admin"  # `hermes_python: hermes-admin`: our own interpreter, knowingly (no search, no warning)
 
 
-def _find(root: Path, configured, where: str, remember: bool) -> Lookup:
+def _find(root: Path, configured, where: str, remember: bool, probes: dict) -> Lookup:
     if configured == OWN:  # e.g. a host that keeps copies of stores and no Hermes, with stdlib-only plugins
         return Lookup(None, (), where)
     notes = []
     for python, found_by in _candidates(root, configured, where, notes):
-        answer = _probe(python, remember)
+        answer = _probe(python, remember, probes)
         if isinstance(answer, Installation):
             return Lookup(replace(answer, python=python, found_by=found_by), tuple(notes))
         if found_by.startswith("hermes_python") or os.path.exists(python):
@@ -203,16 +206,17 @@ def shebang_python(script: str) -> str | None:
 
 # -- the probe --------------------------------------------------------------------
 
-def _probe(python: str, remember: bool) -> Installation | str:
-    if python in _probes:
-        return _probes[python]
+def _probe(python: str, remember: bool, probes: dict) -> Installation | str:
+    """What `python` answers, asked once per finder (`probes`: its answers so far)."""
+    if python in probes:
+        return probes[python]
     refused = runnable(python)
     if refused:
-        _probes[python] = refused
+        probes[python] = refused
         return refused
     cached = _cache_read(python)
     if cached is not None:
-        _probes[python] = cached[0]
+        probes[python] = cached[0]
         return cached[0]
     from hermes_admin import child
     from hermes_admin.profile.hooks.worker import command
@@ -231,7 +235,7 @@ def _probe(python: str, remember: bool) -> Installation | str:
         answer, watch = _read_probe(done)
         if isinstance(answer, Installation) and remember:
             _cache_write(python, answer, watch)
-    _probes[python] = answer
+    probes[python] = answer
     return answer
 
 

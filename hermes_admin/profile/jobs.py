@@ -105,7 +105,8 @@ def maintain(job: Job, isolated: bool, env: Environment) -> Run:
             if not request.dry_run and profile.has_store():
                 run_record.write(profile, run_record.summarise(run, before, job.params.command, started))
         if job.params.summaries:
-            run.data.setdefault("summaries", []).append(dict(profile_summary(profile), label=profile.shown))
+            run.data.setdefault("summaries", []).append(dict(profile_summary(profile, lock_wait_s=env.lock_wait),
+                                                                    label=profile.shown))
 
     _each(job, run, isolated, work)
     return run
@@ -149,7 +150,7 @@ def policy(job: Job, isolated: bool, env: Environment) -> Run:
             line = yamlfile.line_of(text, key) if key and text else None
             row[kind].append({"file": str(path), "line": line, "message": message})
 
-        lookup = installation.for_profile(profile)  # its release's keys and defaults, as `run` reads them
+        lookup = env.installations.for_profile(profile)  # its release's keys and defaults, as `run` reads them
         try:
             config = load_hermes_config(profile.home, installation.sessions_keys(lookup))
         except HermesConfigError as exc:
@@ -192,10 +193,10 @@ def profiles(job: Job, isolated: bool, env: Environment) -> Run:
 
     run = Run(dry_run=True)
     def row(profile: Profile) -> dict:
-        settings = profile_settings(profile, job.layers.get(str(profile.home), {}))
-        summary = profile_summary(profile, settings["policy"])  # one look at the store for both
+        settings = profile_settings(profile, job.layers.get(str(profile.home), {}), env.installations)
+        summary = profile_summary(profile, settings["policy"], env.lock_wait)  # one look at the store for both
         stale = summary.pop("stale_open", None)
-        sqlite, warning = sqlite_of(profile, summary["journal_mode"])
+        sqlite, warning = sqlite_of(profile, summary["journal_mode"], env.installations)
         if warning:
             run.add(warning)
         return dict(summary, **settings, stale_open=stale, sqlite=sqlite)
@@ -204,7 +205,7 @@ def profiles(job: Job, isolated: bool, env: Environment) -> Run:
     return run
 
 
-def _rows_of_stores(job: Job, isolated: bool, key: str, rows: Callable) -> Run:
+def _rows_of_stores(job: Job, isolated: bool, env: Environment, key: str, rows: Callable) -> Run:
     """`rows(profile, store)` from every profile's store opened read-only, into `run.data[key]`;
     a profile without a store has none, an unusable store is that profile's error."""
     from hermes_admin.profile.store import Store, StoreError
@@ -215,7 +216,7 @@ def _rows_of_stores(job: Job, isolated: bool, key: str, rows: Callable) -> Run:
         if not profile.has_store():
             return
         try:
-            with Store.open(profile) as store:
+            with Store.open(profile, lock_wait_s=env.lock_wait) as store:
                 run.data.setdefault(key, []).extend(rows(profile, store))
         except StoreError as exc:
             run.add(exc.as_problem(profile.home))
@@ -237,7 +238,7 @@ def sessions_list(job: Job, isolated: bool, env: Environment) -> Run:
         counts.append({"home": str(profile.home), "sessions": int(total)})
         return [session_brief(profile, row) for row in most_recent(store, limit)]
 
-    run = _rows_of_stores(job, isolated, "sessions", rows)
+    run = _rows_of_stores(job, isolated, env, "sessions", rows)
     if counts:
         run.data["counts"] = counts
     return run
@@ -248,7 +249,7 @@ def resolve(job: Job, isolated: bool, env: Environment) -> Run:
     ambiguity over all of them (cli/mutate.targets)."""
     from hermes_admin.profile.store.read import find_session_ids
 
-    return _rows_of_stores(job, isolated, "matches", lambda profile, store: [
+    return _rows_of_stores(job, isolated, env, "matches", lambda profile, store: [
         {"wanted": wanted, "home": str(profile.home), "session_id": sid}
         for wanted in job.params.wanted for sid in find_session_ids(store, wanted)])
 
@@ -258,7 +259,7 @@ def session_detail(job: Job, isolated: bool, env: Environment) -> Run:
 
     run = Run(dry_run=True)
     _each(job, run, isolated,
-          lambda p: run.data.setdefault("session", []).append(detail(p, job.params.session_id)))
+          lambda p: run.data.setdefault("session", []).append(detail(p, job.params.session_id, env.lock_wait)))
     return run
 
 
@@ -281,7 +282,8 @@ def change(job: Job, isolated: bool, env: Environment) -> Run:
             return
         if verb == "delete":
             from hermes_admin.profile.actions.common import export_settings
-            exports = export_settings(profile, job.layers.get(str(profile.home)), params.export_dir)
+            exports = export_settings(profile, job.layers.get(str(profile.home)), env.installations,
+                                      params.export_dir)
             actions.delete(run, profile, env, ids, filters, force, exports)
         else:
             actions.archive(run, profile, env, ids, verb == "archive", filters if verb == "archive" else None, force)
@@ -310,12 +312,12 @@ def usage(job: Job, isolated: bool, env: Environment) -> Run:
     warnings = []
 
     def rows(profile: Profile, store) -> list[dict]:
-        folder = export_settings(profile, job.layers.get(str(profile.home))).folder_of(profile)
-        sqlite, warning = sqlite_of(profile, journal_mode(store))
+        folder = export_settings(profile, job.layers.get(str(profile.home)), env.installations).folder_of(profile)
+        sqlite, warning = sqlite_of(profile, journal_mode(store), env.installations)
         warnings.extend([warning] if warning else [])
         return [dict(profile_usage(profile, store, folder), sqlite=sqlite)]
 
-    run = _rows_of_stores(job, isolated, "usage", rows)
+    run = _rows_of_stores(job, isolated, env, "usage", rows)
     run.add(*warnings)
     return run
 
@@ -324,7 +326,8 @@ def exports_list(job: Job, isolated: bool, env: Environment) -> Run:
     from hermes_admin.profile.actions.exports import listing
 
     run = Run(dry_run=True)
-    _each(job, run, isolated, lambda p: listing(run, p, job.layers.get(str(p.home)), job.params.export_dir))
+    _each(job, run, isolated, lambda p: listing(run, p, job.layers.get(str(p.home)), env.installations,
+                                                job.params.export_dir))
     return run
 
 
@@ -332,7 +335,8 @@ def exports_prune(job: Job, isolated: bool, env: Environment) -> Run:
     from hermes_admin.profile.actions.exports import remove
 
     run = Run(dry_run=job.params.dry_run)
-    _each(job, run, isolated, lambda p: remove(run, p, job.layers.get(str(p.home)), job.params.export_dir,
+    _each(job, run, isolated, lambda p: remove(run, p, job.layers.get(str(p.home)), env.installations,
+                                               job.params.export_dir,
                                                list(job.params.files.get(str(p.home), ())), run.dry_run))
     return run
 
@@ -343,8 +347,8 @@ def repair(job: Job, isolated: bool, env: Environment) -> Run:
     apply = job.params.apply
     run = RepairRun(dry_run=not apply)
     siblings = _siblings_by_root(job)
-    _each(job, run, isolated, lambda p: repair_profile(run, p, _siblings(siblings, p), apply, job.params.check_fts,
-                                                       job.params.move_legacy_main))
+    _each(job, run, isolated, lambda p: repair_profile(run, p, env, _siblings(siblings, p), apply,
+                                                       job.params.check_fts, job.params.move_legacy_main))
     return run
 
 
@@ -361,7 +365,7 @@ def plugins_list(job: Job, isolated: bool, env: Environment) -> Run:
         except HermesConfigError as exc:
             run.add(about(profile, ERROR, "hermes_config", str(exc)))
             return
-        rows, problems, lookup = plugins_of(profile, config)
+        rows, problems, lookup = plugins_of(profile, config, env)
         run.data.setdefault("plugins", []).extend(dict(profile=profile.name, home=str(profile.home), **r) for r in rows)
         run.data.setdefault("installations", []).append(
             dict(profile=profile.name, home=str(profile.home), **lookup.as_dict()))
@@ -379,31 +383,8 @@ KINDS: dict[str, Callable[[Job, bool, Environment], Run]] = {
 }
 
 
-_PATIENCE: list[float] = []  # the store's own default wait, kept before --lock-wait first changes it
-
-
-def _patience(lock_wait: float | None) -> None:
-    """--lock-wait SECONDS for the connections that are not the engine's (which is given it, over the
-    policy's, through the job's Environment): how long a read waits, without progress, for a store
-    another process holds. An in-process worker serves many jobs, so a job without it gets the
-    default back."""
-    from hermes_admin.profile.store import connect
-
-    if not _PATIENCE:
-        _PATIENCE.append(connect.DEFAULT_LOCK_WAIT_S)
-    connect.DEFAULT_LOCK_WAIT_S = lock_wait if lock_wait is not None else _PATIENCE[0]
-
-
 def serve(job: Job, isolated: bool = False) -> Run:
-    """Do one job. `isolated`: in a worker process of its own, which may change its current folder."""
-    context = job.context
-    env = Environment.of(context)
-    from hermes_admin.profile import installation
-
-    installation.configure(job.layers, remember=not job.params.dry_run)
-    _patience(env.lock_wait)
-    if isolated and context.safe_mode:  # the invoker's HERMES_SAFE_MODE, into a clean environment
-        os.environ["HERMES_SAFE_MODE"] = context.safe_mode
-    if isolated and context.bundled_plugins:  # where Hermes' bundled plugins are (Nix, packages)
-        os.environ["HERMES_BUNDLED_PLUGINS"] = context.bundled_plugins
+    """Do one job. `isolated`: in a worker process of its own, which may change its current folder.
+    What the job's work needs besides its parameters is made here, once, and passed down."""
+    env = Environment.of(job.context, job.layers, remember=not job.params.dry_run)
     return KINDS[job.kind](job, isolated, env)

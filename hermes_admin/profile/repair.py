@@ -32,6 +32,7 @@ from pathlib import Path
 import apsw
 
 from hermes_admin.profile.engine.engine import FTS_TABLES, Engine
+from hermes_admin.profile.environment import Environment
 from hermes_admin.results import Finding, Result
 from hermes_admin.protocol import Profile
 from hermes_admin.profile.lineage import Unit
@@ -121,17 +122,19 @@ def fts_problems(store_path: Path) -> list[str]:
 
 
 def inspect(profile: Profile, siblings: dict[str, Profile], check_fts: bool = False,
-            store: Store | None = None, quick_check: bool = True, move_legacy_main: bool = False) -> list[Finding]:
+            store: Store | None = None, quick_check: bool = True, move_legacy_main: bool = False,
+            lock_wait_s: float | None = None) -> list[Finding]:
     """Everything wrong with one profile; reads only. `store`: one the caller has open already
     (the engine's, in `run`: one connection per profile, not two), left open. `quick_check`: False
     when `run` checked this store recently (profile/integrity.py). `move_legacy_main`: the operator
-    asked for the default profile's rows found here to move there (else they are reported only)."""
+    asked for the default profile's rows found here to move there (else they are reported only).
+    `lock_wait_s`: how long the stores it opens wait for another process's lock (the job's)."""
     found = _file_findings(profile)
     if not profile.has_store():
         return found
     if store is None:
         try:
-            store = Store.open(profile)
+            store = Store.open(profile, lock_wait_s=lock_wait_s)
         except StoreError as exc:
             return found + [Finding(profile.name, "unusable_store", str(profile.store_path), exc.problem, "none")]
         held = store
@@ -175,7 +178,7 @@ def inspect(profile: Profile, siblings: dict[str, Profile], check_fts: bool = Fa
     wanted: dict[str, list[str]] = {}
     for sid, _, owner in moved:
         wanted.setdefault(owner, []).append(sid)
-    present = {owner: _ids_present(siblings[owner], ids) for owner, ids in wanted.items()}
+    present = {owner: _ids_present(siblings[owner], ids, lock_wait_s) for owner, ids in wanted.items()}
     for sid, key, owner in moved:
         copied = sid in present[owner]
         fix = (f"delete this copy (profile '{owner}' holds the right one)" if copied
@@ -198,12 +201,12 @@ def inspect(profile: Profile, siblings: dict[str, Profile], check_fts: bool = Fa
     return found
 
 
-def _ids_present(profile: Profile, ids: list[str]) -> set[str]:
+def _ids_present(profile: Profile, ids: list[str], lock_wait_s: float | None) -> set[str]:
     """Which of these session ids the profile's store holds (none if it has no usable store)."""
     if not profile.has_store():
         return set()
     try:
-        with Store.open(profile) as store:
+        with Store.open(profile, lock_wait_s=lock_wait_s) as store:
             return set(existing_ids(store, ids))
     except StoreError:
         return set()
@@ -294,7 +297,7 @@ def _move(source: Engine, target_profile: Profile, moves: list[Finding], result:
     if not moves:
         return
     try:
-        with Engine(target_profile) as target:
+        with Engine(target_profile, env=source.env) as target:
             target.require_tokenizer("copy into")  # the rows copied in fire its CJK triggers
             for finding in moves:
                 _attempt(finding, lambda f=finding: _copy(source.store, target, f.subject))
@@ -391,9 +394,9 @@ def _rebuild_fts(engine: Engine) -> None:
                 write_transaction(engine.store.db, lambda db, t=table: rebuild(db, t))
 
 
-def apply(profile: Profile, findings: list[Finding], siblings: dict[str, Profile]) -> Result:
-    """Fix one profile's findings. Raises LockHeld/StoreError for the profile as a whole;
-    a single fix that fails is recorded on its finding and the others still run."""
+def apply(profile: Profile, findings: list[Finding], siblings: dict[str, Profile], env: Environment) -> Result:
+    """Fix one profile's findings, in the job's `env`. Raises LockHeld/StoreError for the profile as
+    a whole; a single fix that fails is recorded on its finding and the others still run."""
     result = Result(profile.name, "delete", "profile_repair", False, task="repair")
     for finding in findings:
         if finding.kind in ("missing_folder", "loose_permissions"):
@@ -402,7 +405,7 @@ def apply(profile: Profile, findings: list[Finding], siblings: dict[str, Profile
                                                       "legacy_main", "broken_fts")]
     if not store_fixes:
         return result
-    with Engine(profile) as engine:
+    with Engine(profile, env=env) as engine:
         silent = [f for f in store_fixes if f.kind in SILENT_KINDS]
         if silent:
             def fix(db):

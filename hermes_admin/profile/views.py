@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from hermes_admin.profile.installation import Installations
 from hermes_admin.profile.store.files import FileIndex
 from hermes_admin import problems
 from hermes_admin.protocol import Profile
@@ -20,9 +21,10 @@ def _size(path) -> int | None:
         return None
 
 
-def profile_summary(profile: Profile, policy: dict | None = None) -> dict:
+def profile_summary(profile: Profile, policy: dict | None = None, lock_wait_s: float | None = None) -> dict:
     """One row of `profiles`: health and counts (with `policy`, the effective one, how many open
-    rows the stale-row rule would close now: `stale_open`). Never raises for a bad store."""
+    rows the stale-row rule would close now: `stale_open`). Never raises for a bad store.
+    `lock_wait_s`: the job's --lock-wait, for a store another process holds."""
     row = {
         "name": profile.name, "home": str(profile.home), "store": None, "ok": True, "error": None,
         "schema_version": None, "journal_mode": None, "sessions": None, "messages": None,
@@ -35,7 +37,7 @@ def profile_summary(profile: Profile, policy: dict | None = None) -> dict:
     row["store_bytes"] = _size(profile.store_path)
     row["wal_bytes"] = _size(f"{profile.store_path}-wal") or 0
     try:
-        with Store.open(profile) as store:
+        with Store.open(profile, lock_wait_s=lock_wait_s) as store:
             counts = profile_counts(store)
             row.update(
                 schema_version=store.schema.version, journal_mode=journal_mode(store),
@@ -49,15 +51,16 @@ def profile_summary(profile: Profile, policy: dict | None = None) -> dict:
     return row
 
 
-def profile_settings(profile: Profile, layers: dict) -> dict:
-    """The Hermes installation serving the profile, and its effective policy with where each value
-    came from (`hermes`, `policy`), or why it has none (`policy_error`)."""
+def profile_settings(profile: Profile, layers: dict, installations: Installations) -> dict:
+    """The Hermes installation serving the profile (found by the job's `installations`), and its
+    effective policy with where each value came from (`hermes`, `policy`), or why it has none
+    (`policy_error`)."""
     from hermes_admin.profile import installation
     from hermes_admin.profile.hermes_config import HermesConfigError
     from hermes_admin.profile.hermes_config import load as load_hermes_config
     from hermes_admin.profile.policy import PolicyError, effective
 
-    lookup = installation.for_profile(profile)
+    lookup = installations.for_profile(profile)
     row = {"hermes": lookup.as_dict(), "policy": None, "policy_error": None}
     try:
         config = load_hermes_config(profile.home, installation.sessions_keys(lookup))
@@ -71,14 +74,13 @@ def profile_settings(profile: Profile, layers: dict) -> dict:
     return row
 
 
-def sqlite_of(profile: Profile, journal: str | None) -> tuple[dict, Problem | None]:
+def sqlite_of(profile: Profile, journal: str | None, installations: Installations) -> tuple[dict, problems.Problem | None]:
     """The SQLite we run on and the one the profile's Hermes runs on; a warning when Hermes' has the
     WAL-reset bug while the store is in WAL (in a rollback journal the bug cannot strike: 0.20+
     keeps new stores so on such a library, as `hermes doctor` says)."""
-    from hermes_admin.profile import installation
     from hermes_admin.profile.store.keep_wal import has_wal_reset_bug, library_version
 
-    found = installation.for_profile(profile).installation
+    found = installations.for_profile(profile).installation
     theirs = found.sqlite if found is not None else None
     bug = theirs is not None and has_wal_reset_bug(theirs)
     about = {"ours": library_version(), "hermes": theirs, "hermes_wal_reset_bug": bug if theirs else None}
@@ -118,9 +120,9 @@ def session_brief(profile: Profile, row: SessionRow) -> dict:
     }
 
 
-def session_detail(profile: Profile, session_id: str) -> dict:
-    """Everything `sessions show` tells about one session."""
-    with Store.open(profile) as store:
+def session_detail(profile: Profile, session_id: str, lock_wait_s: float | None = None) -> dict:
+    """Everything `sessions show` tells about one session (`lock_wait_s`: the job's --lock-wait)."""
+    with Store.open(profile, lock_wait_s=lock_wait_s) as store:
         graph = graph_around(store, [session_id])  # its lineage, children, delegates: not the whole store
     row = graph.rows[session_id]
     files = FileIndex.scan(profile.sessions_dir).files_of(session_id)

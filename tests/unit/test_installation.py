@@ -17,10 +17,7 @@ from hermes_admin.protocol import Profile
 
 @pytest.fixture(autouse=True)
 def fresh(monkeypatch, tmp_path):
-    """No lookups or probes of another test, no cache of the machine's, and no `hermes` command."""
-    monkeypatch.setattr(installation, "_lookups", {})
-    monkeypatch.setattr(installation, "_probes", {})
-    monkeypatch.setattr(installation, "_configured", {})
+    """No cache of the machine's and no `hermes` command (lookups and probes live in each finder)."""
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setenv("PATH", str(tmp_path / "bin"))
@@ -50,7 +47,7 @@ def profile(root: Path) -> Profile:
 
 
 def test_nothing_found_says_how_to_set_it(tmp_path):
-    lookup = installation.for_profile(profile(tmp_path / "r"))
+    lookup = installation.Installations().for_profile(profile(tmp_path / "r"))
     assert lookup.installation is None
     assert "hermes_python" in lookup.notes[-1] and str(tmp_path / "r") in lookup.notes[-1]
     assert installation.defaults_layer(lookup) is None
@@ -59,7 +56,7 @@ def test_nothing_found_says_how_to_set_it(tmp_path):
 def test_the_installers_layout_is_found_and_its_defaults_read(tmp_path):
     root = tmp_path / "r"
     python = fake_hermes(root / "hermes-agent" / "venv")
-    lookup = installation.for_profile(profile(root))
+    lookup = installation.Installations().for_profile(profile(root))
     found = lookup.installation
     assert found is not None and found.python == str(python) and found.hermes == "9.9.9"
     assert "hermes-agent/venv" in found.found_by
@@ -74,11 +71,12 @@ def test_configured_python_wins_and_a_broken_one_is_told(tmp_path):
     fake_hermes(root / "hermes-agent" / "venv", version="1.0")
     other = fake_hermes(tmp_path / "elsewhere", version="2.0")
     home = str(root)
-    installation.configure({home: {"hermes_python": str(other), "hermes_python_where": "a.yaml: hermes_python"}}, False)
-    assert installation.for_profile(profile(root)).installation.hermes == "2.0"
-    installation._lookups.clear()
-    installation.configure({home: {"hermes_python": sys.executable, "hermes_python_where": "a.yaml"}}, False)
-    lookup = installation.for_profile(profile(root))
+    finder = installation.Installations.of(
+        {home: {"hermes_python": str(other), "hermes_python_where": "a.yaml: hermes_python"}}, False)
+    assert finder.for_profile(profile(root)).installation.hermes == "2.0"
+    finder = installation.Installations.of({home: {"hermes_python": sys.executable, "hermes_python_where": "a.yaml"}},
+                                           False)
+    lookup = finder.for_profile(profile(root))
     assert lookup.installation.hermes == "1.0"  # the next candidate, and a line about the refused one
     assert "hermes_cli" in lookup.notes[0] and sys.executable in lookup.notes[0]
 
@@ -86,9 +84,22 @@ def test_configured_python_wins_and_a_broken_one_is_told(tmp_path):
 def test_own_interpreter_by_choice_searches_nothing_and_warns_nothing(tmp_path):
     root = tmp_path / "r"
     fake_hermes(root / "hermes-agent" / "venv")
-    installation.configure({str(root): {"hermes_python": "hermes-admin", "hermes_python_where": "a.yaml"}}, False)
-    lookup = installation.for_profile(profile(root))
+    finder = installation.Installations.of({str(root): {"hermes_python": "hermes-admin", "hermes_python_where": "a.yaml"}},
+                                           False)
+    lookup = finder.for_profile(profile(root))
     assert lookup.installation is None and lookup.notes == () and lookup.own_by_choice == "a.yaml"
+
+
+def test_each_job_has_a_finder_of_its_own(tmp_path):
+    """A job's finder knows only its own homes' settings and probes: what an earlier job of the same
+    process (the daemon's, an in-process worker's) configured or found never leaks into the next."""
+    root = tmp_path / "r"
+    fake_hermes(root / "hermes-agent" / "venv", version="1.0")
+    other = fake_hermes(tmp_path / "elsewhere", version="2.0")
+    first = installation.Installations.of({str(root): {"hermes_python": str(other)}}, False)
+    assert first.for_profile(profile(root)).installation.hermes == "2.0"
+    assert installation.Installations.of({}, False).for_profile(profile(root)).installation.hermes == "1.0"
+    assert first.for_profile(profile(root)).installation.found_by == "hermes_python (admin config)"
 
 
 def test_the_hermes_command_names_its_interpreter(tmp_path):
@@ -96,7 +107,7 @@ def test_the_hermes_command_names_its_interpreter(tmp_path):
     command = tmp_path / "bin" / "hermes"
     command.parent.mkdir()
     command.write_text(f"#!{python}\nimport sys\n")
-    found = installation.for_profile(profile(tmp_path / "r")).installation
+    found = installation.Installations().for_profile(profile(tmp_path / "r")).installation
     assert found.python == str(python) and str(command) in found.found_by
     long = tmp_path / "long"  # pip's form for a path too long for a shebang
     long.write_text(f"#!/bin/sh\n'''exec' {python} \"$0\" \"$@\"\n' '''\n")
@@ -107,15 +118,14 @@ def test_the_hermes_command_names_its_interpreter(tmp_path):
 def test_a_probe_is_kept_until_what_it_read_changes(tmp_path):
     root = tmp_path / "r"
     python = fake_hermes(root / "hermes-agent" / "venv")
-    installation.configure({}, remember=True)
-    assert installation.for_profile(profile(root)).installation.hermes == "9.9.9"
+    assert installation.Installations(remember=True).for_profile(profile(root)).installation.hermes == "9.9.9"
     cache = installation._cache_path()
     assert json.loads(cache.read_text())[str(python)]["probe"]["hermes"] == "9.9.9"
-    # a later process reads the cache: a probe that would now fail is not run
-    installation._lookups.clear(), installation._probes.clear()
+    # a later job (a finder of its own) reads the cache: a probe that would now fail is not run
+    assert installation.Installations(remember=True).for_profile(profile(root)).installation.hermes == "9.9.9"
     (python.parent.parent / "site" / "hermes_cli" / "__init__.py").write_text("raise ImportError('gone')\n")
     os.utime(python.parent.parent / "site" / "hermes_cli" / "__init__.py", ns=(1, 1))
-    assert installation.for_profile(profile(root)).installation is None  # a watched file changed: probed again
+    assert installation.Installations(remember=True).for_profile(profile(root)).installation is None  # probed again
 
 
 def test_a_python_others_may_change_is_refused(tmp_path):
@@ -164,12 +174,12 @@ RELEASE_0222 = dict({k: v for k, v in RELEASE_0201.items() if k != "write_json_s
 def test_the_probe_keeps_the_name_of_every_sessions_key_of_the_release(tmp_path):
     root = tmp_path / "r"
     fake_hermes(root / "hermes-agent" / "venv", sessions=RELEASE_0222)
-    lookup = installation.for_profile(profile(root))
+    lookup = installation.Installations().for_profile(profile(root))
     assert lookup.installation.sessions_keys == set(RELEASE_0222)
     assert installation.sessions_keys(lookup) == set(RELEASE_0222)
     assert lookup.as_dict()["installation"]["sessions_keys"] == sorted(RELEASE_0222)
     assert lookup.installation.sessions == {k: RELEASE_0222[k] for k in installation.SESSIONS_KEYS}  # values: policy's only
-    assert installation.sessions_keys(installation.for_profile(profile(tmp_path / "none"))) == frozenset()
+    assert installation.sessions_keys(installation.Installations().for_profile(profile(tmp_path / "none"))) == frozenset()
 
 
 @pytest.mark.parametrize("keys, known", [
@@ -189,18 +199,15 @@ def test_a_cached_answer_without_the_key_names_is_probed_again(tmp_path):
     """A cache written before probes named the release's keys would hide them until Hermes changes."""
     root = tmp_path / "r"
     python = fake_hermes(root / "hermes-agent" / "venv", sessions=RELEASE_0222)
-    installation.configure({}, remember=True)
-    installation.for_profile(profile(root))
+    installation.Installations(remember=True).for_profile(profile(root))
     cache = installation._cache_path()
     data = json.loads(cache.read_text())
     data[str(python)]["probe"]["hermes"] = "from the cache"
     cache.write_text(json.dumps(data))
-    installation.configure({}, remember=True)
-    assert installation.for_profile(profile(root)).installation.hermes == "from the cache"  # the cache serves
+    assert installation.Installations(remember=True).for_profile(profile(root)).installation.hermes == "from the cache"  # the cache serves
     del data[str(python)]["probe"]["sessions_keys"]
     cache.write_text(json.dumps(data))
-    installation.configure({}, remember=True)
-    found = installation.for_profile(profile(root)).installation
+    found = installation.Installations(remember=True).for_profile(profile(root)).installation
     assert found.hermes == "9.9.9" and found.sessions_keys == set(RELEASE_0222)  # probed again
     assert json.loads(cache.read_text())[str(python)]["probe"]["sessions_keys"] == sorted(RELEASE_0222)
 

@@ -263,11 +263,14 @@ def test_a_read_outside_our_transactions_waits_for_a_rollback_journal_commit(tmp
     holder.close()
 
 
-def test_a_read_gives_up_after_lock_wait_naming_the_lock(tmp_path):
+@pytest.mark.parametrize("writable", [False, True])
+def test_a_read_gives_up_after_lock_wait_naming_the_lock(tmp_path, writable):
+    """The lock wait is the one the store was opened with, read-only or not (the job's --lock-wait,
+    passed down: no module default is changed per job)."""
     profile = profile_at(tmp_path)
     SynthStore(profile.store_path, version=30, journal="delete").close()
     holder = other_connection(profile.store_path)
-    with Store.open(profile, writable=True, lock_wait_s=0.5) as store:
+    with Store.open(profile, writable=writable, lock_wait_s=0.5) as store:
         holder.execute("BEGIN EXCLUSIVE")
         with pytest.raises(WriteLockHeld, match="held the write lock"):
             store.db.execute_sql("SELECT COUNT(*) FROM sessions")

@@ -10,6 +10,7 @@ from typing import Callable, Iterable
 from hermes_admin.profile.engine.engine import Engine
 from hermes_admin.profile.engine.exports import Settings
 from hermes_admin.profile.environment import Environment
+from hermes_admin.profile.installation import Installations
 from hermes_admin.report import Progress
 from hermes_admin.results import Result, Run
 from hermes_admin.profile.hermes_config import HermesConfig, HermesConfigError
@@ -52,7 +53,8 @@ def act_in_parts(engine: Engine, result: Result, parts: Iterable[list[Unit]],
     return result
 
 
-def export_settings(profile: Profile, layers: dict | None, export_dir: str | None = None) -> Settings:
+def export_settings(profile: Profile, layers: dict | None, installations: Installations,
+                    export_dir: str | None = None) -> Settings:
     """Where and how long the profile's exports go: `--export-dir`, else its policy, else the defaults.
 
     For commands that do not run the policy's tasks (`sessions delete`): a policy that cannot be
@@ -63,7 +65,7 @@ def export_settings(profile: Profile, layers: dict | None, export_dir: str | Non
     from hermes_admin.profile.policy import PolicyError, effective
 
     try:
-        lookup = installation.for_profile(profile)
+        lookup = installations.for_profile(profile)
         policy = effective(profile.shown, layers or {},
                            load_hermes_config(profile.home, installation.sessions_keys(lookup)),
                            installed=installation.defaults_layer(lookup))
@@ -72,7 +74,7 @@ def export_settings(profile: Profile, layers: dict | None, export_dir: str | Non
     return Settings(export_dir or policy.export_dir, policy.export_keep_days)
 
 
-def own_config(profile: Profile) -> HermesConfig | None:
+def own_config(profile: Profile, installations: Installations) -> HermesConfig | None:
     """The profile's config.yaml, for a command that reads no policy (so has not looked its Hermes
     installation up): only a `sessions:` key no release we know defines has the installation looked
     up, whose release may define it. None when unreadable: the engine reads it again and says why."""
@@ -81,7 +83,7 @@ def own_config(profile: Profile) -> HermesConfig | None:
     try:
         config = hermes_config.load(profile.home)
         if set(config.section("sessions")) - hermes_config.SESSIONS_KEYS:
-            config = hermes_config.load(profile.home, installation.sessions_keys(installation.for_profile(profile)))
+            config = hermes_config.load(profile.home, installation.sessions_keys(installations.for_profile(profile)))
     except HermesConfigError:
         return None
     return config
@@ -97,9 +99,9 @@ def with_engine(run: Run, profile: Profile, env: Environment, work: Callable[[En
     """
     done: list[Result] = []
     worked = False  # `work` returned: its results are in `done`, whatever closing the engine raises
-    config = config if config is not None else own_config(profile)
-    engine = Engine(profile, dry_run=run.dry_run, exports=exports, config=config, lock_wait_s=env.lock_wait,
-                    incremental=incremental, progress=Progress(), verbose=env.verbose)
+    config = config if config is not None else own_config(profile, env.installations)
+    engine = Engine(profile, dry_run=run.dry_run, exports=exports, config=config, incremental=incremental,
+                    progress=Progress(), env=env)
     try:
         with engine:
             run.add(*(Problem(WARNING, line, home=str(profile.home), kind="replay") for line in engine.replayed))

@@ -9,6 +9,7 @@ from hermes_admin.profile.engine import exports
 from hermes_admin.profile.engine.engine import Engine, Result
 from hermes_admin.profile.environment import Environment
 from hermes_admin.problems import ERROR, WARNING, about
+from hermes_admin.profile.installation import Installations
 from hermes_admin.protocol import Profile
 
 
@@ -23,10 +24,11 @@ def restore(run: Run, profile: Profile, env: Environment, path: str, sessions: l
     with_engine(run, profile, env, work)
 
 
-def listing(run: Run, profile: Profile, layers: dict | None, export_dir: str | None) -> None:
+def listing(run: Run, profile: Profile, layers: dict | None, installations: Installations,
+            export_dir: str | None) -> None:
     """This profile's exports: file, when, how many units, sessions and messages."""
     try:
-        found = exports.listing(profile, export_settings(profile, layers, export_dir))
+        found = exports.listing(profile, export_settings(profile, layers, installations, export_dir))
     except exports.ExportError as exc:
         run.add(about(profile, ERROR, "exports", str(exc)))
         return
@@ -37,15 +39,15 @@ def listing(run: Run, profile: Profile, layers: dict | None, export_dir: str | N
             run.data.setdefault("exports", []).append(item)
 
 
-def remove(run: Run, profile: Profile, layers: dict | None, export_dir: str | None, files: list[str],
-           dry_run: bool) -> None:
+def remove(run: Run, profile: Profile, layers: dict | None, installations: Installations,
+           export_dir: str | None, files: list[str], dry_run: bool) -> None:
     """`exports prune`: remove the exports the host chose, each with its manifest; only files this
     profile's own listing holds (a name from elsewhere is never removed)."""
     import os
 
     try:
-        found = {item["file"]: item for item in exports.listing(profile, export_settings(profile, layers, export_dir))
-                 if "problem" not in item}
+        settings = export_settings(profile, layers, installations, export_dir)
+        found = {item["file"]: item for item in exports.listing(profile, settings) if "problem" not in item}
     except exports.ExportError as exc:
         run.add(about(profile, ERROR, "exports", str(exc)))
         return

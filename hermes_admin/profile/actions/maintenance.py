@@ -29,6 +29,7 @@ from hermes_admin.profile.hermes_config import load as load_hermes_config
 from hermes_admin.protocol import Request  # Request: the one shape of a maintenance pass
 from hermes_admin.profile.engine.state_folder import LockHeld
 from hermes_admin.profile.environment import Environment
+from hermes_admin.profile.installation import Installations
 from hermes_admin.profile.store import StoreError
 from hermes_admin.profile.lineage import Graph
 from hermes_admin.profile.policy import Policy, PolicyError, with_origins
@@ -340,7 +341,7 @@ TASKS = (
 )
 
 
-def repair_step(run: Run, profile: Profile, policy: Policy, request: Request,
+def repair_step(run: Run, profile: Profile, policy: Policy, request: Request, env: Environment,
                 siblings: dict[str, Profile], store=None) -> None:
     """`run`'s first step: profile repair, report-only unless the policy says `repair: apply`.
 
@@ -355,12 +356,12 @@ def repair_step(run: Run, profile: Profile, policy: Policy, request: Request,
     try:
         checked = integrity.identity(profile)  # before the check: a store replaced meanwhile is not this one
         check = integrity.due(profile, policy.quick_check_hours, request.now, checked)
-        findings = profile_repair.inspect(profile, siblings, store=store, quick_check=check)
+        findings = profile_repair.inspect(profile, siblings, store=store, quick_check=check, lock_wait_s=env.lock_wait)
         if check and not request.dry_run and not any(f.kind == "unusable_store" for f in findings):
             integrity.passed(profile, request.now, checked)
         fixable = [f for f in findings if f.fix != "none"]
         if apply and fixable:
-            result = profile_repair.apply(profile, fixable, siblings)
+            result = profile_repair.apply(profile, fixable, siblings, env)
             result.action = "repair"
     except (LockHeld, StoreError, *SQLITE_ERRORS) as exc:
         # a held lock is a held lock (exit 3) whichever task meets it; anything else spares the other tasks
@@ -406,12 +407,13 @@ def applied(policy: Policy, origins: dict, request: Request) -> tuple[Policy, di
     return replace(policy, **changes, origins=origins), origins
 
 
-def _policy(run: Run, profile: Profile, layers: dict, request: Request) -> tuple[HermesConfig, Policy] | None:
+def _policy(run: Run, profile: Profile, layers: dict, request: Request,
+            installations: Installations) -> tuple[HermesConfig, Policy] | None:
     """The profile's Hermes config and its policy as this command applies it (`applied`), which also
     goes into the report with where each value came from; None when either cannot be read (said in
     `run`)."""
     try:
-        lookup = installation.for_profile(profile)  # plugins enabled or not: its defaults and keys
+        lookup = installations.for_profile(profile)  # plugins enabled or not: its defaults and keys
         config = load_hermes_config(profile.home, installation.sessions_keys(lookup))  # once: the engine uses it too
         policy, origins = with_origins(profile.shown, layers, config,
                                        installed=installation.defaults_layer(lookup))
@@ -437,21 +439,22 @@ def maintain(run: Run, profile: Profile, layers: dict, request: Request, env: En
                         why="no store yet: nothing to do", home=str(profile.home))
         run.results.append(result)
         return
-    found = _policy(run, profile, layers, request)
+    found = _policy(run, profile, layers, request, env.installations)
     if found is None:
         return
     config, policy = found
     siblings = siblings if siblings is not None else {profile.name: profile}
+    env = replace(env, lock_wait=env.lock_wait if env.lock_wait is not None else policy.lock_wait)
     repairing = model.REPAIR.name in request.tasks
     applying = policy.repair == "apply" and not request.dry_run
     if repairing and applying:  # fixes take the profile's locks themselves: before the engine
-        repair_step(run, profile, policy, request, siblings)
+        repair_step(run, profile, policy, request, env, siblings)
 
     results: list[Result] = []  # filled as tasks finish: reported with a failure too (common.with_engine)
 
     def work(engine: Engine) -> list[Result]:
         if repairing and not applying:  # a report reads through the engine's own connection
-            repair_step(run, profile, policy, request, siblings, store=engine.store)
+            repair_step(run, profile, policy, request, env, siblings, store=engine.store)
         one_pass = _Pass(engine, policy, request)
         for task in TASKS:
             if task.name.name not in request.tasks:
@@ -467,5 +470,4 @@ def maintain(run: Run, profile: Profile, layers: dict, request: Request, env: En
         return results
 
     exports = Settings(request.export_dir or policy.export_dir, policy.export_keep_days)
-    env = replace(env, lock_wait=env.lock_wait if env.lock_wait is not None else policy.lock_wait)
     with_engine(run, profile, env, work, exports, config, incremental=policy.incremental_vacuum, finished=results)

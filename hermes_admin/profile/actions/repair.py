@@ -5,6 +5,7 @@ from __future__ import annotations
 
 
 from hermes_admin.profile import repair as profile_repair
+from hermes_admin.profile.environment import Environment
 from hermes_admin.results import RepairRun
 from hermes_admin.protocol import Profile
 from hermes_admin.profile.engine.state_folder import LockHeld
@@ -13,12 +14,13 @@ from hermes_admin.problems import ERROR, LOCKED, WARNING, about
 from hermes_admin.profile.store.errors import SQLITE_ERRORS
 
 
-def repair(run: RepairRun, profile: Profile, siblings: dict[str, Profile], apply: bool, check_fts: bool,
-           move_legacy_main: bool = False) -> None:
-    """`siblings`: every profile of the same root, by name (where wrong-store rows move to).
+def repair(run: RepairRun, profile: Profile, env: Environment, siblings: dict[str, Profile], apply: bool,
+           check_fts: bool, move_legacy_main: bool = False) -> None:
+    """`env`: the job's. `siblings`: every profile of the same root, by name (where wrong-store rows move to).
     `move_legacy_main`: `--move-legacy-main` (rows keyed to the default profile found in a named
     one move there; else they are reported as ambiguous)."""
-    findings = profile_repair.inspect(profile, siblings, check_fts=check_fts, move_legacy_main=move_legacy_main)
+    findings = profile_repair.inspect(profile, siblings, check_fts=check_fts, move_legacy_main=move_legacy_main,
+                                      lock_wait_s=env.lock_wait)
     for finding in findings:
         finding.home = str(profile.home)
     run.findings += findings
@@ -28,7 +30,7 @@ def repair(run: RepairRun, profile: Profile, siblings: dict[str, Profile], apply
     if not apply or not any(f.fix != "none" for f in findings):
         return
     try:
-        result = profile_repair.apply(profile, [f for f in findings if f.fix != "none"], siblings)
+        result = profile_repair.apply(profile, [f for f in findings if f.fix != "none"], siblings, env)
         result.home = str(profile.home)
         run.results.append(result)
     except LockHeld as exc:

@@ -24,6 +24,7 @@ from typing import Callable, Iterator
 
 from hermes_admin import stopping
 from hermes_admin.profile import installation
+from hermes_admin.profile.environment import Environment
 from hermes_admin.profile.engine import exports
 from hermes_admin.profile.engine.aftermath import Aftermath
 from hermes_admin.profile.engine.checkpointer import Checkpointer
@@ -46,8 +47,7 @@ from hermes_admin.profile.engine.tokenizer import CJK_FTS_TABLE, Tokenizer
 from hermes_admin.profile.engine.turns import Turns
 from hermes_admin.profile.hermes_config import HermesConfig, load as load_hermes_config
 from hermes_admin.profile.hooks.bus import HookBus
-from hermes_admin.profile.hooks.discovery import discover as discover_plugins
-from hermes_admin.profile.hooks.discovery import safe_mode
+from hermes_admin.profile.hooks.discovery import discover as discover_plugins, safe_mode
 from hermes_admin.profile.lineage import Unit
 from hermes_admin.profile.store import Store, sql
 from hermes_admin.profile.store.read import load_rows
@@ -68,11 +68,10 @@ class Engine:
 
     def __init__(self, profile: Profile, dry_run: bool = False, now: Callable[[], float] = time.time,
                  progress: Progress | None = None, exports: Settings | None = None,
-                 config: HermesConfig | None = None, lock_wait_s: float | None = None, incremental: bool = True,
-                 verbose: int = 0):
-        self.profile, self.dry_run, self.now, self.verbose = profile, dry_run, now, verbose  # verbose: -v, for plugins
+                 config: HermesConfig | None = None, incremental: bool = True, env: Environment | None = None):
+        self.profile, self.dry_run, self.now = profile, dry_run, now
+        self.env = env if env is not None else Environment()  # the job's: -v, lock wait, installations
         self.incremental = incremental  # a VACUUM of ours switches the store to incremental auto-vacuum
-        self.lock_wait_s = lock_wait_s  # how long another writer may hold the lock without progress
         self.export_settings = exports or Settings()
         self._prunes = exports is not None  # only a command that knows the policy prunes old exports
         self.progress = progress or _no_progress
@@ -116,7 +115,7 @@ class Engine:
             self.config = load_hermes_config(self.profile.home)
         if not self.dry_run:  # a dry run writes nothing anywhere: no lock file, no outbox
             self.locks = ProfileLocks(self.profile, self.notes).__enter__()
-        self.store = Store.open(self.profile, writable=not self.dry_run, lock_wait_s=self.lock_wait_s)
+        self.store = Store.open(self.profile, writable=not self.dry_run, lock_wait_s=self.env.lock_wait)
         self.space = Space(self.store, None, self.incremental, self.dry_run)
         self.tokenizer = Tokenizer(self.store, self.dry_run, self._tokenizer_loaded)
         self.deletes = Deletes(self.store, lambda: self.references, self.now, lambda: data_version(self.store))
@@ -150,13 +149,14 @@ class Engine:
     def _bus(self) -> HookBus:
         # Opt-in: with nothing in plugins.enabled, no plugin Hermes loads that way hears anything,
         # so no installation is looked for, no folder scanned, no worker started.
-        if not self.config.plugins_enabled or safe_mode():
-            return HookBus(self.profile, [], self.config.hook_timeout, verbose=self.verbose)
-        lookup = installation.for_profile(self.profile)
+        env = self.env
+        if not self.config.plugins_enabled or safe_mode(env.hermes):
+            return HookBus(self.profile, [], self.config.hook_timeout, verbose=env.verbose, hermes_env=env.hermes)
+        lookup = env.installations.for_profile(self.profile)
         timeout, _ = installation.hook_timeout(self.config, lookup)
-        ours = [] if lookup.installation is not None else discover_plugins(self.profile.home, self.config)
+        ours = [] if lookup.installation is not None else discover_plugins(self.profile.home, self.config, env.hermes)
         return HookBus(self.profile, ours, timeout, installation=lookup.installation, notes=lookup.notes,
-                       verbose=self.verbose)
+                       verbose=env.verbose, hermes_env=env.hermes)
 
     def _has_index(self, table: str) -> bool:
         """Is the FTS5 index there whole (the table and the shadow tables FtsMerges reads and writes)?"""

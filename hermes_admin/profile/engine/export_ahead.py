@@ -125,7 +125,8 @@ class ExportAhead:
     def _reader(self):
         """The exports' own read-only connection, one for both threads (each unit read in one snapshot)."""
         if self._reads is None:
-            self._reads = open_readonly(self.store.profile.store_path, shared=True)
+            self._reads = open_readonly(self.store.profile.store_path, shared=True,  # waits as the engine's does
+                                        lock_wait_s=getattr(self.store.db, "lock_wait_s", None))
         return self._reads
 
     def _prepare(self, batch: list[Unit], reason: str, orphans: bool, version: int | None,

@@ -28,6 +28,7 @@ import signal
 import subprocess
 import sys
 import time
+from typing import Mapping
 
 from hermes_admin import child, shown, stopping
 from hermes_admin.profile.hooks import worker
@@ -57,11 +58,14 @@ class DeliveryStopped(Exception):
 
 class HookBus:
     def __init__(self, profile: Profile, plugins: list[PluginInfo], timeout: float, log=None,
-                 installation: Installation | None = None, notes: tuple[str, ...] = (), verbose: int = 0):
+                 installation: Installation | None = None, notes: tuple[str, ...] = (), verbose: int = 0,
+                 hermes_env: Mapping[str, str] | None = None):
         """`installation`: Hermes' interpreter, whose plugin manager decides the plugins (`plugins`
-        is then unused); else ours, loading `plugins`. `notes`: told with the first start."""
+        is then unused); else ours, loading `plugins`. `notes`: told with the first start.
+        `hermes_env`: what of the invoker's environment Hermes' plugin discovery reads (the job's)."""
         self.profile = profile
         self.verbose = verbose  # the job's -v, told to the plugin worker
+        self.hermes_env = dict(hermes_env or {})
         self.plugins = [p for p in plugins if p.enabled]
         self.installation = installation
         self.notes = list(notes)
@@ -87,7 +91,7 @@ class HookBus:
         # A clean environment, the worker script alone (by its path) in an isolated interpreter,
         # a session of its own, no descriptor but its pipes and the log.
         env = child.own_environment(HERMES_HOME=str(self.profile.home), PYTHONUNBUFFERED="1",
-                                    **hermes_environment())
+                                    **hermes_environment(self.hermes_env))
         python = self.installation.python if self.installation else sys.executable
         child.become_subreaper()
         self.proc = subprocess.Popen(
@@ -288,10 +292,11 @@ class HookBus:
             expected += 1
 
 
-def hermes_environment() -> dict[str, str]:
-    """What of our environment Hermes' plugin discovery reads: where its bundled plugins are (Nix,
-    packaged installs) and safe mode; nothing else crosses into the clean environment."""
-    return {k: os.environ[k] for k in ("HERMES_BUNDLED_PLUGINS", "HERMES_SAFE_MODE") if os.environ.get(k)}
+def hermes_environment(given: Mapping[str, str]) -> dict[str, str]:
+    """What of the invoker's environment (`given`: the job's) Hermes' plugin discovery reads: where
+    its bundled plugins are (Nix, packaged installs) and safe mode; nothing else crosses into the
+    clean environment."""
+    return {k: given[k] for k in ("HERMES_BUNDLED_PLUGINS", "HERMES_SAFE_MODE") if given.get(k)}
 
 
 def _texts(value) -> bool:

@@ -11,10 +11,10 @@ in the profile's `plugins.enabled` load, `plugins.disabled` always wins, and
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import Mapping
 
 from hermes_admin import yamlfile
 
@@ -104,20 +104,19 @@ def _entry_point_plugins() -> list[PluginInfo]:
             for name, value in _installed_entry_points()]
 
 
-def safe_mode(environ: dict[str, str] | None = None) -> bool:
-    """HERMES_SAFE_MODE=1: Hermes loads no plugins."""
-    env = os.environ if environ is None else environ
-    return env.get("HERMES_SAFE_MODE", "").strip().lower() in ("1", "true", "yes", "on")
+def safe_mode(environ: Mapping[str, str]) -> bool:
+    """HERMES_SAFE_MODE=1 in the invoker's environment (`environ`: the job's): Hermes loads no plugins."""
+    return environ.get("HERMES_SAFE_MODE", "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def discover(home: Path, config: HermesConfig, environ: dict[str, str] | None = None) -> list[PluginInfo]:
-    """Every plugin of the profile, each marked enabled or not and why."""
-    env = os.environ if environ is None else environ
+def discover(home: Path, config: HermesConfig, environ: Mapping[str, str]) -> list[PluginInfo]:
+    """Every plugin of the profile, each marked enabled or not and why (`environ`: the invoker's
+    environment, as the job carries it)."""
     plugins = _directory_plugins(Path(home)) + _entry_point_plugins()
     enabled, disabled = set(config.plugins_enabled), set(config.plugins_disabled)
     for plugin in plugins:
         names = {plugin.key, plugin.name}
-        if safe_mode(env):
+        if safe_mode(environ):
             plugin.why = "HERMES_SAFE_MODE=1 loads no plugins"
         elif names & disabled:
             plugin.why = "listed in plugins.disabled"

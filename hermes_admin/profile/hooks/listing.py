@@ -13,6 +13,7 @@ import subprocess
 
 from hermes_admin import child
 from hermes_admin.profile import installation
+from hermes_admin.profile.environment import Environment
 from hermes_admin.profile.hermes_config import HermesConfig
 from hermes_admin.profile.hooks import worker
 from hermes_admin.profile.hooks.bus import hermes_environment
@@ -24,18 +25,19 @@ MAX_ANSWER = 4 << 20  # far above any real listing; past it the answer is refuse
 MAX_PLUGINS = 2000  # far above any real installation; past it the answer is refused
 
 
-def plugins_of(profile: Profile, config: HermesConfig) -> tuple[list[dict], list[str], installation.Lookup]:
-    """(rows, problems, the installation looked up) for one profile."""
-    lookup = installation.for_profile(profile)
+def plugins_of(profile: Profile, config: HermesConfig, env: Environment) -> tuple[list[dict], list[str], installation.Lookup]:
+    """(rows, problems, the installation looked up) for one profile, in the job's `env`."""
+    lookup = env.installations.for_profile(profile)
     found = lookup.installation
     if found is None:
-        rows = [dict(p.as_dict(), loads=p.enabled, kind="standalone") for p in discover(profile.home, config)]
+        rows = [dict(p.as_dict(), loads=p.enabled, kind="standalone")
+                for p in discover(profile.home, config, env.hermes)]
         return rows, [], lookup
     try:
         done = child.run_bounded(
             worker.command(found.python, "list"), LIST_TIMEOUT_S, MAX_ANSWER,
             input=json.dumps({"home": str(profile.home), "profile": profile.name}).encode() + b"\n",
-            env=child.own_environment(HERMES_HOME=str(profile.home), **hermes_environment()), cwd=str(profile.home))
+            env=child.own_environment(HERMES_HOME=str(profile.home), **hermes_environment(env.hermes)), cwd=str(profile.home))
     except subprocess.TimeoutExpired:
         return [], [f"Hermes' plugin discovery in {found.python} did not answer within {LIST_TIMEOUT_S:g} s"], lookup
     except OSError as exc:

@@ -34,7 +34,8 @@ T = TypeVar("T")
 WRITE_BUSY_TIMEOUT_S = 0.2
 READ_BUSY_TIMEOUT_S = 5.0  # a read waits only for a checkpoint's or recovery's short locks
 # How long another writer may hold the write lock without any progress before a profile stops
-# (exit 3): a nightly run can wait minutes, and Hermes' own FTS optimize of a GB store holds it ~15 s.
+# (exit 3), where the opener says nothing (--lock-wait and the policy's `lock_wait` are passed to
+# every open): a nightly run can wait minutes, and Hermes' own FTS optimize of a GB store holds it ~15 s.
 DEFAULT_LOCK_WAIT_S = 300.0
 # A WAL file a big transaction blew up (Hermes' FTS optimize writes the whole index into it) stays
 # that size until its last connection closes. When a commit of ours is the first since the WAL
@@ -60,8 +61,9 @@ class StoreDatabase(APSWDatabase):
     transaction a lock error goes up: write_transaction retries the whole transaction.
     """
 
-    def __init__(self, database, flags: int = READ_WRITE, **kwargs):
+    def __init__(self, database, flags: int = READ_WRITE, lock_wait_s: float | None = None, **kwargs):
         self.flags = flags
+        self.lock_wait_s = DEFAULT_LOCK_WAIT_S if lock_wait_s is None else lock_wait_s  # 0: no wait
         super().__init__(database, **kwargs)
 
     def _connect(self):
@@ -98,7 +100,8 @@ def patiently(db: peewee.SqliteDatabase, statement: Callable[[], T], sleep: Call
 
 
 def _patience_of(db: peewee.SqliteDatabase) -> float:
-    """The connection's `lock_wait_s` (0: no wait), else the job's default, read at call time."""
+    """The connection's `lock_wait_s` (0: no wait), given when it was opened; a plain peewee
+    connection (a test's) has none and waits the default."""
     given = getattr(db, "lock_wait_s", None)
     return DEFAULT_LOCK_WAIT_S if given is None else given
 
@@ -115,12 +118,15 @@ def readonly_uri(path: Path) -> str:
     return "file:" + quote(str(Path(path).absolute())) + "?mode=ro"
 
 
-def open_readonly(path: Path, shared: bool = False) -> peewee.SqliteDatabase:
+def open_readonly(path: Path, shared: bool = False, lock_wait_s: float | None = None) -> peewee.SqliteDatabase:
     """A read-only connection: cannot write, checkpoint or unlink sidecars. `shared`: one connection
-    for every thread (the engine's export thread and its own), where peewee keeps one per thread."""
+    for every thread (the engine's export thread and its own), where peewee keeps one per thread.
+    `lock_wait_s`: how long a read waits, without progress, for a store another process holds
+    (None: DEFAULT_LOCK_WAIT_S)."""
     db = StoreDatabase(
         readonly_uri(path),
         flags=READ_ONLY,
+        lock_wait_s=lock_wait_s,
         timeout=READ_BUSY_TIMEOUT_S,
         pragmas={"query_only": 1},
         thread_safe=not shared,  # apsw lets threads share a connection (each call holds its mutex)
@@ -141,9 +147,8 @@ def open_readwrite(path: Path, lock_wait_s: float | None = None) -> peewee.Sqlit
         timeout=WRITE_BUSY_TIMEOUT_S,
         lock_type="IMMEDIATE",
         pragmas={"foreign_keys": 1, "wal_autocheckpoint": 0},
+        lock_wait_s=lock_wait_s,  # write_transaction's patience too
     )
-    db.lock_wait_s = DEFAULT_LOCK_WAIT_S if lock_wait_s is None else lock_wait_s  # write_transaction's patience
-    # (DEFAULT_LOCK_WAIT_S read at call time: --lock-wait sets it for a job, profile/jobs.py)
     db.connect()
     return db
 
@@ -196,8 +201,7 @@ def write_transaction(
             if not is_lock_error(exc):
                 raise
             if waiting is None:
-                waiting = _Wait(_store_path(db), patience_s if patience_s is not None
-                                else getattr(db, "lock_wait_s", DEFAULT_LOCK_WAIT_S))
+                waiting = _Wait(_store_path(db), patience_s if patience_s is not None else _patience_of(db))
             if waiting.over():
                 raise WriteLockHeld(waiting.why()) from None
             if on_busy is not None:  # someone else writes: the caller paces itself for them

@@ -32,7 +32,8 @@ class Store:
             raise StoreError(profile.shown, path, "no state.db (this profile has no store yet)")
         db = None
         try:
-            db = open_readwrite(path, lock_wait_s) if writable else open_readonly(path)
+            # lock_wait_s: how long any statement waits for a store another process holds (None: the default)
+            db = open_readwrite(path, lock_wait_s) if writable else open_readonly(path, lock_wait_s=lock_wait_s)
             schema = read_schema(db)
         except SQLITE_ERRORS as exc:
             # SQLite itself says "file is not a database": we never sniff the header.
