@@ -184,3 +184,19 @@ def test_the_units_run_the_hermes_admin_that_printed_them(tmp_path, monkeypatch)
     assert ops_cmd.executable() == str(mine)
     monkeypatch.setattr(sys, "argv", ["/usr/lib/python3/dist-packages/hermes_admin/__main__.py"])
     assert ops_cmd.executable() == f"{sys.executable} -m hermes_admin"
+
+
+@pytest.mark.parametrize("entries, warned", [
+    ("", False),  # every profile takes the default: no warning
+    ("profiles:\n  work: {retention_days: 30d}\n", False),  # the others still take it
+    ("profiles:\n  default: {retention_days: 30d}\n  work: {retention_days: 30d}\n  legacy: {retention_days: 30d}\n",
+     True),  # nobody takes it
+])
+def test_config_check_warns_of_a_default_only_when_no_profile_takes_it(synth_root, invoke, tmp_path, entries, warned):
+    root, _ = synth_root
+    config = _config(tmp_path, "defaults: {retention_days: 120d}\n" + entries)
+    checked = invoke("--config", config, "--root", str(root), "config", "check", "--json")
+    doc = json.loads(checked.stdout)
+    said = [w for w in doc["warnings"] if "defaults.retention_days" in w["message"]]
+    assert bool(said) == warned, doc
+    assert checked.exit_code == (1 if warned else 0), checked.stderr
