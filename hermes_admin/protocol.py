@@ -7,7 +7,7 @@ The host sends one job; the worker answers with JSON lines on its stdout:
     <- {"t": "hello", "uid", "gid", "groups"}                         who the worker really is
     <- {"t": "result", "v": {...}}  then  {"t": "item", "f": FIELD, "v": ...} / {"t": "kept", ...}
     <- {"t": "data", "k": KEY, "v": ...}                               rows of list-type jobs
-    <- {"t": "end", "v": {"dry_run", "errors", "locked", "warnings", "policies", "findings"}}
+    <- {"t": "end", "v": {"dry_run", "problems", "policies", "findings", "internal"}}
     <- {"t": "beat"}                                                   any time before the end: still alive
 
 A worker beats every few seconds while it lives (`Writer.beating`), whatever its work: the host
@@ -35,6 +35,7 @@ from typing import ClassVar, Union, get_args, get_origin, get_type_hints
 
 from hermes_admin.filters import Filters
 from hermes_admin.model import ORDER, STORE_FILE, Owner, Profile  # noqa: F401 (re-exported: every layer's values)
+from hermes_admin.problems import SEVERITIES, Problem
 from hermes_admin.results import Done, Finding, RepairRun, Result, Run
 
 BEAT_THREAD = "hermes-admin-beat"
@@ -42,6 +43,8 @@ BEAT_S = 5.0  # how often a worker says it lives, at most (a quarter of its idle
 MAX_LINE = 1 << 20  # one message; a longer one ends the worker (an item is a few hundred bytes)
 # A whole report: the long lists go to the host's Spills on disk, but rows and texts are in memory.
 MAX_REPORT = 256 << 20
+MAX_PROBLEMS = 100_000  # in one report
+_PROBLEM_FIELDS = {f.name for f in fields(Problem)}
 
 
 # -- the job: one frozen dataclass per kind, read as strictly as a report -----------
@@ -390,7 +393,7 @@ class Writer:
             for row in rows:
                 self.send({"t": "data", "k": key, "v": row})
         self.send({"t": "end", "v": {
-            "dry_run": run.dry_run, "errors": run.errors, "locked": run.locked, "warnings": run.warnings,
+            "dry_run": run.dry_run, "problems": [p.as_dict() for p in run.problems],
             "policies": run.policies, "findings": [f.as_dict() for f in getattr(run, "findings", [])],
             "internal": run.internal,
         }})
@@ -421,8 +424,8 @@ def _text(value, limit: int = 4096) -> str:
     return value if len(value) <= limit else value[:limit] + "…"
 
 
-def _opt_text(value) -> str | None:
-    return None if value is None else _text(value)
+def _opt_text(value, limit: int = 4096) -> str | None:
+    return None if value is None else _text(value, limit)
 
 
 def _texts(value, limit: int = 100_000) -> list[str]:
@@ -521,6 +524,24 @@ class Reader:
         else:
             raise ProtocolError(f"unknown message type {kind[:32]!r}")
 
+    def problem(self, value) -> Problem:
+        """One problem, field by field: each of its type and bounds, no other field, and only of a
+        profile this worker was given."""
+        if not isinstance(value, dict) or set(value) != _PROBLEM_FIELDS:
+            raise ProtocolError("a problem that is not an object of its fields")
+        severity = value["severity"]
+        if severity not in SEVERITIES:
+            raise ProtocolError("a problem of an unknown severity")
+        home = _opt_text(value["home"])
+        if home is not None and home not in self.homes:
+            raise ProtocolError("a problem for a profile this worker was not given")
+        line = value["line"]
+        if line is not None and (isinstance(line, bool) or not isinstance(line, int) or not 0 < line < 1 << 31):
+            raise ProtocolError("a problem whose line is not a line number")
+        return Problem(severity, _text(value["message"]), profile=_opt_text(value["profile"], 256), home=home,
+                       kind=_text(value["kind"], 64), path=_opt_text(value["path"]),
+                       key=_opt_text(value["key"], 256), line=line, skipped=_flag(value["skipped"]))
+
     def _header(self, v) -> Result:
         if not isinstance(v, dict):
             raise ProtocolError("a result that is not an object")
@@ -564,9 +585,10 @@ class Reader:
             raise ProtocolError("an end that is not an object")
         run = self.run
         run.dry_run = _flag(v.get("dry_run"))
-        run.errors += _texts(v.get("errors"))
-        run.locked += _texts(v.get("locked"))
-        run.warnings += _texts(v.get("warnings"))
+        found = v.get("problems")
+        if not isinstance(found, list) or len(found) > MAX_PROBLEMS:
+            raise ProtocolError("problems that are not a list of at most 100000")
+        run.add(*(self.problem(p) for p in found))
         run.internal = run.internal or v.get("internal") is True
         policies = v.get("policies") or {}
         if not isinstance(policies, dict):

@@ -338,4 +338,4 @@ def problems(run) -> list[tuple[str, str]]:
     said += [("warning", line) for line in plugin_failures([line for result in run.results
                                                              for line in result.hook_failures])]
     said += [("warning", line) for line in run.warnings]
-    return said + [("error", line) for line in run.locked + run.errors]
+    return said + [("error", line) for line in run.locked + run.errors]  # a held lock is said as an error

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from hermes_admin import exitcodes
+from hermes_admin import problems as said
+from hermes_admin.problems import Problem
 from hermes_admin.spill import Spill, SpillMap
 
 
@@ -94,30 +95,35 @@ class Result:
 class Run:
     dry_run: bool
     results: list[Result] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)  # a profile could not be processed
-    locked: list[str] = field(default_factory=list)  # another run (ours or Hermes') holds it
-    warnings: list[str] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)  # what went wrong, each with its severity
     policies: dict = field(default_factory=dict)  # home -> the policy as a dict (with its profile name)
     data: dict = field(default_factory=dict)  # rows of list-type jobs (profiles, sessions, plugins, ...)
     internal: bool = False  # a bug of ours ended a profile's work (exit 70)
 
+    def add(self, *found: Problem) -> None:
+        self.problems.extend(found)
+
+    # The lines of each severity, as people read them (and the JSON report's lists of text).
+    @property
+    def errors(self) -> list[str]:  # a profile could not be processed
+        return said.texts(self.problems, said.ERROR)
+
+    @property
+    def locked(self) -> list[str]:  # another run (ours or Hermes') holds it
+        return said.texts(self.problems, said.LOCKED)
+
+    @property
+    def warnings(self) -> list[str]:
+        return said.texts(self.problems, said.WARNING)
+
     def exit_code(self) -> int:
-        if self.internal:
-            return exitcodes.INTERNAL
-        if self.errors:
-            return exitcodes.PROFILE_FAILED
-        if self.locked:
-            return exitcodes.LOCKED
-        if self.warnings or any(r.skipped or r.hook_failures or r.files_skipped for r in self.results):
-            return exitcodes.WARNINGS
-        return exitcodes.OK
+        return said.exit_code(self.problems, self.internal,
+                              warned=any(r.skipped or r.hook_failures or r.files_skipped for r in self.results))
 
     def merge(self, other: "Run") -> None:
         """Fold another owner's report into this one (the host gathers one per worker)."""
         self.results += other.results
-        self.errors += other.errors
-        self.locked += other.locked
-        self.warnings += other.warnings
+        self.problems += other.problems
         self.policies.update(other.policies)
         self.internal = self.internal or other.internal
         for key, rows in other.data.items():
@@ -129,7 +135,7 @@ class Run:
         return {
             "dry_run": self.dry_run, "results": [r.as_dict() for r in self.results],
             "errors": self.errors, "locked": self.locked, "warnings": self.warnings,
-            "policies": self.policies,
+            "problems": [p.as_dict() for p in self.problems], "policies": self.policies,
             "exports_removed": self.data.get("exports_removed", []),  # each old export retention removed, and why
             "reclaim_waits": self.data.get("reclaim_waits", []),  # free pages waiting for a store nobody holds
             "longest_write_ms": round(max((r.longest_write_ms for r in self.results), default=0.0), 2),

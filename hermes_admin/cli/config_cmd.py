@@ -4,7 +4,6 @@ each problem with its file and line (as `nginx -t`), each effective value with w
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import click
@@ -32,8 +31,7 @@ def admin_problems(app: App) -> tuple[admin_config.AdminConfig | None, list[dict
     try:
         loaded = admin_config.load(app.config_path)
     except admin_config.ConfigError as exc:
-        unknown = re.search(r"unknown key\(s\) (\S+?)[ ,]", str(exc))
-        return None, [admin_config.problem_at(path, text, unknown.group(1) if unknown else None, str(exc)).as_dict()]
+        return None, [admin_config.problem_at(path, text, exc.key, str(exc)).as_dict()]
     app.use_config(loaded)
     found = [p.as_dict() for p in admin_config.policy_problems(loaded)]
     if loaded.metrics_file is not None and not isinstance(loaded.metrics_file, str):
@@ -75,7 +73,9 @@ def check(app: App, profiles, as_json: bool):
             problems += [p for p in row["problems"] if p["file"] or not admin_level]
             warnings += row["warnings"]
             checked.append(str(Path(row["home"]) / "config.yaml"))
-        warnings += [w.as_dict() for w in _defaults_never_used(loaded, rows)]
+        if not admin_level and loaded.defaults:  # which layer each value comes from, as run applies them
+            applied = app.work(ShowPolicy(), found.profiles, with_policy=True).data.get("policy", [])
+            warnings += [w.as_dict() for w in _defaults_never_used(loaded, applied)]
         problems += [{"file": None, "line": None, "message": m} for m in answer.errors if not admin_level]
         warnings += [{"file": None, "line": None, "message": m} for m in answer.warnings]
     checked = list(dict.fromkeys(checked))

@@ -157,8 +157,7 @@ def prune(app: App, older_than, max_size, profiles, export_dir, dry_run, yes, fo
     answer = app.work(ListExports(absolute_dir(export_dir)), found.profiles, with_policy=True)
     doomed = chosen(answer.data.get("exports", []), older_than, max_size, _owners(found), time.time())
     run = Run(dry_run=dry_run)
-    run.errors += answer.errors
-    run.warnings += answer.warnings
+    run.add(*answer.problems)
     if doomed:
         mutate.confirm(f"Remove {len(doomed)} export(s), {report.human_bytes(sum(r['bytes'] for r in doomed))}?",
                        yes, dry_run)

@@ -13,6 +13,8 @@ from hermes_admin.cli.context import App, json_option, pass_app, profile_option
 from hermes_admin.cli.params import ARCHIVE_DAYS, OLDER_THAN, WHEN, at_least
 from hermes_admin.filters import FilterError, Filters, parse_when
 from hermes_admin.model import AUTO_ARCHIVE, BY_COMMAND, ORDER, PURGE, TaskName
+from hermes_admin.cli.mutate import NOT_ALL_FOUND
+from hermes_admin.problems import ERROR, Problem
 from hermes_admin.protocol import Maintain, Request
 
 
@@ -84,13 +86,13 @@ def run_tasks(app: App, profiles, wanted: Request, yes: bool, as_json: bool, wha
     run = app.work(Maintain(wanted, summaries=summaries, command=what), found.profiles, with_policy=True)
     run.dry_run = dry_run
     if app.failed_discovery(found, profiles):
-        run.errors.append("some roots or profiles were not found or were refused (see above)")
+        run.add(NOT_ALL_FOUND)
     if summaries:
         from hermes_admin.host import metrics
         try:
             metrics.write(target, run, run.data.pop("summaries", []))
         except (OSError, ValueError) as exc:  # the report still goes out; the exit code says a part failed
-            run.errors.append(f"metrics file {target}: {exc.strerror or exc}")
+            run.add(Problem(ERROR, f"metrics file {target}: {exc.strerror or exc}", kind="metrics_file"))
     mutate.finish(run, as_json, what, app.verbose, app.quiet)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import signal
 import sys
 
@@ -10,7 +9,12 @@ import click
 
 from hermes_admin import exitcodes, report, stopping
 from hermes_admin.protocol import Profile, Resolve
+from hermes_admin.problems import ERROR, LOCKED, Problem
 from hermes_admin.results import Run
+
+AMBIGUOUS = "ambiguous"  # the kind of an id that names sessions in several places
+# said once discovery refused or missed some of what was named (the refusals were said above)
+NOT_ALL_FOUND = Problem(ERROR, "some roots or profiles were not found or were refused (see above)", kind="not_found")
 
 
 def dry_run_option(f):
@@ -21,7 +25,7 @@ def yes_option(f):
     return click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation on a terminal.")(f)
 
 
-def targets(app, profiles: list[Profile], ids: list[str]) -> tuple[dict[Profile, list[str]], list[str], list[str]]:
+def targets(app, profiles: list[Profile], ids: list[str]) -> tuple[dict[Profile, list[str]], list[str], list[Problem]]:
     """Which profile holds each id (exact or unique prefix): (by profile, not found, problems).
 
     Every owner's worker says what each id names in its profiles; ambiguity is decided
@@ -33,7 +37,7 @@ def targets(app, profiles: list[Profile], ids: list[str]) -> tuple[dict[Profile,
     if not wanted:
         return by_profile, missing, []
     answer = app.work(Resolve(tuple(wanted)), profiles)
-    problems = list(answer.errors)
+    problems = [p for p in answer.problems if p.severity == ERROR]
     homes = {str(p.home): p for p in profiles}
     found: dict[str, list[tuple[Profile, str]]] = {w: [] for w in wanted}
     for match in answer.data.get("matches", []):
@@ -45,7 +49,8 @@ def targets(app, profiles: list[Profile], ids: list[str]) -> tuple[dict[Profile,
         if not matches:
             missing.append(want)
         elif len(matches) > 1:
-            problems.append(f"'{want}' is ambiguous: " + ", ".join(f"{p.shown}:{sid}" for p, sid in matches[:10]))
+            problems.append(Problem(ERROR, f"'{want}' is ambiguous: "
+                                    + ", ".join(f"{p.shown}:{sid}" for p, sid in matches[:10]), kind=AMBIGUOUS))
         else:
             by_profile.setdefault(matches[0][0], []).append(matches[0][1])
     return by_profile, missing, problems
@@ -129,17 +134,14 @@ def _human(run: Run, verbose: int = 0, quiet: bool = False) -> None:
         report.line(line)
 
 
-_PROFILE_LINE = re.compile(r"^profile '(.*?)': (?:skipped: )?(.*)$", re.DOTALL)
-
-
 def stopped(run: Run) -> dict[str, str]:
     """Each profile whose work an error or a held lock ended or cut short, with the first such
-    line's reason (every such line begins `profile 'LABEL': `)."""
+    problem's reason (held locks first, as they are said)."""
     stops: dict[str, str] = {}
-    for line in run.locked + run.errors:
-        match = _PROFILE_LINE.match(line)
-        if match:
-            stops.setdefault(*match.groups())
+    for severity in (LOCKED, ERROR):
+        for problem in run.problems:
+            if problem.severity == severity and problem.profile:
+                stops.setdefault(problem.profile, problem.reason)
     return stops
 
 
@@ -194,12 +196,28 @@ def problems(run: Run) -> None:
         (report.error if severity == "error" else report.warn)(line)
 
 
+def _no_installation(run: Run) -> None:
+    """Where no Hermes installation was found for a root, one line (as `profiles` says it): Hermes'
+    built-in defaults applied, not an installed release's. A note, not a warning: plugins enabled
+    there are what makes it a warning (the plugin bus says so), since they then run in our interpreter."""
+    told = set()
+    for policy in run.policies.values():
+        hermes = policy.get("hermes") if isinstance(policy.get("hermes"), dict) else {}
+        if hermes.get("installation") is None:
+            for note in hermes.get("notes") or []:
+                if isinstance(note, str) and note not in told:
+                    told.add(note)
+                    report.note(note)
+
+
 def finish(run: Run, as_json: bool, verb: str, verbose: int = 0, quiet: bool = False) -> None:
     if as_json:
         report.emit_json(run.as_dict())
     else:
         _human(run, verbose, quiet)
     problems(run)
+    if not quiet:
+        _no_installation(run)
     if stopping.requested():
         report.warn("stopped on request: the report above is what was done; the rest waits for the next run "
                     "(`--dry-run` counts what is left)")

@@ -7,6 +7,7 @@ import click
 from hermes_admin import report
 from hermes_admin.cli import mutate
 from hermes_admin.cli.context import App, json_option, pass_app, profile_option
+from hermes_admin.cli.mutate import NOT_ALL_FOUND
 from hermes_admin.protocol import Repair
 
 
@@ -30,7 +31,7 @@ def repair_cmd(app: App, apply_fixes: bool, check_fts: bool, move_legacy_main: b
     run = app.work(Repair(apply=apply_fixes, check_fts=check_fts, move_legacy_main=move_legacy_main), found.profiles)
     run.dry_run = not apply_fixes
     if app.failed_discovery(found, profiles):
-        run.errors.append("some roots or profiles were not found or were refused (see above)")
+        run.add(NOT_ALL_FOUND)
     if as_json:
         report.emit_json(run.as_dict())
     else:

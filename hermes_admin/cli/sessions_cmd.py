@@ -16,6 +16,8 @@ from hermes_admin.cli.context import App, json_option, pass_app, profile_option
 from hermes_admin.cli.groups import SuggestingGroup
 from hermes_admin.cli.maintain_cmd import absolute_dir, build_filters, export_dir_option, filter_options
 from hermes_admin.protocol import Change, ListExports, ListSessions, SessionDetail
+from hermes_admin.cli.mutate import AMBIGUOUS, NOT_ALL_FOUND
+from hermes_admin.problems import WARNING, Problem
 from hermes_admin.results import Run
 
 
@@ -75,9 +77,9 @@ def show_cmd(app: App, session_id: str, profiles, as_json: bool):
     command that puts it back (exit 1: it is not in the store)."""
     found = app.discover(profiles)
     by_profile, missing, problems = mutate.targets(app, found.profiles, [session_id])
-    ambiguous = [p for p in problems if "is ambiguous" in p]
-    for message in problems:
-        report.error(message)
+    ambiguous = [p for p in problems if p.kind == AMBIGUOUS]
+    for problem in problems:
+        report.error(problem.text())
     if missing:
         failed = problems or app.failed_discovery(found, profiles)
         _show_deleted(app, found, session_id, as_json)
@@ -153,10 +155,9 @@ def _change(app: App, ids: tuple[str, ...], ids_from, profiles, dry_run: bool, y
     found = app.discover(profiles)
     by_profile, missing, problems = mutate.targets(app, found.profiles, wanted)
     run = Run(dry_run=dry_run)
-    run.warnings += [f"no session matches '{m}'" for m in missing]
-    run.errors += problems
+    run.add(*(Problem(WARNING, f"no session matches '{m}'", kind="no_match") for m in missing), *problems)
     if app.failed_discovery(found, profiles):
-        run.errors.append("some roots or profiles were not found or were refused (see above)")
+        run.add(NOT_ALL_FOUND)
     filtering = bool(filters and filters.given())
     targets = found.profiles if filtering else [p for p in found.profiles if p in by_profile]
     params = Change(verb, dry_run, force, ids={str(p.home): tuple(ids) for p, ids in by_profile.items()},

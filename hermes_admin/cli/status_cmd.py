@@ -21,6 +21,7 @@ import click
 
 from hermes_admin import exitcodes, report
 from hermes_admin.cli.context import App, json_option, pass_app, profile_option
+from hermes_admin.problems import WARNING, Problem
 from hermes_admin.protocol import Status
 
 TIMER = "hermes-admin.timer"  # the shipped units' names (systemd/), asked of systemctl
@@ -229,13 +230,13 @@ def _checked(answer) -> list[dict]:
     rows = []
     for row in answer.data.get("status", []):
         if not (isinstance(row, dict) and isinstance(row.get("home"), str) and isinstance(row.get("profile"), str)):
-            answer.warnings.append("a worker's status row of another shape; left out")
+            answer.add(Problem(WARNING, "a worker's status row of another shape; left out", kind="status_row"))
             continue
         runs = row.get("runs")
         wrong = history_problem(runs)
         if wrong:
-            answer.warnings.append(f"profile '{row['profile']}': {row['home']}: a run record of another shape "
-                                   f"({wrong}); not shown")
+            answer.add(Problem(WARNING, f"a run record of another shape ({wrong}); not shown", profile=row["profile"],
+                               home=row["home"], kind="run_record", path=row["home"]))
             runs = []
         rows.append({"profile": row["profile"], "home": row["home"], "store": row.get("store") is True,
                      "runs": runs, **overview(runs)})

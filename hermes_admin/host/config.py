@@ -25,7 +25,11 @@ TOP_LEVEL_KEYS = {"roots", "defaults", "profiles", "schedule", "metrics_file", "
 
 
 class ConfigError(Exception):
-    """A config that cannot be used; the message names the file."""
+    """A config that cannot be used; the message names the file, `key` the key it is about, if one."""
+
+    def __init__(self, message: str, key: str | None = None):
+        super().__init__(message)
+        self.key = key
 
 
 @dataclass
@@ -87,7 +91,7 @@ def parse(path: Path) -> AdminConfig:
     unknown = sorted(map(str, set(data) - TOP_LEVEL_KEYS))[:10]
     if unknown:
         raise ConfigError(f"{path}: unknown key(s) {', '.join(unknown)}{did_you_mean(unknown[0], TOP_LEVEL_KEYS)} "
-                          f"(known: {', '.join(sorted(TOP_LEVEL_KEYS))})")
+                          f"(known: {', '.join(sorted(TOP_LEVEL_KEYS))})", key=unknown[0])
     roots = data.get("roots") or []
     if isinstance(roots, str):
         roots = [roots]

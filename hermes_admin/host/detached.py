@@ -34,6 +34,8 @@ from pathlib import Path
 from hermes_admin import lockrecord
 from hermes_admin.lockrecord import command_of
 from hermes_admin.holders import locks_by_file
+from hermes_admin.model import Profile
+from hermes_admin.problems import ERROR, WARNING, Problem, about
 
 SUFFIXES = ("", "-wal", "-shm")  # the store and its sidecars: the files a process may hold broken
 COMMAND_CHARS = 160  # of a process's command line, in a report line
@@ -67,20 +69,22 @@ class BrokenHold:
     def blocks_writes(self) -> bool:
         return any(b.blocks_writes for b in self.broken)
 
-    def line(self, label: str, store: Path) -> str:
-        """One line for the report: who, what, and what fixes it."""
+    def problem(self, profile: Profile) -> Problem:
+        """The report's problem: who, what, and what fixes it; an error where it keeps us from
+        writing, a warning where it does not."""
         who = f"pid {self.pid} ({self.command})"
         if not self.blocks_writes:
             files = " and ".join(b.file for b in self.broken)
-            return (f"profile '{label}': {store}: {who} holds {files} without its SQLite locks (something in "
-                    f"that process closed the file); another tool's close can delete its WAL under it: restart it")
+            return about(profile, WARNING, "unlocked_hold", f"{who} holds {files} without its SQLite locks (something "
+                         "in that process closed the file); another tool's close can delete its WAL under it: "
+                         "restart it", path=profile.store_path)
         gone = [b for b in self.broken if b.blocks_writes]
-        line = (f"profile '{label}': {store}: {who} writes into {', '.join(map(str, gone))}: its writes are "
-                f"lost, and the store is not maintained until that process is restarted")
+        line = (f"{who} writes into {', '.join(map(str, gone))}: its writes are lost, and the store is not "
+                "maintained until that process is restarted")
         wal = [b for b in gone if b.file.endswith("-wal")]
         if wal:
             line += f" (copy /proc/{self.pid}/fd/{wal[0].fd} first to keep what it wrote)"
-        return line
+        return about(profile, ERROR, "detached_writer", line, path=profile.store_path)
 
     def as_dict(self) -> dict:
         return {"pid": self.pid, "command": self.command, "blocks_writes": self.blocks_writes,

@@ -19,6 +19,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, Gauge, generate_latest, write_to_textfile
 from prometheus_client.core import CounterMetricFamily
 
+from hermes_admin.problems import WARNING
 from hermes_admin.results import Run
 
 LAST_SUCCESS = "hermes_admin_last_success_timestamp_seconds"  # read back from the last file, so a failing run keeps it
@@ -127,8 +128,7 @@ def registry(run: Run, summaries: list[dict], finished: float | None = None,
         elif result.action == "archive":
             archived(*key, amount=result.rows)
     for row in rows:
-        label = row.get("label") or row["name"]
-        count = sum(1 for line in run.errors + run.locked if f"profile '{label}'" in line)
+        count = sum(1 for p in run.problems if p.severity != WARNING and p.home == row["home"])
         errors(row["name"], row["home"], amount=count)
         before = previous.get((LAST_SUCCESS, (("profile", row["name"]), ("home", row["home"]))))
         if count == 0:

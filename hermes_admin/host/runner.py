@@ -18,6 +18,7 @@ from hermes_admin import stopping
 from hermes_admin.host import config as admin_config
 from hermes_admin.host import discovery as homes
 from hermes_admin.protocol import Context, Job, ListProfiles, Maintain, Owner, Params, Profile, Repair
+from hermes_admin.problems import ERROR, LOCKED, WARNING, Problem, about
 from hermes_admin.results import RepairRun, Run
 from hermes_admin.trust import steering_environment
 
@@ -107,7 +108,7 @@ class Host:
             self._unknown_entries(run)
         if self._steering is None:  # as root, a loading path not root's own is dropped, once (trust.py)
             self._steering = steering_environment()
-        run.warnings.extend(w for w in self._steering if w not in run.warnings)
+        run.add(*(Problem(WARNING, w, kind="environment") for w in self._steering if w not in run.warnings))
         context = self._context()
         for owner, group in by_owner(kept, self.everything().owners):
             self._dispatch(run, params, owner, group, context, with_policy)
@@ -116,17 +117,18 @@ class Host:
 
     def _lock_roots(self, run: Run, profiles: list[Profile]) -> bool:
         """The run locks of every root these profiles live in, or none: never two half-runs.
-        False when another run holds one (said in `run.locked`)."""
+        False when another run holds one (said in `run` as a held lock)."""
         from hermes_admin.host.runlock import RootBusy, RunLocks
 
         try:
             self._run_locks = self._run_locks or RunLocks()
             self._run_locks.take([p.root for p in profiles])
         except RootBusy as exc:
-            run.locked.append(str(exc))
+            run.add(Problem(LOCKED, str(exc), kind="root_busy"))
             return False
         except OSError as exc:  # no place for the run lock: each profile's own lock still holds
-            run.warnings.append(f"run lock not taken ({exc.strerror or exc}); the profiles' own locks apply")
+            run.add(Problem(WARNING, f"run lock not taken ({exc.strerror or exc}); the profiles' own locks apply",
+                            kind="run_lock"))
         return True
 
     def _check_holds(self, run: Run, params: Params, profiles: list[Profile], writing: bool) -> list[Profile]:
@@ -139,11 +141,11 @@ class Host:
         for profile in profiles:
             holds = self.broken_holds().get(str(profile.home), [])
             for hold in holds:
-                (run.errors if hold.blocks_writes else run.warnings).append(hold.line(profile.shown, profile.store_path))
+                run.add(hold.problem(profile))
             if not (writing and any(hold.blocks_writes for hold in holds)):
                 kept.append(profile)
         if profiles:  # the scan passed its bounds: what it did not see is unknown, and said once
-            run.warnings.extend(n for n in self._broken_notes if n not in run.warnings)
+            run.add(*(Problem(WARNING, n, kind="holder_scan") for n in self._broken_notes if n not in run.warnings))
         return kept
 
     def _unknown_entries(self, run: Run) -> None:
@@ -151,8 +153,9 @@ class Host:
         known = {p.name for p in self.everything().profiles}
         for name in sorted(map(str, self.config.profiles)):
             if name not in known:
-                run.warnings.append(f"{self.config.path or 'admin config'}: profiles.{name}: matches no profile "
-                                    f"of {', '.join(str(r) for r in self.roots)} (a typo?)")
+                run.add(Problem(WARNING, f"profiles.{name}: matches no profile of "
+                                f"{', '.join(str(r) for r in self.roots)} (a typo?)", kind="unknown_profile",
+                                path=str(self.config.path or "admin config"), key=f"profiles.{name}"))
 
     def _context(self) -> Context:
         """What every job of this command carries besides its parameters (protocol.Context)."""
@@ -179,7 +182,8 @@ class Host:
         from hermes_admin.host.workers import run_job
 
         if stopping.requested():
-            run.warnings.append("stopped on request: " + ", ".join(p.name for p in profiles) + " not worked on")
+            run.add(Problem(WARNING, "stopped on request: " + ", ".join(p.name for p in profiles)
+                            + " not worked on", kind="stopped"))
             return
         # every job may need the profile's Hermes installation (profile/installation.py)
         layers = {str(p.home): admin_config.hermes_python(self.config, p.name, p.root) for p in profiles}
@@ -217,7 +221,7 @@ class Host:
             try:
                 layers[str(profile.home)].update(admin_config.policy_layers(self.config, profile.name))
             except admin_config.ConfigError as exc:
-                run.errors.append(f"profile '{profile.shown}': skipped: {exc}")
+                run.add(about(profile, ERROR, "admin_config", str(exc), skipped=True))
                 continue
             kept.append(profile)
         return kept
@@ -229,8 +233,8 @@ class Host:
         from hermes_admin.host.leftovers import hand_back
 
         for profile in profiles:
-            run.warnings += [f"profile '{profile.shown}': {path}: left as root's by an older hermes-admin; "
-                             f"handed back to {owner.user}" for path in hand_back(profile.home, owner)]
+            run.add(*(about(profile, WARNING, "handed_back", f"left as root's by an older hermes-admin; handed back "
+                            f"to {owner.user}", path=path) for path in hand_back(profile.home, owner)))
 
     def _host_view(self, run: Run) -> None:
         """What only the host knows, into the gathered report: the broken holds it saw in /proc (for

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from hermes_admin import child, stopping
 from hermes_admin.protocol import MAX_LINE, Job, Owner, ProtocolError, Reader
 from hermes_admin.shown import clean
+from hermes_admin.problems import ERROR, Problem, about
 from hermes_admin.results import RepairRun, Run
 
 LOG_BYTES = 256 << 10  # a worker's log relayed at most; past it, one line says how much was dropped
@@ -76,7 +77,7 @@ def run_job(job: Job, verbose: int = 0, deadlines: Deadlines | None = None) -> R
 
 def _failed(job: Job, why: str) -> Run:
     run = RepairRun(dry_run=True) if job.kind == "repair" else Run(dry_run=True)
-    run.errors += [f"profile '{p.shown}': {p.home}: {why}" for p in job.profiles]
+    run.add(*(about(p, ERROR, "worker", why, path=p.home) for p in job.profiles))
     return run
 
 
@@ -126,8 +127,9 @@ class Spawned:
             else:
                 problem = f"the worker for {owner.user} stopped before its report (exit status {code})"
         if problem:
-            run.errors += [f"profile '{p.shown}': {p.home}: {problem}" for p in self.job.profiles
-                           if not any(r.home == str(p.home) for r in run.results)] or [f"worker for {owner.user}: {problem}"]
+            run.add(*([about(p, ERROR, "worker", problem, path=p.home) for p in self.job.profiles
+                       if not any(r.home == str(p.home) for r in run.results)]
+                      or [Problem(ERROR, f"worker for {owner.user}: {problem}", kind="worker")]))
         return run
 
     def _converse(self, job_w: int, job: bytes) -> str | None:

@@ -39,6 +39,7 @@ from typing import Callable
 from hermes_admin import child, exitcodes, stopping
 from hermes_admin.profile.policy import applies_repairs
 from hermes_admin.protocol import BEAT_THREAD, MAX_LINE, Job, ProtocolError, Reader, Writer, beat_every
+from hermes_admin.problems import ERROR, Problem, about
 from hermes_admin.results import Run
 
 MIN_PROFILES = 8  # below this, a fork and a report cost about what a second core saves
@@ -220,8 +221,9 @@ def _report(job: Job, source, copy: _Copy) -> Run:
         run.internal = run.internal or broken or (
             status is not None and os.WIFEXITED(status) and os.WEXITSTATUS(status) == exitcodes.INTERNAL)
         reported = {r.home for r in run.results}
-        run.errors += [f"profile '{p.shown}': {p.home}: the second process {problem}"
-                       for p in job.profiles if str(p.home) not in reported] or [f"the second process {problem}"]
+        run.add(*([about(p, ERROR, "worker", f"the second process {problem}", path=p.home)
+                   for p in job.profiles if str(p.home) not in reported]
+                  or [Problem(ERROR, f"the second process {problem}", kind="worker")]))
     return reader.run
 
 

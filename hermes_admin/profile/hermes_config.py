@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hermes_admin import yamlfile
+from hermes_admin.problems import WARNING, Problem
 
 DEFAULT_HOOK_TIMEOUT_S = 30.0  # Hermes' own default for plugins.hook_callback_timeout
 # hermes-admin's ceiling for one callback in unattended runs: also what Hermes' "0 = no cap" means here.
@@ -54,7 +55,7 @@ class HermesConfigError(Exception):
 class HermesConfig:
     path: Path
     data: dict = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[Problem] = field(default_factory=list)  # each with its file and key
 
     def section(self, name: str) -> dict:
         value = self.data.get(name)
@@ -82,10 +83,9 @@ class HermesConfig:
         number >= 0 means 30 s, with a warning."""
         raw = self.section("plugins").get("hook_callback_timeout", default)
         if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not math.isfinite(raw) or raw < 0:
-            self.warnings.append(
-                f"{self.path}: plugins.hook_callback_timeout {str(raw)[:40]!r} is not a finite number >= 0; "
-                "using 30 s"
-            )
+            self.warnings.append(Problem(
+                WARNING, f"plugins.hook_callback_timeout {str(raw)[:40]!r} is not a finite number >= 0; using 30 s",
+                kind="hermes_config", path=str(self.path), key="plugins.hook_callback_timeout"))
             return DEFAULT_HOOK_TIMEOUT_S
         if raw == 0:
             return MAX_HOOK_TIMEOUT_S
@@ -115,5 +115,6 @@ def load(home: Path, known: Iterable[str] = ()) -> HermesConfig:
     unknown = sorted(map(str, set(config.section("sessions")) - SESSIONS_KEYS - set(known)))
     if unknown:
         shown = ", ".join(k[:40] for k in unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
-        config.warnings.append(f"{path}: sessions: unknown key(s) {shown} (a typo? not used)")
+        config.warnings.append(Problem(WARNING, f"sessions: unknown key(s) {shown} (a typo? not used)",
+                                       kind="hermes_config", path=str(path), key=f"sessions.{unknown[0]}"))
     return config

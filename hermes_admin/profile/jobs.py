@@ -9,13 +9,13 @@ always a Run: results, errors, warnings, and for list-type jobs its rows in
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
 from hermes_admin.profile.environment import Environment
 from hermes_admin.protocol import Job, Profile
+from hermes_admin.problems import ERROR, WARNING, Problem, about
 from hermes_admin.results import RepairRun, Run
 
 
@@ -29,8 +29,7 @@ def _enter(profile: Profile, isolated: bool) -> None:
         return
     os.chdir(profile.home)
     if os.stat(".").st_uid != os.geteuid():
-        raise HomeChanged(f"profile '{profile.shown}': {profile.home}: not owned by this worker's user any more; "
-                          "left alone")
+        raise HomeChanged("not owned by this worker's user any more; left alone")
 
 
 def _each(job: Job, run: Run, isolated: bool, work: Callable[[Profile], None]) -> None:
@@ -40,16 +39,17 @@ def _each(job: Job, run: Run, isolated: bool, work: Callable[[Profile], None]) -
     for n, profile in enumerate(job.profiles):
         if stopping.requested():
             left = [p.shown for p in job.profiles[n:]]
-            run.warnings.append("stopped on request: " + ", ".join(left[:20])
-                                + (f" and {len(left) - 20} more" if len(left) > 20 else "") + " not worked on")
+            run.add(Problem(WARNING, "stopped on request: " + ", ".join(left[:20])
+                            + (f" and {len(left) - 20} more" if len(left) > 20 else "") + " not worked on",
+                            kind="stopped"))
             break
         try:
             _enter(profile, isolated)
         except HomeChanged as exc:
-            run.errors.append(str(exc))
+            run.add(about(profile, ERROR, "home_changed", str(exc), path=profile.home))
             continue
         except OSError as exc:
-            run.errors.append(f"profile '{profile.shown}': {profile.home}: {exc.strerror}")
+            run.add(about(profile, ERROR, "os", str(exc.strerror), path=profile.home))
             continue
         try:
             work(profile)
@@ -57,13 +57,13 @@ def _each(job: Job, run: Run, isolated: bool, work: Callable[[Profile], None]) -
             raise
         except OSError as exc:  # disk full, read-only, an I/O error: this profile's fault, named
             where = exc.filename or profile.home
-            run.errors.append(f"profile '{profile.shown}': {where}: {exc.strerror or exc}")
+            run.add(about(profile, ERROR, "os", str(exc.strerror or exc), path=where))
         except Exception as exc:  # a bug of ours: this profile ends, the others go on (exit 70)
             import traceback
 
             run.internal = True
-            run.errors.append(f"profile '{profile.shown}': internal error: {type(exc).__name__}: {exc}"
-                              + ("" if job.context.verbose else " (run with -v for the traceback)"))
+            run.add(about(profile, ERROR, "internal", f"internal error: {type(exc).__name__}: {exc}"
+                          + ("" if job.context.verbose else " (run with -v for the traceback)")))
             if job.context.verbose:
                 traceback.print_exc()
 
@@ -97,7 +97,7 @@ def maintain(job: Job, isolated: bool, env: Environment) -> Run:
 
         from hermes_admin.profile import run_record
 
-        before, started = (len(run.results), len(run.errors), len(run.warnings), len(run.locked)), time.time()
+        before, started = (len(run.results), len(run.problems)), time.time()
         try:
             maintain_profile(run, profile, job.layers.get(str(profile.home), {}), request, env,
                              _siblings(siblings, profile))
@@ -121,7 +121,7 @@ def status(job: Job, isolated: bool, env: Environment) -> Run:
     def one(p: Profile) -> None:
         problems: list[str] = []
         runs = run_record.read(p, problems)
-        run.warnings.extend(f"profile '{p.shown}': {problem}" for problem in problems)
+        run.add(*(about(p, WARNING, "run_record", problem) for problem in problems))
         run.data.setdefault("status", []).append(
             {"profile": p.name, "home": str(p.home), "store": p.has_store(), "runs": runs or []})
 
@@ -158,11 +158,8 @@ def policy(job: Job, isolated: bool, env: Environment) -> Run:
             config = None
         if config is not None:
             config.hook_timeout  # read for what it warns about (a timeout that is not a finite number >= 0)
-            for warning in config.warnings:  # `…: plugins.hook_callback_timeout …`, `…: sessions: unknown key(s) x`
-                dotted = re.search(r": ((?:sessions|plugins)\.[A-Za-z0-9_]+)", warning)
-                unknown = re.search(r": (sessions|plugins): unknown key\(s\) ([^ ,]+)", warning)
-                problem("warnings", warning, dotted.group(1) if dotted else
-                        f"{unknown.group(1)}.{unknown.group(2)}" if unknown else None)
+            for warning in config.warnings:
+                problem("warnings", warning.text(), warning.key)
             for where, key, message in rules.problems({}, config):  # the admin layers are checked by the host
                 problem("problems", message, f"sessions.{key}" if key else "sessions")
             try:
@@ -201,7 +198,7 @@ def profiles(job: Job, isolated: bool, env: Environment) -> Run:
         stale = summary.pop("stale_open", None)
         sqlite, warning = sqlite_of(profile, summary["journal_mode"], env.installations)
         if warning:
-            run.warnings.append(warning)
+            run.add(warning)
         return dict(summary, **settings, stale_open=stale, sqlite=sqlite)
 
     _each(job, run, isolated, lambda p: run.data.setdefault("profiles", []).append(row(p)))
@@ -222,7 +219,7 @@ def _rows_of_stores(job: Job, isolated: bool, env: Environment, key: str, rows: 
             with Store.open(profile, lock_wait_s=env.lock_wait) as store:
                 run.data.setdefault(key, []).extend(rows(profile, store))
         except StoreError as exc:
-            run.errors.append(str(exc))
+            run.add(exc.as_problem(profile.home))
 
     _each(job, run, isolated, work)
     return run
@@ -328,7 +325,7 @@ def usage(job: Job, isolated: bool, env: Environment) -> Run:
         return [dict(profile_usage(profile, store, exported, held_by(store)), sqlite=sqlite)]
 
     run = _rows_of_stores(job, isolated, env, "usage", rows)
-    run.warnings += warnings
+    run.add(*warnings)
     return run
 
 
@@ -373,13 +370,13 @@ def plugins_list(job: Job, isolated: bool, env: Environment) -> Run:
         try:
             config = load_hermes_config(profile.home)
         except HermesConfigError as exc:
-            run.errors.append(f"profile '{profile.shown}': {exc}")
+            run.add(about(profile, ERROR, "hermes_config", str(exc)))
             return
         rows, problems, lookup = plugins_of(profile, config, env)
         run.data.setdefault("plugins", []).extend(dict(profile=profile.name, home=str(profile.home), **r) for r in rows)
         run.data.setdefault("installations", []).append(
             dict(profile=profile.name, home=str(profile.home), **lookup.as_dict()))
-        run.warnings += [f"profile '{profile.shown}': {p}" for p in problems]
+        run.add(*(about(profile, WARNING, "plugin", p) for p in problems))
 
     _each(job, run, isolated, work)
     return run

@@ -20,6 +20,7 @@ import time
 
 from hermes_admin.profile.engine.state_folder import STATE_DIR, read_record, write_record
 from hermes_admin.protocol import Profile
+from hermes_admin import problems as said
 from hermes_admin.results import Run
 
 RECORD = "last-run.json"  # in <home>/.hermes-admin/, read by `status`
@@ -30,10 +31,11 @@ MAX_LINES = 5  # errors and warnings kept per run: enough to say what went wrong
 ACTIONS = ("delete", "archive", "close", "repair")  # what a task's engine call did to its rows
 
 
-def summarise(run: Run, before: tuple[int, int, int, int], command: str, started: float) -> dict:
-    """What this profile's part of `run` (entries past `before`) did: one run of the history."""
-    results, errors, warnings, locked = (run.results[before[0]:], run.errors[before[1]:],
-                                         run.warnings[before[2]:], run.locked[before[3]:])
+def summarise(run: Run, before: tuple[int, int], command: str, started: float) -> dict:
+    """What this profile's part of `run` (results and problems past `before`) did: one run of the history."""
+    results, found = run.results[before[0]:], run.problems[before[1]:]
+    errors, warnings, locked = (said.texts(found, said.ERROR), said.texts(found, said.WARNING),
+                                said.texts(found, said.LOCKED))
     changed = {}
     for result in results:
         if result.task is None and result.status == "skipped":

@@ -6,6 +6,7 @@ import os
 
 from hermes_admin.profile.installation import Installations
 from hermes_admin.profile.store.files import FileIndex
+from hermes_admin import problems
 from hermes_admin.protocol import Profile
 from hermes_admin.report import iso
 from hermes_admin.profile.store import Store, StoreError
@@ -76,7 +77,7 @@ def profile_settings(profile: Profile, layers: dict, installations: Installation
     return row
 
 
-def sqlite_of(profile: Profile, journal: str | None, installations: Installations) -> tuple[dict, str | None]:
+def sqlite_of(profile: Profile, journal: str | None, installations: Installations) -> tuple[dict, problems.Problem | None]:
     """The SQLite we run on and the one the profile's Hermes runs on; a warning when Hermes' has the
     WAL-reset bug while the store is in WAL (in a rollback journal the bug cannot strike: 0.20+
     keeps new stores so on such a library, as `hermes doctor` says)."""
@@ -88,9 +89,11 @@ def sqlite_of(profile: Profile, journal: str | None, installations: Installation
     about = {"ours": library_version(), "hermes": theirs, "hermes_wal_reset_bug": bug if theirs else None}
     warning = None
     if bug and journal == "wal":
-        warning = (f"profile '{profile.shown}': {profile.store_path}: Hermes at {found.python} runs on SQLite {theirs}, "
-                   "which carries the WAL-reset bug (fixed in 3.51.3), and this store is in WAL: a checkpoint racing "
-                   "a commit can corrupt it; upgrade that SQLite (Hermes' installer: `hermes update`)")
+        warning = problems.about(
+            profile, problems.WARNING, "sqlite_wal_reset_bug",
+            f"Hermes at {found.python} runs on SQLite {theirs}, which carries the WAL-reset bug (fixed in 3.51.3), "
+            "and this store is in WAL: a checkpoint racing a commit can corrupt it; upgrade that SQLite (Hermes' "
+            "installer: `hermes update`)", path=profile.store_path)
     return about, warning
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from hermes_admin.problems import WARNING, Problem
 from hermes_admin import stopping
 from hermes_admin.profile import fork
 from hermes_admin.model import ORDER
@@ -75,7 +76,7 @@ def _served(job: Job) -> Run:
         result.home = str(profile.home)
         result.notes.append(f"by {os.getpid()}")
         run.results.append(result)
-    run.warnings.append(f"{job.profiles[0].name}..{job.profiles[-1].name}")
+    run.add(Problem(WARNING, f"{job.profiles[0].name}..{job.profiles[-1].name}"))
     return run
 
 
@@ -125,7 +126,7 @@ def test_a_stop_asked_of_the_parent_only_reaches_the_second_process():
         while not stopping.requested() and time.monotonic() < deadline:
             time.sleep(0.01)
         run = _served(job)
-        run.warnings.append("stopped" if stopping.requested() else "never told")
+        run.add(Problem(WARNING, "stopped" if stopping.requested() else "never told"))
         return run
 
     try:
@@ -231,7 +232,7 @@ def _until_stopped(job: Job, marker: Path | None = None) -> Run:
     if marker is not None:
         marker.write_text(f"{told} {os.getpid()}")
     run = _served(job)
-    run.warnings.append(told)
+    run.add(Problem(WARNING, told))
     return run
 
 
@@ -313,7 +314,7 @@ def test_a_failing_parent_does_not_wait_on_a_copy_stuck_writing_its_report():
         if job.profiles[0].name == "p00":
             time.sleep(0.5)  # the copy is done meanwhile, its report larger than the pipe holds
             raise RuntimeError("a bug of the parent's half")
-        run.warnings += ["x" * 100] * 5000
+        run.add(*[Problem(WARNING, "x" * 100)] * 5000)
         return run
 
     started = time.monotonic()

@@ -280,8 +280,8 @@ def test_without_an_installation_every_key_of_the_releases_we_know_is_known(tmp_
         assert hermes_config.load(tmp_path).warnings == []
     (tmp_path / "config.yaml").write_text("sessions:\n  brand_new_key: 1\n  retention_dayz: 3\n")
     assert len(hermes_config.load(tmp_path).warnings) == 1 and "brand_new_key, retention_dayz" in \
-        hermes_config.load(tmp_path).warnings[0]
-    assert "brand_new_key" not in hermes_config.load(tmp_path, {"brand_new_key"}).warnings[0]
+        hermes_config.load(tmp_path).warnings[0].text()
+    assert "brand_new_key" not in hermes_config.load(tmp_path, {"brand_new_key"}).warnings[0].text()
 
 
 def test_a_command_that_reads_no_policy_knows_the_release_s_keys_too(tmp_path, invoke, now):

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from apscheduler.schedulers.background import BackgroundScheduler
 
+from hermes_admin.problems import ERROR, Problem
 from hermes_admin.host import sdnotify
 from hermes_admin.host.config import AdminConfig
 from hermes_admin.host.daemon import DEFAULT_SCHEDULE, ScheduleError, job_id, schedule, trigger_for
@@ -230,7 +231,7 @@ def test_counters_are_totals_over_runs_and_gauges_what_a_run_found():
     def one_run(rows: int) -> Run:
         result = Result("work", "delete", "prune", False, task="purge", home="/h/work")
         result.done += [Done(f"s{n}", (f"s{n}",), "r") for n in range(rows)]
-        return Run(dry_run=False, results=[result], errors=["profile 'work': broken"])
+        return Run(dry_run=False, results=[result], problems=[Problem(ERROR, "broken", profile="work", home="/h/work")])
 
     summaries = [{"name": "work", "home": "/h/work", "ok": True, "store": True, "sessions": 5, "messages": 9,
                   "store_bytes": 1, "wal_bytes": 0}]

@@ -7,7 +7,11 @@ import json
 import pytest
 
 from hermes_admin.protocol import MAX_LINE, ProtocolError, Reader, Writer
+from hermes_admin.problems import ERROR, Problem
 from hermes_admin.results import Done, Result, Run
+
+PROBLEM = {"severity": "error", "message": "m", "profile": None, "home": None, "kind": "k", "path": None,
+           "key": None, "line": None, "skipped": False}
 
 
 def lines_of(run: Run) -> list[bytes]:
@@ -25,7 +29,7 @@ def sample_run(home="/h/a") -> Run:
     result.kept["s3"] = "recent"
     result.files_removed.append(f"{home}/sessions/s1.json")
     run.results.append(result)
-    run.errors.append("profile 'default': something")
+    run.add(Problem(ERROR, "something", profile="default", home=home))
     run.policies[home] = {"profile": "default", "description": "keep 90 days"}
     run.data["profiles"] = [{"name": "default", "home": home}]
     return run
@@ -78,7 +82,7 @@ def test_an_oversized_line_is_refused():
 
 
 def test_odd_but_parseable_reports_are_refused_not_crashed_on():
-    for end in ({"t": "end", "v": {"dry_run": False, "errors": [], "locked": [], "warnings": [], "policies": {},
+    for end in ({"t": "end", "v": {"dry_run": False, "problems": [], "policies": {},
                                    "findings": 5}},):
         reader = Reader({"/h/a"}, repair=True)
         reader.line(lines_of(Run(dry_run=False))[0])
@@ -96,8 +100,8 @@ def test_a_file_name_that_is_not_utf8_comes_back_escaped_not_as_a_broken_report(
     assert list(reader.run.results[0].files_removed)[-1] == "/h/a/sessions/caf\\udce9.json"
     reader = Reader({"/h/a"})  # a lone surrogate anywhere: printable, never a crash of whoever prints it
     reader.line(lines_of(Run(dry_run=False))[0])
-    reader.line(json.dumps({"t": "end", "v": {"dry_run": False, "errors": ["\ud800"], "locked": [],
-                                              "warnings": [], "policies": {}}}).encode())
+    reader.line(json.dumps({"t": "end", "v": {"dry_run": False, "policies": {}, "problems": [
+        dict(PROBLEM, message="\ud800")]}}).encode())
     assert reader.run.errors == ["\\ud800"]
 
 

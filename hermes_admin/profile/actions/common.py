@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from typing import Callable, Iterable
 
 
@@ -19,21 +20,26 @@ from hermes_admin.profile.engine.state_folder import LockHeld
 from hermes_admin.profile.store.connect import is_lock_error
 from hermes_admin.profile.store import StoreError
 from hermes_admin.profile.store.connect import WriteLockHeld
+from hermes_admin.problems import ERROR, LOCKED, WARNING, Problem, about
 from hermes_admin.profile.store.errors import SQLITE_ERRORS
 
 
 class Refused(Exception):
-    """A selection too broad to run without --force (`too_broad` says which)."""
+    """A selection too broad to run without --force (`too_broad` says which): carries that problem."""
+
+    def __init__(self, problem: Problem):
+        super().__init__(problem.text())
+        self.problem = problem
 
 
-def too_broad(profile: Profile, picked: int, candidates: int) -> str | None:
+def too_broad(profile: Profile, picked: int, candidates: int) -> Problem | None:
     """Why filters without an age bound may not run: they pick every candidate the command could
     take (`purge`'s ended sessions past retention, `sessions delete|archive`'s), so a typo in a
     filter would take everything; None when they leave some out. One guard, one message."""
     if not candidates or picked != candidates:
         return None
-    return (f"profile '{profile.shown}': the filters match all {picked} candidate sessions and set no age "
-            "bound; add --before/--after or use --force")
+    return about(profile, ERROR, "too_broad", f"the filters match all {picked} candidate sessions and set no "
+                 "age bound; add --before/--after or use --force")
 
 
 def act_in_parts(engine: Engine, result: Result, parts: Iterable[list[Unit]],
@@ -98,9 +104,9 @@ def with_engine(run: Run, profile: Profile, env: Environment, work: Callable[[En
                     progress=Progress(), env=env)
     try:
         with engine:
-            run.warnings += engine.replayed
-            if engine.config is not None:
-                run.warnings += engine.config.warnings
+            run.add(*(Problem(WARNING, line, home=str(profile.home), kind="replay") for line in engine.replayed))
+            if engine.config is not None:  # each names its file and key
+                run.add(*(replace(w, home=str(profile.home)) for w in engine.config.warnings))
             done += engine.recovered  # units an interrupted run left half-deleted, finished or restored
             done += work(engine)
             worked = True
@@ -120,7 +126,7 @@ def with_engine(run: Run, profile: Profile, env: Environment, work: Callable[[En
                     and os.path.exists(exported):  # (an export kept 0 days is gone once the run is done)
                 result.export = str(exported)
         run.results += done
-        run.warnings += [f"profile '{profile.shown}': {note}" for note in engine.notes]
+        run.add(*(about(profile, WARNING, "engine_note", note) for note in engine.notes))
         if engine.exports_removed:
             run.data.setdefault("exports_removed", []).extend(engine.exports_removed)
         for wait in engine.space.waits if engine.space is not None else []:  # what the free pages wait for
@@ -151,24 +157,24 @@ def store_holders(profile: Profile) -> str:
 def _record(run: Run, profile: Profile, exc: BaseException) -> None:
     """A profile's failure, as one line in the report; anything else (a bug, Ctrl-C) goes on up."""
     if isinstance(exc, LockHeld):
-        run.locked.append(f"profile '{profile.shown}': skipped: {exc}")
+        run.add(about(profile, LOCKED, "lock_held", str(exc), skipped=True))
     elif isinstance(exc, WriteLockHeld):  # what committed before is reported with it; exit 3, not 2
-        run.locked.append(f"profile '{profile.shown}': {exc}")
+        run.add(about(profile, LOCKED, "write_lock_held", str(exc)))
     elif isinstance(exc, StoreError):
-        run.errors.append(str(exc))
+        run.add(exc.as_problem(profile.home))
     elif isinstance(exc, HermesConfigError):
-        run.errors.append(f"profile '{profile.shown}': {exc}")
+        run.add(about(profile, ERROR, "hermes_config", str(exc)))
     elif isinstance(exc, SQLITE_ERRORS) and is_lock_error(exc):
         # Another process kept the store's write lock past --lock-wait: a held lock (exit 3), named.
-        run.locked.append(f"profile '{profile.shown}': {profile.store_path}: another process holds the write lock"
-                          f"{store_holders(profile)}; nothing of this transaction was written (--lock-wait "
-                          "SECONDS waits longer)")
+        run.add(about(profile, LOCKED, "write_lock_held", f"another process holds the write lock"
+                      f"{store_holders(profile)}; nothing of this transaction was written (--lock-wait "
+                      "SECONDS waits longer)", path=profile.store_path))
     elif isinstance(exc, SQLITE_ERRORS):
         # The transaction rolled back: nothing of it was deleted, and its events never fire.
         where = getattr(exc, "filename", None) or profile.store_path
-        run.errors.append(f"profile '{profile.shown}': {where}: {' '.join(str(exc).split())}")
+        run.add(about(profile, ERROR, "sqlite", " ".join(str(exc).split()), path=where))
     elif isinstance(exc, OSError):  # a folder or file of ours that is unusable, disk full: this profile only
         where = exc.filename or profile.home
-        run.errors.append(f"profile '{profile.shown}': {where}: {exc.strerror or exc}")
+        run.add(about(profile, ERROR, "os", str(exc.strerror or exc), path=where))
     else:
         raise exc

@@ -8,6 +8,7 @@ from hermes_admin.profile.actions.common import Run, export_settings, with_engin
 from hermes_admin.profile.engine import exports
 from hermes_admin.profile.engine.engine import Engine, Result
 from hermes_admin.profile.environment import Environment
+from hermes_admin.problems import ERROR, WARNING, about
 from hermes_admin.profile.installation import Installations
 from hermes_admin.protocol import Profile
 
@@ -35,11 +36,11 @@ def listing(run: Run, profile: Profile, layers: dict | None, installations: Inst
             return
         found = exports.listing(profile, settings)
     except exports.ExportError as exc:
-        run.errors.append(f"profile '{profile.shown}': {exc}")
+        run.add(about(profile, ERROR, "exports", str(exc)))
         return
     for item in found:
         if "problem" in item:
-            run.warnings.append(f"profile '{profile.shown}': {item['problem']}")
+            run.add(about(profile, WARNING, "export_file", item["problem"]))
         else:
             run.data.setdefault("exports", []).append(item)
 
@@ -52,14 +53,14 @@ def remove(run: Run, profile: Profile, layers: dict | None, installations: Insta
         settings = export_settings(profile, layers, installations, export_dir)
         found = {item["file"]: item for item in exports.listing(profile, settings) if "problem" not in item}
     except exports.ExportError as exc:
-        run.errors.append(f"profile '{profile.shown}': {exc}")
+        run.add(about(profile, ERROR, "exports", str(exc)))
         return
     for name in files:
         item = found.get(name)
         if item is None:
-            run.warnings.append(f"profile '{profile.shown}': {name}: not one of its exports; left alone")
+            run.add(about(profile, WARNING, "not_an_export", "not one of its exports; left alone", path=name))
             continue
         failed = [] if dry_run else exports.remove_export(name)
-        run.errors += [f"profile '{profile.shown}': {problem}" for problem in failed]
+        run.add(*(about(profile, ERROR, "os", problem) for problem in failed))
         if not failed:
             run.data.setdefault("removed", []).append(dict(item, dry_run=dry_run))

@@ -38,6 +38,7 @@ from hermes_admin.profile.store.read import (WITHOUT_MESSAGES, any_without_messa
                                              message_bytes, orphan_session_ids)
 from hermes_admin.profile.tasks import Selection, archive, budget, empty, ghosts, retention, stale
 
+from hermes_admin.problems import ERROR, LOCKED, WARNING, about
 from hermes_admin.profile.store.errors import SQLITE_ERRORS
 CHUNK = 2000  # files of sessions/ looked at together by the ghost sweep
 BUDGET_CHUNK = 200  # units whose text the size budget sums in one query (their ids bound a statement's)
@@ -360,7 +361,9 @@ def repair_step(run: Run, profile: Profile, policy: Policy, request: Request, en
             result = profile_repair.apply(profile, fixable, siblings, env)
             result.action = "repair"
     except (LockHeld, StoreError, *SQLITE_ERRORS) as exc:
-        run.warnings.append(f"profile '{profile.shown}': repair: {' '.join(str(exc).split())}")
+        # a held lock is a held lock (exit 3) whichever task meets it; anything else spares the other tasks
+        severity = LOCKED if isinstance(exc, LockHeld) else WARNING
+        run.add(about(profile, severity, "repair", f"repair: {' '.join(str(exc).split())}"))
         return
     for finding in findings:
         state = "fixed" if finding.applied else (f"not fixed: {finding.error}" if finding.error else
@@ -405,14 +408,14 @@ def _policy(run: Run, profile: Profile, layers: dict, request: Request,
             installations: Installations) -> tuple[HermesConfig, Policy] | None:
     """The profile's Hermes config and its policy as this command applies it (`applied`), which also
     goes into the report with where each value came from; None when either cannot be read (said in
-    `run.errors`)."""
+    `run`)."""
     try:
         lookup = installations.for_profile(profile)  # plugins enabled or not: its defaults and keys
         config = load_hermes_config(profile.home, installation.sessions_keys(lookup))  # once: the engine uses it too
         policy, origins = with_origins(profile.shown, layers, config,
                                        installed=installation.defaults_layer(lookup))
     except (HermesConfigError, PolicyError) as exc:
-        run.errors.append(f"profile '{profile.shown}': skipped: {exc}")
+        run.add(about(profile, ERROR, "policy", str(exc), skipped=True))
         return None
     policy, origins = applied(policy, origins, request)
     shown = dict(policy.as_dict(), origins=origins)
@@ -459,7 +462,7 @@ def maintain(run: Run, profile: Profile, layers: dict, request: Request, env: En
             try:
                 results.append(one_pass.run(task))
             except Refused as exc:
-                run.errors.append(str(exc))
+                run.add(exc.problem)
         one_pass.reclaim()
         return results
 

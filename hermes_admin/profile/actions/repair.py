@@ -10,6 +10,7 @@ from hermes_admin.results import RepairRun
 from hermes_admin.protocol import Profile
 from hermes_admin.profile.engine.state_folder import LockHeld
 from hermes_admin.profile.store import StoreError
+from hermes_admin.problems import ERROR, LOCKED, WARNING, about
 from hermes_admin.profile.store.errors import SQLITE_ERRORS
 
 
@@ -25,7 +26,7 @@ def repair(run: RepairRun, profile: Profile, env: Environment, siblings: dict[st
     run.findings += findings
     for finding in findings:
         if finding.kind == "unusable_store":
-            run.errors.append(f"profile '{profile.shown}': {finding.subject}: {finding.detail} (left untouched)")
+            run.add(about(profile, ERROR, finding.kind, f"{finding.detail} (left untouched)", path=finding.subject))
     if not apply or not any(f.fix != "none" for f in findings):
         return
     try:
@@ -33,9 +34,9 @@ def repair(run: RepairRun, profile: Profile, env: Environment, siblings: dict[st
         result.home = str(profile.home)
         run.results.append(result)
     except LockHeld as exc:
-        run.locked.append(f"profile '{profile.shown}': skipped: {exc}")
+        run.add(about(profile, LOCKED, "lock_held", str(exc), skipped=True))
     except (StoreError, *SQLITE_ERRORS) as exc:
-        run.errors.append(f"profile '{profile.shown}': {' '.join(str(exc).split())}")
+        run.add(about(profile, ERROR, "store", " ".join(str(exc).split())))
     for finding in findings:
         if finding.error:
-            run.warnings.append(f"profile '{profile.shown}': {finding.kind} {finding.subject}: not fixed: {finding.error}")
+            run.add(about(profile, WARNING, finding.kind, f"{finding.kind} {finding.subject}: not fixed: {finding.error}"))

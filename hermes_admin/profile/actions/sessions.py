@@ -73,7 +73,7 @@ def _guarded(run: Run, work):
         try:
             return work(engine)
         except Refused as exc:
-            run.errors.append(str(exc))
+            run.add(exc.problem)
             return []
     return wrapped
 

@@ -8,6 +8,8 @@ from pathlib import Path
 import apsw
 import peewee
 
+from hermes_admin.problems import ERROR, Problem
+
 
 class StoreError(Exception):
     """A store that cannot be used: the message is one line naming profile and file."""
@@ -16,7 +18,11 @@ class StoreError(Exception):
         self.profile = profile
         self.path = Path(path)
         self.problem = " ".join(str(problem).split())  # always one line
-        super().__init__(f"profile '{profile}': {self.path}: {self.problem}")
+        super().__init__(self.as_problem().text())
+
+    def as_problem(self, home: str | Path | None = None) -> Problem:
+        return Problem(ERROR, self.problem, profile=self.profile, home=None if home is None else str(home),
+                       kind="store", path=str(self.path))
 
 
 # What a statement can raise: peewee's wrapping of a driver's error, and the driver's own (apsw's
