@@ -38,7 +38,7 @@ from hermes_admin.profile.engine.group_commit import GroupCommit
 from hermes_admin.holders import held_by_its_owner
 from hermes_admin.profile.engine.outbox import Event, Outbox
 from hermes_admin.profile.engine.packing import units_by_count
-from hermes_admin.profile.engine.pacer import FIRST_BUDGET, MERGE_STEPS, MERGE_STEPS_AT_END, Pacer
+from hermes_admin.profile.engine.pacer import MERGE_STEPS, MERGE_STEPS_AT_END, Pacer, first_budget
 from hermes_admin.profile.engine.remover import FileRemover
 from hermes_admin.profile.engine.restore import restore_file
 from hermes_admin.profile.engine.rows import Flip, close_stale_rows, decide_close, flip_archived
@@ -385,7 +385,7 @@ class Engine:
             if stopping.requested():
                 result.notes.append(stop_note(len(units) - position, len(units)))
                 return
-            budget = self.pacer.budget if self.pacer is not None else FIRST_BUDGET  # as last measured
+            budget = self.pacer.budget if self.pacer is not None else first_budget()  # as last measured
             chunk = units[position:position + units_by_count(budget, exports.UNIT_WEIGHT)]
             position += len(chunk)
             yield chunk, len(chunk) * exports.UNIT_WEIGHT

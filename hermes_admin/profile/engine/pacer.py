@@ -31,7 +31,6 @@ IDLE_HOLD_S = 0.040
 # Lock time per unit of weight before the first measurement: Hermes' stores take ~0.4-0.5 us per
 # byte (both FTS indexes tokenize every byte); a little more, to be on the safe side.
 FIRST_S_PER_WEIGHT = 0.6e-6
-FIRST_BUDGET = int(TARGET_HOLD_S / FIRST_S_PER_WEIGHT)  # the first transaction's weight
 MIN_WEIGHT = 4096  # the least a transaction is given, whatever the measurement says
 # A unit goes in several transactions when one would hold the lock longer than this, or longer
 # than SPLIT_MARGIN_S past the time aimed at: a waiting writer's 53 ms poll is not to be missed.
@@ -81,7 +80,7 @@ class Pacer:
         self.db, self.turns, self.commits, self.fts, self.release = db, turns, commits, fts, release
         self.s_per_weight = FIRST_S_PER_WEIGHT  # seconds of write lock per unit of weight (smoothed)
         self._rates: list[float] = []  # the last transactions' seconds per weight
-        self.budget = FIRST_BUDGET  # the weight the next transaction may carry
+        self.budget = first_budget()  # the weight the next transaction may carry
 
     def hold_target(self) -> float:
         """How long the next transaction may hold the lock: short while another writer is seen."""
@@ -181,6 +180,11 @@ class Pacer:
         self.committed(False, worked, None, result)
         self.turns.after_step(held.committed_at, held.held_s)
         return worked
+
+
+def first_budget() -> int:
+    """The weight the first transaction may carry, before any was measured."""
+    return int(TARGET_HOLD_S / FIRST_S_PER_WEIGHT)
 
 
 def count(result: Result, held_s: float, what: str) -> None:
