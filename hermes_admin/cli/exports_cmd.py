@@ -136,14 +136,14 @@ def list_cmd(app: App, profiles, export_dir, as_json: bool):
 
 @exports.command("prune")
 @click.option("--older-than", type=EXPORT_AGE, metavar="AGE",
-              help="Remove exports made longer ago than AGE: 30 (days), 30d, 2w, 3mo (at least 1 day, or 0).")
+              help="Remove exports made longer ago than AGE: 30 (days), 30d, 2w, 3mo (at least 1 day; 0, all, with --force).")
 @click.option("--max-size", type=SIZE, metavar="SIZE",
               help="Remove each owner's oldest exports until hers take at most SIZE on disk (500M, 2G).")
 @profile_option
 @export_dir_option
 @mutate.dry_run_option
 @mutate.yes_option
-@click.option("--force", is_flag=True, help="Allow --older-than under 1 day (other than 0).")
+@click.option("--force", is_flag=True, help="Allow --older-than under 1 day, or 0 (every export).")
 @json_option
 @pass_app
 def prune(app: App, older_than, max_size, profiles, export_dir, dry_run, yes, force, as_json):
@@ -152,6 +152,9 @@ def prune(app: App, older_than, max_size, profiles, export_dir, dry_run, yes, fo
     if older_than is None and max_size is None:
         raise click.UsageError("say what to remove: --older-than AGE and/or --max-size SIZE")
     at_least("export_keep_days", older_than, force, "--older-than")  # `1m` is a minute, not a month
+    if older_than == 0 and not (force or dry_run):  # many tools read 0 as "keep forever": here it is "all"
+        raise click.BadParameter("0 removes every export (the only restore copies); add --force if you mean it",
+                                 param_hint="--older-than")
     found = app.discover(profiles)
     labels = app.labels()
     answer = app.work(ListExports(absolute_dir(export_dir)), found.profiles, with_policy=True)
