@@ -75,8 +75,8 @@ def restore(app: App, file, sessions, profiles, dry_run, yes, as_json, pin, othe
             f"{clean(path)}: name the profile to restore into with -p (the file is not in a profile's "
             "default export folder)" if not chosen else
             f"-p selects {len(chosen)} profiles ({', '.join(clean(p.shown) for p in chosen)}); restore goes into one")
-    if row and row.get("made_in"):
-        report.warn(f"{clean(path.name)} was made in the profile at {clean(row['made_in'])}, not in "
+    if row and row.get("made_in"):  # asked for with --other-profile: said, not a warning (exit 0)
+        (report.note if other_profile else report.warn)(f"{clean(path.name)} was made in the profile at {clean(row['made_in'])}, not in "
                     f"'{clean(chosen[0].shown)}'" + ("" if other_profile else ": --other-profile restores it there"))
     only = f" holding session(s) {', '.join(clean(s, 80) for s in sessions)}" if sessions else ""  # the limit asked for
     mutate.confirm(f"Restore the units of {path.name}{only} into profile '{chosen[0].shown}'"
