@@ -73,7 +73,9 @@ def check(app: App, profiles, as_json: bool):
             problems += [p for p in row["problems"] if p["file"] or not admin_level]
             warnings += row["warnings"]
             checked.append(str(Path(row["home"]) / "config.yaml"))
-        warnings += [w.as_dict() for w in _defaults_never_used(loaded, rows)]
+        if not admin_level and loaded.defaults:  # which layer each value comes from, as run applies them
+            applied = app.work(ShowPolicy(), found.profiles, with_policy=True).data.get("policy", [])
+            warnings += [w.as_dict() for w in _defaults_never_used(loaded, applied)]
         problems += [{"file": None, "line": None, "message": m} for m in answer.errors if not admin_level]
         warnings += [{"file": None, "line": None, "message": m} for m in answer.warnings]
     checked = list(dict.fromkeys(checked))

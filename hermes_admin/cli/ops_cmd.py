@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,8 +55,13 @@ def daemon(app: App, metrics_file):
 
 
 def executable() -> str:
-    found = shutil.which("hermes-admin")
-    return str(Path(found).resolve()) if found else str(Path(sys.argv[0]).resolve())
+    """The hermes-admin that is running, for the units to run: never the first one on PATH, which
+    may be another version, or a stale copy whose failure the units would count as success.
+    Started as `python -m hermes_admin`, that interpreter with `-m hermes_admin`."""
+    program = Path(sys.argv[0])
+    if program.name.startswith("hermes-admin") and os.access(program, os.X_OK) and program.is_file():
+        return _word(program.absolute())
+    return f"{_word(Path(sys.executable).absolute())} -m hermes_admin"
 
 
 @dataclass(frozen=True)
@@ -93,13 +97,13 @@ def render_units(user: bool, exe: str, inputs: UnitInputs = UnitInputs()) -> dic
         lines = []
         for line in path.read_text().replace(PLACEHOLDER, exe).splitlines():
             if line.startswith(f"ExecStart={exe} "):
-                words, n = line.split()[1:], 0
+                words, n = line[len(f"ExecStart={exe} "):].split(), 0
                 while n < len(words) and words[n] in ("--all-users", "--root"):  # the shipped root selection
                     n += 2 if words[n] == "--root" else 1
                 chosen = words[:n] if inputs.root_options is None else [_word(w) for w in inputs.root_options]
                 line = " ".join([f"ExecStart={exe}", *chosen, *map(_word, inputs.options), *words[n:]])
             elif line.startswith("ReadWritePaths="):
-                roots = [_word(r) if user else "-" + _word(r) for r in inputs.roots]
+                roots = ["-" + _word(r) for r in inputs.roots]  # a root gone never stops the unit
                 if not roots or inputs.all_users:
                     roots += line.split("=", 1)[1].split()  # the shipped list: every user's root
                 cache = "-%h/.cache/hermes-admin" if user else "-/root/.cache/hermes-admin"  # installation.py's cache

@@ -123,11 +123,10 @@ def test_the_printed_unit_runs_the_checked_policy(synth_root, invoke, tmp_path):
     line = next(l for l in service.splitlines() if l.startswith("ExecStart="))
     paths = next(l for l in service.splitlines() if l.startswith("ReadWritePaths=")).split("=", 1)[1]
     assert f"-{exports}" in paths.split() and f"-{metrics.parent}" in paths.split() and f"-{root}" in paths.split()
-    words = shlex.split(line.split("=", 1)[1])[1:]
-    assert words[-1] == "--yes"
+    words = shlex.split(line.split("=", 1)[1])
+    assert words[:3] == [sys.executable, "-m", "hermes_admin"] and words[-1] == "--yes"  # this very program
     env = dict(os.environ, HOME=str(tmp_path / "home"), HERMES_HOME="", HERMES_ADMIN_CONFIG="")
-    unit = subprocess.run([sys.executable, "-m", "hermes_admin", *words[:-1], "--dry-run", "--json"],
-                          capture_output=True, text=True, env=env)
+    unit = subprocess.run([*words[:-1], "--dry-run", "--json"], capture_output=True, text=True, env=env)
     checked = invoke("--config", config, "--root", str(root), "run", "--dry-run", "--json")
     strip = lambda doc: {h: {k: v for k, v in p.items() if k != "hermes"} for h, p in json.loads(doc)["policies"].items()}
     assert strip(unit.stdout) == strip(checked.stdout) and strip(unit.stdout)
@@ -168,3 +167,36 @@ def test_all_users_with_the_configs_roots_keeps_every_users_paths(invoke, tmp_pa
     paths = next(l for l in service.splitlines() if l.startswith("ReadWritePaths=")).split("=", 1)[1].split()
     assert {"-/srv/hermes-a", "-/home", "-/root/.hermes"} <= set(paths)
     assert f"--all-users --config {config} -q run --yes" in service
+
+
+def test_the_units_run_the_hermes_admin_that_printed_them(tmp_path, monkeypatch):
+    """Not the first hermes-admin on PATH (another version, or a stale copy that fails every night
+    while SuccessExitStatus=1 calls it a success): the program that is running."""
+    from hermes_admin.cli import ops_cmd
+
+    mine, other = tmp_path / "venv" / "bin" / "hermes-admin", tmp_path / "stale" / "hermes-admin"
+    for path in (mine, other):
+        path.parent.mkdir(parents=True)
+        path.write_text("#!/bin/sh\n")
+        path.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{other.parent}:{os.environ['PATH']}")
+    monkeypatch.setattr(sys, "argv", [str(mine), "systemd", "print"])
+    assert ops_cmd.executable() == str(mine)
+    monkeypatch.setattr(sys, "argv", ["/usr/lib/python3/dist-packages/hermes_admin/__main__.py"])
+    assert ops_cmd.executable() == f"{sys.executable} -m hermes_admin"
+
+
+@pytest.mark.parametrize("entries, warned", [
+    ("", False),  # every profile takes the default: no warning
+    ("profiles:\n  work: {retention_days: 30d}\n", False),  # the others still take it
+    ("profiles:\n  default: {retention_days: 30d}\n  work: {retention_days: 30d}\n  legacy: {retention_days: 30d}\n",
+     True),  # nobody takes it
+])
+def test_config_check_warns_of_a_default_only_when_no_profile_takes_it(synth_root, invoke, tmp_path, entries, warned):
+    root, _ = synth_root
+    config = _config(tmp_path, "defaults: {retention_days: 120d}\n" + entries)
+    checked = invoke("--config", config, "--root", str(root), "config", "check", "--json")
+    doc = json.loads(checked.stdout)
+    said = [w for w in doc["warnings"] if "defaults.retention_days" in w["message"]]
+    assert bool(said) == warned, doc
+    assert checked.exit_code == (1 if warned else 0), checked.stderr
