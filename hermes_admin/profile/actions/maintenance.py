@@ -98,6 +98,12 @@ def stopped_note(left: int, selected: int, unseen: int) -> str:
             "(the next run selects again; `--dry-run` counts what is left)")
 
 
+def _sessions(store, only: str | None) -> int:
+    """The session rows a task over the parts reads (those meeting `only`): one COUNT(*), an index's pages."""
+    where = f"WHERE {only}" if only else ""
+    return store.db.execute_sql(f"SELECT COUNT(*) FROM sessions s {where}").fetchone()[0]
+
+
 class _Pass:
     """One profile's run: the engine, the policy as applied, and the rows already taken by an earlier task."""
 
@@ -166,10 +172,11 @@ class _Pass:
         store = self.engine.store
         live = set(sql.live_ids(store.db, store.schema, self.request.now))
         result = self.result(task)
-        reach = Reach()
+        reach = Reach(total=_sessions(store, rule.only))  # one COUNT(*): what a stop says is not looked at
 
         def units() -> Iterator[list]:
-            for graph in self._graphs(task, result, rule.only, reach):
+            for graph in self._graphs(task, result, rule.only):
+                reach.looked += len(graph.rows)
                 selection = select(graph, live)
                 result.kept.update(self.still_kept(selection))
                 chosen = self.unclaimed(selection)
@@ -200,26 +207,18 @@ class _Pass:
         still there, in a run they are gone, and both must count the same."""
         return {sid: why for sid, why in selection.kept.items() if sid not in self.claimed}
 
-    def _graphs(self, task: Task, result: Result, only: str | None = None,
-                reach: "Reach | None" = None) -> Iterator[Graph]:
+    def _graphs(self, task: Task, result: Result, only: str | None = None) -> Iterator[Graph]:
         """The store's parts as this point of the run sees them: in a dry run, the rows an earlier task
         would have closed are closed, as the run would have left them."""
-        for graph in self._parts(task.name.name, result, only, reach):
+        for graph in self._parts(task.name.name, result, only):
             for sid in self.closed.intersection(graph.rows):
                 graph.rows[sid] = replace(graph.rows[sid], ended_at=self.request.now, end_reason=retention.REAPED)
             yield graph
 
-    def _parts(self, task: str, result: Result, only: str | None = None,
-               reach: "Reach | None" = None) -> Iterator[Graph]:
-        """The store a part at a time (parts.py), with a progress bar; a stop request ends it.
-        `reach`: how much of the store the task looked at, for what a stop says."""
+    def _parts(self, task: str, result: Result, only: str | None = None) -> Iterator[Graph]:
+        """The store a part at a time (parts.py), with a progress bar; a stop request ends it."""
         store = self.engine.store
-        where = f"WHERE {only}" if only else ""
-        # One COUNT(*) (an index's pages): for a bar someone sees, and for what a stop says is not looked at.
-        total = store.db.execute_sql(f"SELECT COUNT(*) FROM sessions s {where}").fetchone()[0] \
-            if self.engine.progress.wanted() or reach is not None else 0
-        if reach is not None:
-            reach.total = total
+        total = _sessions(store, only) if self.engine.progress.wanted() else 0  # a count only for a bar someone sees
         with self.engine.progress.whole(f"{self.engine.profile.name}: {task}", total) as looked_at:
             for n, graph in enumerate(graph_parts(store, only)):
                 if n and stopping.requested():
@@ -228,8 +227,6 @@ class _Pass:
                     return
                 yield graph
                 looked_at(len(graph.rows))
-                if reach is not None:
-                    reach.looked += len(graph.rows)
 
     # -- the tasks whose work is more than their rule over the parts ------------
 
