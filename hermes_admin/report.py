@@ -229,9 +229,11 @@ def space_lines(run, quiet: bool = False) -> list[str]:
     names = {r.home: r.label or r.profile for r in run.results}
     would = "would be " if run.dry_run else ""
     removed = run.data.get("exports_removed", [])
-    lines = [f"{names.get(row.get('home'), row.get('profile'))}: old export {would}removed ({row.get('why')}: made "
-             f"over {row.get('keep_days'):g} day(s) ago, export_keep_days): {row.get('file')} "
-             f"({human_bytes(row.get('bytes'))})" for row in removed]
+    def age(keep_days) -> str:  # export_keep_days 0: not kept past the run that made it
+        return "export_keep_days 0" if not keep_days else f"made over {keep_days:g} day(s) ago, export_keep_days"
+
+    lines = [f"{names.get(row.get('home'), row.get('profile'))}: old export {would}removed ({row.get('why')}: "
+             f"{age(row.get('keep_days'))}): {row.get('file')} ({human_bytes(row.get('bytes'))})" for row in removed]
     if removed:
         lines.append(f"{len(removed)} old export(s), {human_bytes(sum(r.get('bytes') or 0 for r in removed))} "
                      f"{would}removed")

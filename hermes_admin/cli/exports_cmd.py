@@ -75,8 +75,8 @@ def restore(app: App, file, sessions, profiles, dry_run, yes, as_json, pin, othe
             f"{clean(path)}: name the profile to restore into with -p (the file is not in a profile's "
             "default export folder)" if not chosen else
             f"-p selects {len(chosen)} profiles ({', '.join(clean(p.shown) for p in chosen)}); restore goes into one")
-    if row and row.get("made_in"):
-        report.warn(f"{clean(path.name)} was made in the profile at {clean(row['made_in'])}, not in "
+    if row and row.get("made_in"):  # asked for with --other-profile: said, not a warning (exit 0)
+        (report.note if other_profile else report.warn)(f"{clean(path.name)} was made in the profile at {clean(row['made_in'])}, not in "
                     f"'{clean(chosen[0].shown)}'" + ("" if other_profile else ": --other-profile restores it there"))
     only = f" holding session(s) {', '.join(clean(s, 80) for s in sessions)}" if sessions else ""  # the limit asked for
     mutate.confirm(f"Restore the units of {path.name}{only} into profile '{chosen[0].shown}'"
@@ -136,14 +136,14 @@ def list_cmd(app: App, profiles, export_dir, as_json: bool):
 
 @exports.command("prune")
 @click.option("--older-than", type=EXPORT_AGE, metavar="AGE",
-              help="Remove exports made longer ago than AGE: 30 (days), 30d, 2w, 3mo (at least 1 day, or 0).")
+              help="Remove exports made longer ago than AGE: 30 (days), 30d, 2w, 3mo (at least 1 day; 0, all, with --force).")
 @click.option("--max-size", type=SIZE, metavar="SIZE",
               help="Remove each owner's oldest exports until hers take at most SIZE on disk (500M, 2G).")
 @profile_option
 @export_dir_option
 @mutate.dry_run_option
 @mutate.yes_option
-@click.option("--force", is_flag=True, help="Allow --older-than under 1 day (other than 0).")
+@click.option("--force", is_flag=True, help="Allow --older-than under 1 day, or 0 (every export).")
 @json_option
 @pass_app
 def prune(app: App, older_than, max_size, profiles, export_dir, dry_run, yes, force, as_json):
@@ -152,6 +152,9 @@ def prune(app: App, older_than, max_size, profiles, export_dir, dry_run, yes, fo
     if older_than is None and max_size is None:
         raise click.UsageError("say what to remove: --older-than AGE and/or --max-size SIZE")
     at_least("export_keep_days", older_than, force, "--older-than")  # `1m` is a minute, not a month
+    if older_than == 0 and not (force or dry_run):  # many tools read 0 as "keep forever": here it is "all"
+        raise click.BadParameter("0 removes every export (the only restore copies); add --force if you mean it",
+                                 param_hint="--older-than")
     found = app.discover(profiles)
     labels = app.labels()
     answer = app.work(ListExports(absolute_dir(export_dir)), found.profiles, with_policy=True)

@@ -36,8 +36,8 @@ def list_cmd(app: App, profiles, as_json: bool, no_bundled: bool, only_enabled: 
     if as_json:
         report.emit_json({"plugins": rows, "installations": installs, "errors": errors, "warnings": answer.warnings})
     else:
-        for row in installs:
-            report.line(f"{row['profile']}: {installation_line(row)}")
+        for row in installs:  # on stdout at a terminal; beside a table read by a script (tab-separated), stderr
+            (report.line if not tables.plain() else report.note)(f"{row['profile']}: {installation_line(row)}")
         tables.show([Column("profile", whole=True), Column("plugin", whole=True), Column("source", drop=3),
                      Column("kind", drop=2), Column("enabled"), Column("loads"), Column("why", wrap=True)],
                     [[r["profile"], r["key"], r["source"], r.get("kind"), "yes" if r["enabled"] else "no",

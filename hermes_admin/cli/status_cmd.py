@@ -30,7 +30,9 @@ ASK_S = 3  # each question to systemctl: a hung manager never hangs `status`
 
 # A profile's health is its last run's result; `status` exits with the code that run did (README
 # "Exit codes"), the worst over the profiles shown, in the order `Run.exit_code` ranks them.
+# A run cut short (Ctrl-C, systemd's SIGTERM) is a warning: what it did is done, the rest waits.
 HEALTH = {"ok": ("ok", exitcodes.OK), "warnings": ("warnings", exitcodes.WARNINGS),
+          "interrupted": ("interrupted", exitcodes.WARNINGS),
           "locked": ("locked", exitcodes.LOCKED), "error": ("failed", exitcodes.PROFILE_FAILED)}
 RANK = (exitcodes.OK, exitcodes.WARNINGS, exitcodes.LOCKED, exitcodes.PROFILE_FAILED)
 

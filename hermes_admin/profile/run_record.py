@@ -4,7 +4,8 @@ Written by the profile's worker, as the home's owner, into `<home>/.hermes-admin
 at the end of every maintenance command that was not a dry run. It keeps a short history, not
 only the last run: the last `KEEP` runs, and beyond them the newest run that changed something
 and the newest that failed, so a big nightly run is still there after a day of idle hourly ones
-(`trimmed`). Each run: when it began, how long it took, its result, what each task changed (and
+(`trimmed`). Each run: when it began, how long it took, its result (ok, warnings, interrupted,
+locked, error), what each task changed (and
 how: deleted, closed, archived), its errors and warnings (a few, bounded). Like the quick-check
 record it buys no durability, so it is written without fsync; lost or garbled, it only means
 `status` says "no run recorded". Never through a link (O_NOFOLLOW), never by root.
@@ -31,8 +32,9 @@ MAX_LINES = 5  # errors and warnings kept per run: enough to say what went wrong
 ACTIONS = ("delete", "archive", "close", "repair")  # what a task's engine call did to its rows
 
 
-def summarise(run: Run, before: tuple[int, int], command: str, started: float) -> dict:
-    """What this profile's part of `run` (results and problems past `before`) did: one run of the history."""
+def summarise(run: Run, before: tuple[int, int], command: str, started: float, interrupted: bool = False) -> dict:
+    """What this profile's part of `run` (results and problems past `before`) did: one run of the history.
+    `interrupted`: a stop (Ctrl-C, systemd's SIGTERM) came while it ran, so some of its work waits."""
     results, found = run.results[before[0]:], run.problems[before[1]:]
     errors, warnings, locked = (said.texts(found, said.ERROR), said.texts(found, said.WARNING),
                                 said.texts(found, said.LOCKED))
@@ -48,7 +50,8 @@ def summarise(run: Run, before: tuple[int, int], command: str, started: float) -
         entry["files"] += len(result.files_removed)
         for failure in result.hook_failures:
             warnings.append(failure)
-    outcome = ("error" if errors else "locked" if locked else
+    # A run cut short is no "ok": what it did not reach waits for the next run, and `status` says so.
+    outcome = ("error" if errors else "locked" if locked else "interrupted" if interrupted else
                "warnings" if warnings or any(len(r.skipped) or len(r.files_skipped) for r in results) else "ok")
     finished = time.time()
     return {"command": command, "started": started, "finished": finished,
@@ -109,7 +112,7 @@ def overview(runs: list[dict]) -> dict:
     return {"last_run": last, "last_change": change, "last_error": error}
 
 
-RESULTS = ("ok", "warnings", "locked", "error")
+RESULTS = ("ok", "warnings", "interrupted", "locked", "error")
 MAX_MOMENT = 253402300800  # 10000-01-01: later is no time a clock can say
 
 

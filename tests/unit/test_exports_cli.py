@@ -60,6 +60,8 @@ def test_exports_prune_by_age_and_by_size(synth_root, invoke):
         "removed"] == []  # all made just now
     dry = invoke("--root", str(root), "exports", "prune", "--older-than", "0", "--dry-run", "--json")
     assert len(json.loads(dry.stdout)["removed"]) == 3 and all(os.path.exists(e["file"]) for e in listed)
+    unforced = invoke("--root", str(root), "exports", "prune", "--older-than", "0", "--yes")  # 0 is "all", not "never"
+    assert unforced.exit_code != 0 and "--force" in unforced.stderr and all(os.path.exists(e["file"]) for e in listed)
     biggest = max(e["bytes"] for e in listed)
     kept = invoke("--root", str(root), "exports", "prune", "--max-size", str(sum(e["bytes"] for e in listed) - 1),
                   "--yes", "--json")

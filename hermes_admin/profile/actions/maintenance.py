@@ -72,6 +72,32 @@ class Task:
         return self.off_why or f"{self.name.switch} is off in this profile's policy"
 
 
+STOPPED = "stopped on request"  # how every stop note begins (engine/export_ahead.stop_note too)
+
+
+@dataclass
+class Reach:
+    """How far a task went over the store before a stop: the units it selected (in the parts it looked
+    at), the session rows it looked at, and the rows there were (that COUNT(*) as it began)."""
+
+    selected: int = 0
+    looked: int = 0
+    total: int = 0
+
+    def unseen(self) -> int:
+        return max(0, self.total - self.looked)
+
+
+def stopped_note(left: int, selected: int, unseen: int) -> str:
+    """What a stop says of a task that goes over the store in parts. It cannot give the count of
+    what is left: the parts not yet looked at were never selected from (counting them would be a
+    dry run's work, after a stop asked for an end), and the next run selects again over every task.
+    So it says what it knows, which the next `--dry-run` never contradicts."""
+    rest = f"; {unseen} session(s) of the store not yet looked at" if unseen else ""
+    return (f"{STOPPED}: {left} of the {selected} unit(s) selected so far not reached{rest} "
+            "(the next run selects again; `--dry-run` counts what is left)")
+
+
 class _Pass:
     """One profile's run: the engine, the policy as applied, and the rows already taken by an earlier task."""
 
@@ -140,12 +166,16 @@ class _Pass:
         store = self.engine.store
         live = set(sql.live_ids(store.db, store.schema, self.request.now))
         result = self.result(task)
+        reach = Reach(total=count_sessions(store, rule.only))  # one COUNT(*): what a stop says is not looked at
 
         def units() -> Iterator[list]:
             for graph in self._graphs(task, result, rule.only):
+                reach.looked += len(graph.rows)
                 selection = select(graph, live)
-                result.kept.update(selection.kept)
-                yield self.unclaimed(selection)
+                result.kept.update(self.still_kept(selection))
+                chosen = self.unclaimed(selection)
+                reach.selected += len(chosen)
+                yield chosen
 
         def acted(chosen: list) -> Result:
             done = self.act(task, rule, chosen)
@@ -158,7 +188,18 @@ class _Pass:
                 self.claimed.difference_update(ids)
             return done
 
-        return act_in_parts(self.engine, result, units(), acted)
+        act_in_parts(self.engine, result, units(), acted)
+        stops = [note for note in result.notes if note.startswith(STOPPED)]
+        if stops:  # the engine's note speaks of the part in hand only: one note for the whole task
+            result.notes = [note for note in result.notes if note not in stops] + [
+                stopped_note(reach.selected - len(result.done) - len(result.skipped), reach.selected,
+                             reach.unseen())]
+        return result
+
+    def still_kept(self, selection: Selection) -> dict:
+        """What a task keeps, less the rows an earlier task of this run took: in a dry run they are
+        still there, in a run they are gone, and both must count the same."""
+        return {sid: why for sid, why in selection.kept.items() if sid not in self.claimed}
 
     def _graphs(self, task: Task, result: Result, only: str | None = None) -> Iterator[Graph]:
         """The store's parts as this point of the run sees them: in a dry run, the rows an earlier task
@@ -175,8 +216,8 @@ class _Pass:
         with self.engine.progress.whole(f"{self.engine.profile.name}: {task}", total) as looked_at:
             for n, graph in enumerate(graph_parts(store, only)):
                 if n and stopping.requested():
-                    if not any(note.startswith("stopped on request") for note in result.notes):
-                        result.notes.append("stopped on request: the rest of the store waits for the next run")
+                    if not any(note.startswith(STOPPED) for note in result.notes):
+                        result.notes.append(f"{STOPPED}: the rest of the store waits for the next run")
                     return
                 yield graph
                 looked_at(len(graph.rows))
@@ -256,7 +297,7 @@ class _Pass:
         candidates = []
         for graph in self._graphs(task, result):
             picked = rule.select(graph, live)
-            result.kept.update(picked.kept)
+            result.kept.update(self.still_kept(picked))
             candidates += [(max(graph.rows[i].last_activity for i in u.ids), u.session_id, u) for u in picked.units
                            if not self.claimed.intersection(u.ids)]
         units = [u for _, _, u in sorted(candidates, key=lambda item: item[:2])]
