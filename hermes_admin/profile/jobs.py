@@ -228,7 +228,7 @@ def _rows_of_stores(job: Job, isolated: bool, env: Environment, key: str, rows: 
 
 
 def sessions_list(job: Job, isolated: bool, env: Environment) -> Run:
-    from hermes_admin.profile.store.read import most_recent
+    from hermes_admin.profile.store.read import count_sessions, most_recent
     from hermes_admin.profile.views import session_brief
 
     limit = job.params.limit
@@ -236,8 +236,7 @@ def sessions_list(job: Job, isolated: bool, env: Environment) -> Run:
 
     def rows(profile: Profile, store) -> list[dict]:
         # how many there are in all: a listing cut at the limit says so (`sessions list`)
-        total = store.db.execute_sql("SELECT COUNT(*) FROM sessions").fetchone()[0]
-        counts.append({"home": str(profile.home), "sessions": int(total)})
+        counts.append({"home": str(profile.home), "sessions": count_sessions(store)})
         return [session_brief(profile, row) for row in most_recent(store, limit)]
 
     run = _rows_of_stores(job, isolated, env, "sessions", rows)

@@ -29,7 +29,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import apsw
 
 from hermes_admin.profile.engine.engine import FTS_TABLES, Engine
 from hermes_admin.profile.environment import Environment
@@ -39,7 +38,9 @@ from hermes_admin.profile.lineage import Unit
 from hermes_admin.profile.engine.state_folder import LockHeld, RecordedFlock, state_folder
 from hermes_admin.profile.store import Store, StoreError, keep_wal
 from hermes_admin.profile.engine.exports import UNIT_WEIGHT
-from hermes_admin.profile.engine.restore import insert_row, row_weight
+from hermes_admin.profile.engine.restore import row_weight
+from hermes_admin.profile.store import fts_index, repairs
+from hermes_admin.profile.store.restoring import insert_row, session_exists
 from hermes_admin.profile.store.connect import readonly_uri, write_transaction
 from hermes_admin.profile.store.read import existing_ids
 from hermes_admin.profile.store.sql import dicts
@@ -93,13 +94,12 @@ def _file_findings(profile: Profile) -> list[Finding]:
 
 
 def _quick_check(store: Store) -> str | None:
-    rows = store.db.execute_sql("PRAGMA quick_check").fetchall()
+    rows = repairs.quick_check(store.db)
     return None if rows == [("ok",)] else "; ".join(str(r[0]) for r in rows[:3])
 
 
 def fts_problems(store_path: Path) -> list[str]:
     """FTS5 integrity-check needs a writable handle: run it on a private snapshot."""
-    problems = []
     with tempfile.TemporaryDirectory(prefix="hermes-admin-fts-") as tmp:
         snapshot = Path(tmp) / "snapshot.db"
         source = keep_wal.connect(readonly_uri(store_path), keep_wal.READ_ONLY, 5000)
@@ -109,13 +109,7 @@ def fts_problems(store_path: Path) -> list[str]:
             source.close()
         target = keep_wal.connect(snapshot)
         try:
-            tables = {r[0] for r in target.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-            for table in FTS_TABLES:
-                if table in tables:
-                    try:
-                        target.execute(f"INSERT INTO {table}({table}, rank) VALUES ('integrity-check', 1)")
-                    except apsw.Error as exc:
-                        problems.append(f"{table}: {exc}")
+            problems = fts_index.integrity_problems(target, FTS_TABLES)
         finally:
             target.close()
     return problems
@@ -150,13 +144,7 @@ def inspect(profile: Profile, siblings: dict[str, Profile], check_fts: bool = Fa
         moved: list[tuple[str, str, str]] = []  # (id, session_key, owner) keyed to a sibling profile
         own = [prefix for prefix in ("agent:main:", "agent:default:", f"agent:{profile.name}:")
                if namespace_of(prefix + "x") == profile.name]
-        not_own = "".join(f" AND substr(s.session_key, 1, {len(prefix)}) != ?" for prefix in own)
-        dangling_sql = ("(s.parent_session_id IS NOT NULL AND NOT EXISTS "
-                        "(SELECT 1 FROM sessions p WHERE p.id = s.parent_session_id))")
-        for sid, parent, key, label, dangling in store.db.execute_sql(
-                f"SELECT s.id, s.parent_session_id, s.session_key, s.profile_name, {dangling_sql} FROM sessions s "
-                f"WHERE {dangling_sql} OR (s.profile_name IS NOT NULL AND s.profile_name != ?) "
-                f"OR (s.session_key LIKE 'agent:%'{not_own})", [profile.name, *own]):
+        for sid, parent, key, label, dangling in repairs.rows_worth_a_look(store.db, profile.name, own):
             owner = namespace_of(key)
             if owner and owner != profile.name:
                 if owner in siblings:
@@ -258,11 +246,9 @@ def _import(target: Store, export: dict) -> None:
     db, schema = target.db, target.schema
     session = dict(export["session"])
     sid = session["id"]
-    if session.get("parent_session_id") and not db.execute_sql(
-            "SELECT 1 FROM sessions WHERE id = ?", [session["parent_session_id"]]).fetchone():
+    if session.get("parent_session_id") and not session_exists(db, session["parent_session_id"]):
         session["parent_session_id"] = None
-    if session.get("title") and db.execute_sql(
-            "SELECT 1 FROM sessions WHERE title = ? AND id <> ?", [session["title"], sid]).fetchone():
+    if session.get("title") and repairs.title_taken(db, session["title"], sid):
         session["title"] = f"{session['title']} ({sid[-6:]})"
     if schema.has_table("system_prompts"):
         for prompt in export["prompts"]:
@@ -328,14 +314,14 @@ def _copy(source: Store, target: Engine, sid: str) -> None:
     export = _export(source, sid)
 
     def copy(db):
-        if not db.execute_sql("SELECT 1 FROM sessions WHERE id = ?", [sid]).fetchone():
+        if not session_exists(db, sid):
             _import(target.store, export)
     # its transactions are the target profile's, not in this profile's report
     scratch = Result(target.profile.name, "copy", "profile_repair", False)
     target.pacer.write(copy, sum(row_weight(m) for m in export["messages"]) + UNIT_WEIGHT, scratch,
                        f"a copy of {sid} from profile '{source.profile.shown}'")
     target = target.store
-    held = target.db.execute_sql("SELECT COUNT(*) FROM messages WHERE session_id = ?", [sid]).fetchone()[0]
+    held = repairs.message_count(target.db, sid)
     if held < len(export["messages"]):
         raise RuntimeError(f"profile '{target.profile.shown}' holds {held} of {len(export['messages'])} messages "
                            f"of {sid}: this copy is kept")
@@ -354,9 +340,7 @@ def pending_rebuild(db, schema) -> list[str]:
     """Hermes' rebuild markers set in `state_meta` (REBUILD_MARKERS)."""
     if not schema.has_table("state_meta"):
         return []
-    return [r[0] for r in db.execute_sql(
-        f"SELECT key FROM state_meta WHERE key IN ({','.join('?' * len(REBUILD_MARKERS))}) ORDER BY key",
-        list(REBUILD_MARKERS)).fetchall()]
+    return repairs.meta_keys_set(db, REBUILD_MARKERS)
 
 
 def _refuse_while_pending(db, schema) -> None:
@@ -387,7 +371,7 @@ def _rebuild_fts(engine: Engine) -> None:
 
         def rebuild(db, table: str) -> None:
             _refuse_while_pending(db, schema)
-            db.execute_sql(f"INSERT INTO {table}({table}) VALUES ('rebuild')")
+            fts_index.rebuild(db, table)
 
         for table in FTS_TABLES:
             if schema.has_table(table):
@@ -411,10 +395,9 @@ def apply(profile: Profile, findings: list[Finding], siblings: dict[str, Profile
             def fix(db):
                 for f in silent:
                     if f.kind == "dangling_parent":  # re-checked inside the transaction
-                        db.execute_sql("UPDATE sessions SET parent_session_id = NULL WHERE id = ? AND NOT EXISTS "
-                                       "(SELECT 1 FROM sessions p WHERE p.id = sessions.parent_session_id)", [f.subject])
+                        repairs.detach_if_dangling(db, f.subject)
                     else:
-                        db.execute_sql("UPDATE sessions SET profile_name = ? WHERE id = ?", [profile.name, f.subject])
+                        repairs.relabel(db, f.subject, profile.name)
             # paced like every write of the engine; its transaction is not one of the report's deletes
             scratch = Result(profile.name, "repair", "profile_repair", False)
             _attempt_all(silent, lambda: engine.pacer.write(fix, None, scratch, "silent repairs", quiet=False))

@@ -21,8 +21,8 @@ from collections import defaultdict
 from pathlib import Path
 
 from hermes_admin.profile.engine.space import SWITCH_MIN_BYTES
-from hermes_admin.profile.store import Store
-from hermes_admin.profile.store.read import message_bytes
+from hermes_admin.profile.store import Store, page_accounting, pragmas
+from hermes_admin.profile.store.read import message_bytes, sources_by_id
 
 # the shadow tables FTS5 makes for an index: counted as that index
 FTS5_SHADOWS = ("_data", "_idx", "_content", "_docsize", "_config")
@@ -39,10 +39,9 @@ def profile_usage(profile, store: Store, exports: int, held_by: str | None = Non
     them (exports.listed_bytes); `held_by`: who else holds the store open now (space.py), for what
     its free pages wait for."""
     db = store.db
-    page_size = db.execute_sql("PRAGMA page_size").fetchone()[0]
-    page_count = db.execute_sql("PRAGMA page_count").fetchone()[0]
-    free = db.execute_sql("PRAGMA freelist_count").fetchone()[0] * page_size
-    btrees = dict(db.execute_sql("SELECT name, pgsize FROM dbstat WHERE aggregate = TRUE").fetchall())
+    page_size, page_count, free_pages = page_accounting.pages(db)
+    free = free_pages * page_size
+    btrees = page_accounting.btree_bytes(db)
     parts = _grouped(db, btrees)
     logical = page_count * page_size
     parts[("free_pages", None)] = free
@@ -68,9 +67,8 @@ def profile_usage(profile, store: Store, exports: int, held_by: str | None = Non
 
 def reclaim_state(db) -> tuple[str, int]:
     """The store's auto-vacuum mode (AUTO_VACUUM) and its free pages, in bytes."""
-    mode = AUTO_VACUUM.get(db.execute_sql("PRAGMA auto_vacuum").fetchone()[0], "unknown")
-    free = db.execute_sql("PRAGMA freelist_count").fetchone()[0] * db.execute_sql("PRAGMA page_size").fetchone()[0]
-    return mode, free
+    pages = page_accounting.pages(db)
+    return AUTO_VACUUM.get(pragmas.auto_vacuum(db), "unknown"), pages.free * pages.size
 
 
 def reclaim_waits_for(mode: str, free: int, held_by: str | None) -> str | None:
@@ -86,7 +84,7 @@ def reclaim_waits_for(mode: str, free: int, held_by: str | None) -> str | None:
 def _grouped(db, btrees: dict[str, int]) -> dict[tuple[str, str | None], int]:
     """b-tree bytes by what a person knows, keyed (kind, name): each table with its own indexes,
     each FTS5 index whole."""
-    rows = db.execute_sql("SELECT type, name, tbl_name, sql FROM sqlite_master").fetchall()
+    rows = page_accounting.schema_entries(db)
     fts = {name for kind, name, _, sql in rows if kind == "table" and sql and "USING FTS5" in sql.upper()}
     owner = {}
     for kind, name, table, _ in rows:
@@ -103,7 +101,7 @@ def _sessions(db) -> tuple[list[tuple[str, int, str]], list[dict]]:
     """Each session's bytes of messages (content and tool calls), largest first, and per source the
     sessions and bytes with their share."""
     per = message_bytes(db)
-    source_of = dict(db.execute_sql("SELECT id, source FROM sessions").fetchall())
+    source_of = sources_by_id(db)
     sizes = sorted(((sid, int(size or 0), source_of.get(sid, "(no session row)")) for sid, size in per.items()),
                    key=lambda item: -item[1])
     by_source: dict[str, list[int]] = defaultdict(lambda: [0, 0])

@@ -388,7 +388,7 @@ def test_a_stop_as_a_profile_begins_still_names_it_in_the_report(synth_root, inv
 
 def test_compact_json_report_is_what_json_dump_writes(monkeypatch):
     from hermes_admin import report
-    from hermes_admin.profile.engine.engine import Done
+    from hermes_admin.results import Done
 
     doc = {"results": [{"done": [Done(f"s{i}", (f"s{i}", "d"), "age") for i in range(10)],
                         "files_removed": [f"/s/{i}\n.json" for i in range(4)], "kept": {"a": "b"}}],

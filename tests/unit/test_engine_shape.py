@@ -73,3 +73,19 @@ def test_the_engine_imports_neither_click_nor_report():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60,
                           env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert done.stdout.strip() == "[]", done.stderr
+
+
+def test_sql_runs_only_in_the_store_modules():
+    """SQL against Hermes' store lives in profile/store/; outside it only our own outbox.db
+    (outbox.py), the checkpoint thread's own connection (checkpointer.py) and the synthetic
+    stores of tests (synth/) run statements."""
+    allowed = {"profile/engine/outbox.py", "profile/engine/checkpointer.py"}
+    found = []
+    for path in sorted((ROOT / "hermes_admin").rglob("*.py")):
+        name = path.relative_to(ROOT / "hermes_admin").as_posix()
+        if name.startswith(("profile/store/", "synth/")) or name in allowed:
+            continue
+        text = path.read_text()
+        if "execute_sql(" in text or ".execute(" in text:
+            found.append(name)
+    assert found == []

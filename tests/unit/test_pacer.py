@@ -48,22 +48,23 @@ def test_the_budget_follows_the_weight_it_is_given(pacer):
     assert pacer.pace() == Pace(pacer.budget, pacer.s_per_weight, pacer.hold_target())
 
 
-def test_a_write_that_must_not_write_is_not_counted(pacer):
+def test_a_hold_alone_is_not_counted_until_it_is_settled(pacer):
+    """A caller that keeps a record of what committed (a split's steps) holds, records, then settles;
+    one whose work found it must not write settles nothing."""
     into = result()
-    held = pacer.write(lambda db: "changed meanwhile", 100, into, "a step", unless=bool)
+    held = pacer.hold(lambda db: "changed meanwhile")
     assert held.value == "changed meanwhile" and into.transactions == 0 and pacer.released == []
+    pacer.settle(pacer.hold(lambda db: None), 100, into, "a step")
+    assert into.transactions == 1 and pacer.released == [[None]]
 
 
-def test_a_rolled_back_write_says_so_and_raises(pacer):
-    told = []
-
+def test_a_rolled_back_write_raises_and_writes_nothing(pacer):
     def fails(db):
         db.execute_sql("INSERT INTO t VALUES (2)")
         raise RuntimeError("no")
 
     with pytest.raises(RuntimeError):
-        pacer.write(fails, 100, result(), "fails", rolled_back=lambda: told.append(True))
-    assert told == [True]
+        pacer.hold(fails)
     assert pacer.db.execute_sql("SELECT COUNT(*) FROM t").fetchone()[0] == 0
 
 

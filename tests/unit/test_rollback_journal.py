@@ -69,10 +69,11 @@ def test_an_export_holds_no_read_lock_between_its_pages_in_a_rollback_journal(de
     """A read transaction of ours holds every commit back in a rollback journal: Hermes commits
     while we export, between any two pages we read."""
     from hermes_admin.profile.engine import exports
+    from hermes_admin.profile.store import unit_rows
     from tests.helpers import other_connection
 
     db = delete_root / "state.db"
-    monkeypatch.setattr(exports, "PAGE_ROWS", 2)
+    monkeypatch.setattr(unit_rows, "PAGE_ROWS", 2)
     original, commits = exports.messages_of, []
 
     def interleaved(conn_db, sid, names):

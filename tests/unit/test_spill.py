@@ -6,7 +6,7 @@ import json
 import tempfile
 
 from hermes_admin import report, spill
-from hermes_admin.profile.engine.engine import Done, Result
+from hermes_admin.results import Done, Result
 from hermes_admin.spill import Spill, SpillMap
 
 

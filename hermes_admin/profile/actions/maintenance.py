@@ -18,7 +18,7 @@ from typing import Callable, Iterator
 
 from hermes_admin import model, stopping
 from hermes_admin.model import Profile
-from hermes_admin.profile.store import sql
+from hermes_admin.profile.store import page_accounting, sql
 from hermes_admin.profile.actions.common import Refused, Run, act_in_parts, too_broad, with_engine
 from hermes_admin.profile.engine.deletes import Recheck
 from hermes_admin.profile.engine.engine import Engine, Result
@@ -34,8 +34,8 @@ from hermes_admin.profile.store import StoreError
 from hermes_admin.profile.lineage import Graph
 from hermes_admin.profile.policy import Policy, PolicyError, with_origins
 from hermes_admin.profile.parts import graph_parts
-from hermes_admin.profile.store.read import (WITHOUT_MESSAGES, any_without_messages, existing_ids, message_bytes,
-                                             orphan_session_ids)
+from hermes_admin.profile.store.read import (WITHOUT_MESSAGES, any_without_messages, count_sessions, existing_ids,
+                                             message_bytes, orphan_session_ids)
 from hermes_admin.profile.tasks import Selection, archive, budget, empty, ghosts, retention, stale
 
 from hermes_admin.problems import ERROR, LOCKED, WARNING, about
@@ -96,12 +96,6 @@ def stopped_note(left: int, selected: int, unseen: int) -> str:
     rest = f"; {unseen} session(s) of the store not yet looked at" if unseen else ""
     return (f"{STOPPED}: {left} of the {selected} unit(s) selected so far not reached{rest} "
             "(the next run selects again; `--dry-run` counts what is left)")
-
-
-def _sessions(store, only: str | None) -> int:
-    """The session rows a task over the parts reads (those meeting `only`): one COUNT(*), an index's pages."""
-    where = f"WHERE {only}" if only else ""
-    return store.db.execute_sql(f"SELECT COUNT(*) FROM sessions s {where}").fetchone()[0]
 
 
 class _Pass:
@@ -172,7 +166,7 @@ class _Pass:
         store = self.engine.store
         live = set(sql.live_ids(store.db, store.schema, self.request.now))
         result = self.result(task)
-        reach = Reach(total=_sessions(store, rule.only))  # one COUNT(*): what a stop says is not looked at
+        reach = Reach(total=count_sessions(store, rule.only))  # one COUNT(*): what a stop says is not looked at
 
         def units() -> Iterator[list]:
             for graph in self._graphs(task, result, rule.only):
@@ -218,7 +212,7 @@ class _Pass:
     def _parts(self, task: str, result: Result, only: str | None = None) -> Iterator[Graph]:
         """The store a part at a time (parts.py), with a progress bar; a stop request ends it."""
         store = self.engine.store
-        total = _sessions(store, only) if self.engine.progress.wanted() else 0  # a count only for a bar someone sees
+        total = count_sessions(store, only) if self.engine.progress.wanted() else 0  # only for a bar someone sees
         with self.engine.progress.whole(f"{self.engine.profile.name}: {task}", total) as looked_at:
             for n, graph in enumerate(graph_parts(store, only)):
                 if n and stopping.requested():
@@ -340,10 +334,8 @@ class _Pass:
 
     def _used_mb(self) -> float:
         """The store's pages in use (free pages are space the next writes reuse), in MB."""
-        db = self.engine.store.db
-        pages, free, size = (db.execute_sql(f"PRAGMA {p}").fetchone()[0] for p in
-                             ("page_count", "freelist_count", "page_size"))
-        return (pages - free) * size / 1e6
+        pages = page_accounting.pages(self.engine.store.db)
+        return (pages.count - pages.free) * pages.size / 1e6
 
 
 def _ghost_rule(policy: Policy, now: float) -> Rule:

@@ -16,7 +16,7 @@ from hermes_admin.profile.store.files import FileIndex, removable, unsafe_id
 from hermes_admin.profile.engine.outbox import Event, Outbox, OutboxError
 from hermes_admin.profile.engine.remover import FileRemover
 from hermes_admin.profile.hooks.bus import DeliveryStopped, HookBus
-from hermes_admin.profile.store.sql import marks
+from hermes_admin.profile.store import unit_rows
 from hermes_admin.protocol import Profile
 from hermes_admin.results import Result
 
@@ -148,11 +148,5 @@ class Aftermath:
 def _done(db, event: Event) -> bool:
     """Did the transaction of a pending event commit (its rows gone, or archived)?"""
     ids = event.ids
-    if event.kind == "delete":
-        left = db.execute_sql(
-            f"SELECT (SELECT COUNT(*) FROM sessions WHERE id IN ({marks(ids)})) + "
-            f"(SELECT COUNT(*) FROM messages WHERE session_id IN ({marks(ids)}))", [*ids, *ids]).fetchone()[0]
-    else:
-        left = db.execute_sql(
-            f"SELECT COUNT(*) FROM sessions WHERE id IN ({marks(ids)}) AND archived = 0", ids).fetchone()[0]
+    left = unit_rows.rows_left(db, ids) if event.kind == "delete" else unit_rows.unarchived_left(db, ids)
     return left == 0

@@ -1,25 +1,24 @@
-"""The delete statements, inside the transaction the engine opened (docs/design.md §5).
+"""A delete's transaction: what it reads, decides (decisions.py) and applies (docs/design.md §5).
 
-Order inside each transaction (Hermes' own, required by its foreign keys and FTS triggers):
-orphan surviving children, delete the doomed sessions' messages (while their rows still exist:
-v30's trigram trigger looks them up), delete usage rows and the sessions, drop system prompts
-nobody references. Every unit is checked first, inside the same transaction: still there, not
-guarded (store/sql.py), still chosen by its rule, and still as it was exported.
+Every unit is checked first, inside the same transaction: still there, not guarded
+(store/sql.py), still chosen by its rule, and still as it was exported; the statements, in
+Hermes' order, are store/deleting.py's.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable
 
-from hermes_admin.profile.engine import exports, faults
+from hermes_admin.profile.engine import decisions, exports, faults
+from hermes_admin.profile.engine.decisions import Decision, Recheck
 from hermes_admin.profile.engine.exports import Exported
 from hermes_admin.profile.lineage import Unit
-from hermes_admin.profile.store import Store, sql
+from hermes_admin.profile.store import Store, deleting, sql, unit_rows
 from hermes_admin.profile.store.read import SessionRow, load_rows
-from hermes_admin.profile.store.sql import changes, chunks, marks
-from hermes_admin.results import Result
+from hermes_admin.profile.tasks.retention import REAPED
 
-Recheck = Callable[[Unit, dict[str, SessionRow]], "str | None"]
+__all__ = ["Deletes", "Recheck"]
 
 
 class Deletes:
@@ -30,6 +29,18 @@ class Deletes:
                  data_version: Callable[[], int]):
         self.store, self.references, self.now, self.data_version = store, references, now, data_version
         self._session_columns: list[str] | None = None
+        # A dry run's: rows its close_stale would have closed (id -> ended_at), read closed by the
+        # decisions after it, as the run's later transactions read them.
+        self.closed_in_dry_run: dict[str, float] = {}
+
+    def rows(self, ids: list[str]) -> dict[str, SessionRow]:
+        """The rows of these sessions as they are now (inside the caller's transaction); in a dry run,
+        as its earlier steps would have left them."""
+        fresh = load_rows(self.store, ids)
+        if self.closed_in_dry_run:
+            for sid in fresh.keys() & self.closed_in_dry_run.keys():
+                fresh[sid] = replace(fresh[sid], ended_at=self.closed_in_dry_run[sid], end_reason=REAPED)
+        return fresh
 
     def blocked(self, db, ids: list[str]) -> dict[str, str]:
         """Guarded ids (a live Hermes at work on them, a table we do not know pointing at them) -> why."""
@@ -45,49 +56,26 @@ class Deletes:
         found = sql.live_ids(db, self.store.schema, self.now())
         return {i: found[i] for i in ids if i in found}
 
-    def screen(self, units: list[Unit], result: Result, live_only: bool = False) -> list[Unit]:
-        """Drop units with a guarded member (a dry run's stand-in for the check each transaction makes);
-        `live_only`: guarded by a live lease or lock only (an archive flip deletes nothing)."""
-        ids = [i for unit in units for i in unit.ids]
-        blocked = self.live(self.store.db, ids) if live_only else self.blocked(self.store.db, ids)
-        fit = []
-        for unit in units:
-            why = next((blocked[i] for i in unit.ids if i in blocked), None)
-            if why:
-                result.skipped.append({"session_id": unit.session_id, "ids": list(unit.ids), "why": why})
-            else:
-                fit.append(unit)
-        return fit
-
     def in_store_order(self, units: list[Unit]) -> list[Unit]:
         """Units in the order their rows were written: neighbouring pages, fewer page reads."""
-        heads = [u.session_id for u in units]
-        position: dict[str, int] = {}
-        for part in chunks(heads):
-            position.update(self.store.db.execute_sql(
-                f"SELECT id, rowid FROM sessions WHERE id IN ({marks(part)})", part).fetchall())
+        position = deleting.rowids(self.store.db, [u.session_id for u in units])
         return sorted(units, key=lambda u: position.get(u.session_id, -1))
 
-    def in_transaction(self, db, chunk: list[Unit], exported: dict[str, Exported], recheck: Recheck | None,
-                       orphans: bool) -> tuple[dict[int, list[str]], dict[int, str], bool]:
-        """Delete the units that may go: (index -> the ids that went, index -> why one stayed, it wrote)."""
-        all_ids = [i for unit in chunk for i in unit.ids]
-        fresh = load_rows(self.store, all_ids)  # inside the transaction: what exists now, as it is now
-        existing = set(fresh)
-        blocked = {} if orphans else self.blocked(db, all_ids)
+    def decide(self, db, chunk: list[Unit], exported: dict[str, Exported], recheck: Recheck | None,
+               orphans: bool) -> Decision:
+        """Inside a transaction (a write one, or a dry run's read one): which units go, from their
+        rows as they are now, their guards, and whether they are still as exported."""
+        fresh = self.rows([i for unit in chunk for i in unit.ids])
+        blocked = {} if orphans else self.blocked(db, [i for unit in chunk for i in unit.ids])
         blocked.update(self.unlike_exports(db, [u for u in chunk if u.session_id in exported], exported))
-        went: dict[int, list[str]] = {}
-        skipped: dict[int, str] = {}
-        for index, unit in enumerate(chunk):
-            why = _why_kept(unit, existing, blocked, orphans)
-            if why is None and recheck is not None and not orphans:
-                why = recheck(unit, fresh)
-            if why:
-                skipped[index] = why
-            else:
-                went[index] = list(unit.ids) if orphans else [i for i in unit.ids if i in existing]
-        doomed = [i for ids in went.values() for i in ids]
-        return went, skipped, bool(doomed) and self.delete_rows(db, doomed) > 0
+        return decisions.to_delete(chunk, fresh, blocked, recheck, orphans)
+
+    def in_transaction(self, db, chunk: list[Unit], exported: dict[str, Exported], recheck: Recheck | None,
+                       orphans: bool) -> tuple[Decision, bool]:
+        """Delete the units that may go: what was decided, and whether it wrote."""
+        decision = self.decide(db, chunk, exported, recheck, orphans)
+        doomed = decision.ids
+        return decision, bool(doomed) and self.delete_rows(db, doomed) > 0
 
     def unlike_exports(self, db, units: list[Unit], exported: dict[str, Exported]) -> dict[str, str]:
         """Inside the transaction: units whose rows are not those exported (a message came, went or
@@ -104,8 +92,8 @@ class Deletes:
         if not units:
             return {}
         ids = [i for unit in units for i in unit.ids]
-        counts = _message_counts(db, ids)
-        rows: dict[str, tuple] = {r[0]: r for r in exports.session_rows(db, ids)}
+        counts = deleting.message_counts(db, ids)
+        rows: dict[str, tuple] = {r[0]: r for r in unit_rows.session_rows(db, ids)}
         columns = self.columns(db)
         why = {}
         for unit in units:
@@ -123,60 +111,11 @@ class Deletes:
     @staticmethod
     def delete_messages(db, message_ids: list[int]) -> None:
         """One step of a split delete: these messages only (their session rows stay until the last step)."""
-        for part in chunks(message_ids):
-            db.execute_sql(f"DELETE FROM messages WHERE id IN ({marks(part)})", part)
+        deleting.delete_messages(db, message_ids)
 
     def delete_rows(self, db, doomed: list[str]) -> int:
         """The units' rows, in Hermes' order; returns how many rows of the store it changed."""
-        schema = self.store.schema
-        db.execute_sql("CREATE TEMP TABLE IF NOT EXISTS hermes_admin_doomed (id TEXT PRIMARY KEY)")
-        db.execute_sql("DELETE FROM temp.hermes_admin_doomed")
-        for part in chunks(doomed):
-            db.execute_sql(f"INSERT OR IGNORE INTO temp.hermes_admin_doomed(id) VALUES {','.join(['(?)'] * len(part))}",
-                           part)
-        doomed_set = "(SELECT id FROM temp.hermes_admin_doomed)"
-        refs = [c for c in ("system_prompt_hash", "tool_names") if schema.has_column("sessions", c)]
-        prompt_hashes: set[str] = set()
-        if schema.has_table("system_prompts"):
-            for column in refs:
-                prompt_hashes.update(r[0] for r in db.execute_sql(
-                    f"SELECT DISTINCT {column} FROM sessions WHERE id IN {doomed_set} AND {column} IS NOT NULL"
-                ).fetchall())
-        # 1. survivors whose parent goes keep living, without a parent
-        changed = changes(db, db.execute_sql(f"UPDATE sessions SET parent_session_id = NULL WHERE parent_session_id IN "
-                                 f"{doomed_set} AND id NOT IN {doomed_set}"))
-        # 2. messages while their session rows still exist (the trigram trigger reads them)
-        changed += changes(db, db.execute_sql(f"DELETE FROM messages WHERE session_id IN {doomed_set}"))
-        # 3. usage rows (they cascade, but say so), then the sessions
-        if schema.has_table("session_model_usage"):
-            changed += changes(db, db.execute_sql(f"DELETE FROM session_model_usage WHERE session_id IN {doomed_set}"))
-        changed += changes(db, db.execute_sql(f"DELETE FROM sessions WHERE id IN {doomed_set}"))
-        # 4. system prompts nobody references any more
-        if prompt_hashes:
-            unreferenced = " AND ".join(f"NOT EXISTS (SELECT 1 FROM sessions WHERE {c} = system_prompts.hash)"
-                                        for c in refs)
-            for part in chunks(sorted(prompt_hashes)):
-                db.execute_sql(f"DELETE FROM system_prompts WHERE hash IN ({marks(part)}) AND {unreferenced}", part)
-        db.execute_sql("DELETE FROM temp.hermes_admin_doomed")
+        changed = deleting.delete_sessions(db, self.store.schema, doomed)
         faults.point("rows_deleted")
         return changed
 
-
-def _why_kept(unit: Unit, existing: set[str], blocked: dict[str, str], orphans: bool) -> str | None:
-    """Why a unit stays, as the transaction finds it (before its rule is applied again)."""
-    if orphans:
-        return "its session row exists again" if any(i in existing for i in unit.ids) else None
-    if unit.session_id not in existing:
-        return "gone already"
-    return next((blocked[i] for i in unit.ids if i in blocked), None)
-
-
-def _message_counts(db, ids: list[str]) -> dict[str, tuple[int, int]]:
-    """Each session's messages: (how many, the newest id)."""
-    counts: dict[str, tuple[int, int]] = {}
-    for part in chunks(ids):
-        for sid, count, newest in db.execute_sql(
-                f"SELECT session_id, COUNT(*), MAX(id) FROM messages WHERE session_id IN ({marks(part)}) "
-                f"GROUP BY session_id", part).fetchall():
-            counts[sid] = (count, newest or 0)
-    return counts

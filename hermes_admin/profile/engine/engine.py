@@ -7,7 +7,8 @@ A facade over its collaborators (docs/design.md §5):
   kept out of the deletes, in short transactions of their own (fts_merges.py);
 - export_ahead.py and packing.py: every unit exported before its delete commits (exports.py),
   the next batch exported on a thread meanwhile, units packed into transactions by their weight;
-- deletes.py: the statements, inside the transaction, each unit checked again first;
+- deletes.py, rows.py: inside each transaction, its units' rows read again, a decision made from them
+  (decisions.py: the same one a dry run makes in a read transaction), then applied (store/);
 - splits.py: a unit too big for one transaction, deleted in steps, finished or undone;
 - aftermath.py: once a commit is durable, its files removed (remover.py, unlinker.py), then its
   events fired through the outbox, so a crash right after a commit still delivers them;
@@ -28,6 +29,7 @@ from hermes_admin.profile.environment import Environment
 from hermes_admin.profile.engine import exports
 from hermes_admin.profile.engine.aftermath import Aftermath
 from hermes_admin.profile.engine.checkpointer import Checkpointer
+from hermes_admin.profile.engine.decisions import Decision
 from hermes_admin.profile.engine.deletes import Deletes, Recheck
 from hermes_admin.profile.engine.export_ahead import ExportAhead, Step, data_version, stop_note
 from hermes_admin.profile.engine.exports import ExportFile, Settings
@@ -36,10 +38,10 @@ from hermes_admin.profile.engine.group_commit import GroupCommit
 from hermes_admin.holders import held_by_its_owner
 from hermes_admin.profile.engine.outbox import Event, Outbox
 from hermes_admin.profile.engine.packing import units_by_count
-from hermes_admin.profile.engine.pacer import MERGE_STEPS, MERGE_STEPS_AT_END, Pacer
+from hermes_admin.profile.engine.pacer import MERGE_STEPS, MERGE_STEPS_AT_END, Pacer, first_budget
 from hermes_admin.profile.engine.remover import FileRemover
 from hermes_admin.profile.engine.restore import restore_file
-from hermes_admin.profile.engine.rows import close_stale_rows, flip_archived
+from hermes_admin.profile.engine.rows import Flip, close_stale_rows, decide_close, flip_archived
 from hermes_admin.profile.engine.space import Space
 from hermes_admin.profile.engine.splits import SplitDeletes
 from hermes_admin.profile.engine.state_folder import ProfileLocks
@@ -50,9 +52,10 @@ from hermes_admin.profile.hooks.bus import HookBus
 from hermes_admin.profile.hooks.discovery import discover as discover_plugins, safe_mode
 from hermes_admin.profile.lineage import Unit
 from hermes_admin.profile.store import Store, sql
-from hermes_admin.profile.store.read import load_rows
+from hermes_admin.profile.store.connect import read_transaction
+from hermes_admin.profile.store.read import journal_mode
 from hermes_admin.protocol import Profile
-from hermes_admin.results import Done, Result
+from hermes_admin.results import Result
 
 FTS_TABLES = ("messages_fts", "messages_fts_trigram")  # Hermes' FTS5 indexes (its CJK one: tokenizer.py)
 # A progress callback: (what, units done so far, units in all, ended); the engine draws nothing itself.
@@ -83,9 +86,7 @@ class Engine:
         self.recovered: list[Result] = []  # units of an interrupted split delete, finished or restored
         self.locks: ProfileLocks | None = None
         self.store: Store | None = None
-        self.outbox: Outbox | None = None
-        self.bus: HookBus | None = None
-        self.checkpointer: Checkpointer | None = None
+        self.outbox, self.bus, self.checkpointer = None, None, None  # Outbox, HookBus, Checkpointer
         self.remover: FileRemover | None = None  # committed sessions' files, removed by a worker
         self.commits: GroupCommit | None = None
         self.turns = None  # pauses between our transactions, for Hermes' writers (turns.py)
@@ -113,25 +114,28 @@ class Engine:
         self.close()
 
     def _open(self) -> None:
+        """The collaborators, each built once, after those it is given."""
         if self.config is None:
             self.config = load_hermes_config(self.profile.home)
         if not self.dry_run:  # a dry run writes nothing anywhere: no lock file, no outbox
             self.locks = ProfileLocks(self.profile, self.notes).__enter__()
         self.store = Store.open(self.profile, writable=not self.dry_run, lock_wait_s=self.env.lock_wait)
-        self.space = Space(self.store, None, self.incremental, self.dry_run)
         self.tokenizer = Tokenizer(self.store, self.dry_run, self._tokenizer_loaded)
         self.deletes = Deletes(self.store, lambda: self.references, self.now, lambda: data_version(self.store))
         if self.dry_run:
             self.aftermath = Aftermath(self.profile, self.notes, True)
-            return
-        self._open_writing()
-        self.recovered = self._splits.finish_all()  # before the replay: a finished split's event is committed
-        self.replayed = self.aftermath.replay(self.store.db)
+        else:
+            self._open_writing()
+        self.space = Space(self.store, self.pacer, self.incremental, self.dry_run)
+        if not self.dry_run:
+            self.recovered, left = self._splits.finish_all()  # before the replay: a finished split's event is committed
+            self.notes += left
+            self.replayed = self.aftermath.replay(self.store.db)
 
     def _open_writing(self) -> None:
         """The collaborators of a run that writes."""
         db = self.store.db
-        if self.space.in_wal_mode():
+        if journal_mode(self.store) == "wal":
             self.checkpointer = Checkpointer(self.profile.store_path)
         self.commits = GroupCommit(db, self.checkpointer)
         self.turns = Turns(db, held=lambda: held_by_its_owner(self.profile.store_path))
@@ -141,12 +145,10 @@ class Engine:
         self.bus = self._bus()
         self.aftermath = Aftermath(self.profile, self.notes, False, self.outbox, self.bus, self.remover)
         self.pacer = Pacer(db, self.turns, self.commits, self.fts, self.aftermath.after_durable)
-        self.space.pacer = self.pacer
         self.export = ExportFile(self.profile, self.export_settings, self.now)
         self._ahead = ExportAhead(self.store, self.export, self.export_settings, self.pacer)
         self._splits = SplitDeletes(self.store, self.pacer, self.outbox, self.aftermath, self.deletes,
-                                    lambda result: self._settle(result, merge=True), self.require_tokenizer,
-                                    self.notes)
+                                    lambda result: self._settle(result, merge=True), self.require_tokenizer)
 
     def _bus(self) -> HookBus:
         # Opt-in: with nothing in plugins.enabled, no plugin Hermes loads that way hears anything,
@@ -204,9 +206,6 @@ class Engine:
     def listening(self) -> bool:
         return self.aftermath.listening
 
-    def in_wal_mode(self) -> bool:
-        return self.space.in_wal_mode()
-
     def held_by_others(self) -> str | None:
         return self.space.held_by_others()
 
@@ -245,10 +244,10 @@ class Engine:
             return result
         self.require_tokenizer()
         units = self.deletes.in_store_order(units)
-        if self.dry_run:
-            for unit in (units if orphans else self.deletes.screen(units, result)):
-                result.done.append(_unit_report(unit, list(unit.ids)))
-                self.aftermath.remove_files(list(unit.ids), result)  # lists them: a dry run unlinks nothing
+        if self.dry_run:  # the same decision, each chunk in a read transaction; nothing exported, nothing applied
+            for decision in self._dry(units, result, lambda db, chunk: self.deletes.decide(db, chunk, {}, recheck,
+                                                                                        orphans)):
+                self.aftermath.remove_files(decision.ids, result)  # lists them: a dry run unlinks nothing
             return result
         if self._batch is None:  # settled here: the last commit is synced
             with self.batch(result):
@@ -284,30 +283,29 @@ class Engine:
         event_ids = self.outbox.add_pending("delete", reason, chunk) if listening else [None] * len(chunk)
         synced = self.commits.before(last)
 
-        def rolled_back():
+        try:
+            held = self.pacer.hold(lambda db: self.deletes.in_transaction(db, chunk, step.exported, recheck, orphans))
+        except BaseException:
             if listening:
                 self.outbox.settle({}, event_ids)  # rolled back: these events must never fire
-
+            raise
         # Committed, `follow` says what follows; it needs no write lock, so it fills the pause we owe.
-        self.pacer.write(lambda db: self.deletes.in_transaction(db, chunk, step.exported, recheck, orphans),
-                         step.weight, result, f"a delete of {len(chunk)} unit(s)", synced=synced,
-                         follow=lambda done: self._deleted(chunk, event_ids, reason, done, result),
-                         rolled_back=rolled_back)
+        self.pacer.settle(held, step.weight, result, f"a delete of {len(chunk)} unit(s)", synced=synced,
+                          follow=lambda done: self._deleted(chunk, event_ids, reason, done, result))
 
-    def _deleted(self, chunk: list[Unit], event_ids: list, reason: str, done: tuple, result: Result):
+    def _deleted(self, chunk: list[Unit], event_ids: list, reason: str, done: tuple[Decision, bool],
+                 result: Result):
         """What a delete's commit settles: the outbox told, the report, the files and events to follow."""
-        went, skipped, wrote = done
+        decision, wrote = done
+        went = decision.changes
         if self.listening:
-            committed = {event_ids[i]: ids for i, ids in went.items()}
+            committed = {event_ids[i]: list(ids) for i, ids in went.items()}
             self.outbox.settle(committed, [e for i, e in enumerate(event_ids) if i not in went])
-        for index, why in skipped.items():
-            unit = chunk[index]
-            result.skipped.append({"session_id": unit.session_id, "ids": list(unit.ids), "why": why})
+        decision.outcome().fold_into(result)
         paths: list[str] = []
-        for index, ids in went.items():
-            result.done.append(_unit_report(chunk[index], ids))
-            paths += self.aftermath.paths_of(ids, result)
-        events = [Event(event_ids[i], "delete", chunk[i].session_id, reason, ids)
+        for ids in went.values():
+            paths += self.aftermath.paths_of(list(ids), result)
+        events = [Event(event_ids[i], "delete", chunk[i].session_id, reason, list(ids))
                   for i, ids in went.items()] if self.listening else []
         return wrote, (paths, events)
 
@@ -347,20 +345,15 @@ class Engine:
 
     def set_archived(self, units: list[Unit], archived: bool, reason: str | None, swept: bool = False) -> Result:
         """Archive (or unarchive) whole units; an event fires only for a real unarchived -> archived change.
-        `swept`: the inactivity sweep's (live units stay; rows.flip_archived), not a deliberate one."""
+        `swept`: the inactivity sweep's (live units stay: rows.Flip), not a deliberate one."""
         result = Result(self.profile.name, "archive" if archived else "unarchive", reason, self.dry_run)
-        units = self.deletes.screen(units, result, live_only=True) if swept else units
+        flip = Flip(archived, provenance=self.store.schema.has_column("sessions", "auto_archived"), swept=swept)
         if self.dry_run:
-            rows = load_rows(self.store, [i for unit in units for i in unit.ids])
-            for unit in units:
-                changing = [i for i in unit.ids if i in rows and rows[i].archived != archived]
-                if changing:
-                    result.done.append(_unit_report(unit, changing))
+            self._dry(units, result, lambda db, chunk: flip.decide(db, self.deletes, chunk))
             return result
         for chunk, weight in self._by_count(units, result):
-            flip_archived(self.pacer, self.aftermath, chunk, weight, archived, reason, result,
-                          provenance=self.store.schema.has_column("sessions", "auto_archived"), swept=swept,
-                          live=self.deletes.live if swept else None)
+            flip_archived(self.pacer, self.aftermath, self.deletes, flip, chunk, weight, reason,
+                          result).fold_into(result)
         return result
 
     def close_stale(self, units: list[Unit], recheck: Recheck, now: float) -> Result:
@@ -368,21 +361,32 @@ class Engine:
         'startup_orphan_reap', as Hermes does; silent (nothing is deleted: no event, no file)."""
         result = Result(self.profile.name, "close", None, self.dry_run)
         if self.dry_run:
-            fresh = load_rows(self.store, [u.session_id for u in units])
-            result.done += [_unit_report(unit, list(unit.ids)) for unit in units if recheck(unit, fresh) is None]
+            for decision in self._dry(units, result, lambda db, chunk: decide_close(db, self.deletes, chunk, recheck)):
+                self.deletes.closed_in_dry_run.update(dict.fromkeys(decision.ids, now))  # for the later tasks
             return result
         for chunk, weight in self._by_count(units, result):
-            close_stale_rows(self.pacer, self.deletes, chunk, weight, recheck, now, result)
+            close_stale_rows(self.pacer, self.deletes, chunk, weight, recheck, now, result).fold_into(result)
         return result
 
+    def _dry(self, units: list[Unit], result: Result,
+             decide: Callable[[object, list[Unit]], Decision]) -> list[Decision]:
+        """A dry run: each chunk's decision, as its transaction would make it, in a short read transaction
+        of its own (in a rollback journal a reader holds off Hermes' commits); nothing applied."""
+        made = []
+        for chunk, _ in self._by_count(units, result):
+            made.append(read_transaction(self.store.db, lambda db: decide(db, chunk)))
+            made[-1].outcome().fold_into(result)
+        return made
+
     def _by_count(self, units: list[Unit], result: Result) -> Iterator[tuple[list[Unit], int]]:
-        """Row updates: a row each, so units by count, sized like the deletes; with their weight."""
+        """Row updates (and a dry run's chunks): units by count, sized like the deletes; with their weight."""
         position = 0
         while position < len(units):
             if stopping.requested():
                 result.notes.append(stop_note(len(units) - position, len(units)))
                 return
-            chunk = units[position:position + units_by_count(self.pacer.budget, exports.UNIT_WEIGHT)]
+            budget = self.pacer.budget if self.pacer is not None else first_budget()  # as last measured
+            chunk = units[position:position + units_by_count(budget, exports.UNIT_WEIGHT)]
             position += len(chunk)
             yield chunk, len(chunk) * exports.UNIT_WEIGHT
 
@@ -393,6 +397,3 @@ class Engine:
         self.require_tokenizer("restore into")  # the messages put back fire the CJK triggers too
         restore_file(self.store, self.pacer, path, wanted, self.dry_run, result, **how)
 
-
-def _unit_report(unit: Unit, ids: list[str]) -> Done:
-    return Done(unit.session_id, tuple(ids), unit.rule)

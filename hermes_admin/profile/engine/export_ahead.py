@@ -21,7 +21,7 @@ from hermes_admin.profile.engine.pacer import Pace, Pacer
 from hermes_admin.profile.lineage import Unit
 from hermes_admin.profile.store import Store
 from hermes_admin.profile.store.connect import open_readonly
-from hermes_admin.profile.store.sql import chunks, marks
+from hermes_admin.profile.store import pragmas, unit_rows
 from hermes_admin.results import Result
 
 EXPORT_UNITS = 500  # units per export member: one fsync and manifest write each
@@ -171,16 +171,11 @@ class ExportAhead:
     def _weigh(self, units: list[Unit], db) -> dict[str, int]:
         """Each unit's weight from the store (as an export would have measured it, near enough)."""
         size = text_size(self.store, "TOTAL(LENGTH({}))")
-        of_session: dict[str, int] = {}
-        ids = [i for unit in units for i in unit.ids]
-        for part in chunks(ids):
-            for sid, count, chars in db.execute_sql(
-                    f"SELECT session_id, COUNT(*), {size} FROM messages WHERE session_id IN ({marks(part)}) "
-                    f"GROUP BY session_id", part).fetchall():
-                of_session[sid] = int(chars or 0) + count * exports.ROW_WEIGHT
+        of_session = {sid: int(chars) + count * exports.ROW_WEIGHT for sid, (count, chars)
+                      in unit_rows.message_sizes(db, [i for unit in units for i in unit.ids], size).items()}
         return {u.session_id: exports.UNIT_WEIGHT + sum(of_session.get(i, 0) for i in u.ids) for u in units}
 
 
 def data_version(store: Store) -> int:
     """SQLite's count of other connections' commits, as the store's connection on this thread sees them."""
-    return store.db.execute_sql("PRAGMA data_version").fetchone()[0]
+    return pragmas.data_version(store.db)

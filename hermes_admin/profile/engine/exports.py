@@ -42,6 +42,7 @@ from typing import Iterator
 
 from hermes_admin.profile.engine.state_folder import NotPlain, open_plain, read_plain
 from hermes_admin.profile.store.sql import chunks, column_names, dicts, journal, marks
+from hermes_admin.profile.store.unit_rows import messages_of, session_rows
 from hermes_admin.protocol import Profile
 
 FORMAT = 2  # 1: the manifest as one JSON document, rewritten for each member (still read)
@@ -136,33 +137,13 @@ def fingerprint(names: list[str], rows: list[tuple]) -> str:
     return hashlib.sha256(dumps(sorted(kept, key=lambda r: str(r[0]))).encode()).hexdigest()
 
 
-def session_rows(db, ids: list[str]) -> list[tuple]:
-    rows = []
-    for part in chunks(list(ids)):
-        rows += db.execute_sql(f"SELECT * FROM sessions WHERE id IN ({marks(part)})", part).fetchall()
-    return rows
-
-
 PUT_CHARS = 1 << 16  # encoded text held before it is compressed (plus one message: memory stays flat)
-# A session's messages are read a page at a time, each page one short statement: in a rollback
-# journal our read lock holds Hermes' commit back, so it is never held while we encode and compress.
-PAGE_ROWS = 64
 
 
 def message_columns(db) -> list[str]:
     return column_names(db, "messages")
 
 
-def messages_of(db, sid: str, names: list[str]):
-    """One session's message rows in id order, read in pages of PAGE_ROWS (see there)."""
-    at, after = names.index("id"), None
-    while True:
-        page = db.execute_sql("SELECT * FROM messages WHERE session_id = ? AND id > ? ORDER BY id LIMIT ?",
-                              [sid, -1 if after is None else after, PAGE_ROWS]).fetchall()
-        yield from page
-        if len(page) < PAGE_ROWS:
-            return
-        after = page[-1][at]
 ROW_WEIGHT = 256  # what a row costs beyond its bytes (index entries, FTS rows), in bytes of text
 UNIT_WEIGHT = 1024  # what a unit costs beyond its rows (its session row, lookups, its event)
 

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import time
 
+from hermes_admin.profile.store import fts_index
+
 DEFAULT_AUTOMERGE = 4  # FTS5's own default; 1 means the default too
 FIRST_S_PER_PAGE = 0.0003  # merge work before the first measurement: above what a page usually takes
 MIN_PAGES, MAX_PAGES = 8, 400  # a step worth its turn, and one that never outgrows a transaction
@@ -35,7 +37,6 @@ SMALL_PAGES = 64
 RATE_WINDOW = 9  # merge steps whose rates size the next: one slow level never rules them
 SETTINGS_EVERY_S = 5.0  # how often an index's merge settings are read again
 MAX_LEVELS = MAX_SEGMENTS = 2000  # FTS5's own limit on segments (FTS5_MAX_SEGMENT)
-STRUCTURE_ROWID = 10  # the %_data row that holds an index's structure record
 STRUCTURE_V2 = b"\xff\x00\x00\x01"  # SQLite 3.44+: segments carry five more fields
 
 
@@ -125,15 +126,11 @@ class FtsMerges:
     def _may_restore(self, table: str) -> bool:
         """Can this connection put an absent `_config` row back as absent? (SQLite's defensive
         mode refuses writes to shadow tables: such an index is left to merge as it always has.)"""
-        try:
-            self.db.execute_sql(f"EXPLAIN DELETE FROM {table}_config WHERE 0").fetchall()
-        except Exception:
-            return False
-        return True
+        return fts_index.config_writable(self.db, table)
 
     def _stored(self, db, table: str, key: str, valid: tuple[int, int]) -> tuple[bool, int | None]:
         """(a row exists, its value as FTS5 takes it) for one of the index's settings, as it is now."""
-        row = db.execute_sql(f"SELECT v FROM {table}_config WHERE k = ?", (key,)).fetchone()
+        row = fts_index.config_row(db, table, key)
         return row is not None, _setting(row, *valid)
 
     def quiet(self, work):
@@ -150,19 +147,17 @@ class FtsMerges:
                 present, value = self._stored(db, table, "automerge", AUTOMERGE_RANGE)
                 if present and value is None:
                     continue
-                db.execute_sql(f"INSERT INTO {table}({table}, rank) VALUES ('automerge', 0)")
+                fts_index.set_automerge(db, table, 0)
                 quieted_tables.append((table, value if present else None))
             done = work(db)
             if quieted_tables:
                 # A savepoint makes FTS5 write out what this transaction has pending, while automerge
                 # is still off (so nothing merges at COMMIT); then the stored row, or its absence, comes back.
-                db.execute_sql("SAVEPOINT hermes_admin_fts")
-                db.execute_sql("RELEASE hermes_admin_fts")
+                fts_index.write_out_pending(db)
             for table, value in quieted_tables:
-                db.execute_sql(f"INSERT INTO {table}({table}, rank) VALUES ('automerge', ?)",
-                               (DEFAULT_AUTOMERGE if value is None else value,))
+                fts_index.set_automerge(db, table, DEFAULT_AUTOMERGE if value is None else value)
                 if value is None:
-                    db.execute_sql(f"DELETE FROM {table}_config WHERE k = 'automerge'")
+                    fts_index.forget_automerge(db, table)
             return done
         return quieted
 
@@ -197,9 +192,9 @@ class FtsMerges:
             threshold = self._threshold(table)
             if threshold == 0:
                 continue
-            row = self.db.execute_sql(f"SELECT block FROM {table}_data WHERE id = ?", (STRUCTURE_ROWID,)).fetchone()
+            block = fts_index.structure_block(self.db, table)
             try:
-                found = levels(row[0]) if row and row[0] else []
+                found = levels(block) if block else []
             except (IndexError, TypeError):
                 continue  # a structure this reader does not know: FTS5's own merging stays as it was
             if not any(_left_work(found, level, threshold) > SMALL_PAGES for level in range(len(found))):
@@ -228,9 +223,7 @@ class FtsMerges:
 
         FTS5 says fewer than two means there was nothing to merge; more, and it is about the pages
         written (a merge stops at a term's end, so one step may do more than asked)."""
-        before = db.connection().total_changes()
-        db.execute_sql(f"INSERT INTO {table}({table}, rank) VALUES ('merge', ?)", (pages,))
-        return db.connection().total_changes() - before
+        return fts_index.merge(db, table, pages)
 
     def measured(self, owed: tuple[str, int], pages: int, written: int, held_s: float) -> None:
         """A step's time per page asked, from steps that did all that was asked (a merge writes

@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from hermes_admin.profile.engine.checkpointer import Checkpointer
+from hermes_admin.profile.store import pragmas
 
 NORMAL = 1  # PRAGMA synchronous: atomic and crash-safe in WAL mode, no fsync at commit
 BARRIER_TRIES, BARRIER_WAIT_S = 40, 0.05  # ~2 s for the checkpoint that makes the last commits durable
@@ -32,7 +33,7 @@ class GroupCommit:
     def __init__(self, db, checkpointer: Checkpointer | None):
         self.db = db
         self.checkpointer = checkpointer  # None outside WAL mode
-        self.level = int(db.execute_sql("PRAGMA synchronous").fetchone()[0])
+        self.level = pragmas.synchronous(db)
         self.enabled = checkpointer is not None and self.level > NORMAL
         self._current = self.level
         self.seq = 0  # writing commits so far; the checkpointer reports how far they are durable
@@ -91,5 +92,5 @@ class GroupCommit:
 
     def _set(self, level: int) -> None:
         if level != self._current:
-            self.db.execute_sql(f"PRAGMA synchronous={level}")
+            pragmas.set_synchronous(self.db, level)
             self._current = level

@@ -80,7 +80,7 @@ class Pacer:
         self.db, self.turns, self.commits, self.fts, self.release = db, turns, commits, fts, release
         self.s_per_weight = FIRST_S_PER_WEIGHT  # seconds of write lock per unit of weight (smoothed)
         self._rates: list[float] = []  # the last transactions' seconds per weight
-        self.budget = int(TARGET_HOLD_S / FIRST_S_PER_WEIGHT)  # the weight the next transaction may carry
+        self.budget = first_budget()  # the weight the next transaction may carry
 
     def hold_target(self) -> float:
         """How long the next transaction may hold the lock: short while another writer is seen."""
@@ -90,34 +90,25 @@ class Pacer:
         return Pace(self.budget, self.s_per_weight, self.hold_target())
 
     def write(self, work: Callable, weight: int | None, result: Result, what: str, *, synced: bool = False,
-              quiet: bool = True, follow: Follow | None = _wrote_nothing_more, turn: bool = True,
-              rolled_back: Callable[[], None] | None = None, unless: Callable[[Any], bool] | None = None,
-              took: Callable[[Any], None] | None = None) -> Held:
-        """`work(db)` in one write transaction, then: measured (`weight`: what it carried, sizing the
-        next ones; None: counted, never measured), `follow(value)` (the caller's bookkeeping of what
-        committed: whether it wrote, and the work to do once it is durable), its commit handed to
-        group commit, the turn other writers are owed. `follow=None`: the caller does the last
-        two itself (`committed`, `turn`). `rolled_back`: called when the transaction did not commit.
-        `unless(value)`: the work found it must not write (and did not): nothing follows.
-        `took(value)`: the caller's record of what committed, made before anything that can fail
-        (the measuring, the release of earlier work, the turn): a failure there never hides a commit."""
-        try:
-            held = self.hold(work, quiet)
-        except BaseException:
-            if rolled_back is not None:
-                rolled_back()
-            raise
-        if took is not None:
-            took(held.value)
+              quiet: bool = True, follow: Follow | None = _wrote_nothing_more) -> Held:
+        """`work(db)` in one write transaction (`hold`), then what follows its commit (`settle`)."""
+        return self.settle(self.hold(work, quiet), weight, result, what, synced=synced, follow=follow)
+
+    def settle(self, held: Held, weight: int | None, result: Result, what: str, *, synced: bool = False,
+               follow: Follow | None = _wrote_nothing_more) -> Held:
+        """A committed transaction: measured (`weight`: what it carried, sizing the next ones; None:
+        counted, never measured), `follow(value)` (the caller's bookkeeping of what committed: whether
+        it wrote, and the work to do once it is durable), its commit handed to group commit, the turn
+        other writers are owed. `follow=None`: the caller does the last two itself (`committed`,
+        `turn`). A caller with a record to keep of what committed, or something to undo when it did
+        not, calls `hold` and then this: what it does between them comes before anything that can
+        fail after the commit (the measuring, the release of earlier work, the turn)."""
         faults.point("committed")
-        if unless is not None and unless(held.value):
-            return held
         self.account(held, weight, result, what)
         if follow is not None:
             wrote, after = follow(held.value)
             self.committed(synced, wrote, after, result)
-            if turn:
-                self.turn(held)
+            self.turn(held)
         return held
 
     def hold(self, work: Callable, quiet: bool = True) -> Held:
@@ -189,6 +180,11 @@ class Pacer:
         self.committed(False, worked, None, result)
         self.turns.after_step(held.committed_at, held.held_s)
         return worked
+
+
+def first_budget() -> int:
+    """The weight the first transaction may carry, before any was measured."""
+    return int(TARGET_HOLD_S / FIRST_S_PER_WEIGHT)
 
 
 def count(result: Result, held_s: float, what: str) -> None:

@@ -17,26 +17,16 @@ from pathlib import Path
 
 
 from hermes_admin.profile.engine.exports import ROW_WEIGHT, decode_value, manifest_or_recomputed, read_member
-from hermes_admin.profile.store.sql import chunks, dicts, marks
 from hermes_admin.profile.engine.pacer import MERGE_STEPS, Pacer
 from hermes_admin.profile.store import Store
+from hermes_admin.profile.store.restoring import (insert_row, message_owners, newest_message_id, pin, session_exists,
+                                                  session_row)
+from hermes_admin.profile.store.sql import column_names
 from hermes_admin.results import Done, Result
 from hermes_admin.profile.store.errors import SQLITE_ERRORS
 
 EXTRAS = ("messages", "session_model_usage", "system_prompts")  # an export record's fields that are no columns
 MAX_ROWS_PER_TXN = 500  # a bound on one restore transaction whatever the weights (tiny rows)
-
-
-def _columns(db, table: str) -> list[str]:
-    return [row[1] for row in db.execute_sql(f"PRAGMA table_info({table})").fetchall()]
-
-
-def insert_row(db, table: str, row: dict, columns, verb: str = "INSERT") -> None:
-    """One row into `table`: its values for the `columns` the table has (names quoted: a column
-    may be named like an SQL word). The one way rows are put into a store (restore, repair)."""
-    names = [c for c in columns if c in row]
-    quoted = ", ".join(f'"{c}"' for c in names)
-    db.execute_sql(f"{verb} INTO {table} ({quoted}) VALUES ({marks(names)})", [row[c] for c in names])
 
 
 def _insert(db, table: str, columns: list[str], row: dict, verb: str = "INSERT") -> None:
@@ -51,16 +41,16 @@ class Restorer:
         self.result = result  # what the pacing reports into (and what earlier commits released)
         self.db = store.db
         self.schema = store.schema
-        self.columns = {t: _columns(self.db, t) for t in ("sessions", "messages", "session_model_usage",
+        self.columns = {t: column_names(self.db, t) for t in ("sessions", "messages", "session_model_usage",
                                                          "system_prompts") if self.schema.has_table(t)}
 
     def _exists(self, sid: str) -> bool:
-        return self.db.execute_sql("SELECT 1 FROM sessions WHERE id = ?", [sid]).fetchone() is not None
+        return session_exists(self.db, sid)
 
     def _same_row(self, fields: dict) -> bool:
         """Is the session row in the store the one exported (a restore that was cut short, say)?"""
-        rows = dicts(self.db, "SELECT * FROM sessions WHERE id = ?", [fields.get("id")])
-        return bool(rows) and all(fields.get(n) == v for n, v in rows[0].items() if n in fields)
+        row = session_row(self.db, fields.get("id"))
+        return row is not None and all(fields.get(n) == v for n, v in row.items() if n in fields)
 
     def session(self, fields: dict, messages, missing_only: bool, dry_run: bool = False) -> tuple[str, int]:
         """One record: ("restored"|"completed"|"exists"|"absent", messages put back).
@@ -97,20 +87,15 @@ class Restorer:
 
     def pin(self, ids: list[str]) -> None:
         """Pin sessions put back (Hermes' own `pinned` flag, which every task of ours honours)."""
-        def work(db):
-            for part in chunks(ids):
-                db.execute_sql(f"UPDATE sessions SET pinned = 1 WHERE id IN ({marks(part)})", part)
-
-        self.pacer.write(work, ROW_WEIGHT * len(ids), self.result, "pinning the sessions put back")
+        self.pacer.write(lambda db: pin(db, ids), ROW_WEIGHT * len(ids), self.result, "pinning the sessions put back")
 
     def _write(self, head: dict | None, messages: list[dict]) -> int:
         def work(db):
             if head is not None:
                 self._session_row(db, head)
             ids = [m["id"] for m in messages if isinstance(m.get("id"), int) and not isinstance(m["id"], bool)]
-            taken = dict(db.execute_sql(f"SELECT id, session_id FROM messages WHERE id IN ({marks(ids)})",
-                                        ids).fetchall()) if ids else {}
-            newest = _sequence(db)
+            taken = message_owners(db, ids)
+            newest = newest_message_id(db)
             put = 0
             for message in messages:
                 mid = message.get("id")
@@ -130,7 +115,7 @@ class Restorer:
     def _session_row(self, db, fields: dict) -> None:
         row = {k: v for k, v in fields.items() if k not in EXTRAS}
         parent = row.get("parent_session_id")
-        if parent and db.execute_sql("SELECT 1 FROM sessions WHERE id = ?", [parent]).fetchone() is None:
+        if parent and not session_exists(db, parent):
             row["parent_session_id"] = None  # detached, as Hermes' own import does
         referenced = {row.get(c) for c in ("system_prompt_hash", "tool_names")} - {None}
         for prompt in _dicts(fields.get("system_prompts")):
@@ -150,17 +135,6 @@ def _dicts(value) -> list[dict]:
 def row_weight(message: dict) -> int:
     """A row's weight for pacing: the bytes of its text (what FTS5 tokenizes) and a cost per row."""
     return sum(len(v) for v in message.values() if isinstance(v, str)) + ROW_WEIGHT
-
-
-def _sequence(db) -> int:
-    """The newest message id Hermes has given out (AUTOINCREMENT's record), or the newest row's."""
-    try:
-        row = db.execute_sql("SELECT seq FROM sqlite_sequence WHERE name = 'messages'").fetchone()
-    except Exception:
-        row = None
-    if row is None:
-        row = db.execute_sql("SELECT COALESCE(MAX(id), 0) FROM messages").fetchone()
-    return int(row[0] or 0)
 
 
 def units_of(manifest: dict, wanted: set[str] | None) -> list[tuple[dict, list]]:

@@ -20,13 +20,13 @@ import peewee
 from hermes_admin import stopping
 from hermes_admin.holders import store_holders
 from hermes_admin.profile.engine.pacer import Pacer
-from hermes_admin.profile.store import Store
+from hermes_admin.profile.store import Store, pragmas
+from hermes_admin.profile.store.pragmas import INCREMENTAL
 from hermes_admin.profile.store.connect import WAL_SIZE_LIMIT, WriteLockHeld, is_lock_error
 from hermes_admin.profile.store.read import journal_mode
 from hermes_admin.results import Result
 
 VACUUM_FREE_RATIO = 0.25  # a VACUUM rewrites the whole store: worth it past a quarter of it free
-INCREMENTAL = 2  # PRAGMA auto_vacuum's value for incremental auto-vacuum
 RECLAIM_FIRST_PAGES = 256  # the first incremental-vacuum step; later ones sized by the time it took
 CHECKPOINT_SETTLE_S = 1.0  # how long a reclaim tries for the checkpoint that shrinks the file
 CUT_TRIES = 4  # pages kept for the last steps, each a try at cutting the WAL back (a Hermes commit may win)
@@ -58,7 +58,7 @@ class Space:
     def passive_checkpoint(self) -> None:
         try:
             if self.in_wal_mode():
-                self.store.db.execute_sql("PRAGMA wal_checkpoint(PASSIVE)")
+                pragmas.checkpoint(self.store.db)
         except Exception:
             pass  # a checkpoint is a courtesy; Hermes' own writers checkpoint too
 
@@ -71,9 +71,9 @@ class Space:
     def _pending_bytes(self) -> int:
         """The free pages, in bytes, that only the switching VACUUM would give back (0: none worth it)."""
         db = self.store.db
-        if not self.incremental or db.execute_sql("PRAGMA auto_vacuum").fetchone()[0] == INCREMENTAL:
+        if not self.incremental or pragmas.auto_vacuum(db) == INCREMENTAL:
             return 0
-        free = db.execute_sql("PRAGMA freelist_count").fetchone()[0] * db.execute_sql("PRAGMA page_size").fetchone()[0]
+        free = pragmas.free_pages(db) * pragmas.page_size(db)
         return free if free >= SWITCH_MIN_BYTES else 0
 
     def _free_moment(self, patience: float) -> str | None:
@@ -91,20 +91,18 @@ class Space:
         writers like every write of ours: SQLite's incremental auto-vacuum, on a store switched to it
         (by a VACUUM of ours while nobody held it, `vacuum_if_worth`). Returns the pages freed, and
         says so in `result`; the file shrinks when a checkpoint copies the last of them back."""
-        if self.dry_run or self.store.db.execute_sql("PRAGMA auto_vacuum").fetchone()[0] != INCREMENTAL:
+        if self.dry_run or pragmas.auto_vacuum(self.store.db) != INCREMENTAL:
             return 0
         pages, freed = RECLAIM_FIRST_PAGES, 0
         while not stopping.requested():
-            free = self.store.db.execute_sql("PRAGMA freelist_count").fetchone()[0]
+            free = pragmas.free_pages(self.store.db)
             if free == 0:
                 break
             step = self._next_step(pages, free)
 
             def work(db, step=step):
-                # One page a statement: Python's sqlite3 steps a statement once, and this pragma frees a
-                # page per step, reporting each as a row without columns that Python never steps past.
                 for _ in range(int(step)):
-                    db.execute_sql("PRAGMA incremental_vacuum(1)").close()
+                    pragmas.free_one_page(db)
 
             try:
                 held_s = self.pacer.write(work, None, result, f"an incremental vacuum step ({step} pages)",
@@ -112,7 +110,7 @@ class Space:
             except WriteLockHeld as exc:  # the purge before it committed: the pages wait for the next run
                 result.notes.append(f"free pages left for the next run: {exc}")
                 break
-            left = self.store.db.execute_sql("PRAGMA freelist_count").fetchone()[0]
+            left = pragmas.free_pages(self.store.db)
             freed += free - left
             if left >= free:  # nothing moved (another writer's pages at the end?): the next run goes on
                 break
@@ -146,7 +144,7 @@ class Space:
         deadline = time.monotonic() + CHECKPOINT_SETTLE_S
         while time.monotonic() < deadline:
             try:
-                busy, frames, copied = self.store.db.execute_sql("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                busy, frames, copied = pragmas.checkpoint(self.store.db)
             except peewee.OperationalError:
                 return
             if not busy and copied >= frames:
@@ -164,9 +162,8 @@ class Space:
         if self.dry_run or not (asked or self.switch_pending()):
             return False
         db = self.store.db
-        pages = db.execute_sql("PRAGMA page_count").fetchone()[0]
-        free = db.execute_sql("PRAGMA freelist_count").fetchone()[0]
-        switching = self.incremental and db.execute_sql("PRAGMA auto_vacuum").fetchone()[0] != INCREMENTAL
+        pages, free = pragmas.page_count(db), pragmas.free_pages(db)
+        switching = self.incremental and pragmas.auto_vacuum(db) != INCREMENTAL
         if not pages or (free / pages <= VACUUM_FREE_RATIO and not switching):
             result.notes.append(f"no VACUUM: {free}/{pages} pages free (needs over 25 %)")
             return False
@@ -177,17 +174,17 @@ class Space:
         if who:
             result.notes.append(f"no VACUUM: the store is held by {who}")
             if switching and free:
-                size = free * db.execute_sql("PRAGMA page_size").fetchone()[0]
+                size = free * pragmas.page_size(db)
                 self.waits.append({"bytes": size, "held_by": who})
                 result.notes.append(f"{size >> 20} MiB of free pages wait for one VACUUM while nobody else holds "
                                     "the store (it switches the store to incremental reclaim); every run looks again")
             return False
         try:
             if switching:  # once: from then on, purges give space back while Hermes runs (reclaim)
-                db.execute_sql("PRAGMA auto_vacuum = INCREMENTAL")  # takes effect with this VACUUM
+                pragmas.switch_to_incremental(db)  # takes effect with this VACUUM
                 result.notes.append("the store is now in incremental auto-vacuum: later purges give space "
                                     "back in short steps while Hermes runs")
-            db.execute_sql("VACUUM")
+            pragmas.vacuum(db)
         except peewee.OperationalError as exc:  # a writer came meanwhile: the VACUUM waits for another run
             if not is_lock_error(exc):
                 raise
@@ -201,7 +198,6 @@ class Space:
         the one place where a checkpoint of ours may TRUNCATE the WAL, through SQLite's own locks,
         rather than leave a WAL as large as the store on disk until Hermes next closes it last."""
         try:
-            self.store.db.execute_sql("PRAGMA wal_checkpoint(TRUNCATE)" if self.held_by_others() is None
-                                      else "PRAGMA wal_checkpoint(PASSIVE)")
+            pragmas.checkpoint(self.store.db, "TRUNCATE" if self.held_by_others() is None else "PASSIVE")
         except peewee.OperationalError:
             pass  # a checkpoint is a courtesy; the next writer's reuse the WAL

@@ -34,8 +34,8 @@ from hermes_admin.profile.engine.pacer import MERGE_STEPS, Held, Pacer
 from hermes_admin.profile.engine.restore import Restorer
 from hermes_admin.profile.lineage import Unit
 from hermes_admin.profile.store import Store
-from hermes_admin.profile.store.read import load_rows
-from hermes_admin.profile.store.sql import marks
+from hermes_admin.profile.store import unit_rows
+from hermes_admin.profile.store.read import existing_ids, load_rows
 from hermes_admin.results import Done, Result
 from hermes_admin.profile.store.errors import SQLITE_ERRORS
 
@@ -63,9 +63,9 @@ class SplitDeletes:
     events of what committed so far (the engine's); `require_tokenizer()`: Hermes' CJK tokenizer."""
 
     def __init__(self, store: Store, pacer: Pacer, outbox: Outbox, aftermath: Aftermath, deletes: Deletes,
-                 settle: Callable[[Result], None], require_tokenizer: Callable[[], None], notes: list[str]):
+                 settle: Callable[[Result], None], require_tokenizer: Callable[[], None]):
         self.store, self.pacer, self.outbox, self.aftermath = store, pacer, outbox, aftermath
-        self.deletes, self.settle, self.require_tokenizer, self.notes = deletes, settle, require_tokenizer, notes
+        self.deletes, self.settle, self.require_tokenizer = deletes, settle, require_tokenizer
 
     def split(self, unit: Unit, exported: Exported, reason: str, recheck: Recheck | None, result: Result) -> None:
         """Delete one big unit in steps of messages, then its rows; it is already exported.
@@ -117,7 +117,7 @@ class SplitDeletes:
         """Delete the unit's messages in id order, a step per transaction, then its rows: (None, the
         last step's transaction) once it committed, else (why the unit must stay: a change, or a stop
         request, ...). What each step took is in `taken` from the moment it commits, before anything
-        that can fail after the commit (the pacer's `took`)."""
+        that can fail after the commit (between the pacer's `hold` and its `settle`)."""
         remaining = self._message_weights(unit, exported.max_message_id)
         went = 0  # weight our steps took
         while True:
@@ -134,13 +134,14 @@ class SplitDeletes:
             present: list[str] = []
             # A changed unit lost nothing: no step of ours. After the last step, what ends the split
             # follows its commit (_after_split), then its turn.
-            held = self.pacer.write(lambda db: self._step(db, unit, exported, recheck, step, final, len(remaining),
-                                                          present),
-                                    weight + (exports.UNIT_WEIGHT if final else 0), result,
-                                    "a step of a unit deleted in steps", unless=bool, follow=None if final else _wrote,
-                                    took=lambda why: None if why else taken.add(step, present if final else None))
-            if held.value:
+            held = self.pacer.hold(lambda db: self._step(db, unit, exported, recheck, step, final, len(remaining),
+                                                         present))
+            if held.value:  # it found the unit changed and deleted nothing: nothing follows
+                faults.point("committed")
                 return held.value, None
+            taken.add(step, present if final else None)  # before anything that can fail after the commit
+            self.pacer.settle(held, weight + (exports.UNIT_WEIGHT if final else 0), result,
+                              "a step of a unit deleted in steps", follow=None if final else _wrote)
             went += weight
             remaining = remaining[count:]
             if final:
@@ -155,8 +156,7 @@ class SplitDeletes:
         if why:
             return why
         if final:
-            present[:] = [r[0] for r in db.execute_sql(
-                f"SELECT id FROM sessions WHERE id IN ({marks(list(unit.ids))})", list(unit.ids)).fetchall()]
+            present[:] = existing_ids(self.store, list(unit.ids))
             self.deletes.delete_rows(db, present)
         else:
             self.deletes.delete_messages(db, step)
@@ -176,19 +176,15 @@ class SplitDeletes:
     def _message_weights(self, unit: Unit, upto: int) -> list[tuple[int, int]]:
         size = text_size(self.store, "COALESCE(LENGTH({}), 0)")
         ids = list(unit.ids)
-        return [(i, int(w) + exports.ROW_WEIGHT) for i, w in self.store.db.execute_sql(
-            f"SELECT id, {size} FROM messages WHERE session_id IN ({marks(ids)}) AND id <= ? ORDER BY id",
-            [*ids, upto]).fetchall()]
+        return [(i, w + exports.ROW_WEIGHT) for i, w in unit_rows.each_message_size(self.store.db, ids, size, upto)]
 
     def _changed(self, db, unit: Unit, exported: Exported, left: int, recheck: Recheck | None) -> str | None:
         """Inside a step's transaction: why the unit must not lose more rows, if it changed since its export."""
         ids = list(unit.ids)
-        rows = exports.session_rows(db, ids)
+        rows = unit_rows.session_rows(db, ids)
         if len(rows) != exported.sessions or exports.fingerprint(self.deletes.columns(db), rows) != exported.fingerprint:
             return "its session rows changed while it was being deleted in steps"
-        newer, kept = db.execute_sql(
-            f"SELECT COALESCE(SUM(id > ?), 0), COALESCE(SUM(id <= ?), 0) FROM messages WHERE session_id IN ({marks(ids)})",
-            [exported.max_message_id, exported.max_message_id, *ids]).fetchone()
+        newer, kept = unit_rows.messages_beside(db, ids, exported.max_message_id)
         if newer:
             return "a new message arrived while it was being deleted in steps"
         if kept != left:
@@ -222,25 +218,26 @@ class SplitDeletes:
                                "why": f"{record['undoing']}: kept, {put} deleted message(s) restored from "
                                       f"{exported.path}"})
 
-    def finish_all(self) -> list[Result]:
-        """Units an earlier run left half-deleted: finished if unchanged since their export, else restored.
+    def finish_all(self) -> tuple[list[Result], list[str]]:
+        """Units an earlier run left half-deleted: finished if unchanged since their export, else restored;
+        (their results, a note for each record left for the next run).
 
         One record that cannot be dealt with (its export unreadable, say) is reported and kept for
         the next run; it never stops the profile's other work.
         """
-        recovered = []
+        recovered, notes = [], []
         for split_id, record in self.outbox.splits():
             result = Result(self.store.profile.name, "delete", record.get("reason"), False, task="resume")
             try:
                 self._finish_split(split_id, record, result)
             except (ExportError, OutboxError, *SQLITE_ERRORS, KeyError, TypeError,
                     ValueError) as exc:
-                self.notes.append(f"an interrupted delete in steps ({record.get('session_id')!r}) could not be "
-                                  f"finished or restored: {exc}; it stays recorded for the next run")
+                notes.append(f"an interrupted delete in steps ({record.get('session_id')!r}) could not be "
+                             f"finished or restored: {exc}; it stays recorded for the next run")
                 continue
             result.notes.append(f"an interrupted delete of {record['session_id']} in steps, from an earlier run")
             recovered.append(result)
-        return recovered
+        return recovered, notes
 
     def _finish_split(self, split_id: int, record: dict, result: Result) -> None:
         unit = Unit(record["session_id"], record["ids"], record.get("rule", ""))
@@ -249,9 +246,7 @@ class SplitDeletes:
         if record.get("undoing"):  # the crash came while it was being put back: go on putting it back
             self._undo_split(split_id, record, unit, exported, record["undoing"], None, result)
             return
-        left = self.store.db.execute_sql(
-            f"SELECT COUNT(*) FROM sessions WHERE id IN ({marks(list(unit.ids))})", list(unit.ids)).fetchone()[0]
-        if left == 0:  # its last step committed; what followed it did not
+        if not existing_ids(self.store, list(unit.ids)):  # its last step committed; what followed it did not
             self._after_split(split_id, record, unit, list(unit.ids), result)
         else:
             # Re-checked against its export at every step, as in the run that began it; the rule that

@@ -24,6 +24,7 @@ import time
 from typing import Callable
 
 from hermes_admin.profile.engine import faults
+from hermes_admin.profile.store import pragmas
 
 MIN_S = 0.002  # the lock stays free at least this long after each of our commits
 # SQLite's busy handler (sqliteDefaultBusyCallback): after waiting this long, it sleeps this long.
@@ -58,7 +59,7 @@ class Turns:
 
     def _data_version(self) -> int:
         faults.point("data_version")
-        return self.db.execute_sql("PRAGMA data_version").fetchone()[0]
+        return pragmas.data_version(self.db)
 
     def _other_committed(self) -> bool:
         version = self._data_version()

@@ -210,6 +210,18 @@ def write_transaction(
             sleep(waiting.pause())
 
 
+def read_transaction(db: peewee.SqliteDatabase, work: Callable[[peewee.SqliteDatabase], T]) -> T:
+    """Run `work` inside one read transaction: its statements see the store as of one moment, as a
+    write transaction's do. Tried again whole on a lock error while the holder makes progress
+    (`patiently`). Kept as short as one write transaction of ours: in a rollback journal a reader
+    holds off every writer's commit, Hermes' included."""
+    def once() -> T:
+        with db.atomic():
+            return work(db)
+
+    return patiently(db, once)
+
+
 def _limit_wal(db: peewee.SqliteDatabase) -> None:
     """Set how far SQLite may cut the WAL file back at our next commit (see WAL_SIZE_LIMIT)."""
     try:

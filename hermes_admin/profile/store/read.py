@@ -177,6 +177,12 @@ def session_batches(store: Store, leave_out: set[str], size: int = 2000,
             return
 
 
+def count_sessions(store: Store, only: str | None = None) -> int:
+    """How many session rows there are (`only`: an SQL condition on them, aliased `s`)."""
+    where = f"WHERE {only}" if only else ""
+    return int(store.db.execute_sql(f"SELECT COUNT(*) FROM sessions s {where}").fetchone()[0])
+
+
 def load_rows(store: Store, ids: list[str]) -> dict[str, SessionRow]:
     """The rows of these sessions only (those that exist), by id. The engine calls it inside
     its transactions (existence and recheck at once), where every millisecond holds the lock."""
@@ -227,6 +233,11 @@ def message_bytes(db, ids: list[str] | None = None) -> dict[str, int]:
             f"SELECT session_id, {size} FROM messages WHERE session_id IN ({marks(part)}) GROUP BY session_id",
             part).fetchall())
     return found
+
+
+def sources_by_id(db) -> dict[str, str]:
+    """Every session's source, by id."""
+    return dict(db.execute_sql("SELECT id, source FROM sessions").fetchall())
 
 
 def open_sessions(store: Store) -> list[SessionRow]:

@@ -1,0 +1,134 @@
+"""The engine built directly on a synthetic store: a dry run is the real run's decision, made in a
+read transaction and not applied, so it reports what the run then does (docs/design.md §5)."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+
+import pytest
+
+from hermes_admin.profile.engine import decisions
+from hermes_admin.profile.engine.engine import Engine
+from hermes_admin.profile.lineage import Unit
+from hermes_admin.profile.store.read import SessionRow
+from hermes_admin.profile.store.row_updates import ArchiveState
+from hermes_admin.protocol import Profile
+from hermes_admin.synth.builder import SynthStore
+from tests.helpers import row_ids
+
+DAY = 86400.0
+
+
+@pytest.fixture(params=["wal", "delete"])
+def profile(request, tmp_path):
+    """Four ended sessions, one with a child, in WAL and in a rollback journal."""
+    now = time.time()
+    store = SynthStore(tmp_path / "h" / "state.db", version=30, journal=request.param)
+    for sid in ("a", "b", "c", "d"):
+        store.session(sid, started=now - 100 * DAY, ended=now - 100 * DAY + 60, end_reason="done")
+        store.messages(sid, 3, now - 100 * DAY)
+    store.session("a-child", started=now - 99 * DAY, ended=now - 99 * DAY + 60, end_reason="done", parent="a")
+    store.close()
+    return Profile(tmp_path / "h", "default", tmp_path / "h")
+
+
+def _report(result) -> tuple[list, list]:
+    return ([(d.session_id, tuple(d.ids)) for d in result.done],
+            sorted((s["session_id"], s["why"]) for s in result.skipped))
+
+
+def _not_c(unit: Unit, rows: dict[str, SessionRow]) -> str | None:
+    return "no longer chosen" if unit.session_id == "c" else None
+
+
+UNITS = [Unit("a", ["a", "a-child"], "old"), Unit("b", ["b"], "old"), Unit("c", ["c"], "old"),
+         Unit("gone", ["gone"], "old")]
+
+
+def test_a_dry_run_delete_reports_what_the_delete_then_does(profile):
+    with Engine(profile, dry_run=True) as engine:
+        dry = engine.delete(UNITS, "retention", recheck=_not_c)
+    assert row_ids(profile.store_path) == {"a", "a-child", "b", "c", "d"}  # a dry run wrote nothing
+    with Engine(profile) as engine:
+        real = engine.delete(UNITS, "retention", recheck=_not_c)
+    assert _report(dry) == _report(real)
+    assert sorted(_report(real)[0]) == [("a", ("a", "a-child")), ("b", ("b",))]
+    assert _report(real)[1] == [("c", "no longer chosen"), ("gone", "gone already")]
+    assert row_ids(profile.store_path) == {"c", "d"}
+    assert dry.transactions == 0 and real.transactions >= 1
+
+
+def test_a_dry_run_archive_and_close_report_what_the_run_then_does(profile):
+    conn = sqlite3.connect(profile.store_path)
+    conn.execute("UPDATE sessions SET archived = 1 WHERE id = 'b'")
+    conn.execute("UPDATE sessions SET ended_at = NULL, end_reason = NULL WHERE id IN ('c', 'd')")
+    conn.commit(), conn.close()
+    archive = [Unit("a", ["a", "a-child"]), Unit("b", ["b"])]
+    close = [Unit("c", ["c"]), Unit("d", ["d"])]
+    still_open = lambda unit, rows: None if rows[unit.session_id].ended_at is None else "closed already"
+    with Engine(profile, dry_run=True) as engine:
+        dry = _report(engine.set_archived(archive, True, "archived")), _report(engine.close_stale(close, still_open, 1.0))
+    with Engine(profile) as engine:
+        real = _report(engine.set_archived(archive, True, "archived")), _report(engine.close_stale(close, still_open, 1.0))
+    assert dry == real == (([("a", ("a", "a-child"))], []), ([("c", ("c",)), ("d", ("d",))], []))
+    assert row_ids(profile.store_path, "SELECT id FROM sessions WHERE archived = 1") == {"a", "a-child", "b"}
+    assert row_ids(profile.store_path, "SELECT id FROM sessions WHERE ended_at IS NULL") == set()
+
+
+def test_a_dry_runs_later_steps_read_the_rows_its_close_would_have_closed(profile):
+    """A task after the close (the size budget) re-checks rows the run has closed by then: the dry
+    run, which closes nothing, decides as if it had, so it predicts the run."""
+    conn = sqlite3.connect(profile.store_path)
+    conn.execute("UPDATE sessions SET ended_at = NULL, end_reason = NULL WHERE id = 'd'")
+    conn.commit(), conn.close()
+    still_open = lambda unit, rows: None if rows[unit.session_id].ended_at is None else "closed already"
+    ended = lambda unit, rows: None if rows[unit.session_id].ended_at is not None else "still open"
+    reports = []
+    for dry_run in (True, False):
+        with Engine(profile, dry_run=dry_run) as engine:
+            engine.close_stale([Unit("d", ["d"])], still_open, 1.0)
+            reports.append(_report(engine.delete([Unit("d", ["d"])], "budget", recheck=ended)))
+    assert reports[0] == reports[1] == ([("d", ("d",))], [])
+    assert "d" not in row_ids(profile.store_path)
+
+
+def test_a_dry_run_holds_no_read_transaction_between_its_steps(profile, monkeypatch):
+    """A reader holds off Hermes' commits in a rollback journal: each decision's read ends with it."""
+    from hermes_admin.profile.engine import engine as engine_module
+    seen = []
+    with Engine(profile, dry_run=True) as engine:
+        def decide(db, chunk):
+            seen.append(db.in_transaction())
+            return decisions.to_close(chunk, {}, {}, lambda unit, rows: None)
+        monkeypatch.setattr(engine_module, "units_by_count", lambda budget, weight: 1)
+        engine._dry([Unit("a", ["a"]), Unit("b", ["b"])], engine_module.Result("default", "close", None, True), decide)
+        assert seen == [True, True] and not engine.store.db.in_transaction()
+
+
+# -- the decisions alone: pure functions of the rows a transaction read ---------------------------
+
+@pytest.mark.parametrize("orphans, fresh, blocked, expected", [
+    (False, {"a", "x"}, {}, ({0: ("a", "x")}, {})),
+    (False, {"a"}, {}, ({0: ("a",)}, {})),  # a member gone already: the rest goes
+    (False, set(), {}, ({}, {0: "gone already"})),
+    (False, {"a", "x"}, {"x": "a live turn lease"}, ({}, {0: "a live turn lease"})),
+    (True, set(), {}, ({0: ("a", "x")}, {})),  # orphans: their session rows are gone
+    (True, {"x"}, {}, ({}, {0: "its session row exists again"})),
+])
+def test_which_units_a_delete_takes(orphans, fresh, blocked, expected):
+    decision = decisions.to_delete([Unit("a", ["a", "x"])], dict.fromkeys(fresh), blocked, None, orphans)
+    assert (dict(decision.changes), dict(decision.kept)) == expected
+
+
+@pytest.mark.parametrize("archived, provenance, swept, states, held, expected", [
+    (True, False, False, {"a": (0, None), "x": (1, None)}, {}, ({0: ("a",)}, {}, ())),
+    (False, False, False, {"a": (0, None), "x": (1, None)}, {}, ({0: ("x",)}, {}, ())),
+    (True, True, False, {"a": (1, 1), "x": (1, 0)}, {}, ({}, {}, ("a",))),  # claimed: a deliberate archive
+    (True, True, True, {"a": (1, 1), "x": (0, 0)}, {}, ({0: ("x",)}, {}, ())),  # swept: nothing claimed
+    (True, True, True, {"a": (0, 0), "x": (0, 0)}, {"x": "live"}, ({}, {0: "live"}, ())),
+])
+def test_which_rows_an_archive_flips(archived, provenance, swept, states, held, expected):
+    decision = decisions.to_flip([Unit("a", ["a", "x"])], {k: ArchiveState(*v) for k, v in states.items()}, held,
+                                 archived, provenance, swept)
+    assert (dict(decision.changes), dict(decision.kept), decision.claimed) == expected
