@@ -73,9 +73,9 @@ def check(app: App, profiles, as_json: bool):
             problems += [p for p in row["problems"] if p["file"] or not admin_level]
             warnings += row["warnings"]
             checked.append(str(Path(row["home"]) / "config.yaml"))
-        if not admin_level and loaded.defaults:  # which layer each value comes from, as run applies them
-            applied = app.work(ShowPolicy(), found.profiles, with_policy=True).data.get("policy", [])
-            warnings += [w.as_dict() for w in _defaults_never_used(loaded, applied)]
+        if not admin_level:  # as run applies the admin layers: which profiles they reach, each value's origin
+            applied = app.work(ShowPolicy(), found.profiles, with_policy=True)
+            warnings += [w.as_dict() for w in _as_run_reads_it(loaded, applied)]
         problems += [{"file": None, "line": None, "message": m} for m in answer.errors if not admin_level]
         warnings += [{"file": None, "line": None, "message": m} for m in answer.warnings]
     checked = list(dict.fromkeys(checked))
@@ -105,6 +105,22 @@ def _presets(loaded: admin_config.AdminConfig) -> list[str]:
             except admin_config.ConfigError:
                 pass
     return found
+
+
+def _as_run_reads_it(loaded: admin_config.AdminConfig, applied) -> list[admin_config.Problem]:
+    """What `run` warns of, said by the check too: a `profiles:` entry that reaches no profile (a typo
+    leaves the profile on the defaults), a `defaults:` value nobody takes, and an export_keep_days of 0
+    (no restore copy is kept past the run: `exports prune --older-than 0` asks for --force)."""
+    text = admin_config.text_of(loaded.path)
+    found = [admin_config.problem_at(p.path, text, p.key, p.message) for p in applied.problems
+             if p.kind == "unknown_profile"]
+    rows = applied.data.get("policy", [])
+    for row in rows:
+        if (row.get("values") or {}).get("export_keep_days") == 0:
+            found.append(admin_config.Problem(None, None, f"profile '{row['profile']}': export_keep_days 0 "
+                                              f"({(row.get('origins') or {}).get('export_keep_days')}): every export "
+                                              "is removed when its run ends, so nothing deleted can be restored"))
+    return found + _defaults_never_used(loaded, rows)
 
 
 def _defaults_never_used(loaded: admin_config.AdminConfig, rows: list[dict]) -> list[admin_config.Problem]:

@@ -4,6 +4,8 @@ done as the profile's owner)."""
 
 from __future__ import annotations
 
+import os
+import shlex
 from dataclasses import dataclass, field
 
 import click
@@ -56,6 +58,14 @@ class App:
         """At the end of a command: the run locks go."""
         if self._host is not None:
             self._host.close()
+
+    def given(self) -> str:
+        """The global options this command was given that choose roots and policy, for a command line
+        it prints to be pasted as it is (`--config F --root R`, each quoted)."""
+        words = (["--config", os.path.abspath(self.config_path)] if self.config_path else []) \
+            + [w for root in self.roots_given for w in ("--root", os.path.abspath(root))] \
+            + (["--all-users"] if self.all_users else [])
+        return "".join(" " + shlex.quote(w) for w in words)
 
     def roots(self):
         return self.host.roots

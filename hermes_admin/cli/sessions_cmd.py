@@ -133,7 +133,7 @@ def _show_deleted(app: App, found, session_id: str, as_json: bool) -> None:
                     f"{report.local_time(h.get('exported_at')) or 'at an unknown time'} into {clean(h.get('id'))}{made}: "
                     f"{clean(h.get('file'))}")
         other = " --other-profile" if h.get("made_in") else ""
-        report.line(f"  restore: hermes-admin restore {clean(h.get('id'))} --session {clean(h.get('session_id'))} "
+        report.line(f"  restore: hermes-admin{clean(app.given())} restore {clean(h.get('id'))} --session {clean(h.get('session_id'))} "
                     f"-p {clean(name)}{other} (--pin keeps it from retention)")
     for message in answer.errors:
         report.error(message)

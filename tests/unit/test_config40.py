@@ -200,3 +200,16 @@ def test_config_check_warns_of_a_default_only_when_no_profile_takes_it(synth_roo
     said = [w for w in doc["warnings"] if "defaults.retention_days" in w["message"]]
     assert bool(said) == warned, doc
     assert checked.exit_code == (1 if warned else 0), checked.stderr
+
+
+@pytest.mark.parametrize("text, said", [
+    ("profiles:\n  wrok: {retention_days: 1d}\n", "profiles.wrok: matches no profile"),  # `work` stays on the defaults
+    ("defaults: {export_keep_days: 0}\n", "export_keep_days 0"),  # no restore copy kept past the run
+])
+def test_config_check_says_what_run_would_warn_of(synth_root, invoke, tmp_path, text, said):
+    root, _ = synth_root
+    checked = invoke("--config", _config(tmp_path, text), "--root", str(root), "config", "check", "--json")
+    warnings = [w for w in json.loads(checked.stdout)["warnings"] if said in w["message"]]
+    assert warnings and checked.exit_code == 1, checked.stdout
+    if "wrok" in said:
+        assert warnings[0]["line"] == 2

@@ -75,7 +75,8 @@ def test_a_deleted_session_is_found_by_its_id_and_restored_pinned(synth_root, in
     shown = invoke("--root", str(root), "sessions", "show", sid[:-2])  # a prefix, as for live sessions
     assert shown.exit_code == 1
     assert f"{sid}: deleted from profile 'work'" in shown.stdout and "reason prune" in shown.stdout
-    assert f"hermes-admin restore {export['id']} --session {sid} -p work" in shown.stdout
+    # the command as it was given its roots, to be pasted as it is
+    assert f"hermes-admin --root {root} restore {export['id']} --session {sid} -p work" in shown.stdout
     as_json = json.loads(invoke("--root", str(root), "sessions", "show", sid, "--json").stdout)
     assert as_json["session"] is None and as_json["deleted"][0]["file"] == export["file"]
     assert abs(as_json["deleted"][0]["exported_at"] - time.time()) < 600  # the member's own time
