@@ -171,7 +171,7 @@ class Engine:
             if part is not None:  # an export under way finishes (a member is whole or not listed)
                 part.close()
         if self.store is not None:
-            if self.store.writable:
+            if self.store.writable and self.space is not None:  # (not built if opening failed before it)
                 self.space.passive_checkpoint()
             self.store.close()
         self._prune_exports()
