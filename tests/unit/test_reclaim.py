@@ -13,6 +13,14 @@ import sys
 from tests.helpers import needs_host_pids, vacuum_worthy_store
 from hermes_admin.synth.builder import SynthStore
 
+def _holding(db) -> subprocess.Popen:
+    """Another process with the store open (a connection that has read it), until its stdin closes."""
+    return subprocess.Popen([sys.executable, "-c", "import sqlite3, sys\n"
+                             f"c = sqlite3.connect({str(db)!r}); c.execute('SELECT COUNT(*) FROM sessions').fetchone()\n"
+                             "print('open', flush=True); sys.stdin.readline()"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+
 
 def pragma(db, name):
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
@@ -46,10 +54,7 @@ def test_a_purge_under_a_live_holder_gives_the_freed_pages_back(tmp_path, now, i
     assert doc["results"][0]["vacuumed"] is True
     assert pragma(db, "auto_vacuum") == 2 and pragma(db, "journal_mode") == "wal"
     more_old_sessions(db, now)
-    holder = subprocess.Popen([sys.executable, "-c", "import sqlite3, sys\n"
-                               f"c = sqlite3.connect({str(db)!r}); c.execute('SELECT COUNT(*) FROM sessions').fetchone()\n"
-                               "print('open', flush=True); sys.stdin.readline()"],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    holder = _holding(db)
     try:
         assert holder.stdout.readline().strip() == "open"
         before = os.stat(db).st_size
@@ -86,10 +91,7 @@ def test_the_last_reclaim_steps_cut_the_wal_back_under_a_live_holder(tmp_path, n
     db = vacuum_worthy_store(root / "state.db", now, sessions=50)
     invoke("--root", str(root), "purge", "--vacuum", "--json")  # nobody holds it: switched to incremental
     more_old_sessions(db, now)
-    holder = subprocess.Popen([sys.executable, "-c", "import sqlite3, sys\n"
-                               f"c = sqlite3.connect({str(db)!r}); c.execute('SELECT COUNT(*) FROM sessions').fetchone()\n"
-                               "print('open', flush=True); sys.stdin.readline()"],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    holder = _holding(db)
     wal = tmp_path / "h" / "state.db-wal"
     try:
         assert holder.stdout.readline().strip() == "open"
@@ -120,10 +122,7 @@ def test_free_pages_under_a_holder_that_never_lets_go_are_named_and_the_free_mom
     left to purge) takes the moment. The journal mode stays what Hermes chose."""
     root = tmp_path / "h"
     db = vacuum_worthy_store(root / "state.db", now, sessions=1200)
-    holder = subprocess.Popen([sys.executable, "-c", "import sqlite3, sys\n"
-                               f"c = sqlite3.connect({str(db)!r}); c.execute('SELECT COUNT(*) FROM sessions').fetchone()\n"
-                               "print('open', flush=True); sys.stdin.readline()"],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    holder = _holding(db)
     try:
         assert holder.stdout.readline().strip() == "open"
         held = invoke("--root", str(root), "purge", "--json")

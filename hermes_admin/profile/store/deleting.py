@@ -11,6 +11,7 @@ from __future__ import annotations
 import peewee
 
 from hermes_admin.profile.store.schema import Schema
+from hermes_admin.profile.store.unit_rows import per_session
 from hermes_admin.profile.store.sql import changes, chunks, marks
 
 
@@ -25,13 +26,7 @@ def rowids(db: peewee.SqliteDatabase, ids: list[str]) -> dict[str, int]:
 
 def message_counts(db: peewee.SqliteDatabase, ids: list[str]) -> dict[str, tuple[int, int]]:
     """Each session's messages: (how many, the newest id)."""
-    counts: dict[str, tuple[int, int]] = {}
-    for part in chunks(ids):
-        for sid, count, newest in db.execute_sql(
-                f"SELECT session_id, COUNT(*), MAX(id) FROM messages WHERE session_id IN ({marks(part)}) "
-                f"GROUP BY session_id", part).fetchall():
-            counts[sid] = (count, newest or 0)
-    return counts
+    return per_session(db, ids, "MAX(id)")
 
 
 def delete_messages(db: peewee.SqliteDatabase, message_ids: list[int]) -> None:

@@ -35,16 +35,21 @@ def messages_of(db: peewee.SqliteDatabase, sid: str, names: list[str]) -> Iterat
         after = page[-1][at]
 
 
+def per_session(db: peewee.SqliteDatabase, ids: list[str], aggregate: str) -> dict[str, tuple[int, float]]:
+    """Each of these sessions' messages: (how many, `aggregate` over them, 0 for NULL), in chunks."""
+    found: dict[str, tuple[int, float]] = {}
+    for part in chunks(ids):
+        for sid, count, value in db.execute_sql(
+                f"SELECT session_id, COUNT(*), {aggregate} FROM messages WHERE session_id IN ({marks(part)}) "
+                f"GROUP BY session_id", part).fetchall():
+            found[sid] = (count, value or 0)
+    return found
+
+
 def message_sizes(db: peewee.SqliteDatabase, ids: list[str], size: str) -> dict[str, tuple[int, float]]:
     """Each session's messages: (how many, their size). `size`: the SQL aggregate that measures
     them (export_ahead.text_size, what this store's columns hold)."""
-    found: dict[str, tuple[int, float]] = {}
-    for part in chunks(ids):
-        for sid, count, chars in db.execute_sql(
-                f"SELECT session_id, COUNT(*), {size} FROM messages WHERE session_id IN ({marks(part)}) "
-                f"GROUP BY session_id", part).fetchall():
-            found[sid] = (count, chars or 0)
-    return found
+    return per_session(db, ids, size)
 
 
 def each_message_size(db: peewee.SqliteDatabase, ids: list[str], size: str, upto: int) -> list[tuple[int, int]]:
