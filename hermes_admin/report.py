@@ -144,6 +144,18 @@ def note(message: str) -> None:
     click.echo(f"hermes-admin: {clean(message, 4000)}", err=True)
 
 
+def installation_notes(lookups) -> None:
+    """What the installation lookups of these profiles said (none found for a root, a configured
+    interpreter refused): each distinct line once, as a note on stderr, so a table or a report on
+    stdout stays what it is. `lookups`: their `hermes` dicts (installation.Lookup.as_dict)."""
+    told = set()
+    for lookup in lookups:
+        for line in (lookup.get("notes") or []) if isinstance(lookup, dict) else []:
+            if isinstance(line, str) and line not in told:
+                told.add(line)
+                note(line)
+
+
 def warn(message: str) -> None:
     if _gathering is not None:
         _gathering["warnings"].append(str(message))

@@ -4,9 +4,9 @@ done as the profile's owner)."""
 
 from __future__ import annotations
 
-import os
 import shlex
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import click
 
@@ -59,13 +59,18 @@ class App:
         if self._host is not None:
             self._host.close()
 
+    def chosen_by(self) -> tuple[list[str], list[str]]:
+        """The global options that chose this command's policy and its roots, as the words a printed
+        command line repeats: `--config F` (the config read, by its absolute path), and `--root R`
+        (each absolute) and `--all-users` as given."""
+        path = self.config.path
+        config = ["--config", str(Path(path).expanduser().absolute())] if path else []
+        roots = [w for root in self.roots_given for w in ("--root", str(Path(root).expanduser().absolute()))]
+        return config, roots + (["--all-users"] if self.all_users else [])
+
     def given(self) -> str:
-        """The global options this command was given that choose roots and policy, for a command line
-        it prints to be pasted as it is (`--config F --root R`, each quoted)."""
-        words = (["--config", os.path.abspath(self.config_path)] if self.config_path else []) \
-            + [w for root in self.roots_given for w in ("--root", os.path.abspath(root))] \
-            + (["--all-users"] if self.all_users else [])
-        return "".join(" " + shlex.quote(w) for w in words)
+        """`chosen_by`'s words, quoted, for a command line this command prints to be pasted as it is."""
+        return "".join(" " + shlex.quote(w) for w in sum(self.chosen_by(), []))
 
     def roots(self):
         return self.host.roots

@@ -196,28 +196,14 @@ def problems(run: Run) -> None:
         (report.error if severity == "error" else report.warn)(line)
 
 
-def _no_installation(run: Run) -> None:
-    """Where no Hermes installation was found for a root, one line (as `profiles` says it): Hermes'
-    built-in defaults applied, not an installed release's. A note, not a warning: plugins enabled
-    there are what makes it a warning (the plugin bus says so), since they then run in our interpreter."""
-    told = set()
-    for policy in run.policies.values():
-        hermes = policy.get("hermes") if isinstance(policy.get("hermes"), dict) else {}
-        if hermes.get("installation") is None:
-            for note in hermes.get("notes") or []:
-                if isinstance(note, str) and note not in told:
-                    told.add(note)
-                    report.note(note)
-
-
 def finish(run: Run, as_json: bool, verb: str, verbose: int = 0, quiet: bool = False) -> None:
     if as_json:
         report.emit_json(run.as_dict())
     else:
         _human(run, verbose, quiet)
     problems(run)
-    if not quiet:
-        _no_installation(run)
+    if not quiet:  # as `profiles` says it: Hermes' built-in defaults applied, not an installed release's
+        report.installation_notes(policy.get("hermes") for policy in run.policies.values())
     if stopping.requested():
         report.warn("stopped on request: the report above is what was done; the rest waits for the next run "
                     "(`--dry-run` counts what is left)")

@@ -120,15 +120,12 @@ def unit_inputs(app: App) -> UnitInputs:
     from hermes_admin.host.config import policy_layers
 
     config = app.config
-    options: list[str] = []
-    if config.path:
-        options += ["--config", str(Path(config.path).expanduser().absolute())]
+    options, chosen_roots = app.chosen_by()
     if app.lock_wait is not None:
         options += ["--lock-wait", f"{app.lock_wait:g}s"]
     root_options: list[str] | None = None  # nothing said about roots: the shipped selection
     if app.roots_given or app.all_users or config.roots:
-        root_options = [w for r in app.roots_given for w in ("--root", str(Path(r).expanduser().absolute()))]
-        root_options += ["--all-users"] if app.all_users else []  # no --root: the config's roots:, by --config
+        root_options = chosen_roots  # none given: the config's roots:, by --config
     roots = [Path(r).expanduser().absolute() for r in app.roots_given or config.roots]
     writable = []
     for name in list(config.profiles) or [""]:

@@ -38,12 +38,7 @@ def show_profiles(app: App, only: tuple[str, ...], as_json: bool) -> int:
              report.human_bytes(r["wal_bytes"]) if r["store"] else None, report.local_time(r["last_activity"]),
              _hermes(r)]
             for r in rows])
-        told = set()
-        for r in rows:  # where no installation was found: one line, once per root, says what to do
-            for note in (r.get("hermes") or {}).get("notes") or []:
-                if note not in told:
-                    told.add(note)
-                    report.note(note)  # on stderr: the table on stdout stays a table
+        report.installation_notes(r.get("hermes") for r in rows)  # none found: once per root, what to do
         for r in rows:
             if r.get("reclaim_waits_for"):
                 report.note(f"{labels.get(r['home'], r['name'])}: {report.human_bytes(r['reclaimable_bytes'])} of free "
