@@ -160,14 +160,6 @@ def seconds(text, default_unit: str = "d") -> float:
     raise DurationError(f"{text!r} is not a duration ({HINT})")
 
 
-def days(text, default_unit: str = "d") -> float:
-    return seconds(text, default_unit) / 86400
-
-
-def hours(text) -> float:
-    return seconds(text, "h") / 3600
-
-
 def when(text: str, now: float) -> float:
     """A Unix time: `text` back from `now` (a duration), or an ISO time (local unless it says)."""
     try:

@@ -108,7 +108,8 @@ class Host:
             self._unknown_entries(run)
         if self._steering is None:  # as root, a loading path not root's own is dropped, once (trust.py)
             self._steering = steering_environment()
-        run.add(*(Problem(WARNING, w, kind="environment") for w in self._steering if w not in run.warnings))
+        said = set(run.warnings)
+        run.add(*(Problem(WARNING, w, kind="environment") for w in dict.fromkeys(self._steering) if w not in said))
         context = self._context()
         for owner, group in by_owner(kept, self.everything().owners):
             self._dispatch(run, params, owner, group, context, with_policy)
@@ -145,7 +146,9 @@ class Host:
             if not (writing and any(hold.blocks_writes for hold in holds)):
                 kept.append(profile)
         if profiles:  # the scan passed its bounds: what it did not see is unknown, and said once
-            run.add(*(Problem(WARNING, n, kind="holder_scan") for n in self._broken_notes if n not in run.warnings))
+            said = set(run.warnings)
+            run.add(*(Problem(WARNING, n, kind="holder_scan") for n in dict.fromkeys(self._broken_notes)
+                      if n not in said))
         return kept
 
     def _unknown_entries(self, run: Run) -> None:
