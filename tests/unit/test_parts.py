@@ -21,7 +21,7 @@ from hermes_admin.profile.store.read import load_sessions
 from tests.helpers import home_of, row_ids
 
 
-def one_graph(self, task, result, only=None):
+def one_graph(self, task, result, only=None, total=None):
     yield Graph(load_sessions(self.engine.store))
 
 

@@ -22,6 +22,7 @@ from hermes_admin.profile.store import page_accounting, sql
 from hermes_admin.profile.actions.common import Refused, Run, act_in_parts, too_broad, with_engine
 from hermes_admin.profile.engine.deletes import Recheck
 from hermes_admin.profile.engine.engine import Engine, Result
+from hermes_admin.profile.engine.export_ahead import STOPPED
 from hermes_admin.profile.engine.exports import Settings
 from hermes_admin.profile import installation
 from hermes_admin.profile.hermes_config import HermesConfig, HermesConfigError
@@ -70,9 +71,6 @@ class Task:
         if value is not None and value is not False:
             return None
         return self.off_why or f"{self.name.switch} is off in this profile's policy"
-
-
-STOPPED = "stopped on request"  # how every stop note begins (engine/export_ahead.stop_note too)
 
 
 @dataclass
@@ -169,7 +167,7 @@ class _Pass:
         reach = Reach(total=count_sessions(store, rule.only))  # one COUNT(*): what a stop says is not looked at
 
         def units() -> Iterator[list]:
-            for graph in self._graphs(task, result, rule.only):
+            for graph in self._graphs(task, result, rule.only, reach.total):
                 reach.looked += len(graph.rows)
                 selection = select(graph, live)
                 result.kept.update(self.still_kept(selection))
@@ -201,18 +199,21 @@ class _Pass:
         still there, in a run they are gone, and both must count the same."""
         return {sid: why for sid, why in selection.kept.items() if sid not in self.claimed}
 
-    def _graphs(self, task: Task, result: Result, only: str | None = None) -> Iterator[Graph]:
+    def _graphs(self, task: Task, result: Result, only: str | None = None,
+                total: int | None = None) -> Iterator[Graph]:
         """The store's parts as this point of the run sees them: in a dry run, the rows an earlier task
-        would have closed are closed, as the run would have left them."""
-        for graph in self._parts(task.name.name, result, only):
+        would have closed are closed, as the run would have left them. `total`: the sessions counted."""
+        for graph in self._parts(task.name.name, result, only, total):
             for sid in self.closed.intersection(graph.rows):
                 graph.rows[sid] = replace(graph.rows[sid], ended_at=self.request.now, end_reason=retention.REAPED)
             yield graph
 
-    def _parts(self, task: str, result: Result, only: str | None = None) -> Iterator[Graph]:
+    def _parts(self, task: str, result: Result, only: str | None = None,
+               total: int | None = None) -> Iterator[Graph]:
         """The store a part at a time (parts.py), with a progress bar; a stop request ends it."""
         store = self.engine.store
-        total = count_sessions(store, only) if self.engine.progress.wanted() else 0  # only for a bar someone sees
+        if total is None:  # counted only for a bar someone sees
+            total = count_sessions(store, only) if self.engine.progress.wanted() else 0
         with self.engine.progress.whole(f"{self.engine.profile.name}: {task}", total) as looked_at:
             for n, graph in enumerate(graph_parts(store, only)):
                 if n and stopping.requested():
@@ -234,9 +235,9 @@ class _Pass:
         rows = ghosts.select_orphan_rows(missing)
         result.absorb(self.engine.delete(self.unclaimed(rows), task.name.reason, orphans=True))
         # (c) files of sessions that are gone; those of `missing` went with their rows just now
-        index, now = self.engine.files, self.request.now
+        index, now, went = self.engine.files, self.request.now, set(missing)
         for part in index.names(CHUNK):
-            existing = set(existing_ids(self.engine.store, sorted({sid for sid, _ in part}))) | set(missing)
+            existing = set(existing_ids(self.engine.store, sorted({sid for sid, _ in part}))) | went
             gone = [(sid, index.entry(name)) for sid, name in part if sid not in existing]  # lstat those only
             files = ghosts.select_orphan_files([(sid, e) for sid, e in gone if e is not None], existing, now)
             self.engine.remove_orphan_files(files.files, result)
@@ -498,7 +499,7 @@ def maintain(run: Run, profile: Profile, layers: dict, request: Request, env: En
             if task.name.name not in request.tasks:
                 continue
             if stopping.requested():  # named in the report: a stop that came as this profile began never hides it
-                results.append(one_pass.skipped(task, "stopped on request before it began"))
+                results.append(one_pass.skipped(task, f"{STOPPED} before it began"))
                 continue
             try:
                 results.append(one_pass.run(task))

@@ -33,11 +33,14 @@ EXPORTS_AHEAD = 2  # batches exported ahead of the deletes: a batch of big sessi
 TEXT_COLUMNS = ("content", "tool_calls", "reasoning", "reasoning_content", "api_content")  # what FTS5 indexes
 
 
+STOPPED = "stopped on request"  # how every stop note begins (actions/maintenance finds the engine's by it)
+
+
 def stop_note(left: int, selected: int) -> str:
     """What a stop request between transactions says of the task it ends. Not "N left for the next
     run": the next run selects again, over every task (those after this one did not run), so only a
     dry run then can say how many are left."""
-    return (f"stopped on request: {left} of the {selected} unit(s) this task selected not reached "
+    return (f"{STOPPED}: {left} of the {selected} unit(s) this task selected not reached "
             "(the next run selects again; `--dry-run` counts what is left)")
 
 

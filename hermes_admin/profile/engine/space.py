@@ -156,8 +156,9 @@ class Space:
         Unless the policy says not to (`incremental_vacuum: false`), the same VACUUM switches the store
         to incremental auto-vacuum, so that later purges give space back while Hermes runs (reclaim).
         Not `asked` (no --vacuum, nothing purged): only that switch, when it is pending."""
-        if self.dry_run and self._pending_bytes():  # what the run will try, said by the dry run
-            result.notes.append(f"would VACUUM once nobody else holds the store ({self._pending_bytes() >> 20} MiB "
+        pending = self._pending_bytes() if self.dry_run else 0
+        if pending:  # what the run will try, said by the dry run
+            result.notes.append(f"would VACUUM once nobody else holds the store ({pending >> 20} MiB "
                                 "of free pages; it switches the store to incremental reclaim)")
         if self.dry_run or not (asked or self.switch_pending()):
             return False

@@ -6,6 +6,8 @@ from typing import NamedTuple
 
 import peewee
 
+from hermes_admin.profile.store import pragmas
+
 
 class Pages(NamedTuple):
     size: int  # bytes a page
@@ -14,8 +16,7 @@ class Pages(NamedTuple):
 
 
 def pages(db: peewee.SqliteDatabase) -> Pages:
-    return Pages(*(db.execute_sql(f"PRAGMA {name}").fetchone()[0]
-                   for name in ("page_size", "page_count", "freelist_count")))
+    return Pages(pragmas.page_size(db), pragmas.page_count(db), pragmas.free_pages(db))
 
 
 def btree_bytes(db: peewee.SqliteDatabase) -> dict[str, int]:
