@@ -351,11 +351,12 @@ def _refuse_while_pending(db, schema) -> None:
                            "not rebuilt here")
 
 
-def _rebuild_fts(engine: Engine) -> None:
+def _rebuild_fts(engine: Engine) -> list[str]:
     """Back the store up, then rebuild its FTS indexes: only while no other process holds the store,
     under Hermes' `state.db.fts_rebuild.lock` taken as Hermes takes it (its holder record in it,
     a bounded wait, nothing done without it), and never while Hermes' rebuild markers are set
-    (checked before, and again inside each rebuilding transaction)."""
+    (checked before, and again inside each rebuilding transaction). Returns what making the
+    snapshots folder moved aside."""
     path = engine.profile.store_path
     schema = engine.store.schema
     _refuse_while_pending(engine.store.db, schema)
@@ -363,7 +364,7 @@ def _rebuild_fts(engine: Engine) -> None:
         raise RuntimeError("another process holds the store: the index is rebuilt only while nobody else does")
     # The file lock first, then SQLite's (Hermes' order).
     with RecordedFlock(Path(f"{path}.fts_rebuild.lock"), "Hermes is rebuilding its FTS index", REBUILD_LOCK_WAIT_S):
-        snapshots = state_folder(engine.profile.home / "state-snapshots", engine.notes)
+        snapshots, notes = state_folder(engine.profile.home / "state-snapshots")
         backup = snapshots / f"state.db.repair-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
         # Made new (O_EXCL, O_NOFOLLOW: never through a link at the name), 0600, then filled by SQLite.
         os.close(os.open(backup, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
@@ -376,6 +377,7 @@ def _rebuild_fts(engine: Engine) -> None:
         for table in FTS_TABLES:
             if schema.has_table(table):
                 write_transaction(engine.store.db, lambda db, t=table: rebuild(db, t))
+    return notes
 
 
 def apply(profile: Profile, findings: list[Finding], siblings: dict[str, Profile], env: Environment) -> Result:
@@ -409,7 +411,8 @@ def apply(profile: Profile, findings: list[Finding], siblings: dict[str, Profile
             _move(engine, siblings[target], group, result)
         for finding in store_fixes:
             if finding.kind == "broken_fts":
-                _attempt(finding, lambda: _rebuild_fts(engine))
+                _attempt(finding, lambda: result.notes.extend(_rebuild_fts(engine)))
+    result.notes += engine.notes  # what opening and closing it set aside
     return result
 
 

@@ -419,13 +419,13 @@ def test_a_failure_closing_the_engine_reports_each_finished_result_once(tmp_path
         raise OSError("the outbox's disk went away")
 
     monkeypatch.setattr(Engine, "close", close_then_fail)
-    run, finished = Run(dry_run=False), []
+    run, ledger = Run(dry_run=False), common.Ledger()
 
     def work(engine):
-        result = Result(profile.name, "delete", "prune", False, task="purge")
-        finished.append(result)
+        with ledger.begun(Result(profile.name, "delete", "prune", False, task="purge")) as result:
+            pass
         return [result]
 
-    common.with_engine(run, profile, Environment(), work, finished=finished)
+    common.with_engine(run, profile, Environment(), work, ledger=ledger)
     assert len(run.results) == 1 and run.results[0].task == "purge"
     assert any("outbox's disk went away" in e for e in run.errors + run.warnings)

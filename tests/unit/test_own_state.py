@@ -152,13 +152,12 @@ def test_what_is_swapped_in_after_the_check_never_holds_the_outbox_up(tmp_path, 
     path = home / ".hermes-admin" / "outbox.db"
     target = tmp_path / "elsewhere.db"
     ours(target)
-    monkeypatch.setattr(module, "regular_file", lambda *_args, **_kw: None)  # the check passed; then the swap
+    monkeypatch.setattr(module, "regular_file", lambda *_args, **_kw: [])  # the check passed; then the swap
     os.mkfifo(path) if swap == "fifo" else path.symlink_to(target)
-    notes: list[str] = []
     started = time.monotonic()
-    box = module.Outbox(Profile(root=home, name="default", home=home), notes)
+    box = module.Outbox(Profile(root=home, name="default", home=home))
     assert time.monotonic() - started < 5
     assert path.is_file() and not path.is_symlink()
-    assert len(notes) == 1 and "outbox.db" in notes[0], notes
+    assert len(box.notes) == 1 and "outbox.db" in box.notes[0], box.notes
     box.close()
     assert sqlite3.connect(target).execute("SELECT count(*) FROM events").fetchone() == (1,)  # untouched

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from dataclasses import replace
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 
 from hermes_admin.profile.engine.engine import Engine
@@ -43,14 +44,48 @@ def too_broad(profile: Profile, picked: int, candidates: int) -> Problem | None:
 
 
 def act_in_parts(engine: Engine, result: Result, parts: Iterable[list[Unit]],
-                 act: Callable[[list[Unit]], Result]) -> Result:
-    """`act` (one engine call) on each part's units, folded into `result`. The files and events of
+                 act: Callable[[list[Unit], Result], Result]) -> Result:
+    """`act` (one engine call, writing into the part's own result it is given) on each part's units,
+    each part folded into `result`, what committed before an error too. The files and events of
     every part are settled once, at the end (the engine's batch); after an error too, for what did
     commit, which `result` then holds."""
     with engine.batch(result):
         for units in parts:
-            result.absorb(act(units))
+            part = Result(result.profile, result.action, result.reason, result.dry_run)
+            try:
+                act(units, part)
+            finally:
+                result.absorb(part)
     return result
+
+
+class Ledger:
+    """The results of one profile's work, in order, each entered as it begins: after a failure each
+    is reported with it (with what it committed), and the one under way says what stopped it. The
+    caller's own values: the engine remembers none of them."""
+
+    def __init__(self) -> None:
+        self.results: list[Result] = []
+        self.under_way: Result | None = None
+
+    def add(self, result: Result) -> Result:
+        """A result that is whole as it is entered (a task skipped)."""
+        self.results.append(result)
+        return result
+
+    @contextmanager
+    def begun(self, result: Result) -> Iterator[Result]:
+        """`result` entered, and under way until the `with` ends without an error. A work Refused
+        (before it acts) leaves no result: the refusal is its report."""
+        self.results.append(result)
+        self.under_way = result
+        try:
+            yield result
+        except Refused:
+            self.results.remove(result)
+            self.under_way = None
+            raise
+        self.under_way = None
 
 
 def export_settings(profile: Profile, layers: dict | None, installations: Installations,
@@ -91,11 +126,11 @@ def own_config(profile: Profile, installations: Installations) -> HermesConfig |
 
 def with_engine(run: Run, profile: Profile, env: Environment, work: Callable[[Engine], list[Result]],
                 exports: Settings | None = None, config: HermesConfig | None = None, incremental: bool = True,
-                finished: list[Result] | None = None) -> None:
+                ledger: Ledger | None = None) -> None:
     """Open the profile's engine, do `work`, record results; one profile's failure never stops the others.
 
-    What `work` finished before a failure (`finished`: its results so far, filled as it goes; and
-    the batch the failure cut short, with what it committed) is reported with the error.
+    What `work` began before a failure (`ledger`: its results, entered as each begins, filled with
+    what committed) is reported with the error; the one the failure cut short says so.
     """
     done: list[Result] = []
     worked = False  # `work` returned: its results are in `done`, whatever closing the engine raises
@@ -111,12 +146,11 @@ def with_engine(run: Run, profile: Profile, env: Environment, work: Callable[[En
             done += work(engine)
             worked = True
     except BaseException as exc:
-        if not worked:
-            done += finished or []  # tasks that finished before the failing one
-        partial = engine.cut_short
-        if partial is not None and partial not in done:
-            partial.notes.append(f"stopped by: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}")
-            done.append(partial)
+        if not worked and ledger is not None:
+            done += ledger.results  # what each task began did, up to the failure
+            if ledger.under_way is not None:
+                ledger.under_way.notes.append(f"stopped by: {type(exc).__name__}: "
+                                              f"{' '.join(str(exc).split())[:300]}")
         _record(run, profile, exc)
     finally:
         exported = engine.export.path if engine.export is not None else None

@@ -19,7 +19,7 @@ from typing import Callable, Iterator
 from hermes_admin import model, stopping
 from hermes_admin.model import Profile
 from hermes_admin.profile.store import page_accounting, sql
-from hermes_admin.profile.actions.common import Refused, Run, act_in_parts, too_broad, with_engine
+from hermes_admin.profile.actions.common import Ledger, Refused, Run, act_in_parts, too_broad, with_engine
 from hermes_admin.profile.engine.deletes import Recheck
 from hermes_admin.profile.engine.engine import Engine, Result
 from hermes_admin.profile.engine.export_ahead import STOPPED
@@ -62,7 +62,7 @@ class Task:
     name: model.TaskName
     rule: Callable[[Policy, float], Rule]
     act: str  # what the engine does with a selected unit: "delete", "close" or "archive"
-    work: Callable[["_Pass", "Task"], Result]  # how it goes over the store: most, `_Pass.in_parts`
+    work: Callable[["_Pass", "Task", Result], Result]  # how it goes over the store, into the task's result
     off_why: str | None = None  # what the report says when the policy has it off (else the switch's name)
 
     def off(self, policy: Policy) -> str | None:
@@ -97,10 +97,11 @@ def stopped_note(left: int, selected: int, unseen: int) -> str:
 
 
 class _Pass:
-    """One profile's run: the engine, the policy as applied, and the rows already taken by an earlier task."""
+    """One profile's run: the engine, the policy as applied, and the rows already taken by an earlier task.
+    `ledger`: each task's result, entered as the task begins (reported with a failure too)."""
 
-    def __init__(self, engine: Engine, policy: Policy, request: Request):
-        self.engine, self.policy, self.request = engine, policy, request
+    def __init__(self, engine: Engine, policy: Policy, request: Request, ledger: Ledger):
+        self.engine, self.policy, self.request, self.ledger = engine, policy, request, ledger
         # Ids a task selected that are still in the store: all of them in a dry run, else the
         # ones it skipped (what it did act on is gone, and kept out of this set: memory).
         self.claimed: set[str] = set()
@@ -112,12 +113,13 @@ class _Pass:
         self.to_reclaim: Result | None = None
 
     def run(self, task: Task) -> Result:
-        """Any task, the one way: skipped if the policy has it off, else its work, timed."""
+        """Any task, the one way: skipped if the policy has it off, else its work into its result, timed."""
         why = task.off(self.policy)
         if why:
             return self.skipped(task, why)
         started = time.monotonic()
-        result = task.work(self, task)
+        with self.ledger.begun(self.result(task)) as result:
+            task.work(self, task, result)
         result.seconds = time.monotonic() - started
         return result
 
@@ -134,7 +136,7 @@ class _Pass:
     def skipped(self, task: Task, why: str) -> Result:
         result = Result(self.engine.profile.name, "none", None, self.engine.dry_run, task=task.name.name)
         result.status, result.why = "skipped", why
-        return result
+        return self.ledger.add(result)
 
     def unclaimed(self, selection: Selection) -> list:
         units = [u for u in selection.units if not self.claimed.intersection(u.ids)]
@@ -142,18 +144,19 @@ class _Pass:
             self.claimed.update(unit.ids)
         return units
 
-    def act(self, task: Task, rule: Rule, units: list) -> Result:
-        """What the engine does with a task's units; its dry run reports what it would do."""
+    def act(self, task: Task, rule: Rule, units: list, result: Result) -> Result:
+        """What the engine does with a task's units, into `result`; its dry run reports what it would do."""
         if task.act == "close":
-            return self.engine.close_stale(units, rule.recheck, self.request.now)
+            return self.engine.close_stale(units, rule.recheck, self.request.now, result=result)
         if task.act == "archive":  # the inactivity sweep's: silent, live units stay
-            return self.engine.set_archived(units, True, reason=None, swept=True)
-        return self.engine.delete(units, task.name.reason, recheck=rule.recheck)
+            return self.engine.set_archived(units, True, reason=None, swept=True, result=result)
+        return self.engine.delete(units, task.name.reason, recheck=rule.recheck, result=result)
 
     # -- how a task goes over the store ---------------------------------------
 
-    def in_parts(self, task: Task, select=None) -> Result:
-        """The task's rule (or `select`, a narrower one) and its acting on each part of the store in turn.
+    def in_parts(self, task: Task, result: Result, select=None) -> Result:
+        """The task's rule (or `select`, a narrower one) and its acting on each part of the store in turn,
+        into `result`.
 
         The parts together are the whole store, and a unit never spans two of them, so
         the selection is the one a single graph of every row would give (the tests
@@ -163,7 +166,6 @@ class _Pass:
         select = select or rule.select
         store = self.engine.store
         live = set(sql.live_ids(store.db, store.schema, self.request.now))
-        result = self.result(task)
         reach = Reach(total=count_sessions(store, rule.only))  # one COUNT(*): what a stop says is not looked at
 
         def units() -> Iterator[list]:
@@ -175,8 +177,8 @@ class _Pass:
                 reach.selected += len(chosen)
                 yield chosen
 
-        def acted(chosen: list) -> Result:
-            done = self.act(task, rule, chosen)
+        def acted(chosen: list, part: Result) -> Result:
+            done = self.act(task, rule, chosen, part)
             ids = [i for unit in done.done for i in unit.ids]
             if task.act == "close":  # closed, the rows stay: a later task (the archive) may still take them
                 self.claimed.difference_update(ids)
@@ -225,15 +227,14 @@ class _Pass:
 
     # -- the tasks whose work is more than their rule over the parts ------------
 
-    def ghost_prune(self, task: Task) -> Result:
+    def ghost_prune(self, task: Task, result: Result) -> Result:
         """TUI ghosts by the rule; then rows and files whose session is gone."""
         if any_without_messages(self.engine.store, source="tui"):
-            result = self.in_parts(task)
-        else:  # no TUI session without messages: no ghost to select or keep (store/read.py)
-            result = self.result(task)
+            self.in_parts(task, result)
+        # (else no TUI session without messages: no ghost to select or keep; store/read.py)
         missing = orphan_session_ids(self.engine.store)
         rows = ghosts.select_orphan_rows(missing)
-        result.absorb(self.engine.delete(self.unclaimed(rows), task.name.reason, orphans=True))
+        self.engine.delete(self.unclaimed(rows), task.name.reason, orphans=True, result=result)
         # (c) files of sessions that are gone; those of `missing` went with their rows just now
         index, now, went = self.engine.files, self.request.now, set(missing)
         for part in index.names(CHUNK):
@@ -244,16 +245,19 @@ class _Pass:
             result.kept.update(files.kept)
         return result
 
-    def empty_sweep(self, task: Task) -> Result:
+    def empty_sweep(self, task: Task, result: Result) -> Result:
         if not any_without_messages(self.engine.store):  # nothing empty: nothing to select or keep
-            return self.result(task)
-        return self.in_parts(task)
+            return result
+        return self.in_parts(task, result)
 
-    def purge(self, task: Task) -> Result:
+    def purge(self, task: Task, result: Result) -> Result:
         """Retention by the policy's windows (the command's overrides are in them: `applied`), narrowed by
         the command's filters; then VACUUM, or the freed pages back at the end."""
         request = self.request
-        result = self._filtered_purge(task) if request.filters.given() else self.in_parts(task)
+        if request.filters.given():
+            self._filtered_purge(task, result)
+        else:
+            self.in_parts(task, result)
         # Unasked, only the switch to incremental reclaim, whose moment any purge may find (space.py).
         asked = bool(result.rows and (request.vacuum or self.policy.vacuum_after_prune))
         result.vacuumed = self.engine.vacuum_if_worth(result, asked)
@@ -261,7 +265,7 @@ class _Pass:
             self.to_reclaim = self.to_reclaim or result  # freed it (Hermes' own deletes too)
         return result
 
-    def _filtered_purge(self, task: Task) -> Result:
+    def _filtered_purge(self, task: Task, result: Result) -> Result:
         """Retention, then the filters. Two passes over the store's parts: the first only counts,
         for the guard against filters that match every ended session, before anything goes."""
         request, filters = self.request, self.request.filters
@@ -283,13 +287,12 @@ class _Pass:
             selection.units = [u for u in selection.units if filters.matches(graph.rows[u.session_id])]
             return selection
 
-        return self.in_parts(task, select)
+        return self.in_parts(task, result, select)
 
-    def size_budget(self, task: Task) -> Result:
+    def size_budget(self, task: Task, result: Result) -> Result:
         """Over `max_store_mb` after the other tasks: the oldest eligible units go until their text
         covers the excess, or nothing eligible is left (then one note says by how much it is over)."""
         limit, keep = self.policy.max_store_mb, self.policy.min_keep_days
-        result = self.result(task)
         if self._used_mb() <= limit:
             return result
         rule, now = task.rule(self.policy, self.request.now), self.request.now
@@ -307,7 +310,7 @@ class _Pass:
         # _covering says), and the next run looks again.
         over = self._used_mb() - limit
         chosen = self._covering(units, over)
-        result.absorb(act_in_parts(self.engine, self.result(task), [chosen], lambda part: self.act(task, rule, part)))
+        act_in_parts(self.engine, result, [chosen], lambda units, part: self.act(task, rule, units, part))
         if len(chosen) == len(units) and self._used_mb() > limit and not self.engine.dry_run:
             result.notes.append(f"still over max_store_mb {limit:g} by {self._used_mb() - limit:.1f} MB: nothing "
                                 f"eligible is left (open, pinned, live or active within {keep:g} days)")
@@ -489,24 +492,24 @@ def maintain(run: Run, profile: Profile, layers: dict, request: Request, env: En
     if repairing and applying:  # fixes take the profile's locks themselves: before the engine
         repair_step(run, profile, policy, request, env, siblings)
 
-    results: list[Result] = []  # filled as tasks finish: reported with a failure too (common.with_engine)
+    ledger = Ledger()  # each task's result as it begins: reported with a failure too (common.with_engine)
 
     def work(engine: Engine) -> list[Result]:
         if repairing and not applying:  # a report reads through the engine's own connection
             repair_step(run, profile, policy, request, env, siblings, store=engine.store)
-        one_pass = _Pass(engine, policy, request)
+        one_pass = _Pass(engine, policy, request, ledger)
         for task in TASKS:
             if task.name.name not in request.tasks:
                 continue
             if stopping.requested():  # named in the report: a stop that came as this profile began never hides it
-                results.append(one_pass.skipped(task, f"{STOPPED} before it began"))
+                one_pass.skipped(task, f"{STOPPED} before it began")
                 continue
             try:
-                results.append(one_pass.run(task))
+                one_pass.run(task)
             except Refused as exc:
                 run.add(exc.problem)
         one_pass.reclaim()
-        return results
+        return ledger.results
 
     exports = Settings(request.export_dir or policy.export_dir, policy.export_keep_days)
-    with_engine(run, profile, env, work, exports, config, incremental=policy.incremental_vacuum, finished=results)
+    with_engine(run, profile, env, work, exports, config, incremental=policy.incremental_vacuum, ledger=ledger)

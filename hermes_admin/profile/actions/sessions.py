@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from hermes_admin.profile.environment import Environment
-from hermes_admin.profile.actions.common import Refused, Run, act_in_parts, too_broad, with_engine
+from hermes_admin.profile.actions.common import Ledger, Refused, Run, act_in_parts, too_broad, with_engine
 from hermes_admin.profile.engine.engine import Engine, Result
 from hermes_admin.profile.engine.exports import Settings
 from hermes_admin.protocol import Profile
@@ -81,11 +81,15 @@ def _guarded(run: Run, work):
 def delete(run: Run, profile: Profile, env: Environment, ids: list[str], filters: Filters | None = None,
            force: bool = False, exports: Settings | None = None) -> None:
     """Each session with its delegates is one unit; other children are orphaned."""
-    with_engine(run, profile, env, _guarded(run, lambda engine: [act_in_parts(
-        engine, Result(profile.name, "delete", "delete", engine.dry_run),
-        _parts_of_units(engine, ids, filters, force, False, delete_unit),
-        lambda units: engine.delete(units, "delete"))]), exports)
+    ledger = Ledger()
 
+    def work(engine: Engine) -> list[Result]:
+        with ledger.begun(Result(profile.name, "delete", "delete", engine.dry_run)) as result:
+            act_in_parts(engine, result, _parts_of_units(engine, ids, filters, force, False, delete_unit),
+                         lambda units, part: engine.delete(units, "delete", result=part))
+        return ledger.results
+
+    with_engine(run, profile, env, _guarded(run, work), exports, ledger=ledger)
 
 
 def archive(run: Run, profile: Profile, env: Environment, ids: list[str], archived: bool,
@@ -95,7 +99,12 @@ def archive(run: Run, profile: Profile, env: Environment, ids: list[str], archiv
         return Unit(sid, [sid, *graph.lineage(sid)], rule)
 
     action, reason = ("archive", "archive") if archived else ("unarchive", None)
-    with_engine(run, profile, env, _guarded(run, lambda engine: [act_in_parts(
-        engine, Result(profile.name, action, reason, engine.dry_run),
-        _parts_of_units(engine, ids, filters, force, True, lineage),
-        lambda units: engine.set_archived(units, archived, reason))]))
+    ledger = Ledger()
+
+    def work(engine: Engine) -> list[Result]:
+        with ledger.begun(Result(profile.name, action, reason, engine.dry_run)) as result:
+            act_in_parts(engine, result, _parts_of_units(engine, ids, filters, force, True, lineage),
+                         lambda units, part: engine.set_archived(units, archived, reason, result=part))
+        return ledger.results
+
+    with_engine(run, profile, env, _guarded(run, work), ledger=ledger)

@@ -37,18 +37,20 @@ def sessions_folder_notes(profile: Profile) -> list[str]:
 
 
 class Aftermath:
-    """One profile's files and events. `outbox`, `bus`, `remover`: None in a dry run."""
+    """One profile's files and events. `outbox`, `bus`, `remover`: None in a dry run. `notes`: what
+    its first look at `sessions/` found odd there, its own to report."""
 
-    def __init__(self, profile: Profile, notes: list[str], dry_run: bool, outbox: Outbox | None = None,
+    def __init__(self, profile: Profile, dry_run: bool, outbox: Outbox | None = None,
                  bus: HookBus | None = None, remover: FileRemover | None = None):
-        self.profile, self.notes, self.dry_run = profile, notes, dry_run
+        self.profile, self.dry_run = profile, dry_run
+        self.notes: list[str] = []
         self.outbox, self.bus, self.remover = outbox, bus, remover
         self._files: FileIndex | None = None
 
     @property
     def files(self) -> FileIndex:
         if self._files is None:  # one scan of sessions/ per run; the first need of it says if it is odd
-            self.notes += sessions_folder_notes(self.profile)
+            self.notes = sessions_folder_notes(self.profile)
             self._files = FileIndex.scan(self.profile.sessions_dir)
         return self._files
 

@@ -79,7 +79,9 @@ class Engine:
         self._prunes = exports is not None  # only a command that knows the policy prunes old exports
         self.progress = progress or _no_progress
         self.config = config  # the profile's config.yaml, when the caller has read it already
-        self.notes: list[str] = []  # leftovers set aside while opening (state_folder.py)
+        # What the collaborators set aside or left for the next run, each its own, gathered when the engine closes.
+        self.notes: list[str] = []
+        self.left: list[str] = []  # units of an interrupted split delete still left for the next run
         self.exports_removed: list[dict] = []  # old exports that retention removed (or, dry, would remove)
         self.space: Space | None = None  # free pages given back (space.py)
         self.replayed: list[str] = []  # hook failures while replaying the outbox
@@ -97,8 +99,7 @@ class Engine:
         self._ahead: ExportAhead | None = None
         self._splits: SplitDeletes | None = None
         self._references: list[tuple[str, str]] | None = None  # unknown tables pointing at sessions
-        self._batch: Result | None = None  # the result of the caller's batch under way (batch)
-        self.cut_short: Result | None = None  # the last batch an error ended: what it committed
+        self._batched = False  # a caller's batch is under way: its files and events are settled when it ends
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -118,18 +119,18 @@ class Engine:
         if self.config is None:
             self.config = load_hermes_config(self.profile.home)
         if not self.dry_run:  # a dry run writes nothing anywhere: no lock file, no outbox
-            self.locks = ProfileLocks(self.profile, self.notes).__enter__()
+            self.locks = ProfileLocks(self.profile)  # kept before taken: what it set aside is said if it is held
+            self.locks.__enter__()
         self.store = Store.open(self.profile, writable=not self.dry_run, lock_wait_s=self.env.lock_wait)
         self.tokenizer = Tokenizer(self.store, self.dry_run, self._tokenizer_loaded)
         self.deletes = Deletes(self.store, lambda: self.references, self.now, lambda: data_version(self.store))
         if self.dry_run:
-            self.aftermath = Aftermath(self.profile, self.notes, True)
+            self.aftermath = Aftermath(self.profile, True)
         else:
             self._open_writing()
         self.space = Space(self.store, self.pacer, self.incremental, self.dry_run)
         if not self.dry_run:
-            self.recovered, left = self._splits.finish_all()  # before the replay: a finished split's event is committed
-            self.notes += left
+            self.recovered, self.left = self._splits.finish_all()  # before the replay: a finished split's event is committed
             self.replayed = self.aftermath.replay(self.store.db)
 
     def _open_writing(self) -> None:
@@ -140,10 +141,10 @@ class Engine:
         self.commits = GroupCommit(db, self.checkpointer)
         self.turns = Turns(db, held=lambda: held_by_its_owner(self.profile.store_path))
         self.fts = FtsMerges(db, [t for t in FTS_TABLES if self._has_index(t)])
-        self.outbox = Outbox(self.profile, self.notes)
+        self.outbox = Outbox(self.profile)
         self.remover = FileRemover(str(self.profile.sessions_dir))
         self.bus = self._bus()
-        self.aftermath = Aftermath(self.profile, self.notes, False, self.outbox, self.bus, self.remover)
+        self.aftermath = Aftermath(self.profile, False, self.outbox, self.bus, self.remover)
         self.pacer = Pacer(db, self.turns, self.commits, self.fts, self.aftermath.after_durable)
         self.export = ExportFile(self.profile, self.export_settings, self.now)
         self._ahead = ExportAhead(self.store, self.export, self.export_settings, self.pacer)
@@ -174,21 +175,26 @@ class Engine:
             if self.store.writable and self.space is not None:  # (not built if opening failed before it)
                 self.space.passive_checkpoint()
             self.store.close()
-        self._prune_exports()
+        pruned = self._prune_exports()
         if self.outbox is not None:
             self.outbox.forget_old()
             self.outbox.close()
         if self.locks is not None:
             self.locks.__exit__(None, None, None)
+        self.notes = [*(self.locks.notes if self.locks is not None else []),
+                      *(self.outbox.notes if self.outbox is not None else []),
+                      *(self.aftermath.notes if self.aftermath is not None else []), *self.left, *pruned]
         self.bus = self.store = self.outbox = self.locks = self.checkpointer = self.remover = None
         self.commits = self.turns = self.pacer = self._ahead = None
 
-    def _prune_exports(self) -> None:
-        """Exports past `export_keep_days` go, each reported; a dry run names them (exports.at_run_end)."""
-        if self._prunes and (self.outbox is not None or self.dry_run):  # opened: this profile's run is ours
-            self.exports_removed, problems = exports.at_run_end(self.profile, self.export_settings, self.now(),
-                                                                self.outbox, self.dry_run)
-            self.notes += problems
+    def _prune_exports(self) -> list[str]:
+        """Exports past `export_keep_days` go, each reported; a dry run names them (exports.at_run_end).
+        Returns what could not be removed, for the engine's notes."""
+        if not (self._prunes and (self.outbox is not None or self.dry_run)):  # opened: this profile's run is ours
+            return []
+        self.exports_removed, problems = exports.at_run_end(self.profile, self.export_settings, self.now(),
+                                                            self.outbox, self.dry_run)
+        return problems
 
     # -- what callers read -------------------------------------------------------
 
@@ -230,16 +236,17 @@ class Engine:
     # -- deletion --------------------------------------------------------------
 
     def delete(self, units: list[Unit], reason: str, recheck: Recheck | None = None,
-               orphans: bool = False) -> Result:
+               orphans: bool = False, result: Result | None = None) -> Result:
         """Delete whole units. `recheck` re-applies the selection rule inside each transaction.
 
         `orphans=True` is for units whose session rows are already gone (message
         and usage rows left behind): they go without the existence check.
-        Inside a caller's `batch` (a purge in parts) its files and events are left to the batch,
-        and what committed before a failure goes into the batch's result; else they are settled
-        before it returns (after an error too).
+        What is done goes into `result`, the caller's (a new one if none), as each transaction
+        commits: what committed before a failure is there for the caller to report.
+        Inside a caller's `batch` (a purge in parts) its files and events are left to the batch;
+        else they are settled before it returns (after an error too).
         """
-        result = Result(self.profile.name, "delete", reason, self.dry_run)
+        result = result if result is not None else Result(self.profile.name, "delete", reason, self.dry_run)
         if not units:
             return result
         self.require_tokenizer()
@@ -249,15 +256,11 @@ class Engine:
                                                                                         orphans)):
                 self.aftermath.remove_files(decision.ids, result)  # lists them: a dry run unlinks nothing
             return result
-        if self._batch is None:  # settled here: the last commit is synced
-            with self.batch(result):
-                self._delete(units, reason, recheck, orphans, True, result)
-            return result
-        try:
+        if self._batched:  # the batch settles; its end syncs the last commit
             self._delete(units, reason, recheck, orphans, False, result)
-        except BaseException:
-            self._batch.absorb(result)  # what committed before the failure is the batch's to report
-            raise
+            return result
+        with self.batch(result):  # settled here: the last commit is synced
+            self._delete(units, reason, recheck, orphans, True, result)
         return result
 
     def _delete(self, units: list[Unit], reason: str, recheck: Recheck | None, orphans: bool, synced_last: bool,
@@ -311,22 +314,20 @@ class Engine:
 
     @contextmanager
     def batch(self, result: Result) -> Iterator[Result]:
-        """Engine calls whose files and events are settled together when the `with` ends: the
-        caller's, who owns `result`. After an error too (what did commit gets its files removed and
-        its events, with no merging on top of the error); the batch is then `cut_short`: what it
-        committed, for the caller's report. Inside another batch, that one settles."""
-        if self._batch is not None or self.dry_run:
+        """Engine calls whose files and events are settled together when the `with` ends, into
+        `result`: the caller's, who owns it and reports it. After an error too (what did commit gets
+        its files removed and its events, with no merging on top of the error). Inside another
+        batch, that one settles."""
+        if self._batched or self.dry_run:
             yield result
             return
-        self._batch, self.cut_short = result, None
+        self._batched = True
         failed = True
         try:
             yield result
             failed = False
         finally:
-            self._batch = None
-            if failed:
-                self.cut_short = result
+            self._batched = False
             self._settle(result, merge=not failed)
 
     def _settle(self, result: Result, merge: bool) -> None:
@@ -343,10 +344,13 @@ class Engine:
 
     # -- row updates: archive, stale rows closed ---------------------------------------
 
-    def set_archived(self, units: list[Unit], archived: bool, reason: str | None, swept: bool = False) -> Result:
+    def set_archived(self, units: list[Unit], archived: bool, reason: str | None, swept: bool = False,
+                     result: Result | None = None) -> Result:
         """Archive (or unarchive) whole units; an event fires only for a real unarchived -> archived change.
-        `swept`: the inactivity sweep's (live units stay: rows.Flip), not a deliberate one."""
-        result = Result(self.profile.name, "archive" if archived else "unarchive", reason, self.dry_run)
+        `swept`: the inactivity sweep's (live units stay: rows.Flip), not a deliberate one. What is done
+        goes into `result`, the caller's (a new one if none), as each transaction commits."""
+        if result is None:
+            result = Result(self.profile.name, "archive" if archived else "unarchive", reason, self.dry_run)
         flip = Flip(archived, provenance=self.store.schema.has_column("sessions", "auto_archived"), swept=swept)
         if self.dry_run:
             self._dry(units, result, lambda db, chunk: flip.decide(db, self.deletes, chunk))
@@ -356,10 +360,11 @@ class Engine:
                           result).fold_into(result)
         return result
 
-    def close_stale(self, units: list[Unit], recheck: Recheck, now: float) -> Result:
+    def close_stale(self, units: list[Unit], recheck: Recheck, now: float, result: Result | None = None) -> Result:
         """Close open rows a dead process left (tasks/stale.py): `ended_at` the run's `now`, `end_reason`
-        'startup_orphan_reap', as Hermes does; silent (nothing is deleted: no event, no file)."""
-        result = Result(self.profile.name, "close", None, self.dry_run)
+        'startup_orphan_reap', as Hermes does; silent (nothing is deleted: no event, no file). What is
+        done goes into `result`, the caller's (a new one if none), as each transaction commits."""
+        result = result if result is not None else Result(self.profile.name, "close", None, self.dry_run)
         if self.dry_run:
             for decision in self._dry(units, result, lambda db, chunk: decide_close(db, self.deletes, chunk, recheck)):
                 self.deletes.closed_in_dry_run.update(dict.fromkeys(decision.ids, now))  # for the later tasks

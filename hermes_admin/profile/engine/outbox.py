@@ -76,11 +76,11 @@ class OutboxError(OSError):
 
 
 class Outbox:
-    def __init__(self, profile: Profile, notes: list[str] | None = None):
+    def __init__(self, profile: Profile):
         self.profile = profile
-        self.notes = notes
-        self.path: Path = state_dir(profile, notes) / "outbox.db"
-        regular_file(self.path, "the outbox", notes)
+        folder, self.notes = state_dir(profile)  # what was set aside, here or later: its own to report
+        self.path: Path = folder / "outbox.db"
+        self.notes += regular_file(self.path, "the outbox", damage_set_aside=True)
         self._conn: apsw.Connection | None = None
         if self.path.exists():  # else made on the first event: a run that deletes nothing makes no file
             self._connect()
@@ -114,8 +114,7 @@ class Outbox:
         for sidecar in ("-wal", "-shm"):
             if (side := self.path.with_name(self.path.name + sidecar)).exists():
                 set_aside(side, "beside a damaged outbox")
-        if self.notes is not None:
-            self.notes.append(line)
+        self.notes.append(line)
         self._conn = self._open()
         with self._writing() as conn:
             # OR IGNORE: a damaged b-tree can show one id twice; the first reading stands

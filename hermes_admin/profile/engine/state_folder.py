@@ -49,14 +49,17 @@ def set_aside(path: Path, why: str) -> str:
     return f"{path}: {why}; moved aside to {target.name} (remove it as its owner)"
 
 
-def state_dir(profile: Profile, notes: list[str] | None = None) -> Path:
-    """`<home>/.hermes-admin/`, made if missing: a real folder of this process's user, or refused."""
-    return state_folder(profile.home / STATE_DIR, notes)
+def state_dir(profile: Profile) -> tuple[Path, list[str]]:
+    """`<home>/.hermes-admin/`, made if missing: a real folder of this process's user, or refused;
+    with what was moved aside to make it (state_folder)."""
+    return state_folder(profile.home / STATE_DIR)
 
 
-def state_folder(path: Path, notes: list[str] | None = None) -> Path:
+def state_folder(path: Path) -> tuple[Path, list[str]]:
     """A folder of ours in a home (`.hermes-admin/`, `state-snapshots/`): made 0700 if missing; a link
-    or a file there is refused; one another user left behind is moved aside and a new one made."""
+    or a file there is refused; one another user left behind is moved aside and a new one made.
+    Returns the folder and the lines that report what was moved aside (none, mostly)."""
+    notes: list[str] = []
     try:
         os.mkdir(path, 0o700)
     except FileExistsError:
@@ -67,27 +70,27 @@ def state_folder(path: Path, notes: list[str] | None = None) -> Path:
     if not stat.S_ISDIR(st.st_mode):
         raise UnsafePath(errno.ENOTDIR, "is not a folder (hermes-admin keeps its lock and outbox there)", str(path))
     if st.st_uid != os.geteuid():
-        line = set_aside(path, f"owned by uid {st.st_uid} (left by an older root-run hermes-admin)")
-        if notes is not None:
-            notes.append(line)
+        notes.append(set_aside(path, f"owned by uid {st.st_uid} (left by an older root-run hermes-admin)"))
         os.mkdir(path, 0o700)
-    return path
+    return path, notes
 
 
-def regular_file(path: Path, what: str, notes: list[str] | None = None) -> None:
-    """Refuse a path of ours that exists as anything but a plain file. With `notes` (a file only we
-    make, in our own folder), a folder or other odd thing there is damage, not an attack: it is moved
-    aside, said in `notes`, and the name is free again. A link is refused either way."""
+def regular_file(path: Path, what: str, damage_set_aside: bool = False) -> list[str]:
+    """Refuse a path of ours that exists as anything but a plain file. With `damage_set_aside` (a file
+    only we make, in our own folder), a folder or other odd thing there is damage, not an attack: it
+    is moved aside, and the line that says so returned; the name is free again. A link is refused
+    either way."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
-        return
+        return []
     if stat.S_ISLNK(st.st_mode):
         raise UnsafePath(errno.ELOOP, f"is a symlink; refusing to use it as {what}", str(path))
     if not stat.S_ISREG(st.st_mode):
-        if notes is None:
+        if not damage_set_aside:
             raise UnsafePath(errno.EISDIR, f"is not a plain file; cannot use it as {what}", str(path))
-        notes.append(set_aside(path, f"damaged (not a plain file, where {what} goes); kept for inspection"))
+        return [set_aside(path, f"damaged (not a plain file, where {what} goes); kept for inspection")]
+    return []
 
 
 class NotPlain(UnsafePath):
@@ -153,7 +156,8 @@ def write_record(profile: Profile, name: str, what: str, record: dict) -> None:
     and never raises: lost or garbled, a record only means a little more work or a less informed
     `status`."""
     try:
-        path = state_dir(profile) / name
+        folder, _ = state_dir(profile)  # best effort: what making the folder moved aside goes unsaid here
+        path = folder / name
         regular_file(path, what)
         temp = path.with_name(f".{name}.{os.getpid()}")
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
@@ -188,17 +192,18 @@ def read_record(profile: Profile, name: str, limit: int, problems: list[str] | N
 
 
 class Flock:
-    """A non-blocking exclusive flock on a lock file (created if missing, never through a link)."""
+    """A non-blocking exclusive flock on a lock file (created if missing, never through a link).
+    `notes`: what taking it moved aside (a leftover no one could lock), its own to report."""
 
-    def __init__(self, path: Path, what: str, notes: list[str] | None = None, record: bool = False):
+    def __init__(self, path: Path, what: str, record: bool = False):
         self.path = path
         self.what = what
-        self.notes = notes
+        self.notes: list[str] = []
         self.record = record  # ours: we write our pid into it (Hermes' lock records are Hermes')
         self.fd: int | None = None
 
     def acquire(self) -> None:
-        regular_file(self.path, "a lock file", self.notes if self.record else None)  # ours may be set aside
+        self.notes += regular_file(self.path, "a lock file", damage_set_aside=self.record)  # ours may be set aside
         flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
         try:
             fd = os.open(self.path, flags, 0o600)
@@ -207,9 +212,7 @@ class Flock:
             if st.st_uid == os.geteuid() or os.geteuid() == 0:
                 raise
             # Nobody but its owner (root, for an older hermes-admin's leftover) could ever hold it.
-            line = set_aside(self.path, f"owned by uid {st.st_uid}, unusable as a lock")
-            if self.notes is not None:
-                self.notes.append(line)
+            self.notes.append(set_aside(self.path, f"owned by uid {st.st_uid}, unusable as a lock"))
             fd = os.open(self.path, flags | os.O_EXCL, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -317,12 +320,15 @@ class RecordedFlock:
 class ProfileLocks:
     """Held while maintaining one profile: ours first, then Hermes' maintenance lock."""
 
-    def __init__(self, profile: Profile, notes: list[str] | None = None):
-        self.ours = Flock(state_dir(profile, notes) / "lock", "another hermes-admin run holds this profile", notes,
-                          record=True)
-        self.hermes = Flock(
-            Path(f"{profile.store_path}.auto-maintenance.lock"), "Hermes is running its own maintenance", notes
-        )
+    def __init__(self, profile: Profile):
+        folder, self._folder_notes = state_dir(profile)
+        self.ours = Flock(folder / "lock", "another hermes-admin run holds this profile", record=True)
+        self.hermes = Flock(Path(f"{profile.store_path}.auto-maintenance.lock"), "Hermes is running its own maintenance")
+
+    @property
+    def notes(self) -> list[str]:
+        """What making our folder and taking the locks moved aside, in that order (held or not)."""
+        return self._folder_notes + self.ours.notes + self.hermes.notes
 
     def __enter__(self) -> "ProfileLocks":
         self.ours.acquire()
