@@ -106,6 +106,50 @@ def test_a_dry_run_holds_no_read_transaction_between_its_steps(profile, monkeypa
         assert seen == [True, True] and not engine.store.db.in_transaction()
 
 
+# -- what the engine's collaborators say, and what a failure leaves to the caller -------------------
+
+def test_each_collaborator_says_what_it_set_aside_and_the_engine_gathers_them(profile):
+    """A folder where our lock file goes and a damaged outbox: each is moved aside by the one that
+    owns the file (the locks, the outbox), said in its own notes, and the engine, closed, gathers them."""
+    ours = profile.home / ".hermes-admin"
+    (ours / "lock").mkdir(parents=True)
+    (ours / "outbox.db").write_bytes(b"not a database, whatever it once was" * 200)
+    with Engine(profile) as engine:
+        assert [len(engine.locks.notes), len(engine.outbox.notes)] == [1, 1]
+    lock_note, outbox_note = engine.notes
+    assert str(ours / "lock") in lock_note and "where a lock file goes" in lock_note
+    assert str(ours / "outbox.db") in outbox_note and "damaged" in outbox_note
+    assert (ours / "lock").is_file() and (ours / "outbox.db").is_file()  # the names are free again, and used
+    assert len(list(ours.glob("*.set-aside-*"))) == 2  # kept for inspection
+
+
+def test_what_committed_before_an_error_is_reported_from_the_callers_own_result(profile):
+    """The engine remembers no result: the caller's ledger holds the one under way, which a part that
+    failed after another committed reports with what did commit and what stopped it."""
+    from hermes_admin.profile.actions.common import Ledger, act_in_parts, with_engine
+    from hermes_admin.profile.environment import Environment
+    from hermes_admin.results import Result, Run
+
+    run, ledger = Run(dry_run=False), Ledger()
+
+    def act(units: list[Unit], part: Result, engine: Engine) -> Result:
+        if units[0].session_id == "b":
+            raise OSError(5, "Input/output error", str(profile.store_path))
+        return engine.delete(units, "retention", result=part)
+
+    def work(engine: Engine) -> list[Result]:
+        with ledger.begun(Result(profile.name, "delete", "retention", False, task="purge")) as result:
+            act_in_parts(engine, result, [UNITS[:1], UNITS[1:2]], lambda units, part: act(units, part, engine))
+        return ledger.results
+
+    with_engine(run, profile, Environment(), work, ledger=ledger)
+    (result,) = run.results
+    assert _report(result) == ([("a", ("a", "a-child"))], [])
+    assert result.notes == ["stopped by: OSError: [Errno 5] Input/output error: " + repr(str(profile.store_path))]
+    assert any("Input/output error" in line for line in run.errors)
+    assert row_ids(profile.store_path) == {"b", "c", "d"}
+
+
 # -- the decisions alone: pure functions of the rows a transaction read ---------------------------
 
 @pytest.mark.parametrize("orphans, fresh, blocked, expected", [
