@@ -79,8 +79,7 @@ class Engine:
         self._prunes = exports is not None  # only a command that knows the policy prunes old exports
         self.progress = progress or _no_progress
         self.config = config  # the profile's config.yaml, when the caller has read it already
-        # What the collaborators set aside or left for the next run, each its own, gathered when the engine closes.
-        self.notes: list[str] = []
+        self.notes: list[str] = []  # what the collaborators set aside or left for the next run, gathered by close
         self.left: list[str] = []  # units of an interrupted split delete still left for the next run
         self.exports_removed: list[dict] = []  # old exports that retention removed (or, dry, would remove)
         self.space: Space | None = None  # free pages given back (space.py)
@@ -130,7 +129,7 @@ class Engine:
             self._open_writing()
         self.space = Space(self.store, self.pacer, self.incremental, self.dry_run)
         if not self.dry_run:
-            self.recovered, self.left = self._splits.finish_all()  # before the replay: a finished split's event is committed
+            self.recovered, self.left = self._splits.finish_all()  # before the replay: its events are committed
             self.replayed = self.aftermath.replay(self.store.db)
 
     def _open_writing(self) -> None:
@@ -181,15 +180,13 @@ class Engine:
             self.outbox.close()
         if self.locks is not None:
             self.locks.__exit__(None, None, None)
-        self.notes = [*(self.locks.notes if self.locks is not None else []),
-                      *(self.outbox.notes if self.outbox is not None else []),
-                      *(self.aftermath.notes if self.aftermath is not None else []), *self.left, *pruned]
+        self.notes = [note for part in (self.locks, self.outbox, self.aftermath) if part is not None
+                      for note in part.notes] + self.left + pruned  # each collaborator's own, in the order met
         self.bus = self.store = self.outbox = self.locks = self.checkpointer = self.remover = None
         self.commits = self.turns = self.pacer = self._ahead = None
 
     def _prune_exports(self) -> list[str]:
-        """Exports past `export_keep_days` go, each reported; a dry run names them (exports.at_run_end).
-        Returns what could not be removed, for the engine's notes."""
+        """Exports past `export_keep_days` go, each reported; a dry run names them; what could not go, returned."""
         if not (self._prunes and (self.outbox is not None or self.dry_run)):  # opened: this profile's run is ours
             return []
         self.exports_removed, problems = exports.at_run_end(self.profile, self.export_settings, self.now(),
@@ -256,11 +253,9 @@ class Engine:
                                                                                         orphans)):
                 self.aftermath.remove_files(decision.ids, result)  # lists them: a dry run unlinks nothing
             return result
-        if self._batched:  # the batch settles; its end syncs the last commit
-            self._delete(units, reason, recheck, orphans, False, result)
-            return result
-        with self.batch(result):  # settled here: the last commit is synced
-            self._delete(units, reason, recheck, orphans, True, result)
+        synced_last = not self._batched  # settled here, its last commit synced; else when the caller's batch ends
+        with self.batch(result):
+            self._delete(units, reason, recheck, orphans, synced_last, result)
         return result
 
     def _delete(self, units: list[Unit], reason: str, recheck: Recheck | None, orphans: bool, synced_last: bool,

@@ -323,7 +323,8 @@ class ProfileLocks:
     def __init__(self, profile: Profile):
         folder, self._folder_notes = state_dir(profile)
         self.ours = Flock(folder / "lock", "another hermes-admin run holds this profile", record=True)
-        self.hermes = Flock(Path(f"{profile.store_path}.auto-maintenance.lock"), "Hermes is running its own maintenance")
+        self.hermes = Flock(Path(f"{profile.store_path}.auto-maintenance.lock"),
+                            "Hermes is running its own maintenance")
 
     @property
     def notes(self) -> list[str]:
