@@ -3,8 +3,10 @@ read transaction and not applied, so it reports what the run then does (docs/des
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
+from pathlib import Path
 
 import pytest
 
@@ -147,6 +149,37 @@ def test_what_committed_before_an_error_is_reported_from_the_callers_own_result(
     assert _report(result) == ([("a", ("a", "a-child"))], [])
     assert result.notes == ["stopped by: OSError: [Errno 5] Input/output error: " + repr(str(profile.store_path))]
     assert any("Input/output error" in line for line in run.errors)
+    assert row_ids(profile.store_path) == {"b", "c", "d"}
+
+
+def test_a_delete_that_fails_after_a_commit_leaves_what_committed_in_the_callers_result(profile, monkeypatch):
+    """One unit a transaction: the second fails. What the first committed is in the result the caller
+    handed in (no second result absorbed on the way out), and its file is removed all the same."""
+    import functools
+
+    from hermes_admin.profile.engine import export_ahead, packing
+    from hermes_admin.results import Result
+
+    (profile.home / "sessions").mkdir(exist_ok=True)
+    (profile.home / "sessions" / "session_a.json").write_text("{}")
+    (profile.home / "sessions" / "session_b.json").write_text("{}")
+    monkeypatch.setattr(export_ahead, "next_transaction", functools.partial(packing.next_transaction, max_units=1))
+    result = Result(profile.name, "delete", "retention", False)
+    with Engine(profile) as engine:
+        real, calls = engine.deletes.in_transaction, []
+
+        def second_fails(db, chunk, *rest):
+            calls.append(chunk[0].session_id)
+            if len(calls) == 2:
+                raise OSError(28, "No space left on device")
+            return real(db, chunk, *rest)
+
+        monkeypatch.setattr(engine.deletes, "in_transaction", second_fails)
+        with pytest.raises(OSError, match="No space"):
+            engine.delete(UNITS[:2], "retention", result=result)
+    assert _report(result) == ([("a", ("a", "a-child"))], [])
+    assert [Path(p).name for p in result.files_removed] == ["session_a.json"]
+    assert sorted(os.listdir(profile.home / "sessions")) == ["session_b.json"]
     assert row_ids(profile.store_path) == {"b", "c", "d"}
 
 
