@@ -34,7 +34,12 @@ C_NESTING = 1000  # the nesting bound (_nesting_bound) up to which libyaml compo
 
 
 class YAMLRefused(ValueError):
-    """A YAML file that cannot be used; the message names the file and says why, briefly."""
+    """A YAML file that cannot be used; the message names the file and says why, briefly. `line`: the
+    line YAML found the file invalid at, when it said (`config check` shows it as FILE:LINE)."""
+
+    def __init__(self, message: str, line: int | None = None):
+        super().__init__(message)
+        self.line = line
 
 
 @lru_cache(maxsize=1)
@@ -148,7 +153,8 @@ def parse(text: str, where: str, keys: frozenset[str] | None = None):
         raise YAMLRefused(f"{where}: refused: nested over {MAX_DEPTH} levels deep") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        raise YAMLRefused(f"{where}: not valid YAML" + (f" (line {mark.line + 1})" if mark else "")) from None
+        line = mark.line + 1 if mark else None
+        raise YAMLRefused(f"{where}: not valid YAML" + (f" (line {line})" if line else ""), line) from None
     except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:  # a tag whose value is not
         raise YAMLRefused(f"{where}: not valid YAML (a value: {type(exc).__name__})") from None
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from hermes_admin.layers import PolicyLayers
 from hermes_admin.profile.installation import Installations
 
 
@@ -25,7 +26,7 @@ class Environment:
     hermes: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, context, layers: Mapping[str, Mapping] | None = None, remember: bool = False) -> "Environment":
+    def of(cls, context, layers: Mapping[str, PolicyLayers] | None = None, remember: bool = False) -> "Environment":
         """From a job's context (protocol.Context: what the command line and the invoker's environment
         said) and policy layers (per home, the admin config's part). `remember`: a probe's answer may
         be kept on disk (never in a dry run)."""

@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+from hermes_admin.layers import Layer, Origin, PolicyLayers
 from hermes_admin import durations
 from hermes_admin.profile.policy import PolicyError, with_origins
 
@@ -22,7 +23,7 @@ from hermes_admin.profile.policy import PolicyError, with_origins
     ("source_retention_days", {"cron": "1m"}),
 ])
 def test_a_value_under_its_keys_minimum_is_refused_naming_the_key(key, value):
-    layers = {"defaults": {key: value}, "defaults_where": "/etc/a.yaml: defaults"}
+    layers = PolicyLayers(defaults=Layer({key: value}, Origin("/etc/a.yaml", "defaults")))
     with pytest.raises(PolicyError, match=f"/etc/a.yaml: defaults: {key}"):
         with_origins("p", layers, None)
 
