@@ -213,3 +213,12 @@ def test_config_check_says_what_run_would_warn_of(synth_root, invoke, tmp_path, 
     assert warnings and checked.exit_code == 1, checked.stdout
     if "wrok" in said:
         assert warnings[0]["line"] == 2
+
+
+def test_a_commands_option_before_the_command_says_where_it_goes(synth_root, invoke):
+    root, _ = synth_root
+    said = invoke("--root", str(root), "-p", "work", "run")
+    assert said.exit_code != 0  # a usage error (64 from the console script)
+    assert "it is an option of 'run': write it after the command" in said.stderr
+    assert "option of 'sessions list'" in invoke("--root", str(root), "-p", "work", "sessions", "list").stderr
+    assert "Did you mean '--verbose'?" in invoke("--bogus", "run").stderr  # not a command's: as before
