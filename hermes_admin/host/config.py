@@ -270,7 +270,8 @@ def with_preset(layers: PolicyLayers) -> PolicyLayers:
     try:
         values, path = load_preset(str(named))
     except PresetError as exc:
-        raise PresetError(str(exc), key=f"{layers.entry.origin.section}.preset", line=exc.line) from None
+        # said at the admin config's `preset:` line; the message names the preset and its own line
+        raise PresetError(str(exc), key=f"{layers.entry.origin.section}.preset") from None
     return replace(layers, preset=Layer(values, Origin(str(path))))
 
 

@@ -234,3 +234,15 @@ def test_config_check_names_the_files_it_read_a_refused_one_too(synth_root, invo
     said = invoke("--root", str(root), "--config", fine, "config", "check").stderr
     named = said.rsplit("file(s): ", 1)[1].strip().split(", ")
     assert named[0] == fine and all(os.path.isfile(path) for path in named)  # no config.yaml that is not there
+
+
+def test_a_preset_that_is_not_yaml_is_said_at_the_preset_line_naming_its_own(synth_root, invoke, tmp_path,
+                                                                            monkeypatch):
+    root, _ = synth_root
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    presets = tmp_path / "xdg" / "hermes-admin" / "profiles"
+    presets.mkdir(parents=True)
+    (presets / "broken.yaml").write_text("a: [1\nb: 2\n")
+    config = _config(tmp_path, "defaults: {retention_days: 30}\nprofiles:\n  work:\n    preset: broken\n")
+    said = invoke("--root", str(root), "--config", config, "config", "check").stderr
+    assert f"{config}:4: {presets / 'broken.yaml'}: not valid YAML (line 2)" in said
