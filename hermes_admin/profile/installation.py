@@ -219,7 +219,7 @@ def _probe(python: str, remember: bool, probes: dict) -> Installation | str:
         probes[python] = cached[0]
         return cached[0]
     from hermes_admin import child
-    from hermes_admin.profile.hooks.worker import command
+    from hermes_admin.profile.in_hermes import command
 
     try:
         # A scratch home of its own: importing Hermes 0.22.2's modules makes `$HERMES_HOME` (else

@@ -68,4 +68,4 @@ def test_no_module_global_is_set_per_job():
             for declared in names.replace(" ", "").split(","):
                 assert (name, declared) in PROCESS_WIDE, f"{name}: global {declared}"
         if re.search(r"os\.environ\[[^\]]+\]\s*=", source):
-            assert name == "profile/hooks/worker.py", f"{name} writes os.environ"
+            assert name == "profile/in_hermes.py", f"{name} writes os.environ"

@@ -31,7 +31,7 @@ import time
 from typing import Mapping
 
 from hermes_admin import child, shown, stopping
-from hermes_admin.profile.hooks import worker
+from hermes_admin.profile import in_hermes
 from hermes_admin.profile.hooks.discovery import PluginInfo
 from hermes_admin.profile.installation import Installation
 from hermes_admin.protocol import Profile
@@ -95,7 +95,7 @@ class HookBus:
         python = self.installation.python if self.installation else sys.executable
         child.become_subreaper()
         self.proc = subprocess.Popen(
-            worker.command(python, "serve"),
+            in_hermes.command(python, "serve"),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None, env=env, close_fds=True,
             cwd=str(self.profile.home), start_new_session=True,
         )
