@@ -34,6 +34,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Mapping
 
+from hermes_admin.plain_files import read_plain
 from hermes_admin.protocol import Profile
 from hermes_admin.trust import expand_user, own_home
 
@@ -183,8 +184,6 @@ def _candidates(root: Path, configured, where: str, notes: list[str]):
 def shebang_python(script: str) -> str | None:
     """The interpreter a console script runs: `#!/path/python`, or the `'''exec' /path/python`
     line pip writes under `#!/bin/sh` when the path is too long for a shebang."""
-    from hermes_admin.profile.engine.state_folder import read_plain
-
     try:  # a command in a home may be anything: a FIFO there is never waited on
         head = read_plain(script, 4096, follow=True, head=True)
     except OSError:
