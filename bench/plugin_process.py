@@ -1,4 +1,4 @@
-"""What a plugin worker costs to start, in our interpreter and in a Hermes installation's, and what
+"""What a plugin process costs to start, in our interpreter and in a Hermes installation's, and what
 a probe of that installation costs (uncached).
 
     python bench/plugin_process.py HERMES_PYTHON [RUNS]
@@ -63,8 +63,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         home = home_with_one_plugin(Path(folder))
         for label, measure in [
-            ("worker start to ready, our interpreter", lambda: start(sys.executable, False, home)),
-            ("worker start to ready, Hermes' interpreter (its plugin manager)", lambda: start(hermes_python, True, home)),
+            ("plugin process start to ready, our interpreter", lambda: start(sys.executable, False, home)),
+            ("plugin process start to ready, Hermes' interpreter (its plugin manager)",
+             lambda: start(hermes_python, True, home)),
             ("probe of the installation, uncached", lambda: probe(hermes_python, home)),
         ]:
             measure()

@@ -59,7 +59,7 @@ PROCESS_WIDE = {
 
 
 def test_no_module_global_is_set_per_job():
-    """`global` only where PROCESS_WIDE says why; no `os.environ[...] =` but the plugin worker's
+    """`global` only where PROCESS_WIDE says why; no `os.environ[...] =` but in_hermes.py's
     (a process of its own, whose Hermes reads HERMES_HOME)."""
     for path in sorted(PACKAGE.rglob("*.py")):
         name = path.relative_to(PACKAGE).as_posix()

@@ -142,7 +142,7 @@ def test_root_runs_no_python_of_a_users(tmp_path):
     assert "root runs nothing of a user's" in installation.runnable(str(python))
 
 
-def test_the_worker_imports_nothing_of_ours(tmp_path):
+def test_the_script_run_in_hermes_interpreter_imports_nothing_of_ours(tmp_path):
     """It runs in Hermes' venv, which has no hermes-admin, click or peewee: the standard library only."""
     source = Path(in_hermes.__file__).read_text()
     imports = {line.split()[1].split(".")[0] for line in source.splitlines()

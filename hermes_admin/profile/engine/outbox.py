@@ -60,7 +60,7 @@ class Event:
 
     def payload(self, profile: Profile) -> dict:
         """The hook's keyword arguments (docs/design.md §7), JSON-safe; `event_id` only reaches callbacks
-        that declare it (hooks/worker.call)."""
+        that declare it (in_hermes.call)."""
         return {
             "session_id": self.session_id,
             "reason": self.reason,

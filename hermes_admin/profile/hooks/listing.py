@@ -1,7 +1,7 @@
 """`plugins list` for one profile: what its Hermes sees, and which of those it would load.
 
 With an installation, Hermes' own discovery answers, in its interpreter, as
-the home's owner, importing no plugin (worker.py's `list` mode); its answer is
+the home's owner, importing no plugin (`in_hermes.py`'s `list` mode); its answer is
 read as untrusted: bounded, every field checked. Without one, our own reading
 of the manifests (`discovery.py`).
 """
