@@ -86,10 +86,10 @@ class Exported:
     length: int
     sessions: int
     messages: int
-    weight: int  # bytes of its messages' JSON, plus a fixed cost per row (engine.weigh's measure)
+    weight: int  # bytes of its messages' JSON, plus a fixed cost per row (ExportAhead._weigh's measure)
     max_message_id: int  # any message id above it is new since the export
     fingerprint: str  # of its session rows as exported
-    # The deleting connection's `PRAGMA data_version` before the export read the store (engine.py):
+    # The deleting connection's `PRAGMA data_version` before the export read the store (export_ahead.py):
     # found unchanged inside a delete's transaction, nobody else has written since.
     store_version: int | None = None
 

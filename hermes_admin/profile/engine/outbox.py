@@ -139,7 +139,7 @@ class Outbox:
                 "state TEXT NOT NULL, kind TEXT NOT NULL, session_id TEXT NOT NULL, reason TEXT NOT NULL, "
                 "ids TEXT NOT NULL)"
             )
-            # Units being deleted in several steps (engine._split): the next start finishes or
+            # Units being deleted in several steps (splits.py): the next start finishes or
             # restores each one left here.
             conn.execute(
                 "CREATE TABLE IF NOT EXISTS splits (id INTEGER PRIMARY KEY, created REAL NOT NULL, "
