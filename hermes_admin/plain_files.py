@@ -1,13 +1,15 @@
-"""Plain files read in a home, never waited on and never through a link unless asked.
+"""Plain files read where someone else may have put anything: never waited on, never through a link
+unless asked.
 
 A home's owner may put anything where a file of ours, a config or a command is expected: a FIFO, a
-device, a link to another user's file, a file of gigabytes. Every file the profile side reads there
-for itself (records, export manifests and exports, config texts, a command's shebang) is opened
-here: without blocking, without becoming our terminal, its type checked on the descriptor itself,
-and read up to a bound; anything else is one line naming the file (docs/design.md §10).
+device, a link to another user's file, a file of gigabytes. Every such file (records, export
+manifests and exports, config texts, a command's shebang, and through `yamlfile.py` every YAML
+file, the admin config's included) is opened here: without blocking, without becoming our
+terminal, its type checked on the descriptor itself, and read up to a bound; anything else is one
+line naming the file (docs/design.md §10).
 
 At the package's bottom: it imports nothing of hermes-admin, so the engine, the installation
-finder and the jobs all read through it.
+finder, the jobs and the YAML reader all read through it.
 """
 
 from __future__ import annotations
