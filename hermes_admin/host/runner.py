@@ -1,6 +1,6 @@
 """The host's one way to get work done on profiles, for every command and for the daemon's jobs.
 
-Discovery once per command (or daemon pass), the run locks of the roots a change
+Discovery once per command (or daemon run), the run locks of the roots a change
 writes in, the broken holds on stores (host/detached.py), the admin config's
 policy layers, handing back what an older root-run left in a home, and one job
 per owner (host/workers.py), whose reports are gathered into one Run. The CLI
@@ -37,7 +37,7 @@ def selects(profile: Profile, wanted: str) -> bool:
 
 @dataclass
 class Host:
-    """One command's (or one daemon pass's) view of the machine: its config, roots and profiles."""
+    """One command's (or one daemon run's) view of the machine: its config, roots and profiles."""
 
     config: admin_config.AdminConfig
     roots: list[Path]
@@ -55,7 +55,7 @@ class Host:
         return cls(config, homes.resolve_roots(roots_given, config.roots, all_users), **settings)
 
     def close(self) -> None:
-        """At the end of a command (or a daemon pass): the run locks go."""
+        """At the end of a command (or a daemon run): the run locks go."""
         if self._run_locks is not None:
             self._run_locks.release()
 

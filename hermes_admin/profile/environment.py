@@ -17,7 +17,7 @@ from hermes_admin.profile.installation import Installations
 
 @dataclass(frozen=True)
 class Environment:
-    verbose: int = 0  # -v: tracebacks and per-unit detail; the plugin worker is told too
+    verbose: int = 0  # -v: tracebacks and per-unit detail; the plugin process is told too
     lock_wait: float | None = None  # --lock-wait, seconds: over the policy's `lock_wait` (None: the policy's)
     # which Hermes installation serves each profile, by the admin config's `hermes_python` (installation.py)
     installations: Installations = field(default_factory=Installations)

@@ -34,7 +34,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Mapping
 
+from hermes_admin import child
 from hermes_admin.layers import HermesPython, PolicyLayers
+from hermes_admin.plain_files import read_plain
+from hermes_admin.profile import in_hermes
 from hermes_admin.protocol import Profile
 from hermes_admin.trust import expand_user, own_home
 
@@ -183,8 +186,6 @@ def _candidates(root: Path, configured, where: str, notes: list[str]):
 def shebang_python(script: str) -> str | None:
     """The interpreter a console script runs: `#!/path/python`, or the `'''exec' /path/python`
     line pip writes under `#!/bin/sh` when the path is too long for a shebang."""
-    from hermes_admin.profile.engine.state_folder import read_plain
-
     try:  # a command in a home may be anything: a FIFO there is never waited on
         head = read_plain(script, 4096, follow=True, head=True)
     except OSError:
@@ -218,14 +219,11 @@ def _probe(python: str, remember: bool, probes: dict) -> Installation | str:
     if cached is not None:
         probes[python] = cached[0]
         return cached[0]
-    from hermes_admin import child
-    from hermes_admin.profile.hooks.worker import command
-
     try:
         # A scratch home of its own: importing Hermes 0.22.2's modules makes `$HERMES_HOME` (else
         # `~/.hermes`) with its folders and files, and the probe must leave no trace in a home.
         with tempfile.TemporaryDirectory(prefix="hermes-admin-probe-") as scratch:
-            done = child.run_bounded(command(python, "probe"), PROBE_TIMEOUT_S, MAX_PROBE,
+            done = child.run_bounded(in_hermes.command(python, "probe"), PROBE_TIMEOUT_S, MAX_PROBE,
                                      env=child.own_environment(HERMES_HOME=scratch, HOME=scratch), cwd="/")
     except subprocess.TimeoutExpired:
         answer: Installation | str = f"did not answer within {PROBE_TIMEOUT_S:g} s"

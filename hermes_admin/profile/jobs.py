@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 from hermes_admin.layers import PolicyLayers
+from hermes_admin.plain_files import read_plain
 from hermes_admin.profile.environment import Environment
 from hermes_admin.protocol import Job, Profile
 from hermes_admin.problems import ERROR, WARNING, Problem, about
@@ -184,8 +185,6 @@ def policy(job: Job, isolated: bool, env: Environment) -> Run:
 
 def _small_text(path: Path) -> str | None:
     """A config file's text for finding a key's line: never through a link, at most 1 MiB."""
-    from hermes_admin.profile.engine.state_folder import read_plain
-
     try:
         return read_plain(path, 1 << 20, head=True).decode("utf-8", "replace")
     except OSError:

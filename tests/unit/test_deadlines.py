@@ -1,6 +1,6 @@
 """Nothing a home's owner does to her worker holds root's run up past a bound (docs/design.md §10):
 the host's deadlines on a worker, the worker's on its forked copy, its file remover, its probe and
-its plugins' worker, and the units' start timeout."""
+its plugin process, and the units' start timeout."""
 
 from __future__ import annotations
 
@@ -189,7 +189,7 @@ def test_a_stopped_file_remover_costs_at_most_its_stall_time(monkeypatch, tmp_pa
     r = remover.FileRemover(str(folder))
     r.remove([str(files[0])])
     r.drain()
-    os.kill(r._worker.pid, signal.SIGSTOP)
+    os.kill(r._process.pid, signal.SIGSTOP)
     started = time.monotonic()
     r.remove([str(f) for f in files[1:]])
     r.close()

@@ -60,7 +60,7 @@ PROCESS_WIDE = {
 
 
 def test_no_module_global_is_set_per_job():
-    """`global` only where PROCESS_WIDE says why; no `os.environ[...] =` but the plugin worker's
+    """`global` only where PROCESS_WIDE says why; no `os.environ[...] =` but in_hermes.py's
     (a process of its own, whose Hermes reads HERMES_HOME)."""
     for path in sorted(PACKAGE.rglob("*.py")):
         name = path.relative_to(PACKAGE).as_posix()
@@ -69,4 +69,4 @@ def test_no_module_global_is_set_per_job():
             for declared in names.replace(" ", "").split(","):
                 assert (name, declared) in PROCESS_WIDE, f"{name}: global {declared}"
         if re.search(r"os\.environ\[[^\]]+\]\s*=", source):
-            assert name == "profile/hooks/worker.py", f"{name} writes os.environ"
+            assert name == "profile/in_hermes.py", f"{name} writes os.environ"

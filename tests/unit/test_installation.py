@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from hermes_admin.layers import HermesPython, Origin, PolicyLayers
-from hermes_admin.profile import installation
-from hermes_admin.profile.hooks import listing, worker
+from hermes_admin.profile import in_hermes, installation
+from hermes_admin.profile.hooks import listing
 from hermes_admin.protocol import Profile
 
 
@@ -144,9 +144,9 @@ def test_root_runs_no_python_of_a_users(tmp_path):
     assert "root runs nothing of a user's" in installation.runnable(str(python))
 
 
-def test_the_worker_imports_nothing_of_ours(tmp_path):
+def test_the_script_run_in_hermes_interpreter_imports_nothing_of_ours(tmp_path):
     """It runs in Hermes' venv, which has no hermes-admin, click or peewee: the standard library only."""
-    source = Path(worker.__file__).read_text()
+    source = Path(in_hermes.__file__).read_text()
     imports = {line.split()[1].split(".")[0] for line in source.splitlines()
                if line.strip().startswith(("import ", "from ")) and not line.strip().startswith("from __future__")}
     assert imports <= {"json", "os", "sys", "sqlite3", "pathlib", "importlib", "re", "inspect", "asyncio", "traceback",
