@@ -368,7 +368,7 @@ def run_trial(trial: Trial, base: Base, work: Path, strict: bool) -> Trial:
     if first.hung:
         p.append(f"interrupted command did not end within {COMMAND_TIMEOUT_S:.0f} s after the signal; killed")
     if trial.signal == "KILL":
-        time.sleep(0.05)  # a plugin worker the kill orphaned finishes its one callback, then sees EOF
+        time.sleep(0.05)  # a plugin process the kill orphaned finishes its one callback, then sees EOF
     mid = snapshot(db)
     trial.first = len(before.ids - mid.ids)
     mid_events = recorded(home)

@@ -1,4 +1,4 @@
-"""How hermes-admin starts a Python process of its own (a worker, the plugin worker, the file remover).
+"""How hermes-admin starts a Python process of its own (a worker, the remover process).
 
 In isolated mode (`-I`: no current folder, no user site, no PYTHON* variables on
 sys.path), importing this very copy of the package by its absolute location:
@@ -55,7 +55,7 @@ def own_environment(**extra: str) -> dict[str, str]:
 # -- what our children leave behind ------------------------------------------------
 
 PR_SET_CHILD_SUBREAPER = 36  # prctl's number for it (linux/prctl.h)
-_ours: set[int] = set()  # children we started ourselves (the file remover, plugin workers)
+_ours: set[int] = set()  # children we started ourselves (the remover process, plugin processes)
 
 
 def ours(pid: int) -> None:

@@ -4,6 +4,8 @@ The host sends one job; the worker answers with JSON lines on its stdout:
 
     -> {"kind", "params", "context", "owner": {"uid", "gid", "groups", "user", "home"},
         "profiles": [{"root", "name", "home", "display", "layers"}]}  (one line, on its own pipe)
+       a profile's "layers": {"entry", "preset", "defaults": {"values", "origin": {"file", "section"}}
+                              or null, "hermes_python": {"path", "origin"} or null}  (layers.PolicyLayers)
     <- {"t": "hello", "uid", "gid", "groups"}                         who the worker really is
     <- {"t": "result", "v": {...}}  then  {"t": "item", "f": FIELD, "v": ...} / {"t": "kept", ...}
     <- {"t": "data", "k": KEY, "v": ...}                               rows of list-type jobs
@@ -27,6 +29,7 @@ from __future__ import annotations
 import json
 import math
 import threading
+from collections.abc import Mapping
 from contextlib import contextmanager
 from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
@@ -34,6 +37,7 @@ from types import UnionType
 from typing import ClassVar, Union, get_args, get_origin, get_type_hints
 
 from hermes_admin.filters import Filters
+from hermes_admin.layers import PolicyLayers
 from hermes_admin.model import ORDER, STORE_FILE, Owner, Profile  # noqa: F401 (re-exported: every layer's values)
 from hermes_admin.problems import SEVERITIES, Problem
 from hermes_admin.results import Done, Finding, RepairRun, Result, Run
@@ -234,7 +238,7 @@ class Job:
     params: Params
     owner: Owner
     profiles: list[Profile]
-    layers: dict[str, dict] = field(default_factory=dict)  # home -> the admin config's policy layers
+    layers: dict[str, PolicyLayers] = field(default_factory=dict)  # home -> the admin config's part of its policy
     context: Context = field(default_factory=Context)
 
     @property
@@ -246,8 +250,12 @@ class Job:
             "kind": self.kind, "params": asdict(self.params), "context": asdict(self.context),
             "owner": self.owner.as_dict(),
             "profiles": [{"root": str(p.root), "name": p.name, "home": str(p.home), "display": p.display,
-                          "layers": self.layers.get(str(p.home), {})} for p in self.profiles],
+                          "layers": self.layers_of(p).as_dict()} for p in self.profiles],
         }, default=str) + "\n").encode()
+
+    def layers_of(self, profile: Profile) -> PolicyLayers:
+        """The admin config's part of the profile's policy (none given: no layers at all)."""
+        return self.layers.get(str(profile.home)) or PolicyLayers()
 
     @classmethod
     def decode(cls, line: bytes) -> "Job":
@@ -265,19 +273,20 @@ class Job:
                    _read_fields(Context, data.get("context", {}), "job: context"))
 
 
-def _job_profiles(value) -> tuple[list[Profile], dict[str, dict]]:
+def _job_profiles(value) -> tuple[list[Profile], dict[str, PolicyLayers]]:
+    """The job's profiles, each with its policy layers, read once, field by field (a layer's values
+    are plain JSON: profile/policy.py checks them as it reads the policy)."""
     if not isinstance(value, list):
         raise ProtocolError("job: profiles: expected a list")
     profiles, layers = [], {}
     for n, entry in enumerate(value):
         if not isinstance(entry, dict):
             raise ProtocolError(f"job: profiles[{n}]: expected an object")
-        given = _plain_json(entry.get("layers", {}))
-        if not isinstance(given, dict):
-            raise ProtocolError(f"job: profiles[{n}].layers: expected an object")
+        if "layers" not in entry:
+            raise ProtocolError(f"job: profiles[{n}].layers: missing")
         profile = _read_fields(Profile, {k: v for k, v in entry.items() if k != "layers"}, f"job: profiles[{n}]")
         profiles.append(profile)
-        layers[str(profile.home)] = given
+        layers[str(profile.home)] = _read_fields(PolicyLayers, entry["layers"], f"job: profiles[{n}].layers")
     return profiles, layers
 
 
@@ -304,7 +313,8 @@ def _read_fields(cls, value, where: str):
 
 def _read_value(hint, value, where: str):
     """One value of the type `hint` (text, a number, a flag, X | None, tuple[X, ...],
-    dict[str, X], a path or a dataclass); anything else is a ProtocolError saying where."""
+    dict[str, X] or Mapping[str, X], a path, a dataclass, or `object`: any plain JSON value);
+    anything else is a ProtocolError saying where."""
     origin, args = get_origin(hint), get_args(hint)
     if origin in (Union, UnionType):
         inner = [a for a in args if a is not type(None)]
@@ -315,7 +325,7 @@ def _read_value(hint, value, where: str):
         if not isinstance(value, list):
             raise ProtocolError(f"{where}: expected a list")
         return tuple(_read_value(args[0], v, f"{where}[{n}]") for n, v in enumerate(value))
-    if origin is dict:
+    if origin in (dict, Mapping):
         if not isinstance(value, dict):
             raise ProtocolError(f"{where}: expected an object")
         return {_read_value(args[0], k, where): _read_value(args[1], v, f"{where}[{k!r}]") for k, v in value.items()}
@@ -325,7 +335,7 @@ def _read_value(hint, value, where: str):
                 raise ProtocolError("expected a whole number")
             return value
         read = {str: lambda v: _text(v, MAX_LINE), Path: lambda v: Path(_text(v, MAX_LINE)),
-                float: lambda v: float(_number(v)), bool: _flag}[hint]
+                float: lambda v: float(_number(v)), bool: _flag, object: _plain_json}[hint]
         return read(value)
     except ProtocolError as exc:
         raise ProtocolError(f"{where}: {exc}") from None

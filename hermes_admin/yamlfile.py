@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 from functools import lru_cache
 from pathlib import Path
+
+from hermes_admin.plain_files import NotPlain, open_plain
 
 MAX_BYTES = 1 << 20  # Hermes' own config.yaml is a few KB
 MAX_NODES = 100_000  # values once every alias is unfolded
@@ -34,7 +35,12 @@ C_NESTING = 1000  # the nesting bound (_nesting_bound) up to which libyaml compo
 
 
 class YAMLRefused(ValueError):
-    """A YAML file that cannot be used; the message names the file and says why, briefly."""
+    """A YAML file that cannot be used; the message names the file and says why, briefly. `line`: the
+    line YAML found the file invalid at, when it said (`config check` shows it as FILE:LINE)."""
+
+    def __init__(self, message: str, line: int | None = None):
+        super().__init__(message)
+        self.line = line
 
 
 @lru_cache(maxsize=1)
@@ -148,7 +154,8 @@ def parse(text: str, where: str, keys: frozenset[str] | None = None):
         raise YAMLRefused(f"{where}: refused: nested over {MAX_DEPTH} levels deep") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        raise YAMLRefused(f"{where}: not valid YAML" + (f" (line {mark.line + 1})" if mark else "")) from None
+        line = mark.line + 1 if mark else None
+        raise YAMLRefused(f"{where}: not valid YAML" + (f" (line {line})" if line else ""), line) from None
     except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:  # a tag whose value is not
         raise YAMLRefused(f"{where}: not valid YAML (a value: {type(exc).__name__})") from None
 
@@ -186,11 +193,11 @@ def load(path: Path, keys: frozenset[str] | None = None):
 def text(path: Path) -> str:
     """A YAML file's text, bounded, never waiting on a FIFO (also to find a key's line in it);
     OSError when it cannot be read, YAMLRefused when it is not a plain file of UTF-8 text."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)  # a fifo never blocks us
+    try:  # a config may be a link (followed); a FIFO or a device there never blocks us
+        fd = open_plain(path, follow=True)
+    except NotPlain as exc:
+        raise YAMLRefused(f"{path}: refused: {exc.strerror}") from None
     st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        os.close(fd)
-        raise YAMLRefused(f"{path}: refused: not a plain file")
     with os.fdopen(fd, "rb") as source:
         if st.st_size > MAX_BYTES:
             raise YAMLRefused(f"{path}: refused: {st.st_size} bytes (at most {MAX_BYTES})")

@@ -31,7 +31,7 @@ def admin_problems(app: App) -> tuple[admin_config.AdminConfig | None, list[dict
     try:
         loaded = admin_config.load(app.config_path)
     except admin_config.ConfigError as exc:
-        return None, [admin_config.problem_at(path, text, exc.key, str(exc)).as_dict()]
+        return None, [admin_config.problem_at(path, text, exc.key, str(exc), exc.line).as_dict()]
     app.use_config(loaded)
     found = [p.as_dict() for p in admin_config.policy_problems(loaded)]
     if loaded.metrics_file is not None and not isinstance(loaded.metrics_file, str):
@@ -61,7 +61,8 @@ def check(app: App, profiles, as_json: bool):
     keys hermes-admin reads). One line per problem, with its file and line."""
     loaded, problems = admin_problems(app)
     warnings: list[dict] = []
-    checked = [str(loaded.path)] if loaded is not None and loaded.path else []
+    # the files read: the admin config (refused or not), its presets, the profiles' config.yaml there is
+    checked = [str(loaded.path)] if loaded is not None and loaded.path else [p["file"] for p in problems if p["file"]]
     if loaded is not None:
         checked += _presets(loaded)
         found = app.discover(profiles)
@@ -72,7 +73,8 @@ def check(app: App, profiles, as_json: bool):
         for row in rows:
             problems += [p for p in row["problems"] if p["file"] or not admin_level]
             warnings += row["warnings"]
-            checked.append(str(Path(row["home"]) / "config.yaml"))
+            if row.get("read") is True:
+                checked.append(str(Path(row["home"]) / "config.yaml"))
         if not admin_level:  # as run applies the admin layers: which profiles they reach, each value's origin
             applied = app.work(ShowPolicy(), found.profiles, with_policy=True)
             warnings += [w.as_dict() for w in _as_run_reads_it(loaded, applied)]
@@ -126,15 +128,15 @@ def _as_run_reads_it(loaded: admin_config.AdminConfig, applied) -> list[admin_co
 def _defaults_never_used(loaded: admin_config.AdminConfig, rows: list[dict]) -> list[admin_config.Problem]:
     """A `defaults:` value that no profile in view takes (each sets the key itself): a warning, since
     changing it changes nothing (a typo of the profile's name, or a forgotten default?)."""
-    where = f"{loaded.path}: defaults"
+    defaults = admin_config.defaults_only(loaded).defaults
     used = [r["origins"] for r in rows if r.get("origins")]
     if not used or not loaded.path:
         return []
     text = admin_config.text_of(loaded.path)
-    return [admin_config.problem_at(loaded.path, text, f"defaults.{key}",
-                                    f"{where}.{key} is overridden in every profile ({len(used)}): it is not used")
+    return [admin_config.problem_at(loaded.path, text, defaults.origin.path_of(key),
+                                    f"{defaults.origin.of(key)} is overridden in every profile ({len(used)}): it is not used")
             for key in map(str, loaded.defaults)
-            if all(origins.get(key) not in (None, f"{where}.{key}") for origins in used)]
+            if all(origins.get(key) not in (None, defaults.origin.of(key)) for origins in used)]
 
 
 def _value(key: str, value, home: str) -> str:

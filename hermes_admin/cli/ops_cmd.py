@@ -129,9 +129,8 @@ def unit_inputs(app: App) -> UnitInputs:
     roots = [Path(r).expanduser().absolute() for r in app.roots_given or config.roots]
     writable = []
     for name in list(config.profiles) or [""]:
-        layers = policy_layers(config, str(name))
-        for layer in (layers.get("entry"), layers.get("preset"), layers.get("defaults")):
-            folder = layer.get("export_dir") if isinstance(layer, dict) else None
+        for layer in policy_layers(config, str(name)).admin_layers():
+            folder = layer.values.get("export_dir")
             if isinstance(folder, str) and Path(folder).expanduser().is_absolute():  # else inside a home
                 writable.append(Path(folder).expanduser())
     if config.metrics_file:

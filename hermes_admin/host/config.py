@@ -8,14 +8,14 @@ at all is fine: every key has a default.
 from __future__ import annotations
 
 import os
-import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import platformdirs
 
 from hermes_admin import yamlfile
+from hermes_admin.layers import HermesPython, Layer, Origin, PolicyLayers
 from hermes_admin.shown import did_you_mean
 from hermes_admin.trust import expand_user, not_roots_alone
 
@@ -25,11 +25,13 @@ TOP_LEVEL_KEYS = {"roots", "defaults", "profiles", "schedule", "metrics_file", "
 
 
 class ConfigError(Exception):
-    """A config that cannot be used; the message names the file, `key` the key it is about, if one."""
+    """A config that cannot be used; the message names the file, `key` the key it is about, if one,
+    `line` the line YAML found the file invalid at, if it said."""
 
-    def __init__(self, message: str, key: str | None = None):
+    def __init__(self, message: str, key: str | None = None, line: int | None = None):
         super().__init__(message)
         self.key = key
+        self.line = line
 
 
 @dataclass
@@ -87,7 +89,7 @@ def parse(path: Path) -> AdminConfig:
     try:
         data = yamlfile.load_mapping(path)
     except yamlfile.YAMLRefused as exc:
-        raise ConfigError(str(exc)) from None
+        raise ConfigError(str(exc), line=exc.line) from None
     unknown = sorted(map(str, set(data) - TOP_LEVEL_KEYS))[:10]
     if unknown:
         raise ConfigError(f"{path}: unknown key(s) {', '.join(unknown)}{did_you_mean(unknown[0], TOP_LEVEL_KEYS)} "
@@ -145,10 +147,11 @@ def text_of(path) -> str | None:
         return None
 
 
-def problem_at(path, text: str | None, key: str | None, message: str) -> Problem:
-    """A problem with its file and line: the line YAML reported, else where the key is written."""
-    said = re.search(r"\(line (\d+)\)", message)
-    line = int(said.group(1)) if said else yamlfile.line_of(text, key) if text and key else None
+def problem_at(path, text: str | None, key: str | None, message: str, line: int | None = None) -> Problem:
+    """A problem with its file and line: `line` where YAML said one (ConfigError.line), else where
+    the key is written."""
+    if line is None and text and key:
+        line = yamlfile.line_of(text, key)
     return Problem(str(path) if path else None, line, message)
 
 
@@ -162,20 +165,33 @@ def policy_problems(admin: AdminConfig) -> list[Problem]:
     path, text = admin.path, text_of(admin.path)
     found: list[Problem] = []
     for name in sorted(map(str, admin.profiles)) or [""]:
+        layers = PolicyLayers(defaults=_defaults(admin))
         try:
-            layers = policy_layers(admin, name)
-        except ConfigError as exc:
-            found.append(problem_at(path, text, f"profiles.{name}.preset", str(exc)))
-            layers = {k: v for k, v in [("entry", admin.profiles.get(name)), ("defaults", admin.defaults)] if v}
-            layers.update(entry_where=f"{path}: profiles.{name}", defaults_where=f"{path}: defaults")
-        for where, key, message in rules.problems(layers, None):
-            preset = layers.get("preset_where")
-            if preset and where == preset:
-                found.append(problem_at(preset, text_of(preset), key, message))
+            layers = _entry_and_defaults(admin, name)
+            found += _python_problems(admin, name, path, text)
+            layers = with_preset(layers)
+        except ConfigError as exc:  # the entry is not a mapping, or its preset cannot be read
+            found.append(problem_at(path, text, exc.key, str(exc), exc.line))
+        for origin, key, message in rules.problems(layers, None):
+            if layers.preset is not None and origin == layers.preset.origin:  # a file of its own
+                found.append(problem_at(origin.file, text_of(origin.file), key, message))
             else:
-                section = where.split(": ", 1)[1] if ": " in where else ""
-                found.append(problem_at(path, text, f"{section}.{key}" if key else section, message))
+                found.append(problem_at(path, text, origin.path_of(key), message))
     return list(dict.fromkeys(found))  # a default's problem, found once per profile, said once
+
+
+def _python_problems(admin: AdminConfig, name: str, path, text: str | None) -> list[Problem]:
+    """An entry's `hermes_python` that is not a path (the global one is checked as the file is read)."""
+    python = admin.profiles[name].get("hermes_python") if admin.profiles.get(name) else None
+    if python is None or _a_path(python):
+        return []
+    return [problem_at(path, text, f"profiles.{name}.hermes_python",
+                       f"{_origin(admin, f'profiles.{name}')}: hermes_python must be the path of a python, "
+                       f"not {str(python)[:60]!r}")]
+
+
+def _a_path(value) -> bool:
+    return isinstance(value, str) and bool(value) and "\0" not in value
 
 
 def load_checked(explicit: str | None = None) -> AdminConfig:
@@ -218,36 +234,67 @@ def load_preset(name: str) -> tuple[dict, Path]:
             try:
                 return yamlfile.load_mapping(path, "a mapping (a preset)"), path
             except yamlfile.YAMLRefused as exc:
-                raise PresetError(str(exc)) from None
+                raise PresetError(str(exc), line=exc.line) from None
     raise PresetError(f"preset {name!r} not found in {', '.join(str(d) for d in preset_dirs())}")
 
 
 
-def policy_layers(admin: AdminConfig, profile_name: str) -> dict:
-    """The admin config's part of one profile's policy, for the worker to stack under the
-    profile's own `config.yaml` (`profile.policy.effective`): its entry, preset and defaults."""
-    where = str(admin.path or "admin config")
+def _origin(admin: AdminConfig, section: str) -> Origin:
+    """A section of the admin config as an origin (`admin config` when no file was read)."""
+    return Origin(str(admin.path or "admin config"), section)
+
+
+def _defaults(admin: AdminConfig) -> Layer:
+    return Layer(admin.defaults, _origin(admin, "defaults"))
+
+
+def defaults_only(admin: AdminConfig) -> PolicyLayers:
+    """The `defaults:` alone: what still says something when a profile's entry cannot be used."""
+    return PolicyLayers(defaults=_defaults(admin))
+
+
+def _entry_and_defaults(admin: AdminConfig, profile_name: str) -> PolicyLayers:
+    """A profile's entry (refused unless a mapping) and the defaults, without the entry's preset."""
+    origin = _origin(admin, f"profiles.{profile_name}")
     entry = admin.profiles.get(profile_name) or {}
-    layers = {"entry": entry, "entry_where": f"{where}: profiles.{profile_name}",
-              "defaults": admin.defaults, "defaults_where": f"{where}: defaults"}
-    if isinstance(entry, dict) and entry.get("preset") is not None:
-        layers["preset"], path = load_preset(str(entry["preset"]))
-        layers["preset_where"] = str(path)
-    return layers
+    if not isinstance(entry, dict):
+        raise ConfigError(f"{origin} must be a mapping", key=origin.section)
+    return PolicyLayers(entry=Layer(entry, origin), defaults=_defaults(admin))
 
 
-def hermes_python(admin: AdminConfig, profile_name: str, root: Path) -> dict:
+def with_preset(layers: PolicyLayers) -> PolicyLayers:
+    """`layers` with the preset their entry names, read (PresetError when it cannot be)."""
+    named = layers.entry.values.get("preset") if layers.entry is not None else None
+    if named is None:
+        return layers
+    try:
+        values, path = load_preset(str(named))
+    except PresetError as exc:
+        # said at the admin config's `preset:` line; the message names the preset and its own line
+        raise PresetError(str(exc), key=f"{layers.entry.origin.section}.preset") from None
+    return replace(layers, preset=Layer(values, Origin(str(path))))
+
+
+def policy_layers(admin: AdminConfig, profile_name: str) -> PolicyLayers:
+    """The admin config's part of one profile's policy, for the worker to stack under the
+    profile's own `config.yaml` (`profile.policy.effective`): its entry, preset and defaults.
+    ConfigError when the entry is not a mapping or its preset cannot be read."""
+    return with_preset(_entry_and_defaults(admin, profile_name))
+
+
+def hermes_python(admin: AdminConfig, profile_name: str, root: Path) -> HermesPython | None:
     """The admin config's `hermes_python` for one profile (its entry, else its root's, else the
-    global one) and where it was set, as policy layers carry it; {} when it sets none."""
-    where = str(admin.path or "admin config")
+    global one) and where it was set; None when it sets none, or sets one that is not a path
+    (policy_problems says so)."""
     entry = admin.profiles.get(profile_name)
     if isinstance(entry, dict) and entry.get("hermes_python") is not None:
-        return {"hermes_python": entry["hermes_python"], "hermes_python_where": f"{where}: profiles.{profile_name}"}
+        python = entry["hermes_python"]
+        return HermesPython(python, _origin(admin, f"profiles.{profile_name}")) if _a_path(python) else None
     if isinstance(admin.hermes_python, dict):
         for folder, python in admin.hermes_python.items():  # as spelled: a user's link never matches
             if os.path.normpath(expand_user(folder)) == os.path.normpath(os.path.abspath(root)):
-                return {"hermes_python": python, "hermes_python_where": f"{where}: hermes_python.{folder}"}
-        return {}
+                return HermesPython(python, _origin(admin, f"hermes_python.{folder}"))
+        return None
     if admin.hermes_python is not None:
-        return {"hermes_python": admin.hermes_python, "hermes_python_where": f"{where}: hermes_python"}
-    return {}
+        return HermesPython(admin.hermes_python, _origin(admin, "hermes_python"))
+    return None

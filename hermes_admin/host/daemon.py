@@ -107,7 +107,8 @@ class Daemon:
         self._reload = False
 
     def job(self, task: str) -> None:
-        """One scheduled task over every profile; never raises (a failing job must not kill the daemon)."""
+        """One scheduled run over every profile (the scheduler's job); never raises (a failing one must not
+        kill the daemon)."""
         started = time.time()
         try:
             target = self.metrics_file or self.config.metrics_file
@@ -126,7 +127,7 @@ class Daemon:
             log.exception("%s failed; the daemon goes on", task)
 
     def work(self, task: str, now: float, summaries: bool) -> Run:
-        """One scheduled pass: the profiles found afresh, each worked on as its owner, the same way
+        """One scheduled run: the profiles found afresh, each worked on as its owner, the same way
         as `run` (host/runner.py)."""
         from hermes_admin.host.runner import Host
 

@@ -338,7 +338,7 @@ def _tombstones(profiles_fd: int) -> set[str]:
 
 def discover(roots: list[Path], only: tuple[str, ...] | list[str] = ()) -> Discovery:
     """Profiles of every root; `only` restricts to those names (all roots)."""
-    _group_members.cache_clear()  # groups change: a long-lived daemon looks afresh at every pass
+    _group_members.cache_clear()  # groups change: a long-lived daemon looks afresh at every run
     total = Discovery()
     for root in roots:
         part = discover_root(root)

@@ -1,6 +1,6 @@
 """The host's one way to get work done on profiles, for every command and for the daemon's jobs.
 
-Discovery once per command (or daemon pass), the run locks of the roots a change
+Discovery once per command (or daemon run), the run locks of the roots a change
 writes in, the broken holds on stores (host/detached.py), the admin config's
 policy layers, handing back what an older root-run left in a home, and one job
 per owner (host/workers.py), whose reports are gathered into one Run. The CLI
@@ -17,6 +17,7 @@ from pathlib import Path
 from hermes_admin import stopping
 from hermes_admin.host import config as admin_config
 from hermes_admin.host import discovery as homes
+from hermes_admin.layers import PolicyLayers
 from hermes_admin.protocol import Context, Job, ListProfiles, Maintain, Owner, Params, Profile, Repair
 from hermes_admin.problems import ERROR, LOCKED, WARNING, Problem, about
 from hermes_admin.results import RepairRun, Run
@@ -36,7 +37,7 @@ def selects(profile: Profile, wanted: str) -> bool:
 
 @dataclass
 class Host:
-    """One command's (or one daemon pass's) view of the machine: its config, roots and profiles."""
+    """One command's (or one daemon run's) view of the machine: its config, roots and profiles."""
 
     config: admin_config.AdminConfig
     roots: list[Path]
@@ -54,7 +55,7 @@ class Host:
         return cls(config, homes.resolve_roots(roots_given, config.roots, all_users), **settings)
 
     def close(self) -> None:
-        """At the end of a command (or a daemon pass): the run locks go."""
+        """At the end of a command (or a daemon run): the run locks go."""
         if self._run_locks is not None:
             self._run_locks.release()
 
@@ -189,7 +190,8 @@ class Host:
                             + " not worked on", kind="stopped"))
             return
         # every job may need the profile's Hermes installation (profile/installation.py)
-        layers = {str(p.home): admin_config.hermes_python(self.config, p.name, p.root) for p in profiles}
+        layers = {str(p.home): PolicyLayers(hermes_python=admin_config.hermes_python(self.config, p.name, p.root))
+                  for p in profiles}
         if with_policy:
             profiles = self._with_policy(run, profiles, layers)
         if not profiles:
@@ -211,18 +213,20 @@ class Host:
         for profile in profiles:
             try:
                 layers = admin_config.policy_layers(self.config, profile.name)
-            except admin_config.ConfigError:  # its preset cannot be read: the defaults still say
-                layers = {"defaults": self.config.defaults}
+            except admin_config.ConfigError:  # its entry or preset cannot be read: the defaults still say
+                layers = admin_config.defaults_only(self.config)
             idle.append(admin_setting(layers, "worker_idle_timeout"))
             overall.append(admin_setting(layers, "worker_timeout"))
         return Deadlines(max(idle, default=Deadlines.idle), max(overall, default=Deadlines.overall))
 
-    def _with_policy(self, run: Run, profiles: list[Profile], layers: dict[str, dict]) -> list[Profile]:
+    def _with_policy(self, run: Run, profiles: list[Profile], layers: dict[str, PolicyLayers]) -> list[Profile]:
         """The admin config's policy layers into each profile's; a profile whose entry is wrong is skipped."""
         kept = []
         for profile in profiles:
+            home = str(profile.home)
             try:
-                layers[str(profile.home)].update(admin_config.policy_layers(self.config, profile.name))
+                layers[home] = replace(admin_config.policy_layers(self.config, profile.name),
+                                       hermes_python=layers[home].hermes_python)
             except admin_config.ConfigError as exc:
                 run.add(about(profile, ERROR, "admin_config", str(exc), skipped=True))
                 continue

@@ -11,12 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from hermes_admin.layers import PolicyLayers
 from hermes_admin.profile.installation import Installations
 
 
 @dataclass(frozen=True)
 class Environment:
-    verbose: int = 0  # -v: tracebacks and per-unit detail; the plugin worker is told too
+    verbose: int = 0  # -v: tracebacks and per-unit detail; the plugin process is told too
     lock_wait: float | None = None  # --lock-wait, seconds: over the policy's `lock_wait` (None: the policy's)
     # which Hermes installation serves each profile, by the admin config's `hermes_python` (installation.py)
     installations: Installations = field(default_factory=Installations)
@@ -25,7 +26,7 @@ class Environment:
     hermes: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, context, layers: Mapping[str, Mapping] | None = None, remember: bool = False) -> "Environment":
+    def of(cls, context, layers: Mapping[str, PolicyLayers] | None = None, remember: bool = False) -> "Environment":
         """From a job's context (protocol.Context: what the command line and the invoker's environment
         said) and policy layers (per home, the admin config's part). `remember`: a probe's answer may
         be kept on disk (never in a dry run)."""

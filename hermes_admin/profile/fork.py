@@ -54,7 +54,7 @@ def worth_it(job: Job) -> bool:
     if len(os.sched_getaffinity(0)) < 2 or _other_threads() or sys.stderr.isatty():
         return False
     return job.params.dry_run or not any(
-        applies_repairs(job.layers.get(str(p.home), {})) for p in job.profiles)
+        applies_repairs(job.layers_of(p)) for p in job.profiles)
 
 
 def _other_threads() -> bool:

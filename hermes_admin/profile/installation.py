@@ -34,6 +34,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Mapping
 
+from hermes_admin import child
+from hermes_admin.layers import HermesPython, PolicyLayers
+from hermes_admin.plain_files import read_plain
+from hermes_admin.profile import in_hermes
 from hermes_admin.protocol import Profile
 from hermes_admin.trust import expand_user, own_home
 
@@ -87,29 +91,28 @@ class Lookup:
 @dataclass(frozen=True, eq=False)
 class Installations:
     """The finder of a job: which installation serves each of its profiles, by what the admin config
-    says for their homes (`hermes_python`, and where it was set). Made where the job starts
+    says for their homes (`hermes_python`, and where it was set: layers.HermesPython). Made where the job starts
     (profile/environment.Environment.of) and passed to the policy, the engine and `plugins list`.
 
     Lookups and probes are remembered in the finder, so once per job: a daemon sees an installation
     upgraded or removed meanwhile (the disk cache keeps that cheap). `remember`: whether a probe's
     answer may be kept on disk (never in a dry run)."""
 
-    configured: Mapping[str, Mapping[str, object]] = field(default_factory=dict)  # per home
+    configured: Mapping[str, HermesPython] = field(default_factory=dict)  # per home that has one
     remember: bool = False
     _lookups: dict = field(default_factory=dict, init=False, repr=False)  # (root, setting, where) -> Lookup
     _probes: dict = field(default_factory=dict, init=False, repr=False)  # interpreter -> Installation or why refused
 
     @classmethod
-    def of(cls, layers: Mapping[str, Mapping], remember: bool) -> "Installations":
+    def of(cls, layers: Mapping[str, PolicyLayers], remember: bool) -> "Installations":
         """From the job's policy layers (per home, the admin config's part)."""
-        return cls({home: {k: layer[k] for k in ("hermes_python", "hermes_python_where") if k in layer}
-                    for home, layer in layers.items()}, remember)
+        return cls({home: layer.hermes_python for home, layer in layers.items() if layer.hermes_python}, remember)
 
     def for_profile(self, profile: Profile) -> Lookup:
         """The installation serving `profile` (found once per root and setting)."""
-        layer = self.configured.get(str(profile.home), {})
-        configured = layer.get("hermes_python")
-        where = layer.get("hermes_python_where") or "admin config"
+        chosen = self.configured.get(str(profile.home))
+        configured = chosen.path if chosen is not None else None
+        where = str(chosen.origin) if chosen is not None else "admin config"
         key = (str(profile.root), configured, where)
         if key not in self._lookups:
             self._lookups[key] = _find(profile.root, configured, where, self.remember, self._probes)
@@ -183,8 +186,6 @@ def _candidates(root: Path, configured, where: str, notes: list[str]):
 def shebang_python(script: str) -> str | None:
     """The interpreter a console script runs: `#!/path/python`, or the `'''exec' /path/python`
     line pip writes under `#!/bin/sh` when the path is too long for a shebang."""
-    from hermes_admin.profile.engine.state_folder import read_plain
-
     try:  # a command in a home may be anything: a FIFO there is never waited on
         head = read_plain(script, 4096, follow=True, head=True)
     except OSError:
@@ -218,14 +219,11 @@ def _probe(python: str, remember: bool, probes: dict) -> Installation | str:
     if cached is not None:
         probes[python] = cached[0]
         return cached[0]
-    from hermes_admin import child
-    from hermes_admin.profile.hooks.worker import command
-
     try:
         # A scratch home of its own: importing Hermes 0.22.2's modules makes `$HERMES_HOME` (else
         # `~/.hermes`) with its folders and files, and the probe must leave no trace in a home.
         with tempfile.TemporaryDirectory(prefix="hermes-admin-probe-") as scratch:
-            done = child.run_bounded(command(python, "probe"), PROBE_TIMEOUT_S, MAX_PROBE,
+            done = child.run_bounded(in_hermes.command(python, "probe"), PROBE_TIMEOUT_S, MAX_PROBE,
                                      env=child.own_environment(HERMES_HOME=scratch, HOME=scratch), cwd="/")
     except subprocess.TimeoutExpired:
         answer: Installation | str = f"did not answer within {PROBE_TIMEOUT_S:g} s"

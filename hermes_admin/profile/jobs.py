@@ -13,6 +13,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
+from hermes_admin.layers import PolicyLayers
+from hermes_admin.plain_files import read_plain
 from hermes_admin.profile.environment import Environment
 from hermes_admin.protocol import Job, Profile
 from hermes_admin.problems import ERROR, WARNING, Problem, about
@@ -100,7 +102,7 @@ def maintain(job: Job, isolated: bool, env: Environment) -> Run:
 
         before, started = (len(run.results), len(run.problems)), time.time()
         try:
-            maintain_profile(run, profile, job.layers.get(str(profile.home), {}), request, env,
+            maintain_profile(run, profile, job.layers_of(profile), request, env,
                              _siblings(siblings, profile))
         finally:  # what `status` reads: written as the owner, in the home, for every run that was not dry
             if not request.dry_run and profile.has_store():
@@ -147,6 +149,7 @@ def policy(job: Job, isolated: bool, env: Environment) -> Run:
         row = {"profile": profile.name, "home": str(profile.home), "problems": [], "warnings": [],
                "values": None, "origins": None}
         text = _small_text(path)
+        row["read"] = text is not None  # `config check` names the files it read: not one that is not there
 
         def problem(kind: str, message: str, key: str | None = None) -> None:
             line = yamlfile.line_of(text, key) if key and text else None
@@ -162,10 +165,10 @@ def policy(job: Job, isolated: bool, env: Environment) -> Run:
             config.hook_timeout  # read for what it warns about (a timeout that is not a finite number >= 0)
             for warning in config.warnings:
                 problem("warnings", warning.text(), warning.key)
-            for where, key, message in rules.problems({}, config):  # the admin layers are checked by the host
+            for _, key, message in rules.problems(PolicyLayers(), config):  # the admin layers are checked by the host
                 problem("problems", message, f"sessions.{key}" if key else "sessions")
             try:
-                chosen, origins = rules.with_origins(profile.shown, job.layers.get(str(profile.home), {}), config,
+                chosen, origins = rules.with_origins(profile.shown, job.layers_of(profile), config,
                                                      installed=installation.defaults_layer(lookup))
                 values = {k: v for k, v in chosen.as_dict().items() if k not in ("origins", "description")}
                 # every value `run` uses, as its dry run reports them (actions/maintenance._policy)
@@ -182,8 +185,6 @@ def policy(job: Job, isolated: bool, env: Environment) -> Run:
 
 def _small_text(path: Path) -> str | None:
     """A config file's text for finding a key's line: never through a link, at most 1 MiB."""
-    from hermes_admin.profile.engine.state_folder import read_plain
-
     try:
         return read_plain(path, 1 << 20, head=True).decode("utf-8", "replace")
     except OSError:
@@ -195,7 +196,7 @@ def profiles(job: Job, isolated: bool, env: Environment) -> Run:
 
     run = Run(dry_run=True)
     def row(profile: Profile) -> dict:
-        settings = profile_settings(profile, job.layers.get(str(profile.home), {}), env.installations)
+        settings = profile_settings(profile, job.layers_of(profile), env.installations)
         summary = profile_summary(profile, settings["policy"], env.lock_wait)  # one look at the store for both
         stale = summary.pop("stale_open", None)
         sqlite, warning = sqlite_of(profile, summary["journal_mode"], env.installations)
@@ -283,7 +284,7 @@ def change(job: Job, isolated: bool, env: Environment) -> Run:
             return
         if verb == "delete":
             from hermes_admin.profile.actions.common import export_settings
-            exports = export_settings(profile, job.layers.get(str(profile.home)), env.installations,
+            exports = export_settings(profile, job.layers_of(profile), env.installations,
                                       params.export_dir)
             actions.delete(run, profile, env, ids, filters, force, exports)
         else:
@@ -317,7 +318,7 @@ def usage(job: Job, isolated: bool, env: Environment) -> Run:
 
     def rows(profile: Profile, store) -> list[dict]:
         try:  # the exports `exports list` shows for this profile, whatever else shares its folder
-            settings = export_settings(profile, job.layers.get(str(profile.home)), env.installations)
+            settings = export_settings(profile, job.layers_of(profile), env.installations)
             exported = exports.listed_bytes(profile, settings)
         except exports.ExportError as exc:
             exported = 0
@@ -335,7 +336,7 @@ def exports_list(job: Job, isolated: bool, env: Environment) -> Run:
     from hermes_admin.profile.actions.exports import listing
 
     run = Run(dry_run=True)
-    _each(job, run, isolated, lambda p: listing(run, p, job.layers.get(str(p.home)), env.installations,
+    _each(job, run, isolated, lambda p: listing(run, p, job.layers_of(p), env.installations,
                                                 job.params.export_dir, job.params.holding))
     return run
 
@@ -344,7 +345,7 @@ def exports_prune(job: Job, isolated: bool, env: Environment) -> Run:
     from hermes_admin.profile.actions.exports import remove
 
     run = Run(dry_run=job.params.dry_run)
-    _each(job, run, isolated, lambda p: remove(run, p, job.layers.get(str(p.home)), env.installations,
+    _each(job, run, isolated, lambda p: remove(run, p, job.layers_of(p), env.installations,
                                                job.params.export_dir,
                                                list(job.params.files.get(str(p.home), ())), run.dry_run))
     return run

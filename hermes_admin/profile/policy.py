@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields
+from typing import Mapping
 
 from hermes_admin import durations
+from hermes_admin.layers import Origin, PolicyLayers
 from hermes_admin.shown import did_you_mean
 from hermes_admin.profile.hermes_config import HermesConfig
 
@@ -118,7 +120,7 @@ class Policy:
             "description": self.describe()}
 
 
-def _check_keys(data: dict, allowed: set[str], where: str) -> None:
+def _check_keys(data: Mapping, allowed: set[str], where: str) -> None:
     unknown = sorted(set(data) - allowed, key=str)
     if unknown:
         shown = ", ".join(_short(k) if not isinstance(k, str) or len(k) > 60 else k for k in unknown[:10])
@@ -182,7 +184,7 @@ def _coerce_source(source, where: str) -> str:
     return source
 
 
-def effective(profile_name: str, layers: dict, hermes: HermesConfig,
+def effective(profile_name: str, layers: PolicyLayers, hermes: HermesConfig,
               installed: tuple[dict, str] | None = None) -> Policy:
     """The policy in force for one profile; raises PolicyError with the file to blame.
 
@@ -193,78 +195,72 @@ def effective(profile_name: str, layers: dict, hermes: HermesConfig,
     return policy
 
 
-def stack(layers: dict, hermes: HermesConfig | None,
-          installed: tuple[dict, str] | None = None) -> list[tuple[dict, str, bool]]:
+def _allowed(layers: PolicyLayers):
+    """The admin config's layers, each with the keys it may hold: an entry also names its preset
+    and its Hermes interpreter (read by the host and installation.py, not values of the policy)."""
+    for layer in layers.admin_layers():
+        yield layer, ADMIN_KEYS if layer is layers.entry else set(BUILTINS)
+
+
+def _values(layer, allowed: set[str]) -> dict:
+    return {k: v for k, v in layer.values.items() if k in allowed and k not in ("preset", "hermes_python")}
+
+
+def _own(hermes: HermesConfig) -> tuple[dict, Origin, bool]:
+    """The profile's own config.yaml as a layer: the keys Hermes reads from its `sessions:`."""
+    own = hermes.section("sessions")
+    return {k: own[k] for k in HERMES_KEYS if k in own}, Origin(str(hermes.path), "sessions"), True
+
+
+def stack(layers: PolicyLayers, hermes: HermesConfig | None,
+          installed: tuple[dict, str] | None = None) -> list[tuple[dict, Origin, bool]]:
     """Every layer of a profile's policy, first match first, each with where it came from; keys
     checked (an unknown key is an error wherever it is, not only in the layer that wins)."""
-    layered: list[tuple[dict, str, bool]] = []  # (values, where, is Hermes' own config.yaml)
-    entry, where = layers.get("entry") or {}, layers.get("entry_where", "admin config")
-    if not isinstance(entry, dict):
-        raise PolicyError(f"{where} must be a mapping")
-    _check_keys(entry, ADMIN_KEYS, where)
-    layered.append(({k: v for k, v in entry.items() if k not in ("preset", "hermes_python")}, where, False))
-    if layers.get("preset") is not None:
-        preset, where = layers["preset"], layers.get("preset_where", "preset")
-        if not isinstance(preset, dict):
-            raise PolicyError(f"{where}: a preset must be a mapping")
-        _check_keys(preset, set(BUILTINS), where)
-        layered.append((preset, where, False))
-    if hermes is not None:
-        own = hermes.section("sessions")
-        layered.append(({k: own[k] for k in HERMES_KEYS if k in own}, f"{hermes.path}: sessions", True))
-    defaults, where = layers.get("defaults") or {}, layers.get("defaults_where", "admin config: defaults")
-    if not isinstance(defaults, dict):
-        raise PolicyError(f"{where} must be a mapping")
-    _check_keys(defaults, set(BUILTINS), where)
-    layered.append((defaults, where, False))
+    layered: list[tuple[dict, Origin, bool]] = []  # (values, where, is Hermes' own config.yaml)
+    for layer, allowed in _allowed(layers):
+        _check_keys(layer.values, allowed, str(layer.origin))
+        layered.append((_values(layer, allowed), layer.origin, False))
+    if hermes is not None:  # the profile's own config.yaml: under the entry and its preset, over the defaults
+        layered.insert(len(layered) - (layers.defaults is not None), _own(hermes))
     if installed is not None:  # the defaults of the Hermes installed for the profile (installation.py)
-        layered.append(({k: v for k, v in installed[0].items() if k in HERMES_KEYS}, installed[1], True))
+        layered.append(({k: v for k, v in installed[0].items() if k in HERMES_KEYS}, Origin(installed[1]), True))
     return layered
 
 
-def check_layers(layered: list[tuple[dict, str, bool]]) -> list[str]:
+def check_layers(layered: list[tuple[dict, Origin, bool]]) -> list[str]:
     """Every value of every layer checked, winner or not: one problem a line, with its place."""
     problems = []
     for layer, where, hermes in layered:
         for key, value in layer.items():
             try:
-                _coerce(key, value, where, hermes)
+                _coerce(key, value, str(where), hermes)
             except PolicyError as exc:
                 problems.append(str(exc))
     return problems
 
 
-def problems(layers: dict, hermes: HermesConfig | None) -> list[tuple[str, str | None, str]]:
+def problems(layers: PolicyLayers, hermes: HermesConfig | None) -> list[tuple[Origin, str | None, str]]:
     """Every problem of every layer, none raised: (where, key or None, message), for `config check`."""
-    found: list[tuple[str, str | None, str]] = []
-    named = [("entry", ADMIN_KEYS, "admin config"), ("preset", set(BUILTINS), "preset"),
-             ("defaults", set(BUILTINS), "admin config: defaults")]
-    checked: list[tuple[dict, str, bool]] = []
-    for name, allowed, fallback in named:
-        layer, where = layers.get(name), layers.get(f"{name}_where", fallback)
-        if layer is None:
-            continue
-        if not isinstance(layer, dict):
-            found.append((where, None, f"{where} must be a mapping"))
-            continue
-        for key in sorted(set(layer) - allowed, key=str):
+    found: list[tuple[Origin, str | None, str]] = []
+    checked: list[tuple[dict, Origin, bool]] = []
+    for layer, allowed in _allowed(layers):
+        where = layer.origin
+        for key in sorted(set(layer.values) - allowed, key=str):
             found.append((where, str(key), f"{where}: unknown key {_short(key) if not isinstance(key, str) else key}"
                                            f"{did_you_mean(key, allowed)} (known: {', '.join(sorted(allowed))})"))
-        checked.append(({k: v for k, v in layer.items() if k in allowed and k not in ("preset", "hermes_python")},
-                        where, False))
+        checked.append((_values(layer, allowed), where, False))
     if hermes is not None:
-        own = hermes.section("sessions")
-        checked.append(({k: own[k] for k in HERMES_KEYS if k in own}, f"{hermes.path}: sessions", True))
+        checked.append(_own(hermes))
     for layer, where, own in checked:
         for key, value in layer.items():
             try:
-                _coerce(key, value, where, own)
+                _coerce(key, value, str(where), own)
             except PolicyError as exc:
                 found.append((where, key, str(exc)))
     return found
 
 
-def with_origins(profile_name: str, layers: dict, hermes: HermesConfig | None,
+def with_origins(profile_name: str, layers: PolicyLayers, hermes: HermesConfig | None,
                  installed: tuple[dict, str] | None = None) -> tuple[Policy, dict[str, str]]:
     """The effective policy and, per key, where its value came from (a file and key, or `built-in`).
     `installed`: the defaults of the Hermes installed for the profile, and which one it is."""
@@ -277,36 +273,30 @@ def with_origins(profile_name: str, layers: dict, hermes: HermesConfig | None,
         for layer, where, own in layered:
             if key in layer:
                 values[key] = _coerce(key, layer[key], where, own)
-                origins[key] = f"{where}.{key}" if ": " in where else f"{where}: {key}"
+                origins[key] = where.of(key)
                 break
         else:
             values[key], origins[key] = default, "built-in"
     return Policy(**values, origins=origins), origins
 
 
-def admin_setting(layers: dict, key: str) -> float:
+def admin_setting(layers: PolicyLayers, key: str) -> float:
     """A value only the admin config sets (`worker_timeout`, ...), for the host: from the profile's
     entry, its preset, then `defaults:`, as `effective` takes it; the built-in where none sets it or
     the value is wrong (the worker's own reading of the policy then reports the mistake)."""
-    for name in ("entry", "preset", "defaults"):
-        layer = layers.get(name)
-        if isinstance(layer, dict) and key in layer:
+    for layer in layers.admin_layers():
+        if key in layer.values:
             try:
-                return _coerce(key, layer[key], name)
+                return _coerce(key, layer.values[key], str(layer.origin))
             except PolicyError:
                 break
     return float(BUILTINS[key])
 
 
-def applies_repairs(layers: dict) -> bool:
+def applies_repairs(layers: PolicyLayers) -> bool:
     """Would `effective` give this profile `repair: apply`? Only the admin config's layers can say so
-    (Hermes' own `sessions:` has no such key), in `effective`'s order; a layer that is not a mapping may."""
-    for name in ("entry", "preset", "defaults"):
-        layer = layers.get(name)
-        if layer is None:
-            continue
-        if not isinstance(layer, dict):
-            return True
-        if "repair" in layer:
-            return layer["repair"] != "report"
+    (Hermes' own `sessions:` has no such key), in `effective`'s order."""
+    for layer in layers.admin_layers():
+        if "repair" in layer.values:
+            return layer.values["repair"] != "report"
     return BUILTINS["repair"] != "report"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from hermes_admin.layers import PolicyLayers
 from hermes_admin.profile.installation import Installations
 from hermes_admin.profile.store.files import FileIndex
 from hermes_admin import problems
@@ -54,7 +55,7 @@ def profile_summary(profile: Profile, policy: dict | None = None, lock_wait_s: f
     return row
 
 
-def profile_settings(profile: Profile, layers: dict, installations: Installations) -> dict:
+def profile_settings(profile: Profile, layers: PolicyLayers, installations: Installations) -> dict:
     """The Hermes installation serving the profile (found by the job's `installations`), and its
     effective policy with where each value came from (`hermes`, `policy`), or why it has none
     (`policy_error`)."""

@@ -194,8 +194,8 @@ def test_without_an_installation_one_line_says_how_to_set_one(hermes_peer, tmp_p
 
 
 def test_a_hanging_plugin_in_hermes_interpreter_is_cut_short(hermes_peer, tmp_path, now, invoke):
-    """The timeout holds in Hermes' interpreter as in ours: the worker is killed and restarted, the
-    other plugin still hears every row."""
+    """The timeout holds in Hermes' interpreter as in ours: the plugin process is killed and
+    restarted, the other plugin still hears every row."""
     root = tmp_path / "hermes"
     kinds = hermes_peer.build_root(root, ["default"], now)["default"]
     install_hermes(root, hermes_peer.python(), tmp_path / "bundled")

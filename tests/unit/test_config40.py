@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+from hermes_admin.layers import Layer, Origin, PolicyLayers
 from hermes_admin import durations
 from hermes_admin.profile.policy import PolicyError, with_origins
 
@@ -22,7 +23,7 @@ from hermes_admin.profile.policy import PolicyError, with_origins
     ("source_retention_days", {"cron": "1m"}),
 ])
 def test_a_value_under_its_keys_minimum_is_refused_naming_the_key(key, value):
-    layers = {"defaults": {key: value}, "defaults_where": "/etc/a.yaml: defaults"}
+    layers = PolicyLayers(defaults=Layer({key: value}, Origin("/etc/a.yaml", "defaults")))
     with pytest.raises(PolicyError, match=f"/etc/a.yaml: defaults: {key}"):
         with_origins("p", layers, None)
 
@@ -213,3 +214,35 @@ def test_config_check_says_what_run_would_warn_of(synth_root, invoke, tmp_path, 
     assert warnings and checked.exit_code == 1, checked.stdout
     if "wrok" in said:
         assert warnings[0]["line"] == 2
+
+
+def test_a_commands_option_before_the_command_says_where_it_goes(synth_root, invoke):
+    root, _ = synth_root
+    said = invoke("--root", str(root), "-p", "work", "run")
+    assert said.exit_code != 0  # a usage error (64 from the console script)
+    assert "it is an option of 'run': write it after the command" in said.stderr
+    assert "option of 'sessions list'" in invoke("--root", str(root), "-p", "work", "sessions", "list").stderr
+    assert "Did you mean '--verbose'?" in invoke("--bogus", "run").stderr  # not a command's: as before
+
+
+def test_config_check_names_the_files_it_read_a_refused_one_too(synth_root, invoke, tmp_path):
+    root, _ = synth_root
+    refused = _config(tmp_path, "defaultz: {retention_days: 30}\n")
+    said = invoke("--root", str(root), "--config", refused, "config", "check").stderr
+    assert f"read 1 file(s): {refused}" in said and "did you mean 'defaults'?" in said
+    fine = _config(tmp_path, "defaults: {retention_days: 30}\n")
+    said = invoke("--root", str(root), "--config", fine, "config", "check").stderr
+    named = said.rsplit("file(s): ", 1)[1].strip().split(", ")
+    assert named[0] == fine and all(os.path.isfile(path) for path in named)  # no config.yaml that is not there
+
+
+def test_a_preset_that_is_not_yaml_is_said_at_the_preset_line_naming_its_own(synth_root, invoke, tmp_path,
+                                                                            monkeypatch):
+    root, _ = synth_root
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    presets = tmp_path / "xdg" / "hermes-admin" / "profiles"
+    presets.mkdir(parents=True)
+    (presets / "broken.yaml").write_text("a: [1\nb: 2\n")
+    config = _config(tmp_path, "defaults: {retention_days: 30}\nprofiles:\n  work:\n    preset: broken\n")
+    said = invoke("--root", str(root), "--config", config, "config", "check").stderr
+    assert f"{config}:4: {presets / 'broken.yaml'}: not valid YAML (line 2)" in said

@@ -1,6 +1,6 @@
 """Nothing a home's owner does to her worker holds root's run up past a bound (docs/design.md §10):
 the host's deadlines on a worker, the worker's on its forked copy, its file remover, its probe and
-its plugins' worker, and the units' start timeout."""
+its plugin process, and the units' start timeout."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from hermes_admin.layers import Layer, Origin, PolicyLayers
 from hermes_admin import child
 from hermes_admin.host import workers
 from hermes_admin.host.runner import Host
@@ -27,6 +28,12 @@ from hermes_admin.results import Result, Run
 from tests.conftest import NOW
 
 HELLO = '{"t": "hello", "uid": 0, "gid": 0, "groups": []}'
+
+
+def _defaults(values: dict, entry: dict | None = None) -> PolicyLayers:
+    """The admin config's `defaults:` (and a profile's entry) as a job carries them."""
+    return PolicyLayers(entry=Layer(entry, Origin("a.yaml", "profiles.p")) if entry is not None else None,
+                        defaults=Layer(values, Origin("a.yaml", "defaults")))
 
 
 def _job(n: int = 2, layers: dict | None = None) -> Job:
@@ -99,7 +106,7 @@ while True:
 
 def test_a_worker_that_never_reads_its_job_never_blocks_the_host(monkeypatch):
     _fake_worker(monkeypatch, "import time; time.sleep(60)")
-    big = {f"/r/profiles/p{i}": {"defaults": {"x": "y" * 4096}} for i in range(64)}  # past a pipe's 64 KiB
+    big = {f"/r/profiles/p{i}": _defaults({"x": "y" * 4096}) for i in range(64)}  # past a pipe's 64 KiB
     run, took = _spawn(_job(64, big), workers.Deadlines(idle=1.0, overall=60))
     assert took < 5
     assert len(run.errors) == 64 and "gave no sign of life" in run.errors[0]
@@ -134,10 +141,10 @@ def test_the_writer_beats_from_a_thread_and_stops_at_the_end():
 
 
 def test_deadlines_come_from_the_admin_config_alone(tmp_path):
-    assert admin_setting({}, "worker_idle_timeout") == 120
-    assert admin_setting({"defaults": {"worker_timeout": 60}}, "worker_timeout") == 60
-    assert admin_setting({"entry": {"worker_timeout": 30}, "defaults": {"worker_timeout": 60}}, "worker_timeout") == 30
-    assert admin_setting({"defaults": {"worker_timeout": -1}}, "worker_timeout") == 7200  # wrong: the built-in
+    assert admin_setting(PolicyLayers(), "worker_idle_timeout") == 120
+    assert admin_setting(_defaults({"worker_timeout": 60}), "worker_timeout") == 60
+    assert admin_setting(_defaults({"worker_timeout": 60}, entry={"worker_timeout": 30}), "worker_timeout") == 30
+    assert admin_setting(_defaults({"worker_timeout": -1}), "worker_timeout") == 7200  # wrong: the built-in
     for bad in (0, -1, float("inf"), True, "soon"):
         with pytest.raises(PolicyError):
             _coerce("worker_idle_timeout", bad, "here")
@@ -182,7 +189,7 @@ def test_a_stopped_file_remover_costs_at_most_its_stall_time(monkeypatch, tmp_pa
     r = remover.FileRemover(str(folder))
     r.remove([str(files[0])])
     r.drain()
-    os.kill(r._worker.pid, signal.SIGSTOP)
+    os.kill(r._process.pid, signal.SIGSTOP)
     started = time.monotonic()
     r.remove([str(f) for f in files[1:]])
     r.close()

@@ -263,7 +263,7 @@ def test_remover_unlinks_files_and_links_never_folders_or_targets(tmp_path):
     assert target.read_text() == "keep me" and (sessions / "c.json").is_dir()
 
 
-def test_remover_worker_handles_any_name_a_safe_id_can_make(tmp_path):
+def test_the_remover_process_handles_any_name_a_safe_id_can_make(tmp_path):
     sessions = tmp_path / "sessions"
     sessions.mkdir()
     names = ["new\nline.jsonl", "sp ace.json", "\u00e9t\u00e9.jsonl", "x" * 200 + ".json"]
@@ -278,7 +278,7 @@ def test_remover_worker_handles_any_name_a_safe_id_can_make(tmp_path):
     assert list(sessions.iterdir()) == []
 
 
-def test_remover_removes_here_when_the_worker_cannot_start_or_dies(tmp_path, monkeypatch):
+def test_remover_removes_here_when_its_process_cannot_start_or_dies(tmp_path, monkeypatch):
     sessions = tmp_path / "sessions"
     sessions.mkdir()
     for name in ("a.json", "b.json", "c.json"):
@@ -286,8 +286,8 @@ def test_remover_removes_here_when_the_worker_cannot_start_or_dies(tmp_path, mon
     remover = FileRemover(str(sessions))
     remover.remove([str(sessions / "a.json")])
     remover.drain()
-    remover._worker.kill()  # dies: what follows is removed in this process
-    remover._worker.wait()
+    remover._process.kill()  # dies: what follows is removed in this process
+    remover._process.wait()
     remover.remove([str(sessions / "b.json")])
     removed, _ = remover.take()
     remover.close()

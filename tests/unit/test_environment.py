@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import hermes_admin
+from hermes_admin.layers import HermesPython, Layer, Origin, PolicyLayers
 from hermes_admin.profile.environment import Environment
 from hermes_admin.profile.installation import Installations
 from hermes_admin.protocol import Context, Job, Owner, Status
@@ -20,14 +21,14 @@ PACKAGE = Path(hermes_admin.__file__).parent
 
 def test_a_job_s_environment_is_made_from_its_context_and_layers():
     context = Context(verbose=2, lock_wait=4.5, safe_mode="1", bundled_plugins="/nix/plugins")
-    layers = {"/r": {"hermes_python": "/v/bin/python", "hermes_python_where": "a.yaml: hermes_python",
-                     "retention_days": 30}, "/s": {}}
+    python = HermesPython("/v/bin/python", Origin("a.yaml", "hermes_python"))
+    layers = {"/r": PolicyLayers(defaults=Layer({"retention_days": 30}, Origin("a.yaml", "defaults")),
+                                 hermes_python=python), "/s": PolicyLayers()}
     env = Environment.of(context, layers, remember=True)
     assert (env.verbose, env.lock_wait) == (2, 4.5)
     assert env.hermes == {"HERMES_SAFE_MODE": "1", "HERMES_BUNDLED_PLUGINS": "/nix/plugins"}
     assert env.installations.remember is True
-    assert env.installations.configured == {
-        "/r": {"hermes_python": "/v/bin/python", "hermes_python_where": "a.yaml: hermes_python"}, "/s": {}}
+    assert env.installations.configured == {"/r": python}
     bare = Environment.of(Context())
     assert (bare.verbose, bare.lock_wait, bare.hermes, bare.installations.configured) == (0, None, {}, {})
     with pytest.raises(FrozenInstanceError):
@@ -59,7 +60,7 @@ PROCESS_WIDE = {
 
 
 def test_no_module_global_is_set_per_job():
-    """`global` only where PROCESS_WIDE says why; no `os.environ[...] =` but the plugin worker's
+    """`global` only where PROCESS_WIDE says why; no `os.environ[...] =` but in_hermes.py's
     (a process of its own, whose Hermes reads HERMES_HOME)."""
     for path in sorted(PACKAGE.rglob("*.py")):
         name = path.relative_to(PACKAGE).as_posix()
@@ -68,4 +69,4 @@ def test_no_module_global_is_set_per_job():
             for declared in names.replace(" ", "").split(","):
                 assert (name, declared) in PROCESS_WIDE, f"{name}: global {declared}"
         if re.search(r"os\.environ\[[^\]]+\]\s*=", source):
-            assert name == "profile/hooks/worker.py", f"{name} writes os.environ"
+            assert name == "profile/in_hermes.py", f"{name} writes os.environ"

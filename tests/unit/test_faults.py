@@ -208,7 +208,7 @@ def test_a_stop_while_a_plugin_hangs_ends_within_15_s_and_leaves_no_plugin_behin
     assert proc.returncode == 130, err
     doc = json.loads(out)
     assert doc["results"][0]["rows"] == 1  # what was done is reported
-    assert processes_in(root) == []  # the plugin worker ran with the home as its current folder
+    assert processes_in(root) == []  # the plugin process ran with the home as its current folder
     assert "a" not in row_ids(root / "state.db")
     import sqlite3
     conn = sqlite3.connect(root / ".hermes-admin" / "outbox.db")
@@ -229,7 +229,7 @@ def processes_in(folder) -> list[int]:
     return found
 
 
-def test_what_a_plugin_leaves_behind_dies_with_its_worker(tmp_path, now, invoke):
+def test_what_a_plugin_leaves_behind_dies_with_its_plugin_process(tmp_path, now, invoke):
     """A plugin that double-forks and calls setsid escapes a process-group kill: it is reaped anyway."""
     import time
 
@@ -333,8 +333,8 @@ def test_a_wait_on_a_locked_store_is_told(synth_root, invoke):
 @pytest.mark.parametrize("forgery", [b"5\n", b'{"done": 0, "error": null}\n', b"x" * (3 << 20)],
                          ids=["a-number", "a-fake-done-then-hang", "an-endless-line"])
 def test_a_plugin_that_lies_on_the_protocol_is_stopped_in_bounded_time(tmp_path, now, invoke, forgery):
-    """The plugin writes forged replies into its worker's reply pipe (found by scanning its fds), then
-    hangs: the bus refuses them, kills the worker, and the run finishes, named, without a traceback."""
+    """The plugin writes forged replies into its plugin process's reply pipe (found by scanning its fds), then
+    hangs: the bus refuses them, kills the plugin process, and the run finishes, named, without a traceback."""
     import time
 
     root = ended_session_with_plugin(tmp_path, now, "liar",

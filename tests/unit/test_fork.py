@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from hermes_admin.layers import Layer, Origin, PolicyLayers
 from hermes_admin.problems import WARNING, Problem
 from hermes_admin import stopping
 from hermes_admin.profile import fork
@@ -26,7 +27,12 @@ from tests.conftest import NOW
 NAMES = ["default"] + [f"p{i:02d}" for i in range(1, fork.MIN_PROFILES + 2)]
 
 
-def _job(profiles: int = fork.MIN_PROFILES, layers: dict | None = None, dry_run: bool = False,
+def _layers(**named: dict) -> PolicyLayers:
+    """Admin layers by name (entry, preset, defaults), from an admin config at a.yaml."""
+    return PolicyLayers(**{name: Layer(values, Origin("a.yaml", name)) for name, values in named.items()})
+
+
+def _job(profiles: int = fork.MIN_PROFILES, layers: PolicyLayers | None = None, dry_run: bool = False,
          processes: int = 2) -> Job:
     owner = Owner(os.getuid(), os.getgid(), (), "someone", "/nonexistent")
     found = [Profile(Path("/r"), f"p{i:02d}", Path(f"/r/profiles/p{i:02d}")) for i in range(profiles)]
@@ -35,12 +41,11 @@ def _job(profiles: int = fork.MIN_PROFILES, layers: dict | None = None, dry_run:
 
 
 @pytest.mark.parametrize("layers, applies", [
-    ({}, False),
-    ({"defaults": {"repair": "report"}}, False),
-    ({"defaults": {"repair": "apply"}}, True),
-    ({"entry": {"repair": "report"}, "defaults": {"repair": "apply"}}, False),  # the entry wins
-    ({"entry": {"retention_days": 30}, "preset": {"repair": "apply"}}, True),
-    ({"entry": ["not", "a", "mapping"]}, True),  # cannot tell: it may
+    (_layers(), False),
+    (_layers(defaults={"repair": "report"}), False),
+    (_layers(defaults={"repair": "apply"}), True),
+    (_layers(entry={"repair": "report"}, defaults={"repair": "apply"}), False),  # the entry wins
+    (_layers(entry={"retention_days": 30}, preset={"repair": "apply"}), True),
 ])
 def test_a_policy_that_applies_repairs_is_read_from_the_admin_layers(layers, applies):
     assert fork.applies_repairs(layers) is applies
@@ -51,8 +56,8 @@ def test_when_a_second_process_is_worth_it(monkeypatch):
     assert fork.worth_it(_job())
     assert not fork.worth_it(_job(fork.MIN_PROFILES - 1))
     assert not fork.worth_it(_job(processes=1))  # HERMES_ADMIN_PROCESSES=1
-    assert not fork.worth_it(_job(layers={"defaults": {"repair": "apply"}}))  # a fix may take a sibling's lock
-    assert fork.worth_it(_job(layers={"defaults": {"repair": "apply"}}, dry_run=True))  # a dry run applies nothing
+    assert not fork.worth_it(_job(layers=_layers(defaults={"repair": "apply"})))  # a fix may take a sibling's lock
+    assert fork.worth_it(_job(layers=_layers(defaults={"repair": "apply"}), dry_run=True))  # a dry run applies nothing
     monkeypatch.setattr(fork.os, "sched_getaffinity", lambda pid: {0})
     assert not fork.worth_it(_job())
     monkeypatch.undo()

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from hermes_admin.profile import installation
-from hermes_admin.profile.hooks import listing, worker
+from hermes_admin.layers import HermesPython, Origin, PolicyLayers
+from hermes_admin.profile import in_hermes, installation
+from hermes_admin.profile.hooks import listing
 from hermes_admin.protocol import Profile
 
 
@@ -72,10 +73,10 @@ def test_configured_python_wins_and_a_broken_one_is_told(tmp_path):
     other = fake_hermes(tmp_path / "elsewhere", version="2.0")
     home = str(root)
     finder = installation.Installations.of(
-        {home: {"hermes_python": str(other), "hermes_python_where": "a.yaml: hermes_python"}}, False)
+        {home: PolicyLayers(hermes_python=HermesPython(str(other), Origin("a.yaml", "hermes_python")))}, False)
     assert finder.for_profile(profile(root)).installation.hermes == "2.0"
-    finder = installation.Installations.of({home: {"hermes_python": sys.executable, "hermes_python_where": "a.yaml"}},
-                                           False)
+    finder = installation.Installations.of(
+        {home: PolicyLayers(hermes_python=HermesPython(sys.executable, Origin("a.yaml")))}, False)
     lookup = finder.for_profile(profile(root))
     assert lookup.installation.hermes == "1.0"  # the next candidate, and a line about the refused one
     assert "hermes_cli" in lookup.notes[0] and sys.executable in lookup.notes[0]
@@ -84,8 +85,8 @@ def test_configured_python_wins_and_a_broken_one_is_told(tmp_path):
 def test_own_interpreter_by_choice_searches_nothing_and_warns_nothing(tmp_path):
     root = tmp_path / "r"
     fake_hermes(root / "hermes-agent" / "venv")
-    finder = installation.Installations.of({str(root): {"hermes_python": "hermes-admin", "hermes_python_where": "a.yaml"}},
-                                           False)
+    finder = installation.Installations.of(
+        {str(root): PolicyLayers(hermes_python=HermesPython("hermes-admin", Origin("a.yaml")))}, False)
     lookup = finder.for_profile(profile(root))
     assert lookup.installation is None and lookup.notes == () and lookup.own_by_choice == "a.yaml"
 
@@ -96,7 +97,8 @@ def test_each_job_has_a_finder_of_its_own(tmp_path):
     root = tmp_path / "r"
     fake_hermes(root / "hermes-agent" / "venv", version="1.0")
     other = fake_hermes(tmp_path / "elsewhere", version="2.0")
-    first = installation.Installations.of({str(root): {"hermes_python": str(other)}}, False)
+    first = installation.Installations.of(
+        {str(root): PolicyLayers(hermes_python=HermesPython(str(other), Origin("admin config")))}, False)
     assert first.for_profile(profile(root)).installation.hermes == "2.0"
     assert installation.Installations.of({}, False).for_profile(profile(root)).installation.hermes == "1.0"
     assert first.for_profile(profile(root)).installation.found_by == "hermes_python (admin config)"
@@ -142,9 +144,9 @@ def test_root_runs_no_python_of_a_users(tmp_path):
     assert "root runs nothing of a user's" in installation.runnable(str(python))
 
 
-def test_the_worker_imports_nothing_of_ours(tmp_path):
+def test_the_script_run_in_hermes_interpreter_imports_nothing_of_ours(tmp_path):
     """It runs in Hermes' venv, which has no hermes-admin, click or peewee: the standard library only."""
-    source = Path(worker.__file__).read_text()
+    source = Path(in_hermes.__file__).read_text()
     imports = {line.split()[1].split(".")[0] for line in source.splitlines()
                if line.strip().startswith(("import ", "from ")) and not line.strip().startswith("from __future__")}
     assert imports <= {"json", "os", "sys", "sqlite3", "pathlib", "importlib", "re", "inspect", "asyncio", "traceback",

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from hermes_admin.layers import HermesPython, Layer, Origin, PolicyLayers
 from hermes_admin import child
 from hermes_admin.filters import Filters
 from hermes_admin.model import ORDER
@@ -22,6 +23,12 @@ from hermes_admin.protocol import (PARAMS, Change, Context, Job, ListExports, Li
 from hermes_admin.results import Run
 
 OWNER = Owner(1000, 1000, (1000, 27), "ann", "/home/ann")
+# a profile's admin layers, each kind of field set (a nested value included, as YAML gives them)
+LAYERS = PolicyLayers(entry=Layer({"retention_days": 30, "preset": "lean"}, Origin("/etc/a.yaml", "profiles.work")),
+                      preset=Layer({"auto_archive_days": 7}, Origin("/usr/share/hermes-admin/profiles/lean.yaml")),
+                      defaults=Layer({"source_retention_days": {"cron": 30}, "export_dir": None},
+                                     Origin("/etc/a.yaml", "defaults")),
+                      hermes_python=HermesPython("/v/bin/python", Origin("/etc/a.yaml", "hermes_python./r")))
 PROFILES = [Profile(Path("/r"), "default", Path("/r")),
             Profile(Path("/r"), "work", Path("/r/profiles/work"), "/r:work")]
 
@@ -42,7 +49,7 @@ EVERY_KIND = [
 
 
 def _job(params) -> Job:
-    return Job(params, OWNER, PROFILES, {"/r": {"entry": {"retention_days": 30}}, "/r/profiles/work": {}},
+    return Job(params, OWNER, PROFILES, {"/r": LAYERS, "/r/profiles/work": PolicyLayers()},
                Context(verbose=2, lock_wait=4.5, safe_mode="1", processes=1,
                        siblings={"/r": {"work": "/r/profiles/work"}}))
 
@@ -52,7 +59,7 @@ def test_every_kind_of_job_comes_back_whole(params):
     job = _job(params)
     back = Job.decode(job.encode())
     assert back == job and type(back.params) is type(params) and back.kind == params.KIND
-    assert back.profiles[1].display == "/r:work" and back.layers["/r"] == {"entry": {"retention_days": 30}}
+    assert back.profiles[1].display == "/r:work" and back.layers["/r"] == LAYERS
 
 
 def test_every_kind_is_covered_and_dry_run_is_carried_once():
@@ -112,6 +119,27 @@ MAINTAIN, CHANGE = _job(EVERY_KIND[0]), _job(EVERY_KIND[2])
     (MAINTAIN, "profiles", {}, "profiles: expected a list"),
     (MAINTAIN, "profiles.1.home", None, "profiles[1].home: expected text"),
     (MAINTAIN, "profiles.0.layers", [], "profiles[0].layers: expected an object"),
+    (MAINTAIN, "profiles.0.layers", _ABSENT, "profiles[0].layers: missing"),
+    (MAINTAIN, "profiles.0.layers.entry_where", "a: profiles.x", "layers: unknown field 'entry_where'"),
+    (MAINTAIN, "profiles.0.layers.entry", ["not", "a", "mapping"], "layers.entry: expected an object"),
+    (MAINTAIN, "profiles.0.layers.entry", None, None),  # no entry: the layer is not there
+    (MAINTAIN, "profiles.0.layers.entry.values", ["x"], "layers.entry.values: expected an object"),
+    (MAINTAIN, "profiles.0.layers.entry.values", _ABSENT, "layers.entry.values: missing"),
+    (MAINTAIN, "profiles.0.layers.entry.where", "a", "layers.entry: unknown field 'where'"),
+    (MAINTAIN, "profiles.0.layers.entry.origin", "/etc/a.yaml: profiles.work", "layers.entry.origin: expected an object"),
+    (MAINTAIN, "profiles.0.layers.entry.origin", _ABSENT, "layers.entry.origin: missing"),
+    (MAINTAIN, "profiles.0.layers.entry.origin.file", None, "layers.entry.origin.file: expected text"),
+    (MAINTAIN, "profiles.0.layers.entry.origin.section", 3, "layers.entry.origin.section: expected text"),
+    (MAINTAIN, "profiles.0.layers.entry.origin.line", 3, "layers.entry.origin: unknown field 'line'"),
+    (MAINTAIN, "profiles.0.layers.preset.origin.section", _ABSENT, None),  # a preset is a file of its own
+    (MAINTAIN, "profiles.0.layers.defaults.values.retention_days", [[[[[[[[[[30]]]]]]]]]],
+     "layers.defaults.values['retention_days']: nested too deep"),
+    (MAINTAIN, "profiles.0.layers.defaults.values.retention_days", float("nan"),
+     "layers.defaults.values['retention_days']: expected a finite number"),
+    (MAINTAIN, "profiles.0.layers.hermes_python", "/v/bin/python", "layers.hermes_python: expected an object"),
+    (MAINTAIN, "profiles.0.layers.hermes_python.path", 5, "layers.hermes_python.path: expected text"),
+    (MAINTAIN, "profiles.0.layers.hermes_python.origin", None, "layers.hermes_python.origin: expected an object"),
+    (MAINTAIN, "profiles.0.layers.hermes_python", None, None),  # none configured: the finder searches
     (MAINTAIN, "profiles.0.uid", 0, "profiles[0]: unknown field 'uid'"),
 ])
 def test_a_bad_field_is_one_clear_error_naming_it(job, where, value, says):

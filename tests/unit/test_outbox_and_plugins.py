@@ -157,9 +157,9 @@ def recorder_bus(tmp_path, now):
     return home, bus
 
 
-def test_a_stop_while_the_plugin_worker_starts_leaves_nothing_marked(tmp_path, now):
-    """Found by bench/signals.py: a stop during the first start must not leave a half-started worker
-    that later "delivers" events to no callback."""
+def test_a_stop_while_the_plugin_process_starts_leaves_nothing_marked(tmp_path, now):
+    """Found by bench/signals.py: a stop during the first start must not leave a half-started plugin
+    process that later "delivers" events to no callback."""
     from hermes_admin import stopping
     from hermes_admin.profile.hooks.bus import DeliveryStopped
 
@@ -195,7 +195,7 @@ def test_a_stop_lets_the_event_already_sent_finish_once(tmp_path, now):
 
 
 def test_a_slow_plugin_start_is_said_and_a_quick_one_is_not(tmp_path, now, monkeypatch):
-    """A worker whose plugins take long to import says so while it starts, then when it did."""
+    """A plugin process whose plugins take long to import says so while it starts, then when it did."""
     from hermes_admin.profile.hooks import bus as bus_module
 
     home, bus = recorder_bus(tmp_path, now)

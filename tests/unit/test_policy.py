@@ -2,6 +2,7 @@ from pathlib import Path
 
 import pytest
 
+from hermes_admin.layers import Layer, Origin, PolicyLayers
 from hermes_admin.host.config import AdminConfig, ConfigError, load_preset, policy_layers
 from hermes_admin.profile import policy as profile_policy
 from hermes_admin.profile.hermes_config import HermesConfig
@@ -71,21 +72,22 @@ def test_policy_describes_itself():
 def test_admin_layers_take_durations_and_hermes_layer_plain_numbers():
     from hermes_admin.profile.policy import with_origins
 
-    layers = {"entry": {"auto_archive_days": "1w2d"}, "entry_where": "/etc/a.yaml: profiles.work",
-              "defaults": {"retention_days": "3mo", "empty_min_age_hours": "1d"}, "defaults_where": "/etc/a.yaml: defaults"}
+    layers = PolicyLayers(entry=Layer({"auto_archive_days": "1w2d"}, Origin("/etc/a.yaml", "profiles.work")),
+                          defaults=Layer({"retention_days": "3mo", "empty_min_age_hours": "1d"},
+                                         Origin("/etc/a.yaml", "defaults")))
     policy, origins = with_origins("work", layers, hermes({}))
     assert policy.retention_days == 90 and policy.auto_archive_days == 9 and policy.empty_min_age_hours == 24
     assert origins["retention_days"] == "/etc/a.yaml: defaults.retention_days"
     assert origins["auto_archive_days"] == "/etc/a.yaml: profiles.work.auto_archive_days"
     assert origins["auto_prune"] == "built-in"
     with pytest.raises(PolicyError, match="Hermes reads this key too"):
-        with_origins("work", {}, hermes({"retention_days": "120d"}))
+        with_origins("work", PolicyLayers(), hermes({"retention_days": "120d"}))
 
 
 def test_a_losing_layer_is_checked_too():
     from hermes_admin.profile.policy import with_origins
 
-    layers = {"entry": {"retention_days": 30}, "entry_where": "a: profiles.work",
-              "defaults": {"retention_days": "120 parsecs"}, "defaults_where": "a: defaults"}
+    layers = PolicyLayers(entry=Layer({"retention_days": 30}, Origin("a", "profiles.work")),
+                          defaults=Layer({"retention_days": "120 parsecs"}, Origin("a", "defaults")))
     with pytest.raises(PolicyError, match="a: defaults: retention_days: '120 parsecs' is not a duration"):
         with_origins("work", layers, hermes({}))

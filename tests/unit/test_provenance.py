@@ -207,8 +207,8 @@ def test_a_hermes_python_key_is_compared_as_spelled_never_through_links(tmp_path
     alice.mkdir()
     (alice / ".hermes").symlink_to(bob)  # her root, a link to his
     admin = AdminConfig(hermes_python={str(bob): "/opt/bob/python", str(tmp_path / "x" / ".." / "bob" / ".hermes"): "/y"})
-    assert hermes_python(admin, "default", alice / ".hermes") == {}
-    assert hermes_python(admin, "default", bob)["hermes_python"] == "/opt/bob/python"
+    assert hermes_python(admin, "default", alice / ".hermes") is None
+    assert hermes_python(admin, "default", bob).path == "/opt/bob/python"
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="makes a file of another uid")

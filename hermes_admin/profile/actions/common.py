@@ -8,6 +8,7 @@ from dataclasses import replace
 from typing import Callable, Iterable, Iterator
 
 
+from hermes_admin.layers import PolicyLayers
 from hermes_admin.profile.engine.engine import Engine
 from hermes_admin.profile.engine.exports import Settings
 from hermes_admin.profile.environment import Environment
@@ -88,7 +89,7 @@ class Ledger:
         self.under_way = None
 
 
-def export_settings(profile: Profile, layers: dict | None, installations: Installations,
+def export_settings(profile: Profile, layers: PolicyLayers, installations: Installations,
                     export_dir: str | None = None) -> Settings:
     """Where and how long the profile's exports go: `--export-dir`, else its policy, else the defaults.
 
@@ -101,7 +102,7 @@ def export_settings(profile: Profile, layers: dict | None, installations: Instal
 
     try:
         lookup = installations.for_profile(profile)
-        policy = effective(profile.shown, layers or {},
+        policy = effective(profile.shown, layers,
                            load_hermes_config(profile.home, installation.sessions_keys(lookup)),
                            installed=installation.defaults_layer(lookup))
     except (HermesConfigError, PolicyError):

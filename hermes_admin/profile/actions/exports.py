@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from hermes_admin.layers import PolicyLayers
 from hermes_admin.profile.actions.common import Run, export_settings, with_engine
 from hermes_admin.profile.engine import exports
 from hermes_admin.profile.engine.engine import Engine, Result
@@ -25,7 +26,7 @@ def restore(run: Run, profile: Profile, env: Environment, path: str, sessions: l
     with_engine(run, profile, env, work)
 
 
-def listing(run: Run, profile: Profile, layers: dict | None, installations: Installations,
+def listing(run: Run, profile: Profile, layers: PolicyLayers, installations: Installations,
             export_dir: str | None, holding: str | None = None) -> None:
     """This profile's exports: file, when, how many units, sessions and messages; or, `holding` a
     session id (or a prefix of one), the exports and units that hold it (`held` rows)."""
@@ -45,7 +46,7 @@ def listing(run: Run, profile: Profile, layers: dict | None, installations: Inst
             run.data.setdefault("exports", []).append(item)
 
 
-def remove(run: Run, profile: Profile, layers: dict | None, installations: Installations,
+def remove(run: Run, profile: Profile, layers: PolicyLayers, installations: Installations,
            export_dir: str | None, files: list[str], dry_run: bool) -> None:
     """`exports prune`: remove the exports the host chose, each with its manifest; only files this
     profile's own listing holds (a name from elsewhere is never removed)."""

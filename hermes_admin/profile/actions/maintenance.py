@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, Iterator
 
 from hermes_admin import model, stopping
+from hermes_admin.layers import PolicyLayers
 from hermes_admin.model import Profile
 from hermes_admin.profile.store import page_accounting, sql
 from hermes_admin.profile.actions.common import Ledger, Refused, Run, act_in_parts, too_broad, with_engine
@@ -449,7 +450,7 @@ def applied(policy: Policy, origins: dict, request: Request) -> tuple[Policy, di
     return replace(policy, **changes, origins=origins), origins
 
 
-def _policy(run: Run, profile: Profile, layers: dict, request: Request,
+def _policy(run: Run, profile: Profile, layers: PolicyLayers, request: Request,
             installations: Installations) -> tuple[HermesConfig, Policy] | None:
     """The profile's Hermes config and its policy as this command applies it (`applied`), which also
     goes into the report with where each value came from; None when either cannot be read (said in
@@ -469,7 +470,7 @@ def _policy(run: Run, profile: Profile, layers: dict, request: Request,
     return config, policy
 
 
-def maintain(run: Run, profile: Profile, layers: dict, request: Request, env: Environment,
+def maintain(run: Run, profile: Profile, layers: PolicyLayers, request: Request, env: Environment,
              siblings: dict[str, Profile] | None = None) -> None:
     """Run the requested tasks on one profile; its failures are recorded, never raised.
 

@@ -1,6 +1,6 @@
 """What follows a commit once it is durable: the units' files removed, then their events fired.
 
-Files go first (a plugin sees them gone), removed by a worker process (remover.py); events go
+Files go first (a plugin sees them gone), removed by the remover process (remover.py); events go
 through the outbox (outbox.py), so a crash right after a commit still delivers them on the next
 start (`replay`). A dry run lists the files it would remove and fires nothing (docs/design.md §5).
 """

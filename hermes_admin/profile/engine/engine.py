@@ -88,7 +88,7 @@ class Engine:
         self.locks: ProfileLocks | None = None
         self.store: Store | None = None
         self.outbox, self.bus, self.checkpointer = None, None, None  # Outbox, HookBus, Checkpointer
-        self.remover: FileRemover | None = None  # committed sessions' files, removed by a worker
+        self.remover: FileRemover | None = None  # committed sessions' files, removed by the remover process
         self.commits: GroupCommit | None = None
         self.turns = None  # pauses between our transactions, for Hermes' writers (turns.py)
         self.fts: FtsMerges | None = None  # the FTS5 indexes' merging, out of the deletes

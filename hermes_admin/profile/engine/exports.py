@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from hermes_admin.profile.engine.state_folder import NotPlain, open_plain, read_plain
+from hermes_admin.plain_files import NotPlain, open_plain, read_plain
 from hermes_admin.profile.store.sql import chunks, column_names, dicts, journal, marks
 from hermes_admin.profile.store.unit_rows import messages_of, session_rows
 from hermes_admin.protocol import Profile
@@ -86,10 +86,10 @@ class Exported:
     length: int
     sessions: int
     messages: int
-    weight: int  # bytes of its messages' JSON, plus a fixed cost per row (engine.weigh's measure)
+    weight: int  # bytes of its messages' JSON, plus a fixed cost per row (ExportAhead._weigh's measure)
     max_message_id: int  # any message id above it is new since the export
     fingerprint: str  # of its session rows as exported
-    # The deleting connection's `PRAGMA data_version` before the export read the store (engine.py):
+    # The deleting connection's `PRAGMA data_version` before the export read the store (export_ahead.py):
     # found unchanged inside a delete's transaction, nobody else has written since.
     store_version: int | None = None
 
@@ -420,7 +420,7 @@ def load_manifest(path: Path) -> dict:
     """The manifest as one dict (its members listed under "members"): written a line at a time, or
     as one document (format 1, and what a person may write back)."""
     manifest_path = Path(str(path) + MANIFEST)
-    try:  # a FIFO, a device or a link there is one line, never a wait (state_folder.read_plain)
+    try:  # a FIFO, a device or a link there is one line, never a wait (plain_files.read_plain)
         data = read_plain(manifest_path, MAX_MANIFEST)
     except NotPlain as exc:
         if exc.errno == errno.EFBIG:  # never a silent cut: the line it would end in is a member

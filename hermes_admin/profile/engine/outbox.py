@@ -60,7 +60,7 @@ class Event:
 
     def payload(self, profile: Profile) -> dict:
         """The hook's keyword arguments (docs/design.md §7), JSON-safe; `event_id` only reaches callbacks
-        that declare it (hooks/worker.call)."""
+        that declare it (in_hermes.call)."""
         return {
             "session_id": self.session_id,
             "reason": self.reason,
@@ -138,7 +138,7 @@ class Outbox:
                 "state TEXT NOT NULL, kind TEXT NOT NULL, session_id TEXT NOT NULL, reason TEXT NOT NULL, "
                 "ids TEXT NOT NULL)"
             )
-            # Units being deleted in several steps (engine._split): the next start finishes or
+            # Units being deleted in several steps (splits.py): the next start finishes or
             # restores each one left here.
             conn.execute(
                 "CREATE TABLE IF NOT EXISTS splits (id INTEGER PRIMARY KEY, created REAL NOT NULL, "

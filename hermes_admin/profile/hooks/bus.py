@@ -1,21 +1,21 @@
-"""Deliver events to one profile's plugins, in a worker process, bounded in time.
+"""Deliver events to one profile's plugins, in a plugin process, bounded in time.
 
-One worker per profile, started on the first event, in the interpreter of the
-Hermes installation that serves the profile (`profile/installation.py`), where
-Hermes' own plugin manager loads what Hermes would; without one, in ours, with
-the plugins `hooks.discovery` found. Each callback is bounded
-by the profile's `plugins.hook_callback_timeout`: past it the worker is
-killed, restarted, and the event goes on with the next callback. A raising or
+One plugin process per profile (`profile/in_hermes.py`, serving), started on the
+first event, in the interpreter of the Hermes installation that serves the
+profile (`profile/installation.py`), where Hermes' own plugin manager loads what
+Hermes would; without one, in ours, with the plugins `hooks.discovery` found.
+Each callback is bounded by the profile's `plugins.hook_callback_timeout`: past
+it the process is killed, restarted, and the event goes on with the next callback. A raising or
 crashing callback is reported once per plugin and kind of failure; the others
 still run.
 
-The worker runs plugin code, so nothing it writes is trusted: each reply is a
+The plugin process runs plugin code, so nothing it writes is trusted: each reply is a
 size-bounded JSON object of the one shape the protocol expects next, and every
-wait has a deadline kept here, whatever the worker writes. A stop request
+wait has a deadline kept here, whatever the process writes. A stop request
 (SIGTERM/SIGINT) lets the event already sent finish (it is then delivered once),
 and ends a callback still running five seconds later: that event stays in the
 outbox, undelivered, for the next run; no later event is sent. What a plugin started and left behind
-(double-forked, `setsid` included) is killed when its worker goes: this process
+(double-forked, `setsid` included) is killed when its plugin process goes: this process
 is their child subreaper (child.py).
 """
 
@@ -31,25 +31,25 @@ import time
 from typing import Mapping
 
 from hermes_admin import child, shown, stopping
-from hermes_admin.profile.hooks import worker
+from hermes_admin.profile import in_hermes
 from hermes_admin.profile.hooks.discovery import PluginInfo
 from hermes_admin.profile.installation import Installation
 from hermes_admin.protocol import Profile
 
 STARTUP_TIMEOUT_S = 60.0  # a cold import of Hermes and its plugins on a slow disk
 SLOW_START_S = 3.0  # a start longer than this is said at once (a run otherwise silent that long looks hung)
-MAX_REPLY = 64 << 10  # one reply line; a longer one is a broken worker
+MAX_REPLY = 64 << 10  # one reply line; a longer one is a broken plugin process
 POLL_S = 0.5  # how often a wait looks at stop requests
 STOP_GRACE_S = 5.0  # after a stop request, how long an event already sent may take to finish
-SEND_TIMEOUT_S = 10.0  # a message a worker does not take in this long: it is stopped, not slow
+SEND_TIMEOUT_S = 10.0  # a message a plugin process does not take in this long: it is stopped, not slow
 
 
-class WorkerGone(Exception):
+class PluginProcessGone(Exception):
     pass
 
 
-class WorkerBroke(WorkerGone):
-    """The worker wrote something that is not the protocol."""
+class PluginProcessBroke(PluginProcessGone):
+    """The plugin process wrote something that is not the protocol."""
 
 
 class DeliveryStopped(Exception):
@@ -64,7 +64,7 @@ class HookBus:
         is then unused); else ours, loading `plugins`. `notes`: told with the first start.
         `hermes_env`: what of the invoker's environment Hermes' plugin discovery reads (the job's)."""
         self.profile = profile
-        self.verbose = verbose  # the job's -v, told to the plugin worker
+        self.verbose = verbose  # the job's -v, told to the plugin process
         self.hermes_env = dict(hermes_env or {})
         self.plugins = [p for p in plugins if p.enabled]
         self.installation = installation
@@ -81,21 +81,21 @@ class HookBus:
     def active(self) -> bool:
         return self.installation is not None or bool(self.plugins)
 
-    # -- worker process ------------------------------------------------------
+    # -- the plugin process -------------------------------------------------
 
     def _start(self) -> list[str]:
         # This process already is the home's owner (privilege separation: host/workers.py); a
         # plugin never runs as root over another user's home, even if that were ever not so.
         if os.geteuid() == 0 and os.lstat(self.profile.home).st_uid != 0:
-            raise WorkerGone("refusing to run another user's plugins as root")
-        # A clean environment, the worker script alone (by its path) in an isolated interpreter,
+            raise PluginProcessGone("refusing to run another user's plugins as root")
+        # A clean environment, the in_hermes.py script alone (by its path) in an isolated interpreter,
         # a session of its own, no descriptor but its pipes and the log.
         env = child.own_environment(HERMES_HOME=str(self.profile.home), PYTHONUNBUFFERED="1",
                                     **hermes_environment(self.hermes_env))
         python = self.installation.python if self.installation else sys.executable
         child.become_subreaper()
         self.proc = subprocess.Popen(
-            worker.command(python, "serve"),
+            in_hermes.command(python, "serve"),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None, env=env, close_fds=True,
             cwd=str(self.profile.home), start_new_session=True,
         )
@@ -117,9 +117,9 @@ class HookBus:
                 if ready is not None:
                     self.log(f"profile '{self.profile.shown}': plugins started after "
                              f"{time.monotonic() - started:.1f} s")
-        except WorkerGone:
+        except PluginProcessGone:
             ready = None
-        except BaseException:  # a stop while it starts: no half-started worker is left to "deliver"
+        except BaseException:  # a stop while it starts: no half-started plugin process is left to "deliver"
             self._kill()
             self.callbacks = []
             raise
@@ -127,18 +127,18 @@ class HookBus:
         errors = ready.get("errors") if isinstance(ready, dict) else None
         if not _texts(callbacks) or not _texts(errors):
             self._kill()
-            raise WorkerGone("plugin worker did not start")
+            raise PluginProcessGone("plugin process did not start")
         self.callbacks = [shown.clean(c, 200) for c in callbacks]
         notes, self.notes = self.notes, []  # told once, with the first start
         return [f"profile '{self.profile.shown}': {shown.clean(e, 2000)}" for e in notes + errors]
 
     def _send(self, message: dict) -> None:
-        """One line to the worker, never blocking past SEND_TIMEOUT_S (a stopped worker reads nothing)."""
+        """One line to the plugin process, never blocking past SEND_TIMEOUT_S (a stopped one reads nothing)."""
         fd = self.proc.stdin.fileno()
         os.set_blocking(fd, False)
         why = child.write_within(fd, (json.dumps(message) + "\n").encode(), SEND_TIMEOUT_S, POLL_S)
         if why is not None:
-            raise WorkerGone(f"plugin worker: {why}")
+            raise PluginProcessGone(f"plugin process: {why}")
 
     def _receive(self, deadline: float) -> dict | None:
         """The next reply, or None when `deadline` (monotonic) passes first.
@@ -159,24 +159,24 @@ class HookBus:
                 continue
             chunk = os.read(out.fileno(), 65536)
             if not chunk:
-                raise WorkerGone("plugin worker exited")
+                raise PluginProcessGone("plugin process exited")
             self._buffer += chunk
             if len(self._buffer) > MAX_REPLY and b"\n" not in self._buffer:
-                raise WorkerBroke(f"a reply over {MAX_REPLY} bytes")
+                raise PluginProcessBroke(f"a reply over {MAX_REPLY} bytes")
         line, self._buffer = self._buffer.split(b"\n", 1)
         try:
             reply = json.loads(line)
         except (ValueError, RecursionError):
-            raise WorkerBroke("a reply that is not JSON") from None
+            raise PluginProcessBroke("a reply that is not JSON") from None
         if not isinstance(reply, dict):
-            raise WorkerBroke("a reply that is not an object")
+            raise PluginProcessBroke("a reply that is not an object")
         return reply
 
     def _kill(self) -> None:
         if self.proc is None:
             return
         try:
-            os.killpg(self.proc.pid, signal.SIGKILL)  # the worker and anything a plugin spawned
+            os.killpg(self.proc.pid, signal.SIGKILL)  # the plugin process and anything a plugin spawned
         except (ProcessLookupError, PermissionError):
             pass
         self.proc.wait()
@@ -224,7 +224,7 @@ class HookBus:
             if self.proc is None:
                 try:
                     failures += self._start()
-                except (WorkerGone, OSError) as exc:
+                except (PluginProcessGone, OSError) as exc:
                     self._failure(failures, "*", "plugins not run", str(exc))
                     return failures
             if start >= len(self.callbacks):
@@ -236,9 +236,9 @@ class HookBus:
             except DeliveryStopped:
                 self._kill()
                 raise
-            except WorkerBroke as exc:
+            except PluginProcessBroke as exc:
                 outcome = ("broke", self._running, str(exc))
-            except WorkerGone:
+            except PluginProcessGone:
                 outcome = ("died", self._running, "")
             if outcome == "finished":
                 return failures
@@ -246,12 +246,12 @@ class HookBus:
             name = self.callbacks[running] if running < len(self.callbacks) else "?"
             if what == "timeout":
                 self._failure(failures, name, "timed out",
-                              f"on_session_delete timed out after {self.timeout:g} s; worker restarted")
+                              f"on_session_delete timed out after {self.timeout:g} s; plugin process restarted")
             elif what == "broke":
                 self._failure(failures, name, "broke the protocol",
-                              f"its worker broke the protocol ({detail}); worker restarted")
+                              f"its plugin process broke the protocol ({detail}); restarted")
             else:
-                self._failure(failures, name, "worker died", "worker died; restarted")
+                self._failure(failures, name, "process died", "its plugin process died; restarted")
             self._kill()
             start = running + 1
 
@@ -265,7 +265,7 @@ class HookBus:
     def _run_until_finished(self, failures: list[str], start: int):
         """Replies for one event, in the one order the protocol allows: start i, done i, ..., finished.
 
-        "finished", or (what, index, detail) for the callback that hung, or whose worker broke.
+        "finished", or (what, index, detail) for the callback that hung, or whose plugin process broke.
         Every wait has a deadline: `timeout` for a callback to finish, a short one between them.
         """
         expected = start
@@ -276,7 +276,7 @@ class HookBus:
             if reply.get("finished") is True and len(reply) == 1 and expected == len(self.callbacks):
                 return "finished"
             if reply.get("start") != expected or len(reply) != 1 or expected >= len(self.callbacks):
-                raise WorkerBroke("an out-of-order reply")
+                raise PluginProcessBroke("an out-of-order reply")
             self._running = expected
             done = self._receive(time.monotonic() + self.timeout)
             if done is None:
@@ -284,7 +284,7 @@ class HookBus:
             error = done.get("error")
             if done.get("done") != expected or set(done) != {"done", "error"} or not (
                     error is None or isinstance(error, str)):
-                raise WorkerBroke("a malformed reply")
+                raise PluginProcessBroke("a malformed reply")
             if error:
                 first_line = error.strip().splitlines()[0] if error.strip() else error
                 self._failure(failures, self.callbacks[expected], "raised",

@@ -1,7 +1,7 @@
 """`plugins list` for one profile: what its Hermes sees, and which of those it would load.
 
 With an installation, Hermes' own discovery answers, in its interpreter, as
-the home's owner, importing no plugin (worker.py's `list` mode); its answer is
+the home's owner, importing no plugin (`in_hermes.py`'s `list` mode); its answer is
 read as untrusted: bounded, every field checked. Without one, our own reading
 of the manifests (`discovery.py`).
 """
@@ -15,7 +15,7 @@ from hermes_admin import child
 from hermes_admin.profile import installation
 from hermes_admin.profile.environment import Environment
 from hermes_admin.profile.hermes_config import HermesConfig
-from hermes_admin.profile.hooks import worker
+from hermes_admin.profile import in_hermes
 from hermes_admin.profile.hooks.bus import hermes_environment
 from hermes_admin.profile.hooks.discovery import discover
 from hermes_admin.protocol import Profile
@@ -35,7 +35,7 @@ def plugins_of(profile: Profile, config: HermesConfig, env: Environment) -> tupl
         return rows, [], lookup
     try:
         done = child.run_bounded(
-            worker.command(found.python, "list"), LIST_TIMEOUT_S, MAX_ANSWER,
+            in_hermes.command(found.python, "list"), LIST_TIMEOUT_S, MAX_ANSWER,
             input=json.dumps({"home": str(profile.home), "profile": profile.name}).encode() + b"\n",
             env=child.own_environment(HERMES_HOME=str(profile.home), **hermes_environment(env.hermes)), cwd=str(profile.home))
     except subprocess.TimeoutExpired:

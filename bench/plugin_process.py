@@ -1,7 +1,7 @@
-"""What a plugin worker costs to start, in our interpreter and in a Hermes installation's, and what
+"""What a plugin process costs to start, in our interpreter and in a Hermes installation's, and what
 a probe of that installation costs (uncached).
 
-    python bench/plugin_worker.py HERMES_PYTHON [RUNS]
+    python bench/plugin_process.py HERMES_PYTHON [RUNS]
 
 HERMES_PYTHON: the python of a venv with Hermes installed (e.g. `<root>/hermes-agent/venv/bin/python`).
 A throwaway home with one enabled plugin is made in a temporary folder. Medians and minimums of RUNS
@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hermes_admin.profile.hooks import worker  # noqa: E402
+from hermes_admin.profile import in_hermes  # noqa: E402
 
 
 def home_with_one_plugin(folder: Path) -> Path:
@@ -35,7 +35,7 @@ def home_with_one_plugin(folder: Path) -> Path:
 def start(python: str, hermes: bool, home: Path) -> float:
     env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "HERMES_HOME": str(home)}
     began = time.perf_counter()
-    proc = subprocess.Popen(worker.command(python, "serve"), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    proc = subprocess.Popen(in_hermes.command(python, "serve"), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, env=env, cwd=str(home))
     spec = {"home": str(home), "profile": "default", "hermes": hermes,
             "plugins": [{"key": "x", "source": "directory", "location": str(home / "plugins" / "x")}]}
@@ -52,7 +52,7 @@ def start(python: str, hermes: bool, home: Path) -> float:
 
 def probe(python: str, home: Path) -> float:
     began = time.perf_counter()
-    subprocess.run(worker.command(python, "probe"), capture_output=True, check=True,
+    subprocess.run(in_hermes.command(python, "probe"), capture_output=True, check=True,
                    env={"PATH": "/usr/bin:/bin", "HOME": str(home)})
     return time.perf_counter() - began
 
@@ -63,8 +63,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         home = home_with_one_plugin(Path(folder))
         for label, measure in [
-            ("worker start to ready, our interpreter", lambda: start(sys.executable, False, home)),
-            ("worker start to ready, Hermes' interpreter (its plugin manager)", lambda: start(hermes_python, True, home)),
+            ("plugin process start to ready, our interpreter", lambda: start(sys.executable, False, home)),
+            ("plugin process start to ready, Hermes' interpreter (its plugin manager)",
+             lambda: start(hermes_python, True, home)),
             ("probe of the installation, uncached", lambda: probe(hermes_python, home)),
         ]:
             measure()

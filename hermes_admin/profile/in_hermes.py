@@ -1,16 +1,19 @@
-"""The plugin worker: loads one profile's plugins and runs their `on_session_delete` callbacks.
+"""The script hermes-admin runs in Hermes' interpreter: the probe, the listing, the plugin process.
 
-Started by `hooks.bus` as the home's owner, in the interpreter of the Hermes
-installation that serves the profile (`profile/installation.py`), or in ours
-when none was found. That interpreter's venv does not have hermes-admin, so
-this file is run by its path (`command`) and imports the standard library
-only: nothing of hermes-admin's package or dependencies.
+Run by its path (`command`) as the home's owner, in the interpreter of the
+Hermes installation that serves the profile, or in ours when none was found
+(plugins only). That interpreter's venv does not have hermes-admin, so this file
+imports the standard library only: nothing of hermes-admin's package or
+dependencies. For the same reason hermes-admin imports it from below every
+module that starts it: the installation finder (`installation.py`, the probe),
+the plugin listing (`hooks/listing.py`) and the hook bus (`hooks/bus.py`).
 
-In Hermes' interpreter, Hermes' own plugin manager (`hermes_cli.plugins`)
-discovers and loads the plugins (bundled folder, `<home>/plugins/`, the
-interpreter's entry points; its enabled/disabled and kind rules), so the
-callbacks run are exactly those Hermes would register for the profile. In
-ours, the plugins `hooks.discovery` found are imported here, as before.
+In `serve` mode it is the plugin process: it loads one profile's plugins and
+runs their `on_session_delete` callbacks. In Hermes' interpreter, Hermes' own
+plugin manager (`hermes_cli.plugins`) discovers and loads the plugins (bundled
+folder, `<home>/plugins/`, the interpreter's entry points; its enabled/disabled
+and kind rules), so the callbacks run are exactly those Hermes would register
+for the profile. In ours, the plugins `hooks.discovery` found are imported here.
 
 It speaks JSON lines: requests on stdin, replies on a private copy of stdout;
 the plugins' own prints go to stderr.
@@ -317,7 +320,7 @@ def probe() -> dict:
 # -- how it is started -------------------------------------------------------------
 
 # Loads this file by its path under a name of its own: no folder of ours goes on sys.path.
-BOOT = ("import sys, importlib.util as u; s = u.spec_from_file_location('hermes_admin_plugin_worker', sys.argv[1]); "
+BOOT = ("import sys, importlib.util as u; s = u.spec_from_file_location('hermes_admin_in_hermes', sys.argv[1]); "
         "m = u.module_from_spec(s); s.loader.exec_module(m); sys.exit(m.main(sys.argv[2:]))")
 
 

@@ -1,0 +1,121 @@
+"""The rooms of docs/design.md §1: imports run one way, down, between modules and between folders.
+
+Every import counts, those inside functions too: a lazy import only moves the moment a cycle is
+walked, not the cycle. A file in a sub-package (`profile/engine/`, `profile/hooks/`, ...) is its
+folder's room, since importing it runs the folder's `__init__` and a reader meets the folder as one
+room; a module at a package's top (`profile/installation.py`) is a room of its own.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _modules() -> dict[str, Path]:
+    modules = {}
+    for path in (ROOT / "hermes_admin").rglob("*.py"):
+        name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        modules[name.removesuffix(".__init__")] = path
+    return modules
+
+
+def _imported(node: ast.AST, package: str, modules: dict[str, Path]) -> set[str]:
+    """The modules of ours an import statement names (a name imported from a package counts as its
+    module when it is one, else as the package)."""
+    if isinstance(node, ast.Import):
+        found = set()
+        for alias in node.names:
+            name = alias.name
+            while name and name not in modules:
+                name = name.rpartition(".")[0]
+            found |= {name} if name else set()
+        return found
+    if not isinstance(node, ast.ImportFrom):
+        return set()
+    base = node.module or ""
+    if node.level:
+        parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+        base = ".".join(parts + ([node.module] if node.module else []))
+    return {f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base
+            for a in node.names if f"{base}.{a.name}" in modules or base in modules}
+
+
+def module_graph() -> dict[str, set[str]]:
+    """Each hermes_admin module -> the hermes_admin modules it imports, anywhere in it."""
+    modules, graph = _modules(), {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            found |= _imported(node, package, modules)
+        graph[name] = found - {name}
+    return graph
+
+
+def room_graph() -> dict[str, set[str]]:
+    modules = _modules()
+    folders = sorted((n for n, p in modules.items() if p.name == "__init__.py" and n.count(".") >= 1
+                      and n != "hermes_admin.profile"), key=len, reverse=True)
+
+    def room(module: str) -> str:
+        return next((f"{f}/" for f in folders if module == f or module.startswith(f"{f}.")), module)
+
+    graph: dict[str, set[str]] = {}
+    for name, imported in module_graph().items():
+        graph.setdefault(room(name), set()).update(room(m) for m in imported)
+    return {name: imported - {name} for name, imported in graph.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected parts of more than one node (Tarjan's), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def strong(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for other in graph.get(node, ()):
+            if other not in index:
+                strong(other)
+                low[node] = min(low[node], low[other])
+            elif other in stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            part = []
+            while True:
+                other = stack.pop()
+                part.append(other)
+                if other == node:
+                    break
+            if len(part) > 1:
+                found.append(sorted(part))
+
+    for node in sorted(graph):
+        if node not in index:
+            strong(node)
+    return found
+
+
+def test_the_cycle_finder_finds_a_cycle_and_no_other():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_import_cycle_among_modules_function_level_imports_included():
+    assert cycles(module_graph()) == []
+
+
+def test_no_import_cycle_among_rooms():
+    """e.g. the installation finder (profile/installation.py) imports no module of engine/ or hooks/,
+    which both import it: it reads through plain_files.py and starts profile/in_hermes.py."""
+    assert cycles(room_graph()) == []
+
+
+def test_the_bottom_modules_import_nothing_of_the_package():
+    graph = module_graph()
+    for bottom in ("hermes_admin.model", "hermes_admin.plain_files", "hermes_admin.profile.in_hermes"):
+        assert graph[bottom] == set(), bottom
