@@ -271,9 +271,10 @@ def _insert(db, table: str, row: dict, columns, conflict: str = "") -> None:
     insert_row(db, table, row, [c for c in row if c in columns], f"INSERT {conflict}".strip())
 
 
-def _move(source: Engine, target_profile: Profile, moves: list[Finding], result: Result) -> None:
+def _move(source: Engine, target_profile: Profile, moves: list[Finding], result: Result) -> list[str]:
     """Copy each row into the right store and verify it there (the target opened once), then
-    delete the verified rows here through the engine: one `profile_repair` event each."""
+    delete the verified rows here through the engine: one `profile_repair` event each. Returns what
+    opening the target's engine set aside there (Engine.notes)."""
     verified: list[Finding] = []
     held = source.deletes.blocked(source.store.db, [f.subject for f in moves])
     for finding in moves:  # a row a live Hermes is at work on stays where it is, uncopied
@@ -281,9 +282,10 @@ def _move(source: Engine, target_profile: Profile, moves: list[Finding], result:
             finding.error = f"not moved: {held[finding.subject]}"
     moves = [f for f in moves if not f.error]
     if not moves:
-        return
+        return []
+    target = Engine(target_profile, env=source.env)
     try:
-        with Engine(target_profile, env=source.env) as target:
+        with target:
             target.require_tokenizer("copy into")  # the rows copied in fire its CJK triggers
             for finding in moves:
                 _attempt(finding, lambda f=finding: _copy(source.store, target, f.subject))
@@ -292,9 +294,9 @@ def _move(source: Engine, target_profile: Profile, moves: list[Finding], result:
     except (LockHeld, StoreError) as exc:
         for finding in moves:
             finding.error = " ".join(str(exc).split())
-        return
+        return target.notes
     if not verified:
-        return
+        return target.notes
     units = [Unit(f.subject, [f.subject], f"moved to profile '{target_profile.shown}'") for f in verified]
     moved = source.delete(units, "profile_repair")
     result.absorb(moved)
@@ -305,6 +307,7 @@ def _move(source: Engine, target_profile: Profile, moves: list[Finding], result:
             finding.applied = True
         else:
             finding.error = f"copied, but not deleted here: {why.get(finding.subject, 'gone already')}"
+    return target.notes
 
 
 def _copy(source: Store, target: Engine, sid: str) -> None:
@@ -380,9 +383,11 @@ def _rebuild_fts(engine: Engine) -> list[str]:
     return notes
 
 
-def apply(profile: Profile, findings: list[Finding], siblings: dict[str, Profile], env: Environment) -> Result:
+def apply(profile: Profile, findings: list[Finding], siblings: dict[str, Profile],
+          env: Environment) -> tuple[Result, list[str]]:
     """Fix one profile's findings, in the job's `env`. Raises LockHeld/StoreError for the profile as
-    a whole; a single fix that fails is recorded on its finding and the others still run."""
+    a whole; a single fix that fails is recorded on its finding and the others still run. Returns the
+    result (its notes are the findings) and what the engines and the snapshots folder set aside."""
     result = Result(profile.name, "delete", "profile_repair", False, task="repair")
     for finding in findings:
         if finding.kind in ("missing_folder", "loose_permissions"):
@@ -390,7 +395,8 @@ def apply(profile: Profile, findings: list[Finding], siblings: dict[str, Profile
     store_fixes = [f for f in findings if f.kind in ("dangling_parent", "mislabelled", "wrong_store", "duplicate",
                                                       "legacy_main", "broken_fts")]
     if not store_fixes:
-        return result
+        return result, []
+    notes: list[str] = []
     with Engine(profile, env=env) as engine:
         silent = [f for f in store_fixes if f.kind in SILENT_KINDS]
         if silent:
@@ -408,12 +414,11 @@ def apply(profile: Profile, findings: list[Finding], siblings: dict[str, Profile
             if finding.kind in MOVES and finding.fix != "none":
                 moves.setdefault(finding.target, []).append(finding)
         for target, group in moves.items():
-            _move(engine, siblings[target], group, result)
+            notes += _move(engine, siblings[target], group, result)
         for finding in store_fixes:
             if finding.kind == "broken_fts":
-                _attempt(finding, lambda: result.notes.extend(_rebuild_fts(engine)))
-    result.notes += engine.notes  # what opening and closing it set aside
-    return result
+                _attempt(finding, lambda: notes.extend(_rebuild_fts(engine)))
+    return result, engine.notes + notes
 
 
 def _attempt(finding: Finding, fix) -> None:

@@ -159,6 +159,27 @@ def test_broken_fts_is_found_and_rebuilt(tmp_path, now, invoke):
     assert list((root / "state-snapshots").glob("state.db.repair-*"))  # backed up first
 
 
+@needs_host_pids
+def test_what_repairs_engine_sets_aside_is_said_as_a_warning(tmp_path, now, invoke):
+    """A folder where our lock file goes, met by the engine `repair --apply` opens: moved aside and
+    said, as any run says it, not lost with the engine, nor counted among the findings."""
+    root = tmp_path / "h"
+    store = SynthStore(root / "state.db", version=30)
+    store.session("s", started=now)
+    store.messages("s", 3, now)
+    store.conn.execute("INSERT INTO messages_fts(rowid, content, tool_name, tool_calls) VALUES (999, 'ghost', NULL, NULL)")
+    store.close()
+    (root / ".hermes-admin" / "lock").mkdir(parents=True)
+    result = invoke("--root", str(root), "repair", "--check-fts", "--apply", "--yes", "--json")
+    assert result.exit_code == 1, result.stderr
+    doc = json.loads(result.stdout)
+    (said,) = [w for w in doc["warnings"] if "moved aside" in w]
+    assert str(root / ".hermes-admin" / "lock") in said and "profile 'default'" in said
+    assert fts_problems(root / "state.db") == []
+    assert "broken_fts" in [f["kind"] for f in doc["findings"]]
+    assert not any("moved aside" in json.dumps(f) for f in doc["findings"] + doc["results"])
+
+
 def test_run_reports_repairs_and_applies_them_when_configured(root, invoke, tmp_path):
     work = root / "profiles" / "work"
     report = json.loads(invoke("--root", str(root), "run", "-p", "work", "--json").stdout)

@@ -161,11 +161,16 @@ def with_engine(run: Run, profile: Profile, env: Environment, work: Callable[[En
                     and os.path.exists(exported):  # (an export kept 0 days is gone once the run is done)
                 result.export = str(exported)
         run.results += done
-        run.add(*(about(profile, WARNING, "engine_note", note) for note in engine.notes))
+        run.add(*engine_notes(profile, engine.notes))
         if engine.exports_removed:
             run.data.setdefault("exports_removed", []).extend(engine.exports_removed)
         for wait in engine.space.waits if engine.space is not None else []:  # what the free pages wait for
             run.data.setdefault("reclaim_waits", []).append(dict(wait, profile=profile.name, home=str(profile.home)))
+
+
+def engine_notes(profile: Profile, notes: list[str]) -> list[Problem]:
+    """What an engine's collaborators set aside or left for the next run (Engine.notes): warnings."""
+    return [about(profile, WARNING, "engine_note", note) for note in notes]
 
 
 def store_holders(profile: Profile) -> str:

@@ -20,7 +20,8 @@ from hermes_admin import model, stopping
 from hermes_admin.layers import PolicyLayers
 from hermes_admin.model import Profile
 from hermes_admin.profile.store import page_accounting, sql
-from hermes_admin.profile.actions.common import Ledger, Refused, Run, act_in_parts, too_broad, with_engine
+from hermes_admin.profile.actions.common import (Ledger, Refused, Run, act_in_parts, engine_notes, too_broad,
+                                                 with_engine)
 from hermes_admin.profile.engine.deletes import Recheck
 from hermes_admin.profile.engine.engine import Engine, Result
 from hermes_admin.profile.engine.export_ahead import STOPPED
@@ -404,8 +405,9 @@ def repair_step(run: Run, profile: Profile, policy: Policy, request: Request, en
             integrity.passed(profile, request.now, checked)
         fixable = [f for f in findings if f.fix != "none"]
         if apply and fixable:
-            result = profile_repair.apply(profile, fixable, siblings, env)
+            result, set_aside = profile_repair.apply(profile, fixable, siblings, env)
             result.action = "repair"
+            run.add(*engine_notes(profile, set_aside))
     except (LockHeld, StoreError, *SQLITE_ERRORS) as exc:
         # a held lock is a held lock (exit 3) whichever task meets it; anything else spares the other tasks
         severity = LOCKED if isinstance(exc, LockHeld) else WARNING

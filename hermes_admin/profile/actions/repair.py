@@ -5,6 +5,7 @@ from __future__ import annotations
 
 
 from hermes_admin.profile import repair as profile_repair
+from hermes_admin.profile.actions.common import engine_notes
 from hermes_admin.profile.environment import Environment
 from hermes_admin.results import RepairRun
 from hermes_admin.protocol import Profile
@@ -30,9 +31,10 @@ def repair(run: RepairRun, profile: Profile, env: Environment, siblings: dict[st
     if not apply or not any(f.fix != "none" for f in findings):
         return
     try:
-        result = profile_repair.apply(profile, [f for f in findings if f.fix != "none"], siblings, env)
+        result, set_aside = profile_repair.apply(profile, [f for f in findings if f.fix != "none"], siblings, env)
         result.home = str(profile.home)
         run.results.append(result)
+        run.add(*engine_notes(profile, set_aside))
     except LockHeld as exc:
         run.add(about(profile, LOCKED, "lock_held", str(exc), skipped=True))
     except (StoreError, *SQLITE_ERRORS) as exc:
