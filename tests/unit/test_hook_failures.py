@@ -183,3 +183,20 @@ def test_metrics_count_failures_by_their_plugin():
         f'hermes_admin_plugin_failures_total{{profile="w",home="{HOME}",plugin="b"}}': 1,
         'hermes_admin_plugin_failures_total{profile="v",home="/h/v",plugin="*"}': 1,
     }
+
+
+# -- end to end -------------------------------------------------------------------
+
+def test_a_plugin_that_fails_to_load_is_named_by_the_worker_not_read_from_its_line(tmp_path, now, invoke):
+    from tests.unit.test_faults import ended_session_with_plugin
+
+    root = ended_session_with_plugin(tmp_path, now, "broken", "raise ImportError('no_such_module_anywhere')\n")
+    result = invoke("--root", str(root), "sessions", "delete", "a", "--yes", "--json")
+    assert result.exit_code == 1, result.stderr  # done, with the plugin's failure as a warning
+    note, failure = json.loads(result.stdout)["results"][0]["hook_failures"]
+    assert note["plugin"] is None and note["kind"] == failed.INTERPRETER  # no Hermes here: our interpreter, said
+    assert failure["plugin"] == "broken" and failure["kind"] == failed.NOT_LOADED and failure["repeats"] == 0
+    assert failure["text"].startswith("profile 'default': plugin broken: failed to load in ")
+    assert "ImportError: no_such_module_anywhere" in failure["message"]
+    said = [line for line in result.stderr.splitlines() if "plugin broken" in line]
+    assert len(said) == 1 and failure["text"] in said[0], result.stderr
