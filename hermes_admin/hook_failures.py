@@ -27,6 +27,10 @@ class HookFailure:
     message: str  # what happened, as said the first time
     repeats: int = 0  # 0: this is the failure's first telling; N: a failure told before came back N more times
 
+    def __post_init__(self):
+        if self.repeats < 0:
+            raise ValueError(f"a hook failure's repeats is a count, not {self.repeats!r}")
+
     @property
     def occurrences(self) -> int:
         """How many failures this value stands for."""

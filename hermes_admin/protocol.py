@@ -6,6 +6,7 @@ The host sends one job; the worker answers with JSON lines on its stdout:
         "profiles": [{"root", "name", "home", "display", "layers"}]}  (one line, on its own pipe)
     <- {"t": "hello", "uid", "gid", "groups"}                         who the worker really is
     <- {"t": "result", "v": {...}}  then  {"t": "item", "f": FIELD, "v": ...} / {"t": "kept", ...}
+                                       (a result's "hook_failures": each a HookFailure's fields)
     <- {"t": "data", "k": KEY, "v": ...}                               rows of list-type jobs
     <- {"t": "end", "v": {"dry_run", "problems", "policies", "findings", "internal"}}
     <- {"t": "beat"}                                                   any time before the end: still alive
