@@ -176,8 +176,8 @@ def _where() -> str:
     return sys.executable
 
 
-def _load_error(key: str | None, why: str) -> dict:
-    """A plugin that did not load (key None: none did), as the bus reads it: whose, and what happened."""
+def _load_error(key: str, why: str) -> dict:
+    """A plugin that did not load, as the bus reads it: whose (its key, never read from a line), and why."""
     return {"plugin": key, "message": f"failed to load in {_where()}: {why}"}
 
 
