@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from hermes_admin import stopping
-from hermes_admin.hook_failures import HookFailure
 from hermes_admin.profile import installation
 from hermes_admin.profile.environment import Environment
 from hermes_admin.profile.engine import exports
@@ -83,7 +82,7 @@ class Engine:
         self.notes: list[str] = []  # leftovers set aside while opening (state_folder.py)
         self.exports_removed: list[dict] = []  # old exports that retention removed (or, dry, would remove)
         self.space: Space | None = None  # free pages given back (space.py)
-        self.replayed: list[HookFailure] = []  # hook failures while replaying the outbox
+        self.replayed: list = []  # HookFailure values met while replaying the outbox
         self.recovered: list[Result] = []  # units of an interrupted split delete, finished or restored
         self.locks: ProfileLocks | None = None
         self.store: Store | None = None
