@@ -74,9 +74,11 @@ RULES = {
 }
 
 
-def read(key: str, value) -> float:
+def read(key: str, value, minimum: bool = True) -> float:
     """`value` of duration key `key` in the key's own unit (days, hours, seconds), its rule kept:
-    under the key's minimum (0 aside where 0 means something) is a DurationError saying the least."""
+    under the key's minimum (0 aside where 0 means something) is a DurationError saying the least.
+    `minimum=False`: for an option that lets `--force` pass a smaller value (`under_minimum` is
+    asked once `--force` is known)."""
     rule = RULES[key]
     if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
         total = value * SECONDS[rule.unit]  # a negative number is a value under the minimum, said so
@@ -84,7 +86,7 @@ def read(key: str, value) -> float:
         total = seconds(value, rule.unit)
     if rule.finite and not math.isfinite(total):
         raise DurationError(f"{_said(value)} is not a finite duration")
-    why = _too_small(key, total, _said(value))
+    why = _too_small(key, total, _said(value)) if minimum else None
     if why:
         raise DurationError(why)
     return total / SECONDS[rule.unit]

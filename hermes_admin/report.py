@@ -209,7 +209,9 @@ def summary_line(result, dry_run: bool) -> str:
         return f"{where}: {len(result.notes)} finding(s)" + (" (dry run)" if dry_run else "")
     would = "would be " if dry_run else ""
     verb = _VERBS.get(result.action, result.action)
-    line = f"{where}: {len(result.done)} unit(s), {result.rows} row(s) {would}{verb}"
+    # A restore puts sessions back one by one (an export's unit, a whole lineage, may come back in part)
+    counted = "session(s)" if result.action == "restore" else "unit(s)"
+    line = f"{where}: {len(result.done)} {counted}, {result.rows} row(s) {would}{verb}"
     if result.files_removed:
         line += f"; {len(result.files_removed)} file(s) {would}removed"
     if result.skipped:

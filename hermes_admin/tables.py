@@ -3,8 +3,10 @@
 On a terminal: a rich table as wide as the terminal. The columns people copy (ids, profile
 names, paths) are never cut. Less important columns are dropped first, in the order each table
 gives, as `ps` and `systemctl` do (`--plain` or a wider terminal shows them all); a free-text
-column (a title) is cut with "…", one that must be read whole (a reason) wraps in its cell; a path still too long goes under its row, on a line of its
-own that the terminal wraps, so it is copied whole (a folded cell would copy with a line break).
+column (a title) is cut with "…", one that must be read whole (a reason) wraps in its cell. A
+value still too long for its column (a path) goes under its row, on a line of its own that the
+terminal wraps, so it is copied whole (a folded cell would copy with a line break); its cell says
+"↓", and the shorter values of that column stay in it.
 
 Piped, or with `--plain`: no box drawing, no colour, one row a line, the cells separated by a tab,
 every column in a fixed order under a header line (what `awk -F'\\t'` and `cut` want).
@@ -45,6 +47,7 @@ def show(columns: list[Column], rows: list[list[object]]) -> None:
     from hermes_admin.shown import clean
 
     cells = [["-" if v is None or v == "" else clean(v) for v in row] for row in rows]
+    originals = [list(row) for row in cells]  # the table's cells may say "↓": the value follows under the row
     if plain():
         # clean() escaped every tab and newline inside a cell: one row is one line.
         click.echo("\t".join(c.name for c in columns))
@@ -53,9 +56,11 @@ def show(columns: list[Column], rows: list[list[object]]) -> None:
         return
     console = _console()
     kept, below, dropped = list(range(len(columns))), [], []
+    under: list[list[int]] = [[] for _ in cells]  # per row, the columns whose value follows under it
 
-    def measure(chosen: list[int]) -> int:
-        return _width(console, _table([columns[i] for i in chosen], [[row[i] for i in chosen] for row in cells]))
+    def measure(chosen: list[int], table_cells: list[list[str]] | None = None) -> int:
+        table_cells = table_cells or cells
+        return _width(console, _table([columns[i] for i in chosen], [[row[i] for i in chosen] for row in table_cells]))
 
     while kept:
         width = measure(kept)
@@ -65,17 +70,28 @@ def show(columns: list[Column], rows: list[list[object]]) -> None:
         if droppable:
             dropped.append(max(droppable, key=lambda i: (columns[i].drop, i)))
             kept.remove(dropped[-1])
-        else:  # what is never cut and still does not fit goes under its row, whole
-            widest = max(kept, key=lambda i: (columns[i].whole, max(len(row[i]) for row in cells) if cells else 0))
-            kept.remove(widest)
-            below.append(widest)
+            continue
+        # What is never cut and still does not fit goes under its row, whole: only the values longer
+        # than the widest cap every such column can have (`config show`'s long paths, its short values
+        # kept in their columns), or, when even a narrow cap does not fit, the widest column entire.
+        caps = _caps(lambda c: measure(kept, _capped(cells, c)) <= console.width,
+                     [i for i in kept if _cappable(columns[i])], cells)
+        if caps is not None:
+            for r, row in enumerate(cells):
+                long = [i for i, cap in caps.items() if len(row[i]) > cap]
+                under[r] += long
+                cells[r] = ["↓" if i in long else v for i, v in enumerate(row)]
+            continue
+        widest = max(kept, key=lambda i: (columns[i].whole, max(len(row[i]) for row in cells) if cells else 0))
+        kept.remove(widest)
+        below.append(widest)
     for i in reversed(dropped if below else []):  # with a path under its row, room again for some
         if measure(sorted(kept + [i])) <= console.width:
             kept = sorted(kept + [i])
     width = measure(kept) if kept else 0
     spare = console.width - width if kept else 0  # what free text (a title) may take back
     table = _table([columns[i] for i in kept], [[row[i] for i in kept] for row in cells], spare)
-    if not below:
+    if not below and not any(under):
         console.print(table)
         return
     # Each row is one line of the table (nothing in it wraps); the values too long for it follow,
@@ -88,12 +104,42 @@ def show(columns: list[Column], rows: list[list[object]]) -> None:
     out = console.file
     for line in head:
         out.write(line.rstrip() + "\n")
-    for line, row in zip(body, cells):
+    for line, row, whole, more in zip(body, cells, originals, under):
         if line.strip():
             out.write(line.rstrip() + "\n")
-        for i in sorted(below):
-            out.write(f"  {columns[i].name}: {row[i]}\n")
+        for i in sorted(below + more):
+            out.write(f"  {columns[i].name}: {whole[i]}\n")
     out.flush()
+
+
+def _cappable(column: Column) -> bool:
+    return not (column.cut or column.wrap)  # rich itself fits those (an ellipsis, lines of the cell)
+
+
+def _capped(cells: list[list[str]], caps: dict[int, int]) -> list[list[str]]:
+    """The cells as they would be shown with each value longer than its column's cap under its row."""
+    return [["↓" if len(v) > caps.get(i, len(v)) else v for i, v in enumerate(row)] for row in cells]
+
+
+def _caps(fits, candidates: list[int], cells: list[list[str]]) -> dict[int, int] | None:
+    """Each column's cap, the table fitting: one cap for all first (at least CUT_MIN; None when even
+    that does not fit), then each column's raised as far as it still fits, the first columns first."""
+    longest = {i: max((len(row[i]) for row in cells), default=0) for i in candidates}
+    if not fits(dict.fromkeys(candidates, CUT_MIN)):
+        return None
+    same = _largest(lambda c: fits(dict.fromkeys(candidates, c)), CUT_MIN, max(longest.values(), default=0))
+    caps = dict.fromkeys(candidates, same)
+    for i in candidates:
+        caps[i] = _largest(lambda c, i=i: fits({**caps, i: c}), caps[i], longest[i])
+    return {i: cap for i, cap in caps.items() if cap < longest[i]}
+
+
+def _largest(fits, low: int, high: int) -> int:
+    """The largest value in [low, high] that `fits`, `fits(low)` holding (a bisection)."""
+    while low < high:
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle - 1)
+    return low
 
 
 def _console():

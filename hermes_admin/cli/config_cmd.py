@@ -61,7 +61,8 @@ def check(app: App, profiles, as_json: bool):
     keys hermes-admin reads). One line per problem, with its file and line."""
     loaded, problems = admin_problems(app)
     warnings: list[dict] = []
-    checked = [str(loaded.path)] if loaded is not None and loaded.path else []
+    # the files read: the admin config (refused or not), its presets, the profiles' config.yaml there is
+    checked = [str(loaded.path)] if loaded is not None and loaded.path else [p["file"] for p in problems if p["file"]]
     if loaded is not None:
         checked += _presets(loaded)
         found = app.discover(profiles)
@@ -72,7 +73,8 @@ def check(app: App, profiles, as_json: bool):
         for row in rows:
             problems += [p for p in row["problems"] if p["file"] or not admin_level]
             warnings += row["warnings"]
-            checked.append(str(Path(row["home"]) / "config.yaml"))
+            if row.get("read") is True:
+                checked.append(str(Path(row["home"]) / "config.yaml"))
         if not admin_level:  # as run applies the admin layers: which profiles they reach, each value's origin
             applied = app.work(ShowPolicy(), found.profiles, with_policy=True)
             warnings += [w.as_dict() for w in _as_run_reads_it(loaded, applied)]

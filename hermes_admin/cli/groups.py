@@ -1,4 +1,5 @@
-"""The command groups' one extra: a mistyped command answered with the nearest ones, as git does."""
+"""The command groups' extras: a mistyped command answered with the nearest ones, as git does, and
+a command's option written before the command answered with where it goes."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import click
 
 
 class SuggestingGroup(click.Group):
-    """A group that answers a mistyped command with the nearest ones (`hermes-admin purg`)."""
+    """A group that answers a mistyped command with the nearest ones (`hermes-admin purg`), and a
+    command's own option given before it (`hermes-admin -p work run`) with the order that works."""
 
     def resolve_command(self, ctx, args):
         name = click.utils.make_str(args[0]) if args else None
@@ -17,3 +19,31 @@ class SuggestingGroup(click.Group):
             if near:
                 ctx.fail(f"No such command {name!r}. Did you mean {' or '.join(map(repr, near))}?")
         return super().resolve_command(ctx, args)
+
+    def parse_args(self, ctx, args):
+        try:
+            return super().parse_args(ctx, args)
+        except click.NoSuchOption as exc:
+            owner = self._owner_of(ctx, exc.option_name, args)
+            if owner is None:
+                raise
+            raise click.NoSuchOption(exc.option_name, message=(
+                f"No such option: {exc.option_name} (it is an option of '{owner}': write it after the command, "
+                f"as in '{ctx.command_path} {owner} {exc.option_name} ...')"), ctx=ctx) from None
+
+    def _owner_of(self, ctx, option: str, args: list[str]) -> str | None:
+        """The command named later on the line (or one of its subcommands) that takes `option`."""
+        words = [a for a in args if not a.startswith("-")]
+        for position, word in enumerate(words):
+            command = self.get_command(ctx, word)
+            if command is None:
+                continue
+            chain = [word]
+            if isinstance(command, click.Group) and position + 1 < len(words):
+                sub = command.get_command(ctx, words[position + 1])
+                if sub is not None:
+                    command, chain = sub, [word, words[position + 1]]
+            if any(option in p.opts or option in p.secondary_opts for p in command.params):
+                return " ".join(chain)
+            return None
+        return None

@@ -106,10 +106,12 @@ def _human(run: Run, verbose: int = 0, quiet: bool = False) -> None:
         found = hermes.get("installation")
         if found:
             report.line(f"  Hermes {found.get('hermes') or '?'} at {found['python']} (found by {found['found_by']}): "
-                        "its plugins run there")
-        else:
-            report.line("  no Hermes installation " + ("used (hermes_python: hermes-admin)" if hermes.get(
-                "own_interpreter_chosen_in") else "found") + ": plugins run in hermes-admin's own interpreter")
+                        "its defaults apply, its plugins run there")
+        elif hermes.get("own_interpreter_chosen_in"):
+            report.line("  no Hermes installation used (hermes_python: hermes-admin): Hermes' built-in defaults "
+                        "apply, plugins run in hermes-admin's own interpreter")
+        else:  # what to do about it is said once, at the end (report.installation_notes)
+            report.line("  no Hermes installation found: Hermes' built-in defaults apply (see the note at the end)")
     by_profile: dict[str, list] = {}
     for result in run.results:
         by_profile.setdefault(result.home or result.profile, []).append(result)

@@ -24,10 +24,7 @@ class Duration(click.ParamType):
         if isinstance(value, float):
             return value
         try:
-            if self.forceable:
-                unit = durations.RULES[self.key].unit
-                return durations.seconds(value, unit) / durations.SECONDS[unit]
-            return durations.read(self.key, value)
+            return durations.read(self.key, value, minimum=not self.forceable)
         except durations.DurationError as exc:
             self.fail(str(exc), param, ctx)
 

@@ -158,12 +158,15 @@ def status(app: App, profiles, as_json: bool):
         report.emit_json({"profiles": [dict(row, health=health(row)[0]) for row in rows], "next": upcoming,
                           "errors": answer.errors, "warnings": answer.warnings})
     else:
-        for row in rows:
+        # -q: only what needs a look (for a check from a timer or a monitor): the profiles whose last
+        # run did not go well, and a schedule that cannot be read; silence when all is well.
+        shown = [row for row in rows if not app.quiet or health(row)[1] != exitcodes.OK]
+        for row in shown:
             for text in profile_lines(row, labels.get(row["home"], row["profile"])):
                 report.line(text)
-        if rows:
+        if shown and not app.quiet:
             report.line("")
-        for item in upcoming:
+        for item in upcoming if not app.quiet else [item for item in upcoming if item.get("problem")]:
             report.line(f"next: {item['source']}: {next_text(item)}")
         for message in answer.warnings:
             report.warn(message)

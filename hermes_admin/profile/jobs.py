@@ -147,6 +147,7 @@ def policy(job: Job, isolated: bool, env: Environment) -> Run:
         row = {"profile": profile.name, "home": str(profile.home), "problems": [], "warnings": [],
                "values": None, "origins": None}
         text = _small_text(path)
+        row["read"] = text is not None  # `config check` names the files it read: not one that is not there
 
         def problem(kind: str, message: str, key: str | None = None) -> None:
             line = yamlfile.line_of(text, key) if key and text else None

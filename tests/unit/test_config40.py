@@ -213,3 +213,23 @@ def test_config_check_says_what_run_would_warn_of(synth_root, invoke, tmp_path, 
     assert warnings and checked.exit_code == 1, checked.stdout
     if "wrok" in said:
         assert warnings[0]["line"] == 2
+
+
+def test_a_commands_option_before_the_command_says_where_it_goes(synth_root, invoke):
+    root, _ = synth_root
+    said = invoke("--root", str(root), "-p", "work", "run")
+    assert said.exit_code != 0  # a usage error (64 from the console script)
+    assert "it is an option of 'run': write it after the command" in said.stderr
+    assert "option of 'sessions list'" in invoke("--root", str(root), "-p", "work", "sessions", "list").stderr
+    assert "Did you mean '--verbose'?" in invoke("--bogus", "run").stderr  # not a command's: as before
+
+
+def test_config_check_names_the_files_it_read_a_refused_one_too(synth_root, invoke, tmp_path):
+    root, _ = synth_root
+    refused = _config(tmp_path, "defaultz: {retention_days: 30}\n")
+    said = invoke("--root", str(root), "--config", refused, "config", "check").stderr
+    assert f"read 1 file(s): {refused}" in said and "did you mean 'defaults'?" in said
+    fine = _config(tmp_path, "defaults: {retention_days: 30}\n")
+    said = invoke("--root", str(root), "--config", fine, "config", "check").stderr
+    named = said.rsplit("file(s): ", 1)[1].strip().split(", ")
+    assert named[0] == fine and all(os.path.isfile(path) for path in named)  # no config.yaml that is not there

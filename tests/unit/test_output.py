@@ -165,3 +165,16 @@ def test_stdout_never_says_nothing_to_do_where_stderr_says_why_it_stopped(synth_
     assert "work: nothing done: " in unwritable.stdout and "cannot make the export folder" in unwritable.stdout
     quiet = invoke("--root", str(root), "-q", "run", "--yes", "-p", "work", "--export-dir", str(folder))
     assert quiet.stdout == ""  # -q: the problem is on stderr alone
+
+
+def test_a_value_too_long_for_its_column_goes_under_its_row_and_the_short_ones_stay(terminal):
+    """`config show --origin` at 80 columns: each value beside its key, a long path under its row."""
+    path = "/home/alice/.hermes/profiles/work/.hermes-admin/exports-of-a-long-folder-name"
+    origin = "/home/alice/.hermes/profiles/work/config.yaml: sessions.retention_days"
+    tables.show([tables.Column(n, whole=True) for n in ("profile", "key", "value", "origin")],
+                [["work", "retention_days", "90d", origin], ["work", "export_dir", path, "built-in"]])
+    lines = terminal.getvalue().splitlines()
+    assert all(len(line) <= 80 for line in lines if not line.startswith("  "))
+    assert "retention_days" in lines[2] and "90d" in lines[2] and lines[3] == f"  origin: {origin}"
+    assert "export_dir" in lines[4] and "built-in" in lines[4] and "↓" in lines[4]
+    assert lines[5] == f"  value: {path}"

@@ -45,6 +45,9 @@ def test_a_big_run_stays_after_idle_ones_and_a_fixed_store_shows_no_error_of_its
     assert failing.exit_code == 2
     assert "work (" in failing.stdout and "): failed" in failing.stdout
     assert "    error: profile 'work': " in failing.stdout and "auto_prune must be true or false" in failing.stdout
+    quiet = invoke("--root", str(root), "status", "-q")  # only what needs a look: the failed profile
+    assert quiet.exit_code == 2 and "work (" in quiet.stdout and "): failed" in quiet.stdout
+    assert "default (" not in quiet.stdout and "next:" not in quiet.stdout
     path.write_text(good)
     for _ in range(12):  # idle runs: the big one is kept all the same
         assert invoke("--root", str(root), "run", "--yes", "-p", "work").exit_code in (0, 1)
@@ -59,6 +62,8 @@ def test_a_big_run_stays_after_idle_ones_and_a_fixed_store_shows_no_error_of_its
     shown = invoke("--root", str(root), "status", "-p", "work").stdout
     assert "  last change: " in shown and "prune-ghosts: " in shown
     assert "an older run's (the runs since had none)" in shown and "    error:" not in shown
+    if work["health"] == "ok":
+        assert invoke("--root", str(root), "status", "-q", "-p", "work").stdout == ""  # all well: silence
 
 
 def test_status_words_what_each_task_did():
