@@ -48,8 +48,7 @@ def summarise(run: Run, before: tuple[int, int], command: str, started: float, i
         entry["rows"] += result.rows
         entry["units"] += len(result.done)
         entry["files"] += len(result.files_removed)
-        for failure in result.hook_failures:
-            warnings.append(failure)
+        warnings += [failure.text(result.label or result.profile) for failure in result.hook_failures]
     # A run cut short is no "ok": what it did not reach waits for the next run, and `status` says so.
     outcome = ("error" if errors else "locked" if locked else "interrupted" if interrupted else
                "warnings" if warnings or any(len(r.skipped) or len(r.files_skipped) for r in results) else "ok")
