@@ -28,7 +28,7 @@ def raised(plugin: str, what: str = "ValueError: x") -> HookFailure:
 
 
 def timed_out(plugin: str) -> HookFailure:
-    return HookFailure(plugin, failed.TIMED_OUT, "on_session_delete timed out after 2 s; worker restarted")
+    return HookFailure(plugin, failed.TIMED_OUT, "on_session_delete timed out after 2 s; plugin process restarted")
 
 
 STOPPED = HookFailure(None, failed.STOPPED, "stopped on request; 3 event(s) left in the outbox for the next run")
@@ -55,7 +55,7 @@ STOPPED = HookFailure(None, failed.STOPPED, "stopped on request; 3 event(s) left
                  id="repeats of a failure said before (replayed)"),
     pytest.param([result(raised("a"), timed_out("b")), result(raised("a", "KeyError: y"), task="auto_archive")],
                  ["profile 'w': plugin a: on_session_delete raised ValueError: x (and 1 more time(s) this run)",
-                  "profile 'w': plugin b: on_session_delete timed out after 2 s; worker restarted"],
+                  "profile 'w': plugin b: on_session_delete timed out after 2 s; plugin process restarted"],
                  id="several plugins"),
     pytest.param([result(raised("a")), result(raised("a", "ValueError: y"), profile="v", home="/h/v")],
                  ["profile 'w': plugin a: on_session_delete raised ValueError: x",
