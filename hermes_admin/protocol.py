@@ -409,7 +409,7 @@ class Writer:
                 self.send({"t": "data", "k": key, "v": row})
         self.send({"t": "end", "v": {
             "dry_run": run.dry_run, "problems": [p.as_dict() for p in run.problems],
-            "policies": run.policies, "findings": [f.as_dict() for f in getattr(run, "findings", [])],
+            "policies": run.policies, "findings": [f.as_dict() for f in run.findings],
             "internal": run.internal,
         }})
 
@@ -627,17 +627,16 @@ class Reader:
             if _text(key, 4096) not in self.homes:
                 raise ProtocolError("a policy for a profile this worker was not given")
             run.policies[key] = _plain_json(policy)
-        if isinstance(run, RepairRun):
-            findings = v.get("findings") or []
-            if not isinstance(findings, list):
-                raise ProtocolError("findings that are not a list")
-            for f in findings:
-                if not isinstance(f, dict):
-                    raise ProtocolError("a finding that is not an object")
-                run.findings.append(Finding(
-                    _text(f.get("profile"), 256), _text(f.get("kind"), 64), _text(f.get("subject")),
-                    _text(f.get("detail")), _text(f.get("fix")), _opt_text(f.get("target")),
-                    _flag(f.get("applied")), _opt_text(f.get("error")), home=_opt_text(f.get("home"))))
-                if run.findings[-1].home not in self.homes:
-                    raise ProtocolError("a finding for a profile this worker was not given")
+        findings = v.get("findings") or []
+        if not isinstance(findings, list):
+            raise ProtocolError("findings that are not a list")
+        for f in findings:
+            if not isinstance(f, dict):
+                raise ProtocolError("a finding that is not an object")
+            run.findings.append(Finding(
+                _text(f.get("profile"), 256), _text(f.get("kind"), 64), _text(f.get("subject")),
+                _text(f.get("detail")), _text(f.get("fix")), _opt_text(f.get("target")),
+                _flag(f.get("applied")), _opt_text(f.get("error")), home=_opt_text(f.get("home"))))
+            if run.findings[-1].home not in self.homes:
+                raise ProtocolError("a finding for a profile this worker was not given")
         self.ended = True

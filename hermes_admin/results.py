@@ -101,6 +101,7 @@ class Run:
     policies: dict = field(default_factory=dict)  # home -> the policy as a dict (with its profile name)
     data: dict = field(default_factory=dict)  # rows of list-type jobs (profiles, sessions, plugins, ...)
     internal: bool = False  # a bug of ours ended a profile's work (exit 70)
+    findings: list["Finding"] = field(default_factory=list)  # profile repair's, `repair` and `run`'s first task
 
     def add(self, *found: Problem) -> None:
         self.problems.extend(found)
@@ -130,8 +131,7 @@ class Run:
         self.internal = self.internal or other.internal
         for key, rows in other.data.items():
             self.data.setdefault(key, []).extend(rows)
-        if hasattr(self, "findings") and hasattr(other, "findings"):
-            self.findings += other.findings
+        self.findings += other.findings
 
     def as_dict(self) -> dict:
         return {
@@ -166,7 +166,7 @@ class Finding:
 
 @dataclass
 class RepairRun(Run):
-    findings: list[Finding] = field(default_factory=list)
+    """`repair`'s report: its findings listed, and whether they were applied."""
 
     def as_dict(self) -> dict:
         return dict(super().as_dict(), applied=not self.dry_run,

@@ -409,6 +409,9 @@ def repair_step(run: Run, profile: Profile, policy: Policy, request: Request, en
         run.add(about(profile, severity, "repair", f"repair: {' '.join(str(exc).split())}"))
         return
     for finding in findings:
+        finding.home = str(profile.home)
+    run.findings += findings  # counted by kind in the report (cli/mutate.py), each listed under -v
+    for finding in findings:
         state = "fixed" if finding.applied else (f"not fixed: {finding.error}" if finding.error else
                                                  "report only" if finding.fix == "none" else f"run `repair --apply` to {finding.fix}")
         result.notes.append(f"{finding.kind} {finding.subject}: {finding.detail} ({state})")
