@@ -68,7 +68,7 @@ class Task:
 
     def off(self, policy: Policy) -> str | None:
         """Why the policy leaves this task off, in the report's words; None: it runs."""
-        value = getattr(policy, self.name.switch)  # a policy key, named in model.TASKS
+        value = policy.switch(self.name.switch)
         if value is not None and value is not False:
             return None
         return self.off_why or f"{self.name.switch} is off in this profile's policy"
@@ -436,7 +436,7 @@ def applied(policy: Policy, origins: dict, request: Request) -> tuple[Policy, di
 
     if request.explicit:
         for task in model.TASKS:
-            if task.name in request.tasks and task.command and isinstance(getattr(policy, task.switch), bool):
+            if task.name in request.tasks and task.command and isinstance(policy.switch(task.switch), bool):
                 change(task.switch, True, f"the {task.command} command")
     if model.PURGE.name in request.tasks:
         if request.older_than is not None:
