@@ -8,6 +8,7 @@ The host sends one job; the worker answers with JSON lines on its stdout:
                               or null, "hermes_python": {"path", "origin"} or null}  (layers.PolicyLayers)
     <- {"t": "hello", "uid", "gid", "groups"}                         who the worker really is
     <- {"t": "result", "v": {...}}  then  {"t": "item", "f": FIELD, "v": ...} / {"t": "kept", ...}
+                                       (a result's "hook_failures": each a HookFailure's fields)
     <- {"t": "data", "k": KEY, "v": ...}                               rows of list-type jobs
     <- {"t": "end", "v": {"dry_run", "problems", "policies", "findings", "internal"}}
     <- {"t": "beat"}                                                   any time before the end: still alive
@@ -37,6 +38,7 @@ from types import UnionType
 from typing import ClassVar, Union, get_args, get_origin, get_type_hints
 
 from hermes_admin.filters import Filters
+from hermes_admin.hook_failures import HookFailure
 from hermes_admin.layers import PolicyLayers
 from hermes_admin.model import ORDER, STORE_FILE, Owner, Profile  # noqa: F401 (re-exported: every layer's values)
 from hermes_admin.problems import SEVERITIES, Problem
@@ -48,7 +50,9 @@ MAX_LINE = 1 << 20  # one message; a longer one ends the worker (an item is a fe
 # A whole report: the long lists go to the host's Spills on disk, but rows and texts are in memory.
 MAX_REPORT = 256 << 20
 MAX_PROBLEMS = 100_000  # in one report
+MAX_HOOK_FAILURES = 100_000  # in one result (one per plugin and kind of failure, and their repeats)
 _PROBLEM_FIELDS = {f.name for f in fields(Problem)}
+_HOOK_FAILURE_FIELDS = {f.name for f in fields(HookFailure)}
 
 
 # -- the job: one frozen dataclass per kind, read as strictly as a report -----------
@@ -393,6 +397,7 @@ class Writer:
     def run(self, run: Run) -> None:
         for result in run.results:
             header = {k: v for k, v in result.as_dict().items() if k not in _SPILLS and k != "kept"}
+            header["hook_failures"] = [f.as_dict() for f in result.hook_failures]  # fields only: no line
             self.send({"t": "result", "v": header})
             for name in _SPILLS:
                 for item in getattr(result, name):
@@ -404,7 +409,7 @@ class Writer:
                 self.send({"t": "data", "k": key, "v": row})
         self.send({"t": "end", "v": {
             "dry_run": run.dry_run, "problems": [p.as_dict() for p in run.problems],
-            "policies": run.policies, "findings": [f.as_dict() for f in getattr(run, "findings", [])],
+            "policies": run.policies, "findings": [f.as_dict() for f in run.findings],
             "internal": run.internal,
         }})
 
@@ -552,6 +557,18 @@ class Reader:
                        kind=_text(value["kind"], 64), path=_opt_text(value["path"]),
                        key=_opt_text(value["key"], 256), line=line, skipped=_flag(value["skipped"]))
 
+    @staticmethod
+    def hook_failure(value) -> HookFailure:
+        """One plugin failure, field by field: each of its type and bounds, no other field (its
+        profile is the result's, whose home was checked)."""
+        if not isinstance(value, dict) or set(value) != _HOOK_FAILURE_FIELDS:
+            raise ProtocolError("a hook failure that is not an object of its fields")
+        repeats = value["repeats"]
+        if isinstance(repeats, bool) or not isinstance(repeats, int) or not 0 <= repeats < 1 << 31:
+            raise ProtocolError("a hook failure whose repeats is not a count")
+        return HookFailure(_opt_text(value["plugin"], 256), _text(value["kind"], 64), _text(value["message"]),
+                           repeats=repeats)
+
     def _header(self, v) -> Result:
         if not isinstance(v, dict):
             raise ProtocolError("a result that is not an object")
@@ -563,7 +580,10 @@ class Reader:
         result.home = home
         result.status = _text(v.get("status"), 32)
         result.why = _opt_text(v.get("why"))
-        result.hook_failures = _texts(v.get("hook_failures"))
+        failures = v.get("hook_failures")
+        if not isinstance(failures, list) or len(failures) > MAX_HOOK_FAILURES:
+            raise ProtocolError(f"hook failures that are not a list of at most {MAX_HOOK_FAILURES}")
+        result.hook_failures = [self.hook_failure(f) for f in failures]
         result.notes = _texts(v.get("notes"))
         result.transactions = int(_number(v.get("transactions")))
         result.longest_write_ms = float(_number(v.get("longest_write_ms")))
@@ -607,17 +627,16 @@ class Reader:
             if _text(key, 4096) not in self.homes:
                 raise ProtocolError("a policy for a profile this worker was not given")
             run.policies[key] = _plain_json(policy)
-        if isinstance(run, RepairRun):
-            findings = v.get("findings") or []
-            if not isinstance(findings, list):
-                raise ProtocolError("findings that are not a list")
-            for f in findings:
-                if not isinstance(f, dict):
-                    raise ProtocolError("a finding that is not an object")
-                run.findings.append(Finding(
-                    _text(f.get("profile"), 256), _text(f.get("kind"), 64), _text(f.get("subject")),
-                    _text(f.get("detail")), _text(f.get("fix")), _opt_text(f.get("target")),
-                    _flag(f.get("applied")), _opt_text(f.get("error")), home=_opt_text(f.get("home"))))
-                if run.findings[-1].home not in self.homes:
-                    raise ProtocolError("a finding for a profile this worker was not given")
+        findings = v.get("findings") or []
+        if not isinstance(findings, list):
+            raise ProtocolError("findings that are not a list")
+        for f in findings:
+            if not isinstance(f, dict):
+                raise ProtocolError("a finding that is not an object")
+            run.findings.append(Finding(
+                _text(f.get("profile"), 256), _text(f.get("kind"), 64), _text(f.get("subject")),
+                _text(f.get("detail")), _text(f.get("fix")), _opt_text(f.get("target")),
+                _flag(f.get("applied")), _opt_text(f.get("error")), home=_opt_text(f.get("home"))))
+            if run.findings[-1].home not in self.homes:
+                raise ProtocolError("a finding for a profile this worker was not given")
         self.ended = True

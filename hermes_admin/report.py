@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 import sys
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -319,31 +318,27 @@ class Progress:
             self.stop()
 
 
-# a plugin failure's warning, so repeats of one plugin's failures fold into one line
-_PLUGIN_LINE = re.compile(r"^(profile '.*?': plugin \S+): (.*)$", re.DOTALL)
-_REPEATS = re.compile(r"^\S.* (\d+) more time\(s\)$")  # the count a folded warning already carries
-
-
-def plugin_failures(lines: list[str]) -> list[str]:
-    """One line per failing plugin per run: its first failure, and how many more there were
-    (each task of a run delivers its own events, and each would say it again)."""
-    first: dict[str, str] = {}
-    more: dict[str, int] = {}
+def plugin_failures(results) -> list[str]:
+    """One line per failing plugin of a profile per run: its first failure, and how many more there
+    were (each task of a run delivers its own events, and each would say it again); a failure that
+    is no one plugin's (deliveries stopped) is said as it is, first."""
+    first: dict[tuple[str, str], str] = {}  # (profile, plugin) -> the line of its first failure
+    more: dict[tuple[str, str], int] = {}
     others = []
-    for line in lines:
-        match = _PLUGIN_LINE.match(line)
-        if not match:
-            others.append(line)
-            continue
-        who, text = match.groups()
-        repeats = _REPEATS.match(text)
-        if who not in first and not repeats:
-            first[who] = text
-        else:
-            more[who] = more.get(who, 0) + (int(repeats.group(1)) if repeats else 1)
-    said = [f"{who}: {text}" + (f" (and {more[who]} more time(s) this run)" if more.get(who) else "")
-            for who, text in first.items()]
-    said += [f"{who}: failed {n} more time(s) this run" for who, n in more.items() if who not in first]
+    for result in results:
+        profile = result.label or result.profile
+        for failure in result.hook_failures:
+            who = (profile, failure.plugin)
+            if failure.plugin is None:
+                others.append(failure.text(profile))
+            elif who not in first and not failure.repeats:
+                first[who] = failure.text(profile)
+            else:
+                more[who] = more.get(who, 0) + failure.occurrences
+    said = [line + (f" (and {more[who]} more time(s) this run)" if more.get(who) else "")
+            for who, line in first.items()]
+    said += [f"profile '{profile}': plugin {plugin}: failed {n} more time(s) this run"
+             for (profile, plugin), n in more.items() if (profile, plugin) not in first]
     return others + said
 
 
@@ -351,7 +346,6 @@ def problems(run) -> list[tuple[str, str]]:
     """A run's warnings and errors as they are said, `("warning" | "error", line)`, by `run`'s stderr
     and the daemon's journal alike: a failing plugin is one line per run, not one per task."""
     said = [("warning", line) for result in run.results for line in result.files_skipped]
-    said += [("warning", line) for line in plugin_failures([line for result in run.results
-                                                             for line in result.hook_failures])]
+    said += [("warning", line) for line in plugin_failures(run.results)]
     said += [("warning", line) for line in run.warnings]
     return said + [("error", line) for line in run.locked + run.errors]  # a held lock is said as an error

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from hermes_admin import problems as said
+from hermes_admin.hook_failures import HookFailure
 from hermes_admin.problems import Problem
 from hermes_admin.spill import Spill, SpillMap
 
@@ -50,7 +51,7 @@ class Result:
     skipped: Spill = field(default_factory=Spill)  # {"session_id", "ids", "why"}
     files_removed: Spill = field(default_factory=Spill)
     files_skipped: Spill = field(default_factory=Spill)
-    hook_failures: list[str] = field(default_factory=list)
+    hook_failures: list[HookFailure] = field(default_factory=list)  # each plugin's and kind's, then repeats
     kept: SpillMap = field(default_factory=SpillMap)  # looked at, kept, and why
     transactions: int = 0
     longest_write_ms: float = 0.0
@@ -84,7 +85,8 @@ class Result:
             "action": self.action, "reason": self.reason, "dry_run": self.dry_run,
             "done": self.done, "skipped": self.skipped, "rows": self.rows, "kept": self.kept,
             "files_removed": self.files_removed, "files_skipped": self.files_skipped,
-            "hook_failures": self.hook_failures, "transactions": self.transactions,
+            "hook_failures": [dict(f.as_dict(), text=f.text(self.label or self.profile)) for f in self.hook_failures],
+            "transactions": self.transactions,
             "longest_write_ms": round(self.longest_write_ms, 2), "longest_write": self.longest_write,
             "vacuumed": self.vacuumed, "notes": self.notes,
             "seconds": round(self.seconds, 3), "export": self.export,
@@ -99,6 +101,7 @@ class Run:
     policies: dict = field(default_factory=dict)  # home -> the policy as a dict (with its profile name)
     data: dict = field(default_factory=dict)  # rows of list-type jobs (profiles, sessions, plugins, ...)
     internal: bool = False  # a bug of ours ended a profile's work (exit 70)
+    findings: list["Finding"] = field(default_factory=list)  # profile repair's, `repair` and `run`'s first task
 
     def add(self, *found: Problem) -> None:
         self.problems.extend(found)
@@ -128,8 +131,7 @@ class Run:
         self.internal = self.internal or other.internal
         for key, rows in other.data.items():
             self.data.setdefault(key, []).extend(rows)
-        if hasattr(self, "findings") and hasattr(other, "findings"):
-            self.findings += other.findings
+        self.findings += other.findings
 
     def as_dict(self) -> dict:
         return {
@@ -164,7 +166,7 @@ class Finding:
 
 @dataclass
 class RepairRun(Run):
-    findings: list[Finding] = field(default_factory=list)
+    """`repair`'s report: its findings listed, and whether they were applied."""
 
     def as_dict(self) -> dict:
         return dict(super().as_dict(), applied=not self.dry_run,

@@ -12,6 +12,8 @@ from hermes_admin import durations, exitcodes, report, tables
 from hermes_admin.cli.context import App, json_option, pass_app, profile_option
 from hermes_admin.cli.groups import SuggestingGroup
 from hermes_admin.host import config as admin_config
+from hermes_admin.host.runner import UNKNOWN_PROFILE
+from hermes_admin.problems import WARNING
 from hermes_admin.protocol import ShowPolicy
 from hermes_admin.tables import Column
 
@@ -66,20 +68,21 @@ def check(app: App, profiles, as_json: bool):
     if loaded is not None:
         checked += _presets(loaded)
         found = app.discover(profiles)
-        # Without the admin layers (checked above): a profile whose preset is missing is checked too.
-        answer = app.work(ShowPolicy(), found.profiles)
         admin_level = bool(problems)  # then a profile's policy fails on them too: said once, above
+        # One look at each profile, as `run` reads it: with the admin layers, unless they are wrong
+        # (then without them, so that each profile's own config.yaml is checked all the same).
+        answer = app.work(ShowPolicy(), found.profiles, with_policy=not admin_level)
         rows = answer.data.get("policy", [])
         for row in rows:
             problems += [p for p in row["problems"] if p["file"] or not admin_level]
             warnings += row["warnings"]
             if row.get("read") is True:
                 checked.append(str(Path(row["home"]) / "config.yaml"))
-        if not admin_level:  # as run applies the admin layers: which profiles they reach, each value's origin
-            applied = app.work(ShowPolicy(), found.profiles, with_policy=True)
-            warnings += [w.as_dict() for w in _as_run_reads_it(loaded, applied)]
+        if not admin_level:  # which profiles the admin layers reach, each value's origin
+            warnings += [w.as_dict() for w in _as_run_reads_it(loaded, answer)]
         problems += [{"file": None, "line": None, "message": m} for m in answer.errors if not admin_level]
-        warnings += [{"file": None, "line": None, "message": m} for m in answer.warnings]
+        warnings += [{"file": None, "line": None, "message": p.text()} for p in answer.problems
+                     if p.severity == WARNING and p.kind != UNKNOWN_PROFILE]  # that one said with its line, above
     checked = list(dict.fromkeys(checked))
     code = exitcodes.CONFIG if problems else exitcodes.WARNINGS if warnings else exitcodes.OK
     if code != exitcodes.CONFIG and loaded is not None and app.failed_discovery(found, profiles):
@@ -115,7 +118,7 @@ def _as_run_reads_it(loaded: admin_config.AdminConfig, applied) -> list[admin_co
     (no restore copy is kept past the run: `exports prune --older-than 0` asks for --force)."""
     text = admin_config.text_of(loaded.path)
     found = [admin_config.problem_at(p.path, text, p.key, p.message) for p in applied.problems
-             if p.kind == "unknown_profile"]
+             if p.kind == UNKNOWN_PROFILE]
     rows = applied.data.get("policy", [])
     for row in rows:
         if (row.get("values") or {}).get("export_keep_days") == 0:

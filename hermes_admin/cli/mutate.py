@@ -121,11 +121,11 @@ def _human(run: Run, verbose: int = 0, quiet: bool = False) -> None:
         why = stops.pop(label, None)
         if not (verbose or run.dry_run) and not any(report.changed(r) for r in results):
             if not quiet:
-                report.line(f"{label}: nothing done: {why}" if why else _nothing_line(results))
+                report.line(f"{label}: nothing done: {why}" if why else _nothing_line(results, run.findings))
             continue
         for result in results:
             if not quiet or report.changed(result):
-                _result_lines(result, run.dry_run, verbose, quiet)
+                _result_lines(result, run.dry_run, verbose, quiet, run.findings)
         for path in dict.fromkeys(r.export for r in results if r.export):  # once a profile, whatever the tasks
             report.line(f"{label}: exported to {path}")
         if why and not quiet:
@@ -147,17 +147,17 @@ def stopped(run: Run) -> dict[str, str]:
     return stops
 
 
-def _nothing_line(results: list) -> str:
+def _nothing_line(results: list, findings: list) -> str:
     """`work: nothing to do (5 tasks, 0.02 s; repair: 2 dangling_parent)`."""
     head = results[0]
     done = [r for r in results if r.status != "skipped"]
     line = f"{head.label or head.profile}: nothing to do ({len(done)} task(s), {sum(r.seconds for r in results):.2f} s"
-    findings = [findings_summary(r.notes) for r in results if r.task == "repair" and r.notes]
+    found = findings_summary(findings, head.home)
     why = [r.why for r in results if r.status == "skipped" and not r.task]  # no store yet
-    return line + "".join(f"; repair: {f}" for f in findings if f) + "".join(f"; {w}" for w in why if w) + ")"
+    return line + (f"; repair: {found}" if found else "") + "".join(f"; {w}" for w in why if w) + ")"
 
 
-def _result_lines(result, dry_run: bool, verbose: int, quiet: bool) -> None:
+def _result_lines(result, dry_run: bool, verbose: int, quiet: bool, findings: list) -> None:
     report.line(report.summary_line(result, dry_run))
     if verbose or dry_run:
         for done in result.done:
@@ -167,7 +167,7 @@ def _result_lines(result, dry_run: bool, verbose: int, quiet: bool) -> None:
         for skip in result.skipped:
             report.line(f"  skipped {skip['session_id']}: {skip['why']}")
     if result.task == "repair" and not verbose and not len(result.done):
-        summary = findings_summary(result.notes)  # the same findings every night: counted, not listed
+        summary = findings_summary(findings, result.home)  # the same findings every night: counted, not listed
         if summary and not quiet:
             report.line(f"  {summary} (`hermes-admin repair -p {result.label or result.profile}` lists them)")
     else:
@@ -178,12 +178,12 @@ def _result_lines(result, dry_run: bool, verbose: int, quiet: bool) -> None:
             report.line(f"  kept {sid}: {why}")
 
 
-def findings_summary(notes: list[str]) -> str:
-    """`3 loose_permissions, 4 dangling_parent`: repair's findings by kind (each note begins with its kind)."""
+def findings_summary(findings: list, home: str | None) -> str:
+    """`3 loose_permissions, 4 dangling_parent`: one profile's repair findings by kind."""
     counts: dict[str, int] = {}
-    for note in notes:
-        kind = note.split(" ", 1)[0]
-        counts[kind] = counts.get(kind, 0) + 1
+    for finding in findings:
+        if finding.home == home:
+            counts[finding.kind] = counts.get(finding.kind, 0) + 1
     return ", ".join(f"{n} {kind}" for kind, n in counts.items())
 
 

@@ -88,7 +88,8 @@ def registry(run: Run, summaries: list[dict], finished: float | None = None,
     errors = counters.counter("hermes_admin_run_errors_total",
                               "Errors of runs in the profile (store or config unusable, a lock held).")
     plugin_failures = counters.counter("hermes_admin_plugin_failures_total",
-                                       "Plugin callbacks that failed (raised, timed out, died), by plugin.",
+                                       "Plugin failures (a callback raised, timed out or its plugin process died; a plugin "
+                                       "failed to load), by plugin; `*`: none ran.",
                                        (*_PROFILE, "plugin"))
     seconds = gauge("hermes_admin_run_seconds", "Wall time of each task in the last run.", (*_PROFILE, "task"))
     detached = gauge("hermes_admin_store_detached_holders",
@@ -118,9 +119,9 @@ def registry(run: Run, summaries: list[dict], finished: float | None = None,
         if result.task:  # one series per (profile, home, task), whatever the number of engine calls
             skipped(*key, result.task, amount=len(result.skipped))
             seconds.labels(*key, result.task).inc(round(result.seconds, 3))
-        for line in result.hook_failures:
-            plugin = line.split(": plugin ", 1)[1].split(":", 1)[0] if ": plugin " in line else "?"
-            plugin_failures(*key, plugin)
+        for failure in result.hook_failures:
+            if failure.plugin is not None:  # deliveries stopped (a stop request, the outbox) is no plugin's failure
+                plugin_failures(*key, failure.plugin, amount=failure.occurrences)
         if result.status != "done":
             continue
         if result.action == "delete":

@@ -23,6 +23,8 @@ from hermes_admin.problems import ERROR, LOCKED, WARNING, Problem, about
 from hermes_admin.results import RepairRun, Run
 from hermes_admin.trust import steering_environment
 
+UNKNOWN_PROFILE = "unknown_profile"  # the kind of the warning for a `profiles:` entry that reaches no profile
+
 
 def selects(profile: Profile, wanted: str) -> bool:
     """`-p` takes NAME (in every root), ROOT:NAME, or a profile's home folder."""
@@ -158,7 +160,7 @@ class Host:
         for name in sorted(map(str, self.config.profiles)):
             if name not in known:
                 run.add(Problem(WARNING, f"profiles.{name}: matches no profile of "
-                                f"{', '.join(str(r) for r in self.roots)} (a typo?)", kind="unknown_profile",
+                                f"{', '.join(str(r) for r in self.roots)} (a typo?)", kind=UNKNOWN_PROFILE,
                                 path=str(self.config.path or "admin config"), key=f"profiles.{name}"))
 
     def _context(self) -> Context:

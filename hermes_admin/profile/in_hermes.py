@@ -19,7 +19,7 @@ It speaks JSON lines: requests on stdin, replies on a private copy of stdout;
 the plugins' own prints go to stderr.
 
     serve:  -> {"home", "profile", "hermes": bool, "plugins": [{"key", "source", "location"}]}
-            <- {"ready": true, "callbacks": [plugin keys], "errors": [...]}
+            <- {"ready": true, "callbacks": [plugin keys], "errors": [{"plugin": key|null, "message"}]}
             -> {"event": {...}, "start": i}
             <- {"start": i} ... {"done": i, "error": null|"..."} ... {"finished": true}
     list:   -> {"home", "profile"}   <- {"plugins": [rows], "errors": [...]}   (imports no plugin)
@@ -96,9 +96,9 @@ def _import_entry_point(key: str):
     raise LookupError(f"entry point {key!r} not found")
 
 
-def load_plugins(spec: dict) -> tuple[list, list[str]]:
+def load_plugins(spec: dict) -> tuple[list, list[dict]]:
     hooks: list = []
-    errors: list[str] = []
+    errors: list[dict] = []
     for plugin in spec["plugins"]:
         key = plugin["key"]
         try:
@@ -111,7 +111,7 @@ def load_plugins(spec: dict) -> tuple[list, list[str]]:
                 raise LookupError("no register() function")
             register(PluginContext(key, spec["profile"], hooks))
         except BaseException as exc:  # a plugin that fails to load is reported, the others still load
-            errors.append(f"plugin {key}: failed to load in {_where()}: {type(exc).__name__}: {exc}")
+            errors.append(_load_error(key, f"{type(exc).__name__}: {exc}"))
     return hooks, errors
 
 
@@ -179,11 +179,16 @@ def _where() -> str:
     return sys.executable
 
 
-def load_with_hermes(spec: dict) -> tuple[list, list[str]]:
+def _load_error(key: str, why: str) -> dict:
+    """A plugin that did not load, as the bus reads it: whose (its key, never read from a line), and why."""
+    return {"plugin": key, "message": f"failed to load in {_where()}: {why}"}
+
+
+def load_with_hermes(spec: dict) -> tuple[list, list[dict]]:
     """Hermes' own plugin manager loads the profile's plugins; we keep its `on_session_delete`
     callbacks, each with the key of the plugin that registered it, in Hermes' order."""
     hooks: list = []
-    errors: list[str] = []
+    errors: list[dict] = []
     _quiet_hermes(bool(spec.get("verbose")))
 
     def record_load(manager, manifest, load) -> None:
@@ -193,11 +198,11 @@ def load_with_hermes(spec: dict) -> tuple[list, list[str]]:
             load()
         except BaseException as exc:  # Hermes catches Exception only: SystemExit and the like are ours to stop
             manager._plugins.pop(key, None)
-            errors.append(f"plugin {key}: failed to load in {_where()}: {type(exc).__name__}: {exc}")
+            errors.append(_load_error(key, f"{type(exc).__name__}: {exc}"))
         else:
             loaded = manager._plugins.get(key)
             if loaded is not None and getattr(loaded, "error", None):
-                errors.append(f"plugin {key}: failed to load in {_where()}: {loaded.error}")
+                errors.append(_load_error(key, str(loaded.error)))
         # what it registered before failing stays registered in Hermes too
         hooks.extend((key, callback) for callback in manager._hooks.get(HOOK, [])[before:])
 
@@ -207,7 +212,8 @@ def load_with_hermes(spec: dict) -> tuple[list, list[str]]:
         hermes_plugins._plugin_manager = manager  # a plugin asking for "the" manager gets this one
         manager.discover_and_load()
     except BaseException as exc:
-        errors.append(f"plugins not loaded: Hermes' plugin manager failed in {_where()}: {type(exc).__name__}: {exc}")
+        errors.append({"plugin": None, "message": f"plugins not loaded: Hermes' plugin manager failed in {_where()}: "
+                                                  f"{type(exc).__name__}: {exc}"})
         return [], errors
     if not hooks and manager._hooks.get(HOOK):  # a manager without _load_plugin: attribute by module
         hooks = [(_module_key(callback), callback) for callback in manager._hooks[HOOK]]

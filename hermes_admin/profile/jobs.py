@@ -106,7 +106,7 @@ def maintain(job: Job, isolated: bool, env: Environment) -> Run:
                              _siblings(siblings, profile))
         finally:  # what `status` reads: written as the owner, in the home, for every run that was not dry
             if not request.dry_run and profile.has_store():
-                run_record.write(profile, run_record.summarise(run, before, job.params.command, started,
+                run_record.write(profile, run_record.summarise(run, before, profile, job.params.command, started,
                                                                interrupted=stopping.requested()))
         if job.params.summaries:
             run.data.setdefault("summaries", []).append(dict(profile_summary(profile, lock_wait_s=env.lock_wait),

@@ -107,6 +107,13 @@ class Policy:
                                                        sorted(self.source_retention_days.items())))
         return "; ".join(parts)
 
+    def switch(self, key: str):
+        """The value of a task's switch (model.TaskName.switch), the key that turns the task on for `run`:
+        named here, each, so that what turns a task on is read, never looked up by name."""
+        return {"repair": self.repair, "ghost_prune": self.ghost_prune, "empty_sweep": self.empty_sweep,
+                "auto_prune": self.auto_prune, "max_store_mb": self.max_store_mb,
+                "auto_archive": self.auto_archive}[key]
+
     def windows(self):
         """Retention's windows (tasks/retention.Windows): per source, and for stale-closed rows."""
         from hermes_admin.profile.tasks.retention import Windows

@@ -21,6 +21,7 @@ import time
 
 from hermes_admin.profile.engine.state_folder import STATE_DIR, read_record, write_record
 from hermes_admin.protocol import Profile
+from hermes_admin import exitcodes
 from hermes_admin import problems as said
 from hermes_admin.results import Run
 
@@ -32,8 +33,14 @@ MAX_LINES = 5  # errors and warnings kept per run: enough to say what went wrong
 ACTIONS = ("delete", "archive", "close", "repair")  # what a task's engine call did to its rows
 
 
-def summarise(run: Run, before: tuple[int, int], command: str, started: float, interrupted: bool = False) -> dict:
-    """What this profile's part of `run` (results and problems past `before`) did: one run of the history.
+# A run's result as `status` words it, from the exit code its problems ask for (problems.exit_code).
+OUTCOMES = {exitcodes.PROFILE_FAILED: "error", exitcodes.LOCKED: "locked", exitcodes.WARNINGS: "warnings",
+            exitcodes.OK: "ok"}
+
+
+def summarise(run: Run, before: tuple[int, int], profile: Profile, command: str, started: float,
+              interrupted: bool = False) -> dict:
+    """What `profile`'s part of `run` (results and problems past `before`) did: one run of the history.
     `interrupted`: a stop (Ctrl-C, systemd's SIGTERM) came while it ran, so some of its work waits."""
     results, found = run.results[before[0]:], run.problems[before[1]:]
     errors, warnings, locked = (said.texts(found, said.ERROR), said.texts(found, said.WARNING),
@@ -48,11 +55,11 @@ def summarise(run: Run, before: tuple[int, int], command: str, started: float, i
         entry["rows"] += result.rows
         entry["units"] += len(result.done)
         entry["files"] += len(result.files_removed)
-        for failure in result.hook_failures:
-            warnings.append(failure)
+        warnings += [failure.text(profile.shown) for failure in result.hook_failures]
+    code = said.exit_code(found, warned=any(r.hook_failures or len(r.skipped) or len(r.files_skipped)
+                                               for r in results))
     # A run cut short is no "ok": what it did not reach waits for the next run, and `status` says so.
-    outcome = ("error" if errors else "locked" if locked else "interrupted" if interrupted else
-               "warnings" if warnings or any(len(r.skipped) or len(r.files_skipped) for r in results) else "ok")
+    outcome = "interrupted" if interrupted and code in (exitcodes.OK, exitcodes.WARNINGS) else OUTCOMES[code]
     finished = time.time()
     return {"command": command, "started": started, "finished": finished,
             "seconds": round(finished - started, 3), "result": outcome, "changed": changed,

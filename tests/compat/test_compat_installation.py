@@ -213,5 +213,5 @@ def test_a_hanging_plugin_in_hermes_interpreter_is_cut_short(hermes_peer, tmp_pa
     result = invoke("--root", str(root), "sessions", "delete", *two, "--json", "--yes")
     assert time.monotonic() - started < 20
     failures = json.loads(result.stdout)["results"][0]["hook_failures"]
-    assert sum("timed out" in f for f in failures) == 2 and result.exit_code == 1  # as in our interpreter
+    assert sum("timed out" in f["text"] for f in failures) == 2 and result.exit_code == 1  # as in our interpreter
     assert sorted(i for e in heard(root)["flat"] for i in e["ids"]) == sorted(two)

@@ -52,7 +52,8 @@ def test_delete_parent_with_delegates_is_one_unit_one_event(home, invoke):
     assert sorted(event["deleted_ids"]) == sorted([parent, *children])
     assert event["sessions_dir"] == str(root / "sessions") and event["sessions_dir_type"] == "PosixPath"
     assert events(root, "recorded-narrow.jsonl") == [{"session_id": parent}]
-    assert any("raiser" in f and "plugin failure on purpose" in f for f in doc["results"][0]["hook_failures"])
+    assert any(f["plugin"] == "raiser" and "plugin failure on purpose" in f["text"]
+               for f in doc["results"][0]["hook_failures"])
     assert not (root / "never-imported-marker").exists()  # present, not enabled: never imported
     healthy(root, fk_before)
 
@@ -229,8 +230,9 @@ def test_timeouts_kill_and_others_still_receive(tmp_path, now, invoke):
     assert elapsed < 15, elapsed  # two 2 s timeouts and two worker restarts, not 300 s
     failures = json.loads(result.stdout)["results"][0]["hook_failures"]
     # one line per plugin and kind of failure, then how often it came back
-    assert len([f for f in failures if "timed out after 2 s" in f]) == 1
-    assert any("plugin sleeper: timed out 1 more time(s)" in f for f in failures)
+    assert len([f for f in failures if "timed out after 2 s" in f["text"]]) == 1
+    assert any("plugin sleeper: timed out 1 more time(s)" in f["text"] for f in failures)
+    assert any(f["plugin"] == "sleeper" and f["kind"] == "timed out" and f["repeats"] == 1 for f in failures)
     assert sorted(e["session_id"] for e in events(root)) == ["a", "b"]
 
 

@@ -141,7 +141,8 @@ def test_the_bus_never_runs_another_users_plugins_as_root(now, tmp_path):
     failures = bus.fire({"session_id": "a", "reason": "delete", "profile": "default",
                          "deleted_ids": None, "sessions_dir": str(home / "sessions")})
     bus.close()
-    assert len(failures) == 1 and "refusing to run another user's plugins as root" in failures[0]
+    assert len(failures) == 1 and "refusing to run another user's plugins as root" in failures[0].message
+    assert failures[0].plugin == "*" and failures[0].kind == "plugins not run"
     assert events(home) == []
 
 

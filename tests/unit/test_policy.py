@@ -91,3 +91,15 @@ def test_a_losing_layer_is_checked_too():
                           defaults=Layer({"retention_days": "120 parsecs"}, Origin("a", "defaults")))
     with pytest.raises(PolicyError, match="a: defaults: retention_days: '120 parsecs' is not a duration"):
         with_origins("work", layers, hermes({}))
+
+
+def test_every_tasks_switch_is_a_policy_key_read_as_the_policy_holds_it():
+    from dataclasses import fields
+
+    from hermes_admin.model import TASKS
+    from hermes_admin.profile.policy import Policy
+
+    policy = Policy(**{f.name: BUILTINS[f.name] for f in fields(Policy) if f.name in BUILTINS})
+    for task in TASKS:
+        if task.switch is not None:
+            assert policy.switch(task.switch) == policy.as_dict()[task.switch], task.name

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import yaml
 
+from hermes_admin.hook_failures import HookFailure
 from hermes_admin.report import plugin_failures
+from hermes_admin.results import Result
 from tests.helpers import home_of, install_plugins
 
 POLICY = {"auto_prune": True, "retention_days": 90, "auto_archive": True, "auto_archive_days": 30}
@@ -66,9 +68,12 @@ def test_a_failing_plugin_is_one_line_per_run(synth_root, invoke):
 
 
 def test_plugin_failures_are_folded_per_plugin():
-    lines = ["profile 'w': plugin a: ValueError: x", "profile 'w': plugin a: ValueError: x",
-             "profile 'w': plugin a: raised 3 more time(s)", "profile 'w': plugin b: timed out",
-             "profile 'v': plugin a: ValueError: y", "something else"]
-    assert plugin_failures(lines) == [
-        "something else", "profile 'w': plugin a: ValueError: x (and 4 more time(s) this run)",
+    """More cases: test_hook_failures.py."""
+    w, v = Result("w", "delete", "prune", False, home="/w"), Result("v", "delete", "prune", False, home="/v")
+    w.hook_failures += [HookFailure("a", "raised", "ValueError: x"), HookFailure("a", "raised", "ValueError: x"),
+                        HookFailure("a", "raised", "ValueError: x", repeats=3), HookFailure("b", "timed out", "timed out"),
+                        HookFailure(None, "stopped", "something else")]
+    v.hook_failures += [HookFailure("a", "raised", "ValueError: y")]
+    assert plugin_failures([w, v]) == [
+        "profile 'w': something else", "profile 'w': plugin a: ValueError: x (and 4 more time(s) this run)",
         "profile 'w': plugin b: timed out", "profile 'v': plugin a: ValueError: y"]

@@ -238,3 +238,12 @@ def test_run_reads_a_whole_store_once_a_day_and_again_when_it_is_replaced(synth_
     checked.clear()
     assert invoke("--root", str(root), "repair", "--json").exit_code in (0, 1)  # 1: it found things
     assert sorted(checked) == ["default", "legacy", "work"]
+
+
+def test_run_counts_the_repair_findings_by_kind_from_the_findings(root, invoke):
+    """`run`'s report-only repair is counted per profile and kind, not listed (each listed under -v)."""
+    said = invoke("--root", str(root), "run", "--dry-run", "-p", "work").stdout
+    line = next(line for line in said.splitlines() if line.startswith("work: repair: "))
+    assert "finding(s)" in line
+    summary = next(line for line in said.splitlines() if line.startswith("  ") and "dangling_parent" in line)
+    assert "1 dangling_parent" in summary and "1 wrong_store" in summary and "repair -p work" in summary

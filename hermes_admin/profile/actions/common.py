@@ -140,7 +140,7 @@ def with_engine(run: Run, profile: Profile, env: Environment, work: Callable[[En
                     progress=Progress(), env=env)
     try:
         with engine:
-            run.add(*(Problem(WARNING, line, home=str(profile.home), kind="replay") for line in engine.replayed))
+            run.add(*(about(profile, WARNING, "replay", failure.reason) for failure in engine.replayed))
             if engine.config is not None:  # each names its file and key
                 run.add(*(replace(w, home=str(profile.home)) for w in engine.config.warnings))
             done += engine.recovered  # units an interrupted run left half-deleted, finished or restored

@@ -69,7 +69,7 @@ class Task:
 
     def off(self, policy: Policy) -> str | None:
         """Why the policy leaves this task off, in the report's words; None: it runs."""
-        value = getattr(policy, self.name.switch)  # a policy key, named in model.TASKS
+        value = policy.switch(self.name.switch)
         if value is not None and value is not False:
             return None
         return self.off_why or f"{self.name.switch} is off in this profile's policy"
@@ -414,6 +414,9 @@ def repair_step(run: Run, profile: Profile, policy: Policy, request: Request, en
         run.add(about(profile, severity, "repair", f"repair: {' '.join(str(exc).split())}"))
         return
     for finding in findings:
+        finding.home = str(profile.home)
+    run.findings += findings  # counted by kind in the report (cli/mutate.py), each listed under -v
+    for finding in findings:
         state = "fixed" if finding.applied else (f"not fixed: {finding.error}" if finding.error else
                                                  "report only" if finding.fix == "none" else f"run `repair --apply` to {finding.fix}")
         result.notes.append(f"{finding.kind} {finding.subject}: {finding.detail} ({state})")
@@ -438,7 +441,7 @@ def applied(policy: Policy, origins: dict, request: Request) -> tuple[Policy, di
 
     if request.explicit:
         for task in model.TASKS:
-            if task.name in request.tasks and task.command and isinstance(getattr(policy, task.switch), bool):
+            if task.name in request.tasks and task.command and isinstance(policy.switch(task.switch), bool):
                 change(task.switch, True, f"the {task.command} command")
     if model.PURGE.name in request.tasks:
         if request.older_than is not None:

@@ -10,7 +10,9 @@ from __future__ import annotations
 import os
 import stat
 
+from hermes_admin import hook_failures as failed
 from hermes_admin import stopping
+from hermes_admin.hook_failures import HookFailure
 from hermes_admin.profile.engine import faults
 from hermes_admin.profile.store.files import FileIndex, removable, unsafe_id
 from hermes_admin.profile.engine.outbox import Event, Outbox, OutboxError
@@ -105,7 +107,7 @@ class Aftermath:
             result.files_removed += removed
             result.files_skipped += skipped
 
-    def deliver(self, events: list[Event], failures: list[str]) -> None:
+    def deliver(self, events: list[Event], failures: list[HookFailure]) -> None:
         faults.point("before_delivery", events=events)
         if not self.listening:
             if events:  # replayed events whose plugins were disabled since: nothing to call
@@ -113,24 +115,22 @@ class Aftermath:
             return
         for n, event in enumerate(events):  # each marked as soon as its plugins ran: a crash repeats one
             if stopping.requested():  # a stop request: no new event is sent; the rest wait in the outbox
-                failures.append(f"profile '{self.profile.shown}': stopped on request; "
-                                f"{len(events) - n} event(s) left in the outbox for the next run")
+                failures.append(_stopped(len(events) - n))
                 return
             try:
                 failures += self.bus.fire(event.payload(self.profile))
                 self.outbox.delivered([event.id])
             except DeliveryStopped:  # a stop request: this event and the rest wait for the next run
-                failures.append(f"profile '{self.profile.shown}': stopped on request; "
-                                f"{len(events) - n} event(s) left in the outbox for the next run")
+                failures.append(_stopped(len(events) - n))
                 return
             except OutboxError as exc:  # disk full, read-only: no more deliveries (no repeats) this run
-                failures.append(f"profile '{self.profile.shown}': {exc}; deliveries stopped, "
-                                f"{len(events) - n} event(s) left for the next run (the first may repeat)")
+                failures.append(HookFailure(None, failed.OUTBOX, f"{exc}; deliveries stopped, {len(events) - n} "
+                                                                 "event(s) left for the next run (the first may repeat)"))
                 return
 
-    def replay(self, db) -> list[str]:
+    def replay(self, db) -> list[HookFailure]:
         """Finish what a previous run left: verify pending events, deliver committed ones."""
-        failures: list[str] = []
+        failures: list[HookFailure] = []
         committed: dict[int, list[str]] = {}
         dropped: list[int] = []
         for event in self.outbox.pending():
@@ -145,6 +145,11 @@ class Aftermath:
         self.collect_files(scratch)
         self.deliver(undelivered, failures)
         return failures
+
+
+def _stopped(left: int) -> HookFailure:
+    """Deliveries a stop request ended: no one plugin's failure."""
+    return HookFailure(None, failed.STOPPED, f"stopped on request; {left} event(s) left in the outbox for the next run")
 
 
 def _done(db, event: Event) -> bool:

@@ -83,7 +83,7 @@ class Engine:
         self.left: list[str] = []  # units of an interrupted split delete still left for the next run
         self.exports_removed: list[dict] = []  # old exports that retention removed (or, dry, would remove)
         self.space: Space | None = None  # free pages given back (space.py)
-        self.replayed: list[str] = []  # hook failures while replaying the outbox
+        self.replayed: list = []  # HookFailure values met while replaying the outbox
         self.recovered: list[Result] = []  # units of an interrupted split delete, finished or restored
         self.locks: ProfileLocks | None = None
         self.store: Store | None = None

@@ -6,8 +6,9 @@ profile (`profile/installation.py`), where Hermes' own plugin manager loads what
 Hermes would; without one, in ours, with the plugins `hooks.discovery` found.
 Each callback is bounded by the profile's `plugins.hook_callback_timeout`: past
 it the process is killed, restarted, and the event goes on with the next callback. A raising or
-crashing callback is reported once per plugin and kind of failure; the others
-still run.
+crashing callback is reported once per plugin and kind of failure (a HookFailure
+value, hook_failures.py), and how often it came back at the end of each engine call
+(`repeats`); the others still run.
 
 The plugin process runs plugin code, so nothing it writes is trusted: each reply is a
 size-bounded JSON object of the one shape the protocol expects next, and every
@@ -31,6 +32,8 @@ import time
 from typing import Mapping
 
 from hermes_admin import child, shown, stopping
+from hermes_admin import hook_failures as failed
+from hermes_admin.hook_failures import HookFailure
 from hermes_admin.profile import in_hermes
 from hermes_admin.profile.hooks.discovery import PluginInfo
 from hermes_admin.profile.installation import Installation
@@ -75,7 +78,8 @@ class HookBus:
         self.callbacks: list[str] = []
         self._buffer = b""
         self._running = 0
-        self._reported: dict[tuple[str, str], int] = {}  # (plugin, kind of failure) -> times seen
+        # (plugin, kind of failure) -> the message it was told with, and the times seen since
+        self._reported: dict[tuple[str | None, str], tuple[str, int]] = {}
 
     @property
     def active(self) -> bool:
@@ -83,7 +87,7 @@ class HookBus:
 
     # -- the plugin process -------------------------------------------------
 
-    def _start(self) -> list[str]:
+    def _start(self) -> list[HookFailure]:
         # This process already is the home's owner (privilege separation: host/workers.py); a
         # plugin never runs as root over another user's home, even if that were ever not so.
         if os.geteuid() == 0 and os.lstat(self.profile.home).st_uid != 0:
@@ -125,12 +129,17 @@ class HookBus:
             raise
         callbacks = ready.get("callbacks") if isinstance(ready, dict) and ready.get("ready") is True else None
         errors = ready.get("errors") if isinstance(ready, dict) else None
-        if not _texts(callbacks) or not _texts(errors):
+        if not _texts(callbacks) or not _load_errors(errors):
             self._kill()
             raise PluginProcessGone("plugin process did not start")
         self.callbacks = [shown.clean(c, 200) for c in callbacks]
         notes, self.notes = self.notes, []  # told once, with the first start
-        return [f"profile '{self.profile.shown}': {shown.clean(e, 2000)}" for e in notes + errors]
+        failures = [HookFailure(None, failed.INTERPRETER, shown.clean(note, 2000)) for note in notes]
+        for error in errors:  # said again at each start: once, then counted as repeats
+            plugin = error["plugin"]
+            self._failure(failures, None if plugin is None else shown.clean(plugin, 200), failed.NOT_LOADED,
+                          error["message"])
+        return failures
 
     def _send(self, message: dict) -> None:
         """One line to the plugin process, never blocking past SEND_TIMEOUT_S (a stopped one reads nothing)."""
@@ -196,21 +205,21 @@ class HookBus:
             except (OSError, subprocess.TimeoutExpired):
                 pass
             self._kill()
-        for line in self.repeats():
-            self.log(line)
+        for failure in self.repeats():
+            self.log(failure.text(self.profile.shown))
 
-    def repeats(self) -> list[str]:
-        """How often each reported failure came back since the last call (one line each)."""
-        lines = []
-        for (plugin, kind), times in self._reported.items():
+    def repeats(self) -> list[HookFailure]:
+        """How often each reported failure came back since the last call (a value each)."""
+        came_back = []
+        for (plugin, kind), (message, times) in self._reported.items():
             if times > 1:
-                lines.append(f"profile '{self.profile.shown}': plugin {plugin}: {kind} {times - 1} more time(s)")
-                self._reported[(plugin, kind)] = 1
-        return lines
+                came_back.append(HookFailure(plugin, kind, message, repeats=times - 1))
+                self._reported[(plugin, kind)] = (message, 1)
+        return came_back
 
     # -- delivery ------------------------------------------------------------
 
-    def fire(self, payload: dict) -> list[str]:
+    def fire(self, payload: dict) -> list[HookFailure]:
         """Call every `on_session_delete` callback with this event; returns the failures to report.
 
         Raises DeliveryStopped when a stop was requested meanwhile: the caller leaves the
@@ -218,14 +227,14 @@ class HookBus:
         """
         if not self.active:
             return []
-        failures: list[str] = []
+        failures: list[HookFailure] = []
         start = 0
         while True:
             if self.proc is None:
                 try:
                     failures += self._start()
                 except (PluginProcessGone, OSError) as exc:
-                    self._failure(failures, "*", "plugins not run", str(exc))
+                    self._failure(failures, failed.EVERY_PLUGIN, failed.NOT_RUN, str(exc))
                     return failures
             if start >= len(self.callbacks):
                 return failures
@@ -245,24 +254,25 @@ class HookBus:
             what, running, detail = outcome
             name = self.callbacks[running] if running < len(self.callbacks) else "?"
             if what == "timeout":
-                self._failure(failures, name, "timed out",
+                self._failure(failures, name, failed.TIMED_OUT,
                               f"on_session_delete timed out after {self.timeout:g} s; plugin process restarted")
             elif what == "broke":
-                self._failure(failures, name, "broke the protocol",
+                self._failure(failures, name, failed.BROKE_PROTOCOL,
                               f"its plugin process broke the protocol ({detail}); restarted")
             else:
-                self._failure(failures, name, "process died", "its plugin process died; restarted")
+                self._failure(failures, name, failed.PROCESS_DIED, "its plugin process died; restarted")
             self._kill()
             start = running + 1
 
-    def _failure(self, failures: list[str], plugin: str, kind: str, text: str) -> None:
-        """One line per plugin and kind of failure; repeats are counted and told once at close."""
+    def _failure(self, failures: list[HookFailure], plugin: str | None, kind: str, message: str) -> None:
+        """One value per plugin and kind of failure; repeats are counted and told by `repeats`."""
         key = (plugin, kind)
-        self._reported[key] = self._reported.get(key, 0) + 1
-        if self._reported[key] == 1:
-            failures.append(f"profile '{self.profile.shown}': plugin {plugin}: {shown.clean(text, 2000)}")
+        said, times = self._reported.get(key, (shown.clean(message, 2000), 0))
+        self._reported[key] = (said, times + 1)
+        if times == 0:
+            failures.append(HookFailure(plugin, kind, said))
 
-    def _run_until_finished(self, failures: list[str], start: int):
+    def _run_until_finished(self, failures: list[HookFailure], start: int):
         """Replies for one event, in the one order the protocol allows: start i, done i, ..., finished.
 
         "finished", or (what, index, detail) for the callback that hung, or whose plugin process broke.
@@ -287,7 +297,7 @@ class HookBus:
                 raise PluginProcessBroke("a malformed reply")
             if error:
                 first_line = error.strip().splitlines()[0] if error.strip() else error
-                self._failure(failures, self.callbacks[expected], "raised",
+                self._failure(failures, self.callbacks[expected], failed.RAISED,
                               f"on_session_delete raised {first_line}")
             expected += 1
 
@@ -301,3 +311,10 @@ def hermes_environment(given: Mapping[str, str]) -> dict[str, str]:
 
 def _texts(value) -> bool:
     return isinstance(value, list) and len(value) <= 1000 and all(isinstance(v, str) for v in value)
+
+
+def _load_errors(value) -> bool:
+    """The plugin process's load errors: each `{"plugin": key or null, "message": text}`, nothing else."""
+    return isinstance(value, list) and len(value) <= 1000 and all(
+        isinstance(e, dict) and set(e) == {"plugin", "message"} and isinstance(e["message"], str)
+        and (e["plugin"] is None or isinstance(e["plugin"], str)) for e in value)
