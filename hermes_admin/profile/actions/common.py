@@ -83,7 +83,7 @@ class Ledger:
         try:
             yield result
         except Refused:
-            self.results.remove(result)
+            self.results = [entered for entered in self.results if entered is not result]
             self.under_way = None
             raise
         self.under_way = None
