@@ -107,9 +107,6 @@ class _Pass:
         # Ids a task selected that are still in the store: all of them in a dry run, else the
         # ones it skipped (what it did act on is gone, and kept out of this set: memory).
         self.claimed: set[str] = set()
-        # Rows a dry run's close_stale would have closed: the later tasks of the dry run read them
-        # closed, as the run's later tasks do (their `ended_at`, the run's now).
-        self.closed: set[str] = set()
         # The first result of a delete that freed pages: incremental vacuum gives them back once every
         # task is done (`reclaim`), so that its last commits are the run's last and cut the WAL back.
         self.to_reclaim: Result | None = None
@@ -184,8 +181,6 @@ class _Pass:
             ids = [i for unit in done.done for i in unit.ids]
             if task.act == "close":  # closed, the rows stay: a later task (the archive) may still take them
                 self.claimed.difference_update(ids)
-                if self.engine.dry_run:
-                    self.closed.update(ids)
             elif not self.engine.dry_run:  # gone (or archived, by the last task): no later task can take them
                 self.claimed.difference_update(ids)
             return done
@@ -208,8 +203,7 @@ class _Pass:
         """The store's parts as this point of the run sees them: in a dry run, the rows an earlier task
         would have closed are closed, as the run would have left them. `total`: the sessions counted."""
         for graph in self._parts(task.name.name, result, only, total):
-            for sid in self.closed.intersection(graph.rows):
-                graph.rows[sid] = replace(graph.rows[sid], ended_at=self.request.now, end_reason=retention.REAPED)
+            self.engine.deletes.as_left(graph.rows)  # the one record of a dry run's closes: the engine's
             yield graph
 
     def _parts(self, task: str, result: Result, only: str | None = None,

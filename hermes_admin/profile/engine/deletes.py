@@ -36,11 +36,14 @@ class Deletes:
     def rows(self, ids: list[str]) -> dict[str, SessionRow]:
         """The rows of these sessions as they are now (inside the caller's transaction); in a dry run,
         as its earlier steps would have left them."""
-        fresh = load_rows(self.store, ids)
-        if self.closed_in_dry_run:
-            for sid in fresh.keys() & self.closed_in_dry_run.keys():
-                fresh[sid] = replace(fresh[sid], ended_at=self.closed_in_dry_run[sid], end_reason=REAPED)
-        return fresh
+        return self.as_left(load_rows(self.store, ids))
+
+    def as_left(self, rows: dict[str, SessionRow]) -> dict[str, SessionRow]:
+        """`rows` (changed in place, and returned) as this run has left them: in a dry run, those its
+        close_stale would have closed are closed; the tasks' selection reads them so too."""
+        for sid in rows.keys() & self.closed_in_dry_run.keys():
+            rows[sid] = replace(rows[sid], ended_at=self.closed_in_dry_run[sid], end_reason=REAPED)
+        return rows
 
     def blocked(self, db, ids: list[str]) -> dict[str, str]:
         """Guarded ids (a live Hermes at work on them, a table we do not know pointing at them) -> why."""
