@@ -143,14 +143,20 @@ def test_unusable_stores_are_reported_never_modified(tmp_path, invoke):
     assert (root / "profiles" / "bad" / "state.db").read_bytes() == before
 
 
-@needs_host_pids
-def test_broken_fts_is_found_and_rebuilt(tmp_path, now, invoke):
+def _broken_fts_root(tmp_path, now):
+    """A root whose store's FTS index holds a row no message has."""
     root = tmp_path / "h"
     store = SynthStore(root / "state.db", version=30)
     store.session("s", started=now)
     store.messages("s", 3, now)
     store.conn.execute("INSERT INTO messages_fts(rowid, content, tool_name, tool_calls) VALUES (999, 'ghost', NULL, NULL)")
     store.close()
+    return root
+
+
+@needs_host_pids
+def test_broken_fts_is_found_and_rebuilt(tmp_path, now, invoke):
+    root = _broken_fts_root(tmp_path, now)
     assert fts_problems(root / "state.db")
     doc = json.loads(invoke("--root", str(root), "repair", "--check-fts", "--json").stdout)
     assert any(f["kind"] == "broken_fts" for f in doc["findings"])
@@ -163,12 +169,7 @@ def test_broken_fts_is_found_and_rebuilt(tmp_path, now, invoke):
 def test_what_repairs_engine_sets_aside_is_said_as_a_warning(tmp_path, now, invoke):
     """A folder where our lock file goes, met by the engine `repair --apply` opens: moved aside and
     said, as any run says it, not lost with the engine, nor counted among the findings."""
-    root = tmp_path / "h"
-    store = SynthStore(root / "state.db", version=30)
-    store.session("s", started=now)
-    store.messages("s", 3, now)
-    store.conn.execute("INSERT INTO messages_fts(rowid, content, tool_name, tool_calls) VALUES (999, 'ghost', NULL, NULL)")
-    store.close()
+    root = _broken_fts_root(tmp_path, now)
     (root / ".hermes-admin" / "lock").mkdir(parents=True)
     result = invoke("--root", str(root), "repair", "--check-fts", "--apply", "--yes", "--json")
     assert result.exit_code == 1, result.stderr
