@@ -40,10 +40,10 @@ from hermes_admin.profile.store import Store, StoreError, keep_wal
 from hermes_admin.profile.engine.exports import UNIT_WEIGHT
 from hermes_admin.profile.engine.restore import row_weight
 from hermes_admin.profile.store import fts_index, repairs
-from hermes_admin.profile.store.restoring import insert_row, session_exists
+from hermes_admin.profile.store.restoring import put_row, session_exists, session_row
 from hermes_admin.profile.store.connect import readonly_uri, write_transaction
 from hermes_admin.profile.store.read import existing_ids
-from hermes_admin.profile.store.sql import dicts
+from hermes_admin.profile.store.unit_rows import all_messages, prompts_of, usage_rows
 from hermes_admin.profile.store.errors import SQLITE_ERRORS
 
 STANDARD_FOLDERS = ("sessions", "logs", "memories", "skills", "cron")
@@ -225,19 +225,12 @@ def _fix_files(finding: Finding, profile: Profile) -> None:
 
 def _export(store: Store, sid: str) -> dict:
     """The session row, its messages (inactive ones too), usage rows and system prompt."""
-    db = store.db
-
-    def rows(sql, params):
-        return dicts(db, sql, params)
-
-    (session,) = rows("SELECT * FROM sessions WHERE id = ?", [sid])
-    export = {"session": session, "messages": rows("SELECT * FROM messages WHERE session_id = ? ORDER BY id", [sid])}
-    export["usage"] = (rows("SELECT * FROM session_model_usage WHERE session_id = ?", [sid])
-                       if store.schema.has_table("session_model_usage") else [])
-    hashes = [session.get("system_prompt_hash"), session.get("tool_names")]
-    export["prompts"] = (rows(f"SELECT * FROM system_prompts WHERE hash IN ({','.join('?' * len(hashes))})", hashes)
-                         if store.schema.has_table("system_prompts") else [])
-    return export
+    db, schema = store.db, store.schema
+    session = session_row(db, sid)
+    if session is None:
+        raise RuntimeError(f"{sid} is no longer in profile '{store.profile.shown}': nothing to copy")
+    return {"session": session, "messages": all_messages(db, sid),
+            "usage": usage_rows(db, schema, [sid]).get(sid, []), "prompts": prompts_of(db, schema, session)}
 
 
 def _import(target: Store, export: dict) -> None:
@@ -252,23 +245,19 @@ def _import(target: Store, export: dict) -> None:
         session["title"] = f"{session['title']} ({sid[-6:]})"
     if schema.has_table("system_prompts"):
         for prompt in export["prompts"]:
-            _insert(db, "system_prompts", prompt, schema.columns["system_prompts"], "OR IGNORE")
+            put_row(db, "system_prompts", prompt, schema.columns["system_prompts"], keep_existing=True)
     elif export["prompts"] and "system_prompt" in schema.columns["sessions"]:
         session.setdefault("system_prompt", export["prompts"][0].get("prompt"))
     if not schema.has_column("sessions", "system_prompt_hash") or not schema.has_table("system_prompts"):
         session.pop("system_prompt_hash", None)
     session["profile_name"] = target.profile.name  # the row belongs here now
-    _insert(db, "sessions", session, schema.columns["sessions"])
+    put_row(db, "sessions", session, schema.columns["sessions"])
     columns = schema.columns["messages"] - {"id", "display_order"}
     for message in export["messages"]:
-        _insert(db, "messages", message, columns)
+        put_row(db, "messages", message, columns)
     if schema.has_table("session_model_usage"):
         for usage in export["usage"]:
-            _insert(db, "session_model_usage", usage, schema.columns["session_model_usage"], "OR IGNORE")
-
-
-def _insert(db, table: str, row: dict, columns, conflict: str = "") -> None:
-    insert_row(db, table, row, [c for c in row if c in columns], f"INSERT {conflict}".strip())
+            put_row(db, "session_model_usage", usage, schema.columns["session_model_usage"], keep_existing=True)
 
 
 def _move(source: Engine, target_profile: Profile, moves: list[Finding], result: Result) -> list[str]:

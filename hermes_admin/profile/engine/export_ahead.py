@@ -30,7 +30,6 @@ FIRST_EXPORT_UNITS = 8  # the first batch, small: the deletes wait for it, and s
 # growing faster made the deletes wait for the big batch at each part of the store.
 EXPORT_GROWTH = 2
 EXPORTS_AHEAD = 2  # batches exported ahead of the deletes: a batch of big sessions is absorbed by the next
-TEXT_COLUMNS = ("content", "tool_calls", "reasoning", "reasoning_content", "api_content")  # what FTS5 indexes
 
 
 STOPPED = "stopped on request"  # how every stop note begins (actions/maintenance finds the engine's by it)
@@ -52,11 +51,6 @@ class Step(NamedTuple):
     last: bool  # nothing follows it in this call
     weight: int  # what it carries (exports.ROW_WEIGHT, UNIT_WEIGHT)
 
-
-def text_size(store: Store, each: str) -> str:
-    """SQL for the bytes of a message's text columns (what FTS5 tokenizes, near enough)."""
-    texts = [c for c in TEXT_COLUMNS if store.schema.has_column("messages", c)]
-    return " + ".join(each.format(c) for c in texts) or "0"
 
 
 class ExportAhead:
@@ -173,9 +167,9 @@ class ExportAhead:
 
     def _weigh(self, units: list[Unit], db) -> dict[str, int]:
         """Each unit's weight from the store (as an export would have measured it, near enough)."""
-        size = text_size(self.store, "TOTAL(LENGTH({}))")
+        ids = [i for unit in units for i in unit.ids]
         of_session = {sid: int(chars) + count * exports.ROW_WEIGHT for sid, (count, chars)
-                      in unit_rows.message_sizes(db, [i for unit in units for i in unit.ids], size).items()}
+                      in unit_rows.message_sizes(db, self.store.schema, ids).items()}
         return {u.session_id: exports.UNIT_WEIGHT + sum(of_session.get(i, 0) for i in u.ids) for u in units}
 
 

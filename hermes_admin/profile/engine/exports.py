@@ -41,8 +41,8 @@ from pathlib import Path
 from typing import Iterator
 
 from hermes_admin.plain_files import NotPlain, open_plain, read_plain
-from hermes_admin.profile.store.sql import chunks, column_names, dicts, journal, marks
-from hermes_admin.profile.store.unit_rows import messages_of, session_rows
+from hermes_admin.profile.store.sql import column_names, journal
+from hermes_admin.profile.store.unit_rows import messages_of, names_prompts, prompts_of, session_rows, usage_rows
 from hermes_admin.protocol import Profile
 
 FORMAT = 2  # 1: the manifest as one JSON document, rewritten for each member (still read)
@@ -245,7 +245,7 @@ class ExportFile:
                 with _snapshot(db):
                     columns = session_columns(db)
                     rows = {r[0]: r for r in session_rows(db, [i for u in units for i in u.ids])}
-                    usage = self._usage(db, schema, list(rows))
+                    usage = usage_rows(db, schema, list(rows))
                     for unit in units:
                         found[unit.session_id] = self._unit(db, schema, unit, put, columns, rows, usage)
                 ids = {unit.session_id: unit.ids for unit in units}
@@ -274,15 +274,6 @@ class ExportFile:
         self._append_manifest(member)
         return written
 
-    @staticmethod
-    def _usage(db, schema, ids: list[str]) -> dict[str, list[dict]]:
-        found: dict[str, list[dict]] = {}
-        if schema.has_table("session_model_usage"):
-            for part in chunks(ids):
-                for row in _dicts(db, f"SELECT * FROM session_model_usage WHERE session_id IN ({marks(part)})", part):
-                    found.setdefault(row["session_id"], []).append(row)
-        return found
-
     def _unit(self, db, schema, unit, put, columns, by_id, usage) -> Exported | None:
         ids = list(unit.ids)
         rows = [by_id[i] for i in ids if i in by_id]
@@ -296,11 +287,8 @@ class ExportFile:
             record = dict(zip(columns, row))
             if schema.has_table("session_model_usage"):
                 record["session_model_usage"] = usage.get(sid, [])
-            if schema.has_table("system_prompts"):
-                hashes = [record.get(c) for c in ("system_prompt_hash", "tool_names") if record.get(c)]
-                if hashes:
-                    record["system_prompts"] = _dicts(
-                        db, f"SELECT * FROM system_prompts WHERE hash IN ({marks(hashes)})", hashes)
+            if schema.has_table("system_prompts") and names_prompts(record):
+                record["system_prompts"] = prompts_of(db, schema, record)
             head = dumps(record)
             put(head[:-1] + (',"messages":[' if len(head) > 2 else '"messages":['))
             names = message_columns(db)
@@ -366,10 +354,6 @@ def _snapshot(db):
     changed meanwhile is found unlike its export by the delete's own check, inside its
     transaction, and left for the next run."""
     return db.atomic() if journal(db) == "wal" else contextlib.nullcontext()
-
-
-def _dicts(db, sql: str, params: list) -> list[dict]:
-    return dicts(db, sql, params)
 
 
 # -- reading -------------------------------------------------------------------

@@ -19,9 +19,10 @@ from pathlib import Path
 from hermes_admin.profile.engine.exports import ROW_WEIGHT, decode_value, manifest_or_recomputed, read_member
 from hermes_admin.profile.engine.pacer import MERGE_STEPS, Pacer
 from hermes_admin.profile.store import Store
-from hermes_admin.profile.store.restoring import (insert_row, message_owners, newest_message_id, pin, session_exists,
-                                                  session_row)
+from hermes_admin.profile.store.restoring import (message_owners, newest_message_id, pin, put_row,
+                                                  session_exists, session_row)
 from hermes_admin.profile.store.sql import column_names
+from hermes_admin.profile.store.unit_rows import PROMPT_COLUMNS
 from hermes_admin.results import Done, Result
 from hermes_admin.profile.store.errors import SQLITE_ERRORS
 
@@ -29,8 +30,8 @@ EXTRAS = ("messages", "session_model_usage", "system_prompts")  # an export reco
 MAX_ROWS_PER_TXN = 500  # a bound on one restore transaction whatever the weights (tiny rows)
 
 
-def _insert(db, table: str, columns: list[str], row: dict, verb: str = "INSERT") -> None:
-    insert_row(db, table, {c: decode_value(v) for c, v in row.items()}, columns, verb)
+def _insert(db, table: str, columns: list[str], row: dict, keep_existing: bool = False) -> None:
+    put_row(db, table, {c: decode_value(v) for c, v in row.items()}, columns, keep_existing)
 
 
 class Restorer:
@@ -117,15 +118,15 @@ class Restorer:
         parent = row.get("parent_session_id")
         if parent and not session_exists(db, parent):
             row["parent_session_id"] = None  # detached, as Hermes' own import does
-        referenced = {row.get(c) for c in ("system_prompt_hash", "tool_names")} - {None}
+        referenced = {row.get(c) for c in PROMPT_COLUMNS} - {None}
         for prompt in _dicts(fields.get("system_prompts")):
             if "system_prompts" in self.columns and prompt.get("hash") in referenced:  # only the row's own
-                _insert(db, "system_prompts", self.columns["system_prompts"], prompt, "INSERT OR IGNORE")
+                _insert(db, "system_prompts", self.columns["system_prompts"], prompt, keep_existing=True)
         _insert(db, "sessions", self.columns["sessions"], row)
         for usage in _dicts(fields.get("session_model_usage")):
             if "session_model_usage" in self.columns:
                 _insert(db, "session_model_usage", self.columns["session_model_usage"],
-                        dict(usage, session_id=row["id"]), "INSERT OR IGNORE")
+                        dict(usage, session_id=row["id"]), keep_existing=True)
 
 
 def _dicts(value) -> list[dict]:

@@ -26,7 +26,6 @@ from hermes_admin import stopping
 from hermes_admin.profile.engine import exports, faults
 from hermes_admin.profile.engine.aftermath import Aftermath
 from hermes_admin.profile.engine.deletes import Deletes, Recheck
-from hermes_admin.profile.engine.export_ahead import text_size
 from hermes_admin.profile.engine.exports import ExportError, Exported
 from hermes_admin.profile.engine.outbox import Event, Outbox, OutboxError
 from hermes_admin.profile.engine.packing import messages_in_step
@@ -174,9 +173,8 @@ class SplitDeletes:
         self.pacer.committed(True, True, (self.aftermath.paths_of(present, result), events), result)
 
     def _message_weights(self, unit: Unit, upto: int) -> list[tuple[int, int]]:
-        size = text_size(self.store, "COALESCE(LENGTH({}), 0)")
-        ids = list(unit.ids)
-        return [(i, w + exports.ROW_WEIGHT) for i, w in unit_rows.each_message_size(self.store.db, ids, size, upto)]
+        weights = unit_rows.each_message_size(self.store.db, self.store.schema, list(unit.ids), upto)
+        return [(i, w + exports.ROW_WEIGHT) for i, w in weights]
 
     def _changed(self, db, unit: Unit, exported: Exported, left: int, recheck: Recheck | None) -> str | None:
         """Inside a step's transaction: why the unit must not lose more rows, if it changed since its export."""

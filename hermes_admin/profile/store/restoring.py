@@ -7,11 +7,20 @@ import peewee
 from hermes_admin.profile.store.sql import chunks, dicts, marks
 
 
-def insert_row(db: peewee.SqliteDatabase, table: str, row: dict, columns, verb: str = "INSERT") -> None:
-    """One row into `table`: its values for the `columns` the table has (names quoted: a column
-    may be named like an SQL word). The one way rows are put into a store (restore, repair)."""
+# The tables rows are put back into: a session's row and what an export holds with it.
+ROW_TABLES = ("sessions", "messages", "session_model_usage", "system_prompts")
+
+
+def put_row(db: peewee.SqliteDatabase, table: str, row: dict, columns, keep_existing: bool = False) -> None:
+    """One row into `table` (one of ROW_TABLES): its values for the `columns` the table has (names
+    quoted: a column may be named like an SQL word). `keep_existing`: a row the table already holds
+    (same key) stays as it is and this one is dropped, else that is an error. The one way rows are
+    put into a store (restore, repair)."""
+    if table not in ROW_TABLES:
+        raise ValueError(f"rows are not put into {table!r}")
     names = [c for c in columns if c in row]
     quoted = ", ".join(f'"{c}"' for c in names)
+    verb = "INSERT OR IGNORE" if keep_existing else "INSERT"
     db.execute_sql(f"{verb} INTO {table} ({quoted}) VALUES ({marks(names)})", [row[c] for c in names])
 
 
