@@ -209,3 +209,20 @@ def test_which_rows_an_archive_flips(archived, provenance, swept, states, held, 
     decision = decisions.to_flip([Unit("a", ["a", "x"])], {k: ArchiveState(*v) for k, v in states.items()}, held,
                                  archived, provenance, swept)
     assert (dict(decision.changes), dict(decision.kept), decision.claimed) == expected
+
+
+def test_a_stop_is_the_results_own_field_said_once_after_its_notes(profile, monkeypatch):
+    """A stop request between transactions ends the call; what it cut short is the result's `stop`,
+    which a caller may say anew for a whole task, never found again among the notes by its text."""
+    from hermes_admin import stopping
+    from hermes_admin.results import Result
+
+    with Engine(profile) as engine:
+        monkeypatch.setattr(stopping, "requested", lambda: True)
+        result = engine.delete(UNITS[:2], "retention")
+    assert not result.done and result.notes == []
+    assert result.stop.startswith("stopped on request: 2 of the 2 unit(s)")
+    assert result.said() == [result.stop] and result.as_dict()["notes"] == [result.stop]
+    task = Result(profile.name, "delete", "retention", False, notes=["a note"])
+    task.absorb(result)
+    assert task.said() == ["a note", result.stop]

@@ -383,7 +383,7 @@ class Engine:
         position = 0
         while position < len(units):
             if stopping.requested():
-                result.notes.append(stop_note(len(units) - position, len(units)))
+                result.stop = stop_note(len(units) - position, len(units))
                 return
             budget = self.pacer.budget if self.pacer is not None else first_budget()  # as last measured
             chunk = units[position:position + units_by_count(budget, exports.UNIT_WEIGHT)]
