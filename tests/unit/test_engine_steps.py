@@ -125,6 +125,21 @@ def test_each_collaborator_says_what_it_set_aside_and_the_engine_gathers_them(pr
     assert len(list(ours.glob("*.set-aside-*"))) == 2  # kept for inspection
 
 
+def test_what_was_set_aside_is_said_even_when_closing_fails(profile):
+    """Closing the store fails (a disk gone): what was set aside is gathered all the same."""
+    (profile.home / ".hermes-admin" / "lock").mkdir(parents=True)
+    engine = Engine(profile).__enter__()
+
+    def broken() -> None:
+        raise OSError(5, "Input/output error")
+
+    engine.store.close, store = broken, engine.store
+    with pytest.raises(OSError):
+        engine.close()
+    assert len(engine.notes) == 1 and "where a lock file goes" in engine.notes[0]
+    store.db.close()
+
+
 def test_what_committed_before_an_error_is_reported_from_the_callers_own_result(profile):
     """The engine remembers no result: the caller's ledger holds the one under way, which a part that
     failed after another committed reports with what did commit and what stopped it."""

@@ -62,10 +62,6 @@ FTS_TABLES = ("messages_fts", "messages_fts_trigram")  # Hermes' FTS5 indexes (i
 Progress = Callable[[str, int, int, bool], None]
 
 
-def _no_progress(what: str, done: int, total: int, ended: bool) -> None:
-    pass
-
-
 class Engine:
     """One profile's store, opened for maintenance: locks held, outbox replayed."""
 
@@ -77,7 +73,7 @@ class Engine:
         self.incremental = incremental  # a VACUUM of ours switches the store to incremental auto-vacuum
         self.export_settings = exports or Settings()
         self._prunes = exports is not None  # only a command that knows the policy prunes old exports
-        self.progress = progress or _no_progress
+        self.progress = progress or (lambda what, done, total, ended: None)
         self.config = config  # the profile's config.yaml, when the caller has read it already
         self.notes: list[str] = []  # what the collaborators set aside or left for the next run, gathered by close
         self.left: list[str] = []  # units of an interrupted split delete still left for the next run
@@ -167,23 +163,26 @@ class Engine:
         return all(self.store.schema.has_table(table + part) for part in ("", "_config", "_data"))
 
     def close(self) -> None:
-        for part in (self._ahead, self.export, self.bus, self.checkpointer, self.remover):
-            if part is not None:  # an export under way finishes (a member is whole or not listed)
-                part.close()
-        if self.store is not None:
-            if self.store.writable and self.space is not None:  # (not built if opening failed before it)
-                self.space.passive_checkpoint()
-            self.store.close()
-        pruned = self._prune_exports()
-        if self.outbox is not None:
-            self.outbox.forget_old()
-            self.outbox.close()
-        if self.locks is not None:
-            self.locks.__exit__(None, None, None)
-        self.notes = [note for part in (self.locks, self.outbox, self.aftermath) if part is not None
-                      for note in part.notes] + self.left + pruned  # each collaborator's own, in the order met
-        self.bus = self.store = self.outbox = self.locks = self.checkpointer = self.remover = None
-        self.commits = self.turns = self.pacer = self._ahead = None
+        pruned: list[str] = []
+        try:
+            for part in (self._ahead, self.export, self.bus, self.checkpointer, self.remover):
+                if part is not None:  # an export under way finishes (a member is whole or not listed)
+                    part.close()
+            if self.store is not None:
+                if self.store.writable and self.space is not None:  # (not built if opening failed before it)
+                    self.space.passive_checkpoint()
+                self.store.close()
+            pruned = self._prune_exports()
+            if self.outbox is not None:
+                self.outbox.forget_old()
+                self.outbox.close()
+            if self.locks is not None:
+                self.locks.__exit__(None, None, None)
+        finally:  # each collaborator's notes, in the order met: said even when closing failed, gathered once
+            self.notes = self.notes or [note for part in (self.locks, self.outbox, self.aftermath) if part is not None
+                                        for note in part.notes] + self.left + pruned
+            self.bus = self.store = self.outbox = self.locks = self.checkpointer = self.remover = None
+            self.commits = self.turns = self.pacer = self._ahead = None
 
     def _prune_exports(self) -> list[str]:
         """Exports past `export_keep_days` go, each reported; a dry run names them; what could not go, returned."""
