@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from hermes_admin import stopping
+from hermes_admin.holders import held_by_its_owner
+from hermes_admin.model import Profile
 from hermes_admin.profile import installation
-from hermes_admin.profile.environment import Environment
 from hermes_admin.profile.engine import exports
 from hermes_admin.profile.engine.aftermath import Aftermath
 from hermes_admin.profile.engine.checkpointer import Checkpointer
@@ -35,10 +36,9 @@ from hermes_admin.profile.engine.export_ahead import ExportAhead, Step, data_ver
 from hermes_admin.profile.engine.exports import ExportFile, Settings
 from hermes_admin.profile.engine.fts_merges import FtsMerges
 from hermes_admin.profile.engine.group_commit import GroupCommit
-from hermes_admin.holders import held_by_its_owner
 from hermes_admin.profile.engine.outbox import Event, Outbox
-from hermes_admin.profile.engine.packing import units_by_count
 from hermes_admin.profile.engine.pacer import MERGE_STEPS, MERGE_STEPS_AT_END, Pacer, first_budget
+from hermes_admin.profile.engine.packing import units_by_count
 from hermes_admin.profile.engine.remover import FileRemover
 from hermes_admin.profile.engine.restore import restore_file
 from hermes_admin.profile.engine.rows import Flip, close_stale_rows, decide_close, flip_archived
@@ -47,6 +47,7 @@ from hermes_admin.profile.engine.splits import SplitDeletes
 from hermes_admin.profile.engine.state_folder import ProfileLocks
 from hermes_admin.profile.engine.tokenizer import CJK_FTS_TABLE, Tokenizer
 from hermes_admin.profile.engine.turns import Turns
+from hermes_admin.profile.environment import Environment
 from hermes_admin.profile.hermes_config import HermesConfig, load as load_hermes_config
 from hermes_admin.profile.hooks.bus import HookBus
 from hermes_admin.profile.hooks.discovery import discover as discover_plugins, safe_mode
@@ -54,7 +55,6 @@ from hermes_admin.profile.lineage import Unit
 from hermes_admin.profile.store import Store, sql
 from hermes_admin.profile.store.connect import read_transaction
 from hermes_admin.profile.store.read import journal_mode
-from hermes_admin.protocol import Profile
 from hermes_admin.results import Result
 
 FTS_TABLES = ("messages_fts", "messages_fts_trigram")  # Hermes' FTS5 indexes (its CJK one: tokenizer.py)
