@@ -32,7 +32,7 @@ EXPORT_GROWTH = 2
 EXPORTS_AHEAD = 2  # batches exported ahead of the deletes: a batch of big sessions is absorbed by the next
 
 
-STOPPED = "stopped on request"  # how every stop note begins (actions/maintenance finds the engine's by it)
+STOPPED = "stopped on request"  # how every stop note begins (a result's `stop`)
 
 
 def stop_note(left: int, selected: int) -> str:
@@ -77,7 +77,7 @@ class ExportAhead:
         queued_to = 0  # where the batches made so far end
         while position < len(units):
             if stopping.requested():
-                result.notes.append(stop_note(len(units) - position, len(units)))
+                result.stop = stop_note(len(units) - position, len(units))
                 return
             if units[position].session_id not in weights:
                 weights, exported, queued_to = self._batch_at(units, position, reason, orphans, ahead, queued_to)
