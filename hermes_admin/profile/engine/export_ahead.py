@@ -52,7 +52,6 @@ class Step(NamedTuple):
     weight: int  # what it carries (exports.ROW_WEIGHT, UNIT_WEIGHT)
 
 
-
 class ExportAhead:
     """The export of the units a delete takes, a batch ahead of it. `export`: this run's export file."""
 
