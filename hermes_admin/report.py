@@ -205,6 +205,8 @@ def summary_line(result, dry_run: bool) -> str:
     where = f"{name}: {COMMAND_OF.get(result.task, result.task)}" if result.task else name
     if result.status == "skipped":
         return f"{where}: skipped ({result.why})"
+    if result.action == "replay":  # only what an earlier run left in the outbox (its plugin failures: said apart)
+        return f"{where}: events an earlier run left in the outbox delivered"
     if result.action == "repair" and not result.done:
         return f"{where}: {len(result.notes)} finding(s)" + (" (dry run)" if dry_run else "")
     would = "would be " if dry_run else ""

@@ -228,3 +228,24 @@ def test_a_plugin_that_fails_to_load_is_named_by_the_worker_not_read_from_its_li
     assert "ImportError: no_such_module_anywhere" in failure["message"]
     said = [line for line in result.stderr.splitlines() if "plugin broken" in line]
     assert len(said) == 1 and failure["text"] in said[0], result.stderr
+
+
+# -- what an earlier run left, replayed ------------------------------------------
+
+@pytest.mark.parametrize("results, replayed, carried", [
+    pytest.param([], [], [], id="nothing replayed, no work"),
+    pytest.param([result(raised("b"))], [], [[raised("b")]], id="nothing replayed"),
+    pytest.param([result(raised("b")), result(task="auto_archive")], [raised("a"), STOPPED],
+                 [[raised("a"), STOPPED, raised("b")], []], id="on the first result, first"),
+    pytest.param([], [raised("a")], [[raised("a")]], id="a command that only replays: a result of its own"),
+])
+def test_replayed_failures_ride_the_profiles_results(results, replayed, carried):
+    from hermes_admin.profile.actions.common import with_replayed
+    from hermes_admin.protocol import Profile
+    from pathlib import Path
+
+    got = with_replayed(results, Profile(Path("/h"), "w", Path(HOME)), replayed)
+    assert [r.hook_failures for r in got] == carried
+    if not results and replayed:
+        assert got[0].action == "replay" and got[0].profile == "w"
+        assert plugin_failures(got) == ["profile 'w': plugin a: on_session_delete raised ValueError: x"]
