@@ -58,6 +58,9 @@ class Result:
     longest_write: str | None = None  # what that transaction was (a delete of N units, an FTS5 merge step, ...)
     vacuumed: bool = False
     notes: list[str] = field(default_factory=list)
+    # What a stop request cut short, said once for the whole call (or task): kept apart from the
+    # notes so that a task can say it anew over its parts, said after them (`said`).
+    stop: str | None = None
     seconds: float = 0.0  # wall time of the task
     home: str | None = None  # the profile's home: what tells two roots' `default` apart
     export: str | None = None  # the export file its deleted units were written to first (restore FILE)
@@ -71,9 +74,14 @@ class Result:
         self.files_skipped += other.files_skipped
         self.hook_failures += other.hook_failures
         self.notes += other.notes
+        self.stop = other.stop or self.stop
         self.transactions += other.transactions
         if other.longest_write_ms > self.longest_write_ms:
             self.longest_write_ms, self.longest_write = other.longest_write_ms, other.longest_write
+
+    def said(self) -> list[str]:
+        """Its notes as people read them: the notes, then what a stop cut short."""
+        return self.notes + ([self.stop] if self.stop else [])
 
     @property
     def rows(self) -> int:
@@ -88,7 +96,7 @@ class Result:
             "hook_failures": [dict(f.as_dict(), text=f.text(self.label or self.profile)) for f in self.hook_failures],
             "transactions": self.transactions,
             "longest_write_ms": round(self.longest_write_ms, 2), "longest_write": self.longest_write,
-            "vacuumed": self.vacuumed, "notes": self.notes,
+            "vacuumed": self.vacuumed, "notes": self.said(),
             "seconds": round(self.seconds, 3), "export": self.export,
         }
 

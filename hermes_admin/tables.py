@@ -76,16 +76,18 @@ def show(columns: list[Column], rows: list[list[object]]) -> None:
         # kept in their columns), or, when even a narrow cap does not fit, the widest column entire.
         caps = _caps(lambda c: measure(kept, _capped(cells, c)) <= console.width,
                      [i for i in kept if _cappable(columns[i])], cells)
-        if caps is not None:
+        whole_column = [i for i, cap in (caps or {}).items() if all(len(row[i]) > cap for row in cells)]
+        if caps is not None and not whole_column:
             for r, row in enumerate(cells):
-                long = [i for i, cap in caps.items() if len(row[i]) > cap]
-                under[r] += long
-                cells[r] = ["↓" if i in long else v for i, v in enumerate(row)]
+                under[r] += [i for i, cap in caps.items() if len(row[i]) > cap]
+            cells[:] = _capped(cells, caps)
             continue
-        widest = max(kept, key=lambda i: (columns[i].whole, max(len(row[i]) for row in cells) if cells else 0))
+        # A column no value of which would stay in it goes under the rows entire, the widest first.
+        widest = max(whole_column or kept,
+                     key=lambda i: (columns[i].whole, max(len(row[i]) for row in cells) if cells else 0))
         kept.remove(widest)
         below.append(widest)
-    for i in reversed(dropped if below else []):  # with a path under its row, room again for some
+    for i in reversed(dropped if below or any(under) else []):  # with a value under its row, room again for some
         if measure(sorted(kept + [i])) <= console.width:
             kept = sorted(kept + [i])
     width = measure(kept) if kept else 0

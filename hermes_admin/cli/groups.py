@@ -21,19 +21,23 @@ class SuggestingGroup(click.Group):
         return super().resolve_command(ctx, args)
 
     def parse_args(self, ctx, args):
+        given = list(args)  # the parser consumes `args` as it goes
         try:
             return super().parse_args(ctx, args)
         except click.NoSuchOption as exc:
-            owner = self._owner_of(ctx, exc.option_name, args)
+            owner = self._owner_of(ctx, exc.option_name, given)
             if owner is None:
                 raise
             raise click.NoSuchOption(exc.option_name, message=(
                 f"No such option: {exc.option_name} (it is an option of '{owner}': write it after the command, "
-                f"as in '{ctx.command_path} {owner} {exc.option_name} ...')"), ctx=ctx) from None
+                f"as in '{ctx.command_path} {owner} {exc.option_name} ...')"), possibilities=exc.possibilities,
+                ctx=ctx) from None
 
     def _owner_of(self, ctx, option: str, args: list[str]) -> str | None:
-        """The command named later on the line (or one of its subcommands) that takes `option`."""
-        words = [a for a in args if not a.startswith("-")]
+        """The command named later on the line (or one of its subcommands) that takes `option`: the
+        word right after the option is its value when a command is named after it (`-p purge run`)."""
+        words = [a for i, a in enumerate(args) if not a.startswith("-")
+                 and not (i and args[i - 1] == option and any(self.get_command(ctx, later) for later in args[i + 1:]))]
         for position, word in enumerate(words):
             command = self.get_command(ctx, word)
             if command is None:

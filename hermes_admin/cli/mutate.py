@@ -171,7 +171,7 @@ def _result_lines(result, dry_run: bool, verbose: int, quiet: bool, findings: li
         if summary and not quiet:
             report.line(f"  {summary} (`hermes-admin repair -p {result.label or result.profile}` lists them)")
     else:
-        for note in result.notes:
+        for note in result.said():
             report.line(f"  {note}")
     if verbose:
         for sid, why in result.kept.items():

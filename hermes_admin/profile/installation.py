@@ -36,9 +36,9 @@ from typing import Mapping
 
 from hermes_admin import child
 from hermes_admin.layers import HermesPython, PolicyLayers
+from hermes_admin.model import Profile
 from hermes_admin.plain_files import read_plain
 from hermes_admin.profile import in_hermes
-from hermes_admin.protocol import Profile
 from hermes_admin.trust import expand_user, own_home
 
 PROBE_TIMEOUT_S = 20.0  # a cold start of Hermes' config on a slow disk; past it the candidate is refused

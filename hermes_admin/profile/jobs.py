@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import Callable
 
 from hermes_admin.layers import PolicyLayers
+from hermes_admin.model import Profile
 from hermes_admin.plain_files import read_plain
-from hermes_admin.profile.environment import Environment
-from hermes_admin.protocol import Job, Profile
 from hermes_admin.problems import ERROR, WARNING, Problem, about
+from hermes_admin.profile.environment import Environment
+from hermes_admin.protocol import Job
 from hermes_admin.results import RepairRun, Run
 
 

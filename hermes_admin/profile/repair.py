@@ -30,21 +30,21 @@ import time
 from pathlib import Path
 
 
+from hermes_admin.model import Profile
 from hermes_admin.profile.engine.engine import FTS_TABLES, Engine
-from hermes_admin.profile.environment import Environment
-from hermes_admin.results import Finding, Result
-from hermes_admin.protocol import Profile
-from hermes_admin.profile.lineage import Unit
-from hermes_admin.profile.engine.state_folder import LockHeld, RecordedFlock, state_folder
-from hermes_admin.profile.store import Store, StoreError, keep_wal
 from hermes_admin.profile.engine.exports import UNIT_WEIGHT
 from hermes_admin.profile.engine.restore import row_weight
+from hermes_admin.profile.engine.state_folder import LockHeld, RecordedFlock, state_folder
+from hermes_admin.profile.environment import Environment
+from hermes_admin.profile.lineage import Unit
+from hermes_admin.profile.store import Store, StoreError, keep_wal
 from hermes_admin.profile.store import fts_index, repairs
-from hermes_admin.profile.store.restoring import insert_row, session_exists
 from hermes_admin.profile.store.connect import readonly_uri, write_transaction
-from hermes_admin.profile.store.read import existing_ids
-from hermes_admin.profile.store.sql import dicts
 from hermes_admin.profile.store.errors import SQLITE_ERRORS
+from hermes_admin.profile.store.read import existing_ids
+from hermes_admin.profile.store.restoring import insert_row, session_exists
+from hermes_admin.profile.store.sql import dicts
+from hermes_admin.results import Finding, Result
 
 STANDARD_FOLDERS = ("sessions", "logs", "memories", "skills", "cron")
 PRIVATE_FILES = ("state.db", "state.db-wal", "state.db-shm", ".env")

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import os
 
-from hermes_admin.layers import PolicyLayers
-from hermes_admin.profile.installation import Installations
-from hermes_admin.profile.store.files import FileIndex
 from hermes_admin import problems
-from hermes_admin.protocol import Profile
-from hermes_admin.report import iso
-from hermes_admin.profile.store import Store, StoreError
+from hermes_admin.layers import PolicyLayers
+from hermes_admin.model import Profile
+from hermes_admin.profile.installation import Installations
 from hermes_admin.profile.parts import graph_around
+from hermes_admin.profile.store import Store, StoreError
+from hermes_admin.profile.store.files import FileIndex
 from hermes_admin.profile.store.read import SessionRow, journal_mode, profile_counts
 from hermes_admin.profile.usage import reclaim_state, reclaim_waits_for
+from hermes_admin.report import iso
 
 
 def _size(path) -> int | None:

@@ -222,6 +222,7 @@ def test_a_commands_option_before_the_command_says_where_it_goes(synth_root, inv
     assert said.exit_code != 0  # a usage error (64 from the console script)
     assert "it is an option of 'run': write it after the command" in said.stderr
     assert "option of 'sessions list'" in invoke("--root", str(root), "-p", "work", "sessions", "list").stderr
+    assert "option of 'run'" in invoke("--root", str(root), "-p", "purge", "run").stderr  # its value, not a command
     assert "Did you mean '--verbose'?" in invoke("--bogus", "run").stderr  # not a command's: as before
 
 

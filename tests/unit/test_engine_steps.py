@@ -125,6 +125,21 @@ def test_each_collaborator_says_what_it_set_aside_and_the_engine_gathers_them(pr
     assert len(list(ours.glob("*.set-aside-*"))) == 2  # kept for inspection
 
 
+def test_what_was_set_aside_is_said_even_when_closing_fails(profile):
+    """Closing the store fails (a disk gone): what was set aside is gathered all the same."""
+    (profile.home / ".hermes-admin" / "lock").mkdir(parents=True)
+    engine = Engine(profile).__enter__()
+
+    def broken() -> None:
+        raise OSError(5, "Input/output error")
+
+    engine.store.close, store = broken, engine.store
+    with pytest.raises(OSError):
+        engine.close()
+    assert len(engine.notes) == 1 and "where a lock file goes" in engine.notes[0]
+    store.db.close()
+
+
 def test_what_committed_before_an_error_is_reported_from_the_callers_own_result(profile):
     """The engine remembers no result: the caller's ledger holds the one under way, which a part that
     failed after another committed reports with what did commit and what stopped it."""
@@ -209,3 +224,20 @@ def test_which_rows_an_archive_flips(archived, provenance, swept, states, held, 
     decision = decisions.to_flip([Unit("a", ["a", "x"])], {k: ArchiveState(*v) for k, v in states.items()}, held,
                                  archived, provenance, swept)
     assert (dict(decision.changes), dict(decision.kept), decision.claimed) == expected
+
+
+def test_a_stop_is_the_results_own_field_said_once_after_its_notes(profile, monkeypatch):
+    """A stop request between transactions ends the call; what it cut short is the result's `stop`,
+    which a caller may say anew for a whole task, never found again among the notes by its text."""
+    from hermes_admin import stopping
+    from hermes_admin.results import Result
+
+    with Engine(profile) as engine:
+        monkeypatch.setattr(stopping, "requested", lambda: True)
+        result = engine.delete(UNITS[:2], "retention")
+    assert not result.done and result.notes == []
+    assert result.stop.startswith("stopped on request: 2 of the 2 unit(s)")
+    assert result.said() == [result.stop] and result.as_dict()["notes"] == [result.stop]
+    task = Result(profile.name, "delete", "retention", False, notes=["a note"])
+    task.absorb(result)
+    assert task.said() == ["a note", result.stop]

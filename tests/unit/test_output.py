@@ -178,3 +178,15 @@ def test_a_value_too_long_for_its_column_goes_under_its_row_and_the_short_ones_s
     assert "retention_days" in lines[2] and "90d" in lines[2] and lines[3] == f"  origin: {origin}"
     assert "export_dir" in lines[4] and "built-in" in lines[4] and "↓" in lines[4]
     assert lines[5] == f"  value: {path}"
+
+
+def test_a_column_whose_every_value_is_too_long_goes_under_the_rows_entire(terminal):
+    """`sessions list` with long ROOT:NAME labels: the labels under each row, no column of ↓, and a
+    column dropped for room comes back once they are gone."""
+    label = "/srv/hermes/users/alice/a-long-root-folder/.hermes:default"
+    tables.show([tables.Column("profile", whole=True), tables.Column("id", whole=True),
+                 tables.Column("source", drop=1)],
+                [[label, "20261203_144231_4d2ffb", "cli"], [label, "20261203_144231_2e56db", "telegram"]])
+    lines = terminal.getvalue().splitlines()
+    assert "↓" not in terminal.getvalue() and "source" in lines[0]
+    assert lines[2].split() == ["20261203_144231_4d2ffb", "cli"] and lines[3] == f"  profile: {label}"

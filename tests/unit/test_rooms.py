@@ -119,3 +119,21 @@ def test_the_bottom_modules_import_nothing_of_the_package():
     graph = module_graph()
     for bottom in ("hermes_admin.model", "hermes_admin.plain_files", "hermes_admin.profile.in_hermes"):
         assert graph[bottom] == set(), bottom
+    for value in ("hermes_admin.layers", "hermes_admin.hook_failures"):
+        assert graph[value] == set(), value
+
+
+# The floors docs/design.md §1 names, top down: a module imports only its own floor's and those below.
+FLOORS = ("hermes_admin.cli", "hermes_admin.host", "hermes_admin.profile", "hermes_admin.protocol")
+
+
+def test_imports_run_down_the_named_floors():
+    def floor(module: str) -> int:
+        if module == "hermes_admin.__main__":  # `python -m hermes_admin`: above them all
+            return -1
+        return next((i for i, top in enumerate(FLOORS) if module == top or module.startswith(top + ".")),
+                    len(FLOORS))  # the package's own modules at the top level: the bottom
+
+    upward = sorted(f"{a} -> {b}" for a, imported in module_graph().items() for b in imported
+                    if floor(b) < floor(a))
+    assert upward == []

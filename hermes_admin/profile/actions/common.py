@@ -10,21 +10,21 @@ from typing import Callable, Iterable, Iterator
 
 from hermes_admin.hook_failures import HookFailure
 from hermes_admin.layers import PolicyLayers
+from hermes_admin.model import Profile
+from hermes_admin.problems import ERROR, LOCKED, WARNING, Problem, about
 from hermes_admin.profile.engine.engine import Engine
 from hermes_admin.profile.engine.exports import Settings
+from hermes_admin.profile.engine.state_folder import LockHeld
 from hermes_admin.profile.environment import Environment
+from hermes_admin.profile.hermes_config import HermesConfig, HermesConfigError
 from hermes_admin.profile.installation import Installations
+from hermes_admin.profile.lineage import Unit
+from hermes_admin.profile.store import StoreError
+from hermes_admin.profile.store.connect import is_lock_error
+from hermes_admin.profile.store.connect import WriteLockHeld
+from hermes_admin.profile.store.errors import SQLITE_ERRORS
 from hermes_admin.report import Progress
 from hermes_admin.results import Result, Run
-from hermes_admin.profile.hermes_config import HermesConfig, HermesConfigError
-from hermes_admin.protocol import Profile
-from hermes_admin.profile.lineage import Unit
-from hermes_admin.profile.engine.state_folder import LockHeld
-from hermes_admin.profile.store.connect import is_lock_error
-from hermes_admin.profile.store import StoreError
-from hermes_admin.profile.store.connect import WriteLockHeld
-from hermes_admin.problems import ERROR, LOCKED, WARNING, Problem, about
-from hermes_admin.profile.store.errors import SQLITE_ERRORS
 
 
 class Refused(Exception):

@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from hermes_admin.layers import PolicyLayers
+from hermes_admin.model import Profile
+from hermes_admin.problems import ERROR, WARNING, about
 from hermes_admin.profile.actions.common import Run, export_settings, with_engine
 from hermes_admin.profile.engine import exports
 from hermes_admin.profile.engine.engine import Engine, Result
 from hermes_admin.profile.environment import Environment
-from hermes_admin.problems import ERROR, WARNING, about
 from hermes_admin.profile.installation import Installations
-from hermes_admin.protocol import Profile
 
 
 def restore(run: Run, profile: Profile, env: Environment, path: str, sessions: list[str] | None,

@@ -186,11 +186,9 @@ class _Pass:
             return done
 
         act_in_parts(self.engine, result, units(), acted)
-        stops = [note for note in result.notes if note.startswith(STOPPED)]
-        if stops:  # the engine's note speaks of the part in hand only: one note for the whole task
-            result.notes = [note for note in result.notes if note not in stops] + [
-                stopped_note(reach.selected - len(result.done) - len(result.skipped), reach.selected,
-                             reach.unseen())]
+        if result.stop is not None:  # the engine's speaks of the part in hand only: one for the whole task
+            result.stop = stopped_note(reach.selected - len(result.done) - len(result.skipped), reach.selected,
+                                       reach.unseen())
         return result
 
     def still_kept(self, selection: Selection) -> dict:
@@ -215,8 +213,7 @@ class _Pass:
         with self.engine.progress.whole(f"{self.engine.profile.name}: {task}", total) as looked_at:
             for n, graph in enumerate(graph_parts(store, only)):
                 if n and stopping.requested():
-                    if not any(note.startswith(STOPPED) for note in result.notes):
-                        result.notes.append(f"{STOPPED}: the rest of the store waits for the next run")
+                    result.stop = result.stop or f"{STOPPED}: the rest of the store waits for the next run"
                     return
                 yield graph
                 looked_at(len(graph.rows))

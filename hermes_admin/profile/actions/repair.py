@@ -4,15 +4,15 @@ from __future__ import annotations
 
 
 
+from hermes_admin.model import Profile
+from hermes_admin.problems import ERROR, LOCKED, WARNING, about
 from hermes_admin.profile import repair as profile_repair
 from hermes_admin.profile.actions.common import engine_notes
-from hermes_admin.profile.environment import Environment
-from hermes_admin.results import RepairRun
-from hermes_admin.protocol import Profile
 from hermes_admin.profile.engine.state_folder import LockHeld
+from hermes_admin.profile.environment import Environment
 from hermes_admin.profile.store import StoreError
-from hermes_admin.problems import ERROR, LOCKED, WARNING, about
 from hermes_admin.profile.store.errors import SQLITE_ERRORS
+from hermes_admin.results import RepairRun
 
 
 def repair(run: RepairRun, profile: Profile, env: Environment, siblings: dict[str, Profile], apply: bool,

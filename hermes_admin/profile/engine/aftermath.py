@@ -13,13 +13,13 @@ import stat
 from hermes_admin import hook_failures as failed
 from hermes_admin import stopping
 from hermes_admin.hook_failures import HookFailure
+from hermes_admin.model import Profile
 from hermes_admin.profile.engine import faults
-from hermes_admin.profile.store.files import FileIndex, removable, unsafe_id
 from hermes_admin.profile.engine.outbox import Event, Outbox, OutboxError
 from hermes_admin.profile.engine.remover import FileRemover
 from hermes_admin.profile.hooks.bus import DeliveryStopped, HookBus
 from hermes_admin.profile.store import unit_rows
-from hermes_admin.protocol import Profile
+from hermes_admin.profile.store.files import FileIndex, removable, unsafe_id
 from hermes_admin.results import Result
 
 

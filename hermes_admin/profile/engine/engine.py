@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from hermes_admin import stopping
+from hermes_admin.holders import held_by_its_owner
+from hermes_admin.model import Profile
 from hermes_admin.profile import installation
-from hermes_admin.profile.environment import Environment
 from hermes_admin.profile.engine import exports
 from hermes_admin.profile.engine.aftermath import Aftermath
 from hermes_admin.profile.engine.checkpointer import Checkpointer
@@ -35,10 +36,9 @@ from hermes_admin.profile.engine.export_ahead import ExportAhead, Step, data_ver
 from hermes_admin.profile.engine.exports import ExportFile, Settings
 from hermes_admin.profile.engine.fts_merges import FtsMerges
 from hermes_admin.profile.engine.group_commit import GroupCommit
-from hermes_admin.holders import held_by_its_owner
 from hermes_admin.profile.engine.outbox import Event, Outbox
-from hermes_admin.profile.engine.packing import units_by_count
 from hermes_admin.profile.engine.pacer import MERGE_STEPS, MERGE_STEPS_AT_END, Pacer, first_budget
+from hermes_admin.profile.engine.packing import units_by_count
 from hermes_admin.profile.engine.remover import FileRemover
 from hermes_admin.profile.engine.restore import restore_file
 from hermes_admin.profile.engine.rows import Flip, close_stale_rows, decide_close, flip_archived
@@ -47,6 +47,7 @@ from hermes_admin.profile.engine.splits import SplitDeletes
 from hermes_admin.profile.engine.state_folder import ProfileLocks
 from hermes_admin.profile.engine.tokenizer import CJK_FTS_TABLE, Tokenizer
 from hermes_admin.profile.engine.turns import Turns
+from hermes_admin.profile.environment import Environment
 from hermes_admin.profile.hermes_config import HermesConfig, load as load_hermes_config
 from hermes_admin.profile.hooks.bus import HookBus
 from hermes_admin.profile.hooks.discovery import discover as discover_plugins, safe_mode
@@ -54,16 +55,11 @@ from hermes_admin.profile.lineage import Unit
 from hermes_admin.profile.store import Store, sql
 from hermes_admin.profile.store.connect import read_transaction
 from hermes_admin.profile.store.read import journal_mode
-from hermes_admin.protocol import Profile
 from hermes_admin.results import Result
 
 FTS_TABLES = ("messages_fts", "messages_fts_trigram")  # Hermes' FTS5 indexes (its CJK one: tokenizer.py)
 # A progress callback: (what, units done so far, units in all, ended); the engine draws nothing itself.
 Progress = Callable[[str, int, int, bool], None]
-
-
-def _no_progress(what: str, done: int, total: int, ended: bool) -> None:
-    pass
 
 
 class Engine:
@@ -77,7 +73,7 @@ class Engine:
         self.incremental = incremental  # a VACUUM of ours switches the store to incremental auto-vacuum
         self.export_settings = exports or Settings()
         self._prunes = exports is not None  # only a command that knows the policy prunes old exports
-        self.progress = progress or _no_progress
+        self.progress = progress or (lambda what, done, total, ended: None)
         self.config = config  # the profile's config.yaml, when the caller has read it already
         self.notes: list[str] = []  # what the collaborators set aside or left for the next run, gathered by close
         self.left: list[str] = []  # units of an interrupted split delete still left for the next run
@@ -167,23 +163,26 @@ class Engine:
         return all(self.store.schema.has_table(table + part) for part in ("", "_config", "_data"))
 
     def close(self) -> None:
-        for part in (self._ahead, self.export, self.bus, self.checkpointer, self.remover):
-            if part is not None:  # an export under way finishes (a member is whole or not listed)
-                part.close()
-        if self.store is not None:
-            if self.store.writable and self.space is not None:  # (not built if opening failed before it)
-                self.space.passive_checkpoint()
-            self.store.close()
-        pruned = self._prune_exports()
-        if self.outbox is not None:
-            self.outbox.forget_old()
-            self.outbox.close()
-        if self.locks is not None:
-            self.locks.__exit__(None, None, None)
-        self.notes = [note for part in (self.locks, self.outbox, self.aftermath) if part is not None
-                      for note in part.notes] + self.left + pruned  # each collaborator's own, in the order met
-        self.bus = self.store = self.outbox = self.locks = self.checkpointer = self.remover = None
-        self.commits = self.turns = self.pacer = self._ahead = None
+        pruned: list[str] = []
+        try:
+            for part in (self._ahead, self.export, self.bus, self.checkpointer, self.remover):
+                if part is not None:  # an export under way finishes (a member is whole or not listed)
+                    part.close()
+            if self.store is not None:
+                if self.store.writable and self.space is not None:  # (not built if opening failed before it)
+                    self.space.passive_checkpoint()
+                self.store.close()
+            pruned = self._prune_exports()
+            if self.outbox is not None:
+                self.outbox.forget_old()
+                self.outbox.close()
+            if self.locks is not None:
+                self.locks.__exit__(None, None, None)
+        finally:  # each collaborator's notes, in the order met: said even when closing failed, gathered once
+            self.notes = self.notes or [note for part in (self.locks, self.outbox, self.aftermath) if part is not None
+                                        for note in part.notes] + self.left + pruned
+            self.bus = self.store = self.outbox = self.locks = self.checkpointer = self.remover = None
+            self.commits = self.turns = self.pacer = self._ahead = None
 
     def _prune_exports(self) -> list[str]:
         """Exports past `export_keep_days` go, each reported; a dry run names them; what could not go, returned."""
@@ -383,7 +382,7 @@ class Engine:
         position = 0
         while position < len(units):
             if stopping.requested():
-                result.notes.append(stop_note(len(units) - position, len(units)))
+                result.stop = stop_note(len(units) - position, len(units))
                 return
             budget = self.pacer.budget if self.pacer is not None else first_budget()  # as last measured
             chunk = units[position:position + units_by_count(budget, exports.UNIT_WEIGHT)]

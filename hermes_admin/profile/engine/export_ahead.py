@@ -33,7 +33,7 @@ EXPORTS_AHEAD = 2  # batches exported ahead of the deletes: a batch of big sessi
 TEXT_COLUMNS = ("content", "tool_calls", "reasoning", "reasoning_content", "api_content")  # what FTS5 indexes
 
 
-STOPPED = "stopped on request"  # how every stop note begins (actions/maintenance finds the engine's by it)
+STOPPED = "stopped on request"  # how every stop note begins (a result's `stop`)
 
 
 def stop_note(left: int, selected: int) -> str:
@@ -83,7 +83,7 @@ class ExportAhead:
         queued_to = 0  # where the batches made so far end
         while position < len(units):
             if stopping.requested():
-                result.notes.append(stop_note(len(units) - position, len(units)))
+                result.stop = stop_note(len(units) - position, len(units))
                 return
             if units[position].session_id not in weights:
                 weights, exported, queued_to = self._batch_at(units, position, reason, orphans, ahead, queued_to)

@@ -40,10 +40,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from hermes_admin.model import Profile
 from hermes_admin.plain_files import NotPlain, open_plain, read_plain
 from hermes_admin.profile.store.sql import chunks, column_names, dicts, journal, marks
 from hermes_admin.profile.store.unit_rows import messages_of, session_rows
-from hermes_admin.protocol import Profile
 
 FORMAT = 2  # 1: the manifest as one JSON document, rewritten for each member (still read)
 FORMATS = (1, 2)  # the formats read back: exports made by older versions stay restorable

@@ -28,9 +28,9 @@ import time
 from pathlib import Path
 
 from hermes_admin import lockrecord
+from hermes_admin.model import Profile
 from hermes_admin.plain_files import UnsafePath, read_plain
 from hermes_admin.profile.store import guards
-from hermes_admin.protocol import Profile
 
 STATE_DIR = ".hermes-admin"  # hermes-admin's own files inside a profile home
 

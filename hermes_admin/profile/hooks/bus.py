@@ -34,10 +34,10 @@ from typing import Mapping
 from hermes_admin import child, shown, stopping
 from hermes_admin import hook_failures as failed
 from hermes_admin.hook_failures import HookFailure
+from hermes_admin.model import Profile
 from hermes_admin.profile import in_hermes
 from hermes_admin.profile.hooks.discovery import PluginInfo
 from hermes_admin.profile.installation import Installation
-from hermes_admin.protocol import Profile
 
 STARTUP_TIMEOUT_S = 60.0  # a cold import of Hermes and its plugins on a slow disk
 SLOW_START_S = 3.0  # a start longer than this is said at once (a run otherwise silent that long looks hung)

@@ -12,13 +12,13 @@ import json
 import subprocess
 
 from hermes_admin import child
+from hermes_admin.model import Profile
 from hermes_admin.profile import installation
+from hermes_admin.profile import in_hermes
 from hermes_admin.profile.environment import Environment
 from hermes_admin.profile.hermes_config import HermesConfig
-from hermes_admin.profile import in_hermes
 from hermes_admin.profile.hooks.bus import hermes_environment
 from hermes_admin.profile.hooks.discovery import discover
-from hermes_admin.protocol import Profile
 
 LIST_TIMEOUT_S = 30.0  # Hermes' discovery imports no plugin: a cold start at most
 MAX_ANSWER = 4 << 20  # far above any real listing; past it the answer is refused

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import peewee
 
-from hermes_admin.protocol import Profile
+from hermes_admin.model import Profile
 from hermes_admin.profile.store.connect import open_readonly, open_readwrite
 from hermes_admin.profile.store.errors import SQLITE_ERRORS, StoreError
 from hermes_admin.profile.store.schema import KNOWN_SCHEMA_VERSION, Schema, not_understood, read_schema
