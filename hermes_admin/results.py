@@ -101,6 +101,12 @@ class Result:
         }
 
 
+def warned(results) -> bool:
+    """Did these results leave something worth a warning besides the problems: units skipped, a
+    plugin that failed, files left in place (the exit code's 1, and a recorded run's `warnings`)?"""
+    return any(len(r.skipped) or r.hook_failures or len(r.files_skipped) for r in results)
+
+
 @dataclass
 class Run:
     dry_run: bool
@@ -128,8 +134,7 @@ class Run:
         return said.texts(self.problems, said.WARNING)
 
     def exit_code(self) -> int:
-        return said.exit_code(self.problems, self.internal,
-                              warned=any(r.skipped or r.hook_failures or r.files_skipped for r in self.results))
+        return said.exit_code(self.problems, self.internal, warned=warned(self.results))
 
     def merge(self, other: "Run") -> None:
         """Fold another owner's report into this one (the host gathers one per worker)."""

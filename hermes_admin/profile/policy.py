@@ -130,10 +130,14 @@ class Policy:
 def _check_keys(data: Mapping, allowed: set[str], where: str) -> None:
     unknown = sorted(set(data) - allowed, key=str)
     if unknown:
-        shown = ", ".join(_short(k) if not isinstance(k, str) or len(k) > 60 else k for k in unknown[:10])
-        more = f" and {len(unknown) - 10} more" if len(unknown) > 10 else ""
-        raise PolicyError(f"{where}: unknown key(s) {shown}{more}{did_you_mean(unknown[0], allowed)} "
-                          f"(known: {', '.join(sorted(allowed))})")
+        raise PolicyError(_unknown(where, "unknown key(s)", unknown, allowed))
+
+
+def _unknown(where, label: str, keys: list, allowed: set[str]) -> str:
+    """`WHERE: unknown key(s) a, b (did you mean …?) (known: …)`: keys as written, a long or odd one shortened."""
+    shown = ", ".join(_short(k) if not isinstance(k, str) or len(k) > 60 else k for k in keys[:10])
+    more = f" and {len(keys) - 10} more" if len(keys) > 10 else ""
+    return f"{where}: {label} {shown}{more}{did_you_mean(keys[0], allowed)} (known: {', '.join(sorted(allowed))})"
 
 
 def _short(value) -> str:
@@ -253,8 +257,7 @@ def problems(layers: PolicyLayers, hermes: HermesConfig | None) -> list[tuple[Or
     for layer, allowed in _allowed(layers):
         where = layer.origin
         for key in sorted(set(layer.values) - allowed, key=str):
-            found.append((where, str(key), f"{where}: unknown key {_short(key) if not isinstance(key, str) else key}"
-                                           f"{did_you_mean(key, allowed)} (known: {', '.join(sorted(allowed))})"))
+            found.append((where, str(key), _unknown(where, "unknown key", [key], allowed)))
         checked.append((_values(layer, allowed), where, False))
     if hermes is not None:
         checked.append(_own(hermes))

@@ -23,7 +23,7 @@ from hermes_admin import exitcodes
 from hermes_admin import problems as said
 from hermes_admin.model import Profile
 from hermes_admin.profile.engine.state_folder import STATE_DIR, read_record, write_record
-from hermes_admin.results import Run
+from hermes_admin.results import Run, warned
 
 RECORD = "last-run.json"  # in <home>/.hermes-admin/, read by `status`
 KEEP = 10  # the last runs kept; with the newest changing and failing ones past them, at most KEEP + 2
@@ -56,8 +56,7 @@ def summarise(run: Run, before: tuple[int, int], profile: Profile, command: str,
         entry["units"] += len(result.done)
         entry["files"] += len(result.files_removed)
         warnings += [failure.text(profile.shown) for failure in result.hook_failures]
-    code = said.exit_code(found, warned=any(r.hook_failures or len(r.skipped) or len(r.files_skipped)
-                                               for r in results))
+    code = said.exit_code(found, warned=warned(results))
     # A run cut short is no "ok": what it did not reach waits for the next run, and `status` says so.
     outcome = "interrupted" if interrupted and code in (exitcodes.OK, exitcodes.WARNINGS) else OUTCOMES[code]
     finished = time.time()

@@ -103,3 +103,11 @@ def test_every_tasks_switch_is_a_policy_key_read_as_the_policy_holds_it():
     for task in TASKS:
         if task.switch is not None:
             assert policy.switch(task.switch) == policy.as_dict()[task.switch], task.name
+
+
+def test_the_pass_runs_its_tasks_in_the_one_order_every_caller_names():
+    """model.TASKS is `run`'s order (repair first, its own step); the pass's task records follow it."""
+    from hermes_admin import model
+    from hermes_admin.profile.actions import maintenance
+
+    assert [task.name for task in maintenance.TASKS] == [t for t in model.TASKS if t is not model.REPAIR]

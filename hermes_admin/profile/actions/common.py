@@ -18,7 +18,8 @@ from hermes_admin.profile.engine.state_folder import LockHeld
 from hermes_admin.profile.environment import Environment
 from hermes_admin.profile.hermes_config import HermesConfig, HermesConfigError
 from hermes_admin.profile.installation import Installations
-from hermes_admin.profile.lineage import Unit
+from hermes_admin.profile.lineage import Graph, Unit
+from hermes_admin.profile.parts import graph_parts
 from hermes_admin.profile.store import StoreError
 from hermes_admin.profile.store.connect import is_lock_error
 from hermes_admin.profile.store.connect import WriteLockHeld
@@ -28,21 +29,25 @@ from hermes_admin.results import Result, Run
 
 
 class Refused(Exception):
-    """A selection too broad to run without --force (`too_broad` says which): carries that problem."""
+    """A selection too broad to run without --force (`refuse_too_broad` says which): carries that problem."""
 
     def __init__(self, problem: Problem):
         super().__init__(problem.text())
         self.problem = problem
 
 
-def too_broad(profile: Profile, picked: int, candidates: int) -> Problem | None:
-    """Why filters without an age bound may not run: they pick every candidate the command could
-    take (`purge`'s ended sessions past retention, `sessions delete|archive`'s), so a typo in a
-    filter would take everything; None when they leave some out. One guard, one message."""
-    if not candidates or picked != candidates:
-        return None
-    return about(profile, ERROR, "too_broad", f"the filters match all {picked} candidate sessions and set no "
-                 "age bound; add --before/--after or use --force")
+def refuse_too_broad(engine: Engine, count: Callable[[Graph], tuple[int, int]]) -> None:
+    """Refused when filters without an age bound pick every candidate the command could take
+    (`purge`'s ended sessions past retention, `sessions delete|archive`'s): a typo in a filter would
+    take everything. `count`: a part's (picked, candidates), over every part of the store, before
+    anything goes. One guard, one message."""
+    picked = candidates = 0
+    for graph in graph_parts(engine.store):
+        in_part = count(graph)
+        picked, candidates = picked + in_part[0], candidates + in_part[1]
+    if candidates and picked == candidates:
+        raise Refused(about(engine.profile, ERROR, "too_broad", f"the filters match all {picked} candidate "
+                            "sessions and set no age bound; add --before/--after or use --force"))
 
 
 def act_in_parts(engine: Engine, result: Result, parts: Iterable[list[Unit]],

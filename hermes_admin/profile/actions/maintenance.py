@@ -20,7 +20,7 @@ from hermes_admin import model, stopping
 from hermes_admin.layers import PolicyLayers
 from hermes_admin.model import Profile
 from hermes_admin.profile.store import page_accounting, sql
-from hermes_admin.profile.actions.common import (Ledger, Refused, Run, act_in_parts, engine_notes, too_broad,
+from hermes_admin.profile.actions.common import (Ledger, Refused, Run, act_in_parts, engine_notes, refuse_too_broad,
                                                  with_engine)
 from hermes_admin.profile.engine.deletes import Recheck
 from hermes_admin.profile.engine.engine import Engine, Result
@@ -266,14 +266,12 @@ class _Pass:
         store = self.engine.store
         if request.older_than is None and not filters.has_age_bound and not request.force:
             live = set(sql.live_ids(store.db, store.schema, request.now))
-            candidates = picked = 0
-            for graph in graph_parts(store):
+
+            def count(graph: Graph) -> tuple[int, int]:
                 units = rule.select(graph, live).units
-                candidates += len(units)
-                picked += sum(1 for u in units if filters.matches(graph.rows[u.session_id]))
-            refusal = too_broad(self.engine.profile, picked, candidates)
-            if refusal:
-                raise Refused(refusal)
+                return sum(1 for u in units if filters.matches(graph.rows[u.session_id])), len(units)
+
+            refuse_too_broad(self.engine, count)
 
         def select(graph: Graph, live: set[str]) -> Selection:
             selection = rule.select(graph, live)

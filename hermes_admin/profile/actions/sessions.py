@@ -6,7 +6,7 @@ from typing import Iterator
 
 from hermes_admin.filters import Filters
 from hermes_admin.model import Profile
-from hermes_admin.profile.actions.common import Ledger, Refused, Run, act_in_parts, too_broad, with_engine
+from hermes_admin.profile.actions.common import Ledger, Refused, Run, act_in_parts, refuse_too_broad, with_engine
 from hermes_admin.profile.engine.engine import Engine, Result
 from hermes_admin.profile.engine.exports import Settings
 from hermes_admin.profile.environment import Environment
@@ -46,13 +46,8 @@ def _parts_of_units(engine: Engine, ids: list[str], filters: Filters | None, for
         parts = [graph_around(store, ids)]
     else:
         if not filters.has_age_bound and not force:
-            picked = candidates = 0
-            for graph in graph_parts(store):
-                picked += len(matching(graph, filters, archiving))
-                candidates += len(matching(graph, Filters(), archiving))
-            refusal = too_broad(engine.profile, picked, candidates)
-            if refusal:
-                raise Refused(refusal)
+            refuse_too_broad(engine, lambda graph: (len(matching(graph, filters, archiving)),
+                                                    len(matching(graph, Filters(), archiving))))
         parts = graph_parts(store)
     for graph in parts:
         wanted = [(sid, NAMED) for sid in ids if sid in graph.rows]  # the others are gone, or in another part

@@ -148,7 +148,7 @@ class Engine:
 
     def _bus(self) -> HookBus:
         # Opt-in: with nothing in plugins.enabled, no plugin Hermes loads that way hears anything,
-        # so no installation is looked for, no folder scanned, no worker started.
+        # so no installation is looked for, no folder scanned, no plugin process started.
         env = self.env
         if not self.config.plugins_enabled or safe_mode(env.hermes):
             return HookBus(self.profile, [], self.config.hook_timeout, verbose=env.verbose, hermes_env=env.hermes)
