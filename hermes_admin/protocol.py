@@ -11,6 +11,7 @@ The host sends one job; the worker answers with JSON lines on its stdout:
                                        (a result's "hook_failures": each a HookFailure's fields)
     <- {"t": "data", "k": KEY, "v": ...}                               rows of list-type jobs
     <- {"t": "end", "v": {"dry_run", "problems", "policies", "findings", "internal"}}
+                                       (each problem a Problem's fields, each finding a Finding's)
     <- {"t": "beat"}                                                   any time before the end: still alive
 
 A worker beats every few seconds while it lives (`Writer.beating`), whatever its work: the host
@@ -51,8 +52,10 @@ MAX_LINE = 1 << 20  # one message; a longer one ends the worker (an item is a fe
 MAX_REPORT = 256 << 20
 MAX_PROBLEMS = 100_000  # in one report
 MAX_HOOK_FAILURES = 100_000  # in one result (one per plugin and kind of failure, and their repeats)
+MAX_FINDINGS = 100_000  # in one report (repair finds one per odd row, folder or file)
 _PROBLEM_FIELDS = {f.name for f in fields(Problem)}
 _HOOK_FAILURE_FIELDS = {f.name for f in fields(HookFailure)}
+_FINDING_FIELDS = {f.name for f in fields(Finding)}
 
 
 # -- the job: one frozen dataclass per kind, read as strictly as a report -----------
@@ -569,6 +572,18 @@ class Reader:
         return HookFailure(_opt_text(value["plugin"], 256), _text(value["kind"], 64), _text(value["message"]),
                            repeats=repeats)
 
+    def finding(self, value) -> Finding:
+        """One repair finding, field by field: each of its type and bounds, no other field, and only
+        of a profile this worker was given."""
+        if not isinstance(value, dict) or set(value) != _FINDING_FIELDS:
+            raise ProtocolError("a finding that is not an object of its fields")
+        home = _opt_text(value["home"])
+        if home not in self.homes:
+            raise ProtocolError("a finding for a profile this worker was not given")
+        return Finding(_text(value["profile"], 256), _text(value["kind"], 64), _text(value["subject"]),
+                       _text(value["detail"]), _text(value["fix"]), target=_opt_text(value["target"], 256),
+                       applied=_flag(value["applied"]), error=_opt_text(value["error"]), home=home)
+
     def _header(self, v) -> Result:
         if not isinstance(v, dict):
             raise ProtocolError("a result that is not an object")
@@ -617,7 +632,7 @@ class Reader:
         run.dry_run = _flag(v.get("dry_run"))
         found = v.get("problems")
         if not isinstance(found, list) or len(found) > MAX_PROBLEMS:
-            raise ProtocolError("problems that are not a list of at most 100000")
+            raise ProtocolError(f"problems that are not a list of at most {MAX_PROBLEMS}")
         run.add(*(self.problem(p) for p in found))
         run.internal = run.internal or v.get("internal") is True
         policies = v.get("policies") or {}
@@ -627,16 +642,8 @@ class Reader:
             if _text(key, 4096) not in self.homes:
                 raise ProtocolError("a policy for a profile this worker was not given")
             run.policies[key] = _plain_json(policy)
-        findings = v.get("findings") or []
-        if not isinstance(findings, list):
-            raise ProtocolError("findings that are not a list")
-        for f in findings:
-            if not isinstance(f, dict):
-                raise ProtocolError("a finding that is not an object")
-            run.findings.append(Finding(
-                _text(f.get("profile"), 256), _text(f.get("kind"), 64), _text(f.get("subject")),
-                _text(f.get("detail")), _text(f.get("fix")), _opt_text(f.get("target")),
-                _flag(f.get("applied")), _opt_text(f.get("error")), home=_opt_text(f.get("home"))))
-            if run.findings[-1].home not in self.homes:
-                raise ProtocolError("a finding for a profile this worker was not given")
+        findings = v.get("findings")
+        if not isinstance(findings, list) or len(findings) > MAX_FINDINGS:
+            raise ProtocolError(f"findings that are not a list of at most {MAX_FINDINGS}")
+        run.findings += [self.finding(f) for f in findings]
         self.ended = True

@@ -205,6 +205,8 @@ def summary_line(result, dry_run: bool) -> str:
     where = f"{name}: {COMMAND_OF.get(result.task, result.task)}" if result.task else name
     if result.status == "skipped":
         return f"{where}: skipped ({result.why})"
+    if result.action == "replay":  # only what an earlier run left in the outbox (its plugin failures: said apart)
+        return f"{where}: events an earlier run left in the outbox delivered"
     if result.action == "repair" and not result.done:
         return f"{where}: {len(result.notes)} finding(s)" + (" (dry run)" if dry_run else "")
     would = "would be " if dry_run else ""
@@ -320,26 +322,34 @@ class Progress:
 
 def plugin_failures(results) -> list[str]:
     """One line per failing plugin of a profile per run: its first failure, and how many more there
-    were (each task of a run delivers its own events, and each would say it again); a failure that
-    is no one plugin's (deliveries stopped) is said as it is, first."""
-    first: dict[tuple[str, str], str] = {}  # (profile, plugin) -> the line of its first failure
-    more: dict[tuple[str, str], int] = {}
-    others = []
+    were (each task of a run delivers its own events, and each would say it again). A failure that is
+    no one plugin's (deliveries stopped, Hermes' plugin manager failing at each plugin process start)
+    is folded the same way, one line per kind, and said first."""
+    first: dict[tuple, str] = {}  # who (_folded_by) -> the line of its first failure
+    more: dict[tuple, int] = {}
     for result in results:
         profile = result.label or result.profile
         for failure in result.hook_failures:
-            who = (profile, failure.plugin)
-            if failure.plugin is None:
-                others.append(failure.text(profile))
-            elif who not in first and not failure.repeats:
+            who = _folded_by(profile, failure)
+            if who not in first and not failure.repeats:
                 first[who] = failure.text(profile)
             else:
                 more[who] = more.get(who, 0) + failure.occurrences
-    said = [line + (f" (and {more[who]} more time(s) this run)" if more.get(who) else "")
+    said = [(who, line + (f" (and {more[who]} more time(s) this run)" if more.get(who) else ""))
             for who, line in first.items()]
-    said += [f"profile '{profile}': plugin {plugin}: failed {n} more time(s) this run"
-             for (profile, plugin), n in more.items() if (profile, plugin) not in first]
-    return others + said
+    said += [(who, f"profile '{who[0]}': {_failed(who)} {n} more time(s) this run")
+             for who, n in more.items() if who not in first]
+    return [line for who, line in sorted(said, key=lambda entry: entry[0][1] is not None)]  # stable: no one's first
+
+
+def _folded_by(profile: str, failure) -> tuple[str, str | None, str | None]:
+    """What one line stands for: a plugin's failures of every kind, or no one plugin's of one kind."""
+    return (profile, failure.plugin, failure.kind if failure.plugin is None else None)
+
+
+def _failed(who: tuple[str, str | None, str | None]) -> str:
+    _, plugin, kind = who
+    return kind if plugin is None else f"plugin {plugin}: failed"
 
 
 def problems(run) -> list[tuple[str, str]]:

@@ -119,7 +119,7 @@ print('{HELLO}', flush=True)
 for _ in range(15):
     print('{{"t": "beat"}}', flush=True)
     time.sleep(0.1)
-print('{{"t": "end", "v": {{"dry_run": false, "problems": []}}}}', flush=True)
+print('{{"t": "end", "v": {{"dry_run": false, "problems": [], "findings": []}}}}', flush=True)
 """)
     run, took = _spawn(_job(1), workers.Deadlines(idle=0.5, overall=60))
     assert run.errors == [] and took >= 1.4

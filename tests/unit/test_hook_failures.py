@@ -32,6 +32,10 @@ def timed_out(plugin: str) -> HookFailure:
 
 
 STOPPED = HookFailure(None, failed.STOPPED, "stopped on request; 3 event(s) left in the outbox for the next run")
+MANAGER = HookFailure(None, failed.NOT_LOADED, "plugins not loaded: Hermes' plugin manager failed in /opt/hermes: "
+                                               "RuntimeError: boom")
+OUTBOX_FULL = HookFailure(None, failed.OUTBOX, "disk full; deliveries stopped, 2 event(s) left for the next run "
+                                               "(the first may repeat)")
 
 
 # -- one line per failing plugin per run ------------------------------------------
@@ -62,10 +66,34 @@ STOPPED = HookFailure(None, failed.STOPPED, "stopped on request; 3 event(s) left
                   "profile 'v': plugin a: on_session_delete raised ValueError: y"],
                  id="one plugin in two profiles"),
     pytest.param([result(raised("a"), STOPPED), result(STOPPED, task="auto_archive")],
-                 ["profile 'w': stopped on request; 3 event(s) left in the outbox for the next run",
-                  "profile 'w': stopped on request; 3 event(s) left in the outbox for the next run",
+                 ["profile 'w': stopped on request; 3 event(s) left in the outbox for the next run"
+                  " (and 1 more time(s) this run)",
                   "profile 'w': plugin a: on_session_delete raised ValueError: x"],
-                 id="no one plugin's failures are said as they are, first"),
+                 id="no one plugin's failures are folded by kind, and said first"),
+    pytest.param([result(MANAGER), result(HookFailure(None, failed.NOT_LOADED, MANAGER.message, repeats=2),
+                                          task="auto_archive")],
+                 [f"profile 'w': {MANAGER.message} (and 2 more time(s) this run)"],
+                 id="Hermes' plugin manager failing at each start: one line"),
+    pytest.param([result(HookFailure(None, failed.NOT_LOADED, MANAGER.message, repeats=2))],
+                 ["profile 'w': failed to load 2 more time(s) this run"],
+                 id="no one plugin's repeats of a failure said before"),
+    pytest.param([result(MANAGER, STOPPED, OUTBOX_FULL), result(STOPPED, OUTBOX_FULL, task="auto_archive")],
+                 [f"profile 'w': {MANAGER.message}",
+                  "profile 'w': stopped on request; 3 event(s) left in the outbox for the next run"
+                  " (and 1 more time(s) this run)",
+                  f"profile 'w': {OUTBOX_FULL.message} (and 1 more time(s) this run)"],
+                 id="no one plugin's: a line per kind"),
+    pytest.param([result(MANAGER), result(MANAGER, profile="v", home="/h/v")],
+                 [f"profile 'w': {MANAGER.message}", f"profile 'v': {MANAGER.message}"],
+                 id="no one plugin's: a line per profile"),
+    pytest.param([result(raised("a"), HookFailure(None, failed.NOT_LOADED, MANAGER.message, repeats=1))],
+                 ["profile 'w': failed to load 1 more time(s) this run",
+                  "profile 'w': plugin a: on_session_delete raised ValueError: x"],
+                 id="no one plugin's repeats are said before the plugins'"),
+    pytest.param([result(HookFailure("a", failed.NOT_LOADED, "failed to load in x: E"),
+                         HookFailure(None, failed.NOT_LOADED, MANAGER.message))],
+                 [f"profile 'w': {MANAGER.message}", "profile 'w': plugin a: failed to load in x: E"],
+                 id="a plugin's and no one's failure of one kind are two lines"),
     pytest.param([result(HookFailure(failed.EVERY_PLUGIN, failed.NOT_RUN, "plugin worker did not start")),
                   result(HookFailure(failed.EVERY_PLUGIN, failed.NOT_RUN, "plugin worker did not start", repeats=1),
                          task="auto_archive")],
@@ -200,3 +228,24 @@ def test_a_plugin_that_fails_to_load_is_named_by_the_worker_not_read_from_its_li
     assert "ImportError: no_such_module_anywhere" in failure["message"]
     said = [line for line in result.stderr.splitlines() if "plugin broken" in line]
     assert len(said) == 1 and failure["text"] in said[0], result.stderr
+
+
+# -- what an earlier run left, replayed ------------------------------------------
+
+@pytest.mark.parametrize("results, replayed, carried", [
+    pytest.param([], [], [], id="nothing replayed, no work"),
+    pytest.param([result(raised("b"))], [], [[raised("b")]], id="nothing replayed"),
+    pytest.param([result(raised("b")), result(task="auto_archive")], [raised("a"), STOPPED],
+                 [[raised("a"), STOPPED, raised("b")], []], id="on the first result, first"),
+    pytest.param([], [raised("a")], [[raised("a")]], id="a command that only replays: a result of its own"),
+])
+def test_replayed_failures_ride_the_profiles_results(results, replayed, carried):
+    from hermes_admin.profile.actions.common import with_replayed
+    from hermes_admin.protocol import Profile
+    from pathlib import Path
+
+    got = with_replayed(results, Profile(Path("/h"), "w", Path(HOME)), replayed)
+    assert [r.hook_failures for r in got] == carried
+    if not results and replayed:
+        assert got[0].action == "replay" and got[0].profile == "w"
+        assert plugin_failures(got) == ["profile 'w': plugin a: on_session_delete raised ValueError: x"]

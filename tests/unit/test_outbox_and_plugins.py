@@ -221,3 +221,20 @@ def test_a_slow_plugin_start_is_said_and_a_quick_one_is_not(tmp_path, now, monke
     assert len(said) == 2, said
     assert said[0].startswith("profile 'default': starting plugins in hermes-admin's interpreter: over 0.5 s")
     assert said[1].startswith("profile 'default': plugins started after ")
+
+
+def test_a_replayed_events_plugin_failure_is_a_hook_failure_folded_with_the_runs_own(root, invoke):
+    """What an earlier run left is delivered on the next start: its plugin's failure is a value on the
+    run's first result (not a warning of its own), folded with the run's own repeats into one line."""
+    install_plugins(root, ["raiser"], enabled=["raiser"])
+    assert kill_during(root, "after-commit", "a") == -9
+    result = invoke("--root", str(root), "sessions", "delete", "b", "--yes", "--json")
+    assert result.exit_code == 1, result.stderr  # done, with the plugin's failure as a warning
+    doc = json.loads(result.stdout)
+    (first,) = doc["results"]
+    assert [(f["plugin"], f["kind"], f["repeats"]) for f in first["hook_failures"]] == [
+        (None, "interpreter", 0),  # no Hermes here: said with the first start, the replay's
+        ("raiser", "raised", 0), ("raiser", "raised", 1)]  # the replayed event's, then the run's own again
+    assert doc["warnings"] == [] and not any(p["kind"] == "replay" for p in doc["problems"])
+    said = [line for line in result.stderr.splitlines() if "plugin raiser" in line]
+    assert len(said) == 1 and said[0].endswith("(and 1 more time(s) this run)"), result.stderr

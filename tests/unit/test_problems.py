@@ -78,7 +78,8 @@ def test_a_long_text_is_cut_and_a_lone_surrogate_escaped():
 
 
 def test_a_worker_sending_a_malformed_problem_fails_its_profiles_and_is_named_never_exit_70(monkeypatch):
-    bad = json.dumps({"t": "end", "v": {"dry_run": False, "policies": {}, "problems": [dict(GOOD, home=None, line="x")]}})
+    bad = json.dumps({"t": "end", "v": {"dry_run": False, "policies": {}, "findings": [],
+                                        "problems": [dict(GOOD, home=None, line="x")]}})
     hello = json.dumps({"t": "hello", "uid": 0, "gid": 0, "groups": []})
     monkeypatch.setattr(workers.child, "argv", lambda module, *args: [
         "python3", "-c", f"print({hello!r}, flush=True); print({bad!r}, flush=True)", *args])

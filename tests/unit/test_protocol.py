@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from hermes_admin.protocol import MAX_LINE, ProtocolError, Reader, Writer
+from hermes_admin.protocol import MAX_FINDINGS, MAX_LINE, ProtocolError, Reader, Writer
 from hermes_admin.problems import ERROR, Problem
-from hermes_admin.results import Done, Result, Run
+from hermes_admin.results import Done, Finding, RepairRun, Result, Run
 
 PROBLEM = {"severity": "error", "message": "m", "profile": None, "home": None, "kind": "k", "path": None,
            "key": None, "line": None, "skipped": False}
@@ -100,7 +100,7 @@ def test_a_file_name_that_is_not_utf8_comes_back_escaped_not_as_a_broken_report(
     assert list(reader.run.results[0].files_removed)[-1] == "/h/a/sessions/caf\\udce9.json"
     reader = Reader({"/h/a"})  # a lone surrogate anywhere: printable, never a crash of whoever prints it
     reader.line(lines_of(Run(dry_run=False))[0])
-    reader.line(json.dumps({"t": "end", "v": {"dry_run": False, "policies": {}, "problems": [
+    reader.line(json.dumps({"t": "end", "v": {"dry_run": False, "policies": {}, "findings": [], "problems": [
         dict(PROBLEM, message="\ud800")]}}).encode())
     assert reader.run.errors == ["\\ud800"]
 
@@ -114,3 +114,69 @@ def test_the_size_cap_of_a_report_is_the_readers():
     for line in lines:
         uncapped.line(line)
     assert uncapped.ended
+
+
+# -- repair findings: read as strictly as problems -----------------------------------
+
+FINDING = Finding("default", "mislabelled", "s1", "profile_name is 'x'", "relabel", target="work",
+                  home="/h/a").as_dict()
+
+
+def end_with(findings) -> bytes:
+    return json.dumps({"t": "end", "v": {"dry_run": True, "problems": [], "policies": {},
+                                         "findings": findings}}).encode()
+
+
+def test_findings_cross_the_boundary_unchanged():
+    run = RepairRun(dry_run=True, findings=[Finding(**FINDING), Finding(**dict(FINDING, target=None, applied=True,
+                                                                              error="disk full"))])
+    reader = Reader({"/h/a"}, repair=True)
+    for line in lines_of(run):
+        reader.line(line)
+    assert reader.ended and reader.run.findings == run.findings
+
+
+@pytest.mark.parametrize("field, value", [
+    ("profile", None), ("profile", 5), ("kind", None), ("kind", ["k"]), ("subject", None), ("subject", 1),
+    ("detail", None), ("detail", {}), ("fix", None), ("fix", False), ("target", 5), ("target", ["w"]),
+    ("applied", "yes"), ("applied", 1), ("applied", None), ("error", 5), ("error", ["e"]),
+    ("home", "/h/bob"), ("home", None), ("home", 5),  # only a profile this worker was given
+    ("line", "default: mislabelled s1"),  # no field of another shape
+    ("text", "profile 'default': mislabelled"),
+])
+def test_a_finding_of_another_shape_is_refused(field, value):
+    with pytest.raises(ProtocolError):
+        Reader({"/h/a"}).finding(dict(FINDING, **{field: value}))
+
+
+def test_a_finding_without_a_field_or_not_an_object_is_refused():
+    reader = Reader({"/h/a"})
+    for name in FINDING:
+        with pytest.raises(ProtocolError):
+            reader.finding({k: v for k, v in FINDING.items() if k != name})
+    for bad in ("default: mislabelled s1", None, [FINDING], 5):
+        with pytest.raises(ProtocolError):
+            reader.finding(bad)
+    assert reader.finding(FINDING) == Finding(**FINDING)
+    assert len(reader.finding(dict(FINDING, detail="x" * 10_000)).detail) == 4097  # cut, not refused
+    assert reader.finding(dict(FINDING, subject="/h/a/caf\udce9")).subject == "/h/a/caf\\udce9"
+
+
+@pytest.mark.parametrize("findings", [
+    None, 5, "mislabelled s1", {"0": FINDING},  # not a list (nor missing: the writer always says them)
+    [FINDING, dict(FINDING, applied="no")],  # one malformed among good ones
+    [FINDING] * (MAX_FINDINGS + 1),  # past the bound
+], ids=["null", "number", "text", "object", "one malformed", "too many"])
+def test_an_end_whose_findings_are_malformed_is_a_broken_protocol(findings):
+    reader = Reader({"/h/a"}, repair=True)
+    reader.line(lines_of(Run(dry_run=True))[0])
+    with pytest.raises(ProtocolError):
+        reader.line(end_with(findings))
+    assert not reader.run.findings and not reader.ended
+
+
+def test_an_end_without_findings_is_a_broken_protocol():
+    reader = Reader({"/h/a"}, repair=True)
+    reader.line(lines_of(Run(dry_run=True))[0])
+    with pytest.raises(ProtocolError):
+        reader.line(json.dumps({"t": "end", "v": {"dry_run": True, "problems": [], "policies": {}}}).encode())

@@ -8,6 +8,7 @@ from dataclasses import replace
 from typing import Callable, Iterable, Iterator
 
 
+from hermes_admin.hook_failures import HookFailure
 from hermes_admin.layers import PolicyLayers
 from hermes_admin.model import Profile
 from hermes_admin.problems import ERROR, LOCKED, WARNING, Problem, about
@@ -145,7 +146,6 @@ def with_engine(run: Run, profile: Profile, env: Environment, work: Callable[[En
                     progress=Progress(), env=env)
     try:
         with engine:
-            run.add(*(about(profile, WARNING, "replay", failure.reason) for failure in engine.replayed))
             if engine.config is not None:  # each names its file and key
                 run.add(*(replace(w, home=str(profile.home)) for w in engine.config.warnings))
             done += engine.recovered  # units an interrupted run left half-deleted, finished or restored
@@ -160,6 +160,7 @@ def with_engine(run: Run, profile: Profile, env: Environment, work: Callable[[En
         _record(run, profile, exc)
     finally:
         exported = engine.export.path if engine.export is not None else None
+        done = with_replayed(done, profile, engine.replayed)
         for result in done:
             result.home = str(profile.home)
             if exported is not None and result.action == "delete" and len(result.done) and not result.dry_run \
@@ -171,6 +172,19 @@ def with_engine(run: Run, profile: Profile, env: Environment, work: Callable[[En
             run.data.setdefault("exports_removed", []).extend(engine.exports_removed)
         for wait in engine.space.waits if engine.space is not None else []:  # what the free pages wait for
             run.data.setdefault("reclaim_waits", []).append(dict(wait, profile=profile.name, home=str(profile.home)))
+
+
+def with_replayed(results: list[Result], profile: Profile, replayed: list[HookFailure]) -> list[Result]:
+    """The profile's results carrying the plugin failures met delivering what an earlier run left in
+    the outbox (Engine.replayed), as values, so they fold with this run's own and are counted: on the
+    first result (they came first), or on one of their own, a `replay`, when the work has none (a
+    command that only replays)."""
+    if not replayed:
+        return results
+    if not results:
+        return [Result(profile.name, "replay", None, False, hook_failures=list(replayed))]
+    results[0].hook_failures = [*replayed, *results[0].hook_failures]
+    return results
 
 
 def engine_notes(profile: Profile, notes: list[str]) -> list[Problem]:

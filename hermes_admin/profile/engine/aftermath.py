@@ -73,7 +73,7 @@ class Aftermath:
         self.collect_files(result, wait=False)  # into the report (on disk past its head) as they come
         if events:
             self.remover.drain()  # files before events: a plugin sees the files gone
-            self.deliver(events, result.hook_failures)
+            result.hook_failures += self.deliver(events)
 
     def paths_of(self, ids: list[str], result: Result) -> list[str]:
         paths = []
@@ -107,30 +107,31 @@ class Aftermath:
             result.files_removed += removed
             result.files_skipped += skipped
 
-    def deliver(self, events: list[Event], failures: list[HookFailure]) -> None:
+    def deliver(self, events: list[Event]) -> list[HookFailure]:
+        """Each event to the profile's plugins, in order; returns the plugin failures met doing it."""
         faults.point("before_delivery", events=events)
         if not self.listening:
             if events:  # replayed events whose plugins were disabled since: nothing to call
                 self.outbox.delivered([e.id for e in events])
-            return
+            return []
+        failures: list[HookFailure] = []
         for n, event in enumerate(events):  # each marked as soon as its plugins ran: a crash repeats one
             if stopping.requested():  # a stop request: no new event is sent; the rest wait in the outbox
-                failures.append(_stopped(len(events) - n))
-                return
+                return failures + [_stopped(len(events) - n)]
             try:
                 failures += self.bus.fire(event.payload(self.profile))
                 self.outbox.delivered([event.id])
             except DeliveryStopped:  # a stop request: this event and the rest wait for the next run
-                failures.append(_stopped(len(events) - n))
-                return
+                return failures + [_stopped(len(events) - n)]
             except OutboxError as exc:  # disk full, read-only: no more deliveries (no repeats) this run
-                failures.append(HookFailure(None, failed.OUTBOX, f"{exc}; deliveries stopped, {len(events) - n} "
-                                                                 "event(s) left for the next run (the first may repeat)"))
-                return
+                return failures + [HookFailure(None, failed.OUTBOX, f"{exc}; deliveries stopped, {len(events) - n} "
+                                                                    "event(s) left for the next run (the first may "
+                                                                    "repeat)")]
+        return failures
 
     def replay(self, db) -> list[HookFailure]:
-        """Finish what a previous run left: verify pending events, deliver committed ones."""
-        failures: list[HookFailure] = []
+        """Finish what a previous run left: verify pending events, deliver committed ones; returns
+        the plugin failures met delivering them."""
         committed: dict[int, list[str]] = {}
         dropped: list[int] = []
         for event in self.outbox.pending():
@@ -143,8 +144,7 @@ class Aftermath:
             if event.kind == "delete":
                 self.remove_files(event.ids, scratch)
         self.collect_files(scratch)
-        self.deliver(undelivered, failures)
-        return failures
+        return self.deliver(undelivered)
 
 
 def _stopped(left: int) -> HookFailure:

@@ -74,8 +74,8 @@ def flip_archived(pacer: Pacer, aftermath: Aftermath, deletes: Deletes, flip: Fl
         changed = decision.changes
         outbox.settle({event_ids[i]: list(ids) for i, ids in changed.items()},
                       [e for i, e in enumerate(event_ids) if i not in changed])
-        aftermath.deliver([Event(event_ids[i], "archive", chunk[i].session_id, reason, list(ids))
-                           for i, ids in changed.items()], result.hook_failures)
+        result.hook_failures += aftermath.deliver([Event(event_ids[i], "archive", chunk[i].session_id, reason,
+                                                         list(ids)) for i, ids in changed.items()])
     return decision.outcome()
 
 

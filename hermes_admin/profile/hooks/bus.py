@@ -137,8 +137,8 @@ class HookBus:
         failures = [HookFailure(None, failed.INTERPRETER, shown.clean(note, 2000)) for note in notes]
         for error in errors:  # said again at each start: once, then counted as repeats
             plugin = error["plugin"]
-            self._failure(failures, None if plugin is None else shown.clean(plugin, 200), failed.NOT_LOADED,
-                          error["message"])
+            failures += self._failure(None if plugin is None else shown.clean(plugin, 200), failed.NOT_LOADED,
+                                      error["message"])
         return failures
 
     def _send(self, message: dict) -> None:
@@ -234,18 +234,18 @@ class HookBus:
                 try:
                     failures += self._start()
                 except (PluginProcessGone, OSError) as exc:
-                    self._failure(failures, failed.EVERY_PLUGIN, failed.NOT_RUN, str(exc))
-                    return failures
+                    return failures + self._failure(failed.EVERY_PLUGIN, failed.NOT_RUN, str(exc))
             if start >= len(self.callbacks):
                 return failures
             self._running = start
             try:
                 self._send({"event": payload, "start": start})
-                outcome = self._run_until_finished(failures, start)
+                outcome, raised = self._run_until_finished(start)
+                failures += raised
             except DeliveryStopped:
                 self._kill()
                 raise
-            except PluginProcessBroke as exc:
+            except PluginProcessBroke as exc:  # the event could not be sent (its replies: above)
                 outcome = ("broke", self._running, str(exc))
             except PluginProcessGone:
                 outcome = ("died", self._running, "")
@@ -254,52 +254,59 @@ class HookBus:
             what, running, detail = outcome
             name = self.callbacks[running] if running < len(self.callbacks) else "?"
             if what == "timeout":
-                self._failure(failures, name, failed.TIMED_OUT,
-                              f"on_session_delete timed out after {self.timeout:g} s; plugin process restarted")
+                failures += self._failure(name, failed.TIMED_OUT, f"on_session_delete timed out after "
+                                                                   f"{self.timeout:g} s; plugin process restarted")
             elif what == "broke":
-                self._failure(failures, name, failed.BROKE_PROTOCOL,
-                              f"its plugin process broke the protocol ({detail}); restarted")
+                failures += self._failure(name, failed.BROKE_PROTOCOL,
+                                          f"its plugin process broke the protocol ({detail}); restarted")
             else:
-                self._failure(failures, name, failed.PROCESS_DIED, "its plugin process died; restarted")
+                failures += self._failure(name, failed.PROCESS_DIED, "its plugin process died; restarted")
             self._kill()
             start = running + 1
 
-    def _failure(self, failures: list[HookFailure], plugin: str | None, kind: str, message: str) -> None:
-        """One value per plugin and kind of failure; repeats are counted and told by `repeats`."""
+    def _failure(self, plugin: str | None, kind: str, message: str) -> list[HookFailure]:
+        """One value per plugin and kind of failure, the first time (then none: repeats are counted
+        and told by `repeats`)."""
         key = (plugin, kind)
         said, times = self._reported.get(key, (shown.clean(message, 2000), 0))
         self._reported[key] = (said, times + 1)
-        if times == 0:
-            failures.append(HookFailure(plugin, kind, said))
+        return [HookFailure(plugin, kind, said)] if times == 0 else []
 
-    def _run_until_finished(self, failures: list[HookFailure], start: int):
+    def _run_until_finished(self, start: int):
         """Replies for one event, in the one order the protocol allows: start i, done i, ..., finished.
 
-        "finished", or (what, index, detail) for the callback that hung, or whose plugin process broke.
-        Every wait has a deadline: `timeout` for a callback to finish, a short one between them.
+        Returns the outcome, "finished" or (what, index, detail) for the callback that hung or whose
+        plugin process broke or died, with the failures of the callbacks that ran before it. Every
+        wait has a deadline: `timeout` for a callback to finish, a short one between them.
         """
+        failures: list[HookFailure] = []
         expected = start
-        while True:
-            reply = self._receive(time.monotonic() + min(self.timeout, STARTUP_TIMEOUT_S))
-            if reply is None:  # silence between callbacks: the last one started has not really finished
-                return ("timeout", self._running, "")
-            if reply.get("finished") is True and len(reply) == 1 and expected == len(self.callbacks):
-                return "finished"
-            if reply.get("start") != expected or len(reply) != 1 or expected >= len(self.callbacks):
-                raise PluginProcessBroke("an out-of-order reply")
-            self._running = expected
-            done = self._receive(time.monotonic() + self.timeout)
-            if done is None:
-                return ("timeout", expected, "")
-            error = done.get("error")
-            if done.get("done") != expected or set(done) != {"done", "error"} or not (
-                    error is None or isinstance(error, str)):
-                raise PluginProcessBroke("a malformed reply")
-            if error:
-                first_line = error.strip().splitlines()[0] if error.strip() else error
-                self._failure(failures, self.callbacks[expected], failed.RAISED,
-                              f"on_session_delete raised {first_line}")
-            expected += 1
+        try:
+            while True:
+                reply = self._receive(time.monotonic() + min(self.timeout, STARTUP_TIMEOUT_S))
+                if reply is None:  # silence between callbacks: the last one started has not really finished
+                    return ("timeout", self._running, ""), failures
+                if reply.get("finished") is True and len(reply) == 1 and expected == len(self.callbacks):
+                    return "finished", failures
+                if reply.get("start") != expected or len(reply) != 1 or expected >= len(self.callbacks):
+                    raise PluginProcessBroke("an out-of-order reply")
+                self._running = expected
+                done = self._receive(time.monotonic() + self.timeout)
+                if done is None:
+                    return ("timeout", expected, ""), failures
+                error = done.get("error")
+                if done.get("done") != expected or set(done) != {"done", "error"} or not (
+                        error is None or isinstance(error, str)):
+                    raise PluginProcessBroke("a malformed reply")
+                if error:
+                    first_line = error.strip().splitlines()[0] if error.strip() else error
+                    failures += self._failure(self.callbacks[expected], failed.RAISED,
+                                              f"on_session_delete raised {first_line}")
+                expected += 1
+        except PluginProcessBroke as exc:
+            return ("broke", self._running, str(exc)), failures
+        except PluginProcessGone:
+            return ("died", self._running, ""), failures
 
 
 def hermes_environment(given: Mapping[str, str]) -> dict[str, str]:
