@@ -94,10 +94,10 @@ OUTBOX_FULL = HookFailure(None, failed.OUTBOX, "disk full; deliveries stopped, 2
                          HookFailure(None, failed.NOT_LOADED, MANAGER.message))],
                  [f"profile 'w': {MANAGER.message}", "profile 'w': plugin a: failed to load in x: E"],
                  id="a plugin's and no one's failure of one kind are two lines"),
-    pytest.param([result(HookFailure(failed.EVERY_PLUGIN, failed.NOT_RUN, "plugin worker did not start")),
-                  result(HookFailure(failed.EVERY_PLUGIN, failed.NOT_RUN, "plugin worker did not start", repeats=1),
+    pytest.param([result(HookFailure(failed.EVERY_PLUGIN, failed.NOT_RUN, "plugin process did not start")),
+                  result(HookFailure(failed.EVERY_PLUGIN, failed.NOT_RUN, "plugin process did not start", repeats=1),
                          task="auto_archive")],
-                 ["profile 'w': plugin *: plugin worker did not start (and 1 more time(s) this run)"],
+                 ["profile 'w': plugin *: plugin process did not start (and 1 more time(s) this run)"],
                  id="none ran"),
     pytest.param([result(HookFailure("a", failed.RAISED, "on_session_delete raised E: 5 more time(s)"))],
                  ["profile 'w': plugin a: on_session_delete raised E: 5 more time(s)"],
@@ -144,7 +144,7 @@ def through_the_protocol(run: Run) -> Run:
 
 def test_hook_failures_cross_the_boundary_unchanged():
     sent = [raised("a"), HookFailure("a", failed.RAISED, "m", repeats=7), STOPPED,
-            HookFailure(failed.EVERY_PLUGIN, failed.NOT_RUN, "plugin worker did not start")]
+            HookFailure(failed.EVERY_PLUGIN, failed.NOT_RUN, "plugin process did not start")]
     (got,) = through_the_protocol(Run(dry_run=False, results=[result(*sent)])).results
     assert got.hook_failures == sent
 
@@ -201,7 +201,7 @@ def test_metrics_count_failures_by_their_plugin():
         result(raised("a"), timed_out("b"), STOPPED,
                HookFailure(None, failed.OUTBOX, "disk full; deliveries stopped")),
         result(HookFailure("a", failed.RAISED, "m", repeats=4), task="auto_archive"),
-        result(HookFailure(failed.EVERY_PLUGIN, failed.NOT_RUN, "plugin worker did not start"),
+        result(HookFailure(failed.EVERY_PLUGIN, failed.NOT_RUN, "plugin process did not start"),
                profile="v", home="/h/v"),
     ])
     found = {k: v for k, v in parse_textfile(metrics.render(run, [], finished=1.0)).items()
