@@ -93,3 +93,28 @@ def test_the_restore_prompt_names_the_sessions_it_is_limited_to(synth_root, invo
     answered = invoke("--root", str(root), "restore", result["export"], "--session", wanted, input="n\n")
     assert answered.exit_code == 1
     assert f"holding session(s) {wanted} into profile 'work'?" in answered.stderr + answered.stdout
+
+
+def test_a_restore_a_failure_cuts_short_reports_what_it_put_back(synth_root, invoke, monkeypatch):
+    """The store fails under the restore after one session went back: that one is reported, with the
+    error and what stopped it; the rest waits for the next restore, which leaves it alone."""
+    from hermes_admin.profile.engine import restore
+
+    root, _ = synth_root
+    doc = purge(invoke, root, "-p", "work")
+    (export,) = [r["export"] for r in doc["results"] if r["export"]]
+    session, calls = restore.Restorer.session, []
+
+    def failing(self, fields, messages, missing_only, dry_run=False):
+        calls.append(fields["id"])
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        return session(self, fields, messages, missing_only, dry_run)
+
+    monkeypatch.setattr(restore.Restorer, "session", failing)
+    result = invoke("--root", str(root), "restore", export, "-p", "work", "--yes", "--json")
+    assert result.exit_code == 2
+    (restored,) = json.loads(result.stdout)["results"]
+    assert [d["session_id"] for d in restored["done"]] == calls[:1]
+    assert any(note.startswith("stopped by: OSError") for note in restored["notes"])
+    assert calls[0] in row_ids(home_of(root, "work") / "state.db")

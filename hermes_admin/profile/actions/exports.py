@@ -7,7 +7,7 @@ from pathlib import Path
 from hermes_admin.layers import PolicyLayers
 from hermes_admin.model import Profile
 from hermes_admin.problems import ERROR, WARNING, about
-from hermes_admin.profile.actions.common import Run, export_settings, with_engine
+from hermes_admin.profile.actions.common import Ledger, Run, export_settings, with_engine
 from hermes_admin.profile.engine import exports
 from hermes_admin.profile.engine.engine import Engine, Result
 from hermes_admin.profile.environment import Environment
@@ -16,14 +16,18 @@ from hermes_admin.profile.installation import Installations
 
 def restore(run: Run, profile: Profile, env: Environment, path: str, sessions: list[str] | None,
             pin: bool = False, other_profile: bool = False) -> None:
-    """Units of an export back into this profile's store; a session id that exists is left alone."""
-    def work(engine: Engine) -> list[Result]:
-        result = Result(profile.name, "restore", None, engine.dry_run)
-        result.notes.append("transcript files in sessions/ are not part of an export: they stay gone")
-        engine.restore(Path(path), set(sessions) if sessions else None, result, pin=pin, other_profile=other_profile)
-        return [result]
+    """Units of an export back into this profile's store; a session id that exists is left alone.
+    What a failure cut short is reported with what it had put back (the ledger's result)."""
+    ledger = Ledger()
 
-    with_engine(run, profile, env, work)
+    def work(engine: Engine) -> list[Result]:
+        with ledger.begun(Result(profile.name, "restore", None, engine.dry_run)) as result:
+            result.notes.append("transcript files in sessions/ are not part of an export: they stay gone")
+            engine.restore(Path(path), set(sessions) if sessions else None, result, pin=pin,
+                           other_profile=other_profile)
+        return ledger.results
+
+    with_engine(run, profile, env, work, ledger=ledger)
 
 
 def listing(run: Run, profile: Profile, layers: PolicyLayers, installations: Installations,
