@@ -287,15 +287,20 @@ def _move(source: Engine, target_profile: Profile, moves: list[Finding], result:
     if not verified:
         return target.notes
     units = [Unit(f.subject, [f.subject], f"moved to profile '{target_profile.shown}'") for f in verified]
-    moved = source.delete(units, "profile_repair")
-    result.absorb(moved)
+    moved, failed = Result(source.profile.name, "delete", "profile_repair", False), None
+    try:
+        source.delete(units, "profile_repair", result=moved)
+    except (OSError, RuntimeError, StoreError, LockHeld, *SQLITE_ERRORS) as exc:  # as a single fix fails
+        failed = " ".join(str(exc).split())
+    result.absorb(moved)  # what committed, a failure after it or not
     went = {d.session_id for d in moved.done}
     why = {s["session_id"]: s["why"] for s in moved.skipped}
     for finding in verified:
         if finding.subject in went:
             finding.applied = True
-        else:
-            finding.error = f"copied, but not deleted here: {why.get(finding.subject, 'gone already')}"
+        else:  # the copy went (applied, by _attempt), the move did not
+            finding.applied = False
+            finding.error = f"copied, but not deleted here: {why.get(finding.subject) or failed or 'gone already'}"
     return target.notes
 
 

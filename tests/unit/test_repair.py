@@ -248,3 +248,25 @@ def test_run_counts_the_repair_findings_by_kind_from_the_findings(root, invoke):
     assert "finding(s)" in line
     summary = next(line for line in said.splitlines() if line.startswith("  ") and "dangling_parent" in line)
     assert "1 dangling_parent" in summary and "1 wrong_store" in summary and "repair -p work" in summary
+
+
+def test_a_move_whose_delete_fails_says_so_on_its_finding_and_the_other_fixes_run(root, invoke, monkeypatch):
+    """The row is copied, then the delete here fails (the disk, say): the copy is kept, the finding says
+    it was not deleted here and why, and the profile's other fixes are applied all the same."""
+    from hermes_admin.profile.engine.engine import Engine
+
+    work, other = root / "profiles" / "work", root / "profiles" / "other"
+    delete = Engine.delete
+
+    def failing(self, units, reason, *args, **kwargs):
+        if reason == "profile_repair":
+            raise OSError(5, "Input/output error")
+        return delete(self, units, reason, *args, **kwargs)
+
+    monkeypatch.setattr(Engine, "delete", failing)
+    result = invoke("--root", str(root), *own_interpreter(root.parent), "repair", "--apply", "--yes", "--json")
+    findings = {f["subject"]: f for f in json.loads(result.stdout)["findings"]}
+    assert findings["foreign"]["applied"] is False
+    assert findings["foreign"]["error"] == "copied, but not deleted here: [Errno 5] Input/output error"
+    assert "foreign" in row_ids(work / "state.db") and "foreign" in row_ids(other / "state.db")
+    assert findings["lost"]["applied"] is True and findings["adopt"]["applied"] is True
