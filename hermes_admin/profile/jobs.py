@@ -124,9 +124,9 @@ def status(job: Job, isolated: bool, env: Environment) -> Run:
     run = Run(dry_run=True)
 
     def one(p: Profile) -> None:
-        problems: list[str] = []
-        runs = run_record.read(p, problems)
-        run.add(*(about(p, WARNING, "run_record", problem) for problem in problems))
+        runs, problem = run_record.read(p)
+        if problem:
+            run.add(about(p, WARNING, "run_record", problem))
         run.data.setdefault("status", []).append(
             {"profile": p.name, "home": str(p.home), "store": p.has_store(), "runs": runs or []})
 

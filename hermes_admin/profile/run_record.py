@@ -68,24 +68,22 @@ def summarise(run: Run, before: tuple[int, int], profile: Profile, command: str,
 
 def write(profile: Profile, run: dict) -> None:
     """Add this run to the history (never raises: the worst is a `status` that knows less)."""
-    runs = read(profile) or []
+    runs = read(profile)[0] or []
     write_record(profile, RECORD, "the runs' record", {"format": 2, "runs": trimmed(runs + [run])})
 
 
-def read(profile: Profile, problems: list[str] | None = None) -> list[dict] | None:
+def read(profile: Profile) -> tuple[list[dict] | None, str | None]:
     """The runs recorded, oldest first, read where they are (never made here, never waited on), or
-    None; a file of any other shape than ours is one line in `problems` naming it."""
-    record = read_record(profile, RECORD, MAX_RECORD, problems)
+    None; and why a file that is there could not be used (of any other shape than ours), naming it."""
+    record, problem = read_record(profile, RECORD, MAX_RECORD)
     if record is None:
-        return None
+        return None, problem
     wrong = shape_problem(record)
     if wrong:
-        if problems is not None:
-            problems.append(f"{profile.home / STATE_DIR / RECORD}: not a record of ours ({wrong}); ignored")
-        return None
+        return None, f"{profile.home / STATE_DIR / RECORD}: not a record of ours ({wrong}); ignored"
     if record["format"] == 1:  # an earlier version's record: its one run, its kept error left out
-        return [{k: v for k, v in record.items() if k not in ("format", "last_error")}]
-    return record["runs"]
+        return [{k: v for k, v in record.items() if k not in ("format", "last_error")}], None
+    return record["runs"], None
 
 
 def changed_something(run: dict) -> bool:

@@ -42,33 +42,29 @@ def test_a_run_record_that_is_a_fifo_or_of_another_shape_is_one_line(tmp_path):
     (tmp_path / ".hermes-admin").mkdir()
     record = tmp_path / ".hermes-admin" / "last-run.json"
     os.mkfifo(record)
-    problems: list[str] = []
-    assert run_record.read(profile, problems) is None
-    assert problems == [f"{record}: is not a plain file (a FIFO); not read"]
+    assert run_record.read(profile) == (None, f"{record}: is not a plain file (a FIFO); not read")
     record.unlink()
     for bad, why in [({**GOOD, "started": 1e300}, "started"), ({**GOOD, "seconds": float("nan")}, "seconds"),
                      ({**GOOD, "changed": {"purge": [1]}}, "changed"), ({**GOOD, "errors": [[]]}, "errors"),
                      ({**GOOD, "last_error": {"at": "x", "message": "m"}}, "last_error"),
                      ({**GOOD, "result": ["ok"]}, "result")]:
         record.write_text(json.dumps(bad))
-        problems = []
-        assert run_record.read(profile, problems) is None
-        assert len(problems) == 1 and why in problems[0] and str(record) in problems[0]
+        runs, problem = run_record.read(profile)
+        assert runs is None and why in problem and str(record) in problem
     record.write_text("[" * 100000 + "]" * 100000)
-    problems = []
-    assert read_record(profile, "last-run.json", 1 << 20, problems) is None and problems
+    record_read, problem = read_record(profile, "last-run.json", 1 << 20)
+    assert record_read is None and problem
     record.write_text(json.dumps(GOOD))  # an earlier version's one run
-    assert run_record.read(profile) == [{k: v for k, v in GOOD.items() if k != "format"}]
+    assert run_record.read(profile) == ([{k: v for k, v in GOOD.items() if k != "format"}], None)
     one = {k: v for k, v in GOOD.items() if k != "format"}
     for bad, why in [({"format": 2, "runs": [one] * 13}, "runs"), ({"format": 2, "runs": [{**one, "seconds": -1}]},
                                                                     "seconds"),
                      ({"format": 2, "runs": [], "more": 1}, "keys"), ({"format": 3, "runs": []}, "format")]:
         record.write_text(json.dumps(bad))
-        problems = []
-        assert run_record.read(profile, problems) is None
-        assert len(problems) == 1 and why in problems[0] and str(record) in problems[0]
+        runs, problem = run_record.read(profile)
+        assert runs is None and why in problem and str(record) in problem
     record.write_text(json.dumps({"format": 2, "runs": [one]}))
-    assert run_record.read(profile) == [one]
+    assert run_record.read(profile) == ([one], None)
 
 
 def _run(finished: float, rows: int = 0, error: str | None = None) -> dict:

@@ -108,27 +108,23 @@ def write_record(profile: Profile, name: str, what: str, record: dict) -> None:
         pass
 
 
-def read_record(profile: Profile, name: str, limit: int, problems: list[str] | None = None) -> dict | None:
+def read_record(profile: Profile, name: str, limit: int) -> tuple[dict | None, str | None]:
     """Such a record, read where it is (never made here, never through a link, never waited on), or
-    None; why it could not be used, naming the file, goes to `problems` (a missing one is no problem)."""
+    None; and why it could not be used, naming the file (None too when it is missing: no problem)."""
     path = profile.home / STATE_DIR / name
     try:
         data = read_plain(path, limit)
     except FileNotFoundError:
-        return None
+        return None, None
     except OSError as exc:
-        if problems is not None:
-            problems.append(f"{exc.filename or path}: {exc.strerror or exc}")
-        return None
+        return None, f"{exc.filename or path}: {exc.strerror or exc}"
     try:
         record = json.loads(data)
     except (ValueError, RecursionError):
         record = None
     if not isinstance(record, dict):
-        if problems is not None:
-            problems.append(f"{path}: not a JSON object; ignored")
-        return None
-    return record
+        return None, f"{path}: not a JSON object; ignored"
+    return record, None
 
 
 class Flock:
