@@ -59,8 +59,9 @@ def show(columns: list[Column], rows: list[list[object]]) -> None:
     under: list[list[int]] = [[] for _ in cells]  # per row, the columns whose value follows under it
 
     def measure(chosen: list[int], table_cells: list[list[str]] | None = None) -> int:
-        table_cells = table_cells or cells
-        return _width(console, _table([columns[i] for i in chosen], [[row[i] for i in chosen] for row in table_cells]))
+        # A table is as wide as each column's widest cell makes it: measured on those cells alone
+        # (the widest on screen and the longest), not on every row, since the fitting measures often.
+        return _width(console, _table([columns[i] for i in chosen], _widest(table_cells or cells, chosen)))
 
     while kept:
         width = measure(kept)
@@ -112,6 +113,15 @@ def show(columns: list[Column], rows: list[list[object]]) -> None:
         for i in sorted(below + more):
             out.write(f"  {columns[i].name}: {whole[i]}\n")
     out.flush()
+
+
+def _widest(cells: list[list[str]], chosen: list[int]) -> list[list[str]]:
+    """Two rows that measure as `cells` do: each column's widest cell on screen, and its longest."""
+    from rich.cells import cell_len
+
+    if not cells:
+        return []
+    return [[max((row[i] for row in cells), key=key) for i in chosen] for key in (cell_len, len)]
 
 
 def _cappable(column: Column) -> bool:
