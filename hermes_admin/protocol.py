@@ -41,7 +41,7 @@ from typing import ClassVar, Union, get_args, get_origin, get_type_hints
 from hermes_admin.filters import Filters
 from hermes_admin.hook_failures import HookFailure
 from hermes_admin.layers import PolicyLayers
-from hermes_admin.model import ORDER, STORE_FILE, Owner, Profile  # noqa: F401 (re-exported: every layer's values)
+from hermes_admin.model import ORDER, Owner, Profile
 from hermes_admin.problems import SEVERITIES, Problem
 from hermes_admin.results import Done, Finding, RepairRun, Result, Run
 

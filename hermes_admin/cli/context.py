@@ -14,7 +14,8 @@ from hermes_admin import exitcodes, report
 from hermes_admin.host import config as admin_config
 from hermes_admin.host import discovery as homes
 from hermes_admin.host.runner import Host, selects
-from hermes_admin.protocol import Params, Profile
+from hermes_admin.model import Profile
+from hermes_admin.protocol import Params
 from hermes_admin.results import Run
 from hermes_admin.shown import did_you_mean
 

@@ -8,8 +8,9 @@ import sys
 import click
 
 from hermes_admin import exitcodes, report, stopping
-from hermes_admin.protocol import Profile, Resolve
+from hermes_admin.model import Profile
 from hermes_admin.problems import ERROR, LOCKED, Problem
+from hermes_admin.protocol import Resolve
 from hermes_admin.results import Run
 
 AMBIGUOUS = "ambiguous"  # the kind of an id that names sessions in several places

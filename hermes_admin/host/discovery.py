@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from hermes_admin.protocol import Owner, Profile
+from hermes_admin.model import Owner, Profile
 
 # Hermes' own rule for profile ids; `default` is the root and never a folder.
 PROFILE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")

@@ -20,7 +20,7 @@ import os
 import stat
 from pathlib import Path
 
-from hermes_admin.protocol import Owner
+from hermes_admin.model import Owner
 
 # The names hermes-admin itself ever made at the top of a home (and their set-aside copies).
 NAMES = (".hermes-admin", ".hermes-admin.set-aside-*", "state-snapshots", "state-snapshots.set-aside-*",

@@ -18,8 +18,9 @@ from hermes_admin import stopping
 from hermes_admin.host import config as admin_config
 from hermes_admin.host import discovery as homes
 from hermes_admin.layers import PolicyLayers
-from hermes_admin.protocol import Context, Job, ListProfiles, Maintain, Owner, Params, Profile, Repair
+from hermes_admin.model import Owner, Profile
 from hermes_admin.problems import ERROR, LOCKED, WARNING, Problem, about
+from hermes_admin.protocol import Context, Job, ListProfiles, Maintain, Params, Repair
 from hermes_admin.results import RepairRun, Run
 from hermes_admin.trust import steering_environment
 

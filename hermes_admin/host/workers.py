@@ -29,10 +29,11 @@ import time
 from dataclasses import dataclass
 
 from hermes_admin import child, stopping
-from hermes_admin.protocol import MAX_LINE, Job, Owner, ProtocolError, Reader
-from hermes_admin.shown import clean
+from hermes_admin.model import Owner
 from hermes_admin.problems import ERROR, Problem, about
+from hermes_admin.protocol import MAX_LINE, Job, ProtocolError, Reader
 from hermes_admin.results import RepairRun, Run
+from hermes_admin.shown import clean
 
 LOG_BYTES = 256 << 10  # a worker's log relayed at most; past it, one line says how much was dropped
 STOP_GRACE_S = 12.0  # after a stop request, how long a worker may take to finish its transaction

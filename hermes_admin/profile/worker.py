@@ -20,7 +20,8 @@ import os
 import signal
 import sys
 
-from hermes_admin.protocol import Job, Owner, ProtocolError, Writer, beat_every
+from hermes_admin.model import Owner
+from hermes_admin.protocol import Job, ProtocolError, Writer, beat_every
 
 MAX_JOB = 16 << 20  # a job lists profiles and their layers; far below this
 PR_SET_NO_NEW_PRIVS = 38  # prctl's number for it (linux/prctl.h)

@@ -38,7 +38,7 @@ def test_synthetic_v22_matches_real_hermes(hermes_peer, tmp_path, now):
 
 def test_real_store_is_read_like_the_synthetic_one(hermes_peer, tmp_path, now):
     """The rows hermes-admin reads from a real store look like those of our own stores."""
-    from hermes_admin.protocol import Profile
+    from hermes_admin.model import Profile
     from hermes_admin.profile.store import Store
     from hermes_admin.profile.store.read import load_sessions
 

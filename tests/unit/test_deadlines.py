@@ -14,16 +14,17 @@ from pathlib import Path
 
 import pytest
 
-from hermes_admin.layers import Layer, Origin, PolicyLayers
 from hermes_admin import child
 from hermes_admin.host import workers
-from hermes_admin.host.runner import Host
 from hermes_admin.host.config import AdminConfig
+from hermes_admin.host.runner import Host
+from hermes_admin.layers import Layer, Origin, PolicyLayers
+from hermes_admin.model import ORDER
+from hermes_admin.model import Owner, Profile
 from hermes_admin.profile import fork
 from hermes_admin.profile.engine import remover
 from hermes_admin.profile.policy import PolicyError, _coerce, admin_setting
-from hermes_admin.model import ORDER
-from hermes_admin.protocol import Context, Job, Maintain, Owner, Profile, Reader, Request, Writer
+from hermes_admin.protocol import Context, Job, Maintain, Reader, Request, Writer
 from hermes_admin.results import Result, Run
 from tests.conftest import NOW
 

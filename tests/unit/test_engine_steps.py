@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from hermes_admin.model import Profile
 from hermes_admin.profile.engine import decisions
 from hermes_admin.profile.engine.engine import Engine
 from hermes_admin.profile.lineage import Unit
 from hermes_admin.profile.store.read import SessionRow
 from hermes_admin.profile.store.row_updates import ArchiveState
-from hermes_admin.protocol import Profile
 from hermes_admin.synth.builder import SynthStore
 from tests.helpers import row_ids
 

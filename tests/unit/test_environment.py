@@ -12,9 +12,10 @@ import pytest
 
 import hermes_admin
 from hermes_admin.layers import HermesPython, Layer, Origin, PolicyLayers
+from hermes_admin.model import Owner
 from hermes_admin.profile.environment import Environment
 from hermes_admin.profile.installation import Installations
-from hermes_admin.protocol import Context, Job, Owner, Status
+from hermes_admin.protocol import Context, Job, Status
 
 PACKAGE = Path(hermes_admin.__file__).parent
 

@@ -404,7 +404,7 @@ def test_a_failure_closing_the_engine_reports_each_finished_result_once(tmp_path
     with the error, never again from the list of tasks finished before a failure."""
     from hermes_admin.profile.actions import common
     from hermes_admin.profile.engine.engine import Engine
-    from hermes_admin.protocol import Profile
+    from hermes_admin.model import Profile
     from hermes_admin.results import Result, Run
     from hermes_admin.synth.builder import SynthStore
 

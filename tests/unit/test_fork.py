@@ -14,12 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from hermes_admin.layers import Layer, Origin, PolicyLayers
-from hermes_admin.problems import WARNING, Problem
 from hermes_admin import stopping
-from hermes_admin.profile import fork
+from hermes_admin.layers import Layer, Origin, PolicyLayers
 from hermes_admin.model import ORDER
-from hermes_admin.protocol import Context, Job, Maintain, Owner, Profile, Request
+from hermes_admin.model import Owner, Profile
+from hermes_admin.problems import WARNING, Problem
+from hermes_admin.profile import fork
+from hermes_admin.protocol import Context, Job, Maintain, Request
 from hermes_admin.results import Result, Run
 from hermes_admin.synth.scenario import build_root
 from tests.conftest import NOW

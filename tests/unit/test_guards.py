@@ -253,7 +253,7 @@ def test_the_transaction_checks_again(tmp_path, now):
     """A lease taken between selection and the delete: the engine's own re-check keeps the unit."""
     from hermes_admin.profile.engine.engine import Engine
     from hermes_admin.profile.lineage import Unit
-    from hermes_admin.protocol import Profile
+    from hermes_admin.model import Profile
 
     path = tmp_path / "h" / "state.db"
     chain_store(path, now).close()

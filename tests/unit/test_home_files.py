@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from hermes_admin import report
+from hermes_admin.model import Profile
 from hermes_admin.plain_files import NotPlain, read_plain
 from hermes_admin.profile import run_record
 from hermes_admin.profile.engine import exports
 from hermes_admin.profile.engine.state_folder import read_record
-from hermes_admin.protocol import Profile
 
 GOOD = {"format": 1, "command": "run", "started": 1.7e9, "finished": 1.7e9 + 3, "seconds": 3.0, "result": "ok",
         "changed": {"purge": {"rows": 2, "units": 1, "files": 0}}, "errors": [], "warnings": []}

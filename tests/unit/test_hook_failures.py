@@ -241,7 +241,7 @@ def test_a_plugin_that_fails_to_load_is_named_by_the_worker_not_read_from_its_li
 ])
 def test_replayed_failures_ride_the_profiles_results(results, replayed, carried):
     from hermes_admin.profile.actions.common import with_replayed
-    from hermes_admin.protocol import Profile
+    from hermes_admin.model import Profile
     from pathlib import Path
 
     got = with_replayed(results, Profile(Path("/h"), "w", Path(HOME)), replayed)

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from hermes_admin.layers import HermesPython, Origin, PolicyLayers
+from hermes_admin.model import Profile
 from hermes_admin.profile import in_hermes, installation
 from hermes_admin.profile.hooks import listing
-from hermes_admin.protocol import Profile
 
 
 @pytest.fixture(autouse=True)

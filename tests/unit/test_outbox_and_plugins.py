@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from hermes_admin.model import Profile
 from hermes_admin.profile.hermes_config import HermesConfig
 from hermes_admin.profile.hooks.bus import HookBus
 from hermes_admin.profile.hooks.discovery import discover
-from hermes_admin.protocol import Profile
 from hermes_admin.synth.builder import SynthStore
 from tests.helpers import TEST_PLUGINS, events, install_plugins, row_ids
 

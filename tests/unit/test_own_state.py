@@ -145,7 +145,7 @@ def test_what_is_swapped_in_after_the_check_never_holds_the_outbox_up(tmp_path, 
     process may put a FIFO or a link there. Neither is opened as the outbox, nor waited on: it is
     set aside as damage and a new outbox is made, at once."""
     from hermes_admin.profile.engine import outbox as module
-    from hermes_admin.protocol import Profile
+    from hermes_admin.model import Profile
 
     home = tmp_path / "home"
     (home / ".hermes-admin").mkdir(parents=True)

@@ -13,8 +13,9 @@ from hermes_admin import exitcodes
 from hermes_admin.cli.mutate import stopped
 from hermes_admin.host import workers
 from hermes_admin.model import ORDER
+from hermes_admin.model import Owner, Profile
 from hermes_admin.problems import ERROR, LOCKED, WARNING, Problem, about, exit_code
-from hermes_admin.protocol import Job, Maintain, Owner, Profile, ProtocolError, Reader, Request, Writer
+from hermes_admin.protocol import Job, Maintain, ProtocolError, Reader, Request, Writer
 from hermes_admin.results import Run
 from tests.conftest import NOW
 from tests.helpers import home_of

@@ -2,7 +2,7 @@ import sqlite3
 
 import pytest
 
-from hermes_admin.protocol import Profile
+from hermes_admin.model import Profile
 from hermes_admin.profile.store import Store
 from hermes_admin.profile.store.read import find_session_ids, load_sessions, profile_counts
 from hermes_admin.synth.builder import DAY, SynthStore

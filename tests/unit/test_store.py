@@ -5,7 +5,7 @@ import time
 import peewee
 import pytest
 
-from hermes_admin.protocol import Profile
+from hermes_admin.model import Profile
 from hermes_admin.profile.store import Store, StoreError
 from hermes_admin.profile.store.connect import WriteLockHeld, open_readwrite, write_transaction
 from hermes_admin.synth.builder import SynthStore
