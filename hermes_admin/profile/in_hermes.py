@@ -24,7 +24,7 @@ the plugins' own prints go to stderr.
             <- {"start": i} ... {"done": i, "error": null|"..."} ... {"finished": true}
     list:   -> {"home", "profile"}   <- {"plugins": [rows], "errors": [...]}   (imports no plugin)
     probe:  <- {"hermes": version, "python", "sessions": {...}, "sessions_keys": [...], "hook_callback_timeout",
-                "watch": [...]}
+                "managed_scope": bool, "watch": [...]}
 """
 
 from __future__ import annotations
@@ -313,6 +313,12 @@ def probe() -> dict:
             answer["hook_callback_timeout"] = timeout
     except Exception as exc:
         answer["defaults_error"] = f"{type(exc).__name__}: {exc}"[:500]
+    try:  # Hermes' managed scope (0.19.0 and later): merged over every profile's config.yaml by load_config()
+        import importlib.util
+
+        answer["managed_scope"] = importlib.util.find_spec("hermes_cli.managed_scope") is not None
+    except Exception:
+        answer["managed_scope"] = False
     try:
         import sqlite3
 

@@ -152,22 +152,26 @@ def policy(job: Job, isolated: bool, env: Environment) -> Run:
         text = _small_text(path)
         row["read"] = text is not None  # `config check` names the files it read: not one that is not there
 
-        def problem(kind: str, message: str, key: str | None = None) -> None:
-            line = yamlfile.line_of(text, key) if key and text else None
-            row[kind].append({"file": str(path), "line": line, "message": message})
+        def problem(kind: str, message: str, key: str | None = None, file: str | None = None) -> None:
+            """A problem of the profile's config.yaml, or of the managed file (`file`) merged over it."""
+            file = file or str(path)
+            where = text if file == str(path) else _small_text(Path(file))
+            line = yamlfile.line_of(where, key) if key and where else None
+            row[kind].append({"file": file, "line": line, "message": message})
 
         lookup = env.installations.for_profile(profile)  # its release's keys and defaults, as `run` reads them
         try:
-            config = load_hermes_config(profile.home, installation.sessions_keys(lookup))
+            config = load_hermes_config(profile.home, installation.sessions_keys(lookup),
+                                        env.installations.managed_for(profile))
         except HermesConfigError as exc:
             problem("problems", str(exc))
             config = None
         if config is not None:
             config.hook_timeout  # read for what it warns about (a timeout that is not a finite number >= 0)
             for warning in config.warnings:
-                problem("warnings", warning.text(), warning.key)
-            for _, key, message in rules.problems(PolicyLayers(), config):  # the admin layers are checked by the host
-                problem("problems", message, f"sessions.{key}" if key else "sessions")
+                problem("warnings", warning.text(), warning.key, warning.path)
+            for where, key, message in rules.problems(PolicyLayers(), config):  # the admin layers: by the host
+                problem("problems", message, f"sessions.{key}" if key else "sessions", where.file)
             try:
                 chosen, origins = rules.with_origins(profile.shown, job.layers_of(profile), config,
                                                      installed=installation.defaults_layer(lookup))
@@ -372,7 +376,7 @@ def plugins_list(job: Job, isolated: bool, env: Environment) -> Run:
 
     def work(profile: Profile) -> None:
         try:
-            config = load_hermes_config(profile.home)
+            config = load_hermes_config(profile.home, (), env.installations.managed_for(profile))
         except HermesConfigError as exc:
             run.add(about(profile, ERROR, "hermes_config", str(exc)))
             return

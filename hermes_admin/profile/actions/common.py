@@ -109,7 +109,8 @@ def export_settings(profile: Profile, layers: PolicyLayers, installations: Insta
     try:
         lookup = installations.for_profile(profile)
         policy = effective(profile.shown, layers,
-                           load_hermes_config(profile.home, installation.sessions_keys(lookup)),
+                           load_hermes_config(profile.home, installation.sessions_keys(lookup),
+                                              installations.managed_for(profile)),
                            installed=installation.defaults_layer(lookup))
     except (HermesConfigError, PolicyError):
         return Settings(export_dir)
@@ -123,9 +124,11 @@ def own_config(profile: Profile, installations: Installations) -> HermesConfig |
     from hermes_admin.profile import hermes_config, installation
 
     try:
-        config = hermes_config.load(profile.home)
-        if set(config.section("sessions")) - hermes_config.SESSIONS_KEYS:
-            config = hermes_config.load(profile.home, installation.sessions_keys(installations.for_profile(profile)))
+        managed = installations.managed_for(profile)
+        config = hermes_config.load(profile.home, (), managed)
+        if set(config.own_section("sessions")) - hermes_config.SESSIONS_KEYS:
+            config = hermes_config.load(profile.home, installation.sessions_keys(installations.for_profile(profile)),
+                                        managed)
     except HermesConfigError:
         return None
     return config

@@ -451,7 +451,8 @@ def _policy(run: Run, profile: Profile, layers: PolicyLayers, request: Request,
     `run`)."""
     try:
         lookup = installations.for_profile(profile)  # plugins enabled or not: its defaults and keys
-        config = load_hermes_config(profile.home, installation.sessions_keys(lookup))  # once: the engine uses it too
+        # once: the engine uses it too
+        config = load_hermes_config(profile.home, installation.sessions_keys(lookup), installations.managed_for(profile))
         policy, origins = with_origins(profile.shown, layers, config,
                                        installed=installation.defaults_layer(lookup))
     except (HermesConfigError, PolicyError) as exc:

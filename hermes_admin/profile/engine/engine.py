@@ -112,7 +112,7 @@ class Engine:
     def _open(self) -> None:
         """The collaborators, each built once, after those it is given."""
         if self.config is None:
-            self.config = load_hermes_config(self.profile.home)
+            self.config = load_hermes_config(self.profile.home, (), self.env.installations.managed_for(self.profile))
         if not self.dry_run:  # a dry run writes nothing anywhere: no lock file, no outbox
             self.locks = ProfileLocks(self.profile)  # kept before taken: what it set aside is said if it is held
             self.locks.__enter__()
