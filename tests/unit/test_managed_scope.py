@@ -196,3 +196,17 @@ def test_as_root_a_managed_scope_others_may_write_is_refused(tmp_path, invoke, m
     (folder / "config.yaml").chmod(0o644)
     os.chown(folder / "config.yaml", 1, 1)  # another uid's file: refused as well
     assert invoke("--root", str(root), "run", "--dry-run").exit_code == 78
+
+
+def test_the_daemon_reads_the_managed_file_afresh_at_each_run(tmp_path, monkeypatch):
+    from hermes_admin.host.config import AdminConfig
+    from hermes_admin.host.daemon import Daemon
+
+    root = a_root(tmp_path)
+    folder = managed_dir(tmp_path, "sessions:\n  retention_days: 3650\n")
+    monkeypatch.setenv("HERMES_MANAGED_DIR", str(folder))
+    daemon = Daemon(load_config=AdminConfig, roots_given=(str(root),))
+    first = daemon.work("sweep-empty", 0.0, False)
+    assert first.policies[str(root)]["retention_days"] == 3650
+    (folder / "config.yaml").write_text("sessions:\n  retention_days: 45\n")  # no SIGHUP
+    assert daemon.work("sweep-empty", 0.0, False).policies[str(root)]["retention_days"] == 45
