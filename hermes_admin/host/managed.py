@@ -46,10 +46,13 @@ class Scope:
 
 def folder(environ: dict | None = None) -> Path | None:
     """The managed folder, as Hermes' `get_managed_dir()` resolves it; None when there is none."""
-    env = os.environ if environ is None else environ
-    override = (env.get(VARIABLE) or "").strip()
+    override = _override(environ)
     place = Path(override) if override else DEFAULT_DIR
     return place if place.is_dir() else None
+
+
+def _override(environ: dict | None) -> str:
+    return ((os.environ if environ is None else environ).get(VARIABLE) or "").strip()
 
 
 def read(environ: dict | None = None) -> Scope:
@@ -63,26 +66,21 @@ def read(environ: dict | None = None) -> Scope:
     for checked in (place, path):
         why = not_roots_alone(checked)
         if why:
-            by = f" (from ${VARIABLE}: under `sudo -E` or `su` it is a user's)" if (
-                (environ if environ is not None else os.environ).get(VARIABLE, "").strip()) else ""
+            by = f" (named by ${VARIABLE}: under `sudo -E` or `su` it is a user's)" if _override(environ) else ""
             raise Refused(f"{checked}: Hermes' managed scope, refusing it as root: {why}{by}")
     try:
         data = yamlfile.load(path, SECTIONS)
-    except (OSError, yamlfile.YAMLRefused) as exc:
-        why = exc.strerror or exc if isinstance(exc, OSError) else exc
-        return Scope(warning=_ignored(path, f"cannot be read: {why}"))
-    if data is None:
-        return Scope()  # empty: nothing pinned
-    if not isinstance(data, dict):
-        return Scope(warning=_ignored(path, f"holds {type(data).__name__}, not a mapping"))
+    except OSError as exc:
+        return Scope(warning=_ignored(f"{path}: cannot be read: {exc.strerror or exc}"))
+    except yamlfile.YAMLRefused as exc:  # invalid YAML, or past the bounds every config is read within
+        return Scope(warning=_ignored(str(exc)))
+    if not isinstance(data, (dict, type(None))):
+        return Scope(warning=_ignored(f"{path}: holds {type(data).__name__}, not a mapping"))
     if not data:
-        return Scope()
+        return Scope()  # empty: nothing pinned, as in Hermes
     return Scope(Managed(str(path), data.get("sessions"), data.get("plugins")))
 
 
-def _ignored(path: Path, why: str) -> str:
-    text = str(why)
-    if not text.startswith(str(path)):
-        text = f"{path}: {text}"
-    return (f"{text}: Hermes' managed scope ignored, as Hermes ignores it (fails open): "
-            "the policy of each profile's own config.yaml applies")
+def _ignored(why: str) -> str:
+    return (f"{why}: Hermes' managed scope ignored, as Hermes ignores it (it fails open): "
+            "each profile's own config.yaml applies")

@@ -55,7 +55,7 @@ def test_no_file_or_an_empty_one_is_no_scope_and_no_warning(tmp_path, text):
     assert found.read({"HERMES_MANAGED_DIR": str(managed_dir(tmp_path, text))}) == found.Scope()
 
 
-@pytest.mark.parametrize("text, why", [("sessions: [unclosed\n", "cannot be read"),
+@pytest.mark.parametrize("text, why", [("sessions: [unclosed\n", "not valid YAML"),
                                        ("- a list\n", "holds list, not a mapping"),
                                        ("just text\n", "holds str, not a mapping")])
 def test_a_malformed_file_is_ignored_with_a_warning_naming_it(tmp_path, text, why):
