@@ -210,3 +210,18 @@ def test_the_daemon_reads_the_managed_file_afresh_at_each_run(tmp_path, monkeypa
     assert first.policies[str(root)]["retention_days"] == 3650
     (folder / "config.yaml").write_text("sessions:\n  retention_days: 45\n")  # no SIGHUP
     assert daemon.work("sweep-empty", 0.0, False).policies[str(root)]["retention_days"] == 45
+
+
+@pytest.mark.parametrize("own, pinned, heard", [([], ["recorder"], True), (["recorder"], [], False)])
+def test_the_plugins_a_managed_scope_enables_hear_the_deletions(synth_root, tmp_path, invoke, monkeypatch,
+                                                                own, pinned, heard):
+    from tests.helpers import events, install_plugins, own_interpreter
+
+    root, _ = synth_root
+    install_plugins(root, ["recorder"], enabled=own)
+    folder = managed_dir(tmp_path, f"plugins:\n  enabled: {json.dumps(pinned)}\n")
+    monkeypatch.setenv("HERMES_MANAGED_DIR", str(folder))
+    done = invoke("--root", str(root), *own_interpreter(tmp_path), "sweep-empty", "-p", "default", "--yes", "--json")
+    assert done.exit_code == 0, done.stdout + done.stderr
+    assert json.loads(done.stdout)["results"][0]["done"]  # something was deleted
+    assert bool(events(root)) is heard
