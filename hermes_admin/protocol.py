@@ -157,6 +157,16 @@ class PruneExports:
 
 
 @dataclass(frozen=True)
+class Compact:
+    """`compact`: each profile's free pages back to the file system, on the operator's word."""
+
+    KIND: ClassVar[str] = "compact"
+    CHANGES: ClassVar[bool] = True
+    dry_run: bool
+    force: bool = False  # a VACUUM even where a process is seen holding the store
+
+
+@dataclass(frozen=True)
 class _Looks:
     """A job that changes nothing."""
 
@@ -216,7 +226,7 @@ class ListExports(_Looks):
     holding: str | None = None  # only where the exports hold this session id (or ids beginning with it)
 
 
-Params = Union[Maintain, Change, Repair, Restore, PruneExports, ListProfiles, Status, ShowPolicy, Usage,
+Params = Union[Maintain, Change, Repair, Restore, PruneExports, Compact, ListProfiles, Status, ShowPolicy, Usage,
                ListPlugins, ListSessions, Resolve, SessionDetail, ListExports]
 PARAMS: dict[str, type] = {cls.KIND: cls for cls in get_args(Params)}
 

@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 
 import click
 
-from hermes_admin.shown import clean
+from hermes_admin.shown import clean, human_bytes  # noqa: F401 (report.human_bytes: the one figure)
 from hermes_admin.spill import Spill, SpillMap
 
 
@@ -179,17 +179,6 @@ def local_time(value) -> str | None:
     return moment.strftime("%Y-%m-%d %H:%M")
 
 
-def human_bytes(n: int | None) -> str:
-    if n is None:
-        return "-"
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return str(n)
-
-
 # How a report line names what a result's action did.
 _VERBS = {"delete": "deleted", "archive": "archived", "unarchive": "unarchived", "repair": "deleted by repair",
           "restore": "restored", "close": "closed as stale (startup_orphan_reap)"}
@@ -254,7 +243,7 @@ def space_lines(run, quiet: bool = False) -> list[str]:
                      f"{would}removed")
     for wait in run.data.get("reclaim_waits", []) if not quiet else []:
         lines.append(f"{names.get(wait.get('home'), wait.get('profile'))}: {human_bytes(wait.get('bytes'))} of free "
-                     f"pages wait for one VACUUM while nobody else holds the store (held by {wait.get('held_by')}); "
+                     f"pages wait for one VACUUM while nobody else holds the store (the store is {wait.get('held_by')}); "
                      "every run looks again")
     return lines
 

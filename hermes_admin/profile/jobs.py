@@ -390,11 +390,20 @@ def plugins_list(job: Job, isolated: bool, env: Environment) -> Run:
     return run
 
 
+def compact(job: Job, isolated: bool, env: Environment) -> Run:
+    """`hermes-admin compact`: each profile's free pages back to the file system."""
+    from hermes_admin.profile.actions.space import compact as compact_profile
+
+    run = Run(dry_run=job.params.dry_run)
+    _each(job, run, isolated, lambda p: compact_profile(run, p, job.layers_of(p), env, job.params.force))
+    return run
+
+
 KINDS: dict[str, Callable[[Job, bool, Environment], Run]] = {
     "maintain": maintain, "profiles": profiles, "sessions_list": sessions_list, "resolve": resolve,
     "session_detail": session_detail, "change": change, "repair": repair, "plugins_list": plugins_list,
     "restore": restore, "exports_list": exports_list, "status": status,
-    "policy": policy, "exports_prune": exports_prune, "usage": usage,
+    "policy": policy, "exports_prune": exports_prune, "usage": usage, "compact": compact,
 }
 
 

@@ -217,6 +217,10 @@ class Engine:
     def vacuum_if_worth(self, result: Result, asked: bool = True) -> bool:
         return self.space.vacuum_if_worth(result, asked)
 
+    def compact(self, force: bool, result: Result) -> dict:
+        """`hermes-admin compact`: the store's free pages back, on the operator's word (space.py)."""
+        return self.space.compact(force, result)
+
     def remove_orphan_files(self, paths: list[str], result: Result) -> None:
         self.aftermath.remove_orphan_files(paths, result)
 

@@ -59,3 +59,17 @@ def checkpoint(db: peewee.SqliteDatabase, mode: str = "PASSIVE") -> tuple[int, i
 
 def page_size(db: peewee.SqliteDatabase) -> int:
     return db.execute_sql("PRAGMA page_size").fetchone()[0]
+
+
+def lock_free(db: peewee.SqliteDatabase) -> bool:
+    """Can this connection take the store's exclusive lock now (no other writer; in a rollback
+    journal no reader either)? Taken and let go at once, within the connection's busy timeout."""
+    conn = db.connection()
+    try:
+        conn.execute("BEGIN EXCLUSIVE")
+    except Exception as exc:  # apsw's BusyError, or a lock error by its text
+        if "locked" in str(exc).lower() or "busy" in str(exc).lower() or type(exc).__name__ == "BusyError":
+            return False
+        raise
+    conn.execute("ROLLBACK")
+    return True
