@@ -328,9 +328,9 @@ class _Pass:
         return taken
 
     def _used_mb(self) -> float:
-        """The store's pages in use (free pages are space the next writes reuse), in MB."""
-        pages = page_accounting.pages(self.engine.store.db)
-        return (pages.count - pages.free) * pages.size / 1e6
+        """The store's content: its pages in use (free pages are space the next writes reuse), in MB.
+        What `max_store_mb` counts (README), not the file's size."""
+        return page_accounting.pages(self.engine.store.db).used_bytes / 1e6
 
 
 def _ghost_rule(policy: Policy, now: float) -> Rule:
