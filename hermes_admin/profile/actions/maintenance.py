@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
+from itertools import islice
 from typing import Callable, Iterator
 
 from hermes_admin import model, stopping
@@ -45,6 +46,7 @@ from hermes_admin.problems import ERROR, LOCKED, WARNING, about
 from hermes_admin.profile.store.errors import SQLITE_ERRORS
 CHUNK = 2000  # files of sessions/ looked at together by the ghost sweep
 BUDGET_CHUNK = 200  # units whose text the size budget sums in one query (their ids bound a statement's)
+TEXT_WEIGHT = 3  # a unit's text weighs this many times over in the store (the row and its two FTS5 indexes)
 
 
 @dataclass(frozen=True)
@@ -110,6 +112,13 @@ class _Pass:
         # The first result of a delete that freed pages: incremental vacuum gives them back once every
         # task is done (`reclaim`), so that its last commits are the run's last and cut the WAL back.
         self.to_reclaim: Result | None = None
+        # The size budget weighs the store as the plan leaves it, the same in a dry run and a run: its
+        # pages in use as the pass begins, less the text (TEXT_WEIGHT times over) of what the earlier
+        # tasks delete, counted as they delete it (`_deleting`). A store measured after a delete would
+        # say little (FTS5 traces stay until their merges) and a dry run has deleted nothing.
+        self.weighs = policy.max_store_mb is not None and model.SIZE_BUDGET.name in request.tasks
+        self.used_mb = page_accounting.pages(engine.store.db).used_bytes / 1e6 if self.weighs else 0.0
+        self.deleted_mb = 0.0
 
     def run(self, task: Task) -> Result:
         """Any task, the one way: skipped if the policy has it off, else its work into its result, timed."""
@@ -149,7 +158,27 @@ class _Pass:
             return self.engine.close_stale(units, rule.recheck, self.request.now, result=result)
         if task.act == "archive":  # the inactivity sweep's: silent, live units stay
             return self.engine.set_archived(units, True, reason=None, swept=True, result=result)
-        return self.engine.delete(units, task.name.reason, recheck=rule.recheck, result=result)
+        if task.name == model.SIZE_BUDGET:  # the last delete of the pass: nothing weighs it after
+            return self.engine.delete(units, task.name.reason, recheck=rule.recheck, result=result)
+        return self._deleting(units, result, lambda: self.engine.delete(units, task.name.reason,
+                                                                          recheck=rule.recheck, result=result))
+
+    def _deleting(self, units: list, result: Result, delete: Callable[[], Result]) -> Result:
+        """`delete()` of `units` into `result`; where the size budget runs later in the pass, the text
+        of the units it deleted (a dry run: would delete) is counted first, as the plan's weight."""
+        if not self.weighs or not units:
+            return delete()
+        sizes = message_bytes(self.engine.store.db, [i for unit in units for i in unit.ids])
+        before = len(result.done)
+        try:
+            return delete()
+        finally:  # what committed before an error counts too
+            gone = islice(result.done, before, None)
+            self.deleted_mb += TEXT_WEIGHT * sum(sizes.get(i) or 0 for done in gone for i in done.ids) / 1e6
+
+    def planned_mb(self) -> float:
+        """The store's content as this pass's plan leaves it, in MB (see `weighs`)."""
+        return self.used_mb - self.deleted_mb
 
     # -- how a task goes over the store ---------------------------------------
 
@@ -226,8 +255,8 @@ class _Pass:
             self.in_parts(task, result)
         # (else no TUI session without messages: no ghost to select or keep; store/read.py)
         missing = orphan_session_ids(self.engine.store)
-        rows = ghosts.select_orphan_rows(missing)
-        self.engine.delete(self.unclaimed(rows), task.name.reason, orphans=True, result=result)
+        rows = self.unclaimed(ghosts.select_orphan_rows(missing))
+        self._deleting(rows, result, lambda: self.engine.delete(rows, task.name.reason, orphans=True, result=result))
         # (c) files of sessions that are gone; those of `missing` went with their rows just now
         index, now, went = self.engine.files, self.request.now, set(missing)
         for part in index.names(CHUNK):
@@ -284,7 +313,7 @@ class _Pass:
         """Over `max_store_mb` after the other tasks: the oldest eligible units go until their text
         covers the excess, or nothing eligible is left (then one note says by how much it is over)."""
         limit, keep = self.policy.max_store_mb, self.policy.min_keep_days
-        if self._used_mb() <= limit:
+        if self.planned_mb() <= limit:
             return result
         rule, now = task.rule(self.policy, self.request.now), self.request.now
         store = self.engine.store
@@ -297,11 +326,15 @@ class _Pass:
                            if not self.claimed.intersection(u.ids)]
         units = [u for _, _, u in sorted(candidates, key=lambda item: item[:2])]
         # Deleted rows leave traces in the FTS5 indexes until their merges, so the store's size right
-        # after a delete says little: the units whose text covers the excess go (estimated, as
-        # _covering says), and the next run looks again.
-        over = self._used_mb() - limit
+        # after a delete says little: the units whose text covers the excess of the plan's weight go
+        # (estimated, as _covering says), and the next run looks again.
+        over = self.planned_mb() - limit
         chosen = self._covering(units, over)
+        for unit in chosen:  # taken: no later task (the archive sweep) counts them, in a dry run either
+            self.claimed.update(unit.ids)
         act_in_parts(self.engine, result, [chosen], lambda units, part: self.act(task, rule, units, part))
+        if not self.engine.dry_run:  # gone: kept out of the set (memory), as in_parts does
+            self.claimed.difference_update(i for done in result.done for i in done.ids)
         if len(chosen) == len(units) and self._used_mb() > limit and not self.engine.dry_run:
             result.notes.append(f"still over max_store_mb {limit:g} by {self._used_mb() - limit:.1f} MB: nothing "
                                 f"eligible is left (open, pinned, live or active within {keep:g} days)")
@@ -323,7 +356,7 @@ class _Pass:
             for unit in part:
                 if total >= over_mb:
                     return taken
-                total += 3 * sum(sizes.get(i) or 0 for i in unit.ids) / 1e6
+                total += TEXT_WEIGHT * sum(sizes.get(i) or 0 for i in unit.ids) / 1e6
                 taken.append(unit)
         return taken
 
