@@ -191,3 +191,26 @@ def test_the_reason_names_what_could_not_be_looked_into():
     assert "/proc/locks: no lock on the store's files" in said and "its write lock could be taken now" in said
     held = space.holding(holders_module.Look([4242], seen=[4242]), "/nonexistent/state.db")
     assert held == "held by pid 4242" or held.startswith("held by pid 4242 (")
+
+
+@pytest.mark.parametrize("journal", JOURNALS)
+def test_the_store_s_own_lock_says_whether_a_writer_has_it(tmp_path, now, journal):
+    """SQLite's answer, through our write connection: free, then taken by another connection's
+    write transaction (let go at once: nothing of ours is left holding it)."""
+    from hermes_admin.profile.store import pragmas
+    from hermes_admin.profile.store.connect import open_readwrite
+
+    db = old_store(tmp_path / "state.db", now, journal, sessions=2)
+    ours = open_readwrite(db, lock_wait_s=0)
+    other = sqlite3.connect(db, isolation_level=None, timeout=0)
+    try:
+        assert pragmas.lock_free(ours) is True
+        other.execute("BEGIN IMMEDIATE")
+        assert pragmas.lock_free(ours) is False
+        other.execute("ROLLBACK")
+        assert pragmas.lock_free(ours) is True
+        other.execute("BEGIN IMMEDIATE")  # ours let go: another writer gets it at once
+        other.execute("ROLLBACK")
+    finally:
+        other.close()
+        ours.close()

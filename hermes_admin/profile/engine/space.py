@@ -108,9 +108,8 @@ class Space:
         return held_by(self.store, self.lock_free)
 
     def lock_free(self) -> bool | None:
-        """Could the store's write lock (in a rollback journal, its exclusive lock: no reader either)
-        be taken now? SQLite's own answer, through our write connection, within its short busy
-        timeout; None from a dry run's read-only one."""
+        """Could the store's write lock be taken now? SQLite's own answer, through our write
+        connection, within its short busy timeout; None from a dry run's read-only one."""
         return None if self.dry_run else pragmas.lock_free(self.store.db)
 
     def switch_pending(self) -> bool:

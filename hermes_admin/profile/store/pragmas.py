@@ -62,13 +62,14 @@ def page_size(db: peewee.SqliteDatabase) -> int:
 
 
 def lock_free(db: peewee.SqliteDatabase) -> bool:
-    """Can this connection take the store's exclusive lock now (no other writer; in a rollback
-    journal no reader either)? Taken and let go at once, within the connection's busy timeout."""
+    """Can this connection take the store's write lock now (no other writer)? Taken and let go at
+    once (`BEGIN IMMEDIATE`: readers, Hermes' included, are never held off by it), within the
+    connection's short busy timeout."""
     conn = db.connection()
     try:
-        conn.execute("BEGIN EXCLUSIVE")
+        conn.execute("BEGIN IMMEDIATE")
     except Exception as exc:  # apsw's BusyError, or a lock error by its text
-        if "locked" in str(exc).lower() or "busy" in str(exc).lower() or type(exc).__name__ == "BusyError":
+        if type(exc).__name__ in ("BusyError", "LockedError") or "locked" in str(exc).lower():
             return False
         raise
     conn.execute("ROLLBACK")
