@@ -60,9 +60,12 @@ class Unseen:
     command: str | None = None
 
     def said(self) -> str:
+        """`pid 1 (init): EACCES on /proc/1/fd/0`; its command read only now, when it is said (a
+        home's owner meets every other user's process in each scan, and pacing scans often)."""
         if self.pid is None:
             return f"other users' processes ({self.why})"
-        return f"pid {self.pid}" + (f" ({self.command})" if self.command else "") + f": {self.why}"
+        command = self.command or lockrecord.command_of(self.pid, COMMAND_CHARS)
+        return f"pid {self.pid}" + (f" ({command})" if command else "") + f": {self.why}"
 
 
 @dataclass
@@ -146,7 +149,7 @@ def _descriptor_holders(targets, me: int, why: list[str]) -> tuple[list[int], li
         except FileNotFoundError:
             continue  # exited meanwhile
         except PermissionError as exc:
-            unseen.append(Unseen(pid, f"{_errno(exc)} on /proc/{pid}/fd", lockrecord.command_of(pid, COMMAND_CHARS)))
+            unseen.append(Unseen(pid, f"{_errno(exc)} on /proc/{pid}/fd"))
             continue
         for fd in fds:
             if not budget.take():
@@ -156,7 +159,7 @@ def _descriptor_holders(targets, me: int, why: list[str]) -> tuple[list[int], li
                 st = os.stat(f"/proc/{pid}/fd/{fd}")
             except PermissionError as exc:  # a process of ours with rights we lack: not looked into
                 if not unseen or unseen[-1].pid != pid:
-                    unseen.append(Unseen(pid, f"{_errno(exc)} on /proc/{pid}/fd/{fd}", lockrecord.command_of(pid, COMMAND_CHARS)))
+                    unseen.append(Unseen(pid, f"{_errno(exc)} on /proc/{pid}/fd/{fd}"))
                 continue
             except OSError:
                 continue
