@@ -244,7 +244,8 @@ def space_lines(run, quiet: bool = False) -> list[str]:
     for wait in run.data.get("reclaim_waits", []) if not quiet else []:
         lines.append(f"{names.get(wait.get('home'), wait.get('profile'))}: {human_bytes(wait.get('bytes'))} of free "
                      f"pages wait for one VACUUM while nobody else holds the store (the store is {wait.get('held_by')}); "
-                     "every run looks again")
+                     + ("`hermes-admin compact` gives them back on your word" if wait.get("compact") else
+                        "every run looks again"))
     return lines
 
 

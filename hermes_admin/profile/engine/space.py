@@ -66,12 +66,19 @@ def holding(found: holders.Look, path, lock_free: Callable[[], bool | None] | No
     free = lock_free() if lock_free is not None else None
     if free is None:
         writer = write_lock_holder(path)
-        said.append(f"its write lock held by {_process(writer)}" if writer else "its write lock held by nobody "
-                    "by /proc/locks")
+        said.append(f"its write lock held by {_process(writer)}" if writer else "its write lock free by /proc/locks")
     else:
         said.append("its write lock could be taken now" if free else "its write lock is taken by another connection now")
-    return ("not known to be free (" + "; ".join(said) + "); `hermes-admin compact` gives the free pages back "
-            "on your word")
+    return f"{NOT_KNOWN} (" + "; ".join(said) + ")"
+
+
+NOT_KNOWN = "not known to be free"  # how `holding` begins where nobody can say
+COMPACT_HINT = "`hermes-admin compact` gives the free pages back on your word"
+
+
+def hint(who: str | None) -> str:
+    """`; hermes-admin compact …` after a clause of `holding` that could not say (else nothing)."""
+    return f"; {COMPACT_HINT}" if who and who.startswith(NOT_KNOWN) else ""
 
 
 MAX_NAMED = 3  # processes named in one line
@@ -222,9 +229,9 @@ class Space:
         # up over a host's profiles while rarely finding the moment a single look misses.
         who = self._free_moment(FREE_MOMENT_S if switching and asked else 0)
         if who:
-            result.notes.append(f"no VACUUM: the store is {who}")
+            result.notes.append(f"no VACUUM: the store is {who}{hint(who)}")
             if switching and free:  # said once, at the end of the report (report.space_lines)
-                self.waits.append({"bytes": counted.free_bytes, "held_by": who})
+                self.waits.append({"bytes": counted.free_bytes, "held_by": who, "compact": bool(hint(who))})
             return False
         try:
             if switching:  # once: from then on, purges give space back while Hermes runs (reclaim)
