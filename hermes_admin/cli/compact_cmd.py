@@ -17,8 +17,8 @@ def given_back(rows: list[dict]) -> int:
 
 
 @click.command()
-@click.option("--force", is_flag=True, help="VACUUM even a store another process is seen holding (its writers "
-                                            "wait for the VACUUM meanwhile).")
+@click.option("--force", is_flag=True, help="VACUUM even a store another process is seen holding: its writers "
+                                            "wait for the whole VACUUM (stop that Hermes first where you can).")
 @json_option
 @mutate.yes_option
 @mutate.dry_run_option
