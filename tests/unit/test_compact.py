@@ -214,3 +214,16 @@ def test_the_store_s_own_lock_says_whether_a_writer_has_it(tmp_path, now, journa
     finally:
         other.close()
         ours.close()
+
+
+@pytest.mark.skipif(not HOST_PIDS, reason="a pid namespace of its own: nobody can be seen not to hold it")
+def test_purge_vacuum_with_nothing_to_purge_still_vacuums(tmp_path, now, invoke):
+    """The free pages of Hermes' own deletes: `purge --vacuum` asks for the VACUUM whatever it purged."""
+    root = tmp_path / "h"
+    db = old_store(root / "state.db", now, "wal", sessions=100)
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("DELETE FROM messages")
+    conn.close()
+    done = json.loads(invoke("--root", str(root), "purge", "--vacuum", "--older-than", "365",
+                             "--json").stdout)["results"][0]
+    assert done["rows"] == 0 and done["vacuumed"] is True and free_bytes(db) == 0

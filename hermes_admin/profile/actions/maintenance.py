@@ -281,7 +281,9 @@ class _Pass:
         else:
             self.in_parts(task, result)
         # Unasked, only the switch to incremental reclaim, whose moment any purge may find (space.py).
-        asked = bool(result.rows and (request.vacuum or self.policy.vacuum_after_prune))
+        # `--vacuum` asks whatever this purge deleted (the free pages may be Hermes' own deletes');
+        # the policy's vacuum_after_prune only after a purge that deleted something.
+        asked = bool(request.vacuum or (result.rows and self.policy.vacuum_after_prune))
         result.vacuumed = self.engine.vacuum_if_worth(result, asked)
         if not result.vacuumed:  # a store in incremental auto-vacuum: space back at the end, whoever
             self.to_reclaim = self.to_reclaim or result  # freed it (Hermes' own deletes too)
