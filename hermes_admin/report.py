@@ -196,6 +196,11 @@ def summary_line(result, dry_run: bool) -> str:
         return f"{where}: skipped ({result.why})"
     if result.action == "replay":  # only what an earlier run left in the outbox (its plugin failures: said apart)
         return f"{where}: events an earlier run left in the outbox delivered"
+    if result.action == "noticed":  # deletions made outside hermes-admin, announced (engine/noticed.py)
+        if not result.done:
+            return f"{where}: {'; '.join(result.notes)}"
+        return (f"{where}: {len(result.done)} unit(s), {result.rows} session(s) deleted outside hermes-admin, "
+                "announced to the plugins")
     if result.action == "repair" and not result.done:
         return f"{where}: {len(result.notes)} finding(s)" + (" (dry run)" if dry_run else "")
     would = "would be " if dry_run else ""

@@ -66,6 +66,9 @@ class Installation:
     sqlite: str | None = None  # the SQLite its interpreter links (`sqlite3.sqlite_version`), if told
     # whether its release reads Hermes' managed scope (`hermes_cli.managed_scope`: 0.19.0 and later)
     managed_scope: bool = True
+    # Its plugin manager knows `on_session_delete` (Hermes fires it for its own deletions); None: not told.
+    # Every release so far (0.19.0, 0.20.1, 0.22.2) says False.
+    delete_hook: bool | None = None
 
     @property
     def label(self) -> str:
@@ -76,7 +79,7 @@ class Installation:
                 "defaults": dict(self.sessions, **({"hook_callback_timeout": self.hook_callback_timeout}
                                                    if self.hook_callback_timeout is not None else {})),
                 "sessions_keys": sorted(self.sessions_keys) if self.sessions_keys is not None else None,
-                "sqlite": self.sqlite, "managed_scope": self.managed_scope}
+                "sqlite": self.sqlite, "managed_scope": self.managed_scope, "delete_hook": self.delete_hook}
 
 
 @dataclass(frozen=True)
@@ -274,8 +277,13 @@ def _read_probe(done: subprocess.CompletedProcess) -> tuple[Installation | str, 
     installation = Installation("", "", str(version)[:64] if isinstance(version, str) else None,
                                 sessions, float(timeout) if timeout is not None else None,
                                 _key_names(data.get("sessions_keys")), _version(data.get("sqlite")),
-                                data.get("managed_scope") is not False)
+                                data.get("managed_scope") is not False, _flag(data.get("delete_hook")))
     return installation, [w for w in watch[:10] if isinstance(w, str)]
+
+
+def _flag(value) -> bool | None:
+    """A yes or no a probe or the cache tells: true or false, else unknown."""
+    return value if isinstance(value, bool) else None
 
 
 def _version(value) -> str | None:
@@ -398,7 +406,8 @@ def _cache_read(python: str) -> tuple[Installation] | None:
     if not watch or watch[0] != python or _signature(watch) != entry["watch"]:
         return None
     probe = entry.get("probe")
-    if not isinstance(probe, dict) or "sessions_keys" not in probe or not isinstance(probe.get("managed_scope"), bool):
+    if not isinstance(probe, dict) or "sessions_keys" not in probe or not isinstance(probe.get("managed_scope"), bool) \
+            or "delete_hook" not in probe:
         return None  # older caches: probed again
     sessions = probe.get("sessions")
     if not isinstance(sessions, dict) or not all(k in SESSIONS_KEYS and _plain_value(k, v) for k, v in sessions.items()):
@@ -414,7 +423,8 @@ def _cache_read(python: str) -> tuple[Installation] | None:
     if keys is not None and _key_names(keys) is None:
         return None
     return (Installation("", "", version, dict(sessions), float(timeout) if timeout is not None else None,
-                         _key_names(keys), _version(probe.get("sqlite")), probe["managed_scope"]),)
+                         _key_names(keys), _version(probe.get("sqlite")), probe["managed_scope"],
+                         _flag(probe.get("delete_hook"))),)
 
 
 def _cache_write(python: str, answer: Installation, watch: list[str]) -> None:
@@ -426,7 +436,8 @@ def _cache_write(python: str, answer: Installation, watch: list[str]) -> None:
     data[python] = {"watch": signature, "probe": {"hermes": answer.hermes, "sessions": answer.sessions,
                                                    "hook_callback_timeout": answer.hook_callback_timeout,
                                                    "sessions_keys": keys, "sqlite": answer.sqlite,
-                                                   "managed_scope": answer.managed_scope}}
+                                                   "managed_scope": answer.managed_scope,
+                                                   "delete_hook": answer.delete_hook}}
     path = _cache_path()
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)

@@ -42,6 +42,9 @@ BUILTINS = {
     "max_store_mb": None,  # a size budget: over it after the usual tasks, the oldest eligible units go
     "min_keep_days": 7,  # what the size budget never takes: anything active this recently
     "incremental_vacuum": True,  # a VACUUM of ours switches the store to incremental auto-vacuum (engine.reclaim)
+    # Sessions deleted outside hermes-admin (by a Hermes that does not fire `on_session_delete`
+    # itself) are announced to the profile's plugins by the next pass (engine/noticed.py).
+    "announce_hermes_deletes": True,
     # How long root waits for the worker of a profile's owner (host/workers.py): seconds without a
     # sign of life (it beats every few seconds; a stopped or traced one does not), and in all.
     # Read by the host from the admin config alone (admin_setting); a worker's longest wait of its
@@ -54,7 +57,8 @@ HERMES_KEYS = ("auto_prune", "retention_days", "auto_archive", "auto_archive_day
                "source_retention_days")
 ADMIN_KEYS = set(BUILTINS) | {"preset", "hermes_python"}  # hermes_python: installation.py reads it
 # keys that take true or false
-_BOOLS = {"auto_prune", "auto_archive", "vacuum_after_prune", "empty_sweep", "ghost_prune", "incremental_vacuum"}
+_BOOLS = {"auto_prune", "auto_archive", "vacuum_after_prune", "empty_sweep", "ghost_prune", "incremental_vacuum",
+          "announce_hermes_deletes"}
 _CHOICES = {"repair": ("report", "apply")}  # keys that take one of a few words
 _PATHS = {"export_dir"}  # keys that take a path (relative to the home)
 # Durations (`120d`, `1w2d`, `3mo`, or a bare number in the key's own unit) are the keys of
@@ -85,6 +89,7 @@ class Policy:
     incremental_vacuum: bool = True
     max_store_mb: float | None = None
     min_keep_days: float = 7.0
+    announce_hermes_deletes: bool = True
     worker_idle_timeout: float = 120.0
     worker_timeout: float = 7200.0
     origins: dict = field(default_factory=dict, compare=False)  # key -> the layer its value came from

@@ -8,7 +8,7 @@ from hermes_admin.layers import PolicyLayers
 from hermes_admin.model import Profile
 from hermes_admin.problems import ERROR, WARNING, about
 from hermes_admin.profile.actions.common import Ledger, Run, export_settings, with_engine
-from hermes_admin.profile.engine import exports
+from hermes_admin.profile.engine import exports, outbox
 from hermes_admin.profile.engine.engine import Engine, Result
 from hermes_admin.profile.environment import Environment
 from hermes_admin.profile.installation import Installations
@@ -38,6 +38,8 @@ def listing(run: Run, profile: Profile, layers: PolicyLayers, installations: Ins
     try:
         if holding is not None:
             run.data.setdefault("held", []).extend(exports.holding(profile, settings, holding))
+            # and where it was found deleted outside hermes-admin (engine/noticed.py): no export holds it
+            run.data.setdefault("noticed", []).extend(outbox.noticed(profile, holding))
             return
         found = exports.listing(profile, settings)
     except exports.ExportError as exc:

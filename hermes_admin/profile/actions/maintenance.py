@@ -23,6 +23,7 @@ from hermes_admin.model import Profile
 from hermes_admin.profile.store import page_accounting, sql
 from hermes_admin.profile.actions.common import (Ledger, Refused, Run, act_in_parts, engine_notes, refuse_too_broad,
                                                  with_engine)
+from hermes_admin.profile.engine import noticed
 from hermes_admin.profile.engine.deletes import Recheck
 from hermes_admin.profile.engine.engine import Engine, Result
 from hermes_admin.profile.engine.export_ahead import STOPPED
@@ -409,6 +410,17 @@ TASKS = (
 )
 
 
+def not_announcing(policy: Policy, lookup: installation.Lookup) -> str | None:
+    """Why the deletions made outside hermes-admin are not announced in this profile, by its policy
+    and its Hermes (None: they are, where a plugin listens; engine/noticed.py)."""
+    if not policy.announce_hermes_deletes:
+        return "announce_hermes_deletes is off in this profile's policy"
+    found = lookup.installation
+    if found is not None and found.delete_hook:
+        return f"{found.label} fires on_session_delete itself"
+    return None
+
+
 def repair_step(run: Run, profile: Profile, policy: Policy, request: Request, env: Environment,
                 siblings: dict[str, Profile], store=None) -> None:
     """`run`'s first step: profile repair, report-only unless the policy says `repair: apply`.
@@ -516,6 +528,7 @@ def maintain(run: Run, profile: Profile, layers: PolicyLayers, request: Request,
     if found is None:
         return
     config, policy = found
+    lookup = env.installations.for_profile(profile)  # (found already for its policy: asked once per job)
     siblings = siblings if siblings is not None else {profile.name: profile}
     env = replace(env, lock_wait=env.lock_wait if env.lock_wait is not None else policy.lock_wait)
     repairing = model.REPAIR.name in request.tasks
@@ -529,6 +542,12 @@ def maintain(run: Run, profile: Profile, layers: PolicyLayers, request: Request,
         if repairing and not applying:  # a report reads through the engine's own connection
             repair_step(run, profile, policy, request, env, siblings, store=engine.store)
         one_pass = _Pass(engine, policy, request, ledger)
+        if not stopping.requested():  # first: what was deleted outside hermes-admin since the last look
+            announced = None if engine.dry_run else noticed.announce(
+                engine.profile, engine.store, engine.outbox, engine.aftermath, request.now, policy.retention_days,
+                not_announcing(policy, lookup))
+            if announced is not None:
+                ledger.add(announced)
         for task in TASKS:
             if task.name.name not in request.tasks:
                 continue

@@ -299,9 +299,9 @@ class Engine:
         """What a delete's commit settles: the outbox told, the report, the files and events to follow."""
         decision, wrote = done
         went = decision.changes
-        if self.listening:
-            committed = {event_ids[i]: list(ids) for i, ids in went.items()}
-            self.outbox.settle(committed, [e for i, e in enumerate(event_ids) if i not in went])
+        committed = {event_ids[i]: list(ids) for i, ids in went.items()} if self.listening else {}
+        self.outbox.settle(committed, [e for i, e in enumerate(event_ids) if i not in went and e is not None],
+                           gone=[] if self.listening else [i for ids in went.values() for i in ids])  # noticed.py
         decision.outcome().fold_into(result)
         paths: list[str] = []
         for ids in went.values():

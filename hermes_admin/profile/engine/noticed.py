@@ -1,0 +1,187 @@
+"""Deletions Hermes made itself, noticed and announced: the store compared with the last look at it.
+
+No Hermes release (0.19.0, 0.20.1, 0.22.2) fires `on_session_delete`: a session deleted by `hermes
+sessions delete`, the desktop app, `/exit --delete` or Hermes' own auto-prune leaves a plugin's
+index holding it. So where Hermes' plugin manager does not know the hook and a plugin of the profile
+listens, each maintenance pass looks at the store first (docs/design.md §7):
+
+1. it reads which sessions the store holds now (id, parent, ended or not, last active: a page of
+   rows at a time, store/read.session_marks);
+2. the last look (outbox.db, `looks`: those same few values per session, packed and compressed,
+   with the store file's device and inode) less what it holds now, less what our own deletes took
+   since (`own_gone`, written with their events), is what was deleted outside hermes-admin;
+3. those sessions are grouped as they went: a session with the gone ones under it by the parent
+   links the last look knew (a compression lineage, a session with its delegates), one event each,
+   with the hook's reason: `prune` when every member had ended and was idle past the profile's
+   retention (what Hermes' own prune takes), else `delete`;
+4. one outbox transaction writes those events (committed: the rows are gone already), records each
+   session as noticed (for `sessions show`), replaces the look and forgets `own_gone`. Only then are
+   the events delivered, through the same outbox and plugin process as our own: a run interrupted
+   before that transaction finds the same sessions gone next time; one interrupted after it delivers
+   the events from the outbox. Nothing is lost, nothing announced twice.
+
+The first look announces nothing (there was none before it); a session that is back (restored) is
+not gone; a store file replaced by another (a new inode holding none of the sessions remembered)
+starts a new memory. Where nothing listens, Hermes fires the hook itself or the policy turns it off
+(`announce_hermes_deletes`), no look is kept and a kept one is dropped: the next look starts anew.
+A session created and deleted between two looks was never seen, and is not announced.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import zlib
+from dataclasses import dataclass
+
+from hermes_admin.model import Profile, Reason
+from hermes_admin.profile.engine.aftermath import Aftermath
+from hermes_admin.profile.engine.outbox import Event, Outbox
+from hermes_admin.profile.store import Store
+from hermes_admin.profile.store.read import session_marks
+from hermes_admin.results import Done, Result
+
+FORMAT = 1  # the packing of a look's sessions (pack/unpack)
+
+
+@dataclass(frozen=True, slots=True)
+class Mark:
+    """One session as a look keeps it."""
+
+    parent: str | None
+    ended: bool
+    active: float  # when it was last active, by its row
+
+
+@dataclass(frozen=True)
+class Gone:
+    """Sessions deleted outside hermes-admin together: one event of the hook."""
+
+    session_id: str  # the head: the one none of the others descends from
+    ids: tuple[str, ...]  # every session of it, the head first
+    reason: str
+
+
+@dataclass(frozen=True)
+class Look:
+    """What the store held when it was looked at."""
+
+    taken: float
+    device: int
+    inode: int
+    sessions: dict[str, Mark]
+
+
+def pack(sessions: dict[str, Mark]) -> bytes:
+    """A look's sessions, compact: ids sorted (their shared prefixes compress well), parents as
+    indexes into them, ended flags as one string, times in whole seconds; zlib over the JSON."""
+    ids = sorted(sessions)
+    where = {sid: n for n, sid in enumerate(ids)}
+    parents = [where.get(sessions[sid].parent, -1) if sessions[sid].parent is not None else -1 for sid in ids]
+    data = {"format": FORMAT, "ids": ids, "parents": parents,
+            "ended": "".join("1" if sessions[sid].ended else "0" for sid in ids),
+            "active": [int(sessions[sid].active) for sid in ids]}
+    return zlib.compress(json.dumps(data, separators=(",", ":")).encode(), 6)
+
+
+def unpack(blob: bytes) -> dict[str, Mark] | None:
+    """A packed look's sessions, or None when it is not one (damaged, another format)."""
+    try:
+        data = json.loads(zlib.decompress(blob))
+        ids, parents, ended, active = data["ids"], data["parents"], data["ended"], data["active"]
+        if data.get("format") != FORMAT or not len(ids) == len(parents) == len(ended) == len(active):
+            return None
+        return {sid: Mark(ids[p] if 0 <= p < len(ids) else None, flag == "1", float(t))
+                for sid, p, flag, t in zip(ids, parents, ended, active)}
+    except (zlib.error, ValueError, KeyError, TypeError, IndexError, RecursionError):
+        return None
+
+
+def same_store(before: Look, device: int, inode: int, now: set[str]) -> bool:
+    """Is the store the one last looked at? The same file, or another that still holds a session of
+    it (a copy put back, a recovered store); a new file holding none of them is another store."""
+    return (before.device, before.inode) == (device, inode) or not now.isdisjoint(before.sessions)
+
+
+def gone(before: dict[str, Mark], now: set[str], own: set[str], at: float, retention_days: float) -> list[Gone]:
+    """The sessions deleted outside hermes-admin since the look `before`: there then, not now, not taken
+    by our own deletes; grouped by the parent links that look knew, heads in id order. A pure function."""
+    missing = {sid for sid in before if sid not in now and sid not in own}
+    groups: dict[str, list[str]] = {}
+    for sid in sorted(missing):
+        path = [sid]
+        while (parent := before[path[-1]].parent) in missing:
+            if parent in path:  # a loop of links (a damaged store): its least id heads it, for all its members
+                path = [min(path[path.index(parent):])]
+                break
+            path.append(parent)
+        groups.setdefault(path[-1], []).append(sid)
+    cutoff = at - retention_days * 86400
+    found = []
+    for head in sorted(groups):
+        ids = [head] + [sid for sid in groups[head] if sid != head]
+        pruned = all(before[sid].ended and before[sid].active < cutoff for sid in ids)
+        found.append(Gone(head, tuple(ids), Reason.PRUNE if pruned else Reason.DELETE))
+    return found
+
+
+def current(store: Store) -> dict[str, Mark]:
+    """What the store holds now, as a look keeps it."""
+    return {sid: Mark(parent, ended, active) for page in session_marks(store)
+            for sid, parent, ended, active in page}
+
+
+def identity(profile: Profile) -> tuple[int, int]:
+    """The store file's device and inode (a stat: the file is never opened outside SQLite)."""
+    st = os.stat(profile.store_path)
+    return st.st_dev, st.st_ino
+
+
+def looked(record: tuple[float, int, int, bytes] | None) -> tuple[Look | None, bool]:
+    """The outbox's last look as a Look (None: none kept), and whether one was kept but unreadable."""
+    if record is None:
+        return None, False
+    taken, device, inode, blob = record
+    sessions = unpack(blob)
+    return (Look(taken, device, inode, sessions), False) if sessions is not None else (None, True)
+
+
+def announce(profile: Profile, store: Store, outbox: Outbox, aftermath: Aftermath, now: float,
+             retention_days: float, why_not: str | None) -> Result | None:
+    """A maintenance pass's look at the store (the module's docstring): the sessions deleted outside
+    hermes-admin since the last look announced, the look replaced. `why_not`: why no look is kept
+    here (nobody listens, Hermes fires the hook itself, the policy has it off): a kept one is
+    dropped. Returns the result to report (None when there is nothing to say)."""
+    why_not = why_not or (None if aftermath.listening else "no plugin of this profile listens")
+    if why_not is not None:
+        outbox.forget_look()
+        return None
+    device, inode = identity(profile)
+    sessions = current(store)
+    before, unreadable = looked(outbox.look())
+    result = Result(profile.name, "noticed", None, False)
+    packed = pack(sessions)
+    if before is None or not same_store(before, device, inode, set(sessions)):
+        outbox.remember(now, device, inode, packed, None, [])
+        if unreadable:
+            why = "the last look at the store could not be read"
+        elif before is None:
+            why = "the first look at the store"
+        else:
+            why = (f"the store is another file than at the last look ({len(before.sessions)} session(s) remembered, "
+                   "none of them in it)")
+        result.notes.append(f"{why}: {len(sessions)} session(s) remembered ({len(packed)} bytes), nothing announced; "
+                            "sessions deleted outside hermes-admin from now on are announced to the plugins")
+        return result
+    units = gone(before.sessions, set(sessions), outbox.own_gone(), now, retention_days)
+    event_ids = outbox.remember(now, device, inode, packed, before.taken, units)
+    if not units:
+        return None
+    since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(before.taken))
+    for unit in units:
+        result.done.append(Done(unit.session_id, unit.ids, f"deleted outside hermes-admin since the look at {since}; "
+                                                           f"announced with reason {unit.reason}"))
+    events = [Event(i, "noticed", unit.session_id, unit.reason, list(unit.ids)) for i, unit in zip(event_ids, units)]
+    result.hook_failures += aftermath.deliver(events)
+    return result
