@@ -110,7 +110,7 @@ def test_first_run_announces_nothing_then_each_gone_once(home, invoke, tmp_path)
     first = run(invoke, tmp_path, home, "-v")
     assert first.exit_code in (0, 1), first.output
     assert events(home) == []
-    assert "first look at the store" in first.output, first.output
+    assert outbox.Outbox(Profile(home, "default", home)).look() is not None  # the first look, kept
     hermes_deletes(home / "state.db", "a", "old", "old-child")
     second = run(invoke, tmp_path, home, "-v")
     assert "2 unit(s), 3 session(s) deleted outside hermes-admin" in second.output, second.output
@@ -197,3 +197,34 @@ def test_sessions_show_says_deleted_outside(home, invoke, tmp_path):
     assert document["noticed"][0]["session_id"] == "d"
     assert document["noticed"][0]["reason"] == "delete"
     assert "d" not in row_ids(home / "state.db")
+
+
+@pytest.mark.parametrize("hooks, told", [(None, None), (["on_session_end"], False),
+                                         (["on_session_end", "on_session_delete"], True)])
+def test_the_probe_tells_whether_hermes_fires_the_hook_itself(tmp_path, monkeypatch, hooks, told):
+    from hermes_admin.profile import installation
+    from tests.unit.test_installation import fake_hermes
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    root = tmp_path / "h"
+    root.mkdir()
+    fake_hermes(root / "hermes-agent" / "venv", hooks=hooks)
+    found = installation.Installations().for_profile(Profile(root, "default", root)).installation
+    assert found.delete_hook is told
+
+
+def test_a_hermes_that_fires_the_hook_itself_is_not_announced_for(home, invoke, tmp_path, monkeypatch):
+    from tests.unit.test_installation import fake_hermes
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    python = fake_hermes(tmp_path / "venv", hooks=["on_session_delete"])
+    config = tmp_path / "admin.yaml"
+    config.write_text(f"hermes_python: {python}\n")
+    invoke("--config", str(config), "--root", str(home), "run")  # no look kept: nothing to compare with later
+    assert outbox.Outbox(Profile(home, "default", home)).look() is None
+    hermes_deletes(home / "state.db", "a")
+    done = invoke("--config", str(config), "--root", str(home), "run", "--json")
+    document = json.loads(done.output)
+    assert document["policies"][str(home)]["hermes"]["installation"]["delete_hook"] is True
+    assert not [r for r in document["results"] if r["action"] == "noticed"]
+    assert events(home) == []

@@ -164,10 +164,10 @@ def announce(profile: Profile, store: Store, outbox: Outbox, aftermath: Aftermat
     packed = pack(sessions)
     if before is None or not same_store(before, device, inode, set(sessions)):
         outbox.remember(now, device, inode, packed, None, [])
+        if before is None and not unreadable:
+            return None  # the first look: nothing to compare with, nothing to say
         if unreadable:
             why = "the last look at the store could not be read"
-        elif before is None:
-            why = "the first look at the store"
         else:
             why = (f"the store is another file than at the last look ({len(before.sessions)} session(s) remembered, "
                    "none of them in it)")
