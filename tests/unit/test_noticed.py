@@ -193,7 +193,7 @@ def test_sessions_show_says_deleted_outside(home, invoke, tmp_path):
     assert "deleted outside hermes-admin" in shown.output, shown.output
     assert "noticed" in shown.output
     as_json = invoke(*own_interpreter(tmp_path), "--root", str(home), "sessions", "show", "d", "--json")
-    document = json.loads(as_json.output)
+    document = json.loads(as_json.stdout)
     assert document["noticed"][0]["session_id"] == "d"
     assert document["noticed"][0]["reason"] == "delete"
     assert "d" not in row_ids(home / "state.db")
@@ -224,7 +224,20 @@ def test_a_hermes_that_fires_the_hook_itself_is_not_announced_for(home, invoke, 
     assert outbox.Outbox(Profile(home, "default", home)).look() is None
     hermes_deletes(home / "state.db", "a")
     done = invoke("--config", str(config), "--root", str(home), "run", "--json")
-    document = json.loads(done.output)
+    document = json.loads(done.stdout)
     assert document["policies"][str(home)]["hermes"]["installation"]["delete_hook"] is True
     assert not [r for r in document["results"] if r["action"] == "noticed"]
     assert events(home) == []
+
+
+def test_a_session_we_deleted_and_restored_is_announced_when_hermes_deletes_it(home, invoke, tmp_path):
+    given = [*own_interpreter(tmp_path), "--root", str(home)]
+    run(invoke, tmp_path, home)
+    invoke(*given, "sessions", "delete", "b", "--yes")
+    export = json.loads(invoke(*given, "exports", "list", "--json").stdout)
+    (item,) = export["exports"]
+    assert invoke(*given, "restore", item["id"], "--yes").exit_code in (0, 1)
+    assert "b" in row_ids(home / "state.db")
+    hermes_deletes(home / "state.db", "b")
+    run(invoke, tmp_path, home)
+    assert [(e["session_id"], e["reason"]) for e in events(home)] == [("b", "delete"), ("b", "delete")]

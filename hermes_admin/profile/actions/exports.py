@@ -23,8 +23,12 @@ def restore(run: Run, profile: Profile, env: Environment, path: str, sessions: l
     def work(engine: Engine) -> list[Result]:
         with ledger.begun(Result(profile.name, "restore", None, engine.dry_run)) as result:
             result.notes.append("transcript files in sessions/ are not part of an export: they stay gone")
-            engine.restore(Path(path), set(sessions) if sessions else None, result, pin=pin,
-                           other_profile=other_profile)
+            try:
+                engine.restore(Path(path), set(sessions) if sessions else None, result, pin=pin,
+                               other_profile=other_profile)
+            finally:  # what is back is no longer gone by our hand (engine/noticed.py)
+                if engine.outbox is not None:
+                    engine.outbox.back([i for done in result.done for i in done.ids])
         return ledger.results
 
     with_engine(run, profile, env, work, ledger=ledger)

@@ -268,6 +268,13 @@ class Outbox:
         self._look_kept = True
         return ids
 
+    def back(self, ids: list[str]) -> None:
+        """Sessions put back (a restore): no longer gone by our hand, so a later delete of one by
+        Hermes is announced."""
+        if ids and self.keeps_look:
+            with self._writing() as conn:
+                conn.executemany("DELETE FROM own_gone WHERE session_id = ?", [(i,) for i in ids])
+
     def forget_look(self) -> bool:
         """No look kept any more (hermes-admin stops watching this store); True if there was one."""
         if not self.keeps_look:
