@@ -241,3 +241,21 @@ def test_a_session_we_deleted_and_restored_is_announced_when_hermes_deletes_it(h
     hermes_deletes(home / "state.db", "b")
     run(invoke, tmp_path, home)
     assert [(e["session_id"], e["reason"]) for e in events(home)] == [("b", "delete"), ("b", "delete")]
+
+
+def test_a_run_killed_before_delivering_them_delivers_them_next_time_once(home, invoke, tmp_path):
+    import subprocess
+    import sys
+
+    from tests.unit.test_outbox_and_plugins import KILLER
+
+    run(invoke, tmp_path, home)
+    hermes_deletes(home / "state.db", "a")
+    env = dict(os.environ, HERMES_ADMIN_CONFIG="")
+    killed = subprocess.run([sys.executable, "-c", KILLER, "after-commit", *own_interpreter(tmp_path),
+                             "--root", str(home), "run"], env=env, capture_output=True)
+    assert killed.returncode == -9  # the events and the new look committed, nothing delivered yet
+    assert events(home) == []
+    run(invoke, tmp_path, home)
+    run(invoke, tmp_path, home)
+    assert [(e["session_id"], e["reason"]) for e in events(home)] == [("a", "delete")]
