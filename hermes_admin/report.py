@@ -200,7 +200,7 @@ def summary_line(result, dry_run: bool) -> str:
         if not result.done:
             return f"{where}: {'; '.join(result.notes)}"
         return (f"{where}: {len(result.done)} unit(s), {result.rows} session(s) deleted outside hermes-admin, "
-                "announced to the plugins")
+                + ("would be announced to the plugins (dry run)" if dry_run else "announced to the plugins"))
     if result.action == "repair" and not result.done:
         return f"{where}: {len(result.notes)} finding(s)" + (" (dry run)" if dry_run else "")
     would = "would be " if dry_run else ""

@@ -259,3 +259,18 @@ def test_a_run_killed_before_delivering_them_delivers_them_next_time_once(home, 
     run(invoke, tmp_path, home)
     run(invoke, tmp_path, home)
     assert [(e["session_id"], e["reason"]) for e in events(home)] == [("a", "delete")]
+
+
+def test_a_dry_run_says_what_the_run_announces_and_announces_nothing(home, invoke, tmp_path):
+    run(invoke, tmp_path, home)
+    hermes_deletes(home / "state.db", "a", "old", "old-child")
+    look = outbox.Outbox(Profile(home, "default", home)).look()
+    dry = invoke(*own_interpreter(tmp_path), "--root", str(home), "run", "--dry-run", "--json")
+    planned = [r for r in json.loads(dry.stdout)["results"] if r["action"] == "noticed"]
+    assert [(d["session_id"], d["ids"]) for r in planned for d in r["done"]] == [("a", ["a"]),
+                                                                                 ("old", ["old", "old-child"])]
+    assert all(r["dry_run"] for r in planned)
+    assert events(home) == [] and outbox.Outbox(Profile(home, "default", home)).look() == look
+    done = invoke(*own_interpreter(tmp_path), "--root", str(home), "run", "--json")
+    ran = [r for r in json.loads(done.stdout)["results"] if r["action"] == "noticed"]
+    assert [d["session_id"] for r in ran for d in r["done"]] == ["a", "old"]

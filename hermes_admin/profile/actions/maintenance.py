@@ -543,7 +543,7 @@ def maintain(run: Run, profile: Profile, layers: PolicyLayers, request: Request,
             repair_step(run, profile, policy, request, env, siblings, store=engine.store)
         one_pass = _Pass(engine, policy, request, ledger)
         if not stopping.requested():  # first: what was deleted outside hermes-admin since the last look
-            announced = None if engine.dry_run else noticed.announce(
+            announced = noticed.announce(
                 engine.profile, engine.store, engine.outbox, engine.aftermath, request.now, policy.retention_days,
                 not_announcing(policy, lookup))
             if announced is not None:

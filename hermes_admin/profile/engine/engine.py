@@ -119,8 +119,8 @@ class Engine:
         self.store = Store.open(self.profile, writable=not self.dry_run, lock_wait_s=self.env.lock_wait)
         self.tokenizer = Tokenizer(self.store, self.dry_run, self._tokenizer_loaded)
         self.deletes = Deletes(self.store, lambda: self.references, self.now, lambda: data_version(self.store))
-        if self.dry_run:
-            self.aftermath = Aftermath(self.profile, True)
+        if self.dry_run:  # (its bus says who would listen: noticed.py; it starts no plugin process)
+            self.aftermath = Aftermath(self.profile, True, bus=self._bus())
         else:
             self._open_writing()
         self.space = Space(self.store, self.pacer, self.incremental, self.dry_run)

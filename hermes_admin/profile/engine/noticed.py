@@ -24,6 +24,7 @@ The first look announces nothing (there was none before it); a session that is b
 not gone; a store file replaced by another (a new inode holding none of the sessions remembered)
 starts a new memory. Where nothing listens, Hermes fires the hook itself or the policy turns it off
 (`announce_hermes_deletes`), no look is kept and a kept one is dropped: the next look starts anew.
+A dry run compares with the look read only and writes nothing.
 A session created and deleted between two looks was never seen, and is not announced.
 """
 
@@ -37,7 +38,7 @@ from dataclasses import dataclass
 
 from hermes_admin.model import Profile, Reason
 from hermes_admin.profile.engine.aftermath import Aftermath
-from hermes_admin.profile.engine.outbox import Event, Outbox
+from hermes_admin.profile.engine.outbox import Event, Outbox, read_look
 from hermes_admin.profile.store import Store
 from hermes_admin.profile.store.read import session_marks
 from hermes_admin.results import Done, Result
@@ -147,20 +148,30 @@ def looked(record: tuple[float, int, int, bytes] | None) -> tuple[Look | None, b
     return (Look(taken, device, inode, sessions), False) if sessions is not None else (None, True)
 
 
-def announce(profile: Profile, store: Store, outbox: Outbox, aftermath: Aftermath, now: float,
+def announce(profile: Profile, store: Store, outbox: Outbox | None, aftermath: Aftermath, now: float,
              retention_days: float, why_not: str | None) -> Result | None:
     """A maintenance pass's look at the store (the module's docstring): the sessions deleted outside
     hermes-admin since the last look announced, the look replaced. `why_not`: why no look is kept
     here (nobody listens, Hermes fires the hook itself, the policy has it off): a kept one is
-    dropped. Returns the result to report (None when there is nothing to say)."""
+    dropped. `outbox` None: a dry run, which says what the pass would announce and writes nothing.
+    Returns the result to report (None when there is nothing to say)."""
     why_not = why_not or (None if aftermath.listening else "no plugin of this profile listens")
+    dry_run = outbox is None  # a dry run: what the pass would announce, from the look read-only
     if why_not is not None:
-        outbox.forget_look()
+        if not dry_run:
+            outbox.forget_look()
         return None
     device, inode = identity(profile)
     sessions = current(store)
-    before, unreadable = looked(outbox.look())
-    result = Result(profile.name, "noticed", None, False)
+    record, own = read_look(profile) if dry_run else (outbox.look(), None)
+    before, unreadable = looked(record)
+    result = Result(profile.name, "noticed", None, dry_run)
+    if dry_run:
+        if before is None or not same_store(before, device, inode, set(sessions)):
+            return None  # the pass takes a new look and announces nothing
+        for unit in gone(before.sessions, set(sessions), own, now, retention_days):
+            result.done.append(Done(unit.session_id, unit.ids, _rule(before.taken, unit.reason)))
+        return result if len(result.done) else None
     packed = pack(sessions)
     if before is None or not same_store(before, device, inode, set(sessions)):
         outbox.remember(now, device, inode, packed, None, [])
@@ -178,10 +189,14 @@ def announce(profile: Profile, store: Store, outbox: Outbox, aftermath: Aftermat
     event_ids = outbox.remember(now, device, inode, packed, before.taken, units)
     if not units:
         return None
-    since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(before.taken))
     for unit in units:
-        result.done.append(Done(unit.session_id, unit.ids, f"deleted outside hermes-admin since the look at {since}; "
-                                                           f"announced with reason {unit.reason}"))
+        result.done.append(Done(unit.session_id, unit.ids, _rule(before.taken, unit.reason)))
     events = [Event(i, "noticed", unit.session_id, unit.reason, list(unit.ids)) for i, unit in zip(event_ids, units)]
     result.hook_failures += aftermath.deliver(events)
     return result
+
+
+def _rule(looked_at: float, reason: str) -> str:
+    """Why a unit is announced, as the report says it."""
+    since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(looked_at))
+    return f"deleted outside hermes-admin since the look at {since}; announced with reason {reason}"

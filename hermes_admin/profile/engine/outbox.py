@@ -452,6 +452,24 @@ def noticed(profile: Profile, wanted: str) -> list[dict]:
             for sid, when, looked, head, reason in rows if isinstance(sid, str)]
 
 
+def read_look(profile: Profile) -> tuple[tuple[float, int, int, bytes] | None, set[str]]:
+    """The last look at the store and what our deletes took since (Outbox.look, own_gone), for a dry
+    run: read-only, nothing created; none where there is no outbox, or it cannot be read."""
+    path = profile.home / ".hermes-admin" / "outbox.db"
+    if not path.is_file() or path.is_symlink():
+        return None, set()
+    try:
+        conn = apsw.Connection(f"file:{path}?mode=ro", flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
+        try:
+            row = conn.execute("SELECT taken, device, inode, sessions FROM looks").fetchone()
+            own = {r[0] for r in conn.execute("SELECT session_id FROM own_gone")}
+        finally:
+            conn.close()
+    except apsw.Error:
+        return None, set()
+    return ((float(row[0]), int(row[1]), int(row[2]), bytes(row[3])) if row else None), own
+
+
 def has_work(profile: Profile) -> bool:
     """Does the profile's outbox hold events not yet delivered? Read-only, nothing created."""
     path = profile.home / ".hermes-admin" / "outbox.db"
