@@ -274,3 +274,12 @@ def test_a_dry_run_says_what_the_run_announces_and_announces_nothing(home, invok
     done = invoke(*own_interpreter(tmp_path), "--root", str(home), "run", "--json")
     ran = [r for r in json.loads(done.stdout)["results"] if r["action"] == "noticed"]
     assert [d["session_id"] for r in ran for d in r["done"]] == ["a", "old"]
+
+
+def test_the_metrics_count_what_was_announced(home, invoke, tmp_path):
+    metrics = tmp_path / "metrics.prom"
+    run(invoke, tmp_path, home)
+    hermes_deletes(home / "state.db", "a", "old", "old-child")
+    invoke(*own_interpreter(tmp_path), "--root", str(home), "run", "--metrics-file", str(metrics))
+    lines = [line for line in metrics.read_text().splitlines() if line.startswith("hermes_admin_noticed_sessions_total")]
+    assert len(lines) == 1 and lines[0].endswith(" 3.0"), lines
