@@ -156,43 +156,35 @@ def announce(profile: Profile, store: Store, outbox: Outbox | None, aftermath: A
     dropped. `outbox` None: a dry run, which says what the pass would announce and writes nothing.
     Returns the result to report (None when there is nothing to say)."""
     why_not = why_not or (None if aftermath.listening else "no plugin of this profile listens")
-    dry_run = outbox is None  # a dry run: what the pass would announce, from the look read-only
     if why_not is not None:
-        if not dry_run:
+        if outbox is not None:
             outbox.forget_look()
         return None
     device, inode = identity(profile)
     sessions = current(store)
-    record, own = read_look(profile) if dry_run else (outbox.look(), None)
+    held = set(sessions)
+    record, own = read_look(profile) if outbox is None else (outbox.look(), outbox.own_gone())
     before, unreadable = looked(record)
-    result = Result(profile.name, "noticed", None, dry_run)
-    if dry_run:
-        if before is None or not same_store(before, device, inode, set(sessions)):
-            return None  # the pass takes a new look and announces nothing
-        for unit in gone(before.sessions, set(sessions), own, now, retention_days):
-            result.done.append(Done(unit.session_id, unit.ids, _rule(before.taken, unit.reason)))
-        return result if len(result.done) else None
+    fresh = before is None or not same_store(before, device, inode, held)  # a new memory: nothing announced
+    units = [] if fresh else gone(before.sessions, held, own, now, retention_days)
+    result = Result(profile.name, "noticed", None, outbox is None)
+    for unit in units:
+        result.done.append(Done(unit.session_id, unit.ids, _rule(before.taken, unit.reason)))
+    if outbox is None:  # a dry run: what the pass would announce, nothing written
+        return result if units else None
     packed = pack(sessions)
-    if before is None or not same_store(before, device, inode, set(sessions)):
-        outbox.remember(now, device, inode, packed, None, [])
-        if before is None and not unreadable:
-            return None  # the first look: nothing to compare with, nothing to say
-        if unreadable:
-            why = "the last look at the store could not be read"
-        else:
-            why = (f"the store is another file than at the last look ({len(before.sessions)} session(s) remembered, "
-                   "none of them in it)")
+    event_ids = outbox.remember(now, device, inode, packed, None if fresh else before.taken, units)
+    if fresh and (before is not None or unreadable):  # (the very first look has nothing to say)
+        why = ("the last look at the store could not be read" if unreadable else
+               f"the store is another file than at the last look ({len(before.sessions)} session(s) remembered, "
+               "none of them in it)")
         result.notes.append(f"{why}: {len(sessions)} session(s) remembered ({len(packed)} bytes), nothing announced; "
                             "sessions deleted outside hermes-admin from now on are announced to the plugins")
         return result
-    units = gone(before.sessions, set(sessions), outbox.own_gone(), now, retention_days)
-    event_ids = outbox.remember(now, device, inode, packed, before.taken, units)
     if not units:
         return None
-    for unit in units:
-        result.done.append(Done(unit.session_id, unit.ids, _rule(before.taken, unit.reason)))
     events = [Event(i, "noticed", unit.session_id, unit.reason, list(unit.ids)) for i, unit in zip(event_ids, units)]
-    result.hook_failures += aftermath.deliver(events)
+    result.hook_failures += aftermath.deliver(events)  # after the outbox has them: a crash delivers them next time
     return result
 
 
