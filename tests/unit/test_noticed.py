@@ -55,13 +55,16 @@ def test_gone_grouping_and_reason(before, now, own, expected):
 
 
 def test_pack_round_trip_and_size():
-    sessions = {f"20261201_{i:06d}_{i * 7919 % 1000000:06x}": Mark(None if i % 3 else f"20261201_{i - 1:06d}_x",
-                                                                   bool(i % 2), 1.7e9 + i)
-                for i in range(30000)}
+    ids = [f"20261201_{i:06d}_{i * 7919 % 1000000:06x}" for i in range(30000)]
+    rows = [(sid, ids[i - 1] if i % 3 == 0 and i else None, bool(i % 2), 1.7e9 + i) for i, sid in enumerate(ids)]
+    rows.append(("dangling", "no-such-parent", True, 1.7e9))
+    sessions = noticed.Sessions.of(reversed(rows))
     blob = noticed.pack(sessions)
     back = noticed.unpack(blob)
-    assert back.keys() == sessions.keys()
-    assert all(back[s].ended == m.ended and back[s].active == m.active for s, m in sessions.items())
+    assert list(back) == sorted(sid for sid, *_ in rows) and len(back) == len(rows)
+    assert all(back[sid] == Mark(parent if parent != "no-such-parent" else None, ended, active)
+               for sid, parent, ended, active in rows)
+    assert "nope" not in back and "dangling" in back
     assert len(blob) < 30000 * 12  # tens of thousands of sessions cost a few hundred kB at most
     assert noticed.unpack(b"not zlib") is None
 

@@ -34,6 +34,8 @@ import json
 import os
 import time
 import zlib
+from bisect import bisect_left
+from collections.abc import Container, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from hermes_admin.model import Profile, Reason
@@ -64,6 +66,54 @@ class Gone:
     reason: str
 
 
+class Sessions(Mapping):
+    """A look's sessions, column by column in id order, each Mark made only when asked for: a store
+    of 100,000 sessions held as a few lists, not 100,000 objects (two looks are held at once)."""
+
+    def __init__(self, ids: list[str], parents: list[int], ended: str, active: list[int]):
+        self.ids, self.parents, self.ended, self.active = ids, parents, ended, active  # parents: index, or -1
+
+    @classmethod
+    def of(cls, marks: Iterable[tuple[str, str | None, bool, float]]) -> "Sessions":
+        """From (id, parent, ended, last active) rows, taken column by column as they come (the store
+        gives them in id order; any other order is sorted here)."""
+        ids, parents, ended, active = [], [], [], []
+        for sid, parent, done, when in marks:
+            ids.append(sid)
+            parents.append(parent)
+            ended.append("1" if done else "0")
+            active.append(int(when))
+        if any(a >= b for a, b in zip(ids, ids[1:])):
+            order = sorted(range(len(ids)), key=ids.__getitem__)
+            ids, parents, ended, active = ([column[n] for n in order] for column in (ids, parents, ended, active))
+        return cls(ids, [_index(ids, parent) for parent in parents], "".join(ended), active)
+
+    def _at(self, sid) -> int:
+        n = bisect_left(self.ids, sid) if isinstance(sid, str) else len(self.ids)
+        return n if n < len(self.ids) and self.ids[n] == sid else -1
+
+    def __getitem__(self, sid: str) -> Mark:
+        n = self._at(sid)
+        if n < 0:
+            raise KeyError(sid)
+        parent = self.parents[n]
+        return Mark(self.ids[parent] if parent >= 0 else None, self.ended[n] == "1", float(self.active[n]))
+
+    def __contains__(self, sid) -> bool:
+        return self._at(sid) >= 0
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.ids)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+def _index(ids: list[str], sid: str | None) -> int:
+    n = bisect_left(ids, sid) if sid is not None else len(ids)
+    return n if n < len(ids) and ids[n] == sid else -1
+
+
 @dataclass(frozen=True)
 class Look:
     """What the store held when it was looked at."""
@@ -71,41 +121,41 @@ class Look:
     taken: float
     device: int
     inode: int
-    sessions: dict[str, Mark]
+    sessions: Sessions
 
 
-def pack(sessions: dict[str, Mark]) -> bytes:
+def pack(sessions: Sessions) -> bytes:
     """A look's sessions, compact: ids sorted (their shared prefixes compress well), parents as
     indexes into them, ended flags as one string, times in whole seconds; zlib over the JSON."""
-    ids = sorted(sessions)
-    where = {sid: n for n, sid in enumerate(ids)}
-    parents = [where.get(sessions[sid].parent, -1) if sessions[sid].parent is not None else -1 for sid in ids]
-    data = {"format": FORMAT, "ids": ids, "parents": parents,
-            "ended": "".join("1" if sessions[sid].ended else "0" for sid in ids),
-            "active": [int(sessions[sid].active) for sid in ids]}
+    data = {"format": FORMAT, "ids": sessions.ids, "parents": sessions.parents, "ended": sessions.ended,
+            "active": sessions.active}
     return zlib.compress(json.dumps(data, separators=(",", ":")).encode(), 6)
 
 
-def unpack(blob: bytes) -> dict[str, Mark] | None:
+def unpack(blob: bytes) -> Sessions | None:
     """A packed look's sessions, or None when it is not one (damaged, another format)."""
     try:
         data = json.loads(zlib.decompress(blob))
         ids, parents, ended, active = data["ids"], data["parents"], data["ended"], data["active"]
         if data.get("format") != FORMAT or not len(ids) == len(parents) == len(ended) == len(active):
             return None
-        return {sid: Mark(ids[p] if 0 <= p < len(ids) else None, flag == "1", float(t))
-                for sid, p, flag, t in zip(ids, parents, ended, active)}
-    except (zlib.error, ValueError, KeyError, TypeError, IndexError, RecursionError):
+        if not (all(isinstance(i, str) for i in ids) and all(a < b for a, b in zip(ids, ids[1:]))
+                and all(isinstance(p, int) and -1 <= p < len(ids) for p in parents) and set(ended) <= {"0", "1"}
+                and all(isinstance(t, int) for t in active)):
+            return None
+        return Sessions(ids, parents, ended, active)
+    except (zlib.error, ValueError, KeyError, TypeError, RecursionError):
         return None
 
 
-def same_store(before: Look, device: int, inode: int, now: set[str]) -> bool:
+def same_store(before: Look, device: int, inode: int, now: Container[str]) -> bool:
     """Is the store the one last looked at? The same file, or another that still holds a session of
     it (a copy put back, a recovered store); a new file holding none of them is another store."""
-    return (before.device, before.inode) == (device, inode) or not now.isdisjoint(before.sessions)
+    return (before.device, before.inode) == (device, inode) or any(sid in now for sid in before.sessions)
 
 
-def gone(before: dict[str, Mark], now: set[str], own: set[str], at: float, retention_days: float) -> list[Gone]:
+def gone(before: Mapping[str, Mark], now: Container[str], own: set[str], at: float,
+         retention_days: float) -> list[Gone]:
     """The sessions deleted outside hermes-admin since the look `before`: there then, not now, not taken
     by our own deletes; grouped by the parent links that look knew, heads in id order. A pure function."""
     missing = {sid for sid in before if sid not in now and sid not in own}
@@ -127,10 +177,9 @@ def gone(before: dict[str, Mark], now: set[str], own: set[str], at: float, reten
     return found
 
 
-def current(store: Store) -> dict[str, Mark]:
+def current(store: Store) -> Sessions:
     """What the store holds now, as a look keeps it."""
-    return {sid: Mark(parent, ended, active) for page in session_marks(store)
-            for sid, parent, ended, active in page}
+    return Sessions.of(row for page in session_marks(store) for row in page)
 
 
 def identity(profile: Profile) -> tuple[int, int]:
@@ -162,7 +211,7 @@ def announce(profile: Profile, store: Store, outbox: Outbox | None, aftermath: A
         return None
     device, inode = identity(profile)
     sessions = current(store)
-    held = set(sessions)
+    held = sessions  # (looked up by id in place: no second copy of the ids)
     record, own = read_look(profile) if outbox is None else (outbox.look(), outbox.own_gone())
     before, unreadable = looked(record)
     fresh = before is None or not same_store(before, device, inode, held)  # a new memory: nothing announced
