@@ -86,6 +86,10 @@ def test_hermes_own_deletes_are_announced_once(release_home, invoke):
     reasons = {e["session_id"]: e["reason"] for e in events(root)}
     assert reasons[recent] == "delete" and reasons[inactive] == "delete"
     assert all(reasons[sid] == "prune" for sid in kinds["default"]["old_ended"]), reasons
+    parent, children = kinds["default"]["delegate_parent"][0], set(kinds["default"]["delegate_child"])
+    if parent in hermes_took:  # (pruned with its delegates: one event of them all, headed by the parent)
+        (event,) = [e for e in events(root) if e["session_id"] == parent]
+        assert set(event["deleted_ids"]) == {parent} | (children & hermes_took), (release, event)
     assert {e["profile"] for e in events(root)} == {"default"}
     assert {e["sessions_dir"] for e in events(root)} == {str(root / "sessions")}
 
@@ -95,3 +99,42 @@ def test_hermes_own_deletes_are_announced_once(release_home, invoke):
 
     shown = invoke(*given, "sessions", "show", recent)
     assert "deleted outside hermes-admin" in shown.output and "reason delete" in shown.output, shown.output
+
+
+# A new store the release makes where the old one was (the user moved it away): one session, then
+# the release deletes it.
+NEW_STORE = r"""
+import sys, time
+from pathlib import Path
+from hermes_state import SessionDB
+home = Path(sys.argv[1])
+db = SessionDB(home / "state.db")
+try:
+    if sys.argv[2] == "make":
+        db.create_session("fresh-one", "cli", model="peer/model")
+        db.append_message("fresh-one", "user", "hello")
+        db.end_session("fresh-one", "user_exit")
+    else:
+        db.delete_session("fresh-one", sessions_dir=home / "sessions")
+finally:
+    db.close()
+"""
+
+
+def test_a_store_the_release_made_anew_starts_a_new_memory(release_home, invoke):
+    release, root, kinds, given = release_home
+    assert invoke(*given, "run", "--yes").exit_code in OK
+    heard = announced(root)
+    for name in ("state.db", "state.db-wal", "state.db-shm"):
+        if (root / name).exists():
+            (root / name).rename(root.parent / name)  # moved away while nothing holds it
+    done = peer.run_script(NEW_STORE, home=root, release=release, args=[str(root), "make"])
+    assert done.returncode == 0, done.stderr
+    second = invoke(*given, "run", "--yes", "-v")
+    assert second.exit_code in OK, second.output
+    assert announced(root) == heard, release  # none of the old store's sessions announced
+    assert "another file than at the last look" in second.output
+    done = peer.run_script(NEW_STORE, home=root, release=release, args=[str(root), "delete"])
+    assert done.returncode == 0, done.stderr
+    assert invoke(*given, "run", "--yes").exit_code in OK
+    assert announced(root) - heard == Counter({"fresh-one": 1}), release
