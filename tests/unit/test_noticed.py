@@ -286,3 +286,17 @@ def test_the_metrics_count_what_was_announced(home, invoke, tmp_path):
     invoke(*own_interpreter(tmp_path), "--root", str(home), "run", "--metrics-file", str(metrics))
     lines = [line for line in metrics.read_text().splitlines() if line.startswith("hermes_admin_noticed_sessions_total")]
     assert len(lines) == 1 and lines[0].endswith(" 3.0"), lines
+
+
+def test_a_pass_with_nobody_listening_leaves_the_look_for_one_that_has(home, invoke, tmp_path):
+    run(invoke, tmp_path, home)
+    look = outbox.Outbox(Profile(home, "default", home)).look()
+    config = home / "config.yaml"
+    saved = config.read_text()
+    install_plugins(home, [], enabled=[])  # nothing enabled for a while
+    hermes_deletes(home / "state.db", "a")
+    run(invoke, tmp_path, home)
+    assert outbox.Outbox(Profile(home, "default", home)).look() == look and events(home) == []
+    config.write_text(saved)
+    run(invoke, tmp_path, home)
+    assert [(e["session_id"], e["reason"]) for e in events(home)] == [("a", "delete")]

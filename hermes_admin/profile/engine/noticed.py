@@ -22,10 +22,12 @@ listens, each maintenance pass looks at the store first (docs/design.md §7):
 
 The first look announces nothing (there was none before it); a session that is back (restored) is
 not gone; a store file replaced by another (a new inode holding none of the sessions remembered)
-starts a new memory. Where nothing listens, Hermes fires the hook itself or the policy turns it off
+starts a new memory. Where Hermes fires the hook itself or the policy turns it off
 (`announce_hermes_deletes`), no look is kept and a kept one is dropped: the next look starts anew.
-A dry run compares with the look read only and writes nothing.
-A session created and deleted between two looks was never seen, and is not announced.
+Where no plugin listens (yet: none enabled; or now: `HERMES_SAFE_MODE`), no look is taken and a
+kept one waits as it is, our own deletes still remembered beside it, for a pass that has someone
+to tell. A dry run compares with the look read only and writes nothing. A session created and
+deleted between two looks was never seen, and is not announced.
 """
 
 from __future__ import annotations
@@ -204,11 +206,12 @@ def announce(profile: Profile, store: Store, outbox: Outbox | None, aftermath: A
     here (nobody listens, Hermes fires the hook itself, the policy has it off): a kept one is
     dropped. `outbox` None: a dry run, which says what the pass would announce and writes nothing.
     Returns the result to report (None when there is nothing to say)."""
-    why_not = why_not or (None if aftermath.listening else "no plugin of this profile listens")
     if why_not is not None:
         if outbox is not None:
             outbox.forget_look()
         return None
+    if not aftermath.listening:  # nobody to tell now (safe mode, plugins off): a kept look waits as it is,
+        return None             # our own deletes meanwhile remembered beside it (Outbox.settle)
     device, inode = identity(profile)
     sessions = current(store)
     held = sessions  # (looked up by id in place: no second copy of the ids)
