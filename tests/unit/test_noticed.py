@@ -300,3 +300,18 @@ def test_a_pass_with_nobody_listening_leaves_the_look_for_one_that_has(home, inv
     config.write_text(saved)
     run(invoke, tmp_path, home)
     assert [(e["session_id"], e["reason"]) for e in events(home)] == [("a", "delete")]
+
+
+def test_a_look_tampered_with_starts_a_new_memory(home, invoke, tmp_path):
+    run(invoke, tmp_path, home)
+    conn = sqlite3.connect(home / ".hermes-admin" / "outbox.db")
+    with conn:
+        conn.execute("UPDATE looks SET sessions = 'not a blob', device = 'x'")
+    conn.close()
+    hermes_deletes(home / "state.db", "a")
+    out = run(invoke, tmp_path, home, "-v")
+    assert out.exit_code in (0, 1), out.output
+    assert "could not be read" in out.output and events(home) == []
+    hermes_deletes(home / "state.db", "b")
+    run(invoke, tmp_path, home)
+    assert [e["session_id"] for e in events(home)] == ["b"]

@@ -233,7 +233,7 @@ class Outbox:
             row = self.conn.execute("SELECT taken, device, inode, sessions FROM looks").fetchone()
         except apsw.Error as exc:
             raise OutboxError(f"{self.path}: {exc}") from None
-        return (float(row[0]), int(row[1]), int(row[2]), bytes(row[3])) if row else None
+        return _look(row)
 
     def own_gone(self) -> set[str]:
         """The sessions our own deletes took since the last look."""
@@ -467,7 +467,19 @@ def read_look(profile: Profile) -> tuple[tuple[float, int, int, bytes] | None, s
             conn.close()
     except apsw.Error:
         return None, set()
-    return ((float(row[0]), int(row[1]), int(row[2]), bytes(row[3])) if row else None), own
+    return _look(row), {i for i in own if isinstance(i, str)}
+
+
+def _look(row) -> tuple[float, int, int, bytes] | None:
+    """A `looks` row as the look reads it; one of another shape reads as a look whose sessions
+    cannot be unpacked (noticed.looked: a new look is taken, nothing announced)."""
+    if row is None:
+        return None
+    taken, device, inode, sessions = row
+    if not (isinstance(taken, (int, float)) and isinstance(device, int) and isinstance(inode, int)
+            and isinstance(sessions, bytes)):
+        return 0.0, -1, -1, b""
+    return float(taken), device, inode, sessions
 
 
 def has_work(profile: Profile) -> bool:
