@@ -93,10 +93,13 @@ class Host:
         if self._broken is None:
             from hermes_admin.host import detached
 
-            stores = {p.store_path: str(p.home) for p in self.everything().profiles}
+            everything = self.everything()
+            stores = {p.store_path: str(p.home) for p in everything.profiles}
+            owners = {p.store_path: everything.owners[p.home].uid for p in everything.profiles
+                      if p.home in everything.owners}
             self._broken_notes = []
             self._broken = {stores[store]: holds
-                            for store, holds in detached.scan(list(stores), self._broken_notes).items()}
+                            for store, holds in detached.scan(list(stores), self._broken_notes, owners).items()}
         return self._broken
 
     def work(self, params: Params, profiles: list[Profile], with_policy: bool = False) -> Run:
@@ -253,7 +256,7 @@ class Host:
             if isinstance(row, dict) and isinstance(row.get("home"), str):
                 holds = self.broken_holds().get(row["home"], [])
                 row["detached_holders"] = sum(1 for hold in holds if hold.blocks_writes)
-                row["unlocked_holders"] = len(holds) - row["detached_holders"]
+                row["unlocked_holders"] = sum(1 for hold in holds if hold.unlocked)
         labels = self.labels()
         for result in run.results:
             result.label = labels.get(result.home or "", result.profile)
