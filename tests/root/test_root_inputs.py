@@ -1,0 +1,89 @@
+"""Root decides from what concerns the profile at hand, and from root's own inputs: another user's
+read-only descriptor of a victim's store, a FIFO at the metrics path and another user's HOME in
+root's environment each play as a real local user would, with hermes-admin run AS ROOT after.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+from tests.root.conftest import as_user
+from tests.root.test_attacks import assert_maintained, explain, prepare
+
+VICTIM_CONNECTION = r'''
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+db.execute("SELECT count(*) FROM sessions").fetchone()
+print("open", flush=True)
+sys.stdin.readline()
+db.close()  # the last connection, as far as SQLite can tell: it checkpoints and deletes -wal and -shm
+print("closed", flush=True)
+'''
+
+KEEP_READ_ONLY = r'''
+import os, sys, time
+fds = [os.open(path, os.O_RDONLY) for path in sys.argv[1:]]
+print("ready", flush=True)
+time.sleep(300)
+'''
+
+
+def _spawn(user, argv: list[str]) -> subprocess.Popen:
+    return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd="/",
+                            env={"PATH": "/usr/bin:/bin", "HOME": str(user.home), "LANG": "C.UTF-8"},
+                            user=user.uid, group=user.gid, extra_groups=[])
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    proc.kill()
+    proc.wait()
+
+
+def test_another_users_read_only_descriptors_of_a_deleted_wal_never_stop_her_maintenance(make_user, admin):
+    """Attack: the victim's store is world-readable (Hermes 0.19 makes state.db, -wal and -shm 0644;
+    many systems give homes 0755). Mallory opens the victim's -wal and -shm read-only and keeps them;
+    the victim's last connection closes and SQLite deletes them. Root's run must still maintain the
+    victim's profile: Mallory's process cannot write a page, so it is named (a warning), never a
+    process "writing into a deleted state.db-wal"."""
+    victim, mallory = make_user("victim"), make_user("mallory")
+    kinds = prepare(victim)
+    for folder in (victim.home, victim.root, victim.root / "profiles", victim.root / "profiles" / "work"):
+        os.chmod(folder, 0o755)
+    db = victim.root / "profiles" / "work" / "state.db"
+    connection = _spawn(victim, ["/usr/bin/python3", "-c", VICTIM_CONNECTION, str(db)])
+    keeper = None
+    try:
+        assert connection.stdout.readline().strip() == "open"
+        for suffix in ("", "-wal", "-shm"):
+            os.chmod(f"{db}{suffix}", 0o644)
+        keeper = _spawn(mallory, ["/usr/bin/python3", "-c", KEEP_READ_ONLY, f"{db}-wal", f"{db}-shm"])
+        assert keeper.stdout.readline().strip() == "ready"
+        connection.stdin.write("close\n")
+        connection.stdin.flush()
+        assert connection.stdout.readline().strip() == "closed"
+        assert not os.path.lexists(f"{db}-wal"), "SQLite kept the WAL: the scene is not played"
+        links = [os.readlink(f"/proc/{keeper.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{keeper.pid}/fd")]
+        assert f"{db}-wal (deleted)" in links
+
+        listed = admin("--root", str(victim.root), "profiles", "--json")
+        ran = admin("--root", str(victim.root), "run", "--yes", "--json")
+
+        assert ran.returncode in (0, 1), explain(ran)
+        report = json.loads(ran.stdout)
+        assert not report["errors"], explain(ran)
+        named = [p for p in report["problems"] if str(keeper.pid) in p["message"]]
+        assert [(p["severity"], p["kind"], p["profile"]) for p in named] == [("warning", "foreign_reader", "work")]
+        assert mallory.name in named[0]["message"] and "read-only" in named[0]["message"]
+        assert_maintained(db.parent, kinds["work"], "the victim's work profile")
+        assert listed.returncode in (0, 1), explain(listed)
+        [row] = [r for r in json.loads(listed.stdout)["profiles"] if r["name"] == "work"]
+        assert [(h["pid"], h["blocks_writes"], h["user"]) for h in row["broken_holds"]] == [
+            (keeper.pid, False, mallory.name)]
+    finally:
+        _stop(connection)
+        if keeper is not None:
+            _stop(keeper)
