@@ -38,6 +38,13 @@ def admin_problems(app: App) -> tuple[admin_config.AdminConfig | None, list[dict
     found = [p.as_dict() for p in admin_config.policy_problems(loaded)]
     if loaded.metrics_file is not None and not isinstance(loaded.metrics_file, str):
         found.append(admin_config.problem_at(path, text, "metrics_file", f"{path}: metrics_file must be a path").as_dict())
+    elif loaded.metrics_file:
+        from hermes_admin.host.metrics import refused
+        why = refused(Path(loaded.metrics_file))
+        if why:
+            found.append(admin_config.problem_at(path, text, "metrics_file",
+                                                 f"{path}: metrics_file {loaded.metrics_file}: refusing it as root: "
+                                                 f"{why}").as_dict())
     if loaded.schedule:
         from hermes_admin.host.daemon import ScheduleError, trigger_for
         for task, spec in loaded.schedule.items():

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import stat
 import subprocess
 import time
 from pathlib import Path
@@ -87,3 +89,35 @@ def test_another_users_read_only_descriptors_of_a_deleted_wal_never_stop_her_mai
         _stop(connection)
         if keeper is not None:
             _stop(keeper)
+
+
+def test_a_fifo_at_the_metrics_path_in_a_folder_she_may_write_never_hangs_roots_run(make_user, admin, tmp_path):
+    """Attack: the metrics file is set in a folder a user may write; she puts a FIFO at its path
+    (or a link to a FIFO of hers). Root's run must end within its bounds, say the metrics path is
+    refused as a configuration error naming the config's line, and still have done the run."""
+    import tempfile
+
+    alice = make_user("alice")
+    kinds = prepare(alice)
+    folder = Path(tempfile.mkdtemp(dir="/var/tmp", prefix="ha-metrics-"))
+    try:
+        os.chown(folder, alice.uid, alice.gid)
+        made = as_user(alice, ["/usr/bin/mkfifo", str(folder / "hermes.prom")])
+        assert made.returncode == 0, made.stderr
+        config = tmp_path / "admin.yaml"
+        config.write_text(f"defaults: {{retention_days: 90}}\nmetrics_file: {folder}/hermes.prom\n")
+
+        started = time.monotonic()
+        ran = admin("--config", str(config), "--root", str(alice.root), "run", "--yes", timeout=120)
+        took = time.monotonic() - started
+
+        assert took < 100, explain(ran)
+        assert ran.returncode == 2, explain(ran)
+        lines = [line for line in ran.stderr.splitlines() if "metrics_file" in line]
+        assert len(lines) == 1 and f"{config}:2:" in lines[0] and "refusing it as root" in lines[0], explain(ran)
+        assert "the run was done" in lines[0]
+        assert_maintained(alice.root, kinds["default"], "her default profile")
+        assert stat.S_ISFIFO(os.lstat(folder / "hermes.prom").st_mode)  # nothing of root's was put there
+        assert sorted(os.listdir(folder)) == ["hermes.prom"]
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
