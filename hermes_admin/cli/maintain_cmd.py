@@ -16,6 +16,7 @@ from hermes_admin.model import AUTO_ARCHIVE, BY_COMMAND, ORDER, PURGE, TaskName
 from hermes_admin.cli.mutate import NOT_ALL_FOUND
 from hermes_admin.problems import ERROR, Problem
 from hermes_admin.protocol import Maintain, Request
+from hermes_admin.trust import expand_user
 
 
 def export_dir_option(f):
@@ -70,7 +71,7 @@ def _when(value, now: float) -> float | None:
 def absolute_dir(path: str | None) -> str | None:
     """A folder named on the command line, as the invoker meant it (a worker runs in the home)."""
     import os
-    return os.path.abspath(os.path.expanduser(path)) if path else None
+    return os.path.abspath(expand_user(path)) if path else None
 
 
 def run_tasks(app: App, profiles, wanted: Request, yes: bool, as_json: bool, what: str,

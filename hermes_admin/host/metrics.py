@@ -201,9 +201,7 @@ def _label_order(pair: tuple[str, str]) -> tuple[int, str]:
 def refused(path: Path) -> str | None:
     """As root, why the metrics file may not be written at `path` (None: it may): its folder, or
     the nearest folder above it that exists yet, is not root's alone."""
-    folder = Path(os.path.abspath(path)).parent
-    existing = next((f for f in [folder, *folder.parents] if os.path.lexists(f)), folder)
-    return not_roots_alone(existing)
+    return not_roots_alone(Path(os.path.abspath(path)).parent, missing_ok=True)
 
 
 def write(path: Path, run: Run, summaries: list[dict]) -> str | None:

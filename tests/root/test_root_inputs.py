@@ -121,3 +121,30 @@ def test_a_fifo_at_the_metrics_path_in_a_folder_she_may_write_never_hangs_roots_
         assert sorted(os.listdir(folder)) == ["hermes.prom"]
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_under_sudo_e_roots_run_keeps_to_roots_own_default_root(make_user, admin, tmp_path):
+    """Attack: root runs hermes-admin with a user's HOME (`sudo -E`, `su` without `-`): root's run
+    must work on root's own default root (by the password database), never on hers, and read no
+    admin config or preset from her config folder."""
+    import pwd
+
+    alice = make_user("alice")
+    kinds = prepare(alice)
+    before = {p: p.stat().st_mtime_ns for p in alice.root.rglob("state.db*")}
+    (alice.home / ".config" / "hermes-admin").mkdir(parents=True)
+    (alice.home / ".config" / "hermes-admin" / "config.yaml").write_text("roots: [/nonexistent]\n")
+    os.chown(alice.home / ".config", alice.uid, alice.gid)
+    roots_own = Path(pwd.getpwuid(0).pw_dir) / ".hermes"
+    env = {"HOME": str(alice.home), "XDG_CONFIG_HOME": str(alice.home / ".config"), "USER": alice.name}
+
+    listed = admin("profiles", "--json", env=env)
+    ran = admin("run", "--yes", "--json", env=env)
+
+    for done in (listed, ran):
+        assert "refusing it as root" not in done.stderr, explain(done)  # her config folder is not looked in
+        said = json.loads(done.stdout)
+        assert str(alice.root) not in done.stdout, explain(done)
+        assert any(str(roots_own) in line for line in said["errors"]), explain(done)  # root's own, missing
+    assert {p: p.stat().st_mtime_ns for p in alice.root.rglob("state.db*")} == before
+    assert kinds  # her sessions, due or not, wait for her own run
