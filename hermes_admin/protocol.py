@@ -197,10 +197,11 @@ class ListSessions(_Looks):
 
 @dataclass(frozen=True)
 class Resolve(_Looks):
-    """Which sessions each wanted id (or prefix) names."""
+    """Every session id of each profile, for the host to find the ids (or prefixes) it was asked
+    for: no worker learns what an administrator asked for, so none can answer for it
+    (cli/mutate.targets)."""
 
     KIND: ClassVar[str] = "resolve"
-    wanted: tuple[str, ...]
 
 
 @dataclass(frozen=True)
