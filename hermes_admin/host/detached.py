@@ -181,7 +181,8 @@ def scan(stores: list[Path], notes: list[str] | None = None,
                     writers.add((store, pid))
                 if how:
                     theirs = lockrecord.runs_for(users[pid], (owners or {}).get(store, os.geteuid()))
-                    broken.setdefault((store, pid), []).append(Broken(file, how, fd, reads_only=not theirs and can_write is False))
+                    reads_only = not theirs and can_write is False  # another user's, and it cannot write
+                    broken.setdefault((store, pid), []).append(Broken(file, how, fd, reads_only))
                 else:
                     holding.append((pid, fd, file, store, held, (folder.device, held.st_ino)))
     if budget.gave_up and notes is not None:
