@@ -214,7 +214,7 @@ class SessionDetail(_Looks):
 class ListExports(_Looks):
     KIND: ClassVar[str] = "exports_list"
     export_dir: str | None = None
-    holding: str | None = None  # only where the exports hold this session id (or ids beginning with it)
+    held: bool = False  # every unit the exports hold, with its ids: the host finds a session among them
 
 
 Params = Union[Maintain, Change, Repair, Restore, PruneExports, ListProfiles, Status, ShowPolicy, Usage,

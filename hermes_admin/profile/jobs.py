@@ -351,7 +351,7 @@ def exports_list(job: Job, isolated: bool, env: Environment) -> Run:
 
     run = Run(dry_run=True)
     _each(job, run, isolated, lambda p: listing(run, p, job.layers_of(p), env.installations,
-                                                job.params.export_dir, job.params.holding))
+                                                job.params.export_dir, job.params.held))
     return run
 
 
