@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from tests.root.conftest import as_user
-from tests.root.test_attacks import assert_maintained, explain, prepare
+from tests.root.test_attacks import assert_maintained, explain, prepare, rows
 
 VICTIM_CONNECTION = r'''
 import sqlite3, sys
@@ -148,3 +148,27 @@ def test_under_sudo_e_roots_run_keeps_to_roots_own_default_root(make_user, admin
         assert any(str(roots_own) in line for line in said["errors"]), explain(done)  # root's own, missing
     assert {p: p.stat().st_mtime_ns for p in alice.root.rglob("state.db*")} == before
     assert kinds  # her sessions, due or not, wait for her own run
+
+
+def test_a_prefix_is_found_by_root_among_every_owners_ids_and_deleted_where_it_is(make_user, admin):
+    """`sessions delete PREFIX` over two owners' roots: each worker lists its ids (none is told the
+    prefix), root finds it in one profile of one owner, and only that session goes; `sessions show`
+    then finds it in that owner's exports, again without telling any worker the id."""
+    alice, bob = make_user("alice"), make_user("bob")
+    now = time.time()
+    mine = prepare(alice, now=now)
+    prepare(bob, now=now - 7 * 3600)  # other times: other ids
+    target = mine["work"]["recent"][0]
+    prefix = target[:-3]
+    bobs = {p: p.read_bytes() for p in bob.root.rglob("state.db")}
+    roots = ("--root", str(alice.root), "--root", str(bob.root))
+
+    done = admin(*roots, "sessions", "delete", prefix, "--yes", "--json")
+
+    assert done.returncode in (0, 1), explain(done)
+    report = json.loads(done.stdout)
+    assert [r["home"] for r in report["results"] if r.get("rows")] == [str(alice.root / "profiles" / "work")]
+    assert target not in rows(alice.root / "profiles" / "work" / "state.db")
+    assert {p: p.read_bytes() for p in bob.root.rglob("state.db")} == bobs
+    shown = admin(*roots, "sessions", "show", prefix)
+    assert shown.returncode == 1 and f"{target}: deleted from profile" in shown.stdout, explain(shown)
