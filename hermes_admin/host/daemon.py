@@ -119,9 +119,13 @@ class Daemon:
                 log.warning(clean(line, 4000))
             if target:
                 try:
-                    metrics.write(target, run, run.data.pop("summaries", []))
+                    why = metrics.write(target, run, run.data.pop("summaries", []))
                 except (OSError, ValueError) as exc:
                     log.error("metrics file %s: %s", target, exc.strerror or exc)
+                else:
+                    if why:
+                        log.error("metrics_file %s: refusing it as root: %s; the run was done, its metrics were "
+                                  "not written", target, why)
             log.info("%s finished in %.1f s (exit status %d)", task, time.time() - started, run.exit_code())
         except Exception:
             log.exception("%s failed; the daemon goes on", task)
