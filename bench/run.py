@@ -89,10 +89,9 @@ def hermes_python(release: str = DEFAULT_RELEASE) -> str:
     others are only used, never made here)."""
     if release == DEFAULT_RELEASE:
         return peer.python()
-    python = Path.home() / ".cache" / "hermes-admin-tests" / f"hermes-agent-{release}" / "bin" / "python"
-    if not python.exists():
-        raise RuntimeError(f"Hermes {release}'s venv is missing ({python}); the compat tests make it")
-    return str(python)
+    if not peer.ready(release):
+        raise RuntimeError(f"Hermes {release}'s venv is missing ({peer.venv_dir(release)}); the compat tests make it")
+    return str(peer.venv_dir(release) / "bin" / "python")
 
 
 def hermes_env(scratch: Path) -> dict[str, str]:

@@ -83,7 +83,12 @@ def _imports(path: Path, rel: Release) -> bool:
     return done.returncode == 0 and done.stdout.strip() == rel.dist_version
 
 
-def _ready(path: Path, rel: Release) -> bool:
+def ready(release: str | None = None, path: Path | None = None) -> bool:
+    """Is the release's venv (`path`: another venv of it, as the as-root tier's) ready to use, as
+    it is now? Never builds anything: the one answer every caller asks (ensure_venv, the tests
+    that must not build, bench/)."""
+    rel = _release(release)
+    path = venv_dir(rel.version) if path is None else path
     marker = path / MARKER
     if marker.exists() and marker.read_text().strip() in (rel.requirement, rel.version):
         return True
@@ -99,11 +104,11 @@ def ensure_venv(release: str | None = None) -> Path:
     path = venv_dir(rel.version)
     if rel.version in _checked:
         return path
-    if not _ready(path, rel):
+    if not ready(rel.version):
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(f"{path}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            if not _ready(path, rel):
+            if not ready(rel.version):
                 venv.EnvBuilder(with_pip=True, clear=True).create(path)
                 subprocess.run(
                     [str(path / "bin" / "python"), "-m", "pip", "install", "--quiet",

@@ -1,8 +1,7 @@
 """Issue #36: each installed release's own `sessions:` keys and defaults, read through the real probe.
 
-Every release's venv is the cached one the compat tier uses (~/.cache/hermes-admin-tests/
-hermes-agent-<version>, complete once `.pipdone` is there); a release not installed there is
-skipped, never built here. Its own DEFAULT_CONFIG, printed by its own interpreter, is the oracle.
+Every release's venv is the compat tier's own (tests/peer.py: made on first use, then cached).
+Its own DEFAULT_CONFIG, printed by its own interpreter, is the oracle.
 """
 
 from __future__ import annotations
@@ -24,15 +23,6 @@ FACTS = {"0.19.0": {"auto_prune": False, "vacuum_after_prune": True},
          "0.22.2": {"auto_prune": True, "retention_days": 90, "vacuum_after_prune": True}}
 
 
-def _venv(version: str) -> Path:
-    if os.environ.get("HERMES_ADMIN_SKIP_COMPAT") == "1":
-        pytest.skip("HERMES_ADMIN_SKIP_COMPAT=1: compat tier left out of this run")
-    venv = Path.home() / ".cache" / "hermes-admin-tests" / f"hermes-agent-{version}"
-    if not (venv / ".pipdone").exists():
-        pytest.skip(f"Hermes {version} is not installed at {venv}")
-    return venv
-
-
 def _own_defaults(python: Path, tmp_path: Path) -> dict:
     """DEFAULT_CONFIG["sessions"], as the release's own interpreter has it (a home of its own)."""
     home = tmp_path / "oracle"
@@ -46,8 +36,8 @@ def _own_defaults(python: Path, tmp_path: Path) -> dict:
 
 
 @pytest.mark.parametrize("version", sorted(FACTS))
-def test_the_release_s_own_keys_are_known_and_its_defaults_apply(version, tmp_path, invoke, monkeypatch):
-    python = _venv(version) / "bin" / "python"
+def test_the_release_s_own_keys_are_known_and_its_defaults_apply(version, hermes_peer, tmp_path, invoke, monkeypatch):
+    python = Path(hermes_peer.python(version))
     # The probe runs with the account's own clean environment: its real home must gain nothing
     # (0.22.2 makes `~/.hermes` when its modules are imported without HERMES_HOME).
     real_hermes = Path(pwd.getpwuid(os.geteuid()).pw_dir) / ".hermes"

@@ -99,14 +99,14 @@ def user_hermes() -> Path:
     venv = CACHE / f"hermes-agent-{peer.HERMES_VERSION}"
     with open(CACHE / "hermes.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (venv / ".hermes-admin-peer-ok").exists():
+        if not peer.ready(peer.HERMES_VERSION, venv):
             done = subprocess.run([str(SYSTEM_PYTHON), "-m", "venv", "--clear", str(venv)], capture_output=True, text=True)
             _need(done.returncode == 0, f"{SYSTEM_PYTHON} -m venv failed: {done.stderr.strip()[-500:]}")
             done = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet",
                                    "--disable-pip-version-check", f"hermes-agent=={peer.HERMES_VERSION}"],
                                   capture_output=True, text=True)
             _need(done.returncode == 0, f"installing hermes-agent into {venv} failed: {done.stderr.strip()[-2000:]}")
-            (venv / ".hermes-admin-peer-ok").write_text(peer.HERMES_VERSION + "\n")
+            (venv / peer.MARKER).write_text(peer.HERMES_VERSION + "\n")
         for folder, _, files in os.walk(venv):
             os.chmod(folder, os.stat(folder).st_mode | 0o755)
             for name in files:
