@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import itertools
 import json
 import os
 import shutil
@@ -17,6 +19,32 @@ from hermes_admin.holders import in_the_host_pid_namespace
 HOST_PIDS = in_the_host_pid_namespace()
 needs_host_pids = pytest.mark.skipif(not HOST_PIDS, reason="a pid namespace of its own: the holder scan "
                                      "answers unknown by design (VACUUM and the index rebuild never run)")
+
+
+
+class Ticks:
+    """A clock that moves `tick` seconds at each reading, never with the wall (safe across threads:
+    the export and checkpoint threads may read it too)."""
+
+    def __init__(self, tick: float):
+        self.tick, self._readings = tick, itertools.count()
+
+    def __call__(self) -> float:
+        return next(self._readings) * self.tick
+
+
+def engine_steps(monkeypatch, weight: int, tick: float = 0.05) -> None:
+    """Every engine transaction after the first carries at most `weight` (and at least one row),
+    whatever this machine's speed or load: the engine's pacing reads a clock on which each
+    transaction holds the lock one tick, longer than the pacer ever aims at, so it gives the next
+    its least weight (MIN_WEIGHT, here `weight`). The first carries what the pacer starts with."""
+    from hermes_admin.profile.engine import engine, pacer
+    from hermes_admin.profile.engine.turns import Turns
+
+    assert tick > max(pacer.TARGET_HOLD_S, pacer.IDLE_HOLD_S)
+    monkeypatch.setattr(pacer, "MIN_WEIGHT", weight)
+    monkeypatch.setattr(engine, "Turns", functools.partial(Turns, clock=Ticks(tick)))
+
 
 TEST_PLUGINS = Path(__file__).parent / "plugins"
 SHIPPED_PLUGINS = Path(__file__).parent.parent / "plugins"

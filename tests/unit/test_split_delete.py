@@ -22,7 +22,7 @@ from hermes_admin.profile.engine.exports import load_manifest
 from hermes_admin.profile.engine.turns import Turns
 from hermes_admin.synth.builder import SynthStore
 from tests.conftest import fts_problems
-from tests.helpers import events, install_plugins, own_interpreter, row_ids
+from tests.helpers import engine_steps, events, install_plugins, own_interpreter, row_ids
 
 DAY = 86400.0
 WORDS = [f"w{n}" for n in range(400)] + ["the", "and", "error", "file", "def", "return"]
@@ -85,10 +85,9 @@ def invoke(invoke, tmp_path):
 
 @pytest.fixture
 def small_steps(monkeypatch):
-    """Transactions sized for a few messages: the big lineage goes in many steps."""
-    monkeypatch.setattr(pacer_module, "TARGET_HOLD_S", 0.004)
-    monkeypatch.setattr(pacer_module, "SPLIT_AT_S", 0.006)
-    monkeypatch.setattr(pacer_module, "IDLE_HOLD_S", 0.004)
+    """Transactions of a few messages (on a clock of the test's, not the wall's): the big lineage
+    goes in the same steps on any machine, 36 of them."""
+    engine_steps(monkeypatch, 40_000)
 
 
 def contents(db: Path, sids=("big", "big-child")) -> dict[int, str]:
@@ -116,7 +115,7 @@ def test_a_big_unit_goes_in_short_steps_with_one_event_and_comes_back_byte_ident
     assert result.exit_code == 0, result.stderr
     doc = json.loads(result.stdout)
     (res,) = [r for r in doc["results"] if r["task"] == "purge"]
-    assert res["transactions"] > 10  # the lineage alone took many steps (19-38 seen: sized by time)
+    assert res["transactions"] > 10  # the lineage alone took many steps (36: small_steps)
     assert row_ids(db) == {"recent"}
     assert not row_ids(db, "SELECT DISTINCT session_id FROM messages") - {"recent"}
     gone = [e for e in events(store) if e["session_id"] == "big"]
@@ -174,9 +173,12 @@ def test_a_unit_that_changes_between_steps_is_restored_and_kept(store, invoke, s
 
 
 CRASHER = textwrap.dedent("""
-    import os, sys
-    from hermes_admin.profile.engine import faults, outbox, pacer
-    pacer.TARGET_HOLD_S, pacer.SPLIT_AT_S, pacer.IDLE_HOLD_S = 0.004, 0.006, 0.004
+    import functools, itertools, os, sys
+    from hermes_admin.profile.engine import engine, faults, outbox, pacer, turns
+    # small_steps' pacing (tests/helpers.py: engine_steps): the same 36 steps on any machine
+    readings = itertools.count()
+    pacer.MIN_WEIGHT = 40_000
+    engine.Turns = functools.partial(turns.Turns, clock=lambda: next(readings) * 0.05)
     point, after = sys.argv[1], int(sys.argv[2])
     seen = [0]
 

@@ -11,7 +11,6 @@ paced here too, as transactions of their own.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -112,15 +111,20 @@ class Pacer:
         return held
 
     def hold(self, work: Callable, quiet: bool = True) -> Held:
-        """`work(db)` under the write lock, timed from the moment the lock is ours to the end of COMMIT."""
+        """`work(db)` under the write lock, timed from the moment the lock is ours to the end of COMMIT.
+
+        Timed on the turns' clock: the pause after a commit is measured from its `committed_at`, so
+        both are read on one clock (a test's own, ticking with no wall time, sizes every
+        transaction the same on any machine)."""
+        clock = self.turns.clock
         began = [0.0]
 
         def timed(db):
-            began[0] = time.monotonic()
+            began[0] = clock()
             return work(db)
 
         value = write_transaction(self.db, self.fts.quiet(timed) if quiet else timed, on_busy=self.turns.busy)
-        return Held(value, began[0], time.monotonic())
+        return Held(value, began[0], clock())
 
     def account(self, held: Held, weight: int | None, result: Result, what: str) -> None:
         """One more write transaction in the report; with a weight, the next one sized by this one."""
