@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from hermes_admin.cli.main import cli
 from hermes_admin.synth.scenario import build_root
-from tests import one_sqlite
+from tests import one_sqlite, skips
 
 one_sqlite.install()  # one SQLite in this process: hermes-admin's (tests/one_sqlite.py)
 # No managed scope of the machine's (/etc/hermes) in any test, ours or a real Hermes': a variable
@@ -25,6 +25,10 @@ NOW = time.time()
 @pytest.fixture
 def now() -> float:
     return NOW
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(skips.Guard(config), "hermes-admin-skips")  # only skips by design
 
 
 @pytest.fixture

@@ -8,7 +8,8 @@ which every user can run) in a world-readable folder, and runs the installed
 When the suite runs as root these tests must run: anything missing to set them
 up (useradd, the system Python, its venv module) fails the suite instead of
 skipping it. Run as an ordinary user, the tier is skipped (it needs root to
-create accounts).
+create accounts), which fails a run in CI or one that asks for this tier
+(tests/skips.py).
 """
 
 from __future__ import annotations

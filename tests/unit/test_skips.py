@@ -1,0 +1,63 @@
+"""The skip guard (tests/skips.py): which runs it holds to the list, what it makes of each test's
+end, and that the list names tests that exist and the reasons they skip with."""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests import skips
+
+REPO = skips.REPO
+
+
+@pytest.mark.parametrize("args,markexpr,env,expected", [
+    (["tests"], "", {}, False),  # the README's run on a workstation: skips named at the end only
+    (["tests"], "", {"CI": "true"}, True),
+    (["tests"], "", {"CI": "1"}, True),
+    (["tests"], "", {"CI": "false"}, False),
+    (["tests/compat"], "", {}, True),
+    (["tests/unit/test_cli.py", "tests/root/test_privsep.py::test_x"], "", {}, True),
+    ([str(REPO / "tests" / "compat" / "test_compat_run.py")], "", {}, True),
+    (["tests/unit"], "", {}, False),
+    (["tests"], "compat", {}, True),
+    (["tests"], "not compat", {}, False),
+])
+def test_a_run_is_guarded_in_ci_and_when_the_compat_or_root_tier_is_asked_for(args, markexpr, env, expected):
+    assert skips.strict(args, REPO, markexpr, env) is expected
+
+
+def test_a_skip_is_fine_only_when_listed_with_its_reason():
+    listed, design = next(iter(skips.BY_DESIGN.items()))
+    assert skips.verdict(listed, design.reason) is None
+    assert skips.verdict(listed, None) and "take it off the list" in skips.verdict(listed, None)
+    assert "not a skip by design" in skips.verdict(listed, "Hermes 0.19.0's venv is missing")
+    assert "not a skip by design" in skips.verdict("tests/unit/test_manpage.py::test_x", "groff not installed")
+    assert skips.verdict("tests/unit/test_manpage.py::test_x", None) is None
+
+
+def test_every_skip_by_design_names_a_test_that_exists_and_says_why():
+    """(That each skips with its reason, and only those skip, every guarded run checks.)"""
+    for nodeid, design in skips.BY_DESIGN.items():
+        path, _, name = nodeid.partition("::")
+        tree = ast.parse((REPO / path).read_text())
+        assert name.split("[")[0] in {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)}, nodeid
+        assert design.reason and design.why, nodeid
+
+
+def test_a_skip_for_a_missing_tool_fails_a_ci_run_and_is_named_in_any_other(tmp_path):
+    """The whole way round, in a pytest of its own: groff is nowhere on its PATH."""
+    (tmp_path / "bin").mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    argv = [sys.executable, "-m", "pytest", "tests/unit/test_manpage.py", "-q", "-k", "groff", "-p", "no:cacheprovider"]
+    env["PATH"] = str(tmp_path / "bin")
+    done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "1 skipped" in done.stdout, done.stdout
+    assert "groff not installed: tests/unit/test_manpage.py::test_groff_reads_it_without_warnings" in done.stdout
+    done = subprocess.run(argv, cwd=REPO, env=dict(env, CI="true"), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "not a skip by design" in done.stdout, done.stdout
