@@ -33,6 +33,25 @@ class Ticks:
         return next(self._readings) * self.tick
 
 
+class SleepClock:
+    """A clock that moves only when something sleeps on it (`sleep`): what a wait would last is
+    `slept`, the same on any machine, however loaded."""
+
+    def __init__(self, start: float = 100.0):
+        self.now, self.sleeps = start, []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+    @property
+    def slept(self) -> float:
+        return sum(self.sleeps)
+
+
 def engine_steps(monkeypatch, weight: int, tick: float = 0.05) -> None:
     """Every engine transaction after the first carries at most `weight` (and at least one row),
     whatever this machine's speed or load: the engine's pacing reads a clock on which each

@@ -28,7 +28,7 @@ from hermes_admin.profile.engine.remover import FileRemover
 from hermes_admin.profile.store.connect import open_readwrite
 from hermes_admin.profile.engine.turns import MAX_S, MIN_S, POLL_S, SLACK_S, Turns, poll_interval
 from tests.conftest import fts_problems
-from tests.helpers import other_connection, HOST_PIDS, home_of, needs_host_pids, row_ids
+from tests.helpers import other_connection, HOST_PIDS, SleepClock, home_of, needs_host_pids, row_ids
 
 
 def wal_store(path, journal="wal"):
@@ -120,10 +120,10 @@ def test_group_commit_leaves_rollback_journal_stores_alone(tmp_path):
 
 def test_turns_token_pause_without_other_writers(tmp_path):
     db = wal_store(tmp_path / "s.db")
-    turns = Turns(db)
-    started = time.monotonic()
-    turns.after_commit(started, held_s=0.020)
-    assert time.monotonic() - started < MIN_S + 0.010  # nobody else writes: no real pause
+    clock = SleepClock()
+    turns = Turns(db, clock=clock, sleep=clock.sleep)
+    turns.after_commit(clock(), held_s=0.020)
+    assert clock.slept <= MIN_S  # nobody else writes: no real pause
     db.close()
 
 
@@ -135,19 +135,19 @@ def test_turns_pace_for_a_process_that_holds_the_store_open(tmp_path):
     try:
         assert holder.stdout.readline().strip() == "1"  # a Hermes with the store open, writing nothing yet
         assert store_holders(path, others_count=False) == [holder.pid]
-        turns = Turns(db, held=lambda: held_by_its_owner(path))
+        clock = SleepClock()
+        turns = Turns(db, clock=clock, sleep=clock.sleep, held=lambda: held_by_its_owner(path))
         assert turns.others_may_write and not turns.others_writing  # idle-sized transactions, and a turn
-        started = time.monotonic()
-        turns.after_commit(started, held_s=0.020)  # no commit of its own seen: still, it may write now
-        assert time.monotonic() - started >= poll_interval(0.020)
+        turns.after_commit(clock(), held_s=0.020)  # no commit of its own seen: still, it may write now
+        assert clock.slept >= poll_interval(0.020)
     finally:
         holder.kill()
         holder.wait()
     assert not held_by_its_owner(path)
     turns._held_at = float("-inf")  # looked at again at once
-    started = time.monotonic()
-    turns.after_commit(started, held_s=0.020)
-    assert time.monotonic() - started < MIN_S + 0.010  # nobody holds it: a token pause
+    clock.sleeps.clear()
+    turns.after_commit(clock(), held_s=0.020)
+    assert clock.slept <= MIN_S  # nobody holds it: a token pause
     db.close()
 
 
@@ -180,14 +180,23 @@ def test_pacing_looks_only_into_the_owners_processes_and_a_failed_look_counts_as
 def test_turns_wait_for_an_active_writer_and_end_when_it_has_written(tmp_path):
     path = tmp_path / "s.db"
     db = wal_store(path)
-    turns = Turns(db)
+    clock = SleepClock()
+    turns = Turns(db, clock=clock, sleep=clock.sleep)
     other = sqlite3.connect(path, isolation_level=None)
     other.execute("INSERT INTO t VALUES (1)")  # another connection writes: it is active
-    turns.after_commit(time.monotonic(), held_s=0.001)  # sees it; the version moves on
-    started = time.monotonic()
-    turns.after_commit(started, held_s=0.020)  # active, but does not write now: up to held time
-    waited = time.monotonic() - started
-    assert 0.015 <= waited < MAX_S + 0.015
+    turns.after_commit(clock(), held_s=0.001)  # sees it; the version moves on
+    clock.sleeps.clear()
+    turns.after_commit(clock(), held_s=0.020)  # active, but does not write now: up to held time
+    assert clock.slept == pytest.approx(poll_interval(0.020) + SLACK_S)  # the writer's next poll, and a little
+
+    def writes_while_we_sleep(seconds):  # the waiting writer takes its turn at its first poll
+        clock.sleep(seconds)
+        other.execute("INSERT INTO t VALUES (2)")
+
+    turns.sleep = writes_while_we_sleep
+    clock.sleeps.clear()
+    turns.after_commit(clock(), held_s=0.100)  # the turn ends at its commit, not at the poll's end
+    assert clock.sleeps == [POLL_S]
     other.close()
     db.close()
 

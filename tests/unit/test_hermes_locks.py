@@ -7,7 +7,6 @@ import fcntl
 import json
 import os
 import sqlite3
-import threading
 import time
 
 import pytest
@@ -18,16 +17,18 @@ from hermes_admin.profile.engine.state_folder import LockHeld, RecordedFlock, st
 from hermes_admin.profile.store import guards
 from hermes_admin.synth.builder import SynthStore
 from tests.conftest import fts_problems
-from tests.helpers import needs_host_pids, row_ids
+from tests.helpers import SleepClock, needs_host_pids, row_ids
 
 
 def test_the_rebuild_lock_carries_hermes_holder_record_and_leaves_none(tmp_path):
     path = tmp_path / "state.db.fts_rebuild.lock"
+    before = time.time()
     with RecordedFlock(path, "rebuilding", wait_s=1):
+        after = time.time()
         record = json.loads(path.read_bytes())
         assert set(record) == {"pid", "pidns", "start_ticks", "acquired_at"}
         assert record["pid"] == os.getpid() and record["pidns"] == guards.own_pid_namespace()
-        assert record["start_ticks"] == start_ticks(os.getpid()) and abs(record["acquired_at"] - time.time()) < 5
+        assert record["start_ticks"] == start_ticks(os.getpid()) and before <= record["acquired_at"] <= after
         assert path.read_bytes().decode() == json.dumps(record, sort_keys=True)  # Hermes' own layout
         with open(path, "rb") as other:  # held: another taker is refused
             with pytest.raises(BlockingIOError):
@@ -42,13 +43,21 @@ def test_the_rebuild_lock_waits_a_bounded_time_then_fails_closed(tmp_path):
     path.write_text(json.dumps({"pid": os.getpid(), "pidns": None, "start_ticks": None, "acquired_at": 1.0}))
     with open(path, "rb") as holder:
         fcntl.flock(holder, fcntl.LOCK_EX)
-        started = time.monotonic()
+        clock = SleepClock()
         with pytest.raises(LockHeld, match="waited 0.3 s"):
-            RecordedFlock(path, "Hermes is rebuilding its FTS index", wait_s=0.3).acquire()
-        assert 0.3 <= time.monotonic() - started < 3
-        threading.Timer(0.3, lambda: fcntl.flock(holder, fcntl.LOCK_UN)).start()
-        with RecordedFlock(path, "rebuilding", wait_s=5):  # let go within the wait: taken
-            assert json.loads(path.read_bytes())["pid"] == os.getpid()
+            RecordedFlock(path, "Hermes is rebuilding its FTS index", wait_s=0.3, clock=clock,
+                          sleep=clock.sleep).acquire()
+        assert 0.3 <= clock.slept <= 0.3 + 0.1 + 1e-9  # the wait, and at most one poll more
+
+        def let_go_at_the_third_poll(seconds):
+            clock.sleep(seconds)
+            if len(clock.sleeps) == 3:
+                fcntl.flock(holder, fcntl.LOCK_UN)
+
+        clock.sleeps.clear()
+        with RecordedFlock(path, "rebuilding", wait_s=5, clock=clock, sleep=let_go_at_the_third_poll):
+            assert json.loads(path.read_bytes())["pid"] == os.getpid()  # let go within the wait: taken
+        assert len(clock.sleeps) == 3
 
 
 def test_a_lock_file_made_anew_by_a_breaker_is_the_one_taken(tmp_path):
@@ -58,12 +67,14 @@ def test_a_lock_file_made_anew_by_a_breaker_is_the_one_taken(tmp_path):
     old = open(path, "rb")
     fcntl.flock(old, fcntl.LOCK_EX)
 
-    def break_it():
+    clock = SleepClock()
+
+    def broken_while_we_wait(seconds):  # by the time of our first poll, the breaker made a new file
+        clock.sleep(seconds)
         os.unlink(path)
         path.write_bytes(b"")
 
-    threading.Timer(0.3, break_it).start()
-    lock = RecordedFlock(path, "rebuilding", wait_s=5)
+    lock = RecordedFlock(path, "rebuilding", wait_s=5, clock=clock, sleep=broken_while_we_wait)
     lock.acquire()
     try:
         assert os.fstat(lock.fd).st_ino == os.stat(path).st_ino

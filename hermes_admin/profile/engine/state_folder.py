@@ -26,6 +26,7 @@ import os
 import stat
 import time
 from pathlib import Path
+from typing import Callable
 
 from hermes_admin import lockrecord
 from hermes_admin.model import Profile
@@ -186,16 +187,19 @@ class RecordedFlock:
     (`{"acquired_at", "pid", "pidns", "start_ticks"}`), by which Hermes tells a live holder from
     a dead one; it is emptied before the lock is let go (a record left behind means the holder
     died). Hermes' own error numbers for a lock held (EAGAIN, EACCES, EDEADLK) are waited on;
-    any other failure is raised at once."""
+    any other failure is raised at once. `clock` and `sleep` measure and spend the wait (a test's own
+    make it the same on any machine)."""
 
     CONTENTION = {errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK, errno.EDEADLK}
 
-    def __init__(self, path: Path, what: str, wait_s: float, poll_s: float = 0.1):
+    def __init__(self, path: Path, what: str, wait_s: float, poll_s: float = 0.1,
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep):
         self.path, self.what, self.wait_s, self.poll_s = path, what, wait_s, poll_s
+        self.clock, self.sleep = clock, sleep
         self.fd: int | None = None
 
     def acquire(self) -> None:
-        deadline = time.monotonic() + self.wait_s
+        deadline = self.clock() + self.wait_s
         while True:
             regular_file(self.path, "a lock file")
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
@@ -205,12 +209,12 @@ class RecordedFlock:
                 if exc.errno not in self.CONTENTION:
                     os.close(fd)
                     raise
-                if time.monotonic() >= deadline:
+                if self.clock() >= deadline:
                     holder = lockrecord.describe(fd, lockrecord.holder(fd))
                     os.close(fd)
                     raise LockHeld(f"{self.path}: {self.what}{holder}; waited {self.wait_s:g} s") from None
                 os.close(fd)
-                time.sleep(self.poll_s)
+                self.sleep(self.poll_s)
                 continue
             if self._still_named(fd):
                 self.fd = fd
