@@ -7,6 +7,7 @@ import itertools
 import json
 import os
 import shutil
+import threading
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,27 @@ class Ticks:
 
     def __call__(self) -> float:
         return next(self._readings) * self.tick
+
+
+def never_blocks(call, bound_s: float = 30.0):
+    """`call()` on a thread: what it returns, or what it raises raised here. Still blocked after
+    `bound_s` (a guard against a hang, far past any machine's slowness), it fails the test instead of
+    hanging the suite."""
+    outcome: dict = {}
+
+    def run():
+        try:
+            outcome["value"] = call()
+        except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(bound_s)
+    assert not thread.is_alive(), f"still blocked after {bound_s:g} s"
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
 
 
 class SleepClock:
