@@ -7,9 +7,8 @@ import hashlib
 import json
 import sqlite3
 
-from hermes_admin.profile.engine import pacer as pacer_module
 from tests.conftest import store_health
-from tests.helpers import row_ids
+from tests.helpers import engine_steps, row_ids
 
 WRITE = """
 import json, random, sys, time
@@ -73,9 +72,7 @@ def test_a_long_real_conversation_goes_in_steps_and_restores_for_hermes(hermes_p
     before = digest(db)
     assert json.loads(hermes_peer.run_script(SEARCH, home=home).stdout) == ["long-old"]
 
-    monkeypatch.setattr(pacer_module, "TARGET_HOLD_S", 0.004)  # many steps, whatever this machine's speed
-    monkeypatch.setattr(pacer_module, "SPLIT_AT_S", 0.006)
-    monkeypatch.setattr(pacer_module, "IDLE_HOLD_S", 0.004)
+    engine_steps(monkeypatch, 40_000)  # some 25 steps, whatever this machine's speed
     result = invoke("--root", str(home), "purge", "--older-than", "90", "--yes", "--json")
     assert result.exit_code == 0, result.stderr
     (purge,) = [r for r in json.loads(result.stdout)["results"] if r["task"] == "purge"]

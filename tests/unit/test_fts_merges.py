@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 from hermes_admin.profile.engine import engine as engine_module
-from hermes_admin.profile.engine import pacer as pacer_module
 from hermes_admin.profile.engine import fts_merges as fts_merges_module
 from hermes_admin.profile.engine.fts_merges import STRUCTURE_V2, FtsMerges, levels
 from hermes_admin.profile.engine.turns import Turns
 from hermes_admin.synth.builder import SynthStore
 from tests.conftest import fts_problems
+from tests.helpers import engine_steps
 
 DAY = 86400.0
 TABLES = ("messages_fts", "messages_fts_trigram")
@@ -90,6 +90,11 @@ def test_owed_leaves_small_merges_unless_they_cascade_into_big_ones(levels_, owe
     conn.close()
 
 
+# What each of the purges below carries a transaction (tests/helpers.py: engine_steps): some three of
+# the 150 old sessions, so about 50 transactions, on any machine.
+STEP_WEIGHT = 20_000
+
+
 @pytest.fixture
 def many(tmp_path, now):
     """A default profile with 150 old small sessions of varied text and two recent ones; one index
@@ -114,8 +119,7 @@ def many(tmp_path, now):
 
 def test_deletes_never_commit_other_fts_settings_and_leave_the_index_merged(many, invoke, monkeypatch):
     monkeypatch.setattr(fts_merges_module, "SMALL_PAGES", 0)  # a small store: every merge is ours here
-    monkeypatch.setattr(pacer_module, "TARGET_HOLD_S", 0.002)  # many short transactions
-    monkeypatch.setattr(pacer_module, "IDLE_HOLD_S", 0.002)
+    engine_steps(monkeypatch, STEP_WEIGHT)  # many short transactions
     db = many / "state.db"
     stored = settings(db)
     assert ("automerge", 6) in stored["messages_fts_trigram"] and not any(
@@ -151,8 +155,7 @@ def test_deletes_never_commit_other_fts_settings_and_leave_the_index_merged(many
 
 
 def test_small_merges_are_left_to_fts5s_own_automerge(many, invoke, monkeypatch, tmp_path):
-    monkeypatch.setattr(pacer_module, "TARGET_HOLD_S", 0.002)
-    monkeypatch.setattr(pacer_module, "IDLE_HOLD_S", 0.002)
+    engine_steps(monkeypatch, STEP_WEIGHT)  # many short transactions
     calls = []
     original = FtsMerges.merge
     monkeypatch.setattr(FtsMerges, "merge", lambda self, db, table, pages: calls.append(table) or original(
@@ -183,8 +186,7 @@ def test_a_store_that_asks_for_no_merging_gets_none(many, invoke, monkeypatch):
         conn.execute(f"INSERT INTO {table}({table}, rank) VALUES ('automerge', 0)")
     conn.commit()
     conn.close()
-    monkeypatch.setattr(pacer_module, "TARGET_HOLD_S", 0.002)
-    monkeypatch.setattr(pacer_module, "IDLE_HOLD_S", 0.002)
+    engine_steps(monkeypatch, STEP_WEIGHT)  # many short transactions
     calls = []
     monkeypatch.setattr(FtsMerges, "merge", lambda self, db, table, pages: calls.append(table) or 0)
     stored = settings(many / "state.db")
@@ -201,8 +203,7 @@ def test_a_stored_automerge_fts5_would_not_write_is_left_as_it_is(many, invoke, 
     conn.commit()
     conn.close()
     stored = settings(many / "state.db")
-    monkeypatch.setattr(pacer_module, "TARGET_HOLD_S", 0.002)
-    monkeypatch.setattr(pacer_module, "IDLE_HOLD_S", 0.002)
+    engine_steps(monkeypatch, STEP_WEIGHT)  # many short transactions
     result = invoke("--root", str(many), "purge", "--older-than", "90", "--yes", "--json")
     assert result.exit_code == 0, result.stderr
     assert len(json.loads(result.stdout)["results"][0]["done"]) == 150
@@ -211,8 +212,7 @@ def test_a_stored_automerge_fts5_would_not_write_is_left_as_it_is(many, invoke, 
 
 
 def test_a_merge_that_fails_is_one_note_an_index_and_the_deletes_files_and_events_go_on(many, invoke, monkeypatch):
-    monkeypatch.setattr(pacer_module, "TARGET_HOLD_S", 0.002)
-    monkeypatch.setattr(pacer_module, "IDLE_HOLD_S", 0.002)
+    engine_steps(monkeypatch, STEP_WEIGHT)  # many short transactions
     (many / "sessions").mkdir(exist_ok=True)
     (many / "sessions" / "old-7.jsonl").write_text("{}\n")
 
@@ -266,8 +266,7 @@ def test_the_cjk_index_is_kept_quiet_and_merged_like_the_others(many, invoke, mo
             INSERT INTO {CJK}({CJK}, rowid, content) VALUES ('delete', old.id, old.content); END;
     """)
     conn.close()
-    monkeypatch.setattr(pacer_module, "TARGET_HOLD_S", 0.002)
-    monkeypatch.setattr(pacer_module, "IDLE_HOLD_S", 0.002)
+    engine_steps(monkeypatch, STEP_WEIGHT)  # many short transactions
 
     def cjk_settings():
         reader = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
