@@ -43,7 +43,7 @@ def never_blocks(call, bound_s: float = 30.0):
     def run():
         try:
             outcome["value"] = call()
-        except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
+        except BaseException as exc:  # raised again in the caller's thread
             outcome["error"] = exc
 
     thread = threading.Thread(target=run, daemon=True)
