@@ -5,7 +5,7 @@ namespace of the host's) says nothing about hermes-admin: a green run with such 
 not checked what that test checks. So in CI (`CI` set, as `.ci/run` does) and whenever the compat
 or the as-root tier is asked for by name (`python -m pytest tests/compat`, `-m compat`), a skip
 that is not listed here, with the reason it is listed with, fails its test; so does a test listed
-here that ran instead of skipping (the list is kept true). In any other run such skips are only
+as skipping everywhere that ran (the list is kept true). In any other run such skips are only
 named at the end of the report.
 
 BY_DESIGN: node id -> the reason the test skips with (what `-rs` prints), why that is right, and
