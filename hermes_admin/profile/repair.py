@@ -38,7 +38,8 @@ from hermes_admin.profile.engine.state_folder import LockHeld, RecordedFlock, st
 from hermes_admin.profile.environment import Environment
 from hermes_admin.profile.lineage import Unit
 from hermes_admin.profile.store import Store, StoreError, keep_wal
-from hermes_admin.profile.store import fts_index, repairs
+from hermes_admin.profile.engine.space import held_by_path
+from hermes_admin.profile.store import damage, fts_index, repairs
 from hermes_admin.profile.store.connect import readonly_uri, write_transaction
 from hermes_admin.profile.store.errors import SQLITE_ERRORS
 from hermes_admin.profile.store.read import existing_ids
@@ -130,37 +131,73 @@ def inspect(profile: Profile, siblings: dict[str, Profile], check_fts: bool = Fa
         try:
             store = Store.open(profile, lock_wait_s=lock_wait_s)
         except StoreError as exc:
+            if exc.kind == damage.DAMAGED_STORE:
+                return _with_damage(profile, found, exc.problem)
             return found + [Finding(profile.name, "unusable_store", str(profile.store_path), exc.problem, "none")]
         held = store
     else:
         held = contextlib.nullcontext()
-    with held:
-        problem = _quick_check(store) if quick_check else None
-        if problem:
-            return found + [Finding(profile.name, "unusable_store", str(profile.store_path),
-                                    f"quick_check: {problem}", "none")]
-        # Row by row, and only the rows that may have something to say (SQLite leaves out those keyed
-        # to this profile, labelled for it or not at all, with their parent there): memory stays flat.
-        moved: list[tuple[str, str, str]] = []  # (id, session_key, owner) keyed to a sibling profile
-        own = [prefix for prefix in ("agent:main:", "agent:default:", f"agent:{profile.name}:")
-               if namespace_of(prefix + "x") == profile.name]
-        for sid, parent, key, label, dangling in repairs.rows_worth_a_look(store.db, profile.name, own):
-            owner = namespace_of(key)
-            if owner and owner != profile.name:
-                if owner in siblings:
-                    moved.append((sid, key, owner))
-                elif owner == "default":  # no default profile of this owner to move it to
-                    found.append(Finding(profile.name, "legacy_main", sid, f"session_key {key!r} names the default "
-                                         f"profile: {AMBIGUOUS_WHY} (no default profile here to move it to)", "none"))
-                else:
-                    found.append(Finding(profile.name, "unclaimed", sid,
-                                         f"session_key {key!r} names profile '{owner}', which does not exist", "none"))
-            elif label is not None and label != profile.name:
-                found.append(Finding(profile.name, "mislabelled", sid, f"profile_name is {label!r}",
-                                     f"relabel to '{profile.name}'"))
-            if dangling:
-                found.append(Finding(profile.name, "dangling_parent", sid, f"parent {parent!r} does not exist",
-                                     "clear parent_session_id"))
+    try:
+        with held:
+            return _inspect_store(profile, store, siblings, found, check_fts, quick_check, move_legacy_main,
+                                  lock_wait_s)
+    except SQLITE_ERRORS as exc:
+        if not damage.is_damage(exc):
+            raise
+        return _with_damage(profile, found, " ".join(str(exc).split()))
+
+
+def _with_damage(profile: Profile, found: list[Finding], said: str) -> list[Finding]:
+    """The findings of a store SQLite cannot wholly read: what is damaged (store/damage.py), how
+    many rows of each table can still be read (a count that writes nothing), who holds the store,
+    and the fix; the store's own files' modes are left as they are with it (nothing of a store
+    left untouched is changed)."""
+    path = profile.store_path
+    own = {str(path), f"{path}-wal", f"{path}-shm"}
+    found = [f for f in found if not (f.kind == "loose_permissions" and f.subject in own)]
+    diagnosis = damage.diagnose(path)
+    step = damage.next_step(diagnosis, profile.shown, in_repair=True)
+    if damage.NOT_A_DATABASE in diagnosis.kinds() or diagnosis.ok:
+        what = diagnosis.line() if not diagnosis.ok else f"damaged: {said}"
+        return found + [Finding(profile.name, "unusable_store", str(path), f"{what}; {step}", "none")]
+    counts = damage.readable_rows(path, [t for t in damage.CANONICAL])
+    readable = ", ".join(f"{table} {'?' if n is None else n}" for table, n in counts.items())
+    holder = held_by_path(path, wal=os.path.exists(f"{path}-wal"))
+    detail = (f"{diagnosis.line()}; rows still readable: {readable}"
+              + (f"; held by {holder}" if holder else "; no other process holds it"))
+    fix = ("rebuild the damaged indexes from the rows (REINDEX, FTS5 'rebuild'): nothing is lost, only while no "
+           "other process holds the store") if diagnosis.lossless else "none"
+    return found + [Finding(profile.name, "damaged_store", str(path), f"{detail}; {step}", fix)]
+
+
+def _inspect_store(profile: Profile, store: Store, siblings: dict[str, Profile], found: list[Finding],
+                   check_fts: bool, quick_check: bool, move_legacy_main: bool,
+                   lock_wait_s: float | None) -> list[Finding]:
+    problem = _quick_check(store) if quick_check else None
+    if problem:
+        return _with_damage(profile, found, f"quick_check: {problem}")
+    # Row by row, and only the rows that may have something to say (SQLite leaves out those keyed
+    # to this profile, labelled for it or not at all, with their parent there): memory stays flat.
+    moved: list[tuple[str, str, str]] = []  # (id, session_key, owner) keyed to a sibling profile
+    own = [prefix for prefix in ("agent:main:", "agent:default:", f"agent:{profile.name}:")
+           if namespace_of(prefix + "x") == profile.name]
+    for sid, parent, key, label, dangling in repairs.rows_worth_a_look(store.db, profile.name, own):
+        owner = namespace_of(key)
+        if owner and owner != profile.name:
+            if owner in siblings:
+                moved.append((sid, key, owner))
+            elif owner == "default":  # no default profile of this owner to move it to
+                found.append(Finding(profile.name, "legacy_main", sid, f"session_key {key!r} names the default "
+                                     f"profile: {AMBIGUOUS_WHY} (no default profile here to move it to)", "none"))
+            else:
+                found.append(Finding(profile.name, "unclaimed", sid,
+                                     f"session_key {key!r} names profile '{owner}', which does not exist", "none"))
+        elif label is not None and label != profile.name:
+            found.append(Finding(profile.name, "mislabelled", sid, f"profile_name is {label!r}",
+                                 f"relabel to '{profile.name}'"))
+        if dangling:
+            found.append(Finding(profile.name, "dangling_parent", sid, f"parent {parent!r} does not exist",
+                                 "clear parent_session_id"))
     # Which of the rows keyed to a sibling profile are there already (an interrupted move):
     # one read per sibling, not one per row.
     wanted: dict[str, list[str]] = {}

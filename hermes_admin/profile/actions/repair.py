@@ -11,6 +11,7 @@ from hermes_admin.profile.actions.common import engine_notes
 from hermes_admin.profile.engine.state_folder import LockHeld
 from hermes_admin.profile.environment import Environment
 from hermes_admin.profile.store import StoreError
+from hermes_admin.profile.store.damage import DAMAGED_STORE as DAMAGED
 from hermes_admin.profile.store.errors import SQLITE_ERRORS
 from hermes_admin.results import RepairRun
 
@@ -26,8 +27,9 @@ def repair(run: RepairRun, profile: Profile, env: Environment, siblings: dict[st
         finding.home = str(profile.home)
     run.findings += findings
     for finding in findings:
-        if finding.kind == "unusable_store":
-            run.add(about(profile, ERROR, finding.kind, f"{finding.detail} (left untouched)", path=finding.subject))
+        if finding.kind == "unusable_store" or (finding.kind == DAMAGED and not (apply and finding.fix != "none")):
+            run.add(about(profile, ERROR, DAMAGED if finding.kind == DAMAGED else finding.kind,
+                          f"{finding.detail} (left untouched)", path=finding.subject))
     if not apply or not any(f.fix != "none" for f in findings):
         return
     try:

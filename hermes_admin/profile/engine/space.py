@@ -38,8 +38,14 @@ FREE_MOMENT_POLL_S = 0.5  # between two looks (each a bounded /proc scan: holder
 def held_by(store: Store) -> str | None:
     """Who else holds the store open, for structural work (VACUUM, an index rebuild) that runs only
     while nobody does; None when nobody does. Unknown counts as held (holders.py)."""
+    return held_by_path(store.profile.store_path, wal=journal_mode(store) == "wal")
+
+
+def held_by_path(path, wal: bool) -> str | None:
+    """`held_by` for a store known by its path alone (one SQLite cannot read: repair of damage);
+    `wal`: its journal is a WAL (where every open connection holds the -shm)."""
     why: list[str] = []
-    holders = store_holders(store.profile.store_path, wal=journal_mode(store) == "wal", why=why)
+    holders = store_holders(path, wal=wal, why=why)
     if holders is None:  # unknown: structural work waits for a run that can tell
         return f"whoever it is ({why[0]})" if why else "a process this scan cannot see into (another user's, or outside this pid namespace)"
     return f"pid {', '.join(map(str, holders))}" if holders else None
