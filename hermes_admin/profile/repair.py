@@ -13,7 +13,8 @@ Findings, and what applying does:
 | legacy_main        | session_key `agent:main:...` (the default profile) in a named profile's store: ambiguous | none, unless asked (`move_legacy_main`): as wrong_store / duplicate, into the default profile |
 | unclaimed          | session_key names a profile that does not exist             | none (report only)                     |
 | broken_fts         | an FTS index fails its integrity-check (--check-fts)        | backup, rebuild, only while unheld     |
-| unusable_store     | not a database, malformed, or fails quick_check             | none: never modified                   |
+| damaged_store      | SQLite cannot read pages of a table, an index, a full-text index or the schema, or the file is cut short (store/damage.py: which structure, the rows still readable, the holder) | none: never modified; the next step said |
+| unusable_store     | not a database, or unreadable otherwise                     | none: never modified (its mode either)  |
 
 Everything is read with read-only connections until a fix is applied; writes
 go through the engine's locks and transactions, and deletions through its
@@ -165,9 +166,7 @@ def _with_damage(profile: Profile, found: list[Finding], said: str) -> list[Find
     holder = held_by_path(path, wal=os.path.exists(f"{path}-wal"))
     detail = (f"{diagnosis.line()}; rows still readable: {readable}"
               + (f"; held by {holder}" if holder else "; no other process holds it"))
-    fix = ("rebuild the damaged indexes from the rows (REINDEX, FTS5 'rebuild'): nothing is lost, only while no "
-           "other process holds the store") if diagnosis.lossless else "none"
-    return found + [Finding(profile.name, "damaged_store", str(path), f"{detail}; {step}", fix)]
+    return found + [Finding(profile.name, "damaged_store", str(path), f"{detail}; {step}", "none")]
 
 
 def _inspect_store(profile: Profile, store: Store, siblings: dict[str, Profile], found: list[Finding],

@@ -95,3 +95,15 @@ def test_not_a_database_gets_a_next_step_and_keeps_its_mode(built, tmp_path, inv
     (line,) = [e for e in errors if str(work) in e]
     assert "not a SQLite database" in line and "backup" in line and "left untouched" in line
     assert stat.S_IMODE(os.stat(work).st_mode) == 0o644
+
+
+def test_an_index_torn_keeps_every_row_readable_and_says_so(built, tmp_path, invoke):
+    root = copy_of(built, tmp_path / "hermes")
+    work = home_of(root, "work") / "state.db"
+    damage.tear(work, "idx_messages_session")
+    before = store_digest(root)[str(work)]
+    done = invoke("--root", str(root), "repair", "--apply", "--yes", "--json")
+    assert done.exit_code == 2
+    (finding,) = [f for f in json.loads(done.stdout)["findings"] if f["profile"] == "work"]
+    assert "index idx_messages_session" in finding["detail"] and "every row is still readable" in finding["detail"]
+    assert store_digest(root)[str(work)] == before  # nothing claimed, nothing changed

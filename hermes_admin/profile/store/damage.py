@@ -343,10 +343,15 @@ def next_step(diagnosis: Diagnosis, profile_arg: str, in_repair: bool = False) -
         return ("no SQLite database is left to repair: restore state.db from a backup (Hermes keeps copies in "
                 "backups/ and state-snapshots/), or move it aside (`mv state.db state.db.not-a-database`) and "
                 "Hermes starts a new, empty store")
-    if diagnosis.lossless:
-        return f"`hermes-admin repair --apply -p {profile_arg}` rebuilds it from the rows, losing nothing"
     if not in_repair:
         return f"`hermes-admin repair -p {profile_arg}` says what can be saved"
+    # A torn page cannot be cleared in place (REINDEX, DROP and FTS5 'rebuild' all read it first):
+    # the rows go into a new file, which hermes-admin does not make yet.
+    if diagnosis.lossless:
+        return ("every row is still readable, but the torn pages cannot be cleared in place: with Hermes "
+                "0.22.2, `hermes sessions recover --source state.db --output recovered.db` copies every row "
+                "into a new file and rebuilds the indexes; put it in place while Hermes is stopped, keeping "
+                "the damaged file")
     return ("rows on the damaged pages are lost: restore state.db from a backup (backups/, state-snapshots/) "
             "while Hermes is stopped, or, with Hermes 0.22.2, salvage the readable rows into a new file with "
             "`hermes sessions recover --source state.db --output recovered.db --allow-partial`")
