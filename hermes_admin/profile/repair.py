@@ -35,12 +35,12 @@ from hermes_admin.model import Profile
 from hermes_admin.profile.engine.engine import FTS_TABLES, Engine
 from hermes_admin.profile.engine.exports import UNIT_WEIGHT
 from hermes_admin.profile.engine.restore import row_weight
-from hermes_admin.profile.engine.state_folder import LockHeld, RecordedFlock, state_folder
+from hermes_admin.profile.engine.state_folder import LockHeld, ProfileLocks, RecordedFlock, state_folder
 from hermes_admin.profile.environment import Environment
 from hermes_admin.profile.lineage import Unit
 from hermes_admin.profile.store import Store, StoreError, keep_wal
 from hermes_admin.profile.engine.space import held_by_path
-from hermes_admin.profile.store import damage, fts_index, repairs
+from hermes_admin.profile.store import damage, fts_index, rebuild, repairs
 from hermes_admin.profile.store.connect import readonly_uri, write_transaction
 from hermes_admin.profile.store.errors import SQLITE_ERRORS
 from hermes_admin.profile.store.read import existing_ids
@@ -163,10 +163,20 @@ def _with_damage(profile: Profile, found: list[Finding], said: str) -> list[Find
         return found + [Finding(profile.name, "unusable_store", str(path), f"{what}; {step}", "none")]
     counts = damage.readable_rows(path, [t for t in damage.CANONICAL])
     readable = ", ".join(f"{table} {'?' if n is None else n}" for table, n in counts.items())
+    known = damage.indexed_ids(path)
+    lost = (f"; {len(known) - counts['sessions']} session(s) its index still names cannot be read"
+            if known is not None and counts.get("sessions") is not None and len(known) > counts["sessions"] else "")
     holder = held_by_path(path, wal=os.path.exists(f"{path}-wal"))
-    detail = (f"{diagnosis.line()}; rows still readable: {readable}"
+    detail = (f"{diagnosis.line()}; rows still readable: {readable}{lost}"
               + (f"; held by {holder}" if holder else "; no other process holds it"))
-    return found + [Finding(profile.name, "damaged_store", str(path), f"{detail}; {step}", "none")]
+    fix = (REBUILD_FIX if diagnosis.lossless else f"{REBUILD_FIX}; the rows on the damaged pages are lost")
+    return found + [Finding(profile.name, "damaged_store", str(path), f"{detail}; " + (
+        step if diagnosis.lossless else
+        f"`hermes-admin repair --apply -p {profile.shown}` rebuilds it from the readable rows; {step}"), fix)]
+
+
+REBUILD_FIX = ("rebuild the store from every readable row into the same file (its damaged bytes kept beside it), "
+               "only while no other process holds it")
 
 
 def _inspect_store(profile: Profile, store: Store, siblings: dict[str, Profile], found: list[Finding],
@@ -413,15 +423,73 @@ def _rebuild_fts(engine: Engine) -> list[str]:
     return notes
 
 
+def _rebuild_store(profile: Profile, step=lambda where: None) -> str:
+    """The damaged store made again from every readable row (store/rebuild.py), put into its own
+    file only while no other process holds it, under our profile lock, Hermes' maintenance lock
+    and its `state.db.repair.lock`; its damaged bytes kept beside it first (one copy per damage).
+    Refused before anything is written when the disk lacks the room. Returns what came back."""
+    path = profile.store_path
+    wal = os.path.exists(f"{path}-wal")
+    holder = held_by_path(path, wal=wal)
+    if holder:
+        raise RuntimeError(f"held by {holder}: a damaged store is rebuilt only while no other process holds it")
+    try:
+        rebuild.check_room(path)
+    except rebuild.RebuildRefused as exc:
+        raise RuntimeError(str(exc)) from None
+    before = damage.readable_rows(path, ["sessions", "messages"])
+    known = damage.indexed_ids(path) or set()
+    with ProfileLocks(profile), RecordedFlock(Path(f"{path}.repair.lock"), "Hermes is repairing its store",
+                                              REBUILD_LOCK_WAIT_S):
+        kept = rebuild.keep_damaged(path)
+        new = path.with_name(f".{path.name}.rebuild-{os.getpid()}")
+        try:
+            try:
+                done = rebuild.build(path, new)
+            except rebuild.RebuildRefused as exc:
+                raise RuntimeError(f"{exc}; the store is left as it was") from None
+            holder = held_by_path(path, wal=wal)
+            if holder:
+                raise RuntimeError(f"held by {holder} since the rebuild began: the store is left as it was")
+            step("put_in_place")
+            rebuild.put_in_place(new, path, step)
+        finally:
+            rebuild.remove_new(new)
+    after = damage.diagnose(path)
+    if not after.ok:
+        raise RuntimeError(f"the store still reads as {after.line()} after its rebuild (its damaged bytes are in {kept})")
+    back = done.rows.get("sessions", 0)
+    lost = sorted(known - set(_present(profile, sorted(known)))) if known else []
+    return (f"rebuilt from its readable rows: {back} session(s) and {done.rows.get('messages', 0)} message(s) back"
+            + (f", {len(done.recovered_sessions)} session row(s) made again (source 'recovered') for readable "
+               f"messages whose own row was lost" if done.recovered_sessions else "")
+            + (f"; {len(lost)} session(s) lost: {', '.join(lost[:20])}{' …' if len(lost) > 20 else ''}" if lost else "")
+            + f"; the damaged file is kept as {kept}"
+            + (f" (it read {before.get('sessions')} session(s) and {before.get('messages')} message(s))"
+               if before else ""))
+
+
+def _present(profile: Profile, ids: list[str]) -> list[str]:
+    with Store.open(profile) as store:
+        return existing_ids(store, ids)
+
+
 def apply(profile: Profile, findings: list[Finding], siblings: dict[str, Profile],
-          env: Environment) -> tuple[Result, list[str]]:
+          env: Environment, lossy: bool = True) -> tuple[Result, list[str]]:
     """Fix one profile's findings, in the job's `env`. Raises LockHeld/StoreError for the profile as
     a whole; a single fix that fails is recorded on its finding and the others still run. Returns the
-    result (its notes are the findings) and what the engines and the snapshots folder set aside."""
+    result (its notes are the findings) and what the engines and the snapshots folder set aside.
+    `lossy`: a damaged store with torn table pages is rebuilt from its readable rows (`repair
+    --apply`); False (`run`'s `repair: apply`): only a store whose every row still reads."""
     result = Result(profile.name, "delete", "profile_repair", False, task="repair")
     for finding in findings:
         if finding.kind in ("missing_folder", "loose_permissions"):
             _attempt(finding, lambda f=finding: _fix_files(f, profile))
+    for finding in findings:
+        if finding.kind == "damaged_store":  # nothing else of the store was inspected: the rebuild alone
+            if finding.fix == REBUILD_FIX or lossy:  # `run`'s `repair: apply` loses no row
+                _attempt(finding, lambda f=finding: result.notes.append(_rebuild_store(profile)))
+            return result, []
     store_fixes = [f for f in findings if f.kind in ("dangling_parent", "mislabelled", "wrong_store", "duplicate",
                                                       "legacy_main", "broken_fts")]
     if not store_fixes:

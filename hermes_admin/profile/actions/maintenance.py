@@ -399,7 +399,7 @@ def repair_step(run: Run, profile: Profile, policy: Policy, request: Request, en
             integrity.damaged(profile, request.now, checked, damaged[0].detail)
         fixable = [f for f in findings if f.fix != "none"]
         if apply and fixable:
-            result, set_aside = profile_repair.apply(profile, fixable, siblings, env)
+            result, set_aside = profile_repair.apply(profile, fixable, siblings, env, lossy=False)
             result.action = "repair"
             run.add(*engine_notes(profile, set_aside))
     except (LockHeld, StoreError, *SQLITE_ERRORS) as exc:

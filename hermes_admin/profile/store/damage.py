@@ -343,18 +343,12 @@ def next_step(diagnosis: Diagnosis, profile_arg: str, in_repair: bool = False) -
         return ("no SQLite database is left to repair: restore state.db from a backup (Hermes keeps copies in "
                 "backups/ and state-snapshots/), or move it aside (`mv state.db state.db.not-a-database`) and "
                 "Hermes starts a new, empty store")
+    if diagnosis.lossless:
+        return f"`hermes-admin repair --apply -p {profile_arg}` rebuilds it from the rows, losing nothing"
     if not in_repair:
         return f"`hermes-admin repair -p {profile_arg}` says what can be saved"
-    # A torn page cannot be cleared in place (REINDEX, DROP and FTS5 'rebuild' all read it first):
-    # the rows go into a new file, which hermes-admin does not make yet.
-    if diagnosis.lossless:
-        return ("every row is still readable, but the torn pages cannot be cleared in place: with Hermes "
-                "0.22.2, `hermes sessions recover --source state.db --output recovered.db` copies every row "
-                "into a new file and rebuilds the indexes; put it in place while Hermes is stopped, keeping "
-                "the damaged file")
-    return ("rows on the damaged pages are lost: restore state.db from a backup (backups/, state-snapshots/) "
-            "while Hermes is stopped, or, with Hermes 0.22.2, salvage the readable rows into a new file with "
-            "`hermes sessions recover --source state.db --output recovered.db --allow-partial`")
+    return ("the rows on the damaged pages are lost unless a backup holds them (backups/, state-snapshots/: "
+            "restore one while Hermes is stopped)")
 
 
 def damage_error(profile, said: str | None = None) -> StoreError:
@@ -367,3 +361,26 @@ def damage_error(profile, said: str | None = None) -> StoreError:
                           "reads whole: another file this work opened is damaged)", kind="sqlite")
     return StoreError(profile.shown, profile.store_path, f"{diagnosis.line()}; {next_step(diagnosis, profile.shown)}",
                       kind=DAMAGED_STORE)
+
+
+def indexed_ids(path: Path, table: str = "sessions", column: str = "id") -> set | None:
+    """The values of `column` an intact index of `table` still holds (the ids of rows whose own
+    pages may be lost), or None when no index of it reads whole."""
+    try:
+        conn = _open_as_it_is(path)
+    except apsw.Error:
+        return None
+    try:
+        names = [r[1] for r in conn.execute(f'PRAGMA index_list("{table}")').fetchall()]
+        for name in names:
+            cols = [r[2] for r in conn.execute(f'PRAGMA index_info("{name}")').fetchall()]
+            if cols[:1] != [column]:
+                continue
+            try:
+                return {r[0] for r in conn.execute(
+                    f'SELECT "{column}" FROM "{table}" INDEXED BY "{name}" WHERE "{column}" IS NOT NULL').fetchall()}
+            except apsw.Error:
+                continue
+        return None
+    finally:
+        conn.close()
