@@ -262,3 +262,25 @@ def test_a_holder_or_a_full_disk_stops_the_rebuild_before_anything_is_written(bu
     done = invoke("--root", str(root), "repair", "--apply", "--yes", "--json")
     assert "bytes free" in " ".join(json.loads(done.stdout)["warnings"])
     assert work.read_bytes() == before and kept_copies(home) == []
+
+
+def test_at_least_what_hermes_own_recover_salvages(built, tmp_path, invoke, nobody_holds, hermes_peer):
+    """Hermes 0.22.2's `hermes sessions recover --allow-partial` on the same damaged file (into a new
+    file it says not to install): the rebuild brings back at least its sessions and messages."""
+    import sqlite3
+
+    root = copy_of(built, tmp_path / "hermes")
+    home = home_of(root, "work")
+    work = home / "state.db"
+    damage.tear(work, "sessions")
+    damage.tear(work, "messages", 2)
+    theirs = tmp_path / "recovered.db"
+    hermes_peer.hermes(home, "sessions", "recover", "--source", str(work), "--output", str(theirs), "--allow-partial",
+                       release="0.22.2", timeout=300)
+    conn = sqlite3.connect(f"file:{theirs}?mode=ro", uri=True)
+    got = tuple(conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("sessions", "messages"))
+    conn.close()
+    done = invoke("--root", str(root), "repair", "--apply", "--yes", "--json")
+    assert done.exit_code in (0, 1), done.stdout[-3000:]
+    ours = counts(work)
+    assert ours[0] >= got[0] and ours[1] >= got[1], (ours, got)
