@@ -423,7 +423,8 @@ def _rebuild_fts(engine: Engine) -> list[str]:
     return notes
 
 
-def _rebuild_store(profile: Profile, step=lambda where: None) -> str:
+def _rebuild_store(profile: Profile, result: Result | None = None, env: Environment | None = None,
+                   step=lambda where: None) -> str:
     """The damaged store made again from every readable row (store/rebuild.py), put into its own
     file only while no other process holds it, under our profile lock, Hermes' maintenance lock
     and its `state.db.repair.lock`; its damaged bytes kept beside it first (one copy per damage).
@@ -460,6 +461,11 @@ def _rebuild_store(profile: Profile, step=lambda where: None) -> str:
         raise RuntimeError(f"the store still reads as {after.line()} after its rebuild (its damaged bytes are in {kept})")
     back = done.rows.get("sessions", 0)
     lost = sorted(known - set(_present(profile, sorted(known)))) if known else []
+    if lost:  # announced to the profile's plugins as any session that leaves the store (docs/design.md §7)
+        with Engine(profile, env=env) as engine:
+            failures = engine.aftermath.announce_lost(lost, "profile_repair")
+        if result is not None:
+            result.hook_failures += failures
     return (f"rebuilt from its readable rows: {back} session(s) and {done.rows.get('messages', 0)} message(s) back"
             + (f", {len(done.recovered_sessions)} session row(s) made again (source 'recovered') for readable "
                f"messages whose own row was lost" if done.recovered_sessions else "")
@@ -488,7 +494,7 @@ def apply(profile: Profile, findings: list[Finding], siblings: dict[str, Profile
     for finding in findings:
         if finding.kind == "damaged_store":  # nothing else of the store was inspected: the rebuild alone
             if finding.fix == REBUILD_FIX or lossy:  # `run`'s `repair: apply` loses no row
-                _attempt(finding, lambda f=finding: result.notes.append(_rebuild_store(profile)))
+                _attempt(finding, lambda f=finding: result.notes.append(_rebuild_store(profile, result, env)))
             return result, []
     store_fixes = [f for f in findings if f.kind in ("dangling_parent", "mislabelled", "wrong_store", "duplicate",
                                                       "legacy_main", "broken_fts")]

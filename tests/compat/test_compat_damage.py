@@ -17,7 +17,7 @@ import pytest
 
 from tests import damage
 from tests.conftest import NOW, store_digest
-from tests.helpers import home_of
+from tests.helpers import events, home_of, install_plugins
 
 PROFILES = ["default", "work"]
 RELEASES = ["0.19.0", "0.22.2"]
@@ -153,6 +153,7 @@ def test_torn_table_pages_are_salvaged_into_the_same_file(built, tmp_path, invok
     home = home_of(root, "work")
     work = home / "state.db"
     whole = counts(work)
+    install_plugins(home, ["recorder"], enabled=["recorder"])
     damage.tear(work, "sessions")
     damage.tear(work, "messages", 2)
     report = json.loads(invoke("--root", str(root), "repair", "--json").stdout)
@@ -164,6 +165,10 @@ def test_torn_table_pages_are_salvaged_into_the_same_file(built, tmp_path, invok
     assert "message(s) back" in said and "session(s) lost" in said
     sessions, messages = counts(work)
     assert 0 < messages < whole[1]
+    # every session the index still named and that did not come back: announced once, reason profile_repair
+    lost = said.split("session(s) lost: ")[1].split(";")[0].split(", ")
+    announced = [(e["session_id"], e["reason"]) for e in events(home)]
+    assert sorted(announced) == sorted((sid, "profile_repair") for sid in lost) and lost
     assert checks.store_problems(home, release) == []
     assert counts(home_of(root, "default") / "state.db") == whole  # the healthy profile beside it
 
