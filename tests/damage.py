@@ -85,3 +85,20 @@ def cut_short(db: Path, keep: float = 0.6) -> int:
     pages = max(2, int(os.stat(db).st_size // size * keep))
     os.truncate(db, pages * size)
     return pages * size
+
+
+def half_migrate(db: Path, table: str = "session_model_usage") -> int:
+    """A table rebuild of Hermes' migrations cut short after its first two steps (older releases
+    made them without one transaction): the table renamed aside as `<table>_legacy_pk` and made
+    anew, empty; its rows stranded aside. Returns how many."""
+    settle(db)
+    conn = sqlite3.connect(db)
+    try:
+        ddl = conn.execute("SELECT sql FROM sqlite_master WHERE name = ?", [table]).fetchone()[0]
+        rows = conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+        conn.execute(f"ALTER TABLE {table} RENAME TO {table}_legacy_pk")
+        conn.execute(ddl)
+        conn.commit()
+    finally:
+        conn.close()
+    return rows

@@ -428,12 +428,18 @@ def _rebuild_store(profile: Profile, result: Result | None = None, env: Environm
     """The damaged store made again from every readable row (store/rebuild.py), put into its own
     file only while no other process holds it, under our profile lock, Hermes' maintenance lock
     and its `state.db.repair.lock`; its damaged bytes kept beside it first (one copy per damage).
-    Refused before anything is written when the disk lacks the room. Returns what came back."""
+    Refused before anything is written when the disk lacks the room. A migration cut short is
+    finished (its stranded rows copied into the live table, the leftover dropped), with or without
+    a rebuild. Returns what was done."""
     path = profile.store_path
     wal = os.path.exists(f"{path}-wal")
     holder = held_by_path(path, wal=wal)
     if holder:
         raise RuntimeError(f"held by {holder}: a damaged store is rebuilt only while no other process holds it")
+    if damage.diagnose(path).kinds() == {damage.MIGRATION}:  # every page reads: only the migration to finish
+        with ProfileLocks(profile), RecordedFlock(Path(f"{path}.repair.lock"), "Hermes is repairing its store",
+                                                  REBUILD_LOCK_WAIT_S):
+            return rebuild.finish_migration(path)
     try:
         rebuild.check_room(path)
     except rebuild.RebuildRefused as exc:
@@ -456,6 +462,7 @@ def _rebuild_store(profile: Profile, result: Result | None = None, env: Environm
             rebuild.put_in_place(new, path, step)
         finally:
             rebuild.remove_new(new)
+        finished = rebuild.finish_migration(path) if damage.MIGRATION in damage.diagnose(path).kinds() else ""
     after = damage.diagnose(path)
     if not after.ok:
         raise RuntimeError(f"the store still reads as {after.line()} after its rebuild (its damaged bytes are in {kept})")
@@ -470,6 +477,7 @@ def _rebuild_store(profile: Profile, result: Result | None = None, env: Environm
             + (f", {len(done.recovered_sessions)} session row(s) made again (source 'recovered') for readable "
                f"messages whose own row was lost" if done.recovered_sessions else "")
             + (f"; {len(lost)} session(s) lost: {', '.join(lost[:20])}{' …' if len(lost) > 20 else ''}" if lost else "")
+            + (f"; {finished}" if finished else "")
             + f"; the damaged file is kept as {kept}"
             + (f" (it read {before.get('sessions')} session(s) and {before.get('messages')} message(s))"
                if before else ""))

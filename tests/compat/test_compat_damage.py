@@ -43,6 +43,7 @@ DAMAGES = {
     "index": (lambda db: damage.tear(db, "idx_messages_session"), "index idx_messages_session"),
     "fts": (lambda db: damage.tear(db, "messages_fts_data"), "full-text index messages_fts"),
     "cut": (lambda db: damage.cut_short(db), "file length"),
+    "migration": (lambda db: damage.half_migrate(db), "schema migration session_model_usage_legacy_pk"),
 }
 
 VIEWS = [("profiles",), ("status",), ("usage",), ("sessions", "list"), ("exports", "list"), ("config", "show"),
@@ -93,7 +94,7 @@ def test_not_a_database_gets_a_next_step_and_keeps_its_mode(built, tmp_path, inv
     assert done.exit_code == 2
     errors = json.loads(done.stdout)["errors"]
     (line,) = [e for e in errors if str(work) in e]
-    assert "not a SQLite database" in line and "backup" in line and "left untouched" in line
+    assert "not a database" in line and "backup" in line and "left untouched" in line
     assert stat.S_IMODE(os.stat(work).st_mode) == 0o644
 
 
@@ -289,3 +290,23 @@ def test_at_least_what_hermes_own_recover_salvages(built, tmp_path, invoke, nobo
     assert done.exit_code in (0, 1), done.stdout[-3000:]
     ours = counts(work)
     assert ours[0] >= got[0] and ours[1] >= got[1], (ours, got)
+
+
+def test_a_migration_cut_short_is_finished_losing_nothing(built, tmp_path, invoke, nobody_holds):
+    import sqlite3
+
+    from tests.compat import checks
+
+    release = built[0]
+    root = copy_of(built, tmp_path / "hermes")
+    home = home_of(root, "work")
+    work = home / "state.db"
+    stranded = damage.half_migrate(work)
+    assert stranded > 0
+    done = invoke("--root", str(root), "repair", "--apply", "--yes", "--json")
+    assert done.exit_code in (0, 1), done.stdout[-3000:]
+    conn = sqlite3.connect(f"file:{work}?mode=ro", uri=True)
+    assert conn.execute("SELECT count(*) FROM session_model_usage").fetchone()[0] == stranded
+    conn.close()
+    assert checks.store_problems(home, release) == []
+    assert kept_copies(home) == []  # nothing was damaged: no copy kept

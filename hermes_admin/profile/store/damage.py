@@ -35,8 +35,9 @@ from hermes_admin.profile.store.errors import StoreError
 
 TABLE, INDEX, FTS, SCHEMA, LENGTH, NOT_A_DATABASE, MIGRATION = (
     "table", "index", "fts", "schema", "length", "not_a_database", "migration")
-# What rebuilding restores from the rows without losing any (REINDEX, FTS5 'rebuild').
-LOSSLESS = (INDEX, FTS)
+# What repair restores without losing a row: an index or full-text index rebuilt from the rows, a
+# migration's copy finished.
+LOSSLESS = (INDEX, FTS, MIGRATION)
 WORDS = {TABLE: "table", INDEX: "index", FTS: "full-text index", SCHEMA: "schema",
          LENGTH: "file length", NOT_A_DATABASE: "file", MIGRATION: "schema migration"}
 FTS_SHADOWS = ("_data", "_idx", "_docsize", "_config", "_content")
@@ -68,7 +69,7 @@ class Damaged:
     detail: str = ""  # what SQLite or the file says, when the kind alone does not
 
     def text(self) -> str:
-        said = f"{WORDS[self.kind]} {self.name}" if self.kind in (TABLE, INDEX, FTS) else WORDS[self.kind]
+        said = f"{WORDS[self.kind]} {self.name}" if self.kind in (TABLE, INDEX, FTS, MIGRATION) else WORDS[self.kind]
         more = [f"{self.pages} page{'s' if self.pages != 1 else ''} unreadable"] if self.pages else []
         more += [self.detail] if self.detail else []
         return said + (f" ({'; '.join(more)})" if more else "")
@@ -140,6 +141,22 @@ def _check_says(conn: apsw.Connection) -> list[str]:
     return [] if rows == ["ok"] else [line for row in rows for line in row.splitlines() if line.strip()]
 
 
+def _migration_state(conn: apsw.Connection) -> list[Damaged]:
+    """Tables a migration cut short left aside (schema.migration_leftovers), with their rows."""
+    from hermes_admin.profile.store.schema import Schema, migration_leftovers
+
+    tables = frozenset(r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall())
+    found = []
+    for leftover, live in migration_leftovers(Schema(None, tables, frozenset(), frozenset(), {})):
+        try:
+            rows = conn.execute(f'SELECT count(*) FROM "{leftover}"').fetchall()[0][0]
+        except apsw.Error:
+            rows = None
+        found.append(Damaged(MIGRATION, leftover, 0, f"left beside {live} by a migration cut short"
+                             + ("" if rows is None else f", {rows} row(s) stranded there")))
+    return found
+
+
 def diagnose(path: Path) -> Diagnosis:
     """What is damaged in the store at `path`; reads only (mode=ro), never writes or checkpoints."""
     path = Path(path)
@@ -159,7 +176,7 @@ def diagnose(path: Path) -> Diagnosis:
             short = Damaged(LENGTH, path.name, 0, f"{size} bytes: cut short, SQLite reads only {pages} "
                             f"of the pages its header counts")
     except apsw.NotADBError:
-        return Diagnosis((Damaged(NOT_A_DATABASE, path.name, 0, f"{size} bytes, not a SQLite database"),))
+        return Diagnosis((Damaged(NOT_A_DATABASE, path.name, 0, f"{size} bytes, not a database: no SQLite header"),))
     except apsw.Error as exc:
         return Diagnosis((), " ".join(str(exc).split()))
     try:
@@ -176,9 +193,10 @@ def diagnose(path: Path) -> Diagnosis:
         for name, pages in bad.items():
             kind, owner = owners.get(name, (TABLE, name))
             grouped[(kind, owner)] = grouped.get((kind, owner), 0) + pages
-        order = {SCHEMA: 0, TABLE: 1, INDEX: 2, FTS: 3}
+        order = {SCHEMA: 0, TABLE: 1, INDEX: 2, FTS: 3}  # (a migration's leftovers follow)
         found += [Damaged(kind, name, pages) for (kind, name), pages in
                   sorted(grouped.items(), key=lambda item: (order[item[0][0]], item[0][1]))]
+        found += _migration_state(conn)
         if not bad and short is None:
             said = _check_says(conn)
             indexes = sorted({m.group(1) for line in said for m in [_INDEX_SAID.search(line)]
@@ -343,6 +361,8 @@ def next_step(diagnosis: Diagnosis, profile_arg: str, in_repair: bool = False) -
         return ("no SQLite database is left to repair: restore state.db from a backup (Hermes keeps copies in "
                 "backups/ and state-snapshots/), or move it aside (`mv state.db state.db.not-a-database`) and "
                 "Hermes starts a new, empty store")
+    if diagnosis.kinds() == {MIGRATION}:
+        return f"`hermes-admin repair --apply -p {profile_arg}` finishes it, losing nothing"
     if diagnosis.lossless:
         return f"`hermes-admin repair --apply -p {profile_arg}` rebuilds it from the rows, losing nothing"
     if not in_repair:

@@ -275,3 +275,39 @@ def put_in_place(new: Path, path: Path, step: Callable[[str], None] = lambda whe
     finally:
         target.close()
         source.close()
+
+
+def finish_migration(path: Path) -> str:
+    """What a migration cut short left aside (schema.migration_leftovers) put where it was going, in
+    one transaction, as Hermes' own rebuild does: the rows the live table does not hold yet copied
+    into it (the columns both have), then the leftover dropped. Returns what it did."""
+    from hermes_admin.profile.store.schema import Schema, migration_leftovers
+
+    conn = keep_wal.connect(path, keep_wal.READ_WRITE, 5000)
+    try:
+        tables = frozenset(r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'"))
+        said = []
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for leftover, live in migration_leftovers(Schema(None, tables, frozenset(), frozenset(), {})):
+                have = [r[1] for r in conn.execute(f'PRAGMA table_info("{live}")').fetchall()]
+                old = {r[1] for r in conn.execute(f'PRAGMA table_info("{leftover}")').fetchall()}
+                columns = ", ".join(f'"{c}"' for c in have if c in old)
+                conn.execute(f'INSERT OR IGNORE INTO "{live}" ({columns}) SELECT {columns} FROM "{leftover}"')
+                moved = conn.changes()
+                # its indexes went aside with it (a RENAME takes them): made again on the live table
+                indexes = [r[0] for r in conn.execute("SELECT sql FROM sqlite_master WHERE type = 'index' AND "
+                                                      "tbl_name = ? AND sql IS NOT NULL", [leftover]).fetchall()]
+                conn.execute(f'DROP TABLE "{leftover}"')
+                for sql in indexes:
+                    conn.execute(re.sub(rf'\bON\s+"?{re.escape(leftover)}"?', f'ON "{live}"', sql, count=1,
+                                        flags=re.IGNORECASE).replace("CREATE INDEX", "CREATE INDEX IF NOT EXISTS", 1)
+                                 .replace("CREATE UNIQUE INDEX", "CREATE UNIQUE INDEX IF NOT EXISTS", 1))
+                said.append(f"{moved} row(s) of {leftover} copied into {live}, the leftover dropped")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+    finally:
+        conn.close()
+    return "finished the migration cut short: " + "; ".join(said)
