@@ -141,6 +141,8 @@ def test_a_torn_index_is_rebuilt_in_place_losing_nothing(built, tmp_path, invoke
     assert checks.store_problems(home, release) == []
     (kept,) = kept_copies(home)
     assert (home / kept).read_bytes() == damaged
+    listed = json.loads(invoke("--root", str(root), "usage", "-p", "work", "--json").stdout)["profiles"]
+    assert listed[0]["files"]["damaged_copies"] >= len(damaged)  # listed by usage; the operator's to remove
     again = invoke("--root", str(root), "repair", "--apply", "--yes", "--json")
     assert [f for f in json.loads(again.stdout)["findings"] if f["profile"] == "work"] == []
     assert kept_copies(home) == [kept]
