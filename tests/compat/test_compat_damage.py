@@ -20,7 +20,7 @@ from tests.conftest import NOW, store_digest
 from tests.helpers import events, home_of, install_plugins
 
 PROFILES = ["default", "work"]
-RELEASES = ["0.19.0", "0.22.2"]
+RELEASES = ["0.19.0", "0.20.1", "0.22.2"]
 
 
 @pytest.fixture(scope="module", params=RELEASES)
