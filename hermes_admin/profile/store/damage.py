@@ -15,11 +15,14 @@ when a statement meets damage (`is_damage`) the store is looked at once more, re
   index that disagrees with its table).
 
 `readable_rows` counts a table's rows that can still be read, range by range of rowids around
-the damaged ones: the salvage `repair` reports, which writes nothing.
+the damaged ones, then, where an intact index still names rowids the ranges stepped over, row by
+row: the salvage `repair` reports, which writes nothing. Only damage is stepped around: a lock
+goes up, so no row is ever taken for lost because it was busy.
 """
 
 from __future__ import annotations
 
+import bisect
 import os
 import re
 import sqlite3
@@ -223,86 +226,111 @@ def _has_rowid(conn: apsw.Connection, table: str) -> bool:
 
 class _Rows:
     """Whole rows of one table read in rowid order (every column read, overflow pages too), in
-    ranges that step around the damaged ones."""
+    ranges that step around the damaged ones. Only damage is stepped around: any other refusal
+    (a lock, above all) goes up, so that no row is ever taken for lost because it was busy."""
 
     def __init__(self, conn: apsw.Connection, table: str, budget: int = PROBE_BUDGET):
         self.conn, self.table = conn, table
         columns = ", ".join(f'"{c}"' for c in _columns(conn, table))
         self.select = f'SELECT rowid, {columns} FROM "{table}" NOT INDEXED'
         self.budget = budget
-        self.skipped = 0  # damaged ranges stepped over
+        self.met_damage = False
+        self.covered: list[tuple[int, int]] = []  # rowid ranges whose every row was read
 
-    def _run(self, where: str, order: str, bound: int, limit: int) -> list[tuple]:
-        return self.conn.execute(f"{self.select} WHERE {where} ORDER BY rowid {order} LIMIT ?", [bound, limit]).fetchall()
+    def _run(self, lo: int, hi: int, order: str, limit: int, at: int) -> list[tuple]:
+        """Up to `limit` rows from `at` on, in `order`, within lo..hi."""
+        args = [at, hi] if order == "ASC" else [lo, at]
+        return self.conn.execute(f"{self.select} WHERE rowid >= ? AND rowid <= ? ORDER BY rowid {order} LIMIT ?",
+                                 [*args, limit]).fetchall()
+
+    def _tried(self, *args) -> list[tuple] | None:
+        """The rows, or None where the read met damage."""
+        try:
+            return self._run(*args)
+        except apsw.Error as exc:
+            if not is_damage(exc):
+                raise
+            self.met_damage = True
+            return None
 
     def scan(self, lo: int, hi: int, batch: int = 256):
-        """Every readable row with lo <= rowid <= hi, in rowid order; steps around damaged ranges."""
-        rows, stop = self._forward(lo, hi, batch)
-        yield from rows
-        if stop is None:
-            return
-        # the rows past the damage, read down from `hi` until it meets the damage from above
-        back = self._backward(stop, hi)
-        yield from self._inside(stop, back[-1][0] - 1 if back else hi, batch)
-        yield from reversed(back)
+        """Every readable row with lo <= rowid <= hi (not in rowid order around damage). A range is
+        read up from its start until it meets damage; past it, seeks one, two, four, ... rowids on
+        find where the table reads again (a seek into a damaged page fails at once), the rows just
+        below that point are read down to the damage, and what lies between the two is a range of
+        its own. The probes are bounded by the budget."""
+        ranges = [(lo, hi)]
+        while ranges:
+            lo, hi = ranges.pop()
+            rows, stop = self._forward(lo, hi, batch)
+            yield from rows
+            if stop is None:
+                continue
+            again = self._reads_again(stop, hi)
+            if again is None:
+                continue
+            back = self._backward(stop, again - 1, batch)
+            yield from back
+            if again <= hi:
+                ranges.append((again, hi))
+            if back and back[-1][0] - 1 > stop:  # between the damage and what was read down to
+                ranges.append((stop + 1, back[-1][0] - 1))
+
+    def _reads_again(self, stop: int, hi: int) -> int | None:
+        """The first rowid past `stop` (a rowid whose read met damage) from which a seek reads again,
+        found by doubling steps; None when none does up to `hi` (or the budget is spent)."""
+        step = 1
+        while self.budget > 0:
+            at = stop + step if stop + step <= hi else hi
+            self.budget -= 1
+            if at > stop and self._tried(stop, hi, "ASC", 1, at) is not None:
+                return at
+            if at >= hi:
+                return None
+            step *= 2
+        return None
 
     def _forward(self, lo: int, hi: int, batch: int) -> tuple[list[tuple], int | None]:
         """Rows from lo up, until hi or the first damage; (rows, the first rowid not read or None)."""
         rows: list[tuple] = []
         at = lo
         while True:
-            try:
-                got = self._run("rowid >= ? AND rowid <= " + str(hi), "ASC", at, batch)
-            except apsw.Error:
-                # the batch met damage: one row at a time up to it
-                try:
-                    while True:
-                        one = self._run("rowid >= ? AND rowid <= " + str(hi), "ASC", at, 1)
-                        if not one:
-                            return rows, None
-                        rows.append(one[0])
-                        at = one[0][0] + 1
-                except apsw.Error:
-                    self.skipped += 1
-                    return rows, at
+            got = self._tried(lo, hi, "ASC", batch, at)
+            if got is None:  # the batch met damage: one row at a time up to it
+                while True:
+                    one = self._tried(lo, hi, "ASC", 1, at)
+                    if one is None:
+                        self.covered.append((lo, at - 1))
+                        return rows, at
+                    if not one:
+                        self.covered.append((lo, hi))
+                        return rows, None
+                    rows.append(one[0])
+                    at = one[0][0] + 1
             rows += got
             if len(got) < batch:
+                self.covered.append((lo, hi))
                 return rows, None
             at = got[-1][0] + 1
 
-    def _backward(self, lo: int, hi: int) -> list[tuple]:
+    def _backward(self, lo: int, hi: int, batch: int) -> list[tuple]:
         """Rows from hi down, until lo or the first damage (highest first)."""
         rows: list[tuple] = []
         at = hi
-        try:
-            while at >= lo:
-                one = self._run(f"rowid >= {lo} AND rowid <= ?", "DESC", at, 1)
-                if not one:
+        while at >= lo:
+            got = self._tried(lo, hi, "DESC", batch, at)
+            if got is None:  # the batch met damage: one row at a time down to it
+                got = self._tried(lo, hi, "DESC", 1, at)
+                if got is None:
                     break
-                rows.append(one[0])
-                at = one[0][0] - 1
-        except apsw.Error:
-            pass
+            if not got:
+                at = lo - 1  # nothing more down to lo
+                break
+            rows += got
+            at = got[-1][0] - 1
+        if at < hi:
+            self.covered.append((max(at + 1, lo), hi))
         return rows
-
-    def _inside(self, lo: int, hi: int, batch: int):
-        """The readable rows of a range the damage is in: its middle probed, then each side (a
-        seek into a damaged page fails at once), while the budget of probes lasts."""
-        if lo > hi or self.budget <= 0:
-            return
-        self.budget -= 1
-        mid = lo + (hi - lo) // 2
-        try:
-            self._run(f"rowid <= {hi} AND rowid >= ?", "ASC", mid, 1)
-            readable = True
-        except apsw.Error:
-            readable = False
-        if readable:
-            yield from self._inside(lo, mid - 1, batch)
-            yield from self.scan(mid, hi, batch)
-        elif hi - lo > 0:
-            yield from self._inside(lo, mid - 1, batch)
-            yield from self._inside(mid + 1, hi, batch)
 
 
 def scan_rows(conn: apsw.Connection, table: str):
@@ -310,10 +338,41 @@ def scan_rows(conn: apsw.Connection, table: str):
     if not _has_rowid(conn, table):
         try:
             yield from conn.execute(f'SELECT NULL, * FROM "{table}"')
-        except apsw.Error:
-            return
+        except apsw.Error as exc:
+            if not is_damage(exc):
+                raise
         return
-    yield from _Rows(conn, table).scan(ROWID_MIN, ROWID_MAX)
+    reader = _Rows(conn, table)
+    yield from reader.scan(ROWID_MIN, ROWID_MAX)
+    if not reader.met_damage:
+        return
+    runs = sorted(reader.covered)
+    # A readable page between two damaged ones that the seeks stepped over: an intact index still
+    # names each row's rowid, and a row not read yet is read by its rowid alone.
+    runs.sort()
+    firsts = [first for first, _ in runs]
+    extra: set[int] = set()
+    for rowid in _indexed_rowids(conn, table):
+        n = bisect.bisect_right(firsts, rowid) - 1
+        if (n >= 0 and runs[n][0] <= rowid <= runs[n][1]) or rowid in extra:
+            continue
+        got = reader._tried(rowid, rowid, "ASC", 1, rowid)
+        if got:
+            extra.add(rowid)
+            yield got[0]
+
+
+def _indexed_rowids(conn: apsw.Connection, table: str):
+    """The rowids the first of the table's whole (not partial) indexes that reads through names."""
+    for _, name, _, _, partial in conn.execute(f'PRAGMA index_list("{table}")').fetchall():
+        if partial:
+            continue
+        try:
+            yield from (r[0] for r in conn.execute(f'SELECT rowid FROM "{table}" INDEXED BY "{name}"').fetchall())
+            return
+        except apsw.Error as exc:
+            if not is_damage(exc):
+                raise
 
 
 def _open_as_it_is(path: Path) -> apsw.Connection:
