@@ -448,8 +448,9 @@ def _rebuild_store(profile: Profile, result: Result | None = None, env: Environm
     known = damage.indexed_ids(path) or set()
     with ProfileLocks(profile), RecordedFlock(Path(f"{path}.repair.lock"), "Hermes is repairing its store",
                                               REBUILD_LOCK_WAIT_S):
+        rebuild.remove_leftovers(path)
         kept = rebuild.keep_damaged(path)
-        new = path.with_name(f".{path.name}.rebuild-{os.getpid()}")
+        new = rebuild.new_path(path)
         try:
             try:
                 done = rebuild.build(path, new)

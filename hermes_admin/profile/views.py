@@ -63,7 +63,8 @@ def profile_summary(profile: Profile, policy: dict | None = None, lock_wait_s: f
 
         known = integrity.damage_known(profile)
         if known:
-            row.update(ok=False, error=f"profile '{profile.shown}': {profile.store_path}: {known} (found by the last check)")
+            row.update(ok=False, error=problems.about(profile, problems.ERROR, "damaged_store", f"{known} (found by the "
+                                                        "last check)", path=profile.store_path).text())
     return row
 
 

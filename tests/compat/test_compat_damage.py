@@ -217,7 +217,7 @@ repair._rebuild_store(Profile(root, "work", home), step=step)
 """
 
 
-def test_a_crash_in_the_middle_leaves_the_store_as_it_was(built, tmp_path):
+def test_a_crash_in_the_middle_leaves_the_store_as_it_was(built, tmp_path, monkeypatch):
     import sqlite3
     import subprocess
     import sys
@@ -235,6 +235,14 @@ def test_a_crash_in_the_middle_leaves_the_store_as_it_was(built, tmp_path):
     conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
     conn.close()
     assert work.read_bytes() == damaged
+    # and the next repair, as nothing happened: what the dead one left of its new file is cleared
+    from hermes_admin.model import Profile
+    from hermes_admin.profile import repair
+
+    monkeypatch.setattr(repair, "held_by_path", lambda path, wal: None)
+    repair._rebuild_store(Profile(root, "work", home))
+    assert not [p for p in home.iterdir() if ".rebuild-" in p.name]
+    assert len(kept_copies(home)) == 1
 
 
 HOLD = "import sqlite3, sys, time; c = sqlite3.connect(sys.argv[1]); print('ready', flush=True); time.sleep(120)"

@@ -80,13 +80,18 @@ def check_room(path: Path) -> None:
                              "(its damaged copy kept and the new store): make room, then run it again")
 
 
+def _reading(path: Path):
+    """A store file opened to be copied, never through a link."""
+    return os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC), "rb")
+
+
 def keep_damaged(path: Path) -> Path:
     """The damaged file and its sidecars kept beside it, named for what they are and for their
     content (`state.db.damaged-<sha256>`): a second run over the same damage keeps no second copy.
     Read with plain file reads: only while no SQLite connection of this process has the store open
     (a close would drop its POSIX locks)."""
     digest = hashlib.sha256()
-    with open(path, "rb") as f:
+    with _reading(path) as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     kept = path.with_name(f"{path.name}.damaged-{digest.hexdigest()[:16]}")
@@ -97,7 +102,7 @@ def keep_damaged(path: Path) -> Path:
             continue
         temp = target.with_name(f".{target.name}.{os.getpid()}")
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        with os.fdopen(fd, "wb") as out, open(source, "rb") as src:
+        with os.fdopen(fd, "wb") as out, _reading(source) as src:
             shutil.copyfileobj(src, out, 1 << 20)
             out.flush()
             os.fsync(out.fileno())
@@ -184,7 +189,8 @@ def build(path: Path, new: Path) -> Rebuilt:
         meta = _meta(source)
         entries = source.execute("SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY rowid").fetchall()
         fts = _fts_tables(entries)
-        target = keep_wal.connect(new, keep_wal.READ_WRITE | apsw.SQLITE_OPEN_CREATE)
+        remove_new(new)
+        target = keep_wal.connect(new, keep_wal.READ_WRITE | apsw.SQLITE_OPEN_CREATE | apsw.SQLITE_OPEN_NOFOLLOW)
         try:
             target.execute(f"PRAGMA page_size = {int(meta['page_size'])}")
             target.execute(f"PRAGMA auto_vacuum = {int(meta['auto_vacuum'])}")
@@ -249,6 +255,20 @@ def _config_rows(source: apsw.Connection, table: str) -> list[tuple]:
         return [r for r in source.execute(f'SELECT k, v FROM "{table}_config"').fetchall() if r[0] != "version"]
     except apsw.Error:
         return []
+
+
+def new_path(path: Path) -> Path:
+    """Where the rebuilt store is made, beside the store (hidden; ours alone)."""
+    return path.with_name(f".{path.name}.rebuild-{os.getpid()}")
+
+
+def remove_leftovers(path: Path) -> None:
+    """What an earlier rebuild that died left of its new file (nothing else ever opens one)."""
+    prefix = f".{path.name}.rebuild-"
+    for name in os.listdir(path.parent):
+        if name.startswith(prefix) and name[len(prefix):].split("-")[0].isdigit():
+            stem = path.with_name(prefix + name[len(prefix):].split("-")[0])
+            remove_new(stem)
 
 
 def remove_new(new: Path) -> None:
