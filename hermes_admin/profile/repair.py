@@ -32,6 +32,7 @@ from pathlib import Path
 
 
 from hermes_admin.model import Profile
+from hermes_admin.profile import integrity
 from hermes_admin.profile.engine.engine import FTS_TABLES, Engine
 from hermes_admin.profile.engine.exports import UNIT_WEIGHT
 from hermes_admin.profile.engine.restore import row_weight
@@ -439,7 +440,9 @@ def _rebuild_store(profile: Profile, result: Result | None = None, env: Environm
     if damage.diagnose(path).kinds() == {damage.MIGRATION}:  # every page reads: only the migration to finish
         with ProfileLocks(profile), RecordedFlock(Path(f"{path}.repair.lock"), "Hermes is repairing its store",
                                                   REBUILD_LOCK_WAIT_S):
-            return rebuild.finish_migration(path)
+            finished = rebuild.finish_migration(path)
+        integrity.passed(profile, time.time(), integrity.identity(profile))
+        return finished
     try:
         rebuild.check_room(path)
     except rebuild.RebuildRefused as exc:
@@ -467,6 +470,7 @@ def _rebuild_store(profile: Profile, result: Result | None = None, env: Environm
     after = damage.diagnose(path)
     if not after.ok:
         raise RuntimeError(f"the store still reads as {after.line()} after its rebuild (its damaged bytes are in {kept})")
+    integrity.passed(profile, time.time(), integrity.identity(profile))  # the views stop saying it is damaged
     back = done.rows.get("sessions", 0)
     lost = sorted(known - set(_present(profile, sorted(known)))) if known else []
     if lost:  # announced to the profile's plugins as any session that leaves the store (docs/design.md §7)

@@ -135,12 +135,15 @@ def test_a_torn_index_is_rebuilt_in_place_losing_nothing(built, tmp_path, invoke
     whole = counts(work)
     DAMAGES[kind][0](work)
     damaged, inode = work.read_bytes(), os.stat(work).st_ino
+    assert invoke("--root", str(root), "run", "--json").exit_code == 2  # recorded: every view says it
     done = invoke("--root", str(root), "repair", "--apply", "--yes", "--json")
     assert done.exit_code in (0, 1), done.stdout[-3000:]
     assert counts(work) == whole and os.stat(work).st_ino == inode
     assert checks.store_problems(home, release) == []
     (kept,) = kept_copies(home)
     assert (home / kept).read_bytes() == damaged
+    shown = invoke("--root", str(root), "profiles", "--json")
+    assert shown.exit_code in (0, 1) and all(p["ok"] for p in json.loads(shown.stdout)["profiles"])
     listed = json.loads(invoke("--root", str(root), "usage", "-p", "work", "--json").stdout)["profiles"]
     assert listed[0]["files"]["damaged_copies"] >= len(damaged)  # listed by usage; the operator's to remove
     again = invoke("--root", str(root), "repair", "--apply", "--yes", "--json")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 
 
 from hermes_admin.model import Profile
@@ -26,6 +28,11 @@ def repair(run: RepairRun, profile: Profile, env: Environment, siblings: dict[st
     for finding in findings:
         finding.home = str(profile.home)
     run.findings += findings
+    if not any(f.kind in ("unusable_store", DAMAGED) for f in findings) and profile.has_store():
+        from hermes_admin.profile import integrity
+
+        if integrity.damage_known(profile):  # the store reads whole now (repaired, or restored by hand)
+            integrity.passed(profile, time.time(), integrity.identity(profile))
     for finding in findings:
         if finding.kind == "unusable_store" or (finding.kind == DAMAGED and not (apply and finding.fix != "none")):
             run.add(about(profile, ERROR, DAMAGED if finding.kind == DAMAGED else finding.kind,
