@@ -163,7 +163,10 @@ def _with_damage(profile: Profile, found: list[Finding], said: str) -> list[Find
         what = diagnosis.line() if not diagnosis.ok else f"damaged: {said}"
         return found + [Finding(profile.name, "unusable_store", str(path), f"{what}; {step}", "none")]
     counts = damage.readable_rows(path, [t for t in damage.CANONICAL])
-    readable = ", ".join(f"{table} {'?' if n is None else n}" for table, n in counts.items())
+    had = damage.indexed_counts(path, list(counts))  # what its intact indexes say it held
+    readable = ", ".join(f"{table} {'?' if n is None else n}"
+                         + (f" of {had[table]}" if n is not None and had.get(table, n) > n else "")
+                         for table, n in counts.items())
     known = damage.indexed_ids(path)
     lost = (f"; {len(known) - counts['sessions']} session(s) its index still names cannot be read"
             if known is not None and counts.get("sessions") is not None and len(known) > counts["sessions"] else "")

@@ -76,11 +76,14 @@ def test_every_command_names_the_damage_and_goes_on(built, tmp_path, invoke, kin
 def test_repair_counts_what_can_still_be_read(built, tmp_path, invoke):
     root = copy_of(built, tmp_path / "hermes")
     work = home_of(root, "work") / "state.db"
+    counts_before = counts(work)
     damage.tear(work, "messages", 1)
     doc = json.loads(invoke("--root", str(root), "repair", "--json").stdout)
     (finding,) = [f for f in doc["findings"] if f["profile"] == "work"]
     assert finding["kind"] == "damaged_store"
     assert "table messages (1 page unreadable)" in finding["detail"] and "rows still readable: sessions" in finding["detail"]
+    readable = int(finding["detail"].split(", messages ")[1].split(" of ")[0])
+    assert f"messages {readable} of {counts_before[1]}" in finding["detail"] and readable < counts_before[1]
     assert "`hermes-admin repair --apply -p work` rebuilds it from the readable rows" in finding["detail"]
 
 

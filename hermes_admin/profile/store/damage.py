@@ -463,3 +463,31 @@ def indexed_ids(path: Path, table: str = "sessions", column: str = "id") -> set 
         return None
     finally:
         conn.close()
+
+
+def indexed_counts(path: Path, tables: list[str]) -> dict[str, int]:
+    """How many rows each table had, as the first of its whole indexes that reads through counts
+    them (the rows whose own pages are lost included); a table without one is left out."""
+    try:
+        conn = _open_as_it_is(path)
+    except apsw.Error:
+        return {}
+    counts: dict[str, int] = {}
+    try:
+        for table in tables:
+            try:
+                indexes = conn.execute(f'PRAGMA index_list("{table}")').fetchall()
+            except apsw.Error:
+                continue
+            for _, name, _, _, partial in indexes:
+                if partial:
+                    continue
+                try:
+                    counts[table] = conn.execute(f'SELECT count(*) FROM "{table}" INDEXED BY "{name}"').fetchall()[0][0]
+                    break
+                except apsw.Error as exc:
+                    if not is_damage(exc):
+                        raise
+        return counts
+    finally:
+        conn.close()
