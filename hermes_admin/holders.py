@@ -21,6 +21,12 @@ So the answer is None ("unknown", which callers treat as "held": no VACUUM, no i
 Left unseen: another user's process holding the files open without a lock
 (a copy being read, an `immutable=1` reader).
 
+A holder is a process that could change the store. Where none of the store's files lets anyone
+but its owner write (no group or other write bit), another user's process (none of its uids the
+owner's or root's: lockrecord.runs_for) that holds them through descriptors opened read-only, or
+with read locks only, cannot: it is no holder, so a world-readable store that anyone may open
+never waits for its VACUUM on her say.
+
 The engine also paces its transactions for a Hermes that may write at any
 moment while one of the owner's processes holds the store (turns.py); that
 scan skips the processes the owner cannot inspect.
@@ -28,21 +34,82 @@ scan skips the processes the owner cannot inspect.
 
 from __future__ import annotations
 
+import errno
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from hermes_admin import lockrecord
 
 
-def _identities(paths: list[Path]) -> dict[tuple[int, int], set[str]]:
+COMMAND_CHARS = 48  # of a process's command line, where it is named
+
+
+def _identities(paths: list[Path]) -> tuple[dict[tuple[int, int], set[str]], bool]:
     """(device, inode) of each of `paths` that exists -> how /proc/locks names its filesystem
-    (empty: not known, see lockrecord.path_identity)."""
+    (empty: not known, see lockrecord.path_identity); and whether only their owner may write them
+    (no group or other write bit on any: then another user can only read them)."""
     found: dict[tuple[int, int], set[str]] = {}
+    private = True
     for path in paths:
         got = lockrecord.path_identity(path)
         if got is not None:
             found[(got[0].st_dev, got[0].st_ino)] = got[1]
-    return found
+            private = private and not got[0].st_mode & 0o022
+    return found, private
+
+
+class _Readers:
+    """Which processes are another user's, reading only (the module's doc): asked of each pid once."""
+
+    def __init__(self, private: bool):
+        self.private = private  # only the owner may write the store's files
+        self.owner = os.geteuid()  # the home's owner: the worker runs as her, or the invoker on her own homes
+        self.foreign: dict[int, bool] = {}
+
+    def of_another_user(self, pid: int) -> bool:
+        if pid not in self.foreign:
+            self.foreign[pid] = self.private and pid > 0 and not lockrecord.runs_for(lockrecord.process_uids(pid),
+                                                                                    self.owner)
+        return self.foreign[pid]
+
+
+@dataclass(frozen=True)
+class Unseen:
+    """A process the scan could not look into: its pid (None: `hidepid` hides every other user's
+    process, pids unknown), why, and what it runs where /proc says."""
+
+    pid: int | None
+    why: str
+    command: str | None = None
+
+    def said(self) -> str:
+        """`pid 1 (init): EACCES on /proc/1/fd/0`; its command read only now, when it is said (a
+        home's owner meets every other user's process in each scan, and pacing scans often)."""
+        if self.pid is None:
+            return f"other users' processes ({self.why})"
+        command = self.command or lockrecord.command_of(self.pid, COMMAND_CHARS)
+        return f"pid {self.pid}" + (f" ({command})" if command else "") + f": {self.why}"
+
+
+@dataclass
+class Look:
+    """One holder scan of a store's files, whole: `holders` is the answer structural work goes by
+    (see `other_holders`; None: unknown), the rest is what it was made of, for saying why.
+    `seen`: pids seen holding a descriptor of the files; `unseen`: the processes that could not
+    be looked into; `locking`: pids holding a lock on the files by /proc/locks (None: not read);
+    `why`: a bound passed or a table that could not be read, one line each."""
+
+    holders: list[int] | None
+    seen: list[int] = field(default_factory=list)
+    unseen: list[Unseen] = field(default_factory=list)
+    locking: set[int] | None = None
+    own_namespace: bool = False  # in a pid namespace of our own: a Hermes outside it is seen by no scan
+    why: list[str] = field(default_factory=list)
+
+    def holding(self) -> list[int]:
+        """The pids seen holding the store, by their descriptors or their locks."""
+        return self.seen + sorted(p for p in (self.locking or ()) if p not in self.seen)
 
 
 def other_holders(paths: list[Path], others_count: bool = True, wal: bool = False,
@@ -55,35 +122,62 @@ def other_holders(paths: list[Path], others_count: bool = True, wal: bool = Fals
     device and inode `stat` gives through it, a lock by its filesystem's device and the inode:
     a file of the same number elsewhere (her tmpfs) is never this one. The scan is bounded
     (lockrecord.Budget, LOCK_LINES); past a bound the answer is None, and `why` gets one line."""
-    targets = _identities(paths)
+    seen = look(paths, others_count, wal)
+    if why is not None:
+        why.extend(seen.why)
+    return seen.holders
+
+
+def look(paths: list[Path], others_count: bool = True, wal: bool = False) -> Look:
+    """`other_holders`, with what its answer was made of (Look)."""
+    targets, private = _identities(paths)
     if not targets:
-        return []
-    me = os.getpid()
-    scanned = _descriptor_holders(targets, me, why)
+        return Look([])
+    me, why = os.getpid(), []
+    readers = _Readers(private)
+    scanned = _descriptor_holders(targets, me, readers, why)
     if scanned is None:
-        return None
+        return Look(None, why=why)
     holders, unseen = scanned
     if not others_count:
-        return holders
-    if not in_the_host_pid_namespace():
-        return None  # a Hermes outside this container would be seen by no scan here
+        return Look(holders, holders, unseen)
+    if not in_the_host_pid_namespace():  # a Hermes outside this container would be seen by no scan here
+        return Look(None, holders, unseen, own_namespace=True)
     if not all(targets.values()):
-        return None  # a file whose filesystem /proc/locks would name we could not tell
-    locking = lock_holders({(name, inode) for (_, inode), names in targets.items() for name in names}, why)
+        return Look(None, holders, unseen, why=["which file system /proc/locks names for the store is not known"])
+    locking = _lockers(targets, me, readers, why)
+    found = Look(None, holders, unseen, locking, why=why)
     if locking is None or (unseen and not wal):
+        return found
+    found.holders = found.holding()
+    return found
+
+
+def _lockers(targets, me: int, readers: _Readers, why: list[str]) -> set[int] | None:
+    """The pids, other than ours, holding a lock on one of `targets` by /proc/locks that could
+    change the store (not another user's read locks only: _Readers); None if it cannot be read."""
+    table = lockrecord.lock_table(why)
+    if table is None:
         return None
-    return holders + sorted(pid for pid in locking if pid != me and pid not in holders)
+    files = {(name, inode) for (_, inode), names in targets.items() for name in names}
+    locks = [lock for lock in table if (lock.device, lock.inode) in files and lock.pid != me]
+    writing = {lock.pid for lock in locks if lock.mode != "READ"}  # a write lock takes a descriptor opened to write
+    return {lock.pid for lock in locks if lock.pid in writing or not readers.of_another_user(lock.pid)}
 
 
-def _descriptor_holders(targets, me: int, why: list[str] | None) -> tuple[list[int], bool] | None:
-    """The pids with a descriptor of one of `targets` ((device, inode)), and whether a process
-    could not be looked into; None when /proc cannot be listed or the scan passed its bounds."""
+def _descriptor_holders(targets, me: int, readers: _Readers,
+                        why: list[str]) -> tuple[list[int], list[Unseen]] | None:
+    """The pids with a descriptor of one of `targets` ((device, inode)) that could change it (not
+    another user's, read-only: _Readers), and the processes that could not be looked into; None
+    when /proc cannot be listed or the scan passed its bounds."""
     try:
         pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
     except OSError:
         return None
-    holders = []
-    unseen = 1 not in pids  # `hidepid`: other users' processes are not even listed
+    holders: list[int] = []
+    unseen: list[Unseen] = []
+    if 1 not in pids:  # `hidepid`: other users' processes are not even listed
+        unseen.append(Unseen(None, "/proc lists no pid 1: mounted with hidepid"))
     budget = lockrecord.Budget("the scan of /proc for the processes holding a store")
     for pid in pids:
         if pid == me:
@@ -92,25 +186,31 @@ def _descriptor_holders(targets, me: int, why: list[str] | None) -> tuple[list[i
             fds = os.listdir(f"/proc/{pid}/fd")
         except FileNotFoundError:
             continue  # exited meanwhile
-        except PermissionError:
-            unseen = True
+        except PermissionError as exc:
+            unseen.append(Unseen(pid, f"{_errno(exc)} on /proc/{pid}/fd"))
             continue
         for fd in fds:
             if not budget.take():
-                if why is not None:
-                    why.append(budget.gave_up)
+                why.append(budget.gave_up)
                 return None
             try:
                 st = os.stat(f"/proc/{pid}/fd/{fd}")
-            except PermissionError:  # a process of ours with rights we lack: not looked into
-                unseen = True
+            except PermissionError as exc:  # a process of ours with rights we lack: not looked into
+                if not unseen or unseen[-1].pid != pid:
+                    unseen.append(Unseen(pid, f"{_errno(exc)} on /proc/{pid}/fd/{fd}"))
                 continue
             except OSError:
                 continue
             if (st.st_dev, st.st_ino) in targets:
+                if readers.of_another_user(pid) and lockrecord.opened_for_writing(pid, int(fd)) is False:
+                    continue  # she may read it, and cannot change it
                 holders.append(pid)
                 break
     return holders, unseen
+
+
+def _errno(exc: OSError) -> str:
+    return errno.errorcode.get(exc.errno or 0, "denied")
 
 
 def in_the_host_pid_namespace() -> bool:
@@ -148,10 +248,15 @@ def locks_by_file(files: set[tuple[str, int]], why: list[str] | None = None) -> 
     return pids
 
 
+def store_files(store: Path) -> list[Path]:
+    """A store, its WAL and its shared-memory file: what a holder holds."""
+    return [store, Path(f"{store}-wal"), Path(f"{store}-shm")]
+
+
 def store_holders(store: Path, others_count: bool = True, wal: bool = False,
                   why: list[str] | None = None) -> list[int] | None:
     """`other_holders` of a store, its WAL and its shared-memory file."""
-    return other_holders([store, Path(f"{store}-wal"), Path(f"{store}-shm")], others_count, wal, why)
+    return other_holders(store_files(store), others_count, wal, why)
 
 
 def held_by_its_owner(store: Path) -> bool:

@@ -16,6 +16,7 @@ from hermes_admin.host.runner import UNKNOWN_PROFILE
 from hermes_admin.problems import WARNING
 from hermes_admin.protocol import ShowPolicy
 from hermes_admin.tables import Column
+from hermes_admin.trust import expand_user
 
 
 @click.group(cls=SuggestingGroup)
@@ -27,17 +28,28 @@ def admin_problems(app: App) -> tuple[admin_config.AdminConfig | None, list[dict
     """The admin config itself, its schedule, and each of its policy layers (defaults, profiles.NAME and
     their presets: the check every command applies, host/config.policy_problems), every problem of
     each, not only the first."""
-    path = Path(app.config_path).expanduser() if app.config_path else next(
+    path = Path(expand_user(app.config_path)) if app.config_path else next(
         (p for p in admin_config.candidate_paths() if p.is_file()), None)
     text = admin_config.text_of(path)
     try:
         loaded = admin_config.load(app.config_path)
     except admin_config.ConfigError as exc:
         return None, [admin_config.problem_at(path, text, exc.key, str(exc), exc.line).as_dict()]
-    app.use_config(loaded)
     found = [p.as_dict() for p in admin_config.policy_problems(loaded)]
+    try:  # Hermes' managed scope, which every command applies over the profiles' own config
+        loaded = admin_config.with_managed(loaded)
+    except admin_config.ConfigError as exc:
+        found.append(admin_config.Problem(None, None, str(exc)).as_dict())
+    app.use_config(loaded)
     if loaded.metrics_file is not None and not isinstance(loaded.metrics_file, str):
         found.append(admin_config.problem_at(path, text, "metrics_file", f"{path}: metrics_file must be a path").as_dict())
+    elif loaded.metrics_file:
+        from hermes_admin.host.metrics import refused
+        why = refused(Path(loaded.metrics_file))
+        if why:
+            found.append(admin_config.problem_at(path, text, "metrics_file",
+                                                 f"{path}: metrics_file {loaded.metrics_file}: refusing it as root: "
+                                                 f"{why}").as_dict())
     if loaded.schedule:
         from hermes_admin.host.daemon import ScheduleError, trigger_for
         for task, spec in loaded.schedule.items():
@@ -66,7 +78,7 @@ def check(app: App, profiles, as_json: bool):
     # the files read: the admin config (refused or not), its presets, the profiles' config.yaml there is
     checked = [str(loaded.path)] if loaded is not None and loaded.path else [p["file"] for p in problems if p["file"]]
     if loaded is not None:
-        checked += _presets(loaded)
+        checked += _presets(loaded) + ([loaded.managed.file] if loaded.managed is not None else [])
         found = app.discover(profiles)
         admin_level = bool(problems)  # then a profile's policy fails on them too: said once, above
         # One look at each profile, as `run` reads it: with the admin layers, unless they are wrong

@@ -14,17 +14,18 @@ import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from hermes_admin import stopping
+from hermes_admin import stopping, yamlfile
 from hermes_admin.host import config as admin_config
 from hermes_admin.host import discovery as homes
 from hermes_admin.layers import PolicyLayers
 from hermes_admin.model import Owner, Profile
 from hermes_admin.problems import ERROR, LOCKED, WARNING, Problem, about
-from hermes_admin.protocol import Context, Job, ListProfiles, Maintain, Params, Repair
+from hermes_admin.protocol import Change, Context, Job, ListProfiles, Maintain, Params, PruneExports, Repair
 from hermes_admin.results import RepairRun, Run
 from hermes_admin.trust import steering_environment
 
 UNKNOWN_PROFILE = "unknown_profile"  # the kind of the warning for a `profiles:` entry that reaches no profile
+MANAGED_SCOPE = "managed_scope"  # the kind of a warning about Hermes' managed scope (host/managed.py)
 
 
 def selects(profile: Profile, wanted: str) -> bool:
@@ -93,10 +94,13 @@ class Host:
         if self._broken is None:
             from hermes_admin.host import detached
 
-            stores = {p.store_path: str(p.home) for p in self.everything().profiles}
+            everything = self.everything()
+            stores = {p.store_path: str(p.home) for p in everything.profiles}
+            owners = {p.store_path: everything.owners[p.home].uid for p in everything.profiles
+                      if p.home in everything.owners}
             self._broken_notes = []
             self._broken = {stores[store]: holds
-                            for store, holds in detached.scan(list(stores), self._broken_notes).items()}
+                            for store, holds in detached.scan(list(stores), self._broken_notes, owners).items()}
         return self._broken
 
     def work(self, params: Params, profiles: list[Profile], with_policy: bool = False) -> Run:
@@ -114,6 +118,8 @@ class Host:
             self._steering = steering_environment()
         said = set(run.warnings)
         run.add(*(Problem(WARNING, w, kind="environment") for w in dict.fromkeys(self._steering) if w not in said))
+        if profiles and self.config.managed_warning and self.config.managed_warning not in said:
+            run.add(Problem(WARNING, self.config.managed_warning, kind=MANAGED_SCOPE))  # Hermes ignores it too
         context = self._context()
         for owner, group in by_owner(kept, self.everything().owners):
             self._dispatch(run, params, owner, group, context, with_policy)
@@ -169,8 +175,18 @@ class Host:
         return Context(verbose=self.verbose, lock_wait=self.lock_wait,
                        safe_mode=os.environ.get("HERMES_SAFE_MODE", ""),  # a worker's environment is clean
                        bundled_plugins=os.environ.get("HERMES_BUNDLED_PLUGINS", ""),  # Hermes' own override
+                       managed=self.config.managed, managed_dir=self._managed_dir(),
                        processes=1 if os.environ.get("HERMES_ADMIN_PROCESSES") == "1" else 2,  # profile/fork.py
                        siblings=self._siblings())
+
+    def _managed_dir(self) -> str:
+        """The folder Hermes' own code in a plugin process must take as its managed scope: the one read
+        (host/managed.py), else the invoker's variable as given (a folder that is not there: none)."""
+        from hermes_admin.host import managed
+
+        if self.config.managed is not None:
+            return str(Path(self.config.managed.file).parent)
+        return os.environ.get(managed.VARIABLE, "")
 
     def _siblings(self) -> dict[str, dict[str, str]]:
         """Per root, the profiles that share the owner of its `default`: where repair may move rows."""
@@ -181,6 +197,12 @@ class Host:
             if root_owner is not None and everything.owners[profile.home].uid == root_owner.uid:
                 siblings.setdefault(str(profile.root), {})[profile.name] = str(profile.home)
         return siblings
+
+    def _siblings_of(self, owner: Owner, context: Context) -> dict[str, dict[str, str]]:
+        """The siblings (`_siblings`) of the roots this owner's `default` profiles are: no other's."""
+        owners = self.everything().owners
+        return {root: names for root, names in context.siblings.items()
+                if owners.get(Path(root)) is not None and owners[Path(root)].uid == owner.uid}
 
     def _dispatch(self, run: Run, params: Params, owner: Owner, profiles: list[Profile], context: Context,
                   with_policy: bool) -> None:
@@ -202,7 +224,8 @@ class Host:
         if os.geteuid() == 0 and owner.uid != 0 and not params.dry_run:
             self._hand_back(run, owner, profiles)
         deadlines = self._deadlines(profiles)
-        job = Job(params, owner, profiles, layers, replace(context, idle_timeout=deadlines.idle))
+        job = Job(only_theirs(params, profiles), owner, profiles, layers,
+                  replace(context, idle_timeout=deadlines.idle, siblings=self._siblings_of(owner, context)))
         run.merge(run_job(job, self.verbose, deadlines))
 
     def _deadlines(self, profiles: list[Profile]):
@@ -233,8 +256,25 @@ class Host:
             except admin_config.ConfigError as exc:
                 run.add(about(profile, ERROR, "admin_config", str(exc), skipped=True))
                 continue
+            self._managed_wins(run, layers[home])
             kept.append(profile)
         return kept
+
+    def _managed_wins(self, run: Run, layers: PolicyLayers) -> None:
+        """Where the admin config sets a key Hermes' managed scope pins to another value, the managed one
+        is applied (docs/design.md §4): a warning naming both, once per run."""
+        from hermes_admin.profile.policy import overridden_by_managed
+
+        if self.config.managed is None:
+            return
+        said = set(run.warnings)
+        for origin, key, message in overridden_by_managed(layers, self.config.managed):
+            text = admin_config.text_of(origin.file)
+            line = yamlfile.line_of(text, origin.path_of(key)) if text else None
+            problem = Problem(WARNING, message, kind=MANAGED_SCOPE, path=origin.file, key=origin.path_of(key),
+                              line=line)
+            if problem.text() not in said:
+                run.add(problem)
 
     @staticmethod
     def _hand_back(run: Run, owner: Owner, profiles: list[Profile]) -> None:
@@ -253,12 +293,23 @@ class Host:
             if isinstance(row, dict) and isinstance(row.get("home"), str):
                 holds = self.broken_holds().get(row["home"], [])
                 row["detached_holders"] = sum(1 for hold in holds if hold.blocks_writes)
-                row["unlocked_holders"] = len(holds) - row["detached_holders"]
+                row["unlocked_holders"] = sum(1 for hold in holds if hold.unlocked)
         labels = self.labels()
         for result in run.results:
             result.label = labels.get(result.home or "", result.profile)
         for home, policy in run.policies.items():
             policy["label"] = labels.get(home, policy.get("profile"))
+
+
+def only_theirs(params: Params, profiles: list[Profile]) -> Params:
+    """The parameters with only what concerns these profiles' homes: a worker never learns the ids
+    or export files another owner's homes were asked about."""
+    homes = {str(p.home) for p in profiles}
+    if isinstance(params, Change):
+        return replace(params, ids={home: ids for home, ids in params.ids.items() if home in homes})
+    if isinstance(params, PruneExports):
+        return replace(params, files={home: files for home, files in params.files.items() if home in homes})
+    return params
 
 
 def by_owner(profiles: list[Profile], owners: dict[Path, Owner]) -> list[tuple[Owner, list[Profile]]]:

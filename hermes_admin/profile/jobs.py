@@ -175,22 +175,26 @@ def policy(job: Job, isolated: bool, env: Environment) -> Run:
         text = _small_text(path)
         row["read"] = text is not None  # `config check` names the files it read: not one that is not there
 
-        def problem(kind: str, message: str, key: str | None = None) -> None:
-            line = yamlfile.line_of(text, key) if key and text else None
-            row[kind].append({"file": str(path), "line": line, "message": message})
+        def problem(kind: str, message: str, key: str | None = None, file: str | None = None) -> None:
+            """A problem of the profile's config.yaml, or of the managed file (`file`) merged over it."""
+            file = file or str(path)
+            where = text if file == str(path) else _small_text(Path(file))
+            line = yamlfile.line_of(where, key) if key and where else None
+            row[kind].append({"file": file, "line": line, "message": message})
 
         lookup = env.installations.for_profile(profile)  # its release's keys and defaults, as `run` reads them
         try:
-            config = load_hermes_config(profile.home, installation.sessions_keys(lookup))
+            config = load_hermes_config(profile.home, installation.sessions_keys(lookup),
+                                        env.installations.managed_for(profile))
         except HermesConfigError as exc:
             problem("problems", str(exc))
             config = None
         if config is not None:
             config.hook_timeout  # read for what it warns about (a timeout that is not a finite number >= 0)
             for warning in config.warnings:
-                problem("warnings", warning.text(), warning.key)
-            for _, key, message in rules.problems(PolicyLayers(), config):  # the admin layers are checked by the host
-                problem("problems", message, f"sessions.{key}" if key else "sessions")
+                problem("warnings", warning.text(), warning.key, warning.path)
+            for where, key, message in rules.problems(PolicyLayers(), config):  # the admin layers: by the host
+                problem("problems", message, f"sessions.{key}" if key else "sessions", where.file)
             try:
                 chosen, origins = rules.with_origins(profile.shown, job.layers_of(profile), config,
                                                      installed=installation.defaults_layer(lookup))
@@ -270,14 +274,27 @@ def sessions_list(job: Job, isolated: bool, env: Environment) -> Run:
     return run
 
 
-def resolve(job: Job, isolated: bool, env: Environment) -> Run:
-    """Which sessions each wanted id (or prefix) names, in each profile: the host decides exactness and
-    ambiguity over all of them (cli/mutate.targets)."""
-    from hermes_admin.profile.store.read import find_session_ids
+IDS_ROW_CHARS = 256 << 10  # of session ids in one row: a message stays well under protocol.MAX_LINE
 
-    return _rows_of_stores(job, isolated, env, "matches", lambda profile, store: [
-        {"wanted": wanted, "home": str(profile.home), "session_id": sid}
-        for wanted in job.params.wanted for sid in find_session_ids(store, wanted)])
+
+def resolve(job: Job, isolated: bool, env: Environment) -> Run:
+    """Every session id of each profile, a row of ids at a time: the host finds what it was asked for
+    and decides exactness and ambiguity over all of them (cli/mutate.targets)."""
+    from hermes_admin.profile.store.read import session_ids
+
+    def rows(profile: Profile, store) -> list[dict]:
+        found, chunk, size = [], [], 0
+        for sid in session_ids(store):
+            chunk.append(sid)
+            size += len(sid) + 4
+            if size >= IDS_ROW_CHARS:
+                found.append({"home": str(profile.home), "ids": chunk})
+                chunk, size = [], 0
+        if chunk:
+            found.append({"home": str(profile.home), "ids": chunk})
+        return found
+
+    return _rows_of_stores(job, isolated, env, "session_ids", rows)
 
 
 def session_detail(job: Job, isolated: bool, env: Environment) -> Run:
@@ -362,7 +379,7 @@ def exports_list(job: Job, isolated: bool, env: Environment) -> Run:
 
     run = Run(dry_run=True)
     _each(job, run, isolated, lambda p: listing(run, p, job.layers_of(p), env.installations,
-                                                job.params.export_dir, job.params.holding), view=True)
+                                                job.params.export_dir, job.params.held), view=True)
     return run
 
 
@@ -396,7 +413,7 @@ def plugins_list(job: Job, isolated: bool, env: Environment) -> Run:
 
     def work(profile: Profile) -> None:
         try:
-            config = load_hermes_config(profile.home)
+            config = load_hermes_config(profile.home, (), env.installations.managed_for(profile))
         except HermesConfigError as exc:
             run.add(about(profile, ERROR, "hermes_config", str(exc)))
             return
@@ -410,11 +427,20 @@ def plugins_list(job: Job, isolated: bool, env: Environment) -> Run:
     return run
 
 
+def compact(job: Job, isolated: bool, env: Environment) -> Run:
+    """`hermes-admin compact`: each profile's free pages back to the file system."""
+    from hermes_admin.profile.actions.space import compact as compact_profile
+
+    run = Run(dry_run=job.params.dry_run)
+    _each(job, run, isolated, lambda p: compact_profile(run, p, job.layers_of(p), env, job.params.force))
+    return run
+
+
 KINDS: dict[str, Callable[[Job, bool, Environment], Run]] = {
     "maintain": maintain, "profiles": profiles, "sessions_list": sessions_list, "resolve": resolve,
     "session_detail": session_detail, "change": change, "repair": repair, "plugins_list": plugins_list,
     "restore": restore, "exports_list": exports_list, "status": status,
-    "policy": policy, "exports_prune": exports_prune, "usage": usage,
+    "policy": policy, "exports_prune": exports_prune, "usage": usage, "compact": compact,
 }
 
 

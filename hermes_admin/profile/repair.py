@@ -13,7 +13,7 @@ Findings, and what applying does:
 | legacy_main        | session_key `agent:main:...` (the default profile) in a named profile's store: ambiguous | none, unless asked (`move_legacy_main`): as wrong_store / duplicate, into the default profile |
 | unclaimed          | session_key names a profile that does not exist             | none (report only)                     |
 | broken_fts         | an FTS index fails its integrity-check (--check-fts)        | backup, rebuild, only while unheld     |
-| damaged_store      | SQLite cannot read pages of a table, an index, a full-text index or the schema, or the file is cut short (store/damage.py: which structure, the rows still readable, the holder) | none: never modified; the next step said |
+| damaged_store      | SQLite cannot read pages of a table, an index, a full-text index or the schema, the file is cut short, or a migration was cut short (store/damage.py: which structure, the rows still readable, the holder) | rebuild from every readable row into the same file, or finish the migration; only while unheld |
 | unusable_store     | not a database, or unreadable otherwise                     | none: never modified (its mode either)  |
 
 Everything is read with read-only connections until a fix is applied; writes
@@ -172,7 +172,7 @@ def _with_damage(profile: Profile, found: list[Finding], said: str) -> list[Find
             if known is not None and counts.get("sessions") is not None and len(known) > counts["sessions"] else "")
     holder = held_by_path(path, wal=os.path.exists(f"{path}-wal"))
     detail = (f"{diagnosis.line()}; rows still readable: {readable}{lost}"
-              + (f"; held by {holder}" if holder else "; no other process holds it"))
+              + (f"; {holder}" if holder else "; no other process holds it"))
     fix = (REBUILD_FIX if diagnosis.lossless else f"{REBUILD_FIX}; the rows on the damaged pages are lost")
     return found + [Finding(profile.name, "damaged_store", str(path), f"{detail}; " + (
         step if diagnosis.lossless else
@@ -439,7 +439,7 @@ def _rebuild_store(profile: Profile, result: Result | None = None, env: Environm
     wal = os.path.exists(f"{path}-wal")
     holder = held_by_path(path, wal=wal)
     if holder:
-        raise RuntimeError(f"held by {holder}: a damaged store is rebuilt only while no other process holds it")
+        raise RuntimeError(f"{holder}: a damaged store is rebuilt only while no other process holds it")
     if damage.diagnose(path).kinds() == {damage.MIGRATION}:  # every page reads: only the migration to finish
         with ProfileLocks(profile), RecordedFlock(Path(f"{path}.repair.lock"), "Hermes is repairing its store",
                                                   REBUILD_LOCK_WAIT_S):
@@ -464,7 +464,7 @@ def _rebuild_store(profile: Profile, result: Result | None = None, env: Environm
                 raise RuntimeError(f"{exc}; the store is left as it was") from None
             holder = held_by_path(path, wal=wal)
             if holder:
-                raise RuntimeError(f"held by {holder} since the rebuild began: the store is left as it was")
+                raise RuntimeError(f"{holder} since the rebuild began: the store is left as it was")
             step("put_in_place")
             rebuild.put_in_place(new, path, step)
         finally:

@@ -8,7 +8,7 @@ from hermes_admin.layers import PolicyLayers
 from hermes_admin.model import Profile
 from hermes_admin.problems import ERROR, WARNING, about
 from hermes_admin.profile.actions.common import Ledger, Run, export_settings, with_engine
-from hermes_admin.profile.engine import exports
+from hermes_admin.profile.engine import exports, outbox
 from hermes_admin.profile.engine.engine import Engine, Result
 from hermes_admin.profile.environment import Environment
 from hermes_admin.profile.installation import Installations
@@ -23,21 +23,27 @@ def restore(run: Run, profile: Profile, env: Environment, path: str, sessions: l
     def work(engine: Engine) -> list[Result]:
         with ledger.begun(Result(profile.name, "restore", None, engine.dry_run)) as result:
             result.notes.append("transcript files in sessions/ are not part of an export: they stay gone")
-            engine.restore(Path(path), set(sessions) if sessions else None, result, pin=pin,
-                           other_profile=other_profile)
+            try:
+                engine.restore(Path(path), set(sessions) if sessions else None, result, pin=pin,
+                               other_profile=other_profile)
+            finally:  # what is back is no longer gone by our hand (engine/noticed.py)
+                if engine.outbox is not None:
+                    engine.outbox.back([i for done in result.done for i in done.ids])
         return ledger.results
 
     with_engine(run, profile, env, work, ledger=ledger)
 
 
 def listing(run: Run, profile: Profile, layers: PolicyLayers, installations: Installations,
-            export_dir: str | None, holding: str | None = None) -> None:
-    """This profile's exports: file, when, how many units, sessions and messages; or, `holding` a
-    session id (or a prefix of one), the exports and units that hold it (`held` rows)."""
+            export_dir: str | None, held: bool = False) -> None:
+    """This profile's exports: file, when, how many units, sessions and messages; or, `held`, every
+    unit they hold with its ids (`held` rows: the host finds a session among them)."""
     settings = export_settings(profile, layers, installations, export_dir)
     try:
-        if holding is not None:
-            run.data.setdefault("held", []).extend(exports.holding(profile, settings, holding))
+        if held:
+            run.data.setdefault("held", []).extend(exports.held_units(profile, settings))
+            # and the sessions found deleted outside hermes-admin (engine/noticed.py): no export holds those
+            run.data.setdefault("noticed", []).extend(outbox.noticed(profile))
             return
         found = exports.listing(profile, settings)
     except exports.ExportError as exc:

@@ -5,15 +5,13 @@ A facade over its collaborators (docs/design.md §5):
   commit (group_commit.py, checkpointer.py: commits made durable by PASSIVE checkpoints on a
   thread of their own), then the turn a waiting Hermes writer is owed (turns.py); FTS5's merges
   kept out of the deletes, in short transactions of their own (fts_merges.py);
-- export_ahead.py and packing.py: every unit exported before its delete commits (exports.py),
-  the next batch exported on a thread meanwhile, units packed into transactions by their weight;
+- export_ahead.py, packing.py: each unit exported before its delete commits (exports.py), packed by weight;
 - deletes.py, rows.py: inside each transaction, its units' rows read again, a decision made from them
   (decisions.py: the same one a dry run makes in a read transaction), then applied (store/);
 - splits.py: a unit too big for one transaction, deleted in steps, finished or undone;
 - aftermath.py: once a commit is durable, its files removed (remover.py, unlinker.py), then its
   events fired through the outbox, so a crash right after a commit still delivers them;
-- restore.py: units of an export back into the store; space.py: VACUUM and incremental vacuum;
-  tokenizer.py: Hermes' CJK tokenizer, loaded where its triggers are.
+- restore.py: exports back in; space.py: (incremental) vacuum; tokenizer.py: Hermes' CJK tokenizer.
 """
 
 from __future__ import annotations
@@ -112,15 +110,15 @@ class Engine:
     def _open(self) -> None:
         """The collaborators, each built once, after those it is given."""
         if self.config is None:
-            self.config = load_hermes_config(self.profile.home)
+            self.config = load_hermes_config(self.profile.home, (), self.env.installations.managed_for(self.profile))
         if not self.dry_run:  # a dry run writes nothing anywhere: no lock file, no outbox
             self.locks = ProfileLocks(self.profile)  # kept before taken: what it set aside is said if it is held
             self.locks.__enter__()
         self.store = Store.open(self.profile, writable=not self.dry_run, lock_wait_s=self.env.lock_wait)
         self.tokenizer = Tokenizer(self.store, self.dry_run, self._tokenizer_loaded)
         self.deletes = Deletes(self.store, lambda: self.references, self.now, lambda: data_version(self.store))
-        if self.dry_run:
-            self.aftermath = Aftermath(self.profile, True)
+        if self.dry_run:  # (its bus says who would listen: noticed.py; it starts no plugin process)
+            self.aftermath = Aftermath(self.profile, True, bus=self._bus())
         else:
             self._open_writing()
         self.space = Space(self.store, self.pacer, self.incremental, self.dry_run)
@@ -217,6 +215,9 @@ class Engine:
     def vacuum_if_worth(self, result: Result, asked: bool = True) -> bool:
         return self.space.vacuum_if_worth(result, asked)
 
+    def compact(self, force: bool, result: Result) -> dict:  # the operator's word (space.py)
+        return self.space.compact(force, result)
+
     def remove_orphan_files(self, paths: list[str], result: Result) -> None:
         self.aftermath.remove_orphan_files(paths, result)
 
@@ -295,9 +296,9 @@ class Engine:
         """What a delete's commit settles: the outbox told, the report, the files and events to follow."""
         decision, wrote = done
         went = decision.changes
-        if self.listening:
-            committed = {event_ids[i]: list(ids) for i, ids in went.items()}
-            self.outbox.settle(committed, [e for i, e in enumerate(event_ids) if i not in went])
+        committed = {event_ids[i]: list(ids) for i, ids in went.items()} if self.listening else {}
+        self.outbox.settle(committed, [e for i, e in enumerate(event_ids) if i not in went and e is not None],
+                           gone=[] if self.listening else [i for ids in went.values() for i in ids])  # noticed.py
         decision.outcome().fold_into(result)
         paths: list[str] = []
         for ids in went.values():
