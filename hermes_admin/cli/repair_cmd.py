@@ -27,6 +27,11 @@ def repair_cmd(app: App, apply_fixes: bool, check_fts: bool, move_legacy_main: b
     """Find broken profiles: folders, permissions, dangling parents, labels, rows in the wrong store."""
     found = app.discover(profiles)
     if apply_fixes and found.profiles:
+        if mutate.asks(yes, False):  # a damaged store's rebuild is said before it is agreed to
+            plan = app.work(Repair(apply=False, check_fts=False, move_legacy_main=move_legacy_main), found.profiles)
+            for finding in plan.findings:
+                if finding.kind == "damaged_store" and finding.fix != "none":
+                    report.note(f"{finding.profile}: {finding.subject}: {finding.detail}; --apply: {finding.fix}")
         mutate.confirm(f"Apply repairs to {len(found.profiles)} profile(s)?", yes, False)
     run = app.work(Repair(apply=apply_fixes, check_fts=check_fts, move_legacy_main=move_legacy_main), found.profiles)
     run.dry_run = not apply_fixes

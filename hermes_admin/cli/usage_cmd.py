@@ -11,7 +11,7 @@ from hermes_admin.protocol import Usage
 from hermes_admin.tables import Column
 
 FILES = {"state_db_wal": "state.db-wal", "state_db_shm": "state.db-shm", "sessions_dir": "sessions/",
-         "exports": "exports"}  # how people read the file kinds after the store's parts
+         "exports": "exports", "damaged_copies": "damaged copies kept by repair"}  # how people read the file kinds after the store's parts
 
 # On a narrow terminal the share goes first; profile and part stay whole.
 COLUMNS = [Column("profile", whole=True), Column("part", whole=True), Column("bytes"), Column("share", drop=1)]

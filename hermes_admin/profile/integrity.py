@@ -35,7 +35,7 @@ def due(profile: Profile, hours: float, now: float, store: list[int] | None) -> 
     if hours <= 0 or store is None:
         return True
     passed = _read(profile)
-    if passed is None or passed.get("store") != store:
+    if passed is None or passed.get("store") != store or "damaged" in passed:
         return True
     at = passed.get("at")
     return not isinstance(at, (int, float)) or not (now - hours * 3600 < at <= now)
@@ -45,6 +45,21 @@ def passed(profile: Profile, now: float, store: list[int] | None) -> None:
     """Record that the store `store` passed now (never raises: the worst is one check more next time)."""
     if store is not None:
         write_record(profile, RECORD, "the quick-check record", {"store": store, "at": now})
+
+
+def damaged(profile: Profile, now: float, store: list[int] | None, line: str) -> None:
+    """Record that the store `store` was found damaged (`line`: what is damaged): every view of
+    the profile says it, until the store file is another one or a check passes."""
+    if store is not None:
+        write_record(profile, RECORD, "the quick-check record", {"store": store, "at": now, "damaged": line[:2000]})
+
+
+def damage_known(profile: Profile) -> str | None:
+    """What the last check found damaged in this very store file, if it found damage."""
+    passed = _read(profile)
+    if not passed or not isinstance(passed.get("damaged"), str) or passed.get("store") != identity(profile):
+        return None
+    return passed["damaged"]
 
 
 def _read(profile: Profile) -> dict | None:

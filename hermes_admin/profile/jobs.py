@@ -35,8 +35,10 @@ def _enter(profile: Profile, isolated: bool) -> None:
         raise HomeChanged("not owned by this worker's user any more; left alone")
 
 
-def _each(job: Job, run: Run, isolated: bool, work: Callable[[Profile], None]) -> None:
-    """`work` on every profile of the job; a home that changed hands is an error, the others go on."""
+def _each(job: Job, run: Run, isolated: bool, work: Callable[[Profile], None], view: bool = False) -> None:
+    """`work` on every profile of the job; a home that changed hands is an error, the others go on.
+    `view`: a command that reads: a store the last check found damaged is said as the profile's
+    error even where the view's own reads did not meet the damage."""
     from hermes_admin import stopping
 
     for n, profile in enumerate(job.profiles):
@@ -55,20 +57,41 @@ def _each(job: Job, run: Run, isolated: bool, work: Callable[[Profile], None]) -
             run.add(about(profile, ERROR, "os", str(exc.strerror), path=profile.home))
             continue
         try:
+            before = len(run.problems)
             work(profile)
+            if view:
+                _known_damage(run, profile, before)
         except KeyboardInterrupt:
             raise
         except OSError as exc:  # disk full, read-only, an I/O error: this profile's fault, named
             where = exc.filename or profile.home
             run.add(about(profile, ERROR, "os", str(exc.strerror or exc), path=where))
-        except Exception as exc:  # a bug of ours: this profile ends, the others go on (exit 70)
-            import traceback
+        except Exception as exc:
+            from hermes_admin.profile.store.damage import damage_error, is_damage
+
+            if is_damage(exc):  # a damaged store is the profile's problem (exit 2), named, never ours
+                run.add(damage_error(profile, " ".join(str(exc).split())).as_problem(profile.home))
+                continue
+            import traceback  # a bug of ours: this profile ends, the others go on (exit 70)
 
             run.internal = True
             run.add(about(profile, ERROR, "internal", f"internal error: {type(exc).__name__}: {exc}"
                           + ("" if job.context.verbose else " (run with -v for the traceback)")))
             if job.context.verbose:
                 traceback.print_exc()
+
+
+def _known_damage(run: Run, profile: Profile, before: int) -> None:
+    """The damage the last check (`run`, `repair`) recorded for this very store file, unless this
+    view met it itself (store/damage.py, profile/integrity.py)."""
+    from hermes_admin.profile import integrity
+    from hermes_admin.profile.store.damage import DAMAGED_STORE
+
+    if any(p.kind in (DAMAGED_STORE, "store") for p in run.problems[before:]):
+        return
+    known = integrity.damage_known(profile)
+    if known:
+        run.add(about(profile, ERROR, DAMAGED_STORE, f"{known} (found by the last check)", path=profile.store_path))
 
 
 def _siblings_by_root(job: Job) -> dict[Path, dict[str, Profile]]:
@@ -130,7 +153,7 @@ def status(job: Job, isolated: bool, env: Environment) -> Run:
         run.data.setdefault("status", []).append(
             {"profile": p.name, "home": str(p.home), "store": p.has_store(), "runs": runs or []})
 
-    _each(job, run, isolated, one)
+    _each(job, run, isolated, one, view=True)
     return run
 
 
@@ -184,7 +207,7 @@ def policy(job: Job, isolated: bool, env: Environment) -> Run:
                     row["problems"].append({"file": None, "line": None, "message": str(exc)})
         run.data.setdefault("policy", []).append(row)
 
-    _each(job, run, isolated, work)
+    _each(job, run, isolated, work, view=True)
     return run
 
 
@@ -229,7 +252,7 @@ def _rows_of_stores(job: Job, isolated: bool, env: Environment, key: str, rows: 
         except StoreError as exc:
             run.add(exc.as_problem(profile.home))
 
-    _each(job, run, isolated, work)
+    _each(job, run, isolated, work, view=True)
     return run
 
 
@@ -279,7 +302,8 @@ def session_detail(job: Job, isolated: bool, env: Environment) -> Run:
 
     run = Run(dry_run=True)
     _each(job, run, isolated,
-          lambda p: run.data.setdefault("session", []).append(detail(p, job.params.session_id, env.lock_wait)))
+          lambda p: run.data.setdefault("session", []).append(detail(p, job.params.session_id, env.lock_wait)),
+          view=True)
     return run
 
 
@@ -355,7 +379,7 @@ def exports_list(job: Job, isolated: bool, env: Environment) -> Run:
 
     run = Run(dry_run=True)
     _each(job, run, isolated, lambda p: listing(run, p, job.layers_of(p), env.installations,
-                                                job.params.export_dir, job.params.held))
+                                                job.params.export_dir, job.params.held), view=True)
     return run
 
 

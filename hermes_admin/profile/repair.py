@@ -13,7 +13,8 @@ Findings, and what applying does:
 | legacy_main        | session_key `agent:main:...` (the default profile) in a named profile's store: ambiguous | none, unless asked (`move_legacy_main`): as wrong_store / duplicate, into the default profile |
 | unclaimed          | session_key names a profile that does not exist             | none (report only)                     |
 | broken_fts         | an FTS index fails its integrity-check (--check-fts)        | backup, rebuild, only while unheld     |
-| unusable_store     | not a database, malformed, or fails quick_check             | none: never modified                   |
+| damaged_store      | SQLite cannot read pages of a table, an index, a full-text index or the schema, the file is cut short, or a migration was cut short (store/damage.py: which structure, the rows still readable, the holder) | rebuild from every readable row into the same file, or finish the migration; only while unheld |
+| unusable_store     | not a database, or unreadable otherwise                     | none: never modified (its mode either)  |
 
 Everything is read with read-only connections until a fix is applied; writes
 go through the engine's locks and transactions, and deletions through its
@@ -31,14 +32,16 @@ from pathlib import Path
 
 
 from hermes_admin.model import Profile
+from hermes_admin.profile import integrity
 from hermes_admin.profile.engine.engine import FTS_TABLES, Engine
 from hermes_admin.profile.engine.exports import UNIT_WEIGHT
 from hermes_admin.profile.engine.restore import row_weight
-from hermes_admin.profile.engine.state_folder import LockHeld, RecordedFlock, state_folder
+from hermes_admin.profile.engine.state_folder import LockHeld, ProfileLocks, RecordedFlock, state_folder
 from hermes_admin.profile.environment import Environment
 from hermes_admin.profile.lineage import Unit
 from hermes_admin.profile.store import Store, StoreError, keep_wal
-from hermes_admin.profile.store import fts_index, repairs
+from hermes_admin.profile.engine.space import held_by_path
+from hermes_admin.profile.store import damage, fts_index, rebuild, repairs
 from hermes_admin.profile.store.connect import readonly_uri, write_transaction
 from hermes_admin.profile.store.errors import SQLITE_ERRORS
 from hermes_admin.profile.store.read import existing_ids
@@ -130,37 +133,84 @@ def inspect(profile: Profile, siblings: dict[str, Profile], check_fts: bool = Fa
         try:
             store = Store.open(profile, lock_wait_s=lock_wait_s)
         except StoreError as exc:
+            if exc.kind == damage.DAMAGED_STORE:
+                return _with_damage(profile, found, exc.problem)
             return found + [Finding(profile.name, "unusable_store", str(profile.store_path), exc.problem, "none")]
         held = store
     else:
         held = contextlib.nullcontext()
-    with held:
-        problem = _quick_check(store) if quick_check else None
-        if problem:
-            return found + [Finding(profile.name, "unusable_store", str(profile.store_path),
-                                    f"quick_check: {problem}", "none")]
-        # Row by row, and only the rows that may have something to say (SQLite leaves out those keyed
-        # to this profile, labelled for it or not at all, with their parent there): memory stays flat.
-        moved: list[tuple[str, str, str]] = []  # (id, session_key, owner) keyed to a sibling profile
-        own = [prefix for prefix in ("agent:main:", "agent:default:", f"agent:{profile.name}:")
-               if namespace_of(prefix + "x") == profile.name]
-        for sid, parent, key, label, dangling in repairs.rows_worth_a_look(store.db, profile.name, own):
-            owner = namespace_of(key)
-            if owner and owner != profile.name:
-                if owner in siblings:
-                    moved.append((sid, key, owner))
-                elif owner == "default":  # no default profile of this owner to move it to
-                    found.append(Finding(profile.name, "legacy_main", sid, f"session_key {key!r} names the default "
-                                         f"profile: {AMBIGUOUS_WHY} (no default profile here to move it to)", "none"))
-                else:
-                    found.append(Finding(profile.name, "unclaimed", sid,
-                                         f"session_key {key!r} names profile '{owner}', which does not exist", "none"))
-            elif label is not None and label != profile.name:
-                found.append(Finding(profile.name, "mislabelled", sid, f"profile_name is {label!r}",
-                                     f"relabel to '{profile.name}'"))
-            if dangling:
-                found.append(Finding(profile.name, "dangling_parent", sid, f"parent {parent!r} does not exist",
-                                     "clear parent_session_id"))
+    try:
+        with held:
+            return _inspect_store(profile, store, siblings, found, check_fts, quick_check, move_legacy_main,
+                                  lock_wait_s)
+    except SQLITE_ERRORS as exc:
+        if not damage.is_damage(exc):
+            raise
+        return _with_damage(profile, found, " ".join(str(exc).split()))
+
+
+def _with_damage(profile: Profile, found: list[Finding], said: str) -> list[Finding]:
+    """The findings of a store SQLite cannot wholly read: what is damaged (store/damage.py), how
+    many rows of each table can still be read (a count that writes nothing), who holds the store,
+    and the fix; the store's own files' modes are left as they are with it (nothing of a store
+    left untouched is changed)."""
+    path = profile.store_path
+    own = {str(path), f"{path}-wal", f"{path}-shm"}
+    found = [f for f in found if not (f.kind == "loose_permissions" and f.subject in own)]
+    diagnosis = damage.diagnose(path)
+    step = damage.next_step(diagnosis, profile.shown, in_repair=True)
+    if damage.NOT_A_DATABASE in diagnosis.kinds() or diagnosis.ok:
+        what = diagnosis.line() if not diagnosis.ok else f"damaged: {said}"
+        return found + [Finding(profile.name, "unusable_store", str(path), f"{what}; {step}", "none")]
+    counts = damage.readable_rows(path, [t for t in damage.CANONICAL])
+    had = damage.indexed_counts(path, list(counts))  # what its intact indexes say it held
+    readable = ", ".join(f"{table} {'?' if n is None else n}"
+                         + (f" of {had[table]}" if n is not None and had.get(table, n) > n else "")
+                         for table, n in counts.items())
+    known = damage.indexed_ids(path)
+    lost = (f"; {len(known) - counts['sessions']} session(s) its index still names cannot be read"
+            if known is not None and counts.get("sessions") is not None and len(known) > counts["sessions"] else "")
+    holder = held_by_path(path, wal=os.path.exists(f"{path}-wal"))
+    detail = (f"{diagnosis.line()}; rows still readable: {readable}{lost}"
+              + (f"; {holder}" if holder else "; no other process holds it"))
+    fix = (REBUILD_FIX if diagnosis.lossless else f"{REBUILD_FIX}; the rows on the damaged pages are lost")
+    return found + [Finding(profile.name, "damaged_store", str(path), f"{detail}; " + (
+        step if diagnosis.lossless else
+        f"`hermes-admin repair --apply -p {profile.shown}` rebuilds it from the readable rows; {step}"), fix)]
+
+
+REBUILD_FIX = ("rebuild the store from every readable row into the same file (its damaged bytes kept beside it), "
+               "only while no other process holds it")
+
+
+def _inspect_store(profile: Profile, store: Store, siblings: dict[str, Profile], found: list[Finding],
+                   check_fts: bool, quick_check: bool, move_legacy_main: bool,
+                   lock_wait_s: float | None) -> list[Finding]:
+    problem = _quick_check(store) if quick_check else None
+    if problem:
+        return _with_damage(profile, found, f"quick_check: {problem}")
+    # Row by row, and only the rows that may have something to say (SQLite leaves out those keyed
+    # to this profile, labelled for it or not at all, with their parent there): memory stays flat.
+    moved: list[tuple[str, str, str]] = []  # (id, session_key, owner) keyed to a sibling profile
+    own = [prefix for prefix in ("agent:main:", "agent:default:", f"agent:{profile.name}:")
+           if namespace_of(prefix + "x") == profile.name]
+    for sid, parent, key, label, dangling in repairs.rows_worth_a_look(store.db, profile.name, own):
+        owner = namespace_of(key)
+        if owner and owner != profile.name:
+            if owner in siblings:
+                moved.append((sid, key, owner))
+            elif owner == "default":  # no default profile of this owner to move it to
+                found.append(Finding(profile.name, "legacy_main", sid, f"session_key {key!r} names the default "
+                                     f"profile: {AMBIGUOUS_WHY} (no default profile here to move it to)", "none"))
+            else:
+                found.append(Finding(profile.name, "unclaimed", sid,
+                                     f"session_key {key!r} names profile '{owner}', which does not exist", "none"))
+        elif label is not None and label != profile.name:
+            found.append(Finding(profile.name, "mislabelled", sid, f"profile_name is {label!r}",
+                                 f"relabel to '{profile.name}'"))
+        if dangling:
+            found.append(Finding(profile.name, "dangling_parent", sid, f"parent {parent!r} does not exist",
+                                 "clear parent_session_id"))
     # Which of the rows keyed to a sibling profile are there already (an interrupted move):
     # one read per sibling, not one per row.
     wanted: dict[str, list[str]] = {}
@@ -377,15 +427,91 @@ def _rebuild_fts(engine: Engine) -> list[str]:
     return notes
 
 
+def _rebuild_store(profile: Profile, result: Result | None = None, env: Environment | None = None,
+                   step=lambda where: None) -> str:
+    """The damaged store made again from every readable row (store/rebuild.py), put into its own
+    file only while no other process holds it, under our profile lock, Hermes' maintenance lock
+    and its `state.db.repair.lock`; its damaged bytes kept beside it first (one copy per damage).
+    Refused before anything is written when the disk lacks the room. A migration cut short is
+    finished (its stranded rows copied into the live table, the leftover dropped), with or without
+    a rebuild. Returns what was done."""
+    path = profile.store_path
+    wal = os.path.exists(f"{path}-wal")
+    holder = held_by_path(path, wal=wal)
+    if holder:
+        raise RuntimeError(f"{holder}: a damaged store is rebuilt only while no other process holds it")
+    if damage.diagnose(path).kinds() == {damage.MIGRATION}:  # every page reads: only the migration to finish
+        with ProfileLocks(profile), RecordedFlock(Path(f"{path}.repair.lock"), "Hermes is repairing its store",
+                                                  REBUILD_LOCK_WAIT_S):
+            finished = rebuild.finish_migration(path)
+        integrity.passed(profile, time.time(), integrity.identity(profile))
+        return finished
+    try:
+        rebuild.check_room(path)
+    except rebuild.RebuildRefused as exc:
+        raise RuntimeError(str(exc)) from None
+    before = damage.readable_rows(path, ["sessions", "messages"])
+    known = damage.indexed_ids(path) or set()
+    with ProfileLocks(profile), RecordedFlock(Path(f"{path}.repair.lock"), "Hermes is repairing its store",
+                                              REBUILD_LOCK_WAIT_S):
+        rebuild.remove_leftovers(path)
+        kept = rebuild.keep_damaged(path)
+        new = rebuild.new_path(path)
+        try:
+            try:
+                done = rebuild.build(path, new)
+            except rebuild.RebuildRefused as exc:
+                raise RuntimeError(f"{exc}; the store is left as it was") from None
+            holder = held_by_path(path, wal=wal)
+            if holder:
+                raise RuntimeError(f"{holder} since the rebuild began: the store is left as it was")
+            step("put_in_place")
+            rebuild.put_in_place(new, path, step)
+        finally:
+            rebuild.remove_new(new)
+        finished = rebuild.finish_migration(path) if damage.MIGRATION in damage.diagnose(path).kinds() else ""
+    after = damage.diagnose(path)
+    if not after.ok:
+        raise RuntimeError(f"the store still reads as {after.line()} after its rebuild (its damaged bytes are in {kept})")
+    integrity.passed(profile, time.time(), integrity.identity(profile))  # the views stop saying it is damaged
+    back = done.rows.get("sessions", 0)
+    lost = sorted(known - set(_present(profile, sorted(known)))) if known else []
+    if lost:  # announced to the profile's plugins as any session that leaves the store (docs/design.md §7)
+        with Engine(profile, env=env) as engine:
+            failures = engine.aftermath.announce_lost(lost, "profile_repair")
+        if result is not None:
+            result.hook_failures += failures
+    return (f"rebuilt from its readable rows: {back} session(s) and {done.rows.get('messages', 0)} message(s) back"
+            + (f", {len(done.recovered_sessions)} session row(s) made again (source 'recovered') for readable "
+               f"messages whose own row was lost" if done.recovered_sessions else "")
+            + (f"; {len(lost)} session(s) lost: {', '.join(lost[:20])}{' …' if len(lost) > 20 else ''}" if lost else "")
+            + (f"; {finished}" if finished else "")
+            + f"; the damaged file is kept as {kept}"
+            + (f" (it read {before.get('sessions')} session(s) and {before.get('messages')} message(s))"
+               if before else ""))
+
+
+def _present(profile: Profile, ids: list[str]) -> list[str]:
+    with Store.open(profile) as store:
+        return existing_ids(store, ids)
+
+
 def apply(profile: Profile, findings: list[Finding], siblings: dict[str, Profile],
-          env: Environment) -> tuple[Result, list[str]]:
+          env: Environment, lossy: bool = True) -> tuple[Result, list[str]]:
     """Fix one profile's findings, in the job's `env`. Raises LockHeld/StoreError for the profile as
     a whole; a single fix that fails is recorded on its finding and the others still run. Returns the
-    result (its notes are the findings) and what the engines and the snapshots folder set aside."""
+    result (its notes are the findings) and what the engines and the snapshots folder set aside.
+    `lossy`: a damaged store with torn table pages is rebuilt from its readable rows (`repair
+    --apply`); False (`run`'s `repair: apply`): only a store whose every row still reads."""
     result = Result(profile.name, "delete", "profile_repair", False, task="repair")
     for finding in findings:
         if finding.kind in ("missing_folder", "loose_permissions"):
             _attempt(finding, lambda f=finding: _fix_files(f, profile))
+    for finding in findings:
+        if finding.kind == "damaged_store":  # nothing else of the store was inspected: the rebuild alone
+            if finding.fix == REBUILD_FIX or lossy:  # `run`'s `repair: apply` loses no row
+                _attempt(finding, lambda f=finding: result.notes.append(_rebuild_store(profile, result, env)))
+            return result, []
     store_fixes = [f for f in findings if f.kind in ("dangling_parent", "mislabelled", "wrong_store", "duplicate",
                                                       "legacy_main", "broken_fts")]
     if not store_fixes:

@@ -34,6 +34,18 @@ PARTS = {"table": "table {}", "indexes": "indexes of {}", "fts5_index": "FTS5 in
 AUTO_VACUUM = {0: "none", 1: "full", 2: "incremental"}  # PRAGMA auto_vacuum's values
 
 
+def _damaged_copies(store_path) -> int:
+    """The damaged stores a repair kept beside this one (`state.db.damaged-*`, with their
+    sidecars): the operator's to remove, never ours."""
+    folder = os.path.dirname(store_path)
+    prefix = os.path.basename(store_path) + ".damaged-"
+    try:
+        names = [n for n in os.listdir(folder) if n.startswith(prefix)]
+    except OSError:
+        return 0
+    return sum(_size(os.path.join(folder, n)) for n in names)
+
+
 def profile_usage(profile, store: Store, exports: int, held_by: str | None = None) -> dict:
     """One profile's figures, in bytes. `exports`: what its exports take, as `exports list` counts
     them (exports.listed_bytes); `held_by`: who else holds the store open now (space.py), for what
@@ -50,7 +62,7 @@ def profile_usage(profile, store: Store, exports: int, held_by: str | None = Non
     sizes, sources = _sessions(db)
     files = {"state_db": _size(store.path), "state_db_wal": _size(f"{store.path}-wal"),
              "state_db_shm": _size(f"{store.path}-shm"), "sessions_dir": _folder_bytes(profile.sessions_dir),
-             "exports": exports}
+             "exports": exports, "damaged_copies": _damaged_copies(store.path)}
     mode, _ = reclaim_state(db)
     return {
         "profile": profile.name, "home": str(profile.home), "store": str(store.path),

@@ -10,6 +10,8 @@ from hermes_admin.model import Profile
 from hermes_admin.profile.installation import Installations
 from hermes_admin.profile.parts import graph_around
 from hermes_admin.profile.store import Store, StoreError
+from hermes_admin.profile.store.damage import damage_error, is_damage
+from hermes_admin.profile.store.errors import SQLITE_ERRORS
 from hermes_admin.profile.store.files import FileIndex
 from hermes_admin.profile.store.read import SessionRow, journal_mode, profile_counts
 from hermes_admin.profile.usage import reclaim_state, reclaim_waits_for
@@ -52,6 +54,17 @@ def profile_summary(profile: Profile, policy: dict | None = None, lock_wait_s: f
                 row["stale_open"] = _stale_open(store, policy)
     except StoreError as exc:
         row.update(ok=False, error=str(exc))
+    except SQLITE_ERRORS as exc:
+        if not is_damage(exc):
+            raise
+        row.update(ok=False, error=str(damage_error(profile, " ".join(str(exc).split()))))
+    if row["ok"]:  # what the last check (`run`, `repair`) found in this very file, when its reads did not meet it
+        from hermes_admin.profile import integrity
+
+        known = integrity.damage_known(profile)
+        if known:
+            row.update(ok=False, error=problems.about(profile, problems.ERROR, "damaged_store", f"{known} (found by the "
+                                                        "last check)", path=profile.store_path).text())
     return row
 
 

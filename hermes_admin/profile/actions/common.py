@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Callable, Iterable, Iterator
@@ -23,6 +24,7 @@ from hermes_admin.profile.parts import graph_parts
 from hermes_admin.profile.store import StoreError
 from hermes_admin.profile.store.connect import is_lock_error
 from hermes_admin.profile.store.connect import WriteLockHeld
+from hermes_admin.profile.store.damage import DAMAGED_STORE, damage_error, is_damage
 from hermes_admin.profile.store.errors import SQLITE_ERRORS
 from hermes_admin.report import Progress
 from hermes_admin.results import Result, Run
@@ -233,6 +235,10 @@ def _record(run: Run, profile: Profile, exc: BaseException) -> None:
         run.add(about(profile, LOCKED, "write_lock_held", str(exc)))
     elif isinstance(exc, StoreError):
         run.add(exc.as_problem(profile.home))
+        if exc.kind == DAMAGED_STORE and not run.dry_run:  # every view says it until the file changes
+            from hermes_admin.profile import integrity
+
+            integrity.damaged(profile, time.time(), integrity.identity(profile), exc.problem)
     elif isinstance(exc, HermesConfigError):
         run.add(about(profile, ERROR, "hermes_config", str(exc)))
     elif isinstance(exc, SQLITE_ERRORS) and is_lock_error(exc):
@@ -240,6 +246,8 @@ def _record(run: Run, profile: Profile, exc: BaseException) -> None:
         run.add(about(profile, LOCKED, "write_lock_held", f"another process holds the write lock"
                       f"{store_holders(profile)}; nothing of this transaction was written (--lock-wait "
                       "SECONDS waits longer)", path=profile.store_path))
+    elif isinstance(exc, SQLITE_ERRORS) and is_damage(exc):  # named: which structure, and the next step
+        run.add(damage_error(profile, " ".join(str(exc).split())).as_problem(profile.home))
     elif isinstance(exc, SQLITE_ERRORS):
         # The transaction rolled back: nothing of it was deleted, and its events never fire.
         where = getattr(exc, "filename", None) or profile.store_path

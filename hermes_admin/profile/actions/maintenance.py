@@ -44,6 +44,7 @@ from hermes_admin.profile.store.read import (WITHOUT_MESSAGES, any_without_messa
 from hermes_admin.profile.tasks import Selection, archive, budget, empty, ghosts, retention, stale
 
 from hermes_admin.problems import ERROR, LOCKED, WARNING, about
+from hermes_admin.profile.store.damage import DAMAGED_STORE, damage_error, is_damage
 from hermes_admin.profile.store.errors import SQLITE_ERRORS
 CHUNK = 2000  # files of sessions/ looked at together by the ghost sweep
 BUDGET_CHUNK = 200  # units whose text the size budget sums in one query (their ids bound a statement's)
@@ -422,8 +423,9 @@ def not_announcing(policy: Policy, lookup: installation.Lookup) -> str | None:
 
 
 def repair_step(run: Run, profile: Profile, policy: Policy, request: Request, env: Environment,
-                siblings: dict[str, Profile], store=None) -> None:
+                siblings: dict[str, Profile], store=None) -> bool:
     """`run`'s first step: profile repair, report-only unless the policy says `repair: apply`.
+    True when the store is damaged and stays so: the profile's error, and its other tasks do not run.
 
     It runs before the profile's engine opens: applying takes that profile's locks itself.
     `siblings`: the profiles of the same root and owner (where a wrong-store row may move).
@@ -437,18 +439,31 @@ def repair_step(run: Run, profile: Profile, policy: Policy, request: Request, en
         checked = integrity.identity(profile)  # before the check: a store replaced meanwhile is not this one
         check = integrity.due(profile, policy.quick_check_hours, request.now, checked)
         findings = profile_repair.inspect(profile, siblings, store=store, quick_check=check, lock_wait_s=env.lock_wait)
-        if check and not request.dry_run and not any(f.kind == "unusable_store" for f in findings):
+        damaged = [f for f in findings if f.kind in ("unusable_store", DAMAGED_STORE)]
+        if check and not request.dry_run and not damaged:
             integrity.passed(profile, request.now, checked)
+        elif damaged and not request.dry_run:  # every view says it until the file is another one or passes
+            integrity.damaged(profile, request.now, checked, damaged[0].detail)
         fixable = [f for f in findings if f.fix != "none"]
         if apply and fixable:
-            result, set_aside = profile_repair.apply(profile, fixable, siblings, env)
+            result, set_aside = profile_repair.apply(profile, fixable, siblings, env, lossy=False)
             result.action = "repair"
             run.add(*engine_notes(profile, set_aside))
     except (LockHeld, StoreError, *SQLITE_ERRORS) as exc:
+        if isinstance(exc, StoreError) and exc.kind == DAMAGED_STORE:
+            run.add(exc.as_problem(profile.home))
+            return True
+        if isinstance(exc, SQLITE_ERRORS) and is_damage(exc):
+            run.add(damage_error(profile, " ".join(str(exc).split())).as_problem(profile.home))
+            return True
         # a held lock is a held lock (exit 3) whichever task meets it; anything else spares the other tasks
         severity = LOCKED if isinstance(exc, LockHeld) else WARNING
         run.add(about(profile, severity, "repair", f"repair: {' '.join(str(exc).split())}"))
-        return
+        return False
+    unfixed = [f for f in damaged if not f.applied]
+    for finding in unfixed:  # the profile's error: no task works on a store SQLite cannot wholly read
+        run.add(about(profile, ERROR, DAMAGED_STORE, f"{finding.detail}; no maintenance until it is repaired",
+                      path=finding.subject))
     for finding in findings:
         finding.home = str(profile.home)
     run.findings += findings  # counted by kind in the report (cli/mutate.py), each listed under -v
@@ -459,6 +474,7 @@ def repair_step(run: Run, profile: Profile, policy: Policy, request: Request, en
     result.seconds = time.monotonic() - started
     result.home = str(profile.home)
     run.results.append(result)
+    return bool(unfixed)
 
 
 def applied(policy: Policy, origins: dict, request: Request) -> tuple[Policy, dict]:
@@ -534,13 +550,15 @@ def maintain(run: Run, profile: Profile, layers: PolicyLayers, request: Request,
     repairing = model.REPAIR.name in request.tasks
     applying = policy.repair == "apply" and not request.dry_run
     if repairing and applying:  # fixes take the profile's locks themselves: before the engine
-        repair_step(run, profile, policy, request, env, siblings)
+        if repair_step(run, profile, policy, request, env, siblings):
+            return
 
     ledger = Ledger()  # each task's result as it begins: reported with a failure too (common.with_engine)
 
     def work(engine: Engine) -> list[Result]:
         if repairing and not applying:  # a report reads through the engine's own connection
-            repair_step(run, profile, policy, request, env, siblings, store=engine.store)
+            if repair_step(run, profile, policy, request, env, siblings, store=engine.store):
+                return ledger.results
         one_pass = _Pass(engine, policy, request, ledger)
         if not stopping.requested():  # first: what was deleted outside hermes-admin since the last look
             announced = noticed.announce(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 
 
 from hermes_admin.model import Profile
@@ -11,6 +13,7 @@ from hermes_admin.profile.actions.common import engine_notes
 from hermes_admin.profile.engine.state_folder import LockHeld
 from hermes_admin.profile.environment import Environment
 from hermes_admin.profile.store import StoreError
+from hermes_admin.profile.store.damage import DAMAGED_STORE as DAMAGED
 from hermes_admin.profile.store.errors import SQLITE_ERRORS
 from hermes_admin.results import RepairRun
 
@@ -25,9 +28,15 @@ def repair(run: RepairRun, profile: Profile, env: Environment, siblings: dict[st
     for finding in findings:
         finding.home = str(profile.home)
     run.findings += findings
+    if not any(f.kind in ("unusable_store", DAMAGED) for f in findings) and profile.has_store():
+        from hermes_admin.profile import integrity
+
+        if integrity.damage_known(profile):  # the store reads whole now (repaired, or restored by hand)
+            integrity.passed(profile, time.time(), integrity.identity(profile))
     for finding in findings:
-        if finding.kind == "unusable_store":
-            run.add(about(profile, ERROR, finding.kind, f"{finding.detail} (left untouched)", path=finding.subject))
+        if finding.kind == "unusable_store" or (finding.kind == DAMAGED and not (apply and finding.fix != "none")):
+            run.add(about(profile, ERROR, DAMAGED if finding.kind == DAMAGED else finding.kind,
+                          f"{finding.detail} (left untouched)", path=finding.subject))
     if not apply or not any(f.fix != "none" for f in findings):
         return
     try:

@@ -15,6 +15,7 @@ from hermes_admin import stopping
 from hermes_admin.hook_failures import HookFailure
 from hermes_admin.model import Profile
 from hermes_admin.profile.engine import faults
+from hermes_admin.profile.lineage import Unit
 from hermes_admin.profile.engine.outbox import Event, Outbox, OutboxError
 from hermes_admin.profile.engine.remover import FileRemover
 from hermes_admin.profile.hooks.bus import DeliveryStopped, HookBus
@@ -128,6 +129,17 @@ class Aftermath:
                                                                     "event(s) left for the next run (the first may "
                                                                     "repeat)")]
         return failures
+
+    def announce_lost(self, ids: list[str], reason: str) -> list[HookFailure]:
+        """Sessions whose rows a repair could not bring back (gone already): one event each, kept in
+        the outbox until delivered, as a deletion's are; their files in sessions/ are left, since they
+        may be all that is left of them (an outbox kind of its own: a replay removes no file for it)."""
+        if not ids or not self.listening:
+            return []
+        pending = self.outbox.add_pending("lost", reason, [Unit(sid, [sid]) for sid in ids])
+        self.outbox.settle({event: [sid] for event, sid in zip(pending, ids)}, [])
+        wanted = set(pending)
+        return self.deliver([event for event in self.outbox.undelivered() if event.id in wanted])
 
     def replay(self, db) -> list[HookFailure]:
         """Finish what a previous run left: verify pending events, deliver committed ones; returns

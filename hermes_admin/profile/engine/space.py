@@ -46,6 +46,13 @@ def held_by(store: Store, lock_free: Callable[[], bool | None] | None = None) ->
     return None if found.holders == [] else holding(found, store.profile.store_path, lock_free)
 
 
+def held_by_path(path, wal: bool) -> str | None:
+    """`held_by` for a store known by its path alone (one SQLite cannot read: repair of damage);
+    `wal`: its journal is a WAL (where every open connection holds the -shm)."""
+    found = holders.look(holders.store_files(path), wal=wal)
+    return None if found.holders == [] else holding(found, path)
+
+
 def holding(found: holders.Look, path, lock_free: Callable[[], bool | None] | None = None) -> str:
     """`held by pid 4242 (hermes gateway)`, or why nobody can say the store is free: which processes
     could not be looked into and why, what the kernel's lock table says of the store's files, and

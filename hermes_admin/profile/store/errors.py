@@ -14,15 +14,16 @@ from hermes_admin.problems import ERROR, Problem
 class StoreError(Exception):
     """A store that cannot be used: the message is one line naming profile and file."""
 
-    def __init__(self, profile: str, path: Path, problem: str):
+    def __init__(self, profile: str, path: Path, problem: str, kind: str = "store"):
         self.profile = profile
         self.path = Path(path)
+        self.kind = kind  # "store", or "damaged_store": the file is damaged (store/damage.py)
         self.problem = " ".join(str(problem).split())  # always one line
         super().__init__(self.as_problem().text())
 
     def as_problem(self, home: str | Path | None = None) -> Problem:
         return Problem(ERROR, self.problem, profile=self.profile, home=None if home is None else str(home),
-                       kind="store", path=str(self.path))
+                       kind=self.kind, path=str(self.path))
 
 
 # What a statement can raise: peewee's wrapping of a driver's error, and the driver's own (apsw's

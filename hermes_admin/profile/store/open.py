@@ -7,9 +7,11 @@ from pathlib import Path
 import peewee
 
 from hermes_admin.model import Profile
+from hermes_admin.profile.store import damage
 from hermes_admin.profile.store.connect import open_readonly, open_readwrite
 from hermes_admin.profile.store.errors import SQLITE_ERRORS, StoreError
-from hermes_admin.profile.store.schema import KNOWN_SCHEMA_VERSION, Schema, not_understood, read_schema
+from hermes_admin.profile.store.schema import (KNOWN_SCHEMA_VERSION, Schema, migration_leftovers, not_understood,
+                                               read_schema)
 
 
 class Store:
@@ -39,7 +41,12 @@ class Store:
             # SQLite itself says "file is not a database": we never sniff the header.
             if db is not None:
                 db.close()
+            if damage.is_damage(exc):  # which structure, and what to do: one line (store/damage.py)
+                raise damage.damage_error(profile, str(exc)) from exc
             raise StoreError(profile.shown, path, str(exc)) from exc
+        if migration_leftovers(schema):  # its rows stranded beside the live table: said, never worked on
+            db.close()
+            raise damage.damage_error(profile)
         problem = None
         if not schema.has_table("sessions"):
             problem = "not a Hermes store (no sessions table)"

@@ -9,6 +9,7 @@ release known here is judged by what it holds (`not_understood`).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import peewee
@@ -89,4 +90,19 @@ def not_understood(schema: Schema) -> list[str]:
                 continue
             if names_a_session(schema, name):
                 found.append(f"{kind} {name}")
+    return found
+
+
+# Where Hermes' migrations rebuild a table (RENAME it aside, CREATE it anew, copy, DROP the old): the
+# name the old one has while aside, by the live table's name. One left beside its live table is a
+# migration cut short (older releases made these steps without one transaction): its rows are
+# stranded there, still referencing their sessions.
+def migration_leftovers(schema: Schema) -> list[tuple[str, str]]:
+    """(leftover, live table) for each table a rebuild cut short left aside, beside its live table."""
+    found = []
+    for name in sorted(schema.tables):
+        live = name[: -len("_legacy_pk")] if name.endswith("_legacy_pk") else (
+            "session_model_usage" if re.fullmatch(r"session_model_usage_v\d+", name) else None)
+        if live and live in schema.tables:
+            found.append((name, live))
     return found

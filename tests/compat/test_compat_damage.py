@@ -1,0 +1,328 @@
+"""Issue 45: a damaged store is that profile's problem on every command, named by what is damaged.
+
+Stores written by the real releases (0.19.0 in WAL, 0.22.2 in a rollback journal), with pages of
+one kind overwritten (tests/damage.py finds them through SQLite's own page map), cut short, or
+replaced by a file that is no database. Every command lists the damaged profile, says in one line
+which structure is damaged, exits 2 (never 70) and goes on with the healthy profile beside it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+
+import pytest
+
+from tests import damage
+from tests.conftest import NOW, store_digest
+from tests.helpers import events, home_of, install_plugins
+
+PROFILES = ["default", "work"]
+RELEASES = ["0.19.0", "0.20.1", "0.22.2"]
+
+
+@pytest.fixture(scope="module", params=RELEASES)
+def built(request, tmp_path_factory, hermes_peer):
+    root = tmp_path_factory.mktemp(f"hermes-{request.param}") / "hermes"
+    hermes_peer.build_root(root, PROFILES, NOW, orphans=False, release=request.param, scenario="releases")
+    for name in PROFILES:
+        damage.settle(home_of(root, name) / "state.db")
+    return request.param, root
+
+
+def copy_of(built, folder):
+    shutil.copytree(built[1], folder, symlinks=True)
+    return folder
+
+
+DAMAGES = {
+    "table": (lambda db: damage.tear(db, "sessions"), "table sessions"),
+    "messages": (lambda db: damage.tear(db, "messages", 2), "table messages"),
+    "index": (lambda db: damage.tear(db, "idx_messages_session"), "index idx_messages_session"),
+    "fts": (lambda db: damage.tear(db, "messages_fts_data"), "full-text index messages_fts"),
+    "cut": (lambda db: damage.cut_short(db), "file length"),
+    "migration": (lambda db: damage.half_migrate(db), "schema migration session_model_usage_legacy_pk"),
+}
+
+VIEWS = [("profiles",), ("status",), ("usage",), ("sessions", "list"), ("exports", "list"), ("config", "show"),
+         ("repair",), ("run", "--dry-run"), ("run",)]
+
+
+@pytest.mark.parametrize("kind", list(DAMAGES))
+def test_every_command_names_the_damage_and_goes_on(built, tmp_path, invoke, kind):
+    root = copy_of(built, tmp_path / "hermes")
+    hurt, said = DAMAGES[kind]
+    work = home_of(root, "work") / "state.db"
+    hurt(work)
+    before = store_digest(root)
+    # `run` first when the view's own reads need not meet the damage: the last check is what they say then
+    for args in [("run",), *VIEWS]:
+        done = invoke("--root", str(root), *args, "--json")
+        doc = json.loads(done.stdout)
+        assert done.exit_code == 2, (args, done.exit_code, done.stdout[-2000:])
+        errors = doc.get("errors", [])
+        lines = [e for e in errors if "'work'" in e] + [p.get("error") or "" for p in doc.get("profiles", [])]
+        assert any(said in line and str(work) in line for line in lines), (args, errors)
+        assert not any("internal error" in e for e in errors), (args, errors)
+        assert not any("'default'" in e for e in errors), (args, errors)
+    listed = json.loads(invoke("--root", str(root), "profiles", "--json").stdout)["profiles"]
+    assert {p["name"]: p["ok"] for p in listed} == {"default": True, "work": False}
+    assert json.loads(invoke("--root", str(root), "sessions", "list", "-p", "default", "--json").stdout)["sessions"]
+    assert store_digest(root)[str(work)] == before[str(work)]  # reports and dry runs write nothing to it
+
+
+def test_repair_counts_what_can_still_be_read(built, tmp_path, invoke):
+    root = copy_of(built, tmp_path / "hermes")
+    work = home_of(root, "work") / "state.db"
+    counts_before = counts(work)
+    damage.tear(work, "messages", 1)
+    doc = json.loads(invoke("--root", str(root), "repair", "--json").stdout)
+    (finding,) = [f for f in doc["findings"] if f["profile"] == "work"]
+    assert finding["kind"] == "damaged_store"
+    assert "table messages (1 page unreadable)" in finding["detail"] and "rows still readable: sessions" in finding["detail"]
+    readable = int(finding["detail"].split(", messages ")[1].split(" of ")[0])
+    assert f"messages {readable} of {counts_before[1]}" in finding["detail"] and readable < counts_before[1]
+    assert "`hermes-admin repair --apply -p work` rebuilds it from the readable rows" in finding["detail"]
+
+
+def test_not_a_database_gets_a_next_step_and_keeps_its_mode(built, tmp_path, invoke):
+    """Issue 48, A7: no chmod of what repair says it leaves untouched; a next step."""
+    root = copy_of(built, tmp_path / "hermes")
+    work = home_of(root, "work") / "state.db"
+    work.write_bytes(b"this is no database" * 300)
+    os.chmod(work, 0o644)
+    done = invoke("--root", str(root), "repair", "--apply", "--yes", "--json")
+    assert done.exit_code == 2
+    errors = json.loads(done.stdout)["errors"]
+    (line,) = [e for e in errors if str(work) in e]
+    assert "not a database" in line and "backup" in line and "left untouched" in line
+    assert stat.S_IMODE(os.stat(work).st_mode) == 0o644
+
+
+# -- repair --apply rebuilds ---------------------------------------------------------------------
+
+@pytest.fixture
+def nobody_holds(monkeypatch):
+    """The rebuild's own look for holders told that nobody holds the store: on a host whose holder
+    scan cannot see every process (it answers "unknown", which counts as held) nothing would be
+    rebuilt. A holder's own test below uses the real scan."""
+    from hermes_admin.profile import repair
+
+    monkeypatch.setattr(repair, "held_by_path", lambda path, wal: None)
+
+
+def counts(db) -> tuple[int, int]:
+    import sqlite3
+
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return tuple(conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("sessions", "messages"))
+    finally:
+        conn.close()
+
+
+def kept_copies(home) -> list:
+    return sorted(p.name for p in home.iterdir() if ".damaged-" in p.name and not p.name.endswith(("-wal", "-journal")))
+
+
+@pytest.mark.parametrize("kind", ["index", "fts"])
+def test_a_torn_index_is_rebuilt_in_place_losing_nothing(built, tmp_path, invoke, nobody_holds, kind):
+    from tests.compat import checks
+
+    release = built[0]
+    root = copy_of(built, tmp_path / "hermes")
+    home = home_of(root, "work")
+    work = home / "state.db"
+    whole = counts(work)
+    DAMAGES[kind][0](work)
+    damaged, inode = work.read_bytes(), os.stat(work).st_ino
+    assert invoke("--root", str(root), "run", "--json").exit_code == 2  # recorded: every view says it
+    done = invoke("--root", str(root), "repair", "--apply", "--yes", "--json")
+    assert done.exit_code in (0, 1), done.stdout[-3000:]
+    assert counts(work) == whole and os.stat(work).st_ino == inode
+    assert checks.store_problems(home, release) == []
+    (kept,) = kept_copies(home)
+    assert (home / kept).read_bytes() == damaged
+    shown = invoke("--root", str(root), "profiles", "--json")
+    assert shown.exit_code in (0, 1) and all(p["ok"] for p in json.loads(shown.stdout)["profiles"])
+    listed = json.loads(invoke("--root", str(root), "usage", "-p", "work", "--json").stdout)["profiles"]
+    assert listed[0]["files"]["damaged_copies"] >= len(damaged)  # listed by usage; the operator's to remove
+    again = invoke("--root", str(root), "repair", "--apply", "--yes", "--json")
+    assert [f for f in json.loads(again.stdout)["findings"] if f["profile"] == "work"] == []
+    assert kept_copies(home) == [kept]
+
+
+def test_torn_table_pages_are_salvaged_into_the_same_file(built, tmp_path, invoke, nobody_holds):
+    from tests.compat import checks
+
+    release = built[0]
+    root = copy_of(built, tmp_path / "hermes")
+    home = home_of(root, "work")
+    work = home / "state.db"
+    whole = counts(work)
+    install_plugins(home, ["recorder"], enabled=["recorder"])
+    damage.tear(work, "sessions")
+    damage.tear(work, "messages", 2)
+    report = json.loads(invoke("--root", str(root), "repair", "--json").stdout)
+    (finding,) = [f for f in report["findings"] if f["profile"] == "work"]
+    assert "cannot be read" in finding["detail"] and finding["fix"] != "none"
+    done = invoke("--root", str(root), "repair", "--apply", "--yes", "--json")
+    assert done.exit_code in (0, 1), done.stdout[-3000:]
+    said = " ".join(r for result in json.loads(done.stdout)["results"] for r in result.get("notes", []))
+    assert "message(s) back" in said and "session(s) lost" in said
+    sessions, messages = counts(work)
+    assert 0 < messages < whole[1]
+    # every session the index still named and that did not come back: announced once, reason profile_repair
+    lost = said.split("session(s) lost: ")[1].split(";")[0].split(", ")
+    announced = [(e["session_id"], e["reason"]) for e in events(home)]
+    assert sorted(announced) == sorted((sid, "profile_repair") for sid in lost) and lost
+    assert checks.store_problems(home, release) == []
+    assert counts(home_of(root, "default") / "state.db") == whole  # the healthy profile beside it
+
+
+def test_run_with_repair_apply_rebuilds_only_what_loses_nothing(built, tmp_path, invoke, nobody_holds):
+    from tests.compat import checks
+
+    root = copy_of(built, tmp_path / "hermes")
+    config = tmp_path / "admin.yaml"
+    config.write_text("defaults:\n  repair: apply\n")
+    work = home_of(root, "work") / "state.db"
+    damage.tear(work, "sessions")
+    before = work.read_bytes()
+    done = invoke("--config", str(config), "--root", str(root), "run", "--json")
+    assert done.exit_code == 2 and work.read_bytes() == before  # rows would be lost: left for the operator
+    fresh = copy_of(built, tmp_path / "again")
+    work = home_of(fresh, "work") / "state.db"
+    whole = counts(work)
+    damage.tear(work, "idx_messages_session")
+    done = invoke("--config", str(config), "--root", str(fresh), "run", "--json")
+    assert done.exit_code in (0, 1), done.stdout[-3000:]
+    said = " ".join(n for result in json.loads(done.stdout)["results"] for n in result.get("notes", []))
+    assert f"{whole[0]} session(s) and {whole[1]} message(s) back" in said  # then the run's tasks went on
+    assert checks.sqlite_problems(work) == []
+
+
+CRASH = r"""
+import os, sys
+from pathlib import Path
+from hermes_admin.model import Profile
+import functools
+from hermes_admin.profile import repair
+from hermes_admin.profile.store import rebuild
+repair.held_by_path = lambda path, wal: None
+rebuild.put_in_place = functools.partial(rebuild.put_in_place, pages=8)  # several steps, even for a small store
+root, home = Path(sys.argv[1]), Path(sys.argv[2])
+seen = []
+def step(where):
+    seen.append(where)
+    if seen.count("backup") == 2:  # part of the new store written into the file: then the process dies
+        os._exit(9)
+repair._rebuild_store(Profile(root, "work", home), step=step)
+"""
+
+
+def test_a_crash_in_the_middle_leaves_the_store_as_it_was(built, tmp_path, monkeypatch):
+    import sqlite3
+    import subprocess
+    import sys
+
+    root = copy_of(built, tmp_path / "hermes")
+    home = home_of(root, "work")
+    work = home / "state.db"
+    damage.tear(work, "messages", 2)
+    damaged = work.read_bytes()
+    env = dict(os.environ, PYTHONPATH=str(damage.Path(__file__).resolve().parents[2]))
+    done = subprocess.run([sys.executable, "-c", CRASH, str(root), str(home)], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 9, done.stderr[-3000:]
+    conn = sqlite3.connect(work)  # the next opener rolls back what the dead process left in the journal
+    conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    conn.close()
+    assert work.read_bytes() == damaged
+    # and the next repair, as nothing happened: what the dead one left of its new file is cleared
+    from hermes_admin.model import Profile
+    from hermes_admin.profile import repair
+
+    monkeypatch.setattr(repair, "held_by_path", lambda path, wal: None)
+    repair._rebuild_store(Profile(root, "work", home))
+    assert not [p for p in home.iterdir() if ".rebuild-" in p.name]
+    assert len(kept_copies(home)) == 1
+
+
+HOLD = "import sqlite3, sys, time; c = sqlite3.connect(sys.argv[1]); print('ready', flush=True); time.sleep(120)"
+
+
+def test_a_holder_or_a_full_disk_stops_the_rebuild_before_anything_is_written(built, tmp_path, invoke, monkeypatch):
+    """A process with the store open (another program's connection, in a process of its own)."""
+    import subprocess
+    import sys
+
+    root = copy_of(built, tmp_path / "hermes")
+    home = home_of(root, "work")
+    work = home / "state.db"
+    damage.tear(work, "idx_messages_session")
+    before = work.read_bytes()
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(work)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        done = invoke("--root", str(root), "repair", "--apply", "--yes", "--json")
+    finally:
+        holder.kill()
+        holder.wait()
+    assert "only while no other process holds it" in " ".join(json.loads(done.stdout)["warnings"]), done.stdout[-3000:]
+    assert work.read_bytes() == before and kept_copies(home) == []
+
+    from hermes_admin.profile import repair
+    from hermes_admin.profile.store import rebuild
+
+    monkeypatch.setattr(repair, "held_by_path", lambda path, wal: None)
+    real = os.statvfs
+    monkeypatch.setattr(rebuild.os, "statvfs", lambda p: os.statvfs_result((4096, 4096, 100, 1, 1, 100, 1, 1, 0, 255))
+                        if str(p) == str(home) else real(p))
+    done = invoke("--root", str(root), "repair", "--apply", "--yes", "--json")
+    assert "bytes free" in " ".join(json.loads(done.stdout)["warnings"])
+    assert work.read_bytes() == before and kept_copies(home) == []
+
+
+def test_at_least_what_hermes_own_recover_salvages(built, tmp_path, invoke, nobody_holds, hermes_peer):
+    """Hermes 0.22.2's `hermes sessions recover --allow-partial` on the same damaged file (into a new
+    file it says not to install): the rebuild brings back at least its sessions and messages."""
+    import sqlite3
+
+    root = copy_of(built, tmp_path / "hermes")
+    home = home_of(root, "work")
+    work = home / "state.db"
+    damage.tear(work, "sessions")
+    damage.tear(work, "messages", 2)
+    theirs = tmp_path / "recovered.db"
+    hermes_peer.hermes(home, "sessions", "recover", "--source", str(work), "--output", str(theirs), "--allow-partial",
+                       release="0.22.2", timeout=300)
+    conn = sqlite3.connect(f"file:{theirs}?mode=ro", uri=True)
+    got = tuple(conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("sessions", "messages"))
+    conn.close()
+    done = invoke("--root", str(root), "repair", "--apply", "--yes", "--json")
+    assert done.exit_code in (0, 1), done.stdout[-3000:]
+    ours = counts(work)
+    assert ours[0] >= got[0] and ours[1] >= got[1], (ours, got)
+
+
+def test_a_migration_cut_short_is_finished_losing_nothing(built, tmp_path, invoke, nobody_holds):
+    import sqlite3
+
+    from tests.compat import checks
+
+    release = built[0]
+    root = copy_of(built, tmp_path / "hermes")
+    home = home_of(root, "work")
+    work = home / "state.db"
+    stranded = damage.half_migrate(work)
+    assert stranded > 0
+    done = invoke("--root", str(root), "repair", "--apply", "--yes", "--json")
+    assert done.exit_code in (0, 1), done.stdout[-3000:]
+    conn = sqlite3.connect(f"file:{work}?mode=ro", uri=True)
+    assert conn.execute("SELECT count(*) FROM session_model_usage").fetchone()[0] == stranded
+    conn.close()
+    assert checks.store_problems(home, release) == []
+    assert kept_copies(home) == []  # nothing was damaged: no copy kept
