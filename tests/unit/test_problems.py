@@ -82,7 +82,7 @@ def test_a_worker_sending_a_malformed_problem_fails_its_profiles_and_is_named_ne
     bad = json.dumps({"t": "end", "v": {"dry_run": False, "policies": {}, "findings": [],
                                         "problems": [dict(GOOD, home=None, line="x")]}})
     hello = json.dumps({"t": "hello", "uid": 0, "gid": 0, "groups": []})
-    monkeypatch.setattr(workers.child, "argv", lambda module, *args: [
+    monkeypatch.setattr(workers.child, "argv", lambda module, *args, **_: [
         "python3", "-c", f"print({hello!r}, flush=True); print({bad!r}, flush=True)", *args])
     owner = Owner(os.getuid(), os.getgid(), tuple(sorted(os.getgroups())), "mallory", "/nonexistent")
     profiles = [Profile(Path("/r"), f"p{i}", Path(f"/r/profiles/p{i}")) for i in range(2)]
