@@ -100,20 +100,28 @@ def run_job(job: Job, verbose: int = 0, deadlines: Deadlines | None = None) -> R
 def side_by_side(jobs: list[tuple[Job, Deadlines]], verbose: int = 0) -> Iterator[Run]:
     """Each job's report, in the jobs' order. The other accounts' workers go on side by side, at
     most pool_size() at once, each conversation in a thread of its own, so one owner's stalled
-    worker costs the others nothing; the invoking account's own jobs run here, in this thread, in
-    their turn. A worker's log lines are relayed in the same order: those of the job whose report
-    comes next as they come, the others' when their turn comes (held, at most LOG_BYTES each).
-    A job not yet begun when a stop is asked for is not begun."""
+    worker costs the others nothing; meanwhile the invoking account's own jobs run here, in this
+    thread (signals, forks), first, so no worker delays them either. A worker's log lines are
+    relayed in the jobs' order: those of the job whose report comes next as they come, the others'
+    when their turn comes (held, at most LOG_BYTES each). A job not yet begun when a stop is asked
+    for is not begun; an abort here stops the others."""
     talks = [Spawned(job, verbose, deadlines) if spawns(job.owner) else None for job, deadlines in jobs]
     with ThreadPoolExecutor(max_workers=pool_size(), thread_name_prefix="hermes-admin-owner") as pool:
         futures = [pool.submit(_begun, talk.job, talk.run) if talk else None for talk in talks]
         try:
-            for (job, _), talk, future in zip(jobs, talks, futures):
+            here = {n: _begun(job, lambda job=job: _here(job))
+                    for n, ((job, _), talk) in enumerate(zip(jobs, talks)) if talk is None}
+            for n, (talk, future) in enumerate(zip(talks, futures)):
                 if talk is None:
-                    yield _begun(job, lambda: _here(job))
+                    yield here.pop(n)
                     continue
                 talk.relay.go_live()
                 yield _waited(future)
+        except GeneratorExit:
+            raise
+        except BaseException:  # an abort (a second Ctrl-C), or a bug of ours here
+            stopping.request()  # the conversations going on end their workers within their grace
+            raise
         finally:
             for future in futures:
                 if future is not None:

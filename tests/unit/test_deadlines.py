@@ -275,3 +275,29 @@ print('{{"t": "end", "v": {{"dry_run": false, "problems": [], "findings": []}}}}
     assert [r.home for r in reports[1].results] == ["/r/profiles/p1"]
     err = capsys.readouterr().err
     assert err.index("stalls: log of stalls") < err.index("goes: log of goes")
+
+
+def test_the_invokers_own_job_is_not_held_up_by_another_owners_stalled_worker(monkeypatch):
+    """Root's own homes come after a stalled owner's in the order: they are worked at once, here, and
+    their report still comes second."""
+    _fake_worker(monkeypatch, f"""
+import os, signal
+print('{HELLO}', flush=True)
+os.kill(os.getpid(), signal.SIGSTOP)
+""")
+    monkeypatch.setattr(workers, "spawns", lambda owner: owner.user == "stalls")
+    ran: list[float] = []
+
+    def here(job):
+        ran.append(time.monotonic())
+        return Run(dry_run=True)
+
+    monkeypatch.setattr(workers, "_here", here)
+    me = (os.getuid(), os.getgid(), tuple(sorted(os.getgroups())))
+    jobs = [(Job(Maintain(Request(ORDER, NOW)), Owner(*me, user, "/nonexistent"),
+                 [Profile(Path("/r"), f"p{n}", Path(f"/r/profiles/p{n}"))]), workers.Deadlines(idle=3.0, overall=60))
+            for n, user in enumerate(("stalls", "mine"))]
+    began = time.monotonic()
+    reports = list(workers.side_by_side(jobs))
+    assert ran and ran[0] - began < 2  # not after the stalled worker's 3 s
+    assert "gave no sign of life" in reports[0].errors[0] and reports[1].errors == []
