@@ -5,17 +5,20 @@ The host never works on a home itself. For the homes of the account it runs as
 the job runs here, through the same job functions. For anyone else's, root
 starts a worker that the kernel switches to the owner (supplementary groups,
 gid, uid) before it runs any code, in an isolated interpreter (`-I`: no current
-folder, no user site on sys.path), with a clean environment, stdin from
-/dev/null, a session of its own (no controlling terminal) and no descriptor
+folder, no user site on sys.path), not dumpable from its first statement (its
+owner can neither trace it nor take its pipes), with a clean environment, stdin
+from /dev/null, a session of its own (no controlling terminal) and no descriptor
 of root's but its three pipes. What it answers is read as untrusted
-(protocol.Reader); its log lines are relayed escaped and bounded.
+(protocol.Reader: every line, every row's fields; an "internal error" it reports is
+its profiles' error, never the host's); its log lines are relayed escaped and bounded.
 
-Nothing its owner does to it holds the host up past a bound (docs/design.md §10): the job is
-written without blocking; a worker that gives no sign of life (it beats every few seconds) for
-`worker_idle_timeout` seconds, as a stopped or traced one does, or that is still at work after
-`worker_timeout` seconds, is killed with its whole process group (SIGKILL ends a stopped
-process too) and each of its profiles it did not report on gets one line; the next owner's
-worker goes on.
+Nothing its owner does to it holds the host up past a bound, or holds up another owner
+(docs/design.md §10): the job is written without blocking; a worker that gives no sign of life
+its progress backs (it beats every few seconds, and the kernel must say its main thread ran since:
+liveness.py) for `worker_idle_timeout` seconds, as a stopped, traced or blocked one does, or that
+is still at work after `worker_timeout` seconds, is killed with its whole process group (SIGKILL
+ends a stopped process too) and each of its profiles it did not report on gets one line. Owners'
+workers go on side by side (`side_by_side`), so the others' go on meanwhile.
 """
 
 from __future__ import annotations
