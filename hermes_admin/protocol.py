@@ -559,6 +559,8 @@ _LOOKUP = _object({"installation?": _INSTALLATION, "notes?": _opt(_list_of(_TEXT
 _EXPORT = {"file": _TEXT, "profile": _TEXT, "created?": _any, "units": _whole, "sessions": _whole,
            "messages": _whole, "reasons": _list_of(_TEXT), "bytes": _whole, "made_in?": _OPT_TEXT}
 _POLICY_NOTE = _object({"file?": _OPT_TEXT, "line?": _opt(_whole), "message": _TEXT})
+# A profile's policy in a report's end (actions/maintenance: the policy as a dict, its origins and lookup).
+POLICY = _object({"profile?": _scalar, "description?": _scalar, "origins?": _opt(_object({})), "hermes?": _opt(_LOOKUP)})
 ROWS: dict[str, dict] = {
     "profiles": {"name": _TEXT, "ok": _FLAG, "error": _OPT_TEXT, "store": _scalar, "schema_version": _scalar,
                  "journal_mode": _scalar, "sessions": _OPT_NUM, "messages": _OPT_NUM, "archived": _OPT_NUM,
@@ -765,7 +767,10 @@ class Reader:
         for key, policy in policies.items():
             if _text(key, 4096) not in self.homes:
                 raise ProtocolError("a policy for a profile this worker was not given")
-            run.policies[key] = _plain_json(policy)
+            try:
+                run.policies[key] = POLICY(_plain_json(policy))
+            except ProtocolError as exc:
+                raise ProtocolError(f"a policy: {exc}") from None
         findings = v.get("findings")
         if not isinstance(findings, list) or len(findings) > MAX_FINDINGS:
             raise ProtocolError(f"findings that are not a list of at most {MAX_FINDINGS}")

@@ -215,3 +215,17 @@ def test_a_row_of_its_kind_with_its_fields_is_taken_as_it_is():
 def test_a_row_without_its_fields_is_a_broken_protocol_not_a_crash_later(key, row, why):
     with pytest.raises(ProtocolError, match=why):
         _row(key, row)
+
+
+@pytest.mark.parametrize("policy, why", [
+    (["keep"], "expected an object"),
+    ({"profile": "default", "hermes": [1]}, "hermes: expected an object"),
+    ({"profile": "default", "hermes": {"installation": {"python": "/x"}}}, "found_by"),
+    ({"profile": "default", "origins": "admin"}, "origins: expected an object"),
+])
+def test_a_policy_of_another_shape_is_a_broken_protocol(policy, why):
+    reader = Reader({"/h/a"})
+    reader.line(HELLO)
+    end = {"t": "end", "v": {"dry_run": False, "problems": [], "findings": [], "policies": {"/h/a": policy}}}
+    with pytest.raises(ProtocolError, match=why):
+        reader.line(json.dumps(end).encode())
