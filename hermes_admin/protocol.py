@@ -592,6 +592,9 @@ ROWS: dict[str, dict] = {
     "removed": dict(_EXPORT, **{"dry_run?": _FLAG}),
     "exports_removed": {"file?": _scalar, "bytes?": _opt(_whole), "why?": _scalar, "profile?": _scalar},
     "reclaim_waits": {"bytes?": _opt(_whole), "held_by?": _scalar, "profile?": _scalar},
+    "compacted": {"profile": _TEXT, "free_bytes": _whole, "given_back_bytes": _whole, "how": _OPT_TEXT,
+                  "journal_mode": _scalar, "refused": _OPT_TEXT, "file_bytes_before?": _whole,
+                  "file_bytes_after?": _whole, "not_looked_into?": _list_of(_TEXT)},
 }
 
 

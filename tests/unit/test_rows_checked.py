@@ -9,7 +9,7 @@ import pytest
 
 COMMANDS = [["profiles"], ["usage"], ["exports", "list"], ["status"], ["sessions", "list"], ["plugins", "list"],
             ["config", "check"], ["config", "show", "--origin"], ["run", "--yes"], ["run", "--dry-run"],
-            ["exports", "prune", "--older-than", "1d", "--dry-run"]]
+            ["exports", "prune", "--older-than", "1d", "--dry-run"], ["compact", "--dry-run"], ["compact", "--yes"]]
 
 
 @pytest.fixture
