@@ -579,7 +579,7 @@ ROWS: dict[str, dict] = {
     "sessions": {"profile": _TEXT, "id": _TEXT, "title": _scalar, "source": _scalar, "messages": _opt(_whole),
                  "last_activity": _OPT_TEXT, "open": _any, "archived": _any, "pinned": _any},
     "counts": {"sessions": _opt(_whole)},
-    "matches": {"wanted": _TEXT, "session_id": _TEXT},
+    "session_ids": {"ids": _list_of(_TEXT)},
     "session": {"files?": _list_of(_object({"path": _TEXT, "symlink": _FLAG}))},
     "status": {"profile": _TEXT, "store?": _any, "runs?": _any},  # runs: checked by run_record where read
     "policy": {"profile": _TEXT, "problems": _list_of(_POLICY_NOTE), "warnings": _list_of(_POLICY_NOTE),
@@ -588,7 +588,8 @@ ROWS: dict[str, dict] = {
                 "loads?": _any},
     "installations": {"profile": _TEXT, "installation?": _INSTALLATION, "notes?": _opt(_list_of(_TEXT))},
     "exports": _EXPORT,
-    "held": {"session_id?": _scalar, "unit?": _scalar, "file?": _scalar, "profile?": _scalar, "made_in?": _OPT_TEXT},
+    "held": {"ids": _list_of(_TEXT), "unit?": _scalar, "file?": _scalar, "profile?": _scalar, "made_in?": _OPT_TEXT},
+    "noticed": {"session_id": _TEXT, "unit?": _scalar, "reason?": _scalar, "profile?": _scalar},
     "removed": dict(_EXPORT, **{"dry_run?": _FLAG}),
     "exports_removed": {"file?": _scalar, "bytes?": _opt(_whole), "why?": _scalar, "profile?": _scalar},
     "reclaim_waits": {"bytes?": _opt(_whole), "held_by?": _scalar, "profile?": _scalar},

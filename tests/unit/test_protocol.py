@@ -31,7 +31,7 @@ def sample_run(home="/h/a") -> Run:
     run.results.append(result)
     run.add(Problem(ERROR, "something", profile="default", home=home))
     run.policies[home] = {"profile": "default", "description": "keep 90 days"}
-    run.data["matches"] = [{"wanted": "s", "home": home, "session_id": "s1"}]
+    run.data["session_ids"] = [{"home": home, "ids": ["s1"]}]
     return run
 
 
@@ -42,7 +42,7 @@ def test_a_worker_report_comes_back_whole():
     assert reader.ended
     (result,) = reader.run.results
     assert [d.ids for d in result.done] == [("s1", "s2")] and dict(result.kept.items()) == {"s3": "recent"}
-    assert reader.run.errors == ["profile 'default': something"] and reader.run.data["matches"][0]["home"] == "/h/a"
+    assert reader.run.errors == ["profile 'default': something"] and reader.run.data["session_ids"][0]["home"] == "/h/a"
 
 
 @pytest.mark.parametrize("bad", [
@@ -208,9 +208,10 @@ def test_a_row_of_its_kind_with_its_fields_is_taken_as_it_is():
                   "last_activity": 5, "open": True, "archived": False, "pinned": False}, "last_activity"),
     ("plugins", {"profile": "p", "home": "/h/a", "key": "k", "source": "user", "enabled": "yes", "why": ""}, "enabled"),
     ("installations", {"profile": "p", "home": "/h/a", "installation": {"python": "/x"}}, "found_by"),
-    ("matches", {"wanted": "s", "home": "/h/bob", "session_id": "s1"}, "not given"),
+    ("session_ids", {"home": "/h/bob", "ids": ["s1"]}, "not given"),
+    ("session_ids", {"home": "/h/a", "ids": ["s1", 5]}, "ids: expected text"),
     ("whatever", {"home": "/h/a"}, "no known kind"),
-    ("matches", ["/h/a"], "expected an object"),
+    ("session_ids", ["/h/a"], "expected an object"),
 ])
 def test_a_row_without_its_fields_is_a_broken_protocol_not_a_crash_later(key, row, why):
     with pytest.raises(ProtocolError, match=why):
