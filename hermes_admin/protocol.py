@@ -560,7 +560,8 @@ _EXPORT = {"file": _TEXT, "profile": _TEXT, "created?": _any, "units": _whole, "
            "messages": _whole, "reasons": _list_of(_TEXT), "bytes": _whole, "made_in?": _OPT_TEXT}
 _POLICY_NOTE = _object({"file?": _OPT_TEXT, "line?": _opt(_whole), "message": _TEXT})
 # A profile's policy in a report's end (actions/maintenance: the policy as a dict, its origins and lookup).
-POLICY = _object({"profile?": _scalar, "description?": _scalar, "origins?": _opt(_object({})), "hermes?": _opt(_LOOKUP)})
+POLICY = _object({"profile?": _scalar, "description?": _scalar, "origins?": _opt(_object({})),
+                  "hermes?": _opt(_LOOKUP)})
 ROWS: dict[str, dict] = {
     "profiles": {"name": _TEXT, "ok": _FLAG, "error": _OPT_TEXT, "store": _scalar, "schema_version": _scalar,
                  "journal_mode": _scalar, "sessions": _OPT_NUM, "messages": _OPT_NUM, "archived": _OPT_NUM,

@@ -17,7 +17,8 @@ import time
 from pathlib import Path
 
 from tests.root.conftest import as_user, chown_tree, root_owned
-from tests.root.test_attacks import STANDARD, admin, assert_maintained, explain, plant_plugin, prepare, set_config  # noqa: F401
+from tests.root.test_attacks import (STANDARD, admin, assert_maintained, explain, plant_plugin,  # noqa: F401
+                                     prepare, set_config)
 from tests.root.test_bounds import _roots, _workers_of
 
 SYS_PIDFD_GETFD = 438  # x86_64, aarch64 and the other unified-table architectures

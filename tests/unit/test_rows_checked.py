@@ -22,7 +22,8 @@ def test_an_honest_workers_rows_pass_the_hosts_checks(synth_root, invoke, spawne
     root, _ = synth_root
     done = invoke("--root", str(root), *args, "--json")
     assert "broke the protocol" not in done.output, done.output
-    assert json.loads(done.output.splitlines()[-1] if not done.output.startswith("{") else done.output)["exit_code"] in (0, 1)
+    document = next(line for line in reversed(done.output.splitlines()) if line.startswith("{"))  # after stderr's
+    assert json.loads(document)["exit_code"] in (0, 1), done.output
 
 
 def test_sessions_show_and_delete_and_the_deleted_ones_exports(synth_root, invoke, spawned):
