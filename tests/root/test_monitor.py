@@ -190,8 +190,9 @@ def test_a_row_without_home_is_her_workers_error_not_exit_70(make_user, system_v
 
 
 def test_her_stalled_worker_delays_no_other_owners_profiles(make_user, admin, tmp_path):
-    """She stops her worker (first in the order) at once; Bob's profiles are done within a few seconds,
-    not after her worker's idle deadline (30 s), which still ends hers; the report keeps the order."""
+    """She stops her worker (first in the order) at once; Bob's profiles are done before her worker's
+    idle deadline (30 s) could pass, not after it, and that deadline still ends hers; the report keeps
+    the order."""
     alice, bob = make_user("alice"), make_user("bob")
     kinds = {user.name: prepare(user) for user in (alice, bob)}
     stopped: list[int] = []
@@ -212,9 +213,10 @@ def test_her_stalled_worker_delays_no_other_owners_profiles(make_user, admin, tm
     stopper.join()
 
     assert stopped, "her worker was never seen"
-    assert done.returncode == 2 and 30 <= took < 90, explain(done)
+    assert done.returncode == 2 and took >= 30, explain(done)  # hers ended at her idle deadline
     record = json.loads((bob.root / ".hermes-admin" / "last-run.json").read_text())
-    assert record["runs"][-1]["finished"] - began < 15, (record["runs"][-1], explain(done))
+    # his were done before hers could have been killed (her worker began after `began`): not after it
+    assert record["runs"][-1]["finished"] < began + 30, (record["runs"][-1], explain(done))
     for name in kinds[bob.name]:
         home = bob.root if name == "default" else bob.root / "profiles" / name
         assert_maintained(home, kinds[bob.name][name], f"bob's {name}")
