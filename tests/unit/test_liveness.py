@@ -60,11 +60,9 @@ def test_a_stopped_process_does_not_move_its_counters_and_a_running_one_does():
     proc = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(0.001)"])
     try:
         before = liveness.mark(proc.pid)
-        while liveness.mark(proc.pid) == before:  # it sleeps and wakes: its switches count up
-            time.sleep(0.001)
+        _until(lambda: liveness.mark(proc.pid) != before)  # it sleeps and wakes: its switches count up
         os.kill(proc.pid, signal.SIGSTOP)
-        while _state(proc.pid) != "T":
-            time.sleep(0.001)
+        _until(lambda: _state(proc.pid) == "T")
         stopped = liveness.mark(proc.pid)
         time.sleep(0.05)
         assert stopped is not None and len(stopped) == 4
@@ -73,6 +71,14 @@ def test_a_stopped_process_does_not_move_its_counters_and_a_running_one_does():
         proc.kill()
         proc.wait()
     assert liveness.mark(proc.pid) is None  # gone
+
+
+def _until(condition, seconds: float = 60) -> None:
+    """Wait for `condition` (a wait bounded only so that a broken one ends the test, never a measure)."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
 
 
 def _state(pid: int) -> str:
