@@ -27,10 +27,28 @@ def package_parent() -> str:
     return str(Path(hermes_admin.__file__).resolve().parent.parent)
 
 
-def argv(module: str, *args: str) -> list[str]:
-    """`module`'s main() in an isolated interpreter; its own arguments start at sys.argv[2]."""
+PR_SET_DUMPABLE = 4  # prctl's numbers (linux/prctl.h)
+PR_GET_DUMPABLE = 3
+# Before anything else: the process is no longer dumpable, so its owner can neither trace it nor take
+# its descriptors (ptrace, pidfd_getfd, /proc/PID/fd, /proc/PID/mem all need a dumpable process of
+# hers). Our ids changed before the exec, so the exec made it dumpable again: this undoes that.
+UNDUMPABLE = f"import ctypes; ctypes.CDLL(None).prctl({PR_SET_DUMPABLE}, 0, 0, 0, 0); "
+
+
+def argv(module: str, *args: str, private: bool = False) -> list[str]:
+    """`module`'s main() in an isolated interpreter; its own arguments start at sys.argv[2].
+    `private`: not dumpable from its first statement on (a worker: its pipes are root's conversation)."""
     boot = f"import sys; sys.path.insert(0, sys.argv[1]); from {module} import main; sys.exit(main())"
-    return [sys.executable, "-I", "-c", boot, package_parent(), *args]
+    return [sys.executable, "-I", "-c", (UNDUMPABLE if private else "") + boot, package_parent(), *args]
+
+
+def dumpable() -> bool | None:
+    """Whether this process may be traced by its owner (None: cannot tell, not Linux)."""
+    try:
+        import ctypes
+        return bool(ctypes.CDLL(None).prctl(PR_GET_DUMPABLE, 0, 0, 0, 0))
+    except (OSError, AttributeError):
+        return None
 
 
 def environment(home: str, user: str, **extra: str) -> dict[str, str]:

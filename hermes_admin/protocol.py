@@ -497,6 +497,109 @@ def _plain_json(value, depth: int = 0):
     raise ProtocolError("not a JSON value")
 
 
+# -- the rows of list-type jobs: each kind's fields, checked before any command reads one ------
+#
+# A row is a JSON object (bounded: _plain_json). Each kind names the fields the host's commands read
+# from it, each with its check: present (a name ending in "?" may be absent), of its type (`None`
+# too where the check is _opt), and `home` one of the homes that worker was given. Fields not named
+# travel as plain JSON, shown as they are (`--json`). A row of no known kind, or one failing a check,
+# is a broken protocol: its worker's profiles fail (exit 2), never a command (exit 70).
+
+def _opt(check):
+    return lambda v: None if v is None else check(v)
+
+
+def _whole(value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ProtocolError("expected a whole number")
+    return value
+
+
+def _scalar(value):
+    if value is not None and (isinstance(value, (dict, list)) or isinstance(value, float) and not math.isfinite(value)):
+        raise ProtocolError("expected a plain value")
+    return value
+
+
+def _any(value):
+    return value
+
+
+def _list_of(check):
+    def read(value):
+        if not isinstance(value, list):
+            raise ProtocolError("expected a list")
+        return [check(v) for v in value]
+    return read
+
+
+def _object(schema: dict):
+    """An object with at least the fields of `schema` (name -> check; "name?" may be absent)."""
+    def read(value):
+        if not isinstance(value, dict):
+            raise ProtocolError("expected an object")
+        for spec, check in schema.items():
+            name = spec.rstrip("?")
+            if name not in value:
+                if spec.endswith("?"):
+                    continue
+                raise ProtocolError(f"no {name!r}")
+            try:
+                check(value[name])
+            except ProtocolError as exc:
+                raise ProtocolError(f"{name}: {exc}") from None
+        return value
+    return read
+
+
+_TEXT, _NUM, _FLAG = _text, _number, _flag
+_OPT_TEXT, _OPT_NUM = _opt(_text), _opt(_number)
+_INSTALLATION = _opt(_object({"python": _TEXT, "found_by": _TEXT, "hermes?": _scalar}))
+_LOOKUP = _object({"installation?": _INSTALLATION, "notes?": _opt(_list_of(_TEXT))})  # installation.Lookup.as_dict
+_EXPORT = {"file": _TEXT, "profile": _TEXT, "created?": _any, "units": _whole, "sessions": _whole,
+           "messages": _whole, "reasons": _list_of(_TEXT), "bytes": _whole, "made_in?": _OPT_TEXT}
+_POLICY_NOTE = _object({"file?": _OPT_TEXT, "line?": _opt(_whole), "message": _TEXT})
+# A profile's policy in a report's end (actions/maintenance: the policy as a dict, its origins and lookup).
+POLICY = _object({"profile?": _scalar, "description?": _scalar, "origins?": _opt(_object({})),
+                  "hermes?": _opt(_LOOKUP)})
+ROWS: dict[str, dict] = {
+    "profiles": {"name": _TEXT, "ok": _FLAG, "error": _OPT_TEXT, "store": _scalar, "schema_version": _scalar,
+                 "journal_mode": _scalar, "sessions": _OPT_NUM, "messages": _OPT_NUM, "archived": _OPT_NUM,
+                 "live": _OPT_NUM, "empty": _OPT_NUM, "stale_open?": _OPT_NUM, "store_bytes": _OPT_NUM,
+                 "wal_bytes": _OPT_NUM, "last_activity": _scalar, "reclaimable_bytes?": _OPT_NUM,
+                 "reclaim_waits_for?": _OPT_TEXT, "hermes?": _opt(_LOOKUP)},
+    "summaries": {"name": _TEXT, "ok?": _any, "store?": _scalar, "sessions?": _opt(_whole), "messages?": _opt(_whole),
+                  "store_bytes?": _opt(_whole), "wal_bytes?": _opt(_whole)},
+    "usage": {"profile": _TEXT, "files": _object({k: _whole for k in ("state_db", "state_db_wal", "state_db_shm",
+                                                                      "sessions_dir", "exports")}),
+              "total_bytes": _whole, "reclaimable_bytes?": _OPT_NUM, "reclaim_waits_for?": _OPT_TEXT,
+              "store_parts": _list_of(_object({"kind": _TEXT, "name": _OPT_TEXT, "bytes": _whole})),
+              "largest_sessions": _list_of(_object({"id": _TEXT, "bytes": _whole, "source": _scalar})),
+              "sources": _list_of(_object({"source": _scalar, "sessions": _whole, "bytes": _whole,
+                                           "share_sessions": _NUM, "share_bytes": _NUM}))},
+    "sessions": {"profile": _TEXT, "id": _TEXT, "title": _scalar, "source": _scalar, "messages": _opt(_whole),
+                 "last_activity": _OPT_TEXT, "open": _any, "archived": _any, "pinned": _any},
+    "counts": {"sessions": _opt(_whole)},
+    "session_ids": {"ids": _list_of(_TEXT)},
+    "session": {"files?": _list_of(_object({"path": _TEXT, "symlink": _FLAG}))},
+    "status": {"profile": _TEXT, "store?": _any, "runs?": _any},  # runs: checked by run_record where read
+    "policy": {"profile": _TEXT, "problems": _list_of(_POLICY_NOTE), "warnings": _list_of(_POLICY_NOTE),
+               "values": _opt(_object({})), "origins": _opt(_object({})), "read?": _any},
+    "plugins": {"profile": _TEXT, "key": _TEXT, "source": _TEXT, "enabled": _FLAG, "why": _TEXT, "kind?": _scalar,
+                "loads?": _any},
+    "installations": {"profile": _TEXT, "installation?": _INSTALLATION, "notes?": _opt(_list_of(_TEXT))},
+    "exports": _EXPORT,
+    "held": {"ids": _list_of(_TEXT), "unit?": _scalar, "file?": _scalar, "profile?": _scalar, "made_in?": _OPT_TEXT},
+    "noticed": {"session_id": _TEXT, "unit?": _scalar, "reason?": _scalar, "profile?": _scalar},
+    "removed": dict(_EXPORT, **{"dry_run?": _FLAG}),
+    "exports_removed": {"file?": _scalar, "bytes?": _opt(_whole), "why?": _scalar, "profile?": _scalar},
+    "reclaim_waits": {"bytes?": _opt(_whole), "held_by?": _scalar, "profile?": _scalar},
+    "compacted": {"profile": _TEXT, "free_bytes": _whole, "given_back_bytes": _whole, "how": _OPT_TEXT,
+                  "journal_mode": _scalar, "refused": _OPT_TEXT, "file_bytes_before?": _whole,
+                  "file_bytes_after?": _whole, "not_looked_into?": _list_of(_TEXT)},
+}
+
+
 class Reader:
     """Builds the worker's Run from its lines; `homes` are the only profiles it may report on."""
 
@@ -549,14 +652,26 @@ class Reader:
             self._result.kept[_text(message.get("k"), 1024)] = _text(message.get("v"))
         elif kind == "data":
             key = _text(message.get("k"), 64)
-            row = _plain_json(message.get("v"))
-            if isinstance(row, dict) and "home" in row and row["home"] not in self.homes:
-                raise ProtocolError("a row for a profile this worker was not given")
-            self.run.data.setdefault(key, []).append(row)
+            self.run.data.setdefault(key, []).append(self.row(key, message.get("v")))
         elif kind == "end":
             self._end(message.get("v"))
         else:
             raise ProtocolError(f"unknown message type {kind[:32]!r}")
+
+    def row(self, key: str, value) -> dict:
+        """One row of a list-type job: of a known kind, with that kind's fields (ROWS), and of a
+        profile this worker was given."""
+        schema = ROWS.get(key)
+        if schema is None:
+            raise ProtocolError(f"a row of no known kind ({key[:32]!r})")
+        row = _plain_json(value)
+        try:
+            _object({"home": _TEXT, **schema})(row)
+        except ProtocolError as exc:
+            raise ProtocolError(f"a row of {key}: {exc}") from None
+        if row["home"] not in self.homes:
+            raise ProtocolError("a row for a profile this worker was not given")
+        return row
 
     def problem(self, value) -> Problem:
         """One problem, field by field: each of its type and bounds, no other field, and only of a
@@ -657,7 +772,10 @@ class Reader:
         for key, policy in policies.items():
             if _text(key, 4096) not in self.homes:
                 raise ProtocolError("a policy for a profile this worker was not given")
-            run.policies[key] = _plain_json(policy)
+            try:
+                run.policies[key] = POLICY(_plain_json(policy))
+            except ProtocolError as exc:
+                raise ProtocolError(f"a policy: {exc}") from None
         findings = v.get("findings")
         if not isinstance(findings, list) or len(findings) > MAX_FINDINGS:
             raise ProtocolError(f"findings that are not a list of at most {MAX_FINDINGS}")

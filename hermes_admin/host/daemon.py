@@ -163,7 +163,7 @@ class Daemon:
         is no longer fed, and systemd restarts the daemon rather than let it hang."""
         from hermes_admin.host import workers
 
-        seen = workers.activity[0]
+        seen = workers.oldest_sign()
         if seen is None:
             return False
         idle = max((self._idle_setting(), workers.IDLE_TIMEOUT_S))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hermes_admin import stopping, yamlfile
 from hermes_admin.host import config as admin_config
@@ -23,6 +24,9 @@ from hermes_admin.problems import ERROR, LOCKED, WARNING, Problem, about
 from hermes_admin.protocol import Change, Context, Job, ListProfiles, Maintain, Params, PruneExports, Repair
 from hermes_admin.results import RepairRun, Run
 from hermes_admin.trust import steering_environment
+
+if TYPE_CHECKING:
+    from hermes_admin.host.workers import Deadlines
 
 UNKNOWN_PROFILE = "unknown_profile"  # the kind of the warning for a `profiles:` entry that reaches no profile
 MANAGED_SCOPE = "managed_scope"  # the kind of a warning about Hermes' managed scope (host/managed.py)
@@ -120,9 +124,13 @@ class Host:
         run.add(*(Problem(WARNING, w, kind="environment") for w in dict.fromkeys(self._steering) if w not in said))
         if profiles and self.config.managed_warning and self.config.managed_warning not in said:
             run.add(Problem(WARNING, self.config.managed_warning, kind=MANAGED_SCOPE))  # Hermes ignores it too
+        from hermes_admin.host.workers import side_by_side
+
         context = self._context()
-        for owner, group in by_owner(kept, self.everything().owners):
-            self._dispatch(run, params, owner, group, context, with_policy)
+        jobs = [self._job(run, params, owner, group, context, with_policy)
+                for owner, group in by_owner(kept, self.everything().owners)]
+        for report in side_by_side([job for job in jobs if job is not None], self.verbose):
+            run.merge(report)  # in the owners' order, whichever worker ended first
         self._host_view(run)
         return run
 
@@ -204,29 +212,22 @@ class Host:
         return {root: names for root, names in context.siblings.items()
                 if owners.get(Path(root)) is not None and owners[Path(root)].uid == owner.uid}
 
-    def _dispatch(self, run: Run, params: Params, owner: Owner, profiles: list[Profile], context: Context,
-                  with_policy: bool) -> None:
-        """One owner's job, made whole here (its profiles' layers, its worker's deadline), then its
-        report merged into `run`."""
-        from hermes_admin.host.workers import run_job
-
-        if stopping.requested():
-            run.add(Problem(WARNING, "stopped on request: " + ", ".join(p.name for p in profiles)
-                            + " not worked on", kind="stopped"))
-            return
+    def _job(self, run: Run, params: Params, owner: Owner, profiles: list[Profile], context: Context,
+             with_policy: bool) -> tuple[Job, "Deadlines"] | None:
+        """One owner's job, made whole here (its profiles' layers, its worker's deadlines, only what
+        concerns its homes); None when none of its profiles is left to work on."""
         # every job may need the profile's Hermes installation (profile/installation.py)
         layers = {str(p.home): PolicyLayers(hermes_python=admin_config.hermes_python(self.config, p.name, p.root))
                   for p in profiles}
         if with_policy:
             profiles = self._with_policy(run, profiles, layers)
         if not profiles:
-            return
-        if os.geteuid() == 0 and owner.uid != 0 and not params.dry_run:
+            return None
+        if os.geteuid() == 0 and owner.uid != 0 and not params.dry_run and not stopping.requested():
             self._hand_back(run, owner, profiles)
         deadlines = self._deadlines(profiles)
-        job = Job(only_theirs(params, profiles), owner, profiles, layers,
-                  replace(context, idle_timeout=deadlines.idle, siblings=self._siblings_of(owner, context)))
-        run.merge(run_job(job, self.verbose, deadlines))
+        return Job(only_theirs(params, profiles), owner, profiles, layers,
+                   replace(context, idle_timeout=deadlines.idle, siblings=self._siblings_of(owner, context))), deadlines
 
     def _deadlines(self, profiles: list[Profile]):
         """How long root waits for the worker of these profiles: the admin config's

@@ -5,17 +5,20 @@ The host never works on a home itself. For the homes of the account it runs as
 the job runs here, through the same job functions. For anyone else's, root
 starts a worker that the kernel switches to the owner (supplementary groups,
 gid, uid) before it runs any code, in an isolated interpreter (`-I`: no current
-folder, no user site on sys.path), with a clean environment, stdin from
-/dev/null, a session of its own (no controlling terminal) and no descriptor
+folder, no user site on sys.path), not dumpable from its first statement (its
+owner can neither trace it nor take its pipes), with a clean environment, stdin
+from /dev/null, a session of its own (no controlling terminal) and no descriptor
 of root's but its three pipes. What it answers is read as untrusted
-(protocol.Reader); its log lines are relayed escaped and bounded.
+(protocol.Reader: every line, every row's fields; an "internal error" it reports is
+its profiles' error, never the host's); its log lines are relayed escaped and bounded.
 
-Nothing its owner does to it holds the host up past a bound (docs/design.md §10): the job is
-written without blocking; a worker that gives no sign of life (it beats every few seconds) for
-`worker_idle_timeout` seconds, as a stopped or traced one does, or that is still at work after
-`worker_timeout` seconds, is killed with its whole process group (SIGKILL ends a stopped
-process too) and each of its profiles it did not report on gets one line; the next owner's
-worker goes on.
+Nothing its owner does to it holds the host up past a bound, or holds up another owner
+(docs/design.md §10): the job is written without blocking; a worker that gives no sign of life
+its progress backs (it beats every few seconds, and the kernel must say its main thread ran since:
+liveness.py) for `worker_idle_timeout` seconds, as a stopped, traced or blocked one does, or that
+is still at work after `worker_timeout` seconds, is killed with its whole process group (SIGKILL
+ends a stopped process too) and each of its profiles it did not report on gets one line. Owners'
+workers go on side by side (`side_by_side`), so the others' go on meanwhile.
 """
 
 from __future__ import annotations
@@ -25,12 +28,17 @@ import selectors
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 
-from hermes_admin import child, stopping
+from hermes_admin import child, liveness, stopping
+from hermes_admin.liveness import Watch
 from hermes_admin.model import Owner
-from hermes_admin.problems import ERROR, Problem, about
+from hermes_admin.problems import ERROR, WARNING, Problem, about
 from hermes_admin.protocol import MAX_LINE, Job, ProtocolError, Reader
 from hermes_admin.results import RepairRun, Run
 from hermes_admin.shown import clean
@@ -51,12 +59,28 @@ class Deadlines:
     overall: float = TIMEOUT_S
 
 
-# When the conversation with a spawned worker last saw it alive (monotonic), None when no
-# conversation is going on: the daemon's watchdog looks at it (host/daemon.py).
-activity: list[float | None] = [None]
 # What every failure to start a worker as its owner says to do.
 FIX = ("install hermes-admin where every user can run it (a venv under /opt, the system "
        "site-packages, or pipx)")
+POOL_MAX = 4  # owners' workers at once, at most
+
+
+def pool_size() -> int:
+    """How many owners' workers go on side by side: one a processor, 2 to POOL_MAX (a worker mostly
+    waits, on stores, locks and plugins; one that stalls must not hold up the next owner's)."""
+    return max(2, min(POOL_MAX, os.cpu_count() or 1))
+
+
+# When each conversation going on last saw its worker give a sign of life that counted (monotonic):
+# the daemon's watchdog looks at the oldest (host/daemon.py).
+_signs: dict[int, float] = {}
+_signs_lock = threading.Lock()
+
+
+def oldest_sign() -> float | None:
+    """The oldest last sign of life among the workers being waited for; None when none is."""
+    with _signs_lock:
+        return min(_signs.values(), default=None)
 
 
 def in_process(owner: Owner) -> bool:
@@ -64,16 +88,102 @@ def in_process(owner: Owner) -> bool:
     return owner.uid == os.geteuid() and os.environ.get("HERMES_ADMIN_WORKER") != "process"
 
 
+def spawns(owner: Owner) -> bool:
+    """A worker of its own for this owner's job: root's run over another account's homes (or one forced)."""
+    return not in_process(owner) and (os.geteuid() == 0 or owner.uid == os.geteuid())
+
+
 def run_job(job: Job, verbose: int = 0, deadlines: Deadlines | None = None) -> Run:
     """Do `job` as its owner and return its report; never raises for the worker's faults, and never
     waits for another account's worker past `deadlines`."""
-    if in_process(job.owner):
-        from hermes_admin.profile.jobs import serve
+    [report] = side_by_side([(job, deadlines or Deadlines())], verbose)
+    return report
 
-        return serve(job)
-    if os.geteuid() != 0 and job.owner.uid != os.geteuid():
+
+def side_by_side(jobs: list[tuple[Job, Deadlines]], verbose: int = 0) -> Iterator[Run]:
+    """Each job's report, in the jobs' order. The other accounts' workers go on side by side, at
+    most pool_size() at once, each conversation in a thread of its own, so one owner's stalled
+    worker costs the others nothing; meanwhile the invoking account's own jobs run here, in this
+    thread (signals, forks), first, so no worker delays them either. A worker's log lines are
+    relayed in the jobs' order: those of the job whose report comes next as they come, the others'
+    when their turn comes (held, at most LOG_BYTES each). A job not yet begun when a stop is asked
+    for is not begun; an abort here stops the others."""
+    talks = [Spawned(job, verbose, deadlines) if spawns(job.owner) else None for job, deadlines in jobs]
+    with ThreadPoolExecutor(max_workers=pool_size(), thread_name_prefix="hermes-admin-owner") as pool:
+        futures = [pool.submit(_begun, talk.job, talk.run) if talk else None for talk in talks]
+        try:
+            here = {n: _begun(job, lambda job=job: _here(job))
+                    for n, ((job, _), talk) in enumerate(zip(jobs, talks)) if talk is None}
+            for n, (talk, future) in enumerate(zip(talks, futures)):
+                if talk is None:
+                    yield here.pop(n)
+                    continue
+                talk.relay.go_live()
+                yield _waited(future)
+        except GeneratorExit:
+            raise
+        except BaseException:  # an abort (a second Ctrl-C), or a bug of ours here
+            stopping.request()  # the conversations going on end their workers within their grace
+            raise
+        finally:
+            for future in futures:
+                if future is not None:
+                    future.cancel()  # what has not begun never will; what has ends within its deadlines
+
+
+def _here(job: Job) -> Run:
+    """The invoking account's own job, in this process (another account's, without root: refused)."""
+    if job.owner.uid != os.geteuid():
         return _failed(job, f"belongs to {job.owner.user}: only {job.owner.user} or root can maintain it")
-    return Spawned(job, verbose, deadlines or Deadlines()).run()
+    from hermes_admin.profile.jobs import serve
+
+    return serve(job)
+
+
+def _begun(job: Job, work) -> Run:
+    """`work()`'s report, unless a stop was asked for before it began."""
+    if stopping.requested():
+        run = RepairRun(dry_run=True) if job.kind == "repair" else Run(dry_run=True)
+        run.add(Problem(WARNING, "stopped on request: " + ", ".join(p.name for p in job.profiles)
+                        + " not worked on", kind="stopped"))
+        return run
+    return work()
+
+
+def _waited(future) -> Run:
+    """A conversation's report; a Ctrl-C meanwhile is a stop request (the conversations pass it on
+    and end within their grace time), as it is while this thread talks to a worker itself."""
+    while True:
+        try:
+            return future.result(timeout=0.5)
+        except FutureTimeout:
+            continue
+        except KeyboardInterrupt:
+            stopping.request()
+
+
+class _Relay:
+    """A worker's log lines to stderr, escaped, in their job's turn (side_by_side)."""
+
+    def __init__(self, user: str):
+        self.user = user
+        self.lock = threading.Lock()
+        self.held: list[str] = []
+        self.live = False
+
+    def say(self, text: str) -> None:
+        with self.lock:
+            if self.live:
+                print(f"hermes-admin: {self.user}: {text}", file=sys.stderr)
+            else:
+                self.held.append(text)
+
+    def go_live(self) -> None:
+        with self.lock:
+            for text in self.held:
+                print(f"hermes-admin: {self.user}: {text}", file=sys.stderr)
+            self.held.clear()
+            self.live = True
 
 
 def _failed(job: Job, why: str) -> Run:
@@ -94,13 +204,14 @@ class Spawned:
         self.last_log = ""
         self.job_open = True  # the job pipe's write end, until the job is written
         self.proc: subprocess.Popen | None = None
+        self.relay = _Relay(job.owner.user)
 
     def run(self) -> Run:
         owner = self.job.owner
         job_r, job_w = os.pipe()
         try:
             self.proc = subprocess.Popen(
-                child.argv("hermes_admin.profile.worker", str(job_r)),
+                child.argv("hermes_admin.profile.worker", str(job_r), private=True),
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(job_r,),
                 close_fds=True, env=child.environment(owner.home, owner.user), cwd="/", user=owner.uid, group=owner.gid,
                 extra_groups=list(owner.groups), start_new_session=True, umask=0o077)
@@ -114,7 +225,8 @@ class Spawned:
         try:
             problem = self._converse(job_w, self.job.encode())
         finally:
-            activity[0] = None
+            with _signs_lock:
+                _signs.pop(id(self), None)
         try:
             code = self.proc.wait(timeout=PIPE_GRACE_S)
         except subprocess.TimeoutExpired:  # its report is in (or never will be): it does not linger
@@ -131,6 +243,11 @@ class Spawned:
             run.add(*([about(p, ERROR, "worker", problem, path=p.home) for p in self.job.profiles
                        if not any(r.home == str(p.home) for r in run.results)]
                       or [Problem(ERROR, f"worker for {owner.user}: {problem}", kind="worker")]))
+        if run.internal:  # the worker's word: its owner's profiles failed (2), never the host's bug (70)
+            run.internal = False
+            if not run.errors:  # it named no profile: each of them, then
+                run.add(*(about(p, ERROR, "worker", f"the worker for {owner.user} reported an internal error",
+                                path=p.home) for p in self.job.profiles))
         return run
 
     def _converse(self, job_w: int, job: bytes) -> str | None:
@@ -146,9 +263,8 @@ class Spawned:
         selector.register(job_w, selectors.EVENT_WRITE, "job")
         buffers = {"reply": b"", "log": b""}
         open_pipes = 2
-        started = last_sign = time.monotonic()
-        activity[0] = last_sign
-        overall_deadline = started + self.deadlines.overall
+        watch = Watch(self.deadlines.idle, self.deadlines.overall, time.monotonic(), liveness.mark(proc.pid))
+        self._seen(watch.last_sign)
         stop_deadline = None  # after a stop request: the worker's time to finish its transaction
         done_deadline = None  # after its report ended or it exited: how long its pipes may stay open
         problem = None
@@ -161,7 +277,7 @@ class Spawned:
                 if done_deadline is None and (self.reader.ended or proc.poll() is not None):
                     done_deadline = now + PIPE_GRACE_S
                 if problem is None and done_deadline is None:
-                    late = self._late(now, last_sign, overall_deadline)
+                    late = self._late(watch.late(now))
                     if late:
                         problem = late
                         self._kill()
@@ -172,8 +288,7 @@ class Spawned:
                         problem = problem or "did not stop within its grace time after a stop request; killed"
                         self._kill()
                     break  # whatever still holds the pipes is not ours to wait for
-                timeout = min([0.5, last_sign + self.deadlines.idle - now, overall_deadline - now]
-                              + [d - now for d in deadlines])
+                timeout = min([0.5, watch.left(now)] + [d - now for d in deadlines])
                 try:
                     events = selector.select(max(0.0, timeout))
                 except KeyboardInterrupt:
@@ -184,8 +299,8 @@ class Spawned:
                         job = self._write_job(selector, job_w, job)
                         continue
                     chunk = os.read(key.fileobj.fileno(), 65536)
-                    if chunk:
-                        last_sign = activity[0] = time.monotonic()
+                    if chunk and watch.sign(time.monotonic(), liveness.mark(proc.pid)):
+                        self._seen(watch.last_sign)
                     if not chunk:
                         selector.unregister(key.fileobj)
                         open_pipes -= 1
@@ -236,15 +351,20 @@ class Spawned:
             self.job_open = False
         return job
 
-    def _late(self, now: float, last_sign: float, overall_deadline: float) -> str | None:
-        """Why the worker is killed now, if it is: silent past its idle deadline, or past its overall one."""
-        if now >= last_sign + self.deadlines.idle:
+    def _late(self, which: str | None) -> str | None:
+        """Why the worker is killed now, if it is: no sign of life its progress backs past its idle
+        deadline, or past its overall one (liveness.Watch)."""
+        if which == "idle":
             return (f"the worker for {self.job.owner.user} gave no sign of life for {self.deadlines.idle:g} s "
-                    "(stopped or traced?); killed (worker_idle_timeout)")
-        if now >= overall_deadline:
+                    "(stopped, traced or blocked?); killed (worker_idle_timeout)")
+        if which == "overall":
             return (f"the worker for {self.job.owner.user} was still at work after {self.deadlines.overall:g} s; "
                     "killed (worker_timeout)")
         return None
+
+    def _seen(self, when: float) -> None:
+        with _signs_lock:
+            _signs[id(self)] = when
 
     def _log(self, line: bytes) -> None:
         """A line the worker wrote on its stderr: relayed escaped and bounded, never raw."""
@@ -257,7 +377,7 @@ class Spawned:
         self.log_bytes += len(line)
         if self.log_bytes > LOG_BYTES:
             text = f"(more output of this worker dropped after {LOG_BYTES} bytes)"
-        print(f"hermes-admin: {self.job.owner.user}: {text}", file=sys.stderr)
+        self.relay.say(text)
 
     def _signal(self, signum: int) -> None:
         try:

@@ -27,6 +27,7 @@ The halves are contiguous, so the merged report lists the profiles in their orde
 
 from __future__ import annotations
 
+import math
 import os
 import select
 import signal
@@ -36,7 +37,8 @@ import time
 from dataclasses import replace
 from typing import Callable
 
-from hermes_admin import child, exitcodes, stopping
+from hermes_admin import child, exitcodes, liveness, stopping
+from hermes_admin.liveness import Watch
 from hermes_admin.profile.policy import applies_repairs
 from hermes_admin.protocol import BEAT_THREAD, MAX_LINE, Job, ProtocolError, Reader, Writer, beat_every
 from hermes_admin.problems import ERROR, Problem, about
@@ -206,7 +208,7 @@ def _report(job: Job, source, copy: _Copy) -> Run:
     reader = Reader({str(p.home) for p in job.profiles}, max_report=None)  # our own process: no size cap
     problem, broken = None, False
     try:
-        problem = _read_report(reader, source, job.context.idle_timeout)
+        problem = _read_report(reader, source, job.context.idle_timeout, copy.pid)
     except ProtocolError as exc:
         problem, broken = f"sent a broken report ({exc})", True
     source.close()
@@ -227,15 +229,16 @@ def _report(job: Job, source, copy: _Copy) -> Run:
     return reader.run
 
 
-def _read_report(reader: Reader, source, idle_timeout: float) -> str | None:
+def _read_report(reader: Reader, source, idle_timeout: float, pid: int) -> str | None:
     """The copy's lines into `reader` until its end of the pipe closes; what went wrong when it said
-    nothing for `idle_timeout` seconds (it beats while it works: a stopped or traced copy does not)."""
+    nothing its progress backs for `idle_timeout` seconds (it beats while it works; a stopped or
+    traced copy, or one blocked inside the kernel, makes no progress: liveness.py)."""
     fd, buffer = source.fileno(), b""
-    last = time.monotonic()
+    watch = Watch(idle_timeout, math.inf, time.monotonic(), liveness.mark(pid))
     while True:
-        left = last + idle_timeout - time.monotonic()
+        left = watch.left(time.monotonic())
         if left <= 0:
-            return f"gave no sign of life for {idle_timeout:g} s (stopped or traced?); killed"
+            return f"gave no sign of life for {idle_timeout:g} s (stopped, traced or blocked?); killed"
         try:
             ready, _, _ = select.select([fd], [], [], min(left, 0.5))
         except InterruptedError:
@@ -247,7 +250,7 @@ def _read_report(reader: Reader, source, idle_timeout: float) -> str | None:
             if buffer:
                 reader.line(buffer)
             return None
-        last = time.monotonic()
+        watch.sign(time.monotonic(), liveness.mark(pid))
         buffer += chunk
         *lines, buffer = buffer.split(b"\n")
         for line in lines:

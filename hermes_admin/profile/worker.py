@@ -7,7 +7,11 @@ The host (host/workers.py) starts it as
 after the kernel switched it to the owner's supplementary groups, gid and uid,
 with a clean environment, stdin from /dev/null, no controlling terminal, and no
 descriptor but the job pipe (JOB_FD), the reply pipe (stdout) and the log pipe
-(stderr). Before it reads a byte of any home it checks who it is: every uid and
+(stderr). Its first statement (child.UNDUMPABLE, before this module is even
+imported) makes it not dumpable: the owner may stop or kill it, but neither trace
+it nor take a copy of its pipes (`pidfd_getfd`), so what root reads on them is
+this process's alone (OpenSSH's monitor keeps its unprivileged child so too).
+Before it reads its job it checks that, and who it is: every uid and
 gid (real, effective, saved) the owner's, exactly the owner's groups, and no way
 back to root; otherwise it refuses to go on. Then it does the job
 (profile/jobs.py), each home as its current folder, and writes the report.
@@ -20,6 +24,7 @@ import os
 import signal
 import sys
 
+from hermes_admin import child
 from hermes_admin.model import Owner
 from hermes_admin.protocol import Job, ProtocolError, Writer, beat_every
 
@@ -63,6 +68,9 @@ def _no_new_privileges() -> None:
 
 
 def main() -> int:
+    if child.dumpable():  # the boot line makes it not dumpable: a worker its owner could trace refuses
+        print("worker refuses to run: its owner could trace it (still dumpable)", file=sys.stderr)
+        return REFUSED
     job_fd = int(sys.argv[2])
     replies = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
     os.dup2(2, 1)  # whatever else prints goes to the log pipe, never into the protocol

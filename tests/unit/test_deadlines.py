@@ -49,7 +49,7 @@ def _job(n: int = 2, layers: dict | None = None) -> Job:
 
 def _fake_worker(monkeypatch, script: str) -> None:
     """The worker replaced by `script` (its job pipe's descriptor is sys.argv[1])."""
-    monkeypatch.setattr(workers.child, "argv", lambda module, *args: [sys.executable, "-c", script, *args])
+    monkeypatch.setattr(workers.child, "argv", lambda module, *args, **_: [sys.executable, "-c", script, *args])
 
 
 def _spawn(job: Job, deadlines: workers.Deadlines) -> tuple[Run, float]:
@@ -107,6 +107,25 @@ while True:
     run, took = _spawn(_job(1), workers.Deadlines(idle=1.0, overall=2.0))
     assert 2.0 <= took < BOUND_S
     assert "still at work after 2 s; killed (worker_timeout)" in run.errors[0]
+
+
+def test_a_worker_whose_main_thread_is_stuck_is_killed_at_its_idle_deadline_though_it_beats(monkeypatch):
+    """Its beat thread beats on while its main thread is blocked inside the kernel (here a read of a
+    pipe nobody writes; a file its owner serves through FUSE does the same): no progress, no extension."""
+    _fake_worker(monkeypatch, f"""
+import os, threading, time
+print('{HELLO}', flush=True)
+def beat():
+    while True:
+        print('{{"t": "beat"}}', flush=True)
+        time.sleep(0.05)
+threading.Thread(target=beat, daemon=True).start()
+r, w = os.pipe()
+os.read(r, 1)
+""")
+    run, took = _spawn(_job(1), workers.Deadlines(idle=1.0, overall=60))
+    assert took < 1.0 + workers.PIPE_GRACE_S + 2
+    assert run.errors and "gave no sign of life for 1 s" in run.errors[0]
 
 
 def test_a_worker_that_never_reads_its_job_never_blocks_the_host(monkeypatch):
@@ -185,7 +204,7 @@ def test_a_stopped_fork_copy_is_killed_at_the_idle_deadline(monkeypatch):
     assert time.monotonic() - started < BOUND_S
     assert len(run.results) == fork.MIN_PROFILES // 2
     assert len(run.errors) == fork.MIN_PROFILES // 2
-    assert "gave no sign of life for 1 s (stopped or traced?); killed" in run.errors[0]
+    assert "gave no sign of life for 1 s (stopped, traced or blocked?); killed" in run.errors[0]
 
 
 def test_a_stopped_file_remover_costs_at_most_its_stall_time(monkeypatch, tmp_path):
@@ -220,3 +239,69 @@ def test_a_bounded_run_kills_a_stopped_program_and_its_group(tmp_path):
 def test_the_oneshot_units_carry_a_start_timeout(unit):
     text = (Path(__file__).resolve().parents[2] / "systemd" / unit).read_text()
     assert "\nTimeoutStartSec=" in text
+
+
+def test_owners_are_worked_side_by_side_and_reported_in_their_order(monkeypatch, tmp_path, capsys):
+    """The first owner's worker stops itself; the second's begins at once, not after the first's idle
+    deadline, and the reports (and the relayed log lines) still come in the owners' order."""
+    monkeypatch.setenv("HERMES_ADMIN_WORKER", "process")
+    started = tmp_path / "started"
+    _fake_worker(monkeypatch, f"""
+import json, os, signal, sys, time
+job = json.loads(os.fdopen(int(sys.argv[1]), "rb").readline())
+user, home = job["owner"]["user"], job["profiles"][0]["home"]
+print('{HELLO}', flush=True)
+print(f"log of {{user}}", file=sys.stderr, flush=True)
+if user == "stalls":
+    os.kill(os.getpid(), signal.SIGSTOP)
+open({str(started)!r} + "-" + user, "w").write(repr(time.monotonic()))
+result = {{"profile": "p", "home": home, "action": "purge", "reason": None, "dry_run": False, "task": None,
+          "status": "ok", "why": None, "hook_failures": [], "notes": [], "transactions": 0,
+          "longest_write_ms": 0, "longest_write": None, "vacuumed": False, "seconds": 0, "export": None}}
+print(json.dumps({{"t": "result", "v": result}}), flush=True)
+print('{{"t": "end", "v": {{"dry_run": false, "problems": [], "findings": []}}}}', flush=True)
+""")
+    me = (os.getuid(), os.getgid(), tuple(sorted(os.getgroups())))
+    jobs = []
+    for n, user in enumerate(("stalls", "goes")):
+        owner = Owner(*me, user, "/nonexistent")
+        profile = Profile(Path("/r"), f"p{n}", Path(f"/r/profiles/p{n}"))
+        jobs.append((Job(Maintain(Request(ORDER, NOW)), owner, [profile]), workers.Deadlines(idle=5.0, overall=60)))
+    reports, first_at = [], None
+    for report in workers.side_by_side(jobs):
+        reports.append(report)
+        first_at = first_at or time.monotonic()  # the stalled worker's report: after its idle deadline
+    assert float(Path(f"{started}-goes").read_text()) < first_at  # begun before that, not after it
+    assert not Path(f"{started}-stalls").exists()
+    assert "gave no sign of life" in reports[0].errors[0] and reports[1].errors == []
+    assert [r.home for r in reports[1].results] == ["/r/profiles/p1"]
+    err = capsys.readouterr().err
+    assert err.index("stalls: log of stalls") < err.index("goes: log of goes")
+
+
+def test_the_invokers_own_job_is_not_held_up_by_another_owners_stalled_worker(monkeypatch):
+    """Root's own homes come after a stalled owner's in the order: they are worked at once, here, and
+    their report still comes second."""
+    _fake_worker(monkeypatch, f"""
+import os, signal
+print('{HELLO}', flush=True)
+os.kill(os.getpid(), signal.SIGSTOP)
+""")
+    monkeypatch.setattr(workers, "spawns", lambda owner: owner.user == "stalls")
+    ran: list[float] = []
+
+    def here(job):
+        ran.append(time.monotonic())
+        return Run(dry_run=True)
+
+    monkeypatch.setattr(workers, "_here", here)
+    me = (os.getuid(), os.getgid(), tuple(sorted(os.getgroups())))
+    jobs = [(Job(Maintain(Request(ORDER, NOW)), Owner(*me, user, "/nonexistent"),
+                 [Profile(Path("/r"), f"p{n}", Path(f"/r/profiles/p{n}"))]), workers.Deadlines(idle=3.0, overall=60))
+            for n, user in enumerate(("stalls", "mine"))]
+    reports, first_at = [], None
+    for report in workers.side_by_side(jobs):
+        reports.append(report)
+        first_at = first_at or time.monotonic()  # the stalled worker's report: after its idle deadline
+    assert ran and ran[0] < first_at  # worked before that, not after it
+    assert "gave no sign of life" in reports[0].errors[0] and reports[1].errors == []

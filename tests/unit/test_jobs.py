@@ -172,12 +172,32 @@ def test_a_worker_given_a_bad_job_refuses_it_in_one_line():
     os.write(write, json.dumps(bad).encode() + b"\n")
     os.close(write)
     try:
-        done = subprocess.run(child.argv("hermes_admin.profile.worker", str(read)), pass_fds=(read,),
+        done = subprocess.run(child.argv("hermes_admin.profile.worker", str(read), private=True), pass_fds=(read,),
                               capture_output=True, text=True, timeout=60)
     finally:
         os.close(read)
     assert done.returncode == 70 and not done.stdout
     assert done.stderr.strip() == "worker refuses the job: job: owner.uid: expected a whole number"
+
+
+def test_a_worker_its_owner_could_trace_refuses_to_read_its_job():
+    """Started without the boot line that makes it not dumpable, a worker reads nothing and says why;
+    with it, the worker is not dumpable by the time its own code runs."""
+    read, write = os.pipe()
+    os.write(write, _job(Status()).encode())
+    os.close(write)
+    try:
+        done = subprocess.run(child.argv("hermes_admin.profile.worker", str(read)), pass_fds=(read,),
+                              capture_output=True, text=True, timeout=60)
+    finally:
+        os.close(read)
+    assert done.returncode == 70 and not done.stdout
+    assert done.stderr.strip() == "worker refuses to run: its owner could trace it (still dumpable)"
+    probe = "from hermes_admin import child; print(child.dumpable())"
+    private = child.argv("hermes_admin.profile.worker", private=True)
+    boot = private[3].replace("from hermes_admin.profile.worker import main; sys.exit(main())", probe)
+    assert subprocess.run([*private[:3], boot, private[4]], capture_output=True, text=True,
+                          timeout=60).stdout.strip() == "False"
 
 
 # -- the one host runner ----------------------------------------------------------------

@@ -82,7 +82,7 @@ def test_a_worker_sending_a_malformed_problem_fails_its_profiles_and_is_named_ne
     bad = json.dumps({"t": "end", "v": {"dry_run": False, "policies": {}, "findings": [],
                                         "problems": [dict(GOOD, home=None, line="x")]}})
     hello = json.dumps({"t": "hello", "uid": 0, "gid": 0, "groups": []})
-    monkeypatch.setattr(workers.child, "argv", lambda module, *args: [
+    monkeypatch.setattr(workers.child, "argv", lambda module, *args, **_: [
         "python3", "-c", f"print({hello!r}, flush=True); print({bad!r}, flush=True)", *args])
     owner = Owner(os.getuid(), os.getgid(), tuple(sorted(os.getgroups())), "mallory", "/nonexistent")
     profiles = [Profile(Path("/r"), f"p{i}", Path(f"/r/profiles/p{i}")) for i in range(2)]
@@ -157,3 +157,23 @@ def test_an_ambiguous_id_is_said_and_exits_1_as_before(synth_root, invoke):
     prefix = next(p for p in (i[:1] for i in ids) if sum(i.startswith(p) for i in ids) > 1)
     result = invoke("--root", str(root), "sessions", "show", prefix)
     assert result.exit_code == 1 and f"'{prefix}' is ambiguous" in result.stderr
+
+
+@pytest.mark.parametrize("forged, says", [
+    ({"t": "end", "v": {"dry_run": False, "policies": {}, "findings": [], "problems": [], "internal": True}},
+     "reported an internal error"),
+    ({"t": "data", "k": "exports", "v": {"file": "/x", "profile": "p0", "units": 1}},
+     "broke the protocol (a row of exports: no 'home')"),
+])
+def test_what_a_worker_says_is_its_profiles_outcome_never_the_hosts_exit_70(monkeypatch, forged, says):
+    """A worker that says "internal" (its own bug, or a lie), or sends a row without the fields a command
+    reads: each of its profiles fails (exit 2); the host's 70 is for the host's own bugs."""
+    hello = json.dumps({"t": "hello", "uid": 0, "gid": 0, "groups": []})
+    monkeypatch.setattr(workers.child, "argv", lambda module, *args, **_: [
+        "python3", "-c", f"print({hello!r}, flush=True); print({json.dumps(forged)!r}, flush=True)", *args])
+    owner = Owner(os.getuid(), os.getgid(), tuple(sorted(os.getgroups())), "mallory", "/nonexistent")
+    profiles = [Profile(Path("/r"), f"p{i}", Path(f"/r/profiles/p{i}")) for i in range(2)]
+    run = workers.Spawned(Job(Maintain(Request(ORDER, NOW)), owner, profiles, {}), 0).run()
+    assert run.exit_code() == exitcodes.PROFILE_FAILED and not run.internal
+    assert [p.profile for p in run.problems] == ["p0", "p1"]
+    assert all(says in line for line in run.errors), run.errors

@@ -31,7 +31,7 @@ def sample_run(home="/h/a") -> Run:
     run.results.append(result)
     run.add(Problem(ERROR, "something", profile="default", home=home))
     run.policies[home] = {"profile": "default", "description": "keep 90 days"}
-    run.data["profiles"] = [{"name": "default", "home": home}]
+    run.data["session_ids"] = [{"home": home, "ids": ["s1"]}]
     return run
 
 
@@ -42,7 +42,7 @@ def test_a_worker_report_comes_back_whole():
     assert reader.ended
     (result,) = reader.run.results
     assert [d.ids for d in result.done] == [("s1", "s2")] and dict(result.kept.items()) == {"s3": "recent"}
-    assert reader.run.errors == ["profile 'default': something"] and reader.run.data["profiles"][0]["home"] == "/h/a"
+    assert reader.run.errors == ["profile 'default': something"] and reader.run.data["session_ids"][0]["home"] == "/h/a"
 
 
 @pytest.mark.parametrize("bad", [
@@ -180,3 +180,53 @@ def test_an_end_without_findings_is_a_broken_protocol():
     reader.line(lines_of(Run(dry_run=True))[0])
     with pytest.raises(ProtocolError):
         reader.line(json.dumps({"t": "end", "v": {"dry_run": True, "problems": [], "policies": {}}}).encode())
+
+
+HELLO = b'{"t": "hello", "uid": 1000, "gid": 1000, "groups": [1000]}'
+EXPORT = {"file": "/h/a/x.jsonl.gz", "profile": "default", "home": "/h/a", "created": 1.0, "units": 1, "sessions": 1,
+          "messages": 2, "reasons": ["prune"], "bytes": 10}
+
+
+def _row(key: str, row) -> Reader:
+    reader = Reader({"/h/a"})
+    reader.line(HELLO)
+    reader.line(json.dumps({"t": "data", "k": key, "v": row}).encode())
+    return reader
+
+
+def test_a_row_of_its_kind_with_its_fields_is_taken_as_it_is():
+    assert _row("exports", dict(EXPORT, extra={"any": [1]})).run.data["exports"] == [dict(EXPORT, extra={"any": [1]})]
+
+
+@pytest.mark.parametrize("key, row, why", [
+    ("exports", {k: v for k, v in EXPORT.items() if k != "home"}, "no 'home'"),  # `exports list` indexed it: 70
+    ("profiles", {"name": "default"}, "no 'home'"),
+    ("usage", {"profile": "p", "home": 5}, "home: expected text"),
+    ("exports", dict(EXPORT, bytes="10"), "bytes: expected a whole number"),
+    ("exports", dict(EXPORT, reasons="prune"), "reasons: expected a list"),
+    ("sessions", {"profile": "p", "home": "/h/a", "id": "s", "title": None, "source": "cli", "messages": 1,
+                  "last_activity": 5, "open": True, "archived": False, "pinned": False}, "last_activity"),
+    ("plugins", {"profile": "p", "home": "/h/a", "key": "k", "source": "user", "enabled": "yes", "why": ""}, "enabled"),
+    ("installations", {"profile": "p", "home": "/h/a", "installation": {"python": "/x"}}, "found_by"),
+    ("session_ids", {"home": "/h/bob", "ids": ["s1"]}, "not given"),
+    ("session_ids", {"home": "/h/a", "ids": ["s1", 5]}, "ids: expected text"),
+    ("whatever", {"home": "/h/a"}, "no known kind"),
+    ("session_ids", ["/h/a"], "expected an object"),
+])
+def test_a_row_without_its_fields_is_a_broken_protocol_not_a_crash_later(key, row, why):
+    with pytest.raises(ProtocolError, match=why):
+        _row(key, row)
+
+
+@pytest.mark.parametrize("policy, why", [
+    (["keep"], "expected an object"),
+    ({"profile": "default", "hermes": [1]}, "hermes: expected an object"),
+    ({"profile": "default", "hermes": {"installation": {"python": "/x"}}}, "found_by"),
+    ({"profile": "default", "origins": "admin"}, "origins: expected an object"),
+])
+def test_a_policy_of_another_shape_is_a_broken_protocol(policy, why):
+    reader = Reader({"/h/a"})
+    reader.line(HELLO)
+    end = {"t": "end", "v": {"dry_run": False, "problems": [], "findings": [], "policies": {"/h/a": policy}}}
+    with pytest.raises(ProtocolError, match=why):
+        reader.line(json.dumps(end).encode())

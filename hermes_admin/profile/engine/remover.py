@@ -19,12 +19,14 @@ import json
 import os
 import subprocess
 import threading
+import time
 from collections import deque
 
 from hermes_admin import child
 from hermes_admin.profile.engine import unlinker
 
 PIPE_BYTES = 1 << 20  # room for ~15 k queued paths before the engine would wait on the remover process
+WAKE_S = 1.0  # the longest single sleep of a wait here
 STALL_S = 30.0  # one that takes or answers nothing this long is stopped, not slow: killed, the rest done here
 
 
@@ -56,9 +58,14 @@ class FileRemover:
         """Wait for every batch sent; a remover process that answers nothing for STALL_S (stopped, traced)
         is killed and the rest is removed here."""
         with self._answered:
+            since = time.monotonic()  # the last answer
             while self._sent and not self._broken:
                 answered = len(self._sent)
-                if not self._answered.wait(STALL_S) and len(self._sent) == answered and not self._broken:
+                # in slices: a waiting thread that wakes is this process at work, as the host sees it
+                self._answered.wait(WAKE_S)  # (liveness.py: the main thread must run to count)
+                if len(self._sent) != answered:
+                    since = time.monotonic()
+                elif time.monotonic() - since >= STALL_S and not self._broken:
                     break
         if self._sent and not self._broken:
             self._give_up()

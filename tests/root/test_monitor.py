@@ -1,0 +1,225 @@
+"""Root as the monitor of its workers (issue 47): the reply pipe is the worker's alone (its owner can
+neither trace it nor take its descriptors), nothing a worker says makes root's run exit 70 or crash
+on a row, and one owner's stalled worker delays no other owner's profiles.
+
+A lying worker is played by the test itself: as root it takes a copy of the worker's reply pipe with
+`pidfd_getfd` (what the owner could do to a dumpable worker) and writes what a liar would."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from tests.root.conftest import as_user, chown_tree, root_owned
+from tests.root.test_attacks import (STANDARD, admin, assert_maintained, explain, plant_plugin,  # noqa: F401
+                                     prepare, set_config)
+from tests.root.test_bounds import _roots, _workers_of
+
+SYS_PIDFD_GETFD = 438  # x86_64, aarch64 and the other unified-table architectures
+HELLO = {"t": "hello", "uid": 0, "gid": 0, "groups": []}
+SLOW = '''
+import time
+def register(ctx):
+    ctx.register_hook("on_session_delete", lambda session_id, **kw: time.sleep(1))
+'''
+
+HIJACK = r'''
+import ctypes, errno, json, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+
+
+def attempt(pid):
+    """What she gets of process `pid`: its fd 1 by pidfd_getfd, its fd list, a ptrace attach."""
+    got = {}
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError as exc:
+        return {"pidfd_open": errno.errorcode[exc.errno]}
+    fd = libc.syscall(438, pidfd, 1, 0)
+    got["pidfd_getfd"] = "ok" if fd >= 0 else errno.errorcode[ctypes.get_errno()]
+    try:
+        os.listdir(f"/proc/{pid}/fd")
+        got["proc_fd"] = "ok"
+    except OSError as exc:
+        got["proc_fd"] = errno.errorcode[exc.errno]
+    PTRACE_ATTACH, PTRACE_DETACH = 16, 17
+    if libc.ptrace(PTRACE_ATTACH, pid, 0, 0) == 0:
+        got["ptrace"] = "ok"
+        os.waitpid(pid, 0)
+        libc.ptrace(PTRACE_DETACH, pid, 0, 0)
+    else:
+        got["ptrace"] = errno.errorcode[ctypes.get_errno()]
+    return got
+
+
+mine = os.fork()  # a dumpable process of hers: the control, where every attempt works
+if mine == 0:
+    time.sleep(60)
+    os._exit(0)
+result = {"control": attempt(mine)}
+os.kill(mine, 9)
+os.waitpid(mine, 0)
+result["worker"] = attempt(int(sys.argv[1]))
+print(json.dumps(result))
+'''
+
+
+def _pidfd_getfd(pid: int, fd: int) -> int:
+    libc = ctypes.CDLL(None, use_errno=True)
+    pidfd = os.pidfd_open(pid)
+    try:
+        got = libc.syscall(SYS_PIDFD_GETFD, pidfd, fd, 0)
+        if got < 0:
+            raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+        return got
+    finally:
+        os.close(pidfd)
+
+
+def _root_owned_proc(pid: int) -> bool:
+    """Its /proc/PID/fd is root's: the process made itself not dumpable (or it is gone)."""
+    try:
+        return os.stat(f"/proc/{pid}/fd").st_uid == 0
+    except OSError:
+        return True
+
+
+def _config(tmp_path: Path, idle: int = 30) -> str:
+    path = tmp_path / "admin.yaml"
+    path.write_text(f"defaults:\n  worker_idle_timeout: {idle}\n  worker_timeout: 300\n")
+    os.chmod(path, 0o600)
+    return str(path)
+
+
+def _start(system_venv, *args) -> subprocess.Popen:
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HERMES_ADMIN_CONFIG": "", "HOME": "/root"}
+    return subprocess.Popen([str(system_venv / "bin" / "hermes-admin"), *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, cwd="/")
+
+
+def _her_worker(user, proc: subprocess.Popen, seconds: float = 60) -> int:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and proc.poll() is None:
+        found = _workers_of(user)
+        if found:
+            return found[0]
+        time.sleep(0.002)
+    raise AssertionError("her worker was never seen")
+
+
+def _done(proc: subprocess.Popen, timeout: float = 120) -> subprocess.CompletedProcess:
+    out, err = proc.communicate(timeout=timeout)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def test_she_can_neither_take_her_workers_pipe_nor_trace_it(make_user, system_venv, tmp_path):
+    """While root's run waits on her worker (her plugin is slow), she tries what took its reply pipe
+    before: pidfd_getfd, /proc/PID/fd, ptrace. Each is refused (EPERM, EACCES), though each works on
+    a process of hers that is dumpable."""
+    alice = make_user("alice")
+    prepare(alice, {"default": 30})
+    set_config(alice.root, plugins=["slow"])
+    plant_plugin(alice.root, "slow", SLOW)
+    chown_tree(alice.root, alice)
+    proc = _start(system_venv, "--root", str(alice.root), "run", "--yes")
+    try:
+        worker = _her_worker(alice, proc)
+        while not _root_owned_proc(worker):  # past its first statement (child.UNDUMPABLE)
+            time.sleep(0.001)
+        try:
+            os.kill(worker, signal.SIGSTOP)  # it holds still while she tries (she may stop it herself too)
+            tried = as_user(alice, [str(system_venv / "bin" / "python"), "-c", HIJACK, str(worker)], timeout=60)
+        finally:
+            os.kill(worker, signal.SIGCONT)
+    finally:
+        done = _done(proc)
+    assert tried.returncode == 0, tried.stderr
+    got = json.loads(tried.stdout)
+    assert got["control"] == {"pidfd_getfd": "ok", "proc_fd": "ok", "ptrace": "ok"}, got
+    assert got["worker"] == {"pidfd_getfd": "EPERM", "proc_fd": "EACCES", "ptrace": "EPERM"}, (got, explain(done))
+    assert done.returncode in (0, 1), explain(done)
+    assert root_owned(alice.home) == []
+
+
+def _forge(user, system_venv, tmp_path, lines: list[dict], *args) -> subprocess.CompletedProcess:
+    """Root's run over her root and another's; her worker, stopped as soon as seen, says `lines`
+    through a copy of its reply pipe (as she could, were it dumpable); it is never continued."""
+    bob = user("bob")
+    alice = user("alice")
+    kinds = {u.name: prepare(u) for u in (alice, bob)}
+    proc = _start(system_venv, *_roots(alice, bob), "--config", _config(tmp_path), *args)
+    try:
+        worker = _her_worker(alice, proc)
+        os.kill(worker, signal.SIGSTOP)
+        pipe = _pidfd_getfd(worker, 1)
+        os.write(pipe, b"".join(json.dumps(line).encode() + b"\n" for line in lines))
+        os.close(pipe)
+    finally:
+        done = _done(proc)
+    return done, alice, bob, kinds
+
+
+def test_a_forged_internal_error_fails_her_profiles_not_roots_run(make_user, system_venv, tmp_path):
+    end = {"t": "end", "v": {"dry_run": False, "problems": [], "policies": {}, "findings": [], "internal": True}}
+    done, alice, bob, kinds = _forge(make_user, system_venv, tmp_path, [HELLO, end], "run", "--yes")
+    assert done.returncode == 2, explain(done)
+    assert "Traceback" not in done.stderr and "internal error" not in done.stderr.replace(
+        "reported an internal error", ""), explain(done)
+    mine = [line for line in done.stderr.splitlines() if "error" in line]
+    assert mine and all(str(alice.root) in line for line in mine), explain(done)
+    for name in kinds[bob.name]:
+        home = bob.root if name == "default" else bob.root / "profiles" / name
+        assert_maintained(home, kinds[bob.name][name], f"bob's {name}")
+
+
+def test_a_row_without_home_is_her_workers_error_not_exit_70(make_user, system_venv, tmp_path):
+    row = {"t": "data", "k": "exports", "v": {"file": "/x.jsonl.gz", "profile": "default", "units": 1, "sessions": 1,
+                                               "messages": 1, "reasons": ["prune"], "bytes": 1}}
+    done, alice, bob, _ = _forge(make_user, system_venv, tmp_path, [HELLO, row], "exports", "list")
+    assert done.returncode == 2, explain(done)
+    assert "Traceback" not in done.stderr, explain(done)
+    assert "broke the protocol (a row of exports: no 'home')" in done.stderr, explain(done)
+    assert all(alice.name in line or str(alice.root) in line
+               for line in done.stderr.splitlines() if "error" in line), explain(done)
+
+
+def test_her_stalled_worker_delays_no_other_owners_profiles(make_user, admin, tmp_path):
+    """She stops her worker (first in the order) at once; Bob's profiles are done before her worker's
+    idle deadline (30 s) could pass, not after it, and that deadline still ends hers; the report keeps
+    the order."""
+    alice, bob = make_user("alice"), make_user("bob")
+    kinds = {user.name: prepare(user) for user in (alice, bob)}
+    stopped: list[int] = []
+
+    def stop_hers():
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not stopped:
+            for pid in _workers_of(alice):
+                os.kill(pid, signal.SIGSTOP)
+                stopped.append(pid)
+            time.sleep(0.002)
+
+    stopper = threading.Thread(target=stop_hers)
+    stopper.start()
+    began = time.time()
+    done = admin(*_roots(alice, bob), "--config", _config(tmp_path, idle=30), "run", "--yes", "--json", timeout=180)
+    took = time.time() - began
+    stopper.join()
+
+    assert stopped, "her worker was never seen"
+    assert done.returncode == 2 and took >= 30, explain(done)  # hers ended at her idle deadline
+    record = json.loads((bob.root / ".hermes-admin" / "last-run.json").read_text())
+    # his were done before hers could have been killed (her worker began after `began`): not after it
+    assert record["runs"][-1]["finished"] < began + 30, (record["runs"][-1], explain(done))
+    for name in kinds[bob.name]:
+        home = bob.root if name == "default" else bob.root / "profiles" / name
+        assert_maintained(home, kinds[bob.name][name], f"bob's {name}")
+    homes = [r["home"] for r in json.loads(done.stdout)["results"]]
+    assert homes == sorted(homes, key=lambda h: not h.startswith(str(alice.root))), homes  # hers (none) first
+    assert root_owned(alice.home) == [] and root_owned(bob.home) == []
