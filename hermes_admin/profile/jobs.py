@@ -321,9 +321,9 @@ def usage(job: Job, isolated: bool, env: Environment) -> Run:
         try:  # the exports `exports list` shows for this profile, whatever else shares its folder
             settings = export_settings(profile, job.layers_of(profile), env.installations)
             exported = exports.listed_bytes(profile, settings)
-        except exports.ExportError as exc:
+        except exports.ExportError as exc:  # a value, as every problem (run.problems holds Problems only)
             exported = 0
-            warnings.append(f"profile '{profile.shown}': {exc}")
+            warnings.append(about(profile, WARNING, "exports", exc.strerror or str(exc), path=exc.filename))
         sqlite, warning = sqlite_of(profile, journal_mode(store), env.installations)
         warnings.extend([warning] if warning else [])
         return [dict(profile_usage(profile, store, exported, held_by(store)), sqlite=sqlite)]

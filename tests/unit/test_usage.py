@@ -62,3 +62,18 @@ def test_usage_totals_each_root_apart_and_the_host_over_both(synth_root, invoke,
         assert sum(sums.values()) == sum(sum(r["files"].values()) for r in mine)
     assert doc["host_bytes"] == sum(sum(s.values()) for s in doc["roots"].values())
     assert len([r for r in doc["profiles"] if r["profile"] == "default"]) == 2  # two roots' defaults kept apart
+
+
+def test_usage_with_an_export_folder_that_is_a_file_warns_and_goes_on(synth_root, invoke):
+    """The export folder a file (a typo'd `export_dir`, a stray file): a warning naming it, never a crash."""
+    root, _ = synth_root
+    own = home_of(root, "work") / ".hermes-admin"
+    own.mkdir(exist_ok=True)
+    (own / "exports").write_text("not a folder")
+    result = invoke("--root", str(root), "usage", "--json")
+    assert result.exit_code == 0, result.stdout + result.stderr  # a listing command: warnings leave it 0
+    doc = json.loads(result.stdout)
+    assert {r["profile"] for r in doc["profiles"]} == {"default", "work", "legacy"}
+    [warning] = doc["warnings"]
+    assert warning.startswith("profile 'work': ") and "exports: cannot list the export folder" in warning
+    assert "[Errno" not in warning
