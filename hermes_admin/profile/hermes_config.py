@@ -56,6 +56,14 @@ class HermesConfig:
     path: Path
     data: dict = field(default_factory=dict)
     warnings: list[Problem] = field(default_factory=list)  # each with its file and key
+    # `plugins.hook_callback_timeout` as this file sets it, checked once when the file is read (a bad
+    # value warns once, however often the timeout is asked for); None where the file leaves it unset.
+    own_hook_timeout: float | None = field(default=None, init=False)
+
+    def __post_init__(self):
+        plugins = self.section("plugins")
+        if "hook_callback_timeout" in plugins:
+            self.own_hook_timeout = self._checked_hook_timeout(plugins["hook_callback_timeout"])
 
     def section(self, name: str) -> dict:
         value = self.data.get(name)
@@ -75,21 +83,32 @@ class HermesConfig:
 
     @property
     def sets_hook_timeout(self) -> bool:
-        return "hook_callback_timeout" in self.section("plugins")
+        return self.own_hook_timeout is not None
 
     def hook_timeout_or(self, default: float) -> float:
-        """`plugins.hook_callback_timeout`, else `default` (the installation's, else 30 s); at most 600 s,
-        which is also what 0 (Hermes' "no cap") means for an unattended run; anything but a finite
-        number >= 0 means 30 s, with a warning."""
-        raw = self.section("plugins").get("hook_callback_timeout", default)
-        if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not math.isfinite(raw) or raw < 0:
+        """`plugins.hook_callback_timeout`, else `default` (the installation's, else 30 s), by
+        `hook_seconds`' rule. Asking says nothing: the file's value was checked when it was read."""
+        if self.own_hook_timeout is not None:
+            return self.own_hook_timeout
+        seconds = hook_seconds(default)
+        return DEFAULT_HOOK_TIMEOUT_S if seconds is None else seconds
+
+    def _checked_hook_timeout(self, raw) -> float:
+        seconds = hook_seconds(raw)
+        if seconds is None:
             self.warnings.append(Problem(
                 WARNING, f"plugins.hook_callback_timeout {str(raw)[:40]!r} is not a finite number >= 0; using 30 s",
                 kind="hermes_config", path=str(self.path), key="plugins.hook_callback_timeout"))
             return DEFAULT_HOOK_TIMEOUT_S
-        if raw == 0:
-            return MAX_HOOK_TIMEOUT_S
-        return min(float(raw), MAX_HOOK_TIMEOUT_S)
+        return seconds
+
+
+def hook_seconds(raw) -> float | None:
+    """A hook timeout as it is used: at most 600 s, which is also what 0 (Hermes' "no cap") means for
+    an unattended run; None for anything but a finite number >= 0."""
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not math.isfinite(raw) or raw < 0:
+        return None
+    return MAX_HOOK_TIMEOUT_S if raw == 0 else min(float(raw), MAX_HOOK_TIMEOUT_S)
 
 
 def _names(value) -> list[str]:

@@ -163,7 +163,6 @@ def policy(job: Job, isolated: bool, env: Environment) -> Run:
             problem("problems", str(exc))
             config = None
         if config is not None:
-            config.hook_timeout  # read for what it warns about (a timeout that is not a finite number >= 0)
             for warning in config.warnings:
                 problem("warnings", warning.text(), warning.key)
             for _, key, message in rules.problems(PolicyLayers(), config):  # the admin layers are checked by the host

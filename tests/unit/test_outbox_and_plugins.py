@@ -103,7 +103,9 @@ def test_hook_timeout_setting(raw, expected):
     plugins = {} if raw is None else {"hook_callback_timeout": raw}
     config = HermesConfig(Path("config.yaml"), {"plugins": plugins})
     assert config.hook_timeout == expected
-    assert bool(config.warnings) == (raw is not None and raw not in (2, 0, 900))
+    assert config.hook_timeout_or(12) == expected if raw is not None else config.hook_timeout_or(12) == 12
+    assert config.hook_timeout == expected  # asked again: the same value, and no second warning
+    assert len(config.warnings) == (raw is not None and raw not in (2, 0, 900))
 
 
 def test_plugins_list_command(root, invoke):

@@ -146,6 +146,9 @@ def test_config_check_reads_the_plugin_keys_too(synth_root, invoke):
     result = invoke("--root", str(root), "config", "check")
     assert result.exit_code == 1  # a warning: Hermes' own default applies
     assert f"{home_of(root, 'work') / 'config.yaml'}:3: plugins.hook_callback_timeout" in result.stderr
+    assert result.stderr.count("plugins.hook_callback_timeout") == 1  # said once, however often it is read
+    ran = invoke("--root", str(root), "run", "-p", "work", "--yes")  # the engine and the policy both read it
+    assert ran.stderr.count("plugins.hook_callback_timeout") == 1, ran.stderr
 
 
 def test_the_next_run_says_whether_anything_will_run_it():
