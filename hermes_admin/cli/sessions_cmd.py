@@ -23,7 +23,7 @@ from hermes_admin.results import Run
 
 # On a narrow terminal: the counts and states go first; the title is cut before anything else is.
 COLUMNS = [Column("profile", whole=True), Column("id", whole=True), Column("title", cut=True),
-           Column("last activity", drop=1), Column("source", drop=2), Column("msgs", drop=4), Column("state", drop=3)]
+           Column("last activity", drop=1), Column("source", drop=4), Column("msgs", drop=3), Column("state", drop=2)]
 
 
 @click.group(cls=SuggestingGroup)
