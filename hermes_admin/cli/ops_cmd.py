@@ -28,6 +28,13 @@ def setup_logging(verbose: int) -> None:
     logging.getLogger("apscheduler").setLevel(logging.DEBUG if verbose > 1 else logging.WARNING)
 
 
+def route_stderr() -> None:
+    """Whatever else says something on stderr says it as a log record of the daemon's (one format)."""
+    from hermes_admin.host.daemon import LogLines, log
+
+    sys.stderr = LogLines(log, sys.stderr)
+
+
 @click.command()
 @click.option("--metrics-file", type=click.Path(dir_okay=False), help="Write Prometheus textfile metrics after each job.")
 @pass_app
@@ -49,6 +56,7 @@ def daemon(app: App, metrics_file):
     except (ConfigError, ScheduleError) as exc:
         report.error(str(exc))
         raise click.exceptions.Exit(exitcodes.CONFIG)
+    route_stderr()  # after the config's own errors, said as every command says them
     code = service.serve()
     stopping.clear()  # SIGTERM is how a daemon is meant to stop: exit 0, not "interrupted"
     raise click.exceptions.Exit(code)
