@@ -22,7 +22,6 @@ def restore(run: Run, profile: Profile, env: Environment, path: str, sessions: l
 
     def work(engine: Engine) -> list[Result]:
         with ledger.begun(Result(profile.name, "restore", None, engine.dry_run)) as result:
-            result.notes.append("transcript files in sessions/ are not part of an export: they stay gone")
             engine.restore(Path(path), set(sessions) if sessions else None, result, pin=pin,
                            other_profile=other_profile)
         return ledger.results

@@ -141,7 +141,7 @@ class Engine:
         self.bus = self._bus()
         self.aftermath = Aftermath(self.profile, False, self.outbox, self.bus, self.remover)
         self.pacer = Pacer(db, self.turns, self.commits, self.fts, self.aftermath.after_durable)
-        self.export = ExportFile(self.profile, self.export_settings, self.now)
+        self.export = ExportFile(self.profile, self.export_settings, self.now, files=lambda: self.aftermath.files)
         self._ahead = ExportAhead(self.store, self.export, self.export_settings, self.pacer)
         self._splits = SplitDeletes(self.store, self.pacer, self.outbox, self.aftermath, self.deletes,
                                     lambda result: self._settle(result, merge=True), self.require_tokenizer)
@@ -263,6 +263,8 @@ class Engine:
         self.progress(what, done, len(units), False)
         try:
             for step in self._ahead.steps(units, reason, orphans, result):
+                for exported in step.exported.values():  # removed with their sessions, not restorable: said
+                    result.files_skipped += list(exported.files_left)
                 if step.split:
                     self._splits.split(step.units[0], step.exported[step.units[0].session_id], reason, recheck,
                                        result)

@@ -8,7 +8,8 @@ Rows go back as they were exported: every column the store still has, message id
 message ids are AUTOINCREMENT, never reused), so `content` is byte-identical and Hermes' own
 triggers index it again in both FTS tables. A parent that no longer exists is dropped from the
 child's row, as Hermes' own import does. Order per session: its system prompts, the row, usage
-rows, then its messages, as many per transaction as the engine's time budget allows.
+rows, then its messages, as many per transaction as the engine's time budget allows; then its
+files in `sessions/`, where the export carries them (transcripts.py).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from hermes_admin.profile.engine.exports import ROW_WEIGHT, decode_value, manifest_or_recomputed, read_member
 from hermes_admin.profile.engine.pacer import MERGE_STEPS, Pacer
+from hermes_admin.profile.engine.transcripts import put_back as put_files
 from hermes_admin.profile.store import Store
 from hermes_admin.profile.store.restoring import (message_owners, newest_message_id, pin, put_row,
                                                   session_exists, session_row)
@@ -26,7 +28,7 @@ from hermes_admin.profile.store.unit_rows import PROMPT_COLUMNS
 from hermes_admin.results import Done, Result
 from hermes_admin.profile.store.errors import SQLITE_ERRORS
 
-EXTRAS = ("messages", "session_model_usage", "system_prompts")  # an export record's fields that are no columns
+EXTRAS = ("messages", "session_model_usage", "system_prompts", "files")  # an export record's fields that are no columns
 MAX_ROWS_PER_TXN = 500  # a bound on one restore transaction whatever the weights (tiny rows)
 
 
@@ -168,6 +170,7 @@ def restore_file(store: Store, pacer: Pacer | None, path: Path, wanted: set[str]
         raise store.error(f"{store.path}: --pin: this store's sessions have no `pinned` column (a Hermes "
                           "before pinning); nothing restored")
     put_back: list[str] = []
+    files_put, without_files = 0, 0
     for member, units in units_of(manifest, wanted):
         ids = {i for u in units for i in u[3]}
         unseen = set(ids)
@@ -182,15 +185,28 @@ def restore_file(store: Store, pacer: Pacer | None, path: Path, wanted: set[str]
                 # a record this store cannot take (a hostile or damaged file): this session only
                 result.skipped.append({"session_id": sid, "ids": [sid], "why": f"not restored: {exc}"})
                 continue
-            if state == "completed" and count == 0:
+            files = 0
+            if state in ("restored", "completed"):  # its files too, where the export carries them
+                if "files" not in fields:
+                    without_files += 1
+                files, left = put_files(store.profile.sessions_dir, sid, fields.get("files"), dry_run)
+                files_put += files
+                result.files_skipped += left
+            if state == "completed" and count == 0 and not files:
                 result.skipped.append({"session_id": sid, "ids": [sid], "why": "exists as exported: nothing to put back"})
             elif state in ("restored", "completed"):
-                result.done.append(Done(sid, (sid,), f"{state} from {path.name} ({count} messages)"))
+                result.done.append(Done(sid, (sid,), f"{state} from {path.name} ({count} messages"
+                                        + (f", {files} file(s) in sessions/)" if files else ")")))
                 put_back.append(sid)
             else:
                 result.skipped.append({"session_id": sid, "ids": [sid], "why": "exists in the store: left alone"})
         for sid in sorted(unseen):
             result.skipped.append({"session_id": sid, "ids": [sid], "why": "not in the export"})
+    if files_put:
+        result.notes.append(f"{files_put} file(s) put back into {store.profile.sessions_dir}")
+    if without_files:
+        result.notes.append(f"{without_files} session(s) from an export made before exports carried the files in "
+                            "sessions/: their transcript files, if they had any, stay gone")
     if put_back and pin:
         if not dry_run:
             restorer.pin(put_back)
