@@ -84,20 +84,42 @@ def check(app: App, profiles, as_json: bool):
         warnings += [{"file": None, "line": None, "message": p.text()} for p in answer.problems
                      if p.severity == WARNING and p.kind != UNKNOWN_PROFILE]  # that one said with its line, above
     checked = list(dict.fromkeys(checked))
+    notes = _no_hermes(rows if loaded is not None else []) if not app.quiet else []
     code = exitcodes.CONFIG if problems else exitcodes.WARNINGS if warnings else exitcodes.OK
     if code != exitcodes.CONFIG and loaded is not None and app.failed_discovery(found, profiles):
         code = exitcodes.PROFILE_FAILED  # a root or profile named that is not there
     if as_json:
-        report.emit_json({"ok": not problems, "problems": problems, "warnings": warnings, "checked": checked})
+        report.emit_json({"ok": not problems, "problems": problems, "warnings": warnings, "checked": checked,
+                          "notes": notes})
     for problem in problems:  # on stderr, as `nginx -t` and compilers say them (and in the JSON's errors)
         report.error(_line(problem))
     for warning in warnings:
         report.warn(_line(warning))
     if not as_json:
+        for note in notes:
+            report.note(note)
         state = f"{len(problems)} problem(s)" if problems else "ok"
         report.note(f"config check: {state}" + (f", {len(warnings)} warning(s)" if warnings else "")
                     + f"; read {len(checked)} file(s): " + ", ".join(checked))
     raise click.exceptions.Exit(code)
+
+
+def _no_hermes(rows: list[dict]) -> list[str]:
+    """What the installation lookups said (none found for a root, a configured interpreter refused),
+    each line once: without a Hermes, the values `built-in` are hermes-admin's copy of Hermes
+    0.19.0's defaults, not those of the Hermes the profile runs, which `config show` must not hide."""
+    said = []
+    for row in rows:
+        hermes = row.get("hermes") or {}
+        for line in hermes.get("notes") or []:
+            if line not in said:
+                said.append(line)
+        if hermes and hermes.get("installation") is None and not hermes.get("own_interpreter_chosen_in"):
+            line = ("without it, the defaults used are Hermes 0.19.0's as hermes-admin knows them (`built-in` in "
+                    "`config show --origin`), not those of the Hermes these profiles run")
+            if line not in said:
+                said.append(line)
+    return said
 
 
 def _presets(loaded: admin_config.AdminConfig) -> list[str]:
@@ -174,9 +196,10 @@ def show(app: App, origin: bool, profiles, as_json: bool):
     answer = app.work(ShowPolicy(), found.profiles, with_policy=True)
     labels = app.labels()
     rows = answer.data.get("policy", [])
+    notes = _no_hermes(rows) if not app.quiet else []
     if as_json:
-        report.emit_json({"profiles": [{k: r[k] for k in ("profile", "home", "values", "origins")} for r in rows],
-                          "errors": answer.errors})
+        report.emit_json({"profiles": [{k: r.get(k) for k in ("profile", "home", "values", "origins", "hermes")}
+                                       for r in rows], "notes": notes, "errors": answer.errors})
     else:
         columns = [Column("profile", whole=True), Column("key", whole=True), Column("value", whole=True)]
         lines = []
@@ -188,6 +211,8 @@ def show(app: App, origin: bool, profiles, as_json: bool):
             for problem in row["problems"]:
                 report.error(f"profile '{labels.get(row['home'], row['profile'])}': {_line(problem)}")
         tables.show(columns + ([Column("origin", whole=True)] if origin else []), lines)
+        for note in notes:  # after the table: what its `built-in` values are when no Hermes was found
+            report.note(note)
     for message in answer.errors:
         report.error(message)
     failed = any(r["problems"] for r in rows)

@@ -157,6 +157,7 @@ def policy(job: Job, isolated: bool, env: Environment) -> Run:
             row[kind].append({"file": str(path), "line": line, "message": message})
 
         lookup = env.installations.for_profile(profile)  # its release's keys and defaults, as `run` reads them
+        row["hermes"] = lookup.as_dict()  # none found: the built-in defaults are not its Hermes' (said by the host)
         try:
             config = load_hermes_config(profile.home, installation.sessions_keys(lookup))
         except HermesConfigError as exc:

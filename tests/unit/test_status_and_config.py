@@ -168,3 +168,25 @@ def test_the_next_run_says_whether_anything_will_run_it():
     assert next_text(timer) == "Fri 2026-12-04 03:31:07 UTC (active)"
     assert next_text(dict(timer, next=None, active="inactive")) == "none (inactive)"
     assert next_text(dict(timer, next=None, active="not loaded")) == "none (not loaded)"
+
+
+def test_config_show_and_check_say_when_no_hermes_installation_is_found(synth_root, invoke):
+    """Without a Hermes, the built-in defaults are not Hermes' own: both commands say so, once a root."""
+    root, _ = synth_root
+    for command in (["config", "show"], ["config", "check"]):
+        result = invoke("--root", str(root), *command)
+        assert result.exit_code == 0, result.stderr
+        assert result.stderr.count(f"no Hermes installation found for {root}") == 1, result.stderr
+        assert result.stderr.count("Hermes 0.19.0's as hermes-admin knows them") == 1
+    doc = json.loads(invoke("--root", str(root), "config", "show", "--json").stdout)
+    assert any("no Hermes installation found" in n for n in doc["notes"])
+    assert all(p["hermes"]["installation"] is None for p in doc["profiles"])
+    assert json.loads(invoke("--root", str(root), "config", "check", "--json").stdout)["notes"]
+
+
+def test_plugins_list_says_the_installation_once_for_the_profiles_it_serves(synth_root, invoke):
+    root, _ = synth_root
+    result = invoke("--root", str(root), "plugins", "list")
+    lines = [line for line in result.stderr.splitlines() if "no Hermes installation found" in line]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("hermes-admin: default, legacy, work: no Hermes installation found")
