@@ -9,11 +9,12 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from hermes_admin import yamlfile
 from hermes_admin.problems import WARNING, Problem
+from hermes_admin.shown import did_you_mean
 
 DEFAULT_HOOK_TIMEOUT_S = 30.0  # Hermes' own default for plugins.hook_callback_timeout
 # hermes-admin's ceiling for one callback in unattended runs: also what Hermes' "0 = no cap" means here.
@@ -127,13 +128,23 @@ def load(home: Path, known: Iterable[str] = ()) -> HermesConfig:
     if not os.path.lexists(path):
         return HermesConfig(path)
     try:
-        data = yamlfile.load_mapping(path, keys=SECTIONS)
+        text = yamlfile.text(path)
+        data = yamlfile.load_mapping(path, keys=SECTIONS, text=text)
+    except OSError as exc:
+        raise HermesConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
     except yamlfile.YAMLRefused as exc:
         raise HermesConfigError(str(exc)) from None
     config = HermesConfig(path, data)
     unknown = sorted(map(str, set(config.section("sessions")) - SESSIONS_KEYS - set(known)))
     if unknown:
         shown = ", ".join(k[:40] for k in unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
-        config.warnings.append(Problem(WARNING, f"sessions: unknown key(s) {shown} (a typo? not used)",
+        config.warnings.append(Problem(WARNING, f"sessions: unknown key(s) {shown}"
+                                       f"{did_you_mean(unknown[0], SESSIONS_KEYS | set(known)) or ' (a typo?)'}; not used",
                                        kind="hermes_config", path=str(path), key=f"sessions.{unknown[0]}"))
+    for key, line in yamlfile.duplicate_keys(text, SECTIONS):  # Hermes' YAML reader takes the last: so do we
+        config.warnings.append(Problem(WARNING, f"{key}: written twice; the last one is used",
+                                       kind="hermes_config", path=str(path), key=key, line=line))
+    # each with the line of its key, as `config check` says it (and every command's JSON)
+    config.warnings[:] = [w if w.line is not None or not w.key else replace(w, line=yamlfile.line_of(text, w.key))
+                          for w in config.warnings]
     return config

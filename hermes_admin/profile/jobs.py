@@ -152,8 +152,9 @@ def policy(job: Job, isolated: bool, env: Environment) -> Run:
         text = _small_text(path)
         row["read"] = text is not None  # `config check` names the files it read: not one that is not there
 
-        def problem(kind: str, message: str, key: str | None = None) -> None:
-            line = yamlfile.line_of(text, key) if key and text else None
+        def problem(kind: str, message: str, key: str | None = None, line: int | None = None) -> None:
+            if line is None:
+                line = yamlfile.line_of(text, key) if key and text else None
             row[kind].append({"file": str(path), "line": line, "message": message})
 
         lookup = env.installations.for_profile(profile)  # its release's keys and defaults, as `run` reads them
@@ -164,8 +165,8 @@ def policy(job: Job, isolated: bool, env: Environment) -> Run:
             problem("problems", str(exc))
             config = None
         if config is not None:
-            for warning in config.warnings:
-                problem("warnings", warning.text(), warning.key)
+            for warning in config.warnings:  # its message: the file and line are the row's own fields
+                problem("warnings", warning.message, warning.key, warning.line)
             for _, key, message in rules.problems(PolicyLayers(), config):  # the admin layers are checked by the host
                 problem("problems", message, f"sessions.{key}" if key else "sessions")
             try:

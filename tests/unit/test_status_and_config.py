@@ -190,3 +190,40 @@ def test_plugins_list_says_the_installation_once_for_the_profiles_it_serves(synt
     lines = [line for line in result.stderr.splitlines() if "no Hermes installation found" in line]
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("hermes-admin: default, legacy, work: no Hermes installation found")
+
+
+def test_a_profiles_config_warnings_carry_their_profile_and_line_in_every_json(synth_root, invoke):
+    root, _ = synth_root
+    config = home_of(root, "work") / "config.yaml"
+    config.write_text("sessions:\n  retention_dayz: 3\n  auto_prune: false\n  auto_prune: true\n"
+                      "plugins:\n  hook_callback_timeout: soon\n")
+    doc = json.loads(invoke("--root", str(root), "run", "-p", "work", "--yes", "--json").stdout)
+    by_key = {p["key"]: p for p in doc["problems"] if p["kind"] == "hermes_config"}
+    assert by_key["sessions.retention_dayz"]["line"] == 2 and "did you mean 'retention_days'" in \
+        by_key["sessions.retention_dayz"]["message"]
+    assert by_key["sessions.auto_prune"]["line"] == 4 and "written twice" in by_key["sessions.auto_prune"]["message"]
+    assert by_key["plugins.hook_callback_timeout"]["line"] == 6
+    assert all(p["profile"] == "work" and p["path"] == str(config) for p in by_key.values())
+    check = json.loads(invoke("--root", str(root), "config", "check", "--json").stdout)
+    assert {(w["line"], w["message"].split()[0].rstrip(":")) for w in check["warnings"]} >= {
+        (2, "sessions"), (4, "sessions.auto_prune"), (6, "plugins.hook_callback_timeout")}
+
+
+def test_a_key_written_twice_in_the_admin_config_or_a_preset_is_refused_with_its_line(synth_root, invoke, tmp_path):
+    root, _ = synth_root
+    admin = tmp_path / "admin.yaml"
+    admin.write_text("defaults:\n  retention_days: 30\n  retention_days: 40\n")
+    result = invoke("--root", str(root), "--config", str(admin), "config", "check")
+    assert result.exit_code == 78
+    assert f"{admin}:3: defaults.retention_days is written twice" in result.stderr
+    ran = invoke("--root", str(root), "--config", str(admin), "run", "--dry-run")
+    assert ran.exit_code == 78 and f"{admin}:3: defaults.retention_days is written twice" in ran.stderr
+
+
+def test_an_unknown_preset_is_answered_with_the_nearest(synth_root, invoke, tmp_path):
+    root, _ = synth_root
+    admin = tmp_path / "admin.yaml"
+    admin.write_text("profiles:\n  work:\n    preset: leen\n")
+    result = invoke("--root", str(root), "--config", str(admin), "config", "check")
+    assert result.exit_code == 78 and f"{admin}:3: preset 'leen' not found" in result.stderr
+    assert "(did you mean 'lean'?)" in result.stderr
