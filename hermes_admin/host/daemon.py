@@ -40,6 +40,7 @@ TASKS = {"run": ORDER, **{command: (task.name,) for command, task in BY_COMMAND.
 DEFAULT_SCHEDULE = {"run": {"cron": "30 3 * * *", "jitter": 1800}}
 # Past a worker's idle deadline, how long its kill and report may take before the daemon counts its job stuck.
 STUCK_MARGIN_S = 60.0
+MIN_EVERY_S = 1.0  # `every_seconds`: the shortest interval (a job a millisecond is a typo, never a schedule)
 # A warning still there is said again after this long, so that a day of the journal holds it.
 TOLD_AGAIN_S = 86400.0
 
@@ -122,8 +123,11 @@ def trigger_for(task: str, spec) -> CronTrigger | IntervalTrigger:
         raise ScheduleError(f"schedule: unknown task {task!r} (known: {', '.join(TASKS)})")
     if isinstance(spec, dict) and "every_seconds" in spec:
         seconds = spec["every_seconds"]
-        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds <= 0:
-            raise ScheduleError(f"schedule.{task}: every_seconds must be a positive number")
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds >= MIN_EVERY_S \
+                or seconds == float("inf"):
+            raise ScheduleError(f"schedule.{task}: every_seconds must be a number of seconds, at least "
+                                f"{MIN_EVERY_S:g}, not {str(seconds)[:40]!r} (a job starts at most once a second; "
+                                "one still at work when the next is due is coalesced)")
         return IntervalTrigger(seconds=seconds)
     jitter = None
     if isinstance(spec, dict) and "cron" in spec:

@@ -46,7 +46,10 @@ def test_triggers(spec, expected):
 @pytest.mark.parametrize("task, spec, message", [
     ("run", "0 3 * * 1", "by name"),
     ("run", "0 3 * *", "5-field"),
-    ("run", {"every_seconds": 0}, "positive"),
+    ("run", {"every_seconds": 0}, "at least 1"),
+    ("run", {"every_seconds": 0.001}, "at least 1, not '0.001'"),
+    ("run", {"every_seconds": float("nan")}, "at least 1"),
+    ("run", {"every_seconds": "20"}, "a number of seconds"),
     ("run", 42, "crontab string"),
     ("nap", "0 3 * * *", "unknown task"),
     ("run", "99 3 * * *", "99"),
