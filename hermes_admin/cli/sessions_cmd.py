@@ -14,7 +14,7 @@ from hermes_admin.tables import Column
 from hermes_admin.cli import mutate
 from hermes_admin.cli.context import App, json_option, pass_app, profile_option
 from hermes_admin.cli.groups import SuggestingGroup
-from hermes_admin.cli.maintain_cmd import absolute_dir, build_filters, export_dir_option, filter_options
+from hermes_admin.cli.maintain_cmd import absolute_dir, build_filters, export_dir_option, filter_options, filter_problems
 from hermes_admin.protocol import Change, ListExports, ListSessions, SessionDetail
 from hermes_admin.cli.mutate import AMBIGUOUS, NOT_ALL_FOUND
 from hermes_admin.problems import WARNING, Problem
@@ -155,7 +155,8 @@ def _change(app: App, ids: tuple[str, ...], ids_from, profiles, dry_run: bool, y
     found = app.discover(profiles)
     by_profile, missing, problems = mutate.targets(app, found.profiles, wanted)
     run = Run(dry_run=dry_run)
-    run.add(*(Problem(WARNING, f"no session matches '{m}'", kind="no_match") for m in missing), *problems)
+    run.add(*(Problem(WARNING, f"no session matches '{m}'", kind="no_match") for m in missing), *problems,
+            *filter_problems(filters))
     if app.failed_discovery(found, profiles):
         run.add(NOT_ALL_FOUND)
     filtering = bool(filters and filters.given())
