@@ -167,6 +167,10 @@ def policy(job: Job, isolated: bool, env: Environment) -> Run:
         if config is not None:
             for warning in config.warnings:  # its message: the file and line are the row's own fields
                 problem("warnings", warning.message, warning.key, warning.line)
+            if config.plugins_enabled:  # a name no plugin answers to enables nothing: said, as `plugins list` says it
+                from hermes_admin.profile.hooks.listing import plugins_of
+                for message in plugins_of(profile, config, env)[1]:
+                    problem("warnings", message.removeprefix(f"{path}: "), "plugins.enabled")
             for _, key, message in rules.problems(PolicyLayers(), config):  # the admin layers are checked by the host
                 problem("problems", message, f"sessions.{key}" if key else "sessions")
             try:
