@@ -28,8 +28,8 @@ def show_profiles(app: App, only: tuple[str, ...], as_json: bool) -> int:
         row["broken_holds"] = [hold.as_dict() for hold in holds]
         if any(hold.blocks_writes for hold in holds):
             row["ok"] = False
-    if as_json:
-        report.emit_json({"profiles": rows})
+    if as_json:  # `profile`, as every other command's JSON names it; `name` kept for scripts that read it
+        report.emit_json({"profiles": [{"profile": r["name"], **r} for r in rows]})
     else:
         labels = app.labels()
         tables.show(COLUMNS, [
