@@ -22,8 +22,12 @@ def restore(run: Run, profile: Profile, env: Environment, path: str, sessions: l
 
     def work(engine: Engine) -> list[Result]:
         with ledger.begun(Result(profile.name, "restore", None, engine.dry_run)) as result:
-            engine.restore(Path(path), set(sessions) if sessions else None, result, pin=pin,
-                           other_profile=other_profile)
+            made_in = engine.restore(Path(path), set(sessions) if sessions else None, result, pin=pin,
+                                     other_profile=other_profile)
+        if made_in is not None:  # as asked, and worth a word (exit 1): another profile's conversations are here now
+            run.add(about(profile, WARNING, "other_profile", f"an export made in the profile at {made_in}: "
+                          f"{'would be restored' if engine.dry_run else 'restored'} into this one as asked "
+                          "(--other-profile)", path=path))
         return ledger.results
 
     with_engine(run, profile, env, work, ledger=ledger)

@@ -393,8 +393,9 @@ class Engine:
 
     # -- restore ---------------------------------------------------------------
 
-    def restore(self, path: Path, wanted: set[str] | None, result: Result, **how) -> None:
-        """`hermes-admin restore`: units of an export back into this store (restore.py; `how`: pin, other_profile)."""
+    def restore(self, path: Path, wanted: set[str] | None, result: Result, **how) -> str | None:
+        """`hermes-admin restore`: units of an export back into this store (restore.py; `how`: pin,
+        other_profile); returns the home of the other profile the export was made in, if it was."""
         self.require_tokenizer("restore into")  # the messages put back fire the CJK triggers too
-        restore_file(self.store, self.pacer, path, wanted, self.dry_run, result, **how)
+        return restore_file(self.store, self.pacer, path, wanted, self.dry_run, result, **how)
 

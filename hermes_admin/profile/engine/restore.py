@@ -151,20 +151,22 @@ def units_of(manifest: dict, wanted: set[str] | None) -> list[tuple[dict, list]]
 
 
 def restore_file(store: Store, pacer: Pacer | None, path: Path, wanted: set[str] | None, dry_run: bool,
-                 result: Result, pin: bool = False, other_profile: bool = False) -> None:
+                 result: Result, pin: bool = False, other_profile: bool = False) -> str | None:
     """`hermes-admin restore FILE`: every (wanted) unit of the export back, existing ids left alone.
 
     An export another profile made (its `home` is not this one's: a renamed, moved or copied
     profile folder, or a mistake) is restored only when asked (`other_profile`), and said so.
     `pin`: the sessions put back are pinned, so that retention, which leaves pinned sessions
-    alone, does not delete them again on the next run."""
+    alone, does not delete them again on the next run. Returns the home of the other profile the
+    export was made in (restored here as asked: the caller warns), else None."""
     manifest = manifest_or_recomputed(path)  # a copy without its manifest is restorable too
     made_in = manifest.get("home")
+    other = None
     if not manifest.get("recomputed") and made_in != str(store.profile.home):
         if not other_profile:
             raise store.error(f"{path} is an export of the profile at {made_in}, not of this one; nothing "
                               "restored (--other-profile restores it here all the same)")
-        result.notes.append(f"made in the profile at {made_in}: restored into this one as asked (--other-profile)")
+        other = str(made_in)
     restorer = Restorer(store, pacer, result)
     if pin and "pinned" not in restorer.columns["sessions"]:
         raise store.error(f"{store.path}: --pin: this store's sessions have no `pinned` column (a Hermes "
@@ -214,3 +216,4 @@ def restore_file(store: Store, pacer: Pacer | None, path: Path, wanted: set[str]
     elif put_back:
         result.notes.append("a session past its retention window is deleted again by the next run (and exported "
                             "again): `restore --pin` keeps what it puts back")
+    return other
