@@ -218,3 +218,13 @@ def test_files_past_the_exports_bound_are_said_when_the_delete_removes_them(synt
     [line] = [w for r in doc["results"] for w in r["files_skipped"] if f"{sid}.jsonl" in w]
     assert "not in the export" in line and "restore cannot bring it back" in line
     assert not (sessions / f"{sid}.jsonl").exists()
+
+
+def test_prune_says_the_limit_it_went_by_apart_from_each_exports_own_size(synth_root, invoke):
+    root, _ = synth_root
+    purge(invoke, root)
+    budget = invoke("--root", str(root), "exports", "prune", "--max-size", "1k", "--dry-run")
+    lines = [line for line in budget.stdout.splitlines() if "would be removed (" in line]
+    assert lines and all("(its owner's exports take over 1.0 KiB (--max-size); it takes " in line for line in lines)
+    aged = invoke("--root", str(root), "exports", "prune", "--older-than", "0", "--force", "--dry-run")
+    assert "(older than 0 (--older-than); it takes " in aged.stdout
