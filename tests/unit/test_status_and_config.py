@@ -227,3 +227,14 @@ def test_an_unknown_preset_is_answered_with_the_nearest(synth_root, invoke, tmp_
     result = invoke("--root", str(root), "--config", str(admin), "config", "check")
     assert result.exit_code == 78 and f"{admin}:3: preset 'leen' not found" in result.stderr
     assert "(did you mean 'lean'?)" in result.stderr
+
+
+def test_status_lists_the_profiles_in_the_order_every_command_does(tmp_path, invoke, now):
+    from hermes_admin.synth.scenario import build_root
+
+    root = tmp_path / "h"
+    build_root(root, {"work": 22, "default": 30, "alpha": 22}, now=now)
+    order = [r["profile"] for r in json.loads(invoke("--root", str(root), "profiles", "--json").stdout)["profiles"]]
+    assert order == ["default", "alpha", "work"]
+    status = json.loads(invoke("--root", str(root), "status", "--json").stdout)
+    assert [r["profile"] for r in status["profiles"]] == order
