@@ -379,3 +379,17 @@ def test_the_daemons_stderr_is_log_records_in_its_one_format():
     assert out.getvalue().splitlines() == [
         "WARNING profile 'w': x", "INFO alice: waiting for the store (2 s)", "ERROR profile 'w': y",
         "INFO a traceback line"]
+
+
+def test_systemd_print_warns_of_tmp_paths_beside_private_tmp(tmp_path, invoke):
+    """A root, config or export folder under /tmp is invisible to a unit with PrivateTmp=yes."""
+    root = tmp_path / "h"
+    root.mkdir()
+    printed = invoke("--root", str(root), "systemd", "print")
+    assert printed.exit_code == 0
+    assert str(root).startswith("/tmp/") or str(root).startswith("/var/tmp/")
+    lines = [line for line in printed.stderr.splitlines() if "PrivateTmp=yes" in line]
+    assert lines and all(str(root) in line and "never sees that path" in line for line in lines)
+    assert {line.split(": ")[2] for line in lines} >= {"hermes-admin.service", "hermes-admin-daemon.service"}
+    elsewhere = invoke("--root", "/srv/hermes", "systemd", "print")
+    assert "PrivateTmp" not in elsewhere.stderr
