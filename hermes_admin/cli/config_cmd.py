@@ -8,9 +8,10 @@ from pathlib import Path
 
 import click
 
-from hermes_admin import durations, exitcodes, report, tables
+from hermes_admin import exitcodes, report, tables
 from hermes_admin.cli.context import App, json_option, pass_app, profile_option
 from hermes_admin.cli.groups import SuggestingGroup
+from hermes_admin.cli.values import shown_value
 from hermes_admin.host import config as admin_config
 from hermes_admin.host.runner import UNKNOWN_PROFILE
 from hermes_admin.problems import WARNING
@@ -164,27 +165,6 @@ def _defaults_never_used(loaded: admin_config.AdminConfig, rows: list[dict]) -> 
             if all(origins.get(key) not in (None, defaults.origin.of(key)) for origins in used)]
 
 
-def _value(key: str, value, home: str) -> str:
-    """One effective value as the config would say it: durations as durations (`7d`, `5m`), and
-    what an unset value means rather than a dash."""
-    if key == "export_dir" and value is None:
-        return str(Path(home) / ".hermes-admin" / "exports")
-    if key == "source_retention_days":
-        return ", ".join(f"{s} {durations.shown_in('retention_days', d)}" for s, d in sorted(value.items())) \
-            if value else "none (retention_days for every source)"
-    if key == "stale_grace_days" and value is None:
-        return "the row's whole window"
-    if key == "max_store_mb" and value is None:
-        return "none"
-    if key == "hook_callback_timeout":
-        return durations.shown(value)
-    if key in durations.RULES:
-        return durations.shown_in(key, float("inf") if value is None else value)  # JSON's null: no end
-    if isinstance(value, bool):
-        return str(value).lower()
-    return f"{value:g}" if isinstance(value, float) else str(value)
-
-
 @config.command("show")
 @click.option("--origin", is_flag=True, help="Also where each value came from (a file and key, or built-in).")
 @profile_option
@@ -205,7 +185,7 @@ def show(app: App, origin: bool, profiles, as_json: bool):
         lines = []
         for row in rows:
             for key, value in (row["values"] or {}).items():
-                shown = _value(key, value, row["home"])
+                shown = shown_value(key, value, row["home"])
                 lines.append([labels.get(row["home"], row["profile"]), key, shown]
                              + ([(row["origins"] or {}).get(key)] if origin else []))
             for problem in row["problems"]:
