@@ -238,3 +238,15 @@ def test_status_lists_the_profiles_in_the_order_every_command_does(tmp_path, inv
     assert order == ["default", "alpha", "work"]
     status = json.loads(invoke("--root", str(root), "status", "--json").stdout)
     assert [r["profile"] for r in status["profiles"]] == order
+
+
+def test_a_profiles_policy_error_carries_its_file_key_and_line_in_runs_json(synth_root, invoke):
+    """What `config check` says with its line, `run --json` carries as fields too (line was null)."""
+    root, _ = synth_root
+    config = home_of(root, "work") / "config.yaml"
+    config.write_text("model: x\nsessions:\n  retention_days: 0\n")
+    doc = json.loads(invoke("--root", str(root), "run", "-p", "work", "--dry-run", "--json").stdout)
+    [problem] = [p for p in doc["problems"] if p["kind"] == "policy"]
+    assert (problem["path"], problem["key"], problem["line"]) == (str(config), "sessions.retention_days", 3)
+    assert problem["message"] == "sessions: retention_days: 0 is under its minimum, 1d" and problem["skipped"]
+    assert doc["exit_code"] == 2
