@@ -57,10 +57,11 @@ def summary_row(name: str, row: dict) -> list[str]:
 @json_option
 @pass_app
 def usage(app: App, profiles, detail: bool, as_json: bool):
-    """Where each profile's bytes are: a summary per profile, then with --detail each part.
+    """Where each profile's bytes are: tables, FTS indexes, free pages, WAL, files.
 
-    The summary: per profile its total, the store with its free pages, the WAL, sessions/ files and
-    exports, what its free pages wait for, and totals per root and for the host. With --detail: each
+    First a summary, a line a profile: its total, the store with its free pages, the WAL,
+    sessions/ files and exports, what its free pages wait for, and totals per root and for the
+    host. With --detail: each
     table with its indexes, each FTS5 index, free pages, the WAL, sessions/ files and exports, adding
     up to the files' sizes; the largest sessions and each source's share. Read-only."""
     found = app.discover(profiles)

@@ -8,7 +8,7 @@ import pytest
 
 from tests.conftest import counts, store_digest
 
-KEYS = ["name", "home", "store", "ok", "error", "schema_version", "journal_mode", "sessions", "messages",
+KEYS = ["profile", "name", "home", "store", "ok", "error", "schema_version", "journal_mode", "sessions", "messages",
         "archived", "live", "empty", "store_bytes", "wal_bytes", "last_activity", "auto_vacuum",
         "reclaimable_bytes", "reclaim_waits_for", "hermes", "policy", "policy_error",
         "stale_open", "sqlite", "broken_holds"]

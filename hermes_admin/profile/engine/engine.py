@@ -262,9 +262,8 @@ class Engine:
         what, done = f"{self.profile.name}: {reason}", 0
         self.progress(what, done, len(units), False)
         try:
-            for step in self._ahead.steps(units, reason, orphans, result):
-                for exported in step.exported.values():  # removed with their sessions, not restorable: said
-                    result.files_skipped += list(exported.files_left)
+            for step in self._ahead.steps(units, reason, orphans, result):  # files its export left out: said
+                result.files_skipped += [line for done in step.exported.values() for line in done.files_left]
                 if step.split:
                     self._splits.split(step.units[0], step.exported[step.units[0].session_id], reason, recheck,
                                        result)
@@ -394,8 +393,7 @@ class Engine:
     # -- restore ---------------------------------------------------------------
 
     def restore(self, path: Path, wanted: set[str] | None, result: Result, **how) -> str | None:
-        """`hermes-admin restore`: units of an export back into this store (restore.py; `how`: pin,
-        other_profile); returns the home of the other profile the export was made in, if it was."""
+        """`hermes-admin restore`: an export's units back (restore.py; `how`: pin, other_profile)."""
         self.require_tokenizer("restore into")  # the messages put back fire the CJK triggers too
         return restore_file(self.store, self.pacer, path, wanted, self.dry_run, result, **how)
 

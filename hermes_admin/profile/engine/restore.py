@@ -155,10 +155,9 @@ def restore_file(store: Store, pacer: Pacer | None, path: Path, wanted: set[str]
     """`hermes-admin restore FILE`: every (wanted) unit of the export back, existing ids left alone.
 
     An export another profile made (its `home` is not this one's: a renamed, moved or copied
-    profile folder, or a mistake) is restored only when asked (`other_profile`), and said so.
+    profile folder, or a mistake) is restored only when asked (`other_profile`): the caller warns.
     `pin`: the sessions put back are pinned, so that retention, which leaves pinned sessions
-    alone, does not delete them again on the next run. Returns the home of the other profile the
-    export was made in (restored here as asked: the caller warns), else None."""
+    alone, does not delete them again on the next run. Returns the other profile's home, if any."""
     manifest = manifest_or_recomputed(path)  # a copy without its manifest is restorable too
     made_in = manifest.get("home")
     other = None
@@ -172,7 +171,7 @@ def restore_file(store: Store, pacer: Pacer | None, path: Path, wanted: set[str]
         raise store.error(f"{store.path}: --pin: this store's sessions have no `pinned` column (a Hermes "
                           "before pinning); nothing restored")
     put_back: list[str] = []
-    files_put, without_files = 0, 0
+    files = _Files(store.profile.sessions_dir, dry_run, result)
     for member, units in units_of(manifest, wanted):
         ids = {i for u in units for i in u[3]}
         unseen = set(ids)
@@ -187,28 +186,12 @@ def restore_file(store: Store, pacer: Pacer | None, path: Path, wanted: set[str]
                 # a record this store cannot take (a hostile or damaged file): this session only
                 result.skipped.append({"session_id": sid, "ids": [sid], "why": f"not restored: {exc}"})
                 continue
-            files = 0
-            if state in ("restored", "completed"):  # its files too, where the export carries them
-                if "files" not in fields:
-                    without_files += 1
-                files, left = put_files(store.profile.sessions_dir, sid, fields.get("files"), dry_run)
-                files_put += files
-                result.files_skipped += left
-            if state == "completed" and count == 0 and not files:
-                result.skipped.append({"session_id": sid, "ids": [sid], "why": "exists as exported: nothing to put back"})
-            elif state in ("restored", "completed"):
-                result.done.append(Done(sid, (sid,), f"{state} from {path.name} ({count} messages"
-                                        + (f", {files} file(s) in sessions/)" if files else ")")))
+            put = files.back(sid, fields) if state in ("restored", "completed") else 0  # where the export has them
+            if _said(result, path, sid, state, count, put):
                 put_back.append(sid)
-            else:
-                result.skipped.append({"session_id": sid, "ids": [sid], "why": "exists in the store: left alone"})
         for sid in sorted(unseen):
             result.skipped.append({"session_id": sid, "ids": [sid], "why": "not in the export"})
-    if files_put:
-        result.notes.append(f"{files_put} file(s) put back into {store.profile.sessions_dir}")
-    if without_files:
-        result.notes.append(f"{without_files} session(s) from an export made before exports carried the files in "
-                            "sessions/: their transcript files, if they had any, stay gone")
+    result.notes += files.notes()
     if put_back and pin:
         if not dry_run:
             restorer.pin(put_back)
@@ -217,3 +200,36 @@ def restore_file(store: Store, pacer: Pacer | None, path: Path, wanted: set[str]
         result.notes.append("a session past its retention window is deleted again by the next run (and exported "
                             "again): `restore --pin` keeps what it puts back")
     return other
+
+
+def _said(result: Result, path: Path, sid: str, state: str, count: int, files: int) -> bool:
+    """One session's outcome into `result`; whether it was put back."""
+    if state == "completed" and count == 0 and not files:
+        result.skipped.append({"session_id": sid, "ids": [sid], "why": "exists as exported: nothing to put back"})
+    elif state in ("restored", "completed"):
+        result.done.append(Done(sid, (sid,), f"{state} from {path.name} ({count} messages"
+                                + (f", {files} file(s) in sessions/)" if files else ")")))
+        return True
+    else:
+        result.skipped.append({"session_id": sid, "ids": [sid], "why": "exists in the store: left alone"})
+    return False
+
+
+class _Files:
+    """The sessions' files a restore puts back into `sessions/` (transcripts.py), and what it says of them."""
+
+    def __init__(self, folder: Path, dry_run: bool, result: Result):
+        self.folder, self.dry_run, self.result = folder, dry_run, result
+        self.put = self.without = 0  # files put back; sessions from an export that carries none
+
+    def back(self, sid: str, fields: dict) -> int:
+        self.without += "files" not in fields  # an export made before exports carried them
+        put, left = put_files(self.folder, sid, fields.get("files"), self.dry_run)
+        self.put += put
+        self.result.files_skipped += left
+        return put
+
+    def notes(self) -> list[str]:
+        return ([f"{self.put} file(s) put back into {self.folder}"] if self.put else []) + (
+            [f"{self.without} session(s) from an export made before exports carried the files in sessions/: "
+             "their transcript files, if they had any, stay gone"] if self.without else [])
