@@ -28,10 +28,15 @@ scan skips the processes the owner cannot inspect.
 
 from __future__ import annotations
 
+import errno
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from hermes_admin import lockrecord
+
+
+COMMAND_CHARS = 48  # of a process's command line, where it is named
 
 
 def _identities(paths: list[Path]) -> dict[tuple[int, int], set[str]]:
@@ -45,6 +50,44 @@ def _identities(paths: list[Path]) -> dict[tuple[int, int], set[str]]:
     return found
 
 
+@dataclass(frozen=True)
+class Unseen:
+    """A process the scan could not look into: its pid (None: `hidepid` hides every other user's
+    process, pids unknown), why, and what it runs where /proc says."""
+
+    pid: int | None
+    why: str
+    command: str | None = None
+
+    def said(self) -> str:
+        """`pid 1 (init): EACCES on /proc/1/fd/0`; its command read only now, when it is said (a
+        home's owner meets every other user's process in each scan, and pacing scans often)."""
+        if self.pid is None:
+            return f"other users' processes ({self.why})"
+        command = self.command or lockrecord.command_of(self.pid, COMMAND_CHARS)
+        return f"pid {self.pid}" + (f" ({command})" if command else "") + f": {self.why}"
+
+
+@dataclass
+class Look:
+    """One holder scan of a store's files, whole: `holders` is the answer structural work goes by
+    (see `other_holders`; None: unknown), the rest is what it was made of, for saying why.
+    `seen`: pids seen holding a descriptor of the files; `unseen`: the processes that could not
+    be looked into; `locking`: pids holding a lock on the files by /proc/locks (None: not read);
+    `why`: a bound passed or a table that could not be read, one line each."""
+
+    holders: list[int] | None
+    seen: list[int] = field(default_factory=list)
+    unseen: list[Unseen] = field(default_factory=list)
+    locking: set[int] | None = None
+    own_namespace: bool = False  # in a pid namespace of our own: a Hermes outside it is seen by no scan
+    why: list[str] = field(default_factory=list)
+
+    def holding(self) -> list[int]:
+        """The pids seen holding the store, by their descriptors or their locks."""
+        return self.seen + sorted(p for p in (self.locking or ()) if p not in self.seen)
+
+
 def other_holders(paths: list[Path], others_count: bool = True, wal: bool = False,
                   why: list[str] | None = None) -> list[int] | None:
     """The pids, other than ours, holding any of `paths` open (-1: a lock of no process, an open
@@ -55,35 +98,48 @@ def other_holders(paths: list[Path], others_count: bool = True, wal: bool = Fals
     device and inode `stat` gives through it, a lock by its filesystem's device and the inode:
     a file of the same number elsewhere (her tmpfs) is never this one. The scan is bounded
     (lockrecord.Budget, LOCK_LINES); past a bound the answer is None, and `why` gets one line."""
+    seen = look(paths, others_count, wal)
+    if why is not None:
+        why.extend(seen.why)
+    return seen.holders
+
+
+def look(paths: list[Path], others_count: bool = True, wal: bool = False) -> Look:
+    """`other_holders`, with what its answer was made of (Look)."""
     targets = _identities(paths)
     if not targets:
-        return []
-    me = os.getpid()
+        return Look([])
+    me, why = os.getpid(), []
     scanned = _descriptor_holders(targets, me, why)
     if scanned is None:
-        return None
+        return Look(None, why=why)
     holders, unseen = scanned
     if not others_count:
-        return holders
-    if not in_the_host_pid_namespace():
-        return None  # a Hermes outside this container would be seen by no scan here
+        return Look(holders, holders, unseen)
+    if not in_the_host_pid_namespace():  # a Hermes outside this container would be seen by no scan here
+        return Look(None, holders, unseen, own_namespace=True)
     if not all(targets.values()):
-        return None  # a file whose filesystem /proc/locks would name we could not tell
+        return Look(None, holders, unseen, why=["which file system /proc/locks names for the store is not known"])
     locking = lock_holders({(name, inode) for (_, inode), names in targets.items() for name in names}, why)
+    locking = None if locking is None else {pid for pid in locking if pid != me}
+    found = Look(None, holders, unseen, locking, why=why)
     if locking is None or (unseen and not wal):
-        return None
-    return holders + sorted(pid for pid in locking if pid != me and pid not in holders)
+        return found
+    found.holders = found.holding()
+    return found
 
 
-def _descriptor_holders(targets, me: int, why: list[str] | None) -> tuple[list[int], bool] | None:
-    """The pids with a descriptor of one of `targets` ((device, inode)), and whether a process
+def _descriptor_holders(targets, me: int, why: list[str]) -> tuple[list[int], list[Unseen]] | None:
+    """The pids with a descriptor of one of `targets` ((device, inode)), and the processes that
     could not be looked into; None when /proc cannot be listed or the scan passed its bounds."""
     try:
         pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
     except OSError:
         return None
-    holders = []
-    unseen = 1 not in pids  # `hidepid`: other users' processes are not even listed
+    holders: list[int] = []
+    unseen: list[Unseen] = []
+    if 1 not in pids:  # `hidepid`: other users' processes are not even listed
+        unseen.append(Unseen(None, "/proc lists no pid 1: mounted with hidepid"))
     budget = lockrecord.Budget("the scan of /proc for the processes holding a store")
     for pid in pids:
         if pid == me:
@@ -92,18 +148,18 @@ def _descriptor_holders(targets, me: int, why: list[str] | None) -> tuple[list[i
             fds = os.listdir(f"/proc/{pid}/fd")
         except FileNotFoundError:
             continue  # exited meanwhile
-        except PermissionError:
-            unseen = True
+        except PermissionError as exc:
+            unseen.append(Unseen(pid, f"{_errno(exc)} on /proc/{pid}/fd"))
             continue
         for fd in fds:
             if not budget.take():
-                if why is not None:
-                    why.append(budget.gave_up)
+                why.append(budget.gave_up)
                 return None
             try:
                 st = os.stat(f"/proc/{pid}/fd/{fd}")
-            except PermissionError:  # a process of ours with rights we lack: not looked into
-                unseen = True
+            except PermissionError as exc:  # a process of ours with rights we lack: not looked into
+                if not unseen or unseen[-1].pid != pid:
+                    unseen.append(Unseen(pid, f"{_errno(exc)} on /proc/{pid}/fd/{fd}"))
                 continue
             except OSError:
                 continue
@@ -111,6 +167,10 @@ def _descriptor_holders(targets, me: int, why: list[str] | None) -> tuple[list[i
                 holders.append(pid)
                 break
     return holders, unseen
+
+
+def _errno(exc: OSError) -> str:
+    return errno.errorcode.get(exc.errno or 0, "denied")
 
 
 def in_the_host_pid_namespace() -> bool:
@@ -148,10 +208,15 @@ def locks_by_file(files: set[tuple[str, int]], why: list[str] | None = None) -> 
     return pids
 
 
+def store_files(store: Path) -> list[Path]:
+    """A store, its WAL and its shared-memory file: what a holder holds."""
+    return [store, Path(f"{store}-wal"), Path(f"{store}-shm")]
+
+
 def store_holders(store: Path, others_count: bool = True, wal: bool = False,
                   why: list[str] | None = None) -> list[int] | None:
     """`other_holders` of a store, its WAL and its shared-memory file."""
-    return other_holders([store, Path(f"{store}-wal"), Path(f"{store}-shm")], others_count, wal, why)
+    return other_holders(store_files(store), others_count, wal, why)
 
 
 def held_by_its_owner(store: Path) -> bool:

@@ -8,6 +8,10 @@ serves it, each with where it was written (an `Origin`). The job carries it to t
 the way: its mappings are read-only, and the values inside them (YAML's own, a nested mapping at
 most) are never changed by any reader.
 
+Hermes' managed scope (`Managed`) is read by the host too (host/managed.py), once per command, and
+carried in every job's context: the worker merges it over each profile's own `config.yaml`
+(profile/hermes_config.py) where the profile's Hermes reads one.
+
 Like model.py, it imports nothing of the package: the host, the protocol and the worker all use it.
 """
 
@@ -91,3 +95,25 @@ class PolicyLayers:
                 "defaults": self.defaults and self.defaults.as_dict(),
                 "hermes_python": python and {"path": python.path, "origin": {"file": python.origin.file,
                                                                              "section": python.origin.section}}}
+
+
+@dataclass(frozen=True)
+class Managed:
+    """Hermes' managed scope (`hermes_cli/managed_scope.py`): the `config.yaml` an administrator put in
+    `$HERMES_MANAGED_DIR` or `/etc/hermes`, which Hermes deep-merges over every profile's own
+    `config.yaml`, leaf by leaf (docs/design.md §4). `file` is that file; `sessions` and `plugins`
+    are its two sections hermes-admin reads, as written (any YAML value: a section that is not a
+    mapping is what Hermes would merge too). Plain values, never changed by a reader."""
+
+    file: str
+    sessions: object = None
+    plugins: object = None
+
+    def section(self, name: str):
+        """The section as written, `None` when the file has none (Hermes' merge then keeps the user's)."""
+        return {"sessions": self.sessions, "plugins": self.plugins}[name]
+
+    def sets(self, section: str, key: str) -> bool:
+        """Does the managed file pin `section.key` (a leaf Hermes takes from it over the user's)?"""
+        value = self.section(section)
+        return isinstance(value, dict) and key in value

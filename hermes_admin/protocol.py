@@ -40,7 +40,7 @@ from typing import ClassVar, Union, get_args, get_origin, get_type_hints
 
 from hermes_admin.filters import Filters
 from hermes_admin.hook_failures import HookFailure
-from hermes_admin.layers import PolicyLayers
+from hermes_admin.layers import Managed, PolicyLayers
 from hermes_admin.model import ORDER, Owner, Profile
 from hermes_admin.problems import SEVERITIES, Problem
 from hermes_admin.results import Done, Finding, RepairRun, Result, Run
@@ -157,6 +157,16 @@ class PruneExports:
 
 
 @dataclass(frozen=True)
+class Compact:
+    """`compact`: each profile's free pages back to the file system, on the operator's word."""
+
+    KIND: ClassVar[str] = "compact"
+    CHANGES: ClassVar[bool] = True
+    dry_run: bool
+    force: bool = False  # a VACUUM even where a process is seen holding the store
+
+
+@dataclass(frozen=True)
 class _Looks:
     """A job that changes nothing."""
 
@@ -216,7 +226,7 @@ class ListExports(_Looks):
     holding: str | None = None  # only where the exports hold this session id (or ids beginning with it)
 
 
-Params = Union[Maintain, Change, Repair, Restore, PruneExports, ListProfiles, Status, ShowPolicy, Usage,
+Params = Union[Maintain, Change, Repair, Restore, PruneExports, Compact, ListProfiles, Status, ShowPolicy, Usage,
                ListPlugins, ListSessions, Resolve, SessionDetail, ListExports]
 PARAMS: dict[str, type] = {cls.KIND: cls for cls in get_args(Params)}
 
@@ -229,6 +239,11 @@ class Context:
     lock_wait: float | None = None  # --lock-wait: over the policy's
     safe_mode: str = ""  # the invoker's HERMES_SAFE_MODE: a worker's environment is clean
     bundled_plugins: str = ""  # the invoker's HERMES_BUNDLED_PLUGINS (Nix, packages)
+    # Hermes' managed scope as the host read it (host/managed.py), merged over each profile's config.yaml
+    # where its Hermes reads one, and the invoker's $HERMES_MANAGED_DIR, for Hermes' own code in the
+    # plugin process to find the same folder (its environment is clean)
+    managed: Managed | None = None
+    managed_dir: str = ""
     processes: int = 2  # profile/fork.py; 1: every profile in one process
     # seconds a process of the worker's (profile/fork.py's copy) may go without a sign of life
     idle_timeout: float = 120.0

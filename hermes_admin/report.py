@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 import click
 
 from hermes_admin.problems import ERROR, LOCKED, WARNING
-from hermes_admin.shown import clean
+from hermes_admin.shown import clean, human_bytes  # noqa: F401 (report.human_bytes: the one figure)
 from hermes_admin.spill import Spill, SpillMap
 
 
@@ -180,17 +180,6 @@ def local_time(value) -> str | None:
     return moment.strftime("%Y-%m-%d %H:%M")
 
 
-def human_bytes(n: int | None) -> str:
-    if n is None:
-        return "-"
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return str(n)
-
-
 # How a report line names what a result's action did.
 _VERBS = {"delete": "deleted", "archive": "archived", "unarchive": "unarchived", "repair": "deleted by repair",
           "restore": "restored", "close": "closed as stale (startup_orphan_reap)"}
@@ -208,6 +197,11 @@ def summary_line(result, dry_run: bool) -> str:
         return f"{where}: skipped ({result.why})"
     if result.action == "replay":  # only what an earlier run left in the outbox (its plugin failures: said apart)
         return f"{where}: events an earlier run left in the outbox delivered"
+    if result.action == "noticed":  # deletions made outside hermes-admin, announced (engine/noticed.py)
+        if not result.done:
+            return f"{where}: {'; '.join(result.notes)}"
+        return (f"{where}: {len(result.done)} unit(s), {result.rows} session(s) deleted outside hermes-admin, "
+                + ("would be announced to the plugins (dry run)" if dry_run else "announced to the plugins"))
     if result.action == "repair" and not result.done:
         return f"{where}: {len(result.notes)} finding(s)" + (" (dry run)" if dry_run else "")
     would = "would be " if dry_run else ""
@@ -255,8 +249,9 @@ def space_lines(run, quiet: bool = False) -> list[str]:
                      f"{would}removed")
     for wait in run.data.get("reclaim_waits", []) if not quiet else []:
         lines.append(f"{names.get(wait.get('home'), wait.get('profile'))}: {human_bytes(wait.get('bytes'))} of free "
-                     f"pages wait for one VACUUM while nobody else holds the store (held by {wait.get('held_by')}); "
-                     "every run looks again")
+                     f"pages wait for one VACUUM while nobody else holds the store (the store is {wait.get('held_by')}); "
+                     + ("`hermes-admin compact` gives them back on your word" if wait.get("compact") else
+                        "every run looks again"))
     return lines
 
 

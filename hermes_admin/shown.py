@@ -29,3 +29,15 @@ def did_you_mean(word, known) -> str:
 
     near = difflib.get_close_matches(str(word), sorted(str(k) for k in known), n=1)
     return f" (did you mean {near[0]!r}?)" if near else ""
+
+
+def human_bytes(n: int | None) -> str:
+    """`1.6 MiB`: how every report of ours writes a size (free pages in `usage`, `run` and `compact`)."""
+    if n is None:
+        return "-"
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return str(n)

@@ -8,6 +8,7 @@ COMMANDS = [
     ["archive-inactive", "--days", "30", "--yes"], ["repair"], ["repair", "--apply", "--yes"],
     ["run", "--yes"], ["run", "--dry-run"], ["plugins", "list"], ["exports", "list"], ["status"],
     ["config", "check"], ["config", "show", "--origin"], ["exports", "prune", "--older-than", "30d", "--yes"],
+    ["compact", "--yes"], ["compact", "--dry-run"],
 ]
 READ_ONLY = [["profiles"], ["sessions", "list"], ["sessions", "show", "SESSION"], ["repair"], ["run", "--dry-run"],
-             ["plugins", "list"], ["exports", "list"], ["status"], ["config", "check"], ["config", "show", "--origin"]]
+             ["plugins", "list"], ["exports", "list"], ["status"], ["config", "check"], ["config", "show", "--origin"], ["compact", "--dry-run"]]

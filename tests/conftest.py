@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import sqlite3
 import tempfile
 import time
@@ -14,6 +15,9 @@ from hermes_admin.synth.scenario import build_root
 from tests import one_sqlite
 
 one_sqlite.install()  # one SQLite in this process: hermes-admin's (tests/one_sqlite.py)
+# No managed scope of the machine's (/etc/hermes) in any test, ours or a real Hermes': a variable
+# naming a folder that is not there means none, to Hermes and to hermes-admin alike (host/managed.py).
+os.environ.setdefault("HERMES_MANAGED_DIR", "/nonexistent/hermes-admin-tests-no-managed-scope")
 
 NOW = time.time()
 

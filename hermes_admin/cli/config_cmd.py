@@ -35,8 +35,12 @@ def admin_problems(app: App) -> tuple[admin_config.AdminConfig | None, list[dict
         loaded = admin_config.load(app.config_path)
     except admin_config.ConfigError as exc:
         return None, [admin_config.problem_at(path, text, exc.key, str(exc), exc.line).as_dict()]
-    app.use_config(loaded)
     found = [p.as_dict() for p in admin_config.policy_problems(loaded)]
+    try:  # Hermes' managed scope, which every command applies over the profiles' own config
+        loaded = admin_config.with_managed(loaded)
+    except admin_config.ConfigError as exc:
+        found.append(admin_config.Problem(None, None, str(exc)).as_dict())
+    app.use_config(loaded)
     if loaded.metrics_file is not None and not isinstance(loaded.metrics_file, str):
         found.append(admin_config.problem_at(path, text, "metrics_file", f"{path}: metrics_file must be a path").as_dict())
     if loaded.schedule:
@@ -67,7 +71,7 @@ def check(app: App, profiles, as_json: bool):
     # the files read: the admin config (refused or not), its presets, the profiles' config.yaml there is
     checked = [str(loaded.path)] if loaded is not None and loaded.path else [p["file"] for p in problems if p["file"]]
     if loaded is not None:
-        checked += _presets(loaded)
+        checked += _presets(loaded) + ([loaded.managed.file] if loaded.managed is not None else [])
         found = app.discover(profiles)
         admin_level = bool(problems)  # then a profile's policy fails on them too: said once, above
         # One look at each profile, as `run` reads it: with the admin layers, unless they are wrong

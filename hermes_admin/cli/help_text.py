@@ -47,6 +47,7 @@ Commands:
                     changes nothing.
   usage             Where each profile's bytes are: tables, FTS indexes, free
                     pages, WAL, files.
+  compact           Give each store's free pages back to the file system.
   config            Check the admin config, presets and profiles' config.yaml;
                     show effective values.
   daemon            Run the maintenance tasks on the admin config's

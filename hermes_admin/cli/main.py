@@ -50,6 +50,7 @@ COMMANDS = {
     "plugins": ("plugins_cmd", "plugins", "Hermes plugins that receive `on_session_delete`."),
     "status": ("status_cmd", "status", "The last run per profile and the next scheduled one; changes nothing."),
     "usage": ("usage_cmd", "usage", "Where each profile's bytes are: tables, FTS indexes, free pages, WAL, files."),
+    "compact": ("compact_cmd", "compact", "Give each store's free pages back to the file system."),
     "config": ("config_cmd", "config", "Check the admin config, presets and profiles' config.yaml; show effective values."),
     "daemon": ("ops_cmd", "daemon", "Run the maintenance tasks on the admin config's `schedule:` until stopped."),
     "systemd": ("ops_cmd", "systemd", "systemd units for hermes-admin."),

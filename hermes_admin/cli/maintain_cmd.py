@@ -115,7 +115,8 @@ def run_tasks(app: App, profiles, wanted: Request, yes: bool, as_json: bool, wha
 @click.option("--older-than", type=OLDER_THAN, metavar="AGE",
               help="Inactive for longer than AGE: 90 (days), 90d, 12h, 1w2d, 3mo (default: the profile's retention_days; with filters and "
                    "no --older-than, as in Hermes, no age bound at all).")
-@click.option("--vacuum", is_flag=True, help="VACUUM afterwards if over 25 % of pages are free and nobody holds the store.")
+@click.option("--vacuum", is_flag=True, help="VACUUM afterwards (whatever was purged) if over 25 % of pages are free "
+                                             "and nobody holds the store; `compact` does it on your word.")
 @filter_options
 @export_dir_option
 @task_options

@@ -63,14 +63,19 @@ def asks(yes: bool, dry_run: bool) -> bool:
 
 
 def counted(preview: Run) -> str:
-    """`12 session(s) in 3 profile(s) would be deleted, 4 archived`: what a prompt asks about."""
+    """`12 session(s) in 3 profile(s) would be deleted, 4 in 2 archived, 6 old export(s) (1.2 MiB)
+    removed`: what a prompt asks about, from the dry run of the same work (the one plan)."""
     gone = {r.home for r in preview.results if r.action in ("delete", "repair") and r.rows}
     archived = {r.home for r in preview.results if r.action == "archive" and r.rows}
     deleted = sum(r.rows for r in preview.results if r.action in ("delete", "repair"))
     flipped = sum(r.rows for r in preview.results if r.action == "archive")
     closed = sum(r.rows for r in preview.results if r.action == "close")
+    removed = preview.data.get("exports_removed", [])  # restore copies: named as the sessions are
+    exports = (f", {len(removed)} old export(s) ({report.human_bytes(sum(r.get('bytes') or 0 for r in removed))}) "
+               "removed" if removed else "")
     return (f"{deleted} session(s) in {len(gone)} profile(s) would be deleted, "
-            f"{flipped} in {len(archived)} archived" + (f", {closed} stale open one(s) closed" if closed else ""))
+            f"{flipped} in {len(archived)} archived" + (f", {closed} stale open one(s) closed" if closed else "")
+            + exports)
 
 
 def confirm(question: str, yes: bool, dry_run: bool) -> None:

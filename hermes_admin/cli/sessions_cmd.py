@@ -119,11 +119,21 @@ def _show_deleted(app: App, found, session_id: str, as_json: bool) -> None:
     held = answer.data.get("held", [])
     exact = [h for h in held if h.get("session_id") == session_id]
     held = sorted(exact or held, key=lambda h: (h.get("exported_at") or 0, str(h.get("file"))))
+    outside = answer.data.get("noticed", [])  # found deleted outside hermes-admin (no export holds those)
+    outside = [n for n in outside if n.get("session_id") == session_id] or outside
     labels = app.labels()
-    if not held:  # as before exports knew: one error, inside the JSON document under --json
-        report.error(f"no session matches '{clean(session_id)}', in the stores or in their exports")
+    if not held and not outside:  # as before exports knew: one error, inside the JSON document under --json
+        report.error(f"no session matches '{clean(session_id)}', in the stores, in their exports or among "
+                     "the sessions found deleted outside hermes-admin")
     elif as_json:
-        report.emit_json({"session": None, "deleted": held, "errors": answer.errors})
+        report.emit_json({"session": None, "deleted": held, "noticed": outside, "errors": answer.errors})
+    for n in outside if not as_json else []:
+        name = labels.get(n.get("home"), n.get("profile"))
+        unit = "" if n.get("unit") == n.get("session_id") else f", with the unit of {clean(n.get('unit'))}"
+        report.line(f"{clean(n.get('session_id'))}: deleted outside hermes-admin from profile '{clean(name)}'{unit}, "
+                    f"between {report.local_time(n.get('looked_at')) or '?'} and "
+                    f"{report.local_time(n.get('noticed_at')) or '?'}, when it was noticed and announced to the "
+                    f"plugins with reason {clean(n.get('reason') or 'unknown')}; no export holds it")
     for h in held if not as_json else []:
         name = labels.get(h.get("home"), h.get("profile"))
         unit = "" if h.get("unit") == h.get("session_id") else f", with the unit of {clean(h.get('unit'))}"

@@ -37,7 +37,8 @@ HEALTH = {"ok": ("ok", exitcodes.OK), "warnings": ("warnings", exitcodes.WARNING
 RANK = (exitcodes.OK, exitcodes.WARNINGS, exitcodes.LOCKED, exitcodes.PROFILE_FAILED)
 
 # How a task's rows changed, as a person says it (a task without an action deleted them).
-_DONE = {"delete": "deleted", "archive": "archived", "close": "closed", "repair": "deleted by repair"}
+_DONE = {"delete": "deleted", "archive": "archived", "close": "closed", "repair": "deleted by repair",
+         "noticed": "found deleted outside hermes-admin, announced"}
 
 
 def changed_text(changed: dict) -> str:

@@ -44,8 +44,7 @@ def part_label(part: dict) -> str:
 
 def summary_row(name: str, row: dict) -> list[str]:
     files, size = row["files"], report.human_bytes
-    free = sum(p["bytes"] for p in row["store_parts"] if p.get("kind") == "free_pages")
-    return [name, size(row["total_bytes"]), size(files["state_db"]), size(free),
+    return [name, size(row["total_bytes"]), size(files["state_db"]), size(row["reclaimable_bytes"]),  # the one figure
             size(files["state_db_wal"] + files["state_db_shm"]), size(files["sessions_dir"]), size(files["exports"])]
 
 
@@ -61,9 +60,9 @@ def usage(app: App, profiles, detail: bool, as_json: bool):
 
     First a summary, a line a profile: its total, the store with its free pages, the WAL,
     sessions/ files and exports, what its free pages wait for, and totals per root and for the
-    host. With --detail: each
-    table with its indexes, each FTS5 index, free pages, the WAL, sessions/ files and exports, adding
-    up to the files' sizes; the largest sessions and each source's share. Read-only."""
+    host. With --detail: each table with its indexes, each FTS5 index, free pages, the WAL,
+    sessions/ files and exports, adding up to the files' sizes; the largest sessions and each
+    source's share. Read-only."""
     found = app.discover(profiles)
     answer = app.work(Usage(), found.profiles, with_policy=True)
     rows = answer.data.get("usage", [])

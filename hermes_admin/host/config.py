@@ -15,7 +15,7 @@ from pathlib import Path
 import platformdirs
 
 from hermes_admin import yamlfile
-from hermes_admin.layers import HermesPython, Layer, Origin, PolicyLayers
+from hermes_admin.layers import HermesPython, Layer, Managed, Origin, PolicyLayers
 from hermes_admin.shown import did_you_mean
 from hermes_admin.trust import expand_user, not_roots_alone
 
@@ -46,6 +46,10 @@ class AdminConfig:
     hermes_python: str | dict | None = None
     # profiles left out unless named with -p: NAME (in every root), ROOT:NAME or a home folder, as -p takes them
     exclude: list[str] = field(default_factory=list)
+    # Hermes' managed scope, read with the config (host/managed.py; `with_managed`): not a part of the
+    # admin config's file, but what the same commands apply over every profile's own config.yaml
+    managed: Managed | None = None
+    managed_warning: str | None = None  # why a managed file there is ignored (malformed), said in each run
 
 
 def candidate_paths(environ: dict[str, str] | None = None) -> list[Path]:
@@ -214,12 +218,26 @@ def _a_path(value) -> bool:
 
 def load_checked(explicit: str | None = None) -> AdminConfig:
     """The admin config in force, refused (ConfigError, every problem a line) when any of its policy
-    layers is wrong: nothing runs on a config `config check` would refuse."""
+    layers is wrong: nothing runs on a config `config check` would refuse. With it, Hermes' managed
+    scope (`with_managed`)."""
     admin = load(explicit)
     found = policy_problems(admin)
     if found:
         raise ConfigError("\n".join(map(str, found)))
-    return admin
+    return with_managed(admin)
+
+
+def with_managed(admin: AdminConfig) -> AdminConfig:
+    """`admin` with Hermes' managed scope as it is now (host/managed.py): read afresh at each call (each
+    command, each daemon run). As root, a managed folder or file that is not root's alone is refused
+    as an admin config would be (ConfigError: nothing runs), since it decides what every run deletes."""
+    from hermes_admin.host import managed
+
+    try:
+        scope = managed.read()
+    except managed.Refused as exc:
+        raise ConfigError(str(exc)) from None
+    return replace(admin, managed=scope.managed, managed_warning=scope.warning)
 
 
 # -- presets and the admin side of a profile's policy ---------------------------------

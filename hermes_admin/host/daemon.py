@@ -211,9 +211,17 @@ class Daemon:
     def work(self, task: str, now: float, summaries: bool) -> Run:
         """One scheduled run: the profiles found afresh, each worked on as its owner, the same way
         as `run` (host/runner.py)."""
+        from hermes_admin.host.config import ConfigError, with_managed
         from hermes_admin.host.runner import Host
+        from hermes_admin.problems import ERROR, Problem
 
-        host = Host.of(self.config, self.roots_given, self.all_users, verbose=self.verbose)
+        try:  # Hermes' managed scope as it is now: an edit counts from the next run, without a reload
+            config = with_managed(self.config)
+        except ConfigError as exc:  # as root, not root's alone: nothing runs, as for a config refused
+            run = Run(dry_run=False)
+            run.add(Problem(ERROR, f"config: {exc}", kind="managed_scope"))
+            return run
+        host = Host.of(config, self.roots_given, self.all_users, verbose=self.verbose)
         try:
             found = host.select()
             for root in found.missing_roots:

@@ -83,6 +83,9 @@ def registry(run: Run, summaries: list[dict], finished: float | None = None,
     deleted = counters.counter("hermes_admin_deleted_sessions_total", "Session rows deleted, by reason.",
                                (*_PROFILE, "reason"))
     archived = counters.counter("hermes_admin_archived_sessions_total", "Session rows archived.")
+    noticed = counters.counter("hermes_admin_noticed_sessions_total",
+                               "Sessions found deleted outside hermes-admin (by Hermes itself) and announced to the "
+                               "profile's plugins.")
     skipped = counters.counter("hermes_admin_skipped_units_total",
                                "Units left alone (live, guarded, changed), by task.", (*_PROFILE, "task"))
     errors = counters.counter("hermes_admin_run_errors_total",
@@ -128,6 +131,8 @@ def registry(run: Run, summaries: list[dict], finished: float | None = None,
             deleted(*key, result.reason or "delete", amount=result.rows)
         elif result.action == "archive":
             archived(*key, amount=result.rows)
+        elif result.action == "noticed" and not result.dry_run:
+            noticed(*key, amount=result.rows)
     for row in rows:
         count = sum(1 for p in run.problems if p.severity != WARNING and p.home == row["home"])
         errors(row["name"], row["home"], amount=count)

@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from hermes_admin import stopping
+from hermes_admin import stopping, yamlfile
 from hermes_admin.host import config as admin_config
 from hermes_admin.host import discovery as homes
 from hermes_admin.layers import PolicyLayers
@@ -25,6 +25,7 @@ from hermes_admin.results import RepairRun, Run
 from hermes_admin.trust import steering_environment
 
 UNKNOWN_PROFILE = "unknown_profile"  # the kind of the warning for a `profiles:` entry that reaches no profile
+MANAGED_SCOPE = "managed_scope"  # the kind of a warning about Hermes' managed scope (host/managed.py)
 
 
 def selects(profile: Profile, wanted: str) -> bool:
@@ -114,6 +115,8 @@ class Host:
             self._steering = steering_environment()
         said = set(run.warnings)
         run.add(*(Problem(WARNING, w, kind="environment") for w in dict.fromkeys(self._steering) if w not in said))
+        if profiles and self.config.managed_warning and self.config.managed_warning not in said:
+            run.add(Problem(WARNING, self.config.managed_warning, kind=MANAGED_SCOPE))  # Hermes ignores it too
         context = self._context()
         for owner, group in by_owner(kept, self.everything().owners):
             self._dispatch(run, params, owner, group, context, with_policy)
@@ -169,8 +172,18 @@ class Host:
         return Context(verbose=self.verbose, lock_wait=self.lock_wait,
                        safe_mode=os.environ.get("HERMES_SAFE_MODE", ""),  # a worker's environment is clean
                        bundled_plugins=os.environ.get("HERMES_BUNDLED_PLUGINS", ""),  # Hermes' own override
+                       managed=self.config.managed, managed_dir=self._managed_dir(),
                        processes=1 if os.environ.get("HERMES_ADMIN_PROCESSES") == "1" else 2,  # profile/fork.py
                        siblings=self._siblings())
+
+    def _managed_dir(self) -> str:
+        """The folder Hermes' own code in a plugin process must take as its managed scope: the one read
+        (host/managed.py), else the invoker's variable as given (a folder that is not there: none)."""
+        from hermes_admin.host import managed
+
+        if self.config.managed is not None:
+            return str(Path(self.config.managed.file).parent)
+        return os.environ.get(managed.VARIABLE, "")
 
     def _siblings(self) -> dict[str, dict[str, str]]:
         """Per root, the profiles that share the owner of its `default`: where repair may move rows."""
@@ -233,8 +246,25 @@ class Host:
             except admin_config.ConfigError as exc:
                 run.add(about(profile, ERROR, "admin_config", str(exc), skipped=True))
                 continue
+            self._managed_wins(run, layers[home])
             kept.append(profile)
         return kept
+
+    def _managed_wins(self, run: Run, layers: PolicyLayers) -> None:
+        """Where the admin config sets a key Hermes' managed scope pins to another value, the managed one
+        is applied (docs/design.md §4): a warning naming both, once per run."""
+        from hermes_admin.profile.policy import overridden_by_managed
+
+        if self.config.managed is None:
+            return
+        said = set(run.warnings)
+        for origin, key, message in overridden_by_managed(layers, self.config.managed):
+            text = admin_config.text_of(origin.file)
+            line = yamlfile.line_of(text, origin.path_of(key)) if text else None
+            problem = Problem(WARNING, message, kind=MANAGED_SCOPE, path=origin.file, key=origin.path_of(key),
+                              line=line)
+            if problem.text() not in said:
+                run.add(problem)
 
     @staticmethod
     def _hand_back(run: Run, owner: Owner, profiles: list[Profile]) -> None:

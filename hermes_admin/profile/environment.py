@@ -22,7 +22,8 @@ class Environment:
     # which Hermes installation serves each profile, by the admin config's `hermes_python` (installation.py)
     installations: Installations = field(default_factory=Installations)
     # what of the invoker's environment Hermes' plugin discovery reads (HERMES_SAFE_MODE,
-    # HERMES_BUNDLED_PLUGINS): a worker's own environment is clean, so they come with the job
+    # HERMES_BUNDLED_PLUGINS, and HERMES_MANAGED_DIR for its config): a worker's own environment is
+    # clean, so they come with the job
     hermes: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -33,6 +34,7 @@ class Environment:
         wait = context.lock_wait
         given = isinstance(wait, (int, float)) and not isinstance(wait, bool)
         hermes = {k: v for k, v in (("HERMES_SAFE_MODE", context.safe_mode),
-                                    ("HERMES_BUNDLED_PLUGINS", context.bundled_plugins)) if v}
+                                    ("HERMES_BUNDLED_PLUGINS", context.bundled_plugins),
+                                    ("HERMES_MANAGED_DIR", context.managed_dir)) if v}
         return cls(verbose=int(context.verbose or 0), lock_wait=max(0.0, float(wait)) if given else None,
-                   installations=Installations.of(layers or {}, remember), hermes=hermes)
+                   installations=Installations.of(layers or {}, remember, context.managed), hermes=hermes)

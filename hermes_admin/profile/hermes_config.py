@@ -2,6 +2,9 @@
 
 Read raw (no Hermes defaults merged in) and never written. A malformed file
 is reported by the caller with the profile and path; nothing is guessed.
+Where the profile's Hermes reads a managed scope (host/managed.py), its
+sections are merged over the file's as Hermes merges them (`merged`), and each
+value still says which file it came from (`origin_of`).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from hermes_admin import yamlfile
+from hermes_admin.layers import Managed
 from hermes_admin.problems import WARNING, Problem
 from hermes_admin.shown import did_you_mean
 
@@ -55,10 +59,12 @@ class HermesConfigError(Exception):
 @dataclass
 class HermesConfig:
     path: Path
-    data: dict = field(default_factory=dict)
+    data: dict = field(default_factory=dict)  # as Hermes reads it: the file's, the managed scope merged over it
     warnings: list[Problem] = field(default_factory=list)  # each with its file and key
-    # `plugins.hook_callback_timeout` as this file sets it, checked once when the file is read (a bad
-    # value warns once, however often the timeout is asked for); None where the file leaves it unset.
+    managed: Managed | None = None  # the managed scope merged into `data`, where the profile's Hermes reads one
+    own: dict | None = None  # the file's own sections, as written (None: `data` is the file's alone)
+    # `plugins.hook_callback_timeout` as Hermes reads it, checked once when the file is read (a bad
+    # value warns once, however often the timeout is asked for); None where nothing sets it.
     own_hook_timeout: float | None = field(default=None, init=False)
 
     def __post_init__(self):
@@ -67,8 +73,20 @@ class HermesConfig:
             self.own_hook_timeout = self._checked_hook_timeout(plugins["hook_callback_timeout"])
 
     def section(self, name: str) -> dict:
+        """A section as Hermes reads it (the managed scope's leaves over the file's)."""
         value = self.data.get(name)
         return value if isinstance(value, dict) else {}
+
+    def own_section(self, name: str) -> dict:
+        """A section as the profile's own file writes it."""
+        value = (self.data if self.own is None else self.own).get(name)
+        return value if isinstance(value, dict) else {}
+
+    def origin_of(self, section: str, key: str) -> str:
+        """The file a key's value comes from: the managed one where it pins the key, else the profile's."""
+        if self.managed is not None and self.managed.sets(section, key):
+            return self.managed.file
+        return str(self.path)
 
     @property
     def plugins_enabled(self) -> list[str]:
@@ -99,7 +117,8 @@ class HermesConfig:
         if seconds is None:
             self.warnings.append(Problem(
                 WARNING, f"plugins.hook_callback_timeout {str(raw)[:40]!r} is not a finite number >= 0; using 30 s",
-                kind="hermes_config", path=str(self.path), key="plugins.hook_callback_timeout"))
+                kind="hermes_config", path=self.origin_of("plugins", "hook_callback_timeout"),
+                key="plugins.hook_callback_timeout"))
             return DEFAULT_HOOK_TIMEOUT_S
         return seconds
 
@@ -120,13 +139,41 @@ def _names(value) -> list[str]:
     return []
 
 
-def load(home: Path, known: Iterable[str] = ()) -> HermesConfig:
+def merged(own: dict, managed: Managed) -> dict:
+    """The sections hermes-admin reads as Hermes has them once its managed scope is merged over the
+    profile's own (hermes_cli.config._deep_merge, the same in 0.19.0, 0.20.1 and 0.22.2): a mapping
+    over a mapping goes leaf by leaf, `null` over a mapping changes nothing, anything else (a list of
+    plugins too) replaces what the profile says. Hermes' defaults always have both sections, so a
+    section the profile lacks is an empty mapping here."""
+    data = dict(own)
+    for name in SECTIONS:
+        pinned = managed.section(name)
+        if pinned is None:  # none in the managed file (or `null`, which changes nothing over a mapping)
+            continue
+        base = {} if own.get(name) is None else own[name]  # Hermes' defaults under a missing or empty one
+        data[name] = _deep_merge({name: base}, {name: pinned})[name]
+    return data
+
+
+def _deep_merge(base: dict, override: dict) -> dict:
+    result = dict(base)
+    for key, value in override.items():
+        over_dict = isinstance(result.get(key), dict)
+        if over_dict and isinstance(value, dict):
+            result[key] = _deep_merge(result[key], value)
+        elif not (over_dict and value is None):
+            result[key] = value
+    return result
+
+
+def load(home: Path, known: Iterable[str] = (), managed: Managed | None = None) -> HermesConfig:
     """The profile's config.yaml, read raw. `known`: the `sessions:` keys of the installed release
     (installation.sessions_keys), known on top of SESSIONS_KEYS; a caller that has not looked the
-    installation up passes none, and the releases hermes-admin knows are the measure."""
+    installation up passes none, and the releases hermes-admin knows are the measure. `managed`:
+    the managed scope the profile's Hermes reads (Installations.managed_for), merged over it."""
     path = Path(home) / "config.yaml"
     if not os.path.lexists(path):
-        return HermesConfig(path)
+        return HermesConfig(path, merged({}, managed), managed=managed, own={}) if managed else HermesConfig(path)
     try:
         text = yamlfile.text(path)
         data = yamlfile.load_mapping(path, keys=SECTIONS, text=text)
@@ -134,8 +181,8 @@ def load(home: Path, known: Iterable[str] = ()) -> HermesConfig:
         raise HermesConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
     except yamlfile.YAMLRefused as exc:
         raise HermesConfigError(str(exc)) from None
-    config = HermesConfig(path, data)
-    unknown = sorted(map(str, set(config.section("sessions")) - SESSIONS_KEYS - set(known)))
+    config = HermesConfig(path, merged(data, managed), managed=managed, own=data) if managed else HermesConfig(path, data)
+    unknown = sorted(map(str, set(config.own_section("sessions")) - SESSIONS_KEYS - set(known)))
     if unknown:
         shown = ", ".join(k[:40] for k in unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
         config.warnings.append(Problem(WARNING, f"sessions: unknown key(s) {shown}"
@@ -145,6 +192,6 @@ def load(home: Path, known: Iterable[str] = ()) -> HermesConfig:
         config.warnings.append(Problem(WARNING, f"{key}: written twice; the last one is used",
                                        kind="hermes_config", path=str(path), key=key, line=line))
     # each with the line of its key, as `config check` says it (and every command's JSON)
-    config.warnings[:] = [w if w.line is not None or not w.key else replace(w, line=yamlfile.line_of(text, w.key))
-                          for w in config.warnings]
+    config.warnings[:] = [w if w.line is not None or not w.key or w.path != str(path)  # a managed file's: its own
+                          else replace(w, line=yamlfile.line_of(text, w.key)) for w in config.warnings]
     return config

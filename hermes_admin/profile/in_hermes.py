@@ -24,7 +24,7 @@ the plugins' own prints go to stderr.
             <- {"start": i} ... {"done": i, "error": null|"..."} ... {"finished": true}
     list:   -> {"home", "profile"}   <- {"plugins": [rows], "errors": [...]}   (imports no plugin)
     probe:  <- {"hermes": version, "python", "sessions": {...}, "sessions_keys": [...], "hook_callback_timeout",
-                "watch": [...]}
+                "managed_scope": bool, "delete_hook": bool|null, "watch": [...]}
 """
 
 from __future__ import annotations
@@ -313,6 +313,13 @@ def probe() -> dict:
             answer["hook_callback_timeout"] = timeout
     except Exception as exc:
         answer["defaults_error"] = f"{type(exc).__name__}: {exc}"[:500]
+    try:  # Hermes' managed scope (0.19.0 and later): merged over every profile's config.yaml by load_config()
+        import importlib.util
+
+        answer["managed_scope"] = importlib.util.find_spec("hermes_cli.managed_scope") is not None
+    except Exception:
+        answer["managed_scope"] = False
+    answer["delete_hook"] = _knows_delete_hook()
     try:
         import sqlite3
 
@@ -321,6 +328,18 @@ def probe() -> dict:
         pass
     answer["watch"] = [w for w in answer["watch"] if w]
     return answer
+
+
+def _knows_delete_hook() -> bool | None:
+    """Does Hermes' own plugin manager know `on_session_delete` (then Hermes fires it itself, and
+    hermes-admin announces only its own deletions)? None: it could not be told."""
+    try:
+        from hermes_cli import plugins as hermes_plugins
+
+        known = getattr(hermes_plugins, "VALID_HOOKS", None)
+        return HOOK in known if isinstance(known, (set, frozenset, list, tuple, dict)) else None
+    except Exception:
+        return None
 
 
 # -- how it is started -------------------------------------------------------------

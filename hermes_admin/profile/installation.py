@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Mapping
 
 from hermes_admin import child
-from hermes_admin.layers import HermesPython, PolicyLayers
+from hermes_admin.layers import HermesPython, Managed, PolicyLayers
 from hermes_admin.model import Profile
 from hermes_admin.plain_files import read_plain
 from hermes_admin.profile import in_hermes
@@ -64,6 +64,11 @@ class Installation:
     # every key of DEFAULT_CONFIG["sessions"]: what this release reads there (None: it could not be read)
     sessions_keys: frozenset[str] | None = None
     sqlite: str | None = None  # the SQLite its interpreter links (`sqlite3.sqlite_version`), if told
+    # whether its release reads Hermes' managed scope (`hermes_cli.managed_scope`: 0.19.0 and later)
+    managed_scope: bool = True
+    # Its plugin manager knows `on_session_delete` (Hermes fires it for its own deletions); None: not told.
+    # Every release so far (0.19.0, 0.20.1, 0.22.2) says False.
+    delete_hook: bool | None = None
 
     @property
     def label(self) -> str:
@@ -74,7 +79,7 @@ class Installation:
                 "defaults": dict(self.sessions, **({"hook_callback_timeout": self.hook_callback_timeout}
                                                    if self.hook_callback_timeout is not None else {})),
                 "sessions_keys": sorted(self.sessions_keys) if self.sessions_keys is not None else None,
-                "sqlite": self.sqlite}
+                "sqlite": self.sqlite, "managed_scope": self.managed_scope, "delete_hook": self.delete_hook}
 
 
 @dataclass(frozen=True)
@@ -100,13 +105,25 @@ class Installations:
 
     configured: Mapping[str, HermesPython] = field(default_factory=dict)  # per home that has one
     remember: bool = False
+    managed: Managed | None = None  # Hermes' managed scope, as the host read it (host/managed.py)
     _lookups: dict = field(default_factory=dict, init=False, repr=False)  # (root, setting, where) -> Lookup
     _probes: dict = field(default_factory=dict, init=False, repr=False)  # interpreter -> Installation or why refused
 
     @classmethod
-    def of(cls, layers: Mapping[str, PolicyLayers], remember: bool) -> "Installations":
-        """From the job's policy layers (per home, the admin config's part)."""
-        return cls({home: layer.hermes_python for home, layer in layers.items() if layer.hermes_python}, remember)
+    def of(cls, layers: Mapping[str, PolicyLayers], remember: bool, managed: Managed | None = None) -> "Installations":
+        """From the job's policy layers (per home, the admin config's part) and Hermes' managed scope."""
+        return cls({home: layer.hermes_python for home, layer in layers.items() if layer.hermes_python}, remember,
+                   managed)
+
+    def managed_for(self, profile: Profile) -> Managed | None:
+        """The managed scope as the profile's Hermes reads it: none where there is none, or where the
+        release installed has no managed scope. Every release hermes-admin knows has one, so where
+        no installation is found (its built-in defaults are 0.19.0's) the scope applies too; the
+        installation is looked up only when there is a scope to decide about."""
+        if self.managed is None:
+            return None
+        found = self.for_profile(profile).installation
+        return None if found is not None and not found.managed_scope else self.managed
 
     def for_profile(self, profile: Profile) -> Lookup:
         """The installation serving `profile` (found once per root and setting)."""
@@ -120,10 +137,10 @@ class Installations:
 
 
 def hook_timeout(config, lookup: Lookup) -> tuple[float, str]:
-    """The profile's `plugins.hook_callback_timeout`, else its installation's default, else 30 s;
-    and where the value came from."""
+    """The profile's `plugins.hook_callback_timeout` (the managed scope's where it pins it), else its
+    installation's default, else 30 s; and where the value came from."""
     if config.sets_hook_timeout:
-        return config.hook_timeout, f"{config.path}: plugins"
+        return config.hook_timeout, f"{config.origin_of('plugins', 'hook_callback_timeout')}: plugins"
     found = lookup.installation
     if found is not None and found.hook_callback_timeout is not None:
         return config.hook_timeout_or(found.hook_callback_timeout), f"defaults of {found.label}"
@@ -259,8 +276,14 @@ def _read_probe(done: subprocess.CompletedProcess) -> tuple[Installation | str, 
     watch = data.get("watch") if isinstance(data.get("watch"), list) else []
     installation = Installation("", "", str(version)[:64] if isinstance(version, str) else None,
                                 sessions, float(timeout) if timeout is not None else None,
-                                _key_names(data.get("sessions_keys")), _version(data.get("sqlite")))
+                                _key_names(data.get("sessions_keys")), _version(data.get("sqlite")),
+                                data.get("managed_scope") is not False, _flag(data.get("delete_hook")))
     return installation, [w for w in watch[:10] if isinstance(w, str)]
+
+
+def _flag(value) -> bool | None:
+    """A yes or no a probe or the cache tells: true or false, else unknown."""
+    return value if isinstance(value, bool) else None
 
 
 def _version(value) -> str | None:
@@ -383,8 +406,9 @@ def _cache_read(python: str) -> tuple[Installation] | None:
     if not watch or watch[0] != python or _signature(watch) != entry["watch"]:
         return None
     probe = entry.get("probe")
-    if not isinstance(probe, dict) or "sessions_keys" not in probe:  # older caches: probed again
-        return None
+    if not isinstance(probe, dict) or "sessions_keys" not in probe or not isinstance(probe.get("managed_scope"), bool) \
+            or "delete_hook" not in probe:
+        return None  # older caches: probed again
     sessions = probe.get("sessions")
     if not isinstance(sessions, dict) or not all(k in SESSIONS_KEYS and _plain_value(k, v) for k, v in sessions.items()):
         return None
@@ -399,7 +423,8 @@ def _cache_read(python: str) -> tuple[Installation] | None:
     if keys is not None and _key_names(keys) is None:
         return None
     return (Installation("", "", version, dict(sessions), float(timeout) if timeout is not None else None,
-                         _key_names(keys), _version(probe.get("sqlite"))),)
+                         _key_names(keys), _version(probe.get("sqlite")), probe["managed_scope"],
+                         _flag(probe.get("delete_hook"))),)
 
 
 def _cache_write(python: str, answer: Installation, watch: list[str]) -> None:
@@ -410,7 +435,9 @@ def _cache_write(python: str, answer: Installation, watch: list[str]) -> None:
     keys = sorted(answer.sessions_keys) if answer.sessions_keys is not None else None
     data[python] = {"watch": signature, "probe": {"hermes": answer.hermes, "sessions": answer.sessions,
                                                    "hook_callback_timeout": answer.hook_callback_timeout,
-                                                   "sessions_keys": keys, "sqlite": answer.sqlite}}
+                                                   "sessions_keys": keys, "sqlite": answer.sqlite,
+                                                   "managed_scope": answer.managed_scope,
+                                                   "delete_hook": answer.delete_hook}}
     path = _cache_path()
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)

@@ -152,27 +152,32 @@ def policy(job: Job, isolated: bool, env: Environment) -> Run:
         text = _small_text(path)
         row["read"] = text is not None  # `config check` names the files it read: not one that is not there
 
-        def problem(kind: str, message: str, key: str | None = None, line: int | None = None) -> None:
+        def problem(kind: str, message: str, key: str | None = None, file: str | None = None,
+                    line: int | None = None) -> None:
+            """A problem of the profile's config.yaml, or of the managed file (`file`) merged over it."""
+            file = file or str(path)
             if line is None:
-                line = yamlfile.line_of(text, key) if key and text else None
-            row[kind].append({"file": str(path), "line": line, "message": message})
+                where = text if file == str(path) else _small_text(Path(file))
+                line = yamlfile.line_of(where, key) if key and where else None
+            row[kind].append({"file": file, "line": line, "message": message})
 
         lookup = env.installations.for_profile(profile)  # its release's keys and defaults, as `run` reads them
         row["hermes"] = lookup.as_dict()  # none found: the built-in defaults are not its Hermes' (said by the host)
         try:
-            config = load_hermes_config(profile.home, installation.sessions_keys(lookup))
+            config = load_hermes_config(profile.home, installation.sessions_keys(lookup),
+                                        env.installations.managed_for(profile))
         except HermesConfigError as exc:
             problem("problems", str(exc))
             config = None
         if config is not None:
             for warning in config.warnings:  # its message: the file and line are the row's own fields
-                problem("warnings", warning.message, warning.key, warning.line)
+                problem("warnings", warning.message, warning.key, warning.path, warning.line)
             if config.plugins_enabled:  # a name no plugin answers to enables nothing: said, as `plugins list` says it
                 from hermes_admin.profile.hooks.listing import plugins_of
                 for message in plugins_of(profile, config, env)[1]:
                     problem("warnings", message.removeprefix(f"{path}: "), "plugins.enabled")
-            for _, key, message in rules.problems(PolicyLayers(), config):  # the admin layers are checked by the host
-                problem("problems", message, f"sessions.{key}" if key else "sessions")
+            for where, key, message in rules.problems(PolicyLayers(), config):  # the admin layers: by the host
+                problem("problems", message, f"sessions.{key}" if key else "sessions", where.file)
             try:
                 chosen, origins = rules.with_origins(profile.shown, job.layers_of(profile), config,
                                                      installed=installation.defaults_layer(lookup))
@@ -377,7 +382,7 @@ def plugins_list(job: Job, isolated: bool, env: Environment) -> Run:
 
     def work(profile: Profile) -> None:
         try:
-            config = load_hermes_config(profile.home)
+            config = load_hermes_config(profile.home, (), env.installations.managed_for(profile))
         except HermesConfigError as exc:
             run.add(about(profile, ERROR, "hermes_config", str(exc)))
             return
@@ -391,11 +396,20 @@ def plugins_list(job: Job, isolated: bool, env: Environment) -> Run:
     return run
 
 
+def compact(job: Job, isolated: bool, env: Environment) -> Run:
+    """`hermes-admin compact`: each profile's free pages back to the file system."""
+    from hermes_admin.profile.actions.space import compact as compact_profile
+
+    run = Run(dry_run=job.params.dry_run)
+    _each(job, run, isolated, lambda p: compact_profile(run, p, job.layers_of(p), env, job.params.force))
+    return run
+
+
 KINDS: dict[str, Callable[[Job, bool, Environment], Run]] = {
     "maintain": maintain, "profiles": profiles, "sessions_list": sessions_list, "resolve": resolve,
     "session_detail": session_detail, "change": change, "repair": repair, "plugins_list": plugins_list,
     "restore": restore, "exports_list": exports_list, "status": status,
-    "policy": policy, "exports_prune": exports_prune, "usage": usage,
+    "policy": policy, "exports_prune": exports_prune, "usage": usage, "compact": compact,
 }
 
 

@@ -1,7 +1,9 @@
 """Per-profile maintenance policy: a plain value, its precedence chain, its validation.
 
 Effective policy for a profile, first match wins per key (docs/design.md §4):
-the admin config's entry for the profile (its own keys, then its `preset:`)
+Hermes' managed scope, where the profile's Hermes reads one (its `sessions:` keys,
+which Hermes merges over every profile's config) -> the admin config's entry for
+the profile (its own keys, then its `preset:`)
 -> the profile's `config.yaml` `sessions:` keys -> the admin config's
 `defaults:` -> the defaults of the Hermes installed for the profile
 (`installation.py`) -> built-ins (Hermes 0.19.0's). Each value keeps where it
@@ -16,7 +18,7 @@ from dataclasses import dataclass, field, fields
 from typing import Mapping
 
 from hermes_admin import durations
-from hermes_admin.layers import Origin, PolicyLayers
+from hermes_admin.layers import Managed, Origin, PolicyLayers
 from hermes_admin.shown import did_you_mean
 from hermes_admin.profile.hermes_config import HermesConfig
 
@@ -40,6 +42,9 @@ BUILTINS = {
     "max_store_mb": None,  # a size budget: over it after the usual tasks, the oldest eligible units go
     "min_keep_days": 7,  # what the size budget never takes: anything active this recently
     "incremental_vacuum": True,  # a VACUUM of ours switches the store to incremental auto-vacuum (engine.reclaim)
+    # Sessions deleted outside hermes-admin (by a Hermes that does not fire `on_session_delete`
+    # itself) are announced to the profile's plugins by the next pass (engine/noticed.py).
+    "announce_hermes_deletes": True,
     # How long root waits for the worker of a profile's owner (host/workers.py): seconds without a
     # sign of life (it beats every few seconds; a stopped or traced one does not), and in all.
     # Read by the host from the admin config alone (admin_setting); a worker's longest wait of its
@@ -52,7 +57,8 @@ HERMES_KEYS = ("auto_prune", "retention_days", "auto_archive", "auto_archive_day
                "source_retention_days")
 ADMIN_KEYS = set(BUILTINS) | {"preset", "hermes_python"}  # hermes_python: installation.py reads it
 # keys that take true or false
-_BOOLS = {"auto_prune", "auto_archive", "vacuum_after_prune", "empty_sweep", "ghost_prune", "incremental_vacuum"}
+_BOOLS = {"auto_prune", "auto_archive", "vacuum_after_prune", "empty_sweep", "ghost_prune", "incremental_vacuum",
+          "announce_hermes_deletes"}
 _CHOICES = {"repair": ("report", "apply")}  # keys that take one of a few words
 _PATHS = {"export_dir"}  # keys that take a path (relative to the home)
 # Durations (`120d`, `1w2d`, `3mo`, or a bare number in the key's own unit) are the keys of
@@ -83,6 +89,7 @@ class Policy:
     incremental_vacuum: bool = True
     max_store_mb: float | None = None
     min_keep_days: float = 7.0
+    announce_hermes_deletes: bool = True
     worker_idle_timeout: float = 120.0
     worker_timeout: float = 7200.0
     origins: dict = field(default_factory=dict, compare=False)  # key -> the layer its value came from
@@ -218,9 +225,22 @@ def _values(layer, allowed: set[str]) -> dict:
 
 
 def _own(hermes: HermesConfig) -> tuple[dict, Origin, bool]:
-    """The profile's own config.yaml as a layer: the keys Hermes reads from its `sessions:`."""
-    own = hermes.section("sessions")
+    """The profile's own config.yaml as a layer: the keys Hermes reads from its `sessions:`, as written
+    there (those the managed scope pins are in `_managed`, over every other layer)."""
+    own = hermes.own_section("sessions")
     return {k: own[k] for k in HERMES_KEYS if k in own}, Origin(str(hermes.path), "sessions"), True
+
+
+def _managed(hermes: HermesConfig) -> tuple[dict, Origin, bool] | None:
+    """Hermes' managed scope as a layer, where the profile's Hermes reads one (hermes_config.load): the
+    `sessions:` keys it pins, each with the value Hermes ends up with (the managed leaf over the user's:
+    a mapping such as `source_retention_days` merged per source), from the managed file."""
+    managed = hermes.managed
+    if managed is None:
+        return None
+    merged = hermes.section("sessions")
+    pinned = {k: merged[k] for k in HERMES_KEYS if managed.sets("sessions", k) and k in merged}
+    return pinned, Origin(managed.file, "sessions"), True
 
 
 def stack(layers: PolicyLayers, hermes: HermesConfig | None,
@@ -235,6 +255,9 @@ def stack(layers: PolicyLayers, hermes: HermesConfig | None,
         layered.insert(len(layered) - (layers.defaults is not None), _own(hermes))
     if installed is not None:  # the defaults of the Hermes installed for the profile (installation.py)
         layered.append(({k: v for k, v in installed[0].items() if k in HERMES_KEYS}, Origin(installed[1]), True))
+    managed = _managed(hermes) if hermes is not None else None
+    if managed is not None:  # over every other layer: what Hermes applies, and users cannot change
+        layered.insert(0, managed)
     return layered
 
 
@@ -261,6 +284,9 @@ def problems(layers: PolicyLayers, hermes: HermesConfig | None) -> list[tuple[Or
         checked.append((_values(layer, allowed), where, False))
     if hermes is not None:
         checked.append(_own(hermes))
+        managed = _managed(hermes)
+        if managed is not None:
+            checked.append(managed)
     for layer, where, own in checked:
         for key, value in layer.items():
             try:
@@ -288,6 +314,31 @@ def with_origins(profile_name: str, layers: PolicyLayers, hermes: HermesConfig |
         else:
             values[key], origins[key] = default, "built-in"
     return Policy(**values, origins=origins), origins
+
+
+def overridden_by_managed(layers: PolicyLayers, managed: Managed) -> list[tuple[Origin, str, str]]:
+    """Where the admin config sets a key Hermes' managed scope also pins, to another value: (where,
+    key, message), for the first admin layer that sets it (the one that would win without the
+    managed scope). The managed value wins (docs/design.md §4), so the admin config's is not applied."""
+    found = []
+    for key in HERMES_KEYS:
+        if not managed.sets("sessions", key):
+            continue
+        pinned = managed.section("sessions")[key]
+        for layer, allowed in _allowed(layers):
+            if key not in layer.values:
+                continue
+            try:
+                same = _coerce(key, layer.values[key], "", False) == _coerce(key, pinned, "", True)
+            except PolicyError:
+                same = True  # a value that cannot be used is said by the policy's own check
+            if not same:
+                found.append((layer.origin, key, f"{layer.origin.path_of(key)} ({_short(layer.values[key])}) is not "
+                              f"applied: Hermes' managed scope sets {managed.file}: sessions.{key} "
+                              f"({_short(pinned)}), which Hermes applies over every profile's config and so "
+                              "does hermes-admin"))
+            break
+    return found
 
 
 def admin_setting(layers: PolicyLayers, key: str) -> float:

@@ -30,7 +30,7 @@ KEEP = 10  # the last runs kept; with the newest changing and failing ones past 
 MAX_RUNS = KEEP + 2
 MAX_RECORD = 256 * 1024  # MAX_RUNS runs of a few bounded lines; a larger file is not ours
 MAX_LINES = 5  # errors and warnings kept per run: enough to say what went wrong
-ACTIONS = ("delete", "archive", "close", "repair")  # what a task's engine call did to its rows
+ACTIONS = ("delete", "archive", "close", "repair", "noticed")  # what a task's engine call did to its rows
 
 
 # A run's result as `status` words it, from the exit code its problems ask for (problems.exit_code).

@@ -20,7 +20,7 @@ import os
 from collections import defaultdict
 from pathlib import Path
 
-from hermes_admin.profile.engine.space import SWITCH_MIN_BYTES
+from hermes_admin.profile.engine.space import SWITCH_MIN_BYTES, hint
 from hermes_admin.profile.store import Store, page_accounting, pragmas
 from hermes_admin.profile.store.read import message_bytes, sources_by_id
 
@@ -39,8 +39,8 @@ def profile_usage(profile, store: Store, exports: int, held_by: str | None = Non
     them (exports.listed_bytes); `held_by`: who else holds the store open now (space.py), for what
     its free pages wait for."""
     db = store.db
-    page_size, page_count, free_pages = page_accounting.pages(db)
-    free = free_pages * page_size
+    counted = page_accounting.pages(db)
+    page_size, page_count, free = counted.size, counted.count, counted.free_bytes  # the one figure for free pages
     btrees = page_accounting.btree_bytes(db)
     parts = _grouped(db, btrees)
     logical = page_count * page_size
@@ -67,8 +67,7 @@ def profile_usage(profile, store: Store, exports: int, held_by: str | None = Non
 
 def reclaim_state(db) -> tuple[str, int]:
     """The store's auto-vacuum mode (AUTO_VACUUM) and its free pages, in bytes."""
-    pages = page_accounting.pages(db)
-    return AUTO_VACUUM.get(pragmas.auto_vacuum(db), "unknown"), pages.free * pages.size
+    return AUTO_VACUUM.get(pragmas.auto_vacuum(db), "unknown"), page_accounting.free_bytes(db)
 
 
 def reclaim_waits_for(mode: str, free: int, held_by: str | None) -> str | None:
@@ -78,7 +77,7 @@ def reclaim_waits_for(mode: str, free: int, held_by: str | None) -> str | None:
     if free < SWITCH_MIN_BYTES or mode == "incremental":
         return None
     return ("one VACUUM while nobody else holds the store (it also switches the store to incremental "
-            "reclaim, unless incremental_vacuum: false)" + (f"; held now by {held_by}" if held_by else ""))
+            "reclaim, unless incremental_vacuum: false)" + (f"; now the store is {held_by}{hint(held_by)}" if held_by else ""))
 
 
 def _grouped(db, btrees: dict[str, int]) -> dict[tuple[str, str | None], int]:

@@ -67,7 +67,7 @@ def profile_settings(profile: Profile, layers: PolicyLayers, installations: Inst
     lookup = installations.for_profile(profile)
     row = {"hermes": lookup.as_dict(), "policy": None, "policy_error": None}
     try:
-        config = load_hermes_config(profile.home, installation.sessions_keys(lookup))
+        config = load_hermes_config(profile.home, installation.sessions_keys(lookup), installations.managed_for(profile))
         policy = effective(profile.shown, layers, config, installed=installation.defaults_layer(lookup))
     except (HermesConfigError, PolicyError) as exc:
         row["policy_error"] = str(exc)

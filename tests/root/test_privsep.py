@@ -356,3 +356,34 @@ def test_roots_run_vacuums_her_store_unless_a_connection_holds_it(make_user, adm
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"  # never changed
     conn.close()
     assert root_owned(alice.root) == []
+
+
+def test_roots_compact_gives_back_her_rollback_journal_store_s_pages(make_user, admin):
+    """As her, no other user's process can be looked into: `run` leaves the VACUUM of a store in a
+    rollback journal (an idle connection there holds no lock) and says why; root's `compact --yes`
+    is the word that those processes are not her Hermes, and the pages come back, the journal mode
+    kept."""
+    from tests.unit.test_compact import old_store as journal_store
+
+    alice = make_user("compact")
+    store = journal_store(alice.root / "state.db", time.time(), "delete")
+    chown_tree(alice.root, alice)
+    purged = admin("--root", str(alice.root), "purge", "--older-than", "90", "--vacuum", "--yes", "--json")
+    assert purged.returncode in (0, 1), purged.stderr
+    result = json.loads(purged.stdout)["results"][0]
+    assert result["rows"] == 300 and result["vacuumed"] is False
+    assert any("not looked into" in n and "hermes-admin compact" in n for n in result["notes"]), result["notes"]
+    conn = sqlite3.connect(f"file:{store}?mode=ro", uri=True)
+    assert conn.execute("PRAGMA freelist_count").fetchone()[0] > 0
+    conn.close()
+    size = store.stat().st_size
+    done = admin("--root", str(alice.root), "compact", "--yes", "--json")
+    assert done.returncode == 0, done.stderr
+    (row,) = json.loads(done.stdout)["compacted"]
+    assert row["given_back_bytes"] > 0 and row["not_looked_into"]
+    conn = sqlite3.connect(f"file:{store}?mode=ro", uri=True)
+    assert conn.execute("PRAGMA freelist_count").fetchone()[0] == 0
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"  # never changed
+    conn.close()
+    assert store.stat().st_size < size
+    assert root_owned(alice.root) == []

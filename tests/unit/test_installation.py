@@ -24,12 +24,16 @@ def fresh(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path / "bin"))
 
 
-def fake_hermes(folder: Path, version: str = "9.9.9", auto_prune=True, timeout=12, sessions=None) -> Path:
+def fake_hermes(folder: Path, version: str = "9.9.9", auto_prune=True, timeout=12, sessions=None,
+                hooks: list[str] | None = None) -> Path:
     """A venv-less stand-in that answers the probe: our interpreter, with a `hermes_cli` on its path.
-    `sessions`: its whole DEFAULT_CONFIG["sessions"] (else a small one with a key of its own)."""
+    `sessions`: its whole DEFAULT_CONFIG["sessions"] (else a small one with a key of its own);
+    `hooks`: its plugin manager's VALID_HOOKS (else it has no `hermes_cli.plugins`)."""
     package = folder / "site" / "hermes_cli"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text(f"__version__ = {version!r}\n")
+    if hooks is not None:
+        (package / "plugins.py").write_text(f"VALID_HOOKS = set({sorted(hooks)!r})\n")
     sessions = sessions if sessions is not None else {"auto_prune": auto_prune, "retention_days": 30, "junk": "x"}
     (package / "config.py").write_text(
         f"DEFAULT_CONFIG = {{'sessions': {sessions!r}, 'plugins': {{'hook_callback_timeout': {timeout!r}}}}}\n")

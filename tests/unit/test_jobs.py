@@ -17,7 +17,7 @@ from hermes_admin.layers import HermesPython, Layer, Origin, PolicyLayers
 from hermes_admin import child
 from hermes_admin.filters import Filters
 from hermes_admin.model import ORDER
-from hermes_admin.protocol import (PARAMS, Change, Context, Job, ListExports, ListPlugins, ListProfiles, ListSessions,
+from hermes_admin.protocol import (PARAMS, Change, Compact, Context, Job, ListExports, ListPlugins, ListProfiles, ListSessions,
                                    Maintain, Owner, Profile, ProtocolError, PruneExports, Repair, Request, Resolve,
                                    Restore, SessionDetail, ShowPolicy, Status, Usage)
 from hermes_admin.results import Run
@@ -44,7 +44,7 @@ EVERY_KIND = [
     Restore("/tmp/y.jsonl", True),
     PruneExports(True, {"/r": ("/r/.hermes-admin/exports/x.jsonl",)}, "/e"),
     ListProfiles(), Status(), ShowPolicy(), Usage(), ListPlugins(), ListExports("/e"), ListExports(),
-    ListSessions(20), Resolve(("abc", "def0")), SessionDetail("s1"),
+    ListSessions(20), Resolve(("abc", "def0")), SessionDetail("s1"), Compact(True), Compact(False, force=True),
 ]
 
 

@@ -262,9 +262,13 @@ def test_the_cache_is_read_with_checks_and_written_without_following_links(tmp_p
     python.write_text("")
     good = {"watch": installation._signature([str(python)]),
             "probe": {"hermes": "0.22.2", "sessions": {"retention_days": 90}, "hook_callback_timeout": 30,
-                      "sessions_keys": ["retention_days"]}}
+                      "sessions_keys": ["retention_days"], "managed_scope": True,
+                      "delete_hook": False}}
     path.write_text(json.dumps({str(python): good}))
     assert installation._cache_read(str(python))[0].sessions == {"retention_days": 90}
+    older = {k: v for k, v in good["probe"].items() if k != "managed_scope"}  # a cache from before: probed again
+    path.write_text(json.dumps({str(python): dict(good, probe=older)}))
+    assert installation._cache_read(str(python)) is None
     for bad in ({"retention_days": "1"}, ["retention_days"], {"retention_days": 1, "evil": 2}):
         path.write_text(json.dumps({str(python): dict(good, probe=dict(good["probe"], sessions=bad))}))
         assert installation._cache_read(str(python)) is None, bad

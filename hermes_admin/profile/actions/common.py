@@ -95,6 +95,24 @@ class Ledger:
         self.under_way = None
 
 
+def profile_policy(profile: Profile, layers: PolicyLayers, installations: Installations):
+    """The profile's policy as its config and the admin config make it (no command's overrides),
+    for commands that do not run the policy's tasks; None when it cannot be read (the commands that
+    use it say what is wrong with it)."""
+    from hermes_admin.profile import installation
+    from hermes_admin.profile.hermes_config import load as load_hermes_config
+    from hermes_admin.profile.policy import PolicyError, effective
+
+    try:
+        lookup = installations.for_profile(profile)
+        return effective(profile.shown, layers,
+                         load_hermes_config(profile.home, installation.sessions_keys(lookup),
+                                            installations.managed_for(profile)),
+                         installed=installation.defaults_layer(lookup))
+    except (HermesConfigError, PolicyError):
+        return None
+
+
 def export_settings(profile: Profile, layers: PolicyLayers, installations: Installations,
                     export_dir: str | None = None) -> Settings:
     """Where and how long the profile's exports go: `--export-dir`, else its policy, else the defaults.
@@ -102,16 +120,8 @@ def export_settings(profile: Profile, layers: PolicyLayers, installations: Insta
     For commands that do not run the policy's tasks (`sessions delete`): a policy that cannot be
     read here is the defaults; the commands that use it say what is wrong with it.
     """
-    from hermes_admin.profile import installation
-    from hermes_admin.profile.hermes_config import load as load_hermes_config
-    from hermes_admin.profile.policy import PolicyError, effective
-
-    try:
-        lookup = installations.for_profile(profile)
-        policy = effective(profile.shown, layers,
-                           load_hermes_config(profile.home, installation.sessions_keys(lookup)),
-                           installed=installation.defaults_layer(lookup))
-    except (HermesConfigError, PolicyError):
+    policy = profile_policy(profile, layers, installations)
+    if policy is None:
         return Settings(export_dir)
     return Settings(export_dir or policy.export_dir, policy.export_keep_days)
 
@@ -123,9 +133,11 @@ def own_config(profile: Profile, installations: Installations) -> HermesConfig |
     from hermes_admin.profile import hermes_config, installation
 
     try:
-        config = hermes_config.load(profile.home)
-        if set(config.section("sessions")) - hermes_config.SESSIONS_KEYS:
-            config = hermes_config.load(profile.home, installation.sessions_keys(installations.for_profile(profile)))
+        managed = installations.managed_for(profile)
+        config = hermes_config.load(profile.home, (), managed)
+        if set(config.own_section("sessions")) - hermes_config.SESSIONS_KEYS:
+            config = hermes_config.load(profile.home, installation.sessions_keys(installations.for_profile(profile)),
+                                        managed)
     except HermesConfigError:
         return None
     return config

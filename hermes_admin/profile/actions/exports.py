@@ -8,7 +8,7 @@ from hermes_admin.layers import PolicyLayers
 from hermes_admin.model import Profile
 from hermes_admin.problems import ERROR, WARNING, about
 from hermes_admin.profile.actions.common import Ledger, Run, export_settings, with_engine
-from hermes_admin.profile.engine import exports
+from hermes_admin.profile.engine import exports, outbox
 from hermes_admin.profile.engine.engine import Engine, Result
 from hermes_admin.profile.environment import Environment
 from hermes_admin.profile.installation import Installations
@@ -22,8 +22,13 @@ def restore(run: Run, profile: Profile, env: Environment, path: str, sessions: l
 
     def work(engine: Engine) -> list[Result]:
         with ledger.begun(Result(profile.name, "restore", None, engine.dry_run)) as result:
-            made_in = engine.restore(Path(path), set(sessions) if sessions else None, result, pin=pin,
-                                     other_profile=other_profile)
+            made_in = None
+            try:
+                made_in = engine.restore(Path(path), set(sessions) if sessions else None, result, pin=pin,
+                                         other_profile=other_profile)
+            finally:  # what is back is no longer gone by our hand (engine/noticed.py)
+                if engine.outbox is not None:
+                    engine.outbox.back([i for done in result.done for i in done.ids])
         if made_in is not None:  # as asked, and worth a word (exit 1): another profile's conversations are here now
             run.add(about(profile, WARNING, "other_profile", f"an export made in the profile at {made_in}: "
                           f"{'would be restored' if engine.dry_run else 'restored'} into this one as asked "
@@ -41,6 +46,8 @@ def listing(run: Run, profile: Profile, layers: PolicyLayers, installations: Ins
     try:
         if holding is not None:
             run.data.setdefault("held", []).extend(exports.holding(profile, settings, holding))
+            # and where it was found deleted outside hermes-admin (engine/noticed.py): no export holds it
+            run.data.setdefault("noticed", []).extend(outbox.noticed(profile, holding))
             return
         found = exports.listing(profile, settings)
     except exports.ExportError as exc:

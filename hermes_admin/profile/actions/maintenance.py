@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 from dataclasses import dataclass, replace
+from itertools import islice
 from typing import Callable, Iterator
 
 from hermes_admin import model, stopping
@@ -23,6 +24,7 @@ from hermes_admin.model import Profile
 from hermes_admin.profile.store import page_accounting, sql
 from hermes_admin.profile.actions.common import (Ledger, Refused, Run, act_in_parts, engine_notes, refuse_too_broad,
                                                  with_engine)
+from hermes_admin.profile.engine import noticed
 from hermes_admin.profile.engine.deletes import Recheck
 from hermes_admin.profile.engine.engine import Engine, Result
 from hermes_admin.profile.engine.export_ahead import STOPPED
@@ -46,6 +48,7 @@ from hermes_admin.problems import ERROR, LOCKED, WARNING, about
 from hermes_admin.profile.store.errors import SQLITE_ERRORS
 CHUNK = 2000  # files of sessions/ looked at together by the ghost sweep
 BUDGET_CHUNK = 200  # units whose text the size budget sums in one query (their ids bound a statement's)
+TEXT_WEIGHT = 3  # a unit's text weighs this many times over in the store (the row and its two FTS5 indexes)
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,13 @@ class _Pass:
         # The first result of a delete that freed pages: incremental vacuum gives them back once every
         # task is done (`reclaim`), so that its last commits are the run's last and cut the WAL back.
         self.to_reclaim: Result | None = None
+        # The size budget weighs the store as the plan leaves it, the same in a dry run and a run: its
+        # pages in use as the pass begins, less the text (TEXT_WEIGHT times over) of what the earlier
+        # tasks delete, counted as they delete it (`_deleting`). A store measured after a delete would
+        # say little (FTS5 traces stay until their merges) and a dry run has deleted nothing.
+        self.weighs = policy.max_store_mb is not None and model.SIZE_BUDGET.name in request.tasks
+        self.used_mb = page_accounting.pages(engine.store.db).used_bytes / 1e6 if self.weighs else 0.0
+        self.deleted_mb = 0.0
 
     def run(self, task: Task) -> Result:
         """Any task, the one way: skipped if the policy has it off, else its work into its result, timed."""
@@ -150,7 +160,27 @@ class _Pass:
             return self.engine.close_stale(units, rule.recheck, self.request.now, result=result)
         if task.act == "archive":  # the inactivity sweep's: silent, live units stay
             return self.engine.set_archived(units, True, reason=None, swept=True, result=result)
-        return self.engine.delete(units, task.name.reason, recheck=rule.recheck, result=result)
+        if task.name == model.SIZE_BUDGET:  # the last delete of the pass: nothing weighs it after
+            return self.engine.delete(units, task.name.reason, recheck=rule.recheck, result=result)
+        return self._deleting(units, result, lambda: self.engine.delete(units, task.name.reason,
+                                                                          recheck=rule.recheck, result=result))
+
+    def _deleting(self, units: list, result: Result, delete: Callable[[], Result]) -> Result:
+        """`delete()` of `units` into `result`; where the size budget runs later in the pass, the text
+        of the units it deleted (a dry run: would delete) is counted first, as the plan's weight."""
+        if not self.weighs or not units:
+            return delete()
+        sizes = message_bytes(self.engine.store.db, [i for unit in units for i in unit.ids])
+        before = len(result.done)
+        try:
+            return delete()
+        finally:  # what committed before an error counts too
+            gone = islice(result.done, before, None)
+            self.deleted_mb += TEXT_WEIGHT * sum(sizes.get(i) or 0 for done in gone for i in done.ids) / 1e6
+
+    def planned_mb(self) -> float:
+        """The store's content as this pass's plan leaves it, in MB (see `weighs`)."""
+        return self.used_mb - self.deleted_mb
 
     # -- how a task goes over the store ---------------------------------------
 
@@ -227,8 +257,8 @@ class _Pass:
             self.in_parts(task, result)
         # (else no TUI session without messages: no ghost to select or keep; store/read.py)
         missing = orphan_session_ids(self.engine.store)
-        rows = ghosts.select_orphan_rows(missing)
-        self.engine.delete(self.unclaimed(rows), task.name.reason, orphans=True, result=result)
+        rows = self.unclaimed(ghosts.select_orphan_rows(missing))
+        self._deleting(rows, result, lambda: self.engine.delete(rows, task.name.reason, orphans=True, result=result))
         # (c) files of sessions that are gone; those of `missing` went with their rows just now
         index, now, went = self.engine.files, self.request.now, set(missing)
         for part in index.names(CHUNK):
@@ -253,7 +283,9 @@ class _Pass:
         else:
             self.in_parts(task, result)
         # Unasked, only the switch to incremental reclaim, whose moment any purge may find (space.py).
-        asked = bool(result.rows and (request.vacuum or self.policy.vacuum_after_prune))
+        # `--vacuum` asks whatever this purge deleted (the free pages may be Hermes' own deletes');
+        # the policy's vacuum_after_prune only after a purge that deleted something.
+        asked = bool(request.vacuum or (result.rows and self.policy.vacuum_after_prune))
         result.vacuumed = self.engine.vacuum_if_worth(result, asked)
         if not result.vacuumed:  # a store in incremental auto-vacuum: space back at the end, whoever
             self.to_reclaim = self.to_reclaim or result  # freed it (Hermes' own deletes too)
@@ -285,7 +317,7 @@ class _Pass:
         """Over `max_store_mb` after the other tasks: the oldest eligible units go until their text
         covers the excess, or nothing eligible is left (then one note says by how much it is over)."""
         limit, keep = self.policy.max_store_mb, self.policy.min_keep_days
-        if self._used_mb() <= limit:
+        if self.planned_mb() <= limit:
             return result
         rule, now = task.rule(self.policy, self.request.now), self.request.now
         store = self.engine.store
@@ -298,11 +330,15 @@ class _Pass:
                            if not self.claimed.intersection(u.ids)]
         units = [u for _, _, u in sorted(candidates, key=lambda item: item[:2])]
         # Deleted rows leave traces in the FTS5 indexes until their merges, so the store's size right
-        # after a delete says little: the units whose text covers the excess go (estimated, as
-        # _covering says), and the next run looks again.
-        over = self._used_mb() - limit
+        # after a delete says little: the units whose text covers the excess of the plan's weight go
+        # (estimated, as _covering says), and the next run looks again.
+        over = self.planned_mb() - limit
         chosen = self._covering(units, over)
+        for unit in chosen:  # taken: no later task (the archive sweep) counts them, in a dry run either
+            self.claimed.update(unit.ids)
         act_in_parts(self.engine, result, [chosen], lambda units, part: self.act(task, rule, units, part))
+        if not self.engine.dry_run:  # gone: kept out of the set (memory), as in_parts does
+            self.claimed.difference_update(i for done in result.done for i in done.ids)
         if len(chosen) == len(units) and self._used_mb() > limit and not self.engine.dry_run:
             result.notes.append(f"still over max_store_mb {limit:g} by {self._used_mb() - limit:.1f} MB: nothing "
                                 f"eligible is left (open, pinned, live or active within {keep:g} days)")
@@ -324,14 +360,14 @@ class _Pass:
             for unit in part:
                 if total >= over_mb:
                     return taken
-                total += 3 * sum(sizes.get(i) or 0 for i in unit.ids) / 1e6
+                total += TEXT_WEIGHT * sum(sizes.get(i) or 0 for i in unit.ids) / 1e6
                 taken.append(unit)
         return taken
 
     def _used_mb(self) -> float:
-        """The store's pages in use (free pages are space the next writes reuse), in MB."""
-        pages = page_accounting.pages(self.engine.store.db)
-        return (pages.count - pages.free) * pages.size / 1e6
+        """The store's content: its pages in use (free pages are space the next writes reuse), in MB.
+        What `max_store_mb` counts (README), not the file's size."""
+        return page_accounting.pages(self.engine.store.db).used_bytes / 1e6
 
 
 def _ghost_rule(policy: Policy, now: float) -> Rule:
@@ -373,6 +409,17 @@ TASKS = (
     Task(model.SIZE_BUDGET, _budget_rule, "delete", _Pass.size_budget, "no max_store_mb in this profile's policy"),
     Task(model.AUTO_ARCHIVE, _archive_rule, "archive", _Pass.in_parts),
 )
+
+
+def not_announcing(policy: Policy, lookup: installation.Lookup) -> str | None:
+    """Why the deletions made outside hermes-admin are not announced in this profile, by its policy
+    and its Hermes (None: they are, where a plugin listens; engine/noticed.py)."""
+    if not policy.announce_hermes_deletes:
+        return "announce_hermes_deletes is off in this profile's policy"
+    found = lookup.installation
+    if found is not None and found.delete_hook:
+        return f"{found.label} fires on_session_delete itself"
+    return None
 
 
 def repair_step(run: Run, profile: Profile, policy: Policy, request: Request, env: Environment,
@@ -452,7 +499,8 @@ def _policy(run: Run, profile: Profile, layers: PolicyLayers, request: Request,
     `run`)."""
     try:
         lookup = installations.for_profile(profile)  # plugins enabled or not: its defaults and keys
-        config = load_hermes_config(profile.home, installation.sessions_keys(lookup))  # once: the engine uses it too
+        # once: the engine uses it too
+        config = load_hermes_config(profile.home, installation.sessions_keys(lookup), installations.managed_for(profile))
         policy, origins = with_origins(profile.shown, layers, config,
                                        installed=installation.defaults_layer(lookup))
     except HermesConfigError as exc:
@@ -507,6 +555,7 @@ def maintain(run: Run, profile: Profile, layers: PolicyLayers, request: Request,
     if found is None:
         return
     config, policy = found
+    lookup = env.installations.for_profile(profile)  # (found already for its policy: asked once per job)
     siblings = siblings if siblings is not None else {profile.name: profile}
     env = replace(env, lock_wait=env.lock_wait if env.lock_wait is not None else policy.lock_wait)
     repairing = model.REPAIR.name in request.tasks
@@ -520,6 +569,12 @@ def maintain(run: Run, profile: Profile, layers: PolicyLayers, request: Request,
         if repairing and not applying:  # a report reads through the engine's own connection
             repair_step(run, profile, policy, request, env, siblings, store=engine.store)
         one_pass = _Pass(engine, policy, request, ledger)
+        if not stopping.requested():  # first: what was deleted outside hermes-admin since the last look
+            announced = noticed.announce(
+                engine.profile, engine.store, engine.outbox, engine.aftermath, request.now, policy.retention_days,
+                not_announcing(policy, lookup))
+            if announced is not None:
+                ledger.add(announced)
         for task in TASKS:
             if task.name.name not in request.tasks:
                 continue

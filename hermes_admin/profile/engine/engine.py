@@ -112,15 +112,15 @@ class Engine:
     def _open(self) -> None:
         """The collaborators, each built once, after those it is given."""
         if self.config is None:
-            self.config = load_hermes_config(self.profile.home)
+            self.config = load_hermes_config(self.profile.home, (), self.env.installations.managed_for(self.profile))
         if not self.dry_run:  # a dry run writes nothing anywhere: no lock file, no outbox
             self.locks = ProfileLocks(self.profile)  # kept before taken: what it set aside is said if it is held
             self.locks.__enter__()
         self.store = Store.open(self.profile, writable=not self.dry_run, lock_wait_s=self.env.lock_wait)
         self.tokenizer = Tokenizer(self.store, self.dry_run, self._tokenizer_loaded)
         self.deletes = Deletes(self.store, lambda: self.references, self.now, lambda: data_version(self.store))
-        if self.dry_run:
-            self.aftermath = Aftermath(self.profile, True)
+        if self.dry_run:  # (its bus says who would listen: noticed.py; it starts no plugin process)
+            self.aftermath = Aftermath(self.profile, True, bus=self._bus())
         else:
             self._open_writing()
         self.space = Space(self.store, self.pacer, self.incremental, self.dry_run)
@@ -217,6 +217,10 @@ class Engine:
     def vacuum_if_worth(self, result: Result, asked: bool = True) -> bool:
         return self.space.vacuum_if_worth(result, asked)
 
+    def compact(self, force: bool, result: Result) -> dict:
+        """`hermes-admin compact`: the store's free pages back, on the operator's word (space.py)."""
+        return self.space.compact(force, result)
+
     def remove_orphan_files(self, paths: list[str], result: Result) -> None:
         self.aftermath.remove_orphan_files(paths, result)
 
@@ -262,8 +266,7 @@ class Engine:
         what, done = f"{self.profile.name}: {reason}", 0
         self.progress(what, done, len(units), False)
         try:
-            for step in self._ahead.steps(units, reason, orphans, result):  # files its export left out: said
-                result.files_skipped += [line for done in step.exported.values() for line in done.files_left]
+            for step in self._ahead.steps(units, reason, orphans, result):
                 if step.split:
                     self._splits.split(step.units[0], step.exported[step.units[0].session_id], reason, recheck,
                                        result)
@@ -296,9 +299,9 @@ class Engine:
         """What a delete's commit settles: the outbox told, the report, the files and events to follow."""
         decision, wrote = done
         went = decision.changes
-        if self.listening:
-            committed = {event_ids[i]: list(ids) for i, ids in went.items()}
-            self.outbox.settle(committed, [e for i, e in enumerate(event_ids) if i not in went])
+        committed = {event_ids[i]: list(ids) for i, ids in went.items()} if self.listening else {}
+        self.outbox.settle(committed, [e for i, e in enumerate(event_ids) if i not in went and e is not None],
+                           gone=[] if self.listening else [i for ids in went.values() for i in ids])  # noticed.py
         decision.outcome().fold_into(result)
         paths: list[str] = []
         for ids in went.values():

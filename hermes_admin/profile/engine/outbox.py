@@ -1,10 +1,13 @@
 """hermes-admin's own journal in a profile: durable events, and the records of deletes in steps.
 
-`.hermes-admin/outbox.db` holds two things, nothing of them ever in Hermes' store:
+`.hermes-admin/outbox.db` holds these, nothing of them ever in Hermes' store:
 - the `on_session_delete` events, delivered once their rows committed, never otherwise;
 - the split records (table `splits`): one per unit being deleted in several transactions,
   written before its first step and ended after its last, so that a crash between steps is
-  finished or undone by the next start (splits.py; docs/design.md §5).
+  finished or undone by the next start (splits.py; docs/design.md §5);
+- the last look at the store (table `looks`: which sessions it held, packed), the sessions our own
+  deletes took since (`own_gone`), and the sessions found deleted outside hermes-admin
+  (`noticed`), by which the deletions Hermes made itself are announced too (noticed.py).
 
 Each event goes through three states:
 
@@ -47,7 +50,7 @@ from hermes_admin.profile.engine.state_folder import regular_file, set_aside, st
 @dataclass
 class Event:
     id: int
-    kind: str  # "delete" or "archive": how a pending event is verified
+    kind: str  # "delete", "archive" or "noticed" (deleted outside hermes-admin: never pending)
     session_id: str
     reason: str
     ids: list[str]  # every row that went with the unit
@@ -82,6 +85,7 @@ class Outbox:
         self.path: Path = folder / "outbox.db"
         self.notes += regular_file(self.path, "the outbox", damage_set_aside=True)
         self._conn: apsw.Connection | None = None
+        self._look_kept: bool | None = None  # is a look at the store kept (read once, then kept up to date)
         if self.path.exists():  # else made on the first event: a run that deletes nothing makes no file
             self._connect()
 
@@ -144,6 +148,17 @@ class Outbox:
                 "CREATE TABLE IF NOT EXISTS splits (id INTEGER PRIMARY KEY, created REAL NOT NULL, "
                 "record TEXT NOT NULL)"
             )
+            # The last look at the store (noticed.py): one row, the sessions packed; the sessions our
+            # own deletes took since; and what was found deleted outside hermes-admin, for a while.
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS looks (id INTEGER PRIMARY KEY CHECK (id = 1), taken REAL NOT NULL, "
+                "device INTEGER NOT NULL, inode INTEGER NOT NULL, sessions BLOB NOT NULL)"
+            )
+            conn.execute("CREATE TABLE IF NOT EXISTS own_gone (session_id TEXT PRIMARY KEY) WITHOUT ROWID")
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS noticed (session_id TEXT PRIMARY KEY, noticed REAL NOT NULL, "
+                "looked REAL NOT NULL, head TEXT NOT NULL, reason TEXT NOT NULL, event INTEGER)"
+            )
         except BaseException:
             conn.close()
             raise
@@ -179,12 +194,96 @@ class Outbox:
                 ids.append(conn.last_insert_rowid())
         return ids
 
-    def settle(self, committed: dict[int, list[str]], dropped: list[int]) -> None:
-        """After the store transaction: committed events get the rows that really went."""
+    def settle(self, committed: dict[int, list[str]], dropped: list[int], gone: list[str] = ()) -> None:
+        """After the store transaction: committed events get the rows that really went. While a look
+        at the store is kept, the sessions our own deletes took (a committed delete event's, and
+        `gone`: those taken with no event, nobody listening) are remembered with it, in the same
+        transaction: the next look must not take them for deletions made outside hermes-admin."""
+        remember = self.keeps_look
+        if not (committed or dropped or (gone and remember)):
+            return  # nothing to write (and no outbox made for it)
         with self._writing() as conn:
             for event_id, ids in committed.items():
                 conn.execute("UPDATE events SET state='committed', ids=? WHERE id=?", (json.dumps(ids), event_id))
+                if remember and conn.execute("SELECT kind FROM events WHERE id=?", (event_id,)).fetchone() == ("delete",):
+                    conn.executemany("INSERT OR IGNORE INTO own_gone(session_id) VALUES (?)", [(i,) for i in ids])
             conn.executemany("DELETE FROM events WHERE id=?", [(i,) for i in dropped])
+            if remember:
+                conn.executemany("INSERT OR IGNORE INTO own_gone(session_id) VALUES (?)", [(i,) for i in gone])
+
+    # -- the last look at the store (noticed.py) ---------------------------------
+
+    @property
+    def keeps_look(self) -> bool:
+        """Is a look at the store kept (so our own deletes are remembered beside it)?"""
+        if self._conn is None:
+            return False
+        if self._look_kept is None:
+            try:
+                self._look_kept = self.conn.execute("SELECT 1 FROM looks").fetchone() is not None
+            except apsw.Error as exc:
+                raise OutboxError(f"{self.path}: {exc}") from None
+        return self._look_kept
+
+    def look(self) -> tuple[float, int, int, bytes] | None:
+        """The last look: (when, the store's device and inode then, its sessions packed), or None."""
+        if not self.keeps_look:
+            return None
+        try:
+            row = self.conn.execute("SELECT taken, device, inode, sessions FROM looks").fetchone()
+        except apsw.Error as exc:
+            raise OutboxError(f"{self.path}: {exc}") from None
+        return _look(row)
+
+    def own_gone(self) -> set[str]:
+        """The sessions our own deletes took since the last look."""
+        if not self.keeps_look:
+            return set()
+        try:
+            return {row[0] for row in self.conn.execute("SELECT session_id FROM own_gone")}
+        except apsw.Error as exc:
+            raise OutboxError(f"{self.path}: {exc}") from None
+
+    def remember(self, taken: float, device: int, inode: int, sessions: bytes, looked: float | None,
+                 units: list) -> list[int]:
+        """One transaction: the units found deleted outside hermes-admin since the look at `looked`
+        (each `session_id`, `reason`, `ids`) become committed events, to be delivered as our own are,
+        and are recorded for `sessions show`; this look replaces the last; what our deletes took
+        since the last is forgotten. All or nothing: an interrupted run finds the last look still
+        there and the same sessions gone, or these events in the outbox and the new look."""
+        ids = []
+        with self._writing() as conn:
+            for unit in units:
+                conn.execute("INSERT INTO events(created, state, kind, session_id, reason, ids) "
+                             "VALUES (?, 'committed', 'noticed', ?, ?, ?)",
+                             (taken, unit.session_id, unit.reason, json.dumps(list(unit.ids))))
+                ids.append(conn.last_insert_rowid())
+                conn.executemany("INSERT OR REPLACE INTO noticed(session_id, noticed, looked, head, reason, event) "
+                                 "VALUES (?, ?, ?, ?, ?, ?)",
+                                 [(i, taken, looked or taken, unit.session_id, unit.reason, ids[-1]) for i in unit.ids])
+            conn.execute("INSERT OR REPLACE INTO looks(id, taken, device, inode, sessions) VALUES (1, ?, ?, ?, ?)",
+                         (taken, device, inode, sessions))
+            conn.execute("DELETE FROM own_gone")
+            conn.execute("DELETE FROM noticed WHERE noticed < ?", (taken - NOTICED_KEEP_S,))
+        self._look_kept = True
+        return ids
+
+    def back(self, ids: list[str]) -> None:
+        """Sessions put back (a restore): no longer gone by our hand, so a later delete of one by
+        Hermes is announced."""
+        if ids and self.keeps_look:
+            with self._writing() as conn:
+                conn.executemany("DELETE FROM own_gone WHERE session_id = ?", [(i,) for i in ids])
+
+    def forget_look(self) -> bool:
+        """No look kept any more (hermes-admin stops watching this store); True if there was one."""
+        if not self.keeps_look:
+            return False
+        with self._writing() as conn:
+            conn.execute("DELETE FROM looks")
+            conn.execute("DELETE FROM own_gone")
+        self._look_kept = False
+        return True
 
     @contextmanager
     def _synced(self):
@@ -255,7 +354,8 @@ COLUMNS = {  # what a readable outbox holds (anything else: set aside as malform
     "splits": ("id", "created", "record"),  # the records of deletes in steps (splits.py)
 }
 STATES = ("pending", "committed", "delivered")  # an event's life (the module's docstring)
-KINDS = ("delete", "archive")  # the changes plugins hear of
+KINDS = ("delete", "archive", "noticed")  # the changes plugins hear of
+NOTICED_KEEP_S = 90 * 86400  # how long `sessions show` can say a session was deleted outside hermes-admin
 
 
 def _damage(conn: apsw.Connection) -> str | None:
@@ -329,6 +429,57 @@ def _salvage(conn: apsw.Connection) -> tuple[list, list, int | None]:
     events = [row for table, row in good if table == "events"]
     splits = [row for table, row in good if table == "splits"]
     return events, splits, rows - len(good)
+
+
+def noticed(profile: Profile, wanted: str) -> list[dict]:
+    """The sessions found deleted outside hermes-admin whose id is `wanted` or begins with it (the
+    last NOTICED_KEEP_S): read-only, nothing created; none where there is no outbox to read."""
+    path = profile.home / ".hermes-admin" / "outbox.db"
+    if not path.is_file() or path.is_symlink():
+        return []
+    try:
+        conn = apsw.Connection(f"file:{path}?mode=ro", flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
+        try:
+            rows = conn.execute("SELECT session_id, noticed, looked, head, reason FROM noticed "
+                                "WHERE session_id >= ? AND session_id < ? ORDER BY session_id LIMIT 100",
+                                (wanted, wanted + "\U0010ffff")).fetchall()
+        finally:
+            conn.close()
+    except apsw.Error:
+        return []  # no such table (an outbox of an older version), or unreadable: nothing noticed to say
+    return [{"session_id": sid, "noticed_at": when, "looked_at": looked, "unit": head, "reason": reason,
+             "home": str(profile.home), "profile": profile.name}
+            for sid, when, looked, head, reason in rows if isinstance(sid, str)]
+
+
+def read_look(profile: Profile) -> tuple[tuple[float, int, int, bytes] | None, set[str]]:
+    """The last look at the store and what our deletes took since (Outbox.look, own_gone), for a dry
+    run: read-only, nothing created; none where there is no outbox, or it cannot be read."""
+    path = profile.home / ".hermes-admin" / "outbox.db"
+    if not path.is_file() or path.is_symlink():
+        return None, set()
+    try:
+        conn = apsw.Connection(f"file:{path}?mode=ro", flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
+        try:
+            row = conn.execute("SELECT taken, device, inode, sessions FROM looks").fetchone()
+            own = {r[0] for r in conn.execute("SELECT session_id FROM own_gone")}
+        finally:
+            conn.close()
+    except apsw.Error:
+        return None, set()
+    return _look(row), {i for i in own if isinstance(i, str)}
+
+
+def _look(row) -> tuple[float, int, int, bytes] | None:
+    """A `looks` row as the look reads it; one of another shape reads as a look whose sessions
+    cannot be unpacked (noticed.looked: a new look is taken, nothing announced)."""
+    if row is None:
+        return None
+    taken, device, inode, sessions = row
+    if not (isinstance(taken, (int, float)) and isinstance(device, int) and isinstance(inode, int)
+            and isinstance(sessions, bytes)):
+        return 0.0, -1, -1, b""
+    return float(taken), device, inode, sessions
 
 
 def has_work(profile: Profile) -> bool:

@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Callable
 
 import peewee
 
-from hermes_admin import stopping
-from hermes_admin.holders import store_holders
+from hermes_admin import holders, lockrecord, stopping
+from hermes_admin.holders import write_lock_holder
 from hermes_admin.profile.engine.pacer import Pacer
-from hermes_admin.profile.store import Store, pragmas
+from hermes_admin.profile.store import Store, page_accounting, pragmas
+from hermes_admin.shown import human_bytes
 from hermes_admin.profile.store.pragmas import INCREMENTAL
 from hermes_admin.profile.store.connect import WAL_SIZE_LIMIT, WriteLockHeld, is_lock_error
 from hermes_admin.profile.store.read import journal_mode
@@ -35,14 +37,61 @@ FREE_MOMENT_S = 2.0  # how long a run asked to VACUUM looks for a moment nobody 
 FREE_MOMENT_POLL_S = 0.5  # between two looks (each a bounded /proc scan: holders.py)
 
 
-def held_by(store: Store) -> str | None:
-    """Who else holds the store open, for structural work (VACUUM, an index rebuild) that runs only
-    while nobody does; None when nobody does. Unknown counts as held (holders.py)."""
-    why: list[str] = []
-    holders = store_holders(store.profile.store_path, wal=journal_mode(store) == "wal", why=why)
-    if holders is None:  # unknown: structural work waits for a run that can tell
-        return f"whoever it is ({why[0]})" if why else "a process this scan cannot see into (another user's, or outside this pid namespace)"
-    return f"pid {', '.join(map(str, holders))}" if holders else None
+def held_by(store: Store, lock_free: Callable[[], bool | None] | None = None) -> str | None:
+    """Whether another process holds the store open, for structural work (VACUUM, an index rebuild)
+    that runs only while nobody does: None when nobody does, else the clause that says so, naming
+    the real reason (`holding`). Unknown counts as held (holders.py). `lock_free`: whether the
+    store's write lock could be taken now (SQLite's own answer: Space.lock_free), when known."""
+    found = holders.look(holders.store_files(store.profile.store_path), wal=journal_mode(store) == "wal")
+    return None if found.holders == [] else holding(found, store.profile.store_path, lock_free)
+
+
+def holding(found: holders.Look, path, lock_free: Callable[[], bool | None] | None = None) -> str:
+    """`held by pid 4242 (hermes gateway)`, or why nobody can say the store is free: which processes
+    could not be looked into and why, what the kernel's lock table says of the store's files, and
+    whether the store's write lock can be taken now (`lock_free`, else the kernel's lock table)."""
+    if found.holders:
+        return "held by " + ", ".join(_process(pid) for pid in found.holders[:MAX_NAMED]) + _more(found.holders)
+    said = []
+    if found.seen:
+        said.append("has descriptors held by " + ", ".join(map(_process, found.seen[:MAX_NAMED])) + _more(found.seen))
+    if found.own_namespace:
+        said.append("this scan runs in a pid namespace of its own: a process outside it is seen by no scan here")
+    said += found.why
+    if found.unseen:
+        said.append("not looked into: " + "; ".join(u.said() for u in found.unseen[:MAX_NAMED]) + _more(found.unseen))
+    if found.locking is not None:  # read: what the kernel's lock table says
+        said.append("/proc/locks: " + ("a lock on the store's files held by " + ", ".join(map(_process, sorted(found.locking)))
+                                       if found.locking else "no lock on the store's files"))
+    free = lock_free() if lock_free is not None else None
+    if free is None:
+        writer = write_lock_holder(path)
+        said.append(f"its write lock held by {_process(writer)}" if writer else "its write lock free by /proc/locks")
+    else:
+        said.append("its write lock could be taken now" if free else "its write lock is taken by another connection now")
+    return f"{NOT_KNOWN} (" + "; ".join(said) + ")"
+
+
+NOT_KNOWN = "not known to be free"  # how `holding` begins where nobody can say
+COMPACT_HINT = "`hermes-admin compact` gives the free pages back on your word"
+
+
+def hint(who: str | None) -> str:
+    """`; hermes-admin compact …` after a clause of `holding` that could not say (else nothing)."""
+    return f"; {COMPACT_HINT}" if who and who.startswith(NOT_KNOWN) else ""
+
+
+MAX_NAMED = 3  # processes named in one line
+COMMAND_CHARS = 48  # of each one's command line
+
+
+def _process(pid: int) -> str:
+    command = lockrecord.command_of(pid, COMMAND_CHARS) if pid > 0 else None
+    return f"pid {pid}" + (f" ({command})" if command else "")
+
+
+def _more(items: list) -> str:
+    return f" and {len(items) - MAX_NAMED} more" if len(items) > MAX_NAMED else ""
 
 
 class Space:
@@ -63,7 +112,12 @@ class Space:
             pass  # a checkpoint is a courtesy; Hermes' own writers checkpoint too
 
     def held_by_others(self) -> str | None:
-        return held_by(self.store)
+        return held_by(self.store, self.lock_free)
+
+    def lock_free(self) -> bool | None:
+        """Could the store's write lock be taken now? SQLite's own answer, through our write
+        connection, within its short busy timeout; None from a dry run's read-only one."""
+        return None if self.dry_run else pragmas.lock_free(self.store.db)
 
     def switch_pending(self) -> bool:
         return not self.dry_run and self._pending_bytes() > 0
@@ -73,7 +127,7 @@ class Space:
         db = self.store.db
         if not self.incremental or pragmas.auto_vacuum(db) == INCREMENTAL:
             return 0
-        free = pragmas.free_pages(db) * pragmas.page_size(db)
+        free = page_accounting.free_bytes(db)
         return free if free >= SWITCH_MIN_BYTES else 0
 
     def _free_moment(self, patience: float) -> str | None:
@@ -158,27 +212,26 @@ class Space:
         Not `asked` (no --vacuum, nothing purged): only that switch, when it is pending."""
         pending = self._pending_bytes() if self.dry_run else 0
         if pending:  # what the run will try, said by the dry run
-            result.notes.append(f"would VACUUM once nobody else holds the store ({pending >> 20} MiB "
+            result.notes.append(f"would VACUUM once nobody else holds the store ({human_bytes(pending)} "
                                 "of free pages; it switches the store to incremental reclaim)")
         if self.dry_run or not (asked or self.switch_pending()):
             return False
         db = self.store.db
-        pages, free = pragmas.page_count(db), pragmas.free_pages(db)
+        counted = page_accounting.pages(db)
+        pages, free = counted.count, counted.free
         switching = self.incremental and pragmas.auto_vacuum(db) != INCREMENTAL
         if not pages or (free / pages <= VACUUM_FREE_RATIO and not switching):
-            result.notes.append(f"no VACUUM: {free}/{pages} pages free (needs over 25 %)")
+            result.notes.append(f"no VACUUM: {human_bytes(counted.free_bytes)} of free pages, {free / max(pages, 1):.0%} "
+                                "of the store (needs over 25 %)")
             return False
         # Asked for (--vacuum, vacuum_after_prune), the switch may wait a little for its moment; unasked,
         # one look: a gateway holds its store for days, and 2 s more per held profile per run would add
         # up over a host's profiles while rarely finding the moment a single look misses.
         who = self._free_moment(FREE_MOMENT_S if switching and asked else 0)
         if who:
-            result.notes.append(f"no VACUUM: the store is held by {who}")
-            if switching and free:
-                size = free * pragmas.page_size(db)
-                self.waits.append({"bytes": size, "held_by": who})
-                result.notes.append(f"{size >> 20} MiB of free pages wait for one VACUUM while nobody else holds "
-                                    "the store (it switches the store to incremental reclaim); every run looks again")
+            result.notes.append(f"no VACUUM: the store is {who}{hint(who)}")
+            if switching and free:  # said once, at the end of the report (report.space_lines)
+                self.waits.append({"bytes": counted.free_bytes, "held_by": who, "compact": bool(hint(who))})
             return False
         try:
             if switching:  # once: from then on, purges give space back while Hermes runs (reclaim)
@@ -202,3 +255,83 @@ class Space:
             pragmas.checkpoint(self.store.db, "TRUNCATE" if self.held_by_others() is None else "PASSIVE")
         except peewee.OperationalError:
             pass  # a checkpoint is a courtesy; the next writer's reuse the WAL
+
+    # -- `hermes-admin compact`: the operator's word ------------------------------------------
+
+    def compact(self, force: bool, result: Result) -> dict:
+        """Give the store's free pages back to the file system on the operator's word (`compact`),
+        as `borg compact` does for its repository; returns what was (a dry run: would be) given
+        back, as the report's row.
+
+        A store in incremental auto-vacuum gives them back in short paced steps (`reclaim`), the
+        write lock let go between them, whoever holds it. Any other store needs one VACUUM (which
+        also switches it to incremental reclaim, unless the policy says `incremental_vacuum: false`):
+        a process that could not be looked into does not stop it (the operator vouches for it), one
+        seen holding the store does unless `force`. The journal mode is never changed."""
+        db, path = self.store.db, self.store.profile.store_path
+        before = page_accounting.pages(db)
+        incremental = pragmas.auto_vacuum(db) == INCREMENTAL
+        row = {"journal_mode": journal_mode(self.store), "incremental_before": incremental,
+               "free_bytes": before.free_bytes, "given_back_bytes": 0, "file_bytes_before": _file_size(path),
+               "how": "incremental vacuum" if incremental else "VACUUM", "refused": None, "not_looked_into": []}
+        if not before.free:
+            result.notes.append("no free pages: nothing to give back")
+            row["how"] = None
+            return self._compacted(row, path)
+        if incremental:
+            if self.dry_run:
+                result.notes.append(f"would give back {human_bytes(before.free_bytes)} of free pages (incremental "
+                                    "vacuum, in short steps while Hermes runs)")
+                row["given_back_bytes"] = before.free_bytes
+            else:
+                row["given_back_bytes"] = self.reclaim(result) * before.size
+            return self._compacted(row, path)
+        found = holders.look(holders.store_files(path), wal=row["journal_mode"] == "wal")
+        row["not_looked_into"] = [u.said() for u in found.unseen]
+        seen = found.holding()
+        if seen and not force:
+            row["refused"] = holding(holders.Look(seen), path)
+            result.notes.append(f"not compacted: the store is {row['refused']}; a VACUUM holds its write lock "
+                                "from start to end (--force runs it all the same)")
+            return self._compacted(row, path)
+        if found.unseen and not seen:
+            result.notes.append("could not be looked into, taken on your word as not Hermes: "
+                                + "; ".join(row["not_looked_into"][:MAX_NAMED]) + _more(found.unseen))
+        switching = self.incremental
+        if self.dry_run:
+            result.notes.append(f"would VACUUM: {human_bytes(before.free_bytes)} of free pages back"
+                                + ("; it switches the store to incremental reclaim" if switching else ""))
+            row["given_back_bytes"] = before.free_bytes
+            return self._compacted(row, path)
+        try:
+            if switching:
+                pragmas.switch_to_incremental(db)  # takes effect with this VACUUM
+            pragmas.vacuum(db)
+        except peewee.OperationalError as exc:  # a writer kept the lock past --lock-wait: nothing changed
+            if not is_lock_error(exc):
+                raise
+            row["refused"] = "its write lock taken by another connection"
+            result.notes.append("not compacted: another connection kept the write lock (--lock-wait waits longer)")
+            return self._compacted(row, path)
+        result.vacuumed = True
+        self._after_vacuum()
+        self._copied_back()
+        after = page_accounting.pages(db)
+        row["given_back_bytes"] = max(0, (before.count - after.count) * before.size)
+        if switching and pragmas.auto_vacuum(db) == INCREMENTAL:
+            result.notes.append("the store is now in incremental auto-vacuum: later runs give space back in "
+                                "short steps while Hermes runs")
+        return self._compacted(row, path)
+
+    def _compacted(self, row: dict, path) -> dict:
+        row["file_bytes_after"] = _file_size(path)
+        row["incremental_after"] = pragmas.auto_vacuum(self.store.db) == INCREMENTAL
+        return row
+
+
+def _file_size(path) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+

@@ -167,6 +167,8 @@ class SplitDeletes:
         event_id = record.get("event_id")
         if event_id is not None:
             self.outbox.settle({event_id: present}, [])
+        else:  # no event; the outbox remembers them if a look at the store is kept (noticed.py)
+            self.outbox.settle({}, [], gone=present)
         self.outbox.end_split(split_id)
         result.done.append(Done(unit.session_id, tuple(present), unit.rule))
         events = [Event(event_id, "delete", unit.session_id, record["reason"], present)] if event_id is not None else []

@@ -311,9 +311,11 @@ class HookBus:
 
 def hermes_environment(given: Mapping[str, str]) -> dict[str, str]:
     """What of the invoker's environment (`given`: the job's) Hermes' plugin discovery reads: where
-    its bundled plugins are (Nix, packaged installs) and safe mode; nothing else crosses into the
+    its bundled plugins are (Nix, packaged installs), safe mode, and the managed scope's folder its
+    config is read with (the one the host read: host/managed.py); nothing else crosses into the
     clean environment."""
-    return {k: given[k] for k in ("HERMES_BUNDLED_PLUGINS", "HERMES_SAFE_MODE") if given.get(k)}
+    return {k: given[k] for k in ("HERMES_BUNDLED_PLUGINS", "HERMES_SAFE_MODE", "HERMES_MANAGED_DIR")
+            if given.get(k)}
 
 
 def _texts(value) -> bool:

@@ -15,8 +15,24 @@ class Pages(NamedTuple):
     free: int  # of them, on the free list
 
 
+    @property
+    def free_bytes(self) -> int:
+        """The free pages, in bytes: the one figure for them (`usage`, `run`'s report, `compact`)."""
+        return self.free * self.size
+
+    @property
+    def used_bytes(self) -> int:
+        """The pages in use: what the store's content takes (`max_store_mb` counts this)."""
+        return (self.count - self.free) * self.size
+
+
 def pages(db: peewee.SqliteDatabase) -> Pages:
     return Pages(pragmas.page_size(db), pragmas.page_count(db), pragmas.free_pages(db))
+
+
+def free_bytes(db: peewee.SqliteDatabase) -> int:
+    """The store's free pages, in bytes (freelist_count × page_size)."""
+    return pages(db).free_bytes
 
 
 def btree_bytes(db: peewee.SqliteDatabase) -> dict[str, int]:

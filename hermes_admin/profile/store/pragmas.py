@@ -59,3 +59,18 @@ def checkpoint(db: peewee.SqliteDatabase, mode: str = "PASSIVE") -> tuple[int, i
 
 def page_size(db: peewee.SqliteDatabase) -> int:
     return db.execute_sql("PRAGMA page_size").fetchone()[0]
+
+
+def lock_free(db: peewee.SqliteDatabase) -> bool:
+    """Can this connection take the store's write lock now (no other writer)? Taken and let go at
+    once (`BEGIN IMMEDIATE`: readers, Hermes' included, are never held off by it), within the
+    connection's short busy timeout."""
+    conn = db.connection()
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+    except Exception as exc:  # apsw's BusyError, or a lock error by its text
+        if type(exc).__name__ in ("BusyError", "LockedError") or "locked" in str(exc).lower():
+            return False
+        raise
+    conn.execute("ROLLBACK")
+    return True

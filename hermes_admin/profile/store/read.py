@@ -300,3 +300,24 @@ def any_without_messages(store: Store, source: str | None = None) -> bool:
         sql += " AND s.source = ?"
         params.append(source)
     return store.db.execute_sql(sql + " LIMIT 1", params).fetchone() is not None
+
+
+def session_marks(store: Store, size: int = 5000) -> Iterator[list[tuple[str, str | None, bool, float]]]:
+    """Every session as a look at the store keeps it (engine/noticed.py): its id, its parent, whether
+    it ended, and when it was last active by its own row (`last_activity_at` where the schema has it,
+    else when it ended or began); a page at a time in id order, each page one short read (in a
+    rollback journal a reader holds Hermes' commits off)."""
+    activity = "s.last_activity_at, " if store.schema.has_column("sessions", "last_activity_at") else ""
+    sql = (f"SELECT s.id, s.parent_session_id, s.ended_at IS NOT NULL, "
+           f"MAX(COALESCE({activity}s.ended_at, s.started_at, 0), COALESCE(s.ended_at, 0), COALESCE(s.started_at, 0)) "
+           "FROM sessions s WHERE s.id > ? ORDER BY s.id LIMIT ?")
+    after = ""
+    while True:
+        page = store.db.execute_sql(sql, [after, int(size)]).fetchall()
+        if not page:
+            return
+        yield [(sid, parent, bool(ended), float(active or 0)) for sid, parent, ended, active in page
+               if isinstance(sid, str)]
+        after = page[-1][0]
+        if len(page) < size:
+            return
