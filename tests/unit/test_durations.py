@@ -60,7 +60,7 @@ def test_a_bad_duration_is_a_usage_error_naming_the_syntax(synth_root, invoke):
 def test_older_than_is_what_the_dry_run_says(synth_root, invoke):
     root, _ = synth_root
     result = invoke("--root", str(root), "purge", "--older-than", "10mo", "--dry-run", "-p", "work")
-    assert "inactive over 300 days" in result.stdout and "retention_days 300 (--older-than)" in result.stdout
+    assert "inactive over 300 days" in result.stdout and "set in --older-than: retention_days 300d" in result.stdout
 
 
 def test_config_durations_and_a_losing_layer(synth_root, invoke, tmp_path):
