@@ -21,6 +21,12 @@ So the answer is None ("unknown", which callers treat as "held": no VACUUM, no i
 Left unseen: another user's process holding the files open without a lock
 (a copy being read, an `immutable=1` reader).
 
+A holder is a process that could change the store. Where none of the store's files lets anyone
+but its owner write (no group or other write bit), another user's process (none of its uids the
+owner's or root's: lockrecord.runs_for) that holds them through descriptors opened read-only, or
+with read locks only, cannot: it is no holder, so a world-readable store that anyone may open
+never waits for its VACUUM on her say.
+
 The engine also paces its transactions for a Hermes that may write at any
 moment while one of the owner's processes holds the store (turns.py); that
 scan skips the processes the owner cannot inspect.
@@ -39,15 +45,33 @@ from hermes_admin import lockrecord
 COMMAND_CHARS = 48  # of a process's command line, where it is named
 
 
-def _identities(paths: list[Path]) -> dict[tuple[int, int], set[str]]:
+def _identities(paths: list[Path]) -> tuple[dict[tuple[int, int], set[str]], bool]:
     """(device, inode) of each of `paths` that exists -> how /proc/locks names its filesystem
-    (empty: not known, see lockrecord.path_identity)."""
+    (empty: not known, see lockrecord.path_identity); and whether only their owner may write them
+    (no group or other write bit on any: then another user can only read them)."""
     found: dict[tuple[int, int], set[str]] = {}
+    private = True
     for path in paths:
         got = lockrecord.path_identity(path)
         if got is not None:
             found[(got[0].st_dev, got[0].st_ino)] = got[1]
-    return found
+            private = private and not got[0].st_mode & 0o022
+    return found, private
+
+
+class _Readers:
+    """Which processes are another user's, reading only (the module's doc): asked of each pid once."""
+
+    def __init__(self, private: bool):
+        self.private = private  # only the owner may write the store's files
+        self.owner = os.geteuid()  # the home's owner: the worker runs as her, or the invoker on her own homes
+        self.foreign: dict[int, bool] = {}
+
+    def of_another_user(self, pid: int) -> bool:
+        if pid not in self.foreign:
+            self.foreign[pid] = self.private and pid > 0 and not lockrecord.runs_for(lockrecord.process_uids(pid),
+                                                                                    self.owner)
+        return self.foreign[pid]
 
 
 @dataclass(frozen=True)
@@ -106,11 +130,12 @@ def other_holders(paths: list[Path], others_count: bool = True, wal: bool = Fals
 
 def look(paths: list[Path], others_count: bool = True, wal: bool = False) -> Look:
     """`other_holders`, with what its answer was made of (Look)."""
-    targets = _identities(paths)
+    targets, private = _identities(paths)
     if not targets:
         return Look([])
     me, why = os.getpid(), []
-    scanned = _descriptor_holders(targets, me, why)
+    readers = _Readers(private)
+    scanned = _descriptor_holders(targets, me, readers, why)
     if scanned is None:
         return Look(None, why=why)
     holders, unseen = scanned
@@ -120,8 +145,7 @@ def look(paths: list[Path], others_count: bool = True, wal: bool = False) -> Loo
         return Look(None, holders, unseen, own_namespace=True)
     if not all(targets.values()):
         return Look(None, holders, unseen, why=["which file system /proc/locks names for the store is not known"])
-    locking = lock_holders({(name, inode) for (_, inode), names in targets.items() for name in names}, why)
-    locking = None if locking is None else {pid for pid in locking if pid != me}
+    locking = _lockers(targets, me, readers, why)
     found = Look(None, holders, unseen, locking, why=why)
     if locking is None or (unseen and not wal):
         return found
@@ -129,9 +153,23 @@ def look(paths: list[Path], others_count: bool = True, wal: bool = False) -> Loo
     return found
 
 
-def _descriptor_holders(targets, me: int, why: list[str]) -> tuple[list[int], list[Unseen]] | None:
-    """The pids with a descriptor of one of `targets` ((device, inode)), and the processes that
-    could not be looked into; None when /proc cannot be listed or the scan passed its bounds."""
+def _lockers(targets, me: int, readers: _Readers, why: list[str]) -> set[int] | None:
+    """The pids, other than ours, holding a lock on one of `targets` by /proc/locks that could
+    change the store (not another user's read locks only: _Readers); None if it cannot be read."""
+    table = lockrecord.lock_table(why)
+    if table is None:
+        return None
+    files = {(name, inode) for (_, inode), names in targets.items() for name in names}
+    locks = [lock for lock in table if (lock.device, lock.inode) in files and lock.pid != me]
+    writing = {lock.pid for lock in locks if lock.mode != "READ"}  # a write lock takes a descriptor opened to write
+    return {lock.pid for lock in locks if lock.pid in writing or not readers.of_another_user(lock.pid)}
+
+
+def _descriptor_holders(targets, me: int, readers: _Readers,
+                        why: list[str]) -> tuple[list[int], list[Unseen]] | None:
+    """The pids with a descriptor of one of `targets` ((device, inode)) that could change it (not
+    another user's, read-only: _Readers), and the processes that could not be looked into; None
+    when /proc cannot be listed or the scan passed its bounds."""
     try:
         pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
     except OSError:
@@ -164,6 +202,8 @@ def _descriptor_holders(targets, me: int, why: list[str]) -> tuple[list[int], li
             except OSError:
                 continue
             if (st.st_dev, st.st_ino) in targets:
+                if readers.of_another_user(pid) and lockrecord.opened_for_writing(pid, int(fd)) is False:
+                    continue  # she may read it, and cannot change it
                 holders.append(pid)
                 break
     return holders, unseen

@@ -235,6 +235,39 @@ class Budget:
         return self.gave_up is None
 
 
+def process_uids(pid: int) -> tuple[int, ...] | None:
+    """A process's real, effective, saved and file-system uids (/proc/PID/status), or None when it
+    is gone or hidden."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as status:
+            for line in status:
+                if line.startswith("Uid:"):
+                    return tuple(int(x) for x in line.split()[1:5])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def opened_for_writing(pid: int, fd: int) -> bool | None:
+    """Was the descriptor opened for writing (O_WRONLY or O_RDWR in its /proc/PID/fdinfo `flags`)?
+    None when that cannot be read (the process is gone, or hidden)."""
+    try:
+        with open(f"/proc/{pid}/fdinfo/{fd}", encoding="ascii", errors="replace") as info:
+            for line in info:
+                if line.startswith("flags:"):
+                    return int(line.split()[1], 8) & os.O_ACCMODE != os.O_RDONLY
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def runs_for(uids: tuple[int, ...] | None, owner: int) -> bool:
+    """Is a process with these uids the owner's, root's, or one the owner runs (a set-user-id
+    program she started keeps her as its real uid)? Unknown uids count as yes: only a process
+    proven to be another user's is let off."""
+    return uids is None or owner in uids or 0 in uids
+
+
 def mount_namespace(pid: int | str = "self") -> tuple[int, int] | None:
     """The identity of a process's mount namespace (of /proc/PID/ns/mnt), or None when hidden."""
     try:

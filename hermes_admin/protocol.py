@@ -207,10 +207,11 @@ class ListSessions(_Looks):
 
 @dataclass(frozen=True)
 class Resolve(_Looks):
-    """Which sessions each wanted id (or prefix) names."""
+    """Every session id of each profile, for the host to find the ids (or prefixes) it was asked
+    for: no worker learns what an administrator asked for, so none can answer for it
+    (cli/mutate.targets)."""
 
     KIND: ClassVar[str] = "resolve"
-    wanted: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -223,7 +224,7 @@ class SessionDetail(_Looks):
 class ListExports(_Looks):
     KIND: ClassVar[str] = "exports_list"
     export_dir: str | None = None
-    holding: str | None = None  # only where the exports hold this session id (or ids beginning with it)
+    held: bool = False  # every unit the exports hold, with its ids: the host finds a session among them
 
 
 Params = Union[Maintain, Change, Repair, Restore, PruneExports, Compact, ListProfiles, Status, ShowPolicy, Usage,

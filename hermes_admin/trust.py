@@ -22,7 +22,8 @@ def not_roots_alone(path, missing_ok: bool = False) -> str | None:
     """As root, why `path` is not root's alone (None when it is, and always without root): it, a
     folder above it, or what a link on the way leads to, belongs to another uid or may be written
     by others (a sticky folder above, as /tmp, is fine). A path that cannot be looked at is refused,
-    unless `missing_ok` (the read that follows says what is wrong)."""
+    unless `missing_ok`: then what does not exist yet is passed over, and the folders above it that
+    do are held to the rule (the read or the making that follows says the rest)."""
     if os.geteuid() != 0:
         return None
     spelled = Path(os.path.abspath(path))
@@ -30,8 +31,12 @@ def not_roots_alone(path, missing_ok: bool = False) -> str | None:
         for place in [start, *start.parents]:
             try:
                 st = os.stat(place)
+            except FileNotFoundError as exc:
+                if missing_ok:
+                    continue
+                return f"{place}: {exc.strerror}"
             except OSError as exc:
-                return None if missing_ok else f"{place}: {exc.strerror}"
+                return f"{place}: {exc.strerror}"
             if st.st_uid != 0 or (st.st_mode & 0o022 and not (place != start and st.st_mode & stat.S_ISVTX)):
                 return (f"{place} is not root's alone (uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o})")
     return None
@@ -56,6 +61,26 @@ def steering_environment(environ: dict | None = None) -> list[str]:
 def own_home() -> Path:
     """This account's home by the password database (never $HOME)."""
     return Path(pwd.getpwuid(os.geteuid()).pw_dir)
+
+
+def home_folder() -> Path:
+    """Where this account's defaults live (its `~`: the default root, caches, config dirs): root's
+    own home by the password database, never $HOME (under `sudo -E` or `su` it is a user's);
+    another account's as Python finds it."""
+    return own_home() if os.geteuid() == 0 else Path.home()
+
+
+def xdg_folder(variable: str, default: str, environ: dict | None = None) -> Path | None:
+    """As root, the folder an XDG variable names ($XDG_CONFIG_HOME, the first of $XDG_CONFIG_DIRS)
+    only if it is root's alone, else `default` under root's own home (an absolute `default` as it
+    is); None without root: the caller asks platformdirs, as any program does."""
+    if os.geteuid() != 0:
+        return None
+    env = os.environ if environ is None else environ
+    value = (env.get(variable) or "").split(os.pathsep)[0].strip()
+    if value and os.path.isabs(value) and not_roots_alone(value, missing_ok=True) is None:
+        return Path(value)
+    return own_home() / default
 
 
 def expand_user(path: str) -> str:

@@ -17,6 +17,7 @@ from hermes_admin.host.runner import UNKNOWN_PROFILE
 from hermes_admin.problems import WARNING
 from hermes_admin.protocol import ShowPolicy
 from hermes_admin.tables import Column
+from hermes_admin.trust import expand_user
 
 
 @click.group(cls=SuggestingGroup)
@@ -28,7 +29,7 @@ def admin_problems(app: App) -> tuple[admin_config.AdminConfig | None, list[dict
     """The admin config itself, its schedule, and each of its policy layers (defaults, profiles.NAME and
     their presets: the check every command applies, host/config.policy_problems), every problem of
     each, not only the first."""
-    path = Path(app.config_path).expanduser() if app.config_path else next(
+    path = Path(expand_user(app.config_path)) if app.config_path else next(
         (p for p in admin_config.candidate_paths() if p.is_file()), None)
     text = admin_config.text_of(path)
     try:
@@ -43,6 +44,13 @@ def admin_problems(app: App) -> tuple[admin_config.AdminConfig | None, list[dict
     app.use_config(loaded)
     if loaded.metrics_file is not None and not isinstance(loaded.metrics_file, str):
         found.append(admin_config.problem_at(path, text, "metrics_file", f"{path}: metrics_file must be a path").as_dict())
+    elif loaded.metrics_file:
+        from hermes_admin.host.metrics import refused
+        why = refused(Path(loaded.metrics_file))
+        if why:
+            found.append(admin_config.problem_at(path, text, "metrics_file",
+                                                 f"{path}: metrics_file {loaded.metrics_file}: refusing it as root: "
+                                                 f"{why}").as_dict())
     if loaded.schedule:
         from hermes_admin.host.daemon import ScheduleError, trigger_for
         for task, spec in loaded.schedule.items():

@@ -18,6 +18,7 @@ from hermes_admin.model import Profile
 from hermes_admin.protocol import Params
 from hermes_admin.results import Run
 from hermes_admin.shown import did_you_mean
+from hermes_admin.trust import expand_user
 
 
 @dataclass
@@ -65,8 +66,8 @@ class App:
         command line repeats: `--config F` (the config read, by its absolute path), and `--root R`
         (each absolute) and `--all-users` as given."""
         path = self.config.path
-        config = ["--config", str(Path(path).expanduser().absolute())] if path else []
-        roots = [w for root in self.roots_given for w in ("--root", str(Path(root).expanduser().absolute()))]
+        config = ["--config", str(Path(expand_user(str(path))).absolute())] if path else []
+        roots = [w for root in self.roots_given for w in ("--root", str(Path(expand_user(str(root))).absolute()))]
         return config, roots + (["--all-users"] if self.all_users else [])
 
     def given(self) -> str:

@@ -16,6 +16,7 @@ from hermes_admin.model import AUTO_ARCHIVE, BY_COMMAND, ORDER, PURGE, TaskName
 from hermes_admin.cli.mutate import NOT_ALL_FOUND
 from hermes_admin.problems import ERROR, WARNING, Problem
 from hermes_admin.protocol import Maintain, Request
+from hermes_admin.trust import expand_user
 
 
 def export_dir_option(f):
@@ -84,7 +85,7 @@ def _when(value, now: float) -> float | None:
 def absolute_dir(path: str | None) -> str | None:
     """A folder named on the command line, as the invoker meant it (a worker runs in the home)."""
     import os
-    return os.path.abspath(os.path.expanduser(path)) if path else None
+    return os.path.abspath(expand_user(path)) if path else None
 
 
 def run_tasks(app: App, profiles, wanted: Request, yes: bool, as_json: bool, what: str,
@@ -105,10 +106,27 @@ def run_tasks(app: App, profiles, wanted: Request, yes: bool, as_json: bool, wha
     if summaries:
         from hermes_admin.host import metrics
         try:
-            metrics.write(target, run, run.data.pop("summaries", []))
+            why = metrics.write(target, run, run.data.pop("summaries", []))
         except (OSError, ValueError) as exc:  # the report still goes out; the exit code says a part failed
             run.add(Problem(ERROR, f"metrics file {target}: {exc.strerror or exc}", kind="metrics_file"))
+        else:
+            if why:
+                run.add(metrics_refused(app, target, why, from_config=not metrics_file))
     mutate.finish(run, as_json, what, app.verbose, app.quiet)
+
+
+def metrics_refused(app: App, target: str, why: str, from_config: bool) -> Problem:
+    """The line for a metrics path root may not write: a configuration error, said with the admin
+    config's file and line when the path came from there; the run itself was done."""
+    from hermes_admin.host import config as admin_config
+
+    message = (f"metrics_file {target}: refusing it as root: {why}; the run was done, its metrics were not "
+               "written")
+    if not (from_config and app.config.path):
+        return Problem(ERROR, message, kind="metrics_file", key="metrics_file")
+    path = app.config.path
+    where = admin_config.problem_at(path, admin_config.text_of(path), "metrics_file", message)
+    return Problem(ERROR, message, kind="metrics_file", path=str(path), key="metrics_file", line=where.line)
 
 
 @click.command()

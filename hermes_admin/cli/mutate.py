@@ -29,22 +29,21 @@ def yes_option(f):
 def targets(app, profiles: list[Profile], ids: list[str]) -> tuple[dict[Profile, list[str]], list[str], list[Problem]]:
     """Which profile holds each id (exact or unique prefix): (by profile, not found, problems).
 
-    Every owner's worker says what each id names in its profiles; ambiguity is decided
-    here, over all of them, so an id is never taken in two places at once.
+    Every owner's worker lists the session ids of its profiles, without being told which are
+    wanted: the ids are found here, and ambiguity decided over all of them, so an id is never taken
+    in two places at once, and no owner's worker can answer for an id it was never told of (to
+    make it ambiguous, or to draw it into her profile).
     """
     wanted = list(dict.fromkeys(ids))
     by_profile: dict[Profile, list[str]] = {}
     missing = []
     if not wanted:
         return by_profile, missing, []
-    answer = app.work(Resolve(tuple(wanted)), profiles)
+    answer = app.work(Resolve(), profiles)
     problems = [p for p in answer.problems if p.severity == ERROR]
-    homes = {str(p.home): p for p in profiles}
-    found: dict[str, list[tuple[Profile, str]]] = {w: [] for w in wanted}
-    for match in answer.data.get("matches", []):
-        if match.get("wanted") in found and match.get("home") in homes:
-            found[match["wanted"]].append((homes[match["home"]], match["session_id"]))
+    found = matches_of(wanted, profiles, answer.data.get("session_ids", []))
     for want, matches in found.items():
+        matches = list(dict.fromkeys(matches))  # an id listed twice is one session
         exact = [m for m in matches if m[1] == want]
         matches = exact or matches
         if not matches:
@@ -55,6 +54,39 @@ def targets(app, profiles: list[Profile], ids: list[str]) -> tuple[dict[Profile,
         else:
             by_profile.setdefault(matches[0][0], []).append(matches[0][1])
     return by_profile, missing, problems
+
+
+def matches_of(wanted: list[str], profiles: list[Profile], rows: list) -> dict[str, list[tuple[Profile, str]]]:
+    """Each wanted id -> (profile, session id) of every id listed that is it or begins with it (the
+    id itself always, else at most PREFIX_MATCHES a profile); rows name their profile's home (a
+    worker's rows are of its own homes: protocol.Reader). Each id listed is looked up once per length
+    of the ids wanted, however many are wanted."""
+    homes = {str(p.home): p for p in profiles}
+    found: dict[str, list[tuple[Profile, str]]] = {w: [] for w in wanted}
+    by_length: dict[int, set[str]] = {}
+    for want in wanted:
+        by_length.setdefault(len(want), set()).add(want)
+    counted: dict[tuple[str, str], int] = {}
+    for row in rows:
+        if not (isinstance(row, dict) and row.get("home") in homes and isinstance(row.get("ids"), list)):
+            continue
+        home = row["home"]
+        for sid in row["ids"]:
+            if not isinstance(sid, str):
+                continue
+            for length, wants in by_length.items():
+                want = sid[:length]
+                if len(sid) < length or want not in wants:
+                    continue
+                if sid != want:
+                    if counted.get((want, home), 0) >= PREFIX_MATCHES:
+                        continue
+                    counted[(want, home)] = counted.get((want, home), 0) + 1
+                found[want].append((homes[home], sid))
+    return found
+
+
+PREFIX_MATCHES = 50  # of one profile's ids beginning with a wanted prefix: enough to say it is ambiguous
 
 
 def asks(yes: bool, dry_run: bool) -> bool:

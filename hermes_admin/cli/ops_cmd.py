@@ -16,6 +16,7 @@ from hermes_admin.cli.groups import SuggestingGroup
 from hermes_admin.host.config import ConfigError
 from hermes_admin.host.config import load_checked as load_config
 from hermes_admin.host.config import shipped
+from hermes_admin.trust import expand_user
 
 PLACEHOLDER = "/usr/local/bin/hermes-admin"  # the path the shipped units name, replaced by this installation's real one
 
@@ -134,15 +135,15 @@ def unit_inputs(app: App) -> UnitInputs:
     root_options: list[str] | None = None  # nothing said about roots: the shipped selection
     if app.roots_given or app.all_users or config.roots:
         root_options = chosen_roots  # none given: the config's roots:, by --config
-    roots = [Path(r).expanduser().absolute() for r in app.roots_given or config.roots]
+    roots = [Path(expand_user(str(r))).absolute() for r in app.roots_given or config.roots]
     writable = []
     for name in list(config.profiles) or [""]:
         for layer in policy_layers(config, str(name)).admin_layers():
             folder = layer.values.get("export_dir")
-            if isinstance(folder, str) and Path(folder).expanduser().is_absolute():  # else inside a home
-                writable.append(Path(folder).expanduser())
+            if isinstance(folder, str) and Path(expand_user(folder)).is_absolute():  # else inside a home
+                writable.append(Path(expand_user(folder)))
     if config.metrics_file:
-        writable.append(Path(config.metrics_file).expanduser().absolute().parent)
+        writable.append(Path(expand_user(config.metrics_file)).absolute().parent)
     return UnitInputs(None if root_options is None else tuple(root_options), tuple(options), tuple(roots),
                       app.all_users, tuple(dict.fromkeys(writable)))
 

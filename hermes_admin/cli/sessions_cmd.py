@@ -115,12 +115,13 @@ def show_cmd(app: App, session_id: str, profiles, as_json: bool):
 def _show_deleted(app: App, found, session_id: str, as_json: bool) -> None:
     """Where the exports hold a session no store has: each export and unit, oldest first (a session
     restored and deleted again is in two), found by its id or a prefix of it, as live ones are."""
-    answer = app.work(ListExports(holding=session_id), found.profiles, with_policy=True)
-    held = answer.data.get("held", [])
+    answer = app.work(ListExports(held=True), found.profiles, with_policy=True)  # no worker is told the id
+    held = holding(answer.data.get("held", []), session_id)
     exact = [h for h in held if h.get("session_id") == session_id]
     held = sorted(exact or held, key=lambda h: (h.get("exported_at") or 0, str(h.get("file"))))
     outside = answer.data.get("noticed", [])  # found deleted outside hermes-admin (no export holds those)
-    outside = [n for n in outside if n.get("session_id") == session_id] or outside
+    outside = [n for n in outside if isinstance(n, dict) and str(n.get("session_id")).startswith(session_id)]
+    outside = [n for n in outside if n.get("session_id") == session_id] or outside[:HELD_SHOWN]
     labels = app.labels()
     if not held and not outside:  # as before exports knew: one error, inside the JSON document under --json
         report.error(f"no session matches '{clean(session_id)}', in the stores, in their exports or among "
@@ -147,6 +148,25 @@ def _show_deleted(app: App, found, session_id: str, as_json: bool) -> None:
                     f"-p {clean(name)}{other} (--pin keeps it from retention)")
     for message in answer.errors:
         report.error(message)
+
+
+HELD_SHOWN = 20  # exports named for one sought id in one profile: a prefix of one character finds many
+
+
+def holding(units: list, wanted: str) -> list[dict]:
+    """Of the units the workers' exports hold (`held` rows), one row per session whose id is `wanted`
+    or begins with it: its export, its unit and why it was deleted (at most HELD_SHOWN a profile)."""
+    found, shown = [], {}
+    for unit in units:
+        if not (isinstance(unit, dict) and isinstance(unit.get("ids"), list)):
+            continue
+        for sid in unit["ids"]:
+            if not (isinstance(sid, str) and sid.startswith(wanted)):
+                continue
+            if sid == wanted or shown.get(unit.get("home"), 0) < HELD_SHOWN:  # the id itself always
+                shown[unit.get("home")] = shown.get(unit.get("home"), 0) + 1
+                found.append({"session_id": sid, **{k: v for k, v in unit.items() if k != "ids"}})
+    return found
 
 
 def _read_ids(source) -> list[str]:

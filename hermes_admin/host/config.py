@@ -17,7 +17,7 @@ import platformdirs
 from hermes_admin import yamlfile
 from hermes_admin.layers import HermesPython, Layer, Managed, Origin, PolicyLayers
 from hermes_admin.shown import did_you_mean
-from hermes_admin.trust import expand_user, not_roots_alone
+from hermes_admin.trust import expand_user, not_roots_alone, xdg_folder
 
 APP = "hermes-admin"  # the folder name platformdirs and /etc look under
 # every key the admin config may hold; any other is refused (exit 78)
@@ -52,13 +52,25 @@ class AdminConfig:
     managed_warning: str | None = None  # why a managed file there is ignored (malformed), said in each run
 
 
+def user_config_dir() -> Path:
+    """Our folder in the account's config dir: root's own (trust.xdg_folder), never $HOME's."""
+    folder = xdg_folder("XDG_CONFIG_HOME", ".config")
+    return folder / APP if folder is not None else Path(platformdirs.user_config_dir(APP))
+
+
+def site_config_dir() -> Path:
+    """Our folder in the site config dir ($XDG_CONFIG_DIRS, as root only where it is root's alone)."""
+    folder = xdg_folder("XDG_CONFIG_DIRS", "/etc/xdg")
+    return folder / APP if folder is not None else Path(platformdirs.site_config_dir(APP))
+
+
 def candidate_paths(environ: dict[str, str] | None = None) -> list[Path]:
     env = os.environ if environ is None else environ
     paths = []
     if env.get("HERMES_ADMIN_CONFIG"):
-        paths.append(Path(env["HERMES_ADMIN_CONFIG"]).expanduser())
-    paths.append(Path(platformdirs.user_config_dir(APP)) / "config.yaml")
-    paths.append(Path(platformdirs.site_config_dir(APP)) / "config.yaml")
+        paths.append(Path(expand_user(env["HERMES_ADMIN_CONFIG"])))
+    paths.append(user_config_dir() / "config.yaml")
+    paths.append(site_config_dir() / "config.yaml")
     paths.append(Path("/etc") / APP / "config.yaml")
     return paths
 
@@ -66,7 +78,7 @@ def candidate_paths(environ: dict[str, str] | None = None) -> list[Path]:
 def load(explicit: str | None = None, environ: dict[str, str] | None = None) -> AdminConfig:
     """The admin config in force; an explicit path must exist, the others may not."""
     if explicit:
-        path = Path(explicit).expanduser()
+        path = Path(expand_user(explicit))
         if not path.is_file():
             raise ConfigError(f"{path}: no such config file")
         return parse(path)
@@ -74,7 +86,7 @@ def load(explicit: str | None = None, environ: dict[str, str] | None = None) -> 
     for path in candidate_paths(env):
         if path.is_file():
             return parse(path)
-        if env.get("HERMES_ADMIN_CONFIG") and path == Path(env["HERMES_ADMIN_CONFIG"]).expanduser():
+        if env.get("HERMES_ADMIN_CONFIG") and path == Path(expand_user(env["HERMES_ADMIN_CONFIG"])):
             raise ConfigError(f"{path}: no such config file (from $HERMES_ADMIN_CONFIG)")
     return AdminConfig()
 
@@ -256,7 +268,7 @@ def shipped(folder: str) -> Path | None:
 
 def preset_dirs() -> list[Path]:
     """Where `preset: NAME` is looked up: the admin config dirs, then the presets shipped with hermes-admin."""
-    dirs = [Path(platformdirs.user_config_dir(APP)) / "profiles", Path(platformdirs.site_config_dir(APP)) / "profiles"]
+    dirs = [user_config_dir() / "profiles", site_config_dir() / "profiles"]
     return dirs + ([shipped("profiles")] if shipped("profiles") else [])
 
 

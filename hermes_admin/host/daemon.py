@@ -200,9 +200,13 @@ class Daemon:
                     log.error(clean(line, 4000))
             if target:
                 try:
-                    metrics.write(target, run, run.data.pop("summaries", []))
+                    why = metrics.write(target, run, run.data.pop("summaries", []))
                 except (OSError, ValueError) as exc:
                     log.error("metrics file %s: %s", target, exc.strerror or exc)
+                else:
+                    if why:
+                        log.error("metrics_file %s: refusing it as root: %s; the run was done, its metrics were "
+                                  "not written", target, why)
             still = f"; {known} warning(s) as said before" if known else ""
             log.info("%s finished in %.1f s (exit status %d%s)", task, time.time() - started, run.exit_code(), still)
         except Exception:

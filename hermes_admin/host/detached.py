@@ -19,12 +19,19 @@ Two kinds:
   persistence. Seen from outside, a process that opens and closes connections fast can look the
   same between two of them, so this never refuses anything.
 
+A store's holders are the processes that could change it. Another user's process (none of its
+uids the owner's or root's) that holds a deleted or replaced file of the store through a descriptor
+opened read-only cannot write a page anywhere: its hold is a warning that names it, never a reason
+to leave the store alone (anyone may open a world-readable WAL and keep it past its deletion). One
+of hers opened for writing, and any of the owner's or root's, keeps its full meaning.
+
 Root sees every process; a user sees her own (the kernel hides the fds of others).
 """
 
 from __future__ import annotations
 
 import os
+import pwd
 import re
 import stat
 import time
@@ -48,10 +55,11 @@ class Broken:
     file: str  # which of the store's files: state.db, state.db-wal, state.db-shm
     how: str  # "deleted", "replaced" or "unlocked"
     fd: int
+    reads_only: bool = False  # another user's descriptor, opened read-only: it cannot change the store
 
     @property
     def blocks_writes(self) -> bool:
-        return self.how != "unlocked"
+        return self.how != "unlocked" and not self.reads_only
 
     def __str__(self) -> str:
         return f"{self.file} without its locks" if self.how == "unlocked" else f"a {self.how} {self.file}"
@@ -64,17 +72,28 @@ class BrokenHold:
     pid: int
     command: str
     broken: tuple[Broken, ...]
+    user: str | None = None  # the account of a process that is neither the owner's nor root's
 
     @property
     def blocks_writes(self) -> bool:
         return any(b.blocks_writes for b in self.broken)
 
+    @property
+    def unlocked(self) -> bool:
+        """A WAL connection without its locks, and nothing worse (the metrics' unlocked holders)."""
+        return not self.blocks_writes and any(b.how == "unlocked" for b in self.broken)
+
     def problem(self, profile: Profile) -> Problem:
         """The report's problem: who, what, and what fixes it; an error where it keeps us from
         writing, a warning where it does not."""
         who = f"pid {self.pid} ({self.command})"
+        if not self.blocks_writes and not self.unlocked:
+            held = ", ".join(map(str, self.broken))
+            return about(profile, WARNING, "foreign_reader", f"{who}, a process of {self.user or 'another user'}, "
+                         f"holds {held} read-only: it cannot write into the store, which is maintained all the "
+                         "same", path=profile.store_path)
         if not self.blocks_writes:
-            files = " and ".join(b.file for b in self.broken)
+            files = " and ".join(b.file for b in self.broken if b.how == "unlocked")
             return about(profile, WARNING, "unlocked_hold", f"{who} holds {files} without its SQLite locks (something "
                          "in that process closed the file); another tool's close can delete its WAL under it: "
                          "restart it", path=profile.store_path)
@@ -87,14 +106,19 @@ class BrokenHold:
         return about(profile, ERROR, "detached_writer", line, path=profile.store_path)
 
     def as_dict(self) -> dict:
-        return {"pid": self.pid, "command": self.command, "blocks_writes": self.blocks_writes,
-                "files": [{"file": b.file, "problem": b.how} for b in self.broken]}
+        return {"pid": self.pid, "command": self.command, "blocks_writes": self.blocks_writes, "user": self.user,
+                "files": [{"file": b.file, "problem": b.how, "reads_only": b.reads_only} for b in self.broken]}
 
 
-def scan(stores: list[Path], notes: list[str] | None = None) -> dict[Path, list[BrokenHold]]:
+def scan(stores: list[Path], notes: list[str] | None = None,
+         owners: dict[Path, int] | None = None) -> dict[Path, list[BrokenHold]]:
     """For each store, the processes (not ours) whose hold on it is broken. One pass over /proc;
     an unreadable /proc gives no findings (this is a report, not a gate), and so does one past its
     bounds (lockrecord.Budget), said in one line in `notes`.
+
+    `owners` gives each store's owner (uid; ours where it says nothing): a deleted or replaced file
+    held through a descriptor opened read-only by a process that is neither the owner's nor root's
+    nor one she runs (lockrecord.runs_for) cannot change the store, and is found `reads_only`.
 
     Every finding is proven to be that store's: a descriptor's link text only says where to look.
     Its file must be on the mount the store's folder is on as we see it (the mount's device, read
@@ -125,6 +149,7 @@ def scan(stores: list[Path], notes: list[str] | None = None) -> dict[Path, list[
     ours = lockrecord.mount_namespace()
     budget = lockrecord.Budget("the scan of /proc for broken holds on stores")
     writers: set[tuple[Path, int]] = set()  # holding -shm read-write: a WAL connection that can write
+    users: dict[int, tuple[int, ...] | None] = {}  # pid -> its uids, read once a descriptor of a store is found
     for pid in pids:
         if pid == me:
             continue
@@ -146,13 +171,18 @@ def scan(stores: list[Path], notes: list[str] | None = None) -> dict[Path, list[
                 continue
             if held.st_dev != folder.dev:
                 continue
-            writer = name.endswith("-shm") and _read_write(pid, fd)
+            can_write = lockrecord.opened_for_writing(pid, fd)
+            writer = name.endswith("-shm") and can_write is True
             how = "deleted" if deleted else _compare(held, name)
+            if pid not in users:
+                users[pid] = lockrecord.process_uids(pid)
             for store, file in places:
                 if writer:
                     writers.add((store, pid))
                 if how:
-                    broken.setdefault((store, pid), []).append(Broken(file, how, fd))
+                    theirs = lockrecord.runs_for(users[pid], (owners or {}).get(store, os.geteuid()))
+                    reads_only = not theirs and can_write is False  # another user's, and it cannot write
+                    broken.setdefault((store, pid), []).append(Broken(file, how, fd, reads_only))
                 else:
                     holding.append((pid, fd, file, store, held, (folder.device, held.st_ino)))
     if budget.gave_up and notes is not None:
@@ -180,8 +210,19 @@ def scan(stores: list[Path], notes: list[str] | None = None) -> dict[Path, list[
         broken.setdefault((store, pid), []).append(Broken(file, "unlocked", fd))
     found: dict[Path, list[BrokenHold]] = {}
     for (store, pid), files in sorted(broken.items(), key=lambda item: item[0][1]):
-        found.setdefault(store, []).append(BrokenHold(pid, command_of(pid, COMMAND_CHARS) or "?", tuple(files)))
+        user = _user(users.get(pid)) if any(b.reads_only for b in files) else None
+        found.setdefault(store, []).append(BrokenHold(pid, command_of(pid, COMMAND_CHARS) or "?", tuple(files), user))
     return found
+
+
+def _user(uids: tuple[int, ...] | None) -> str | None:
+    """The account a process runs as (its real uid), by name where the password database has it."""
+    if not uids:
+        return None
+    try:
+        return pwd.getpwuid(uids[0]).pw_name
+    except KeyError:
+        return f"uid {uids[0]}"
 
 
 @dataclass(frozen=True)
@@ -284,18 +325,6 @@ def _links(pid: int, budget: lockrecord.Budget):
             yield int(fd), os.readlink(f"/proc/{pid}/fd/{fd}")
         except (OSError, ValueError):
             continue
-
-
-def _read_write(pid: int, fd: int) -> bool:
-    """Was the descriptor opened for writing (its `flags` in /proc/PID/fdinfo)?"""
-    try:
-        with open(f"/proc/{pid}/fdinfo/{fd}", encoding="ascii", errors="replace") as info:
-            for line in info:
-                if line.startswith("flags:"):
-                    return int(line.split()[1], 8) & os.O_ACCMODE != os.O_RDONLY
-    except (OSError, ValueError, IndexError):
-        pass
-    return False
 
 
 def _compare(held: os.stat_result, path: str) -> str | None:

@@ -29,6 +29,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from hermes_admin.model import Owner, Profile
+from hermes_admin.trust import expand_user, home_folder
 
 # Hermes' own rule for profile ids; `default` is the root and never a folder.
 PROFILE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
@@ -66,12 +67,12 @@ def platform_default_root() -> Path:
         base = os.environ.get("LOCALAPPDATA")
         local = Path(base) if base else Path.home() / "AppData" / "Local"
         return local / f"hermes{suffix}"
-    return Path.home() / f".hermes{suffix}"
+    return home_folder() / f".hermes{suffix}"  # root's own by the password database, never $HOME
 
 
 def root_of_home(home: Path) -> Path:
     """Map a profile home back to its root: `<root>/profiles/<name>` -> `<root>`."""
-    home = Path(home).expanduser()
+    home = Path(expand_user(str(home)))
     if home.parent.name == "profiles" and home.name and not home.name.startswith("."):
         return home.parent.parent
     return home
@@ -91,7 +92,7 @@ def all_users_roots() -> list[Path]:
 
 def absolute(path: Path) -> Path:
     """The path with its folders above resolved, its last component left as it is (a link stays a link)."""
-    path = Path(os.path.normpath(Path(path).expanduser().absolute()))  # no `..` spellings of one root
+    path = Path(os.path.normpath(Path(expand_user(str(path))).absolute()))  # no `..` spellings of one root
     return Path(os.path.realpath(path.parent)) / path.name if path.name else path
 
 
@@ -109,9 +110,9 @@ def resolve_roots(
     """
     env = os.environ if environ is None else environ
     if explicit:
-        roots = [Path(p).expanduser() for p in explicit]
+        roots = [Path(expand_user(str(p))) for p in explicit]
     elif config_roots:
-        roots = [Path(p).expanduser() for p in config_roots]
+        roots = [Path(expand_user(str(p))) for p in config_roots]
     elif env.get("HERMES_HOME", "").strip():
         roots = [root_of_home(Path(env["HERMES_HOME"].strip()))]
     elif all_users:

@@ -8,19 +8,30 @@ to the totals of the file it replaces, so `increase(hermes_admin_deleted_session
 says what a day deleted, whatever the number of runs (a lost file is a counter reset, which
 Prometheus expects). The one gauge that must outlive a failing run, each profile's last success,
 is carried over from that file too.
+
+The file is root's when root writes it, so its folder must be root's alone (trust.not_roots_alone,
+the admin config's own rule): in a folder a user may write, she could put a link or a FIFO at the
+path, or take the file. A refused path is said, and nothing is written; the run itself was done.
+The old file is read without following a link and without blocking (a FIFO), only if it is a plain
+file, and only so far (MAX_BYTES); the new one is made beside it (`O_EXCL|O_NOFOLLOW`) and renamed
+over the path, which replaces whatever is there without opening it.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 import time
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry, Gauge, generate_latest, write_to_textfile
+from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from prometheus_client.core import CounterMetricFamily
 
 from hermes_admin.problems import WARNING
 from hermes_admin.results import Run
+from hermes_admin.trust import not_roots_alone
+
+MAX_BYTES = 64 << 20  # of the old file read at most: a textfile of thousands of profiles is a few MB
 
 LAST_SUCCESS = "hermes_admin_last_success_timestamp_seconds"  # read back from the last file, so a failing run keeps it
 Carried = dict[tuple[str, tuple[tuple[str, str], ...]], float]  # (sample name, its labels) -> value, from the last file
@@ -152,11 +163,14 @@ def render(run: Run, summaries: list[dict], finished: float | None = None,
 
 def carried(path: Path) -> Carried:
     """What the file this run replaces says of each counter series and of each profile's last
-    success (nothing, if it cannot be read: the counters start again, as after a restart)."""
+    success (nothing, if it cannot be read, is not a plain file or is too big: the counters start
+    again, as after a restart). Opened without following a link and without waiting on a FIFO."""
     from prometheus_client.parser import text_string_to_metric_families
 
     try:
-        text = Path(path).read_text()
+        text = _plain_text(Path(path))
+        if text is None:
+            return {}
         return {(s.name, tuple(sorted(s.labels.items(), key=_label_order))): s.value
                 for family in text_string_to_metric_families(text)
                 if family.type == "counter" or family.name == LAST_SUCCESS
@@ -165,19 +179,67 @@ def carried(path: Path) -> Carried:
         return {}
 
 
+def _plain_text(path: Path) -> str | None:
+    """The file's text, if it is a plain file (checked on the descriptor) of at most MAX_BYTES."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_BYTES:
+            return None
+        chunks, left = [], MAX_BYTES + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return None if left <= 0 else b"".join(chunks).decode()
+    finally:
+        os.close(fd)
+
+
 def _label_order(pair: tuple[str, str]) -> tuple[int, str]:
     """The labels in the order the series declare them (profile, home, then the series' own)."""
     return ({"profile": 0, "home": 1}.get(pair[0], 2), pair[0])
 
 
-def write(path: Path, run: Run, summaries: list[dict]) -> None:
+def refused(path: Path) -> str | None:
+    """As root, why the metrics file may not be written at `path` (None: it may): its folder, or
+    the nearest folder above it that exists yet, is not root's alone."""
+    return not_roots_alone(Path(os.path.abspath(path)).parent, missing_ok=True)
+
+
+def write(path: Path, run: Run, summaries: list[dict]) -> str | None:
     """The metrics of `run`, replacing the file at once; readable by the node exporter's user (0644,
-    whatever the service's UMask), so the umask is set only around the write."""
-    path = Path(path)
+    whatever the service's UMask). Returns why the path was refused (nothing written), else None."""
+    path = Path(os.path.abspath(path))
+    why = refused(path)
+    if why:
+        return why
     path.parent.mkdir(parents=True, exist_ok=True)
-    reg = registry(run, summaries, previous=carried(path))
-    old = os.umask(0o022)
+    why = refused(path)  # the folders just made are root's; what was there before, checked again
+    if why:
+        return why
+    text = generate_latest(registry(run, summaries, previous=carried(path)))
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        write_to_textfile(str(path), reg)
-    finally:
-        os.umask(old)
+        os.unlink(temporary)  # left by a run of the same pid that died here: the folder is root's alone
+    except FileNotFoundError:
+        pass
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        try:
+            os.fchmod(fd, 0o644)  # whatever the umask
+            view = memoryview(text)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+        os.replace(temporary, path)
+    except BaseException:
+        try:
+            os.unlink(temporary)
+        except OSError:
+            pass
+        raise
+    return None

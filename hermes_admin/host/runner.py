@@ -20,7 +20,7 @@ from hermes_admin.host import discovery as homes
 from hermes_admin.layers import PolicyLayers
 from hermes_admin.model import Owner, Profile
 from hermes_admin.problems import ERROR, LOCKED, WARNING, Problem, about
-from hermes_admin.protocol import Context, Job, ListProfiles, Maintain, Params, Repair
+from hermes_admin.protocol import Change, Context, Job, ListProfiles, Maintain, Params, PruneExports, Repair
 from hermes_admin.results import RepairRun, Run
 from hermes_admin.trust import steering_environment
 
@@ -94,10 +94,13 @@ class Host:
         if self._broken is None:
             from hermes_admin.host import detached
 
-            stores = {p.store_path: str(p.home) for p in self.everything().profiles}
+            everything = self.everything()
+            stores = {p.store_path: str(p.home) for p in everything.profiles}
+            owners = {p.store_path: everything.owners[p.home].uid for p in everything.profiles
+                      if p.home in everything.owners}
             self._broken_notes = []
             self._broken = {stores[store]: holds
-                            for store, holds in detached.scan(list(stores), self._broken_notes).items()}
+                            for store, holds in detached.scan(list(stores), self._broken_notes, owners).items()}
         return self._broken
 
     def work(self, params: Params, profiles: list[Profile], with_policy: bool = False) -> Run:
@@ -195,6 +198,12 @@ class Host:
                 siblings.setdefault(str(profile.root), {})[profile.name] = str(profile.home)
         return siblings
 
+    def _siblings_of(self, owner: Owner, context: Context) -> dict[str, dict[str, str]]:
+        """The siblings (`_siblings`) of the roots this owner's `default` profiles are: no other's."""
+        owners = self.everything().owners
+        return {root: names for root, names in context.siblings.items()
+                if owners.get(Path(root)) is not None and owners[Path(root)].uid == owner.uid}
+
     def _dispatch(self, run: Run, params: Params, owner: Owner, profiles: list[Profile], context: Context,
                   with_policy: bool) -> None:
         """One owner's job, made whole here (its profiles' layers, its worker's deadline), then its
@@ -215,7 +224,8 @@ class Host:
         if os.geteuid() == 0 and owner.uid != 0 and not params.dry_run:
             self._hand_back(run, owner, profiles)
         deadlines = self._deadlines(profiles)
-        job = Job(params, owner, profiles, layers, replace(context, idle_timeout=deadlines.idle))
+        job = Job(only_theirs(params, profiles), owner, profiles, layers,
+                  replace(context, idle_timeout=deadlines.idle, siblings=self._siblings_of(owner, context)))
         run.merge(run_job(job, self.verbose, deadlines))
 
     def _deadlines(self, profiles: list[Profile]):
@@ -283,12 +293,23 @@ class Host:
             if isinstance(row, dict) and isinstance(row.get("home"), str):
                 holds = self.broken_holds().get(row["home"], [])
                 row["detached_holders"] = sum(1 for hold in holds if hold.blocks_writes)
-                row["unlocked_holders"] = len(holds) - row["detached_holders"]
+                row["unlocked_holders"] = sum(1 for hold in holds if hold.unlocked)
         labels = self.labels()
         for result in run.results:
             result.label = labels.get(result.home or "", result.profile)
         for home, policy in run.policies.items():
             policy["label"] = labels.get(home, policy.get("profile"))
+
+
+def only_theirs(params: Params, profiles: list[Profile]) -> Params:
+    """The parameters with only what concerns these profiles' homes: a worker never learns the ids
+    or export files another owner's homes were asked about."""
+    homes = {str(p.home) for p in profiles}
+    if isinstance(params, Change):
+        return replace(params, ids={home: ids for home, ids in params.ids.items() if home in homes})
+    if isinstance(params, PruneExports):
+        return replace(params, files={home: files for home, files in params.files.items() if home in homes})
+    return params
 
 
 def by_owner(profiles: list[Profile], owners: dict[Path, Owner]) -> list[tuple[Owner, list[Profile]]]:

@@ -257,14 +257,27 @@ def sessions_list(job: Job, isolated: bool, env: Environment) -> Run:
     return run
 
 
-def resolve(job: Job, isolated: bool, env: Environment) -> Run:
-    """Which sessions each wanted id (or prefix) names, in each profile: the host decides exactness and
-    ambiguity over all of them (cli/mutate.targets)."""
-    from hermes_admin.profile.store.read import find_session_ids
+IDS_ROW_CHARS = 256 << 10  # of session ids in one row: a message stays well under protocol.MAX_LINE
 
-    return _rows_of_stores(job, isolated, env, "matches", lambda profile, store: [
-        {"wanted": wanted, "home": str(profile.home), "session_id": sid}
-        for wanted in job.params.wanted for sid in find_session_ids(store, wanted)])
+
+def resolve(job: Job, isolated: bool, env: Environment) -> Run:
+    """Every session id of each profile, a row of ids at a time: the host finds what it was asked for
+    and decides exactness and ambiguity over all of them (cli/mutate.targets)."""
+    from hermes_admin.profile.store.read import session_ids
+
+    def rows(profile: Profile, store) -> list[dict]:
+        found, chunk, size = [], [], 0
+        for sid in session_ids(store):
+            chunk.append(sid)
+            size += len(sid) + 4
+            if size >= IDS_ROW_CHARS:
+                found.append({"home": str(profile.home), "ids": chunk})
+                chunk, size = [], 0
+        if chunk:
+            found.append({"home": str(profile.home), "ids": chunk})
+        return found
+
+    return _rows_of_stores(job, isolated, env, "session_ids", rows)
 
 
 def session_detail(job: Job, isolated: bool, env: Environment) -> Run:
@@ -348,7 +361,7 @@ def exports_list(job: Job, isolated: bool, env: Environment) -> Run:
 
     run = Run(dry_run=True)
     _each(job, run, isolated, lambda p: listing(run, p, job.layers_of(p), env.installations,
-                                                job.params.export_dir, job.params.holding))
+                                                job.params.export_dir, job.params.held))
     return run
 
 

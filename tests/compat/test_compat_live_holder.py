@@ -160,7 +160,7 @@ def test_a_holder_writing_into_a_deleted_wal_is_named_and_its_store_left_alone(h
         hold = rows["alpha"]["broken_holds"]
         assert not rows["alpha"]["ok"] and hold[0]["pid"] == holder.proc.pid and hold[0]["blocks_writes"]
         assert "peer_holder.py" in hold[0]["command"]
-        assert {"file": "state.db-wal", "problem": "deleted"} in hold[0]["files"]
+        assert {"file": "state.db-wal", "problem": "deleted", "reads_only": False} in hold[0]["files"]
 
         ran = admin(root, "run", "--yes", "--json", "--metrics-file", str(metrics))
         assert ran.returncode == 2, ran.stderr

@@ -101,7 +101,7 @@ def test_a_restore_without_pin_says_the_next_run_deletes_it_again(synth_root, in
 def test_a_session_in_no_store_and_no_export(synth_root, invoke):
     root, _ = synth_root
     shown = invoke("--root", str(root), "sessions", "show", "no-such-session")
-    assert shown.exit_code == 1 and "in the stores or in their exports" in shown.stderr
+    assert shown.exit_code == 1 and "in the stores, in their exports" in shown.stderr
 
 
 def test_exports_of_a_renamed_profile_folder(synth_root, invoke):

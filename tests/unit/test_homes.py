@@ -1,3 +1,4 @@
+import os
 from pathlib import Path
 
 import pytest
@@ -60,3 +61,26 @@ def test_one_root_spelled_two_ways_is_one_root(tmp_path):
     (tmp_path / "h" / "profiles" / "work").mkdir(parents=True)
     odd = str(tmp_path / "h" / "profiles" / "..")
     assert resolve_roots([str(tmp_path / "h"), odd], environ={}) == [tmp_path / "h"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="root's defaults")
+def test_roots_defaults_come_from_the_password_database_never_home(tmp_path, monkeypatch):
+    """Under `sudo -E` root's HOME is a user's: root's default root, config dirs and presets are
+    root's own all the same (an XDG folder counts only where it is root's alone)."""
+    import pwd
+
+    from hermes_admin.host import config
+
+    mine = Path(pwd.getpwuid(0).pw_dir)
+    theirs = tmp_path / "alice"
+    theirs.mkdir()
+    os.chown(theirs, 65534, 65534)
+    monkeypatch.setenv("HOME", str(theirs))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(theirs / ".config"))
+    monkeypatch.delenv("HERMES_HOME", raising=False)
+    assert resolve_roots([], [], environ={"HOME": str(theirs)}) == [mine / ".hermes"]
+    assert resolve_roots(["~/x"], environ={}) == [mine / "x"]
+    assert config.user_config_dir() == mine / ".config" / "hermes-admin"
+    assert config.preset_dirs()[0] == mine / ".config" / "hermes-admin" / "profiles"
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))  # root's alone: taken
+    assert config.user_config_dir() == tmp_path / "xdg" / "hermes-admin"

@@ -44,7 +44,7 @@ EVERY_KIND = [
     Restore("/tmp/y.jsonl", True),
     PruneExports(True, {"/r": ("/r/.hermes-admin/exports/x.jsonl",)}, "/e"),
     ListProfiles(), Status(), ShowPolicy(), Usage(), ListPlugins(), ListExports("/e"), ListExports(),
-    ListSessions(20), Resolve(("abc", "def0")), SessionDetail("s1"), Compact(True), Compact(False, force=True),
+    ListSessions(20), Resolve(), SessionDetail("s1"), Compact(True), Compact(False, force=True),
 ]
 
 

@@ -282,3 +282,93 @@ def test_the_cache_is_read_with_checks_and_written_without_following_links(tmp_p
     assert installation._cache_load() == {}
     installation._cache_write(str(python), installation.Installation("", "", "0.22.2", {}, None, frozenset()), [])
     assert target.read_text() == "keep" and not path.is_symlink() and json.loads(path.read_text())
+
+
+HOLD_AS = r'''
+import os, sys, time
+path, mode, uid = sys.argv[1], sys.argv[2], int(sys.argv[3])
+fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+os.write(fd, b"x" * 4096)
+os.close(fd)
+fd = os.open(path, os.O_RDONLY if mode == "ro" else os.O_RDWR)
+os.unlink(path)
+if os.getuid() != uid:  # root playing another user: her uids, the descriptor kept
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+print("ready", flush=True)
+time.sleep(120)
+'''
+
+
+def _another_uid() -> tuple[int, int]:
+    """(the uid the holder runs as, the owner's uid): two accounts, neither of them root, so that the
+    holder is provably not the owner's. As root the holder becomes `nobody`; else it stays ours and
+    the owner is said to be someone else."""
+    if os.geteuid() == 0:
+        return 65534, 65533
+    return os.geteuid(), os.geteuid() + 1
+
+
+@pytest.mark.parametrize("mode, blocks", [("ro", False), ("rw", True)])
+def test_another_users_descriptor_of_a_deleted_wal_blocks_only_if_it_can_write(tmp_path, mode, blocks):
+    """Anyone may open a world-readable WAL read-only and keep it once SQLite deleted it: that
+    holds nothing the owner's store depends on, and is a warning naming the process, never a refusal.
+    Opened for writing, it is a writer's broken hold as ever."""
+    store = _store(tmp_path / "home")
+    holder, owner = _another_uid()
+    proc = _hold([sys.executable, "-c", HOLD_AS, f"{store}-wal", mode, str(holder)])
+    try:
+        found = detached.scan([store], owners={store: owner})
+        [hold] = found[store]
+        assert hold.pid == proc.pid and hold.broken[0].how == "deleted"
+        assert hold.broken[0].reads_only is not blocks and hold.blocks_writes is blocks
+        from hermes_admin.model import Profile
+        problem = hold.problem(Profile(store.parent, "default", store.parent))
+        assert (problem.severity, problem.kind) == (("error", "detached_writer") if blocks else ("warning", "foreign_reader"))
+        assert not hold.unlocked
+    finally:
+        _stop(proc)
+
+
+def test_the_owners_own_read_only_descriptor_of_a_deleted_wal_still_blocks(tmp_path):
+    store = _store(tmp_path / "home")
+    holder, _ = _another_uid()
+    proc = _hold([sys.executable, "-c", HOLD_AS, f"{store}-wal", "ro", str(holder)])
+    try:
+        [hold] = detached.scan([store], owners={store: holder})[store]
+        assert hold.blocks_writes and not hold.broken[0].reads_only
+    finally:
+        _stop(proc)
+
+
+HOLD_LOCKED_AS = r'''
+import fcntl, os, sys, time
+path, uid = sys.argv[1], int(sys.argv[2])
+fd = os.open(path, os.O_RDONLY)
+fcntl.lockf(fd, fcntl.LOCK_SH, 1, 128)  # a read lock, as a SQLite reader holds on -shm
+os.setgroups([])
+os.setresgid(uid, uid, uid)
+os.setresuid(uid, uid, uid)
+print("ready", flush=True)
+time.sleep(120)
+'''
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="plays another user's process: needs root")
+@pytest.mark.parametrize("bits, counts", [(0o644, False), (0o666, True)])
+def test_another_users_reader_is_no_holder_of_a_store_only_its_owner_may_write(tmp_path, bits, counts):
+    """A VACUUM waits for the processes that could change the store: another user's read-only
+    descriptor with a read lock on a store she cannot write is none; on one she may write, it is."""
+    from hermes_admin.holders import store_holders
+
+    store = _store(tmp_path / "home")
+    (tmp_path / "home" / "state.db-shm").write_bytes(b"\0" * 32768)
+    for suffix in ("", "-shm"):
+        os.chmod(f"{store}{suffix}", bits)
+    proc = _hold([sys.executable, "-c", HOLD_LOCKED_AS, f"{store}-shm", "65534"])
+    try:
+        found = store_holders(store, wal=True)
+        assert (proc.pid in found) is counts, found
+    finally:
+        _stop(proc)

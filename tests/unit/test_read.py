@@ -4,7 +4,7 @@ import pytest
 
 from hermes_admin.model import Profile
 from hermes_admin.profile.store import Store
-from hermes_admin.profile.store.read import find_session_ids, load_sessions, profile_counts
+from hermes_admin.profile.store.read import load_sessions, profile_counts, session_ids
 from hermes_admin.synth.builder import DAY, SynthStore
 from hermes_admin.synth.scenario import build_profile_home
 from tests.conftest import counts
@@ -60,7 +60,13 @@ def test_find_by_prefix_is_literal(tmp_path, now):
         store.session(sid, started=now)
     store.close()
     with Store.open(Profile(tmp_path, "p", tmp_path)) as opened:
-        assert find_session_ids(opened, "abc_1") == ["abc_1"]
-        assert sorted(find_session_ids(opened, "abc")) == ["abc_1", "abc_2"]
-        assert find_session_ids(opened, "a*") == ["a*c"]  # glob characters are literal
-        assert find_session_ids(opened, "zzz") == []
+        ids = list(session_ids(opened))
+    assert sorted(ids) == ["a*c", "abc_1", "abc_2", "abd"]
+    from hermes_admin.cli.mutate import matches_of
+
+    profile = Profile(tmp_path, "p", tmp_path)
+    found = matches_of(["abc_1", "abc", "a*", "zzz"], [profile], [{"home": str(tmp_path), "ids": ids}])
+    assert [sid for _, sid in found["abc_1"]] == ["abc_1"]
+    assert sorted(sid for _, sid in found["abc"]) == ["abc_1", "abc_2"]
+    assert [sid for _, sid in found["a*"]] == ["a*c"]  # glob characters are literal
+    assert found["zzz"] == []

@@ -39,15 +39,15 @@ def restore(run: Run, profile: Profile, env: Environment, path: str, sessions: l
 
 
 def listing(run: Run, profile: Profile, layers: PolicyLayers, installations: Installations,
-            export_dir: str | None, holding: str | None = None) -> None:
-    """This profile's exports: file, when, how many units, sessions and messages; or, `holding` a
-    session id (or a prefix of one), the exports and units that hold it (`held` rows)."""
+            export_dir: str | None, held: bool = False) -> None:
+    """This profile's exports: file, when, how many units, sessions and messages; or, `held`, every
+    unit they hold with its ids (`held` rows: the host finds a session among them)."""
     settings = export_settings(profile, layers, installations, export_dir)
     try:
-        if holding is not None:
-            run.data.setdefault("held", []).extend(exports.holding(profile, settings, holding))
-            # and where it was found deleted outside hermes-admin (engine/noticed.py): no export holds it
-            run.data.setdefault("noticed", []).extend(outbox.noticed(profile, holding))
+        if held:
+            run.data.setdefault("held", []).extend(exports.held_units(profile, settings))
+            # and the sessions found deleted outside hermes-admin (engine/noticed.py): no export holds those
+            run.data.setdefault("noticed", []).extend(outbox.noticed(profile))
             return
         found = exports.listing(profile, settings)
     except exports.ExportError as exc:

@@ -5,15 +5,13 @@ A facade over its collaborators (docs/design.md §5):
   commit (group_commit.py, checkpointer.py: commits made durable by PASSIVE checkpoints on a
   thread of their own), then the turn a waiting Hermes writer is owed (turns.py); FTS5's merges
   kept out of the deletes, in short transactions of their own (fts_merges.py);
-- export_ahead.py and packing.py: every unit exported before its delete commits (exports.py),
-  the next batch exported on a thread meanwhile, units packed into transactions by their weight;
+- export_ahead.py, packing.py: each unit exported before its delete commits (exports.py), packed by weight;
 - deletes.py, rows.py: inside each transaction, its units' rows read again, a decision made from them
   (decisions.py: the same one a dry run makes in a read transaction), then applied (store/);
 - splits.py: a unit too big for one transaction, deleted in steps, finished or undone;
 - aftermath.py: once a commit is durable, its files removed (remover.py, unlinker.py), then its
   events fired through the outbox, so a crash right after a commit still delivers them;
-- restore.py: units of an export back into the store; space.py: VACUUM and incremental vacuum;
-  tokenizer.py: Hermes' CJK tokenizer, loaded where its triggers are.
+- restore.py: exports back in; space.py: (incremental) vacuum; tokenizer.py: Hermes' CJK tokenizer.
 """
 
 from __future__ import annotations
@@ -217,8 +215,7 @@ class Engine:
     def vacuum_if_worth(self, result: Result, asked: bool = True) -> bool:
         return self.space.vacuum_if_worth(result, asked)
 
-    def compact(self, force: bool, result: Result) -> dict:
-        """`hermes-admin compact`: the store's free pages back, on the operator's word (space.py)."""
+    def compact(self, force: bool, result: Result) -> dict:  # the operator's word (space.py)
         return self.space.compact(force, result)
 
     def remove_orphan_files(self, paths: list[str], result: Result) -> None:

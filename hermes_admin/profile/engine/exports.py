@@ -719,13 +719,11 @@ def listed_bytes(profile: Profile, settings: Settings) -> int:
     return total
 
 
-MAX_FOUND = 20  # exports named for one wanted id in one profile: a prefix of one character finds many
-
-
-def holding(profile: Profile, settings: Settings, wanted: str) -> list[dict]:
-    """Where this profile's exports hold a session whose id is `wanted` or begins with it: the
-    export, the unit and the reason it was deleted for, from the manifests alone (no export is
-    read). A manifest that cannot be read is left out here (`exports list` names it)."""
+def held_units(profile: Profile, settings: Settings) -> list[dict]:
+    """Every unit this profile's exports hold: the export, the unit's head and every id it holds,
+    and the reason it was deleted for, from the manifests alone (no export is read). The host finds
+    a session among them (`sessions show` of one no store has), so no worker is told which one is
+    sought. A manifest that cannot be read is left out here (`exports list` names it)."""
     found = []
     for item in listing(profile, settings):
         if "problem" in item:
@@ -736,15 +734,12 @@ def holding(profile: Profile, settings: Settings, wanted: str) -> list[dict]:
         except (ExportError, OSError):
             continue
         for member in manifest["members"]:
+            at = member.get("at")  # the owner's text: never later than the file's last write
             for head, _, _, ids in member["units"]:
-                for sid in ids:
-                    if sid.startswith(wanted) and len(found) < MAX_FOUND:
-                        at = member.get("at")  # the owner's text: never later than the file's last write
-                        found.append({"session_id": sid, "unit": head, "reason": member.get("reason"),
-                                      "file": item["file"], "id": item["id"], "created": item["created"],
-                                      "exported_at": min(at, written) if _moment(at) else item["created"],
-                                      "made_in": item["made_in"], "profile": profile.name,
-                                      "home": str(profile.home)})
+                found.append({"unit": head, "ids": list(ids), "reason": member.get("reason"),
+                              "file": item["file"], "id": item["id"], "created": item["created"],
+                              "exported_at": min(at, written) if _moment(at) else item["created"],
+                              "made_in": item["made_in"], "profile": profile.name, "home": str(profile.home)})
     return found
 
 

@@ -431,9 +431,13 @@ def _salvage(conn: apsw.Connection) -> tuple[list, list, int | None]:
     return events, splits, rows - len(good)
 
 
-def noticed(profile: Profile, wanted: str) -> list[dict]:
-    """The sessions found deleted outside hermes-admin whose id is `wanted` or begins with it (the
-    last NOTICED_KEEP_S): read-only, nothing created; none where there is no outbox to read."""
+NOTICED_LISTED = 5000  # rows of `noticed` one answer carries at the most, the newest first
+
+
+def noticed(profile: Profile) -> list[dict]:
+    """The sessions found deleted outside hermes-admin (the last NOTICED_KEEP_S, at most
+    NOTICED_LISTED): the host finds a session among them, so no worker is told the id it seeks.
+    Read-only, nothing created; none where there is no outbox to read."""
     path = profile.home / ".hermes-admin" / "outbox.db"
     if not path.is_file() or path.is_symlink():
         return []
@@ -441,8 +445,7 @@ def noticed(profile: Profile, wanted: str) -> list[dict]:
         conn = apsw.Connection(f"file:{path}?mode=ro", flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
         try:
             rows = conn.execute("SELECT session_id, noticed, looked, head, reason FROM noticed "
-                                "WHERE session_id >= ? AND session_id < ? ORDER BY session_id LIMIT 100",
-                                (wanted, wanted + "\U0010ffff")).fetchall()
+                                "ORDER BY noticed DESC LIMIT ?", (NOTICED_LISTED,)).fetchall()
         finally:
             conn.close()
     except apsw.Error:

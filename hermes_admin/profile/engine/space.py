@@ -273,19 +273,29 @@ class Space:
         incremental = pragmas.auto_vacuum(db) == INCREMENTAL
         row = {"journal_mode": journal_mode(self.store), "incremental_before": incremental,
                "free_bytes": before.free_bytes, "given_back_bytes": 0, "file_bytes_before": _file_size(path),
-               "how": "incremental vacuum" if incremental else "VACUUM", "refused": None, "not_looked_into": []}
+               "how": "incremental vacuum" if incremental else "full vacuum", "refused": None,
+               "not_looked_into": []}
         if not before.free:
             result.notes.append("no free pages: nothing to give back")
             row["how"] = None
-            return self._compacted(row, path)
-        if incremental:
-            if self.dry_run:
-                result.notes.append(f"would give back {human_bytes(before.free_bytes)} of free pages (incremental "
-                                    "vacuum, in short steps while Hermes runs)")
-                row["given_back_bytes"] = before.free_bytes
-            else:
-                row["given_back_bytes"] = self.reclaim(result) * before.size
-            return self._compacted(row, path)
+        elif incremental:
+            self._compact_in_steps(before, row, result)
+        else:
+            self._compact_whole(before, force, row, result)
+        return self._compacted(row, path)
+
+    def _compact_in_steps(self, before, row: dict, result: Result) -> None:
+        """An incremental store: short paced steps, whoever holds it."""
+        if self.dry_run:
+            result.notes.append(f"would give back {human_bytes(before.free_bytes)} of free pages (incremental "
+                                "vacuum, in short steps while Hermes runs)")
+            row["given_back_bytes"] = before.free_bytes
+        else:
+            row["given_back_bytes"] = self.reclaim(result) * before.size
+
+    def _compact_whole(self, before, force: bool, row: dict, result: Result) -> None:
+        """Any other store: one VACUUM, unless a process is seen holding it (and not `force`)."""
+        db, path = self.store.db, self.store.profile.store_path
         found = holders.look(holders.store_files(path), wal=row["journal_mode"] == "wal")
         row["not_looked_into"] = [u.said() for u in found.unseen]
         seen = found.holding()
@@ -293,7 +303,7 @@ class Space:
             row["refused"] = holding(holders.Look(seen), path)
             result.notes.append(f"not compacted: the store is {row['refused']}; a VACUUM holds its write lock "
                                 "from start to end (--force runs it all the same)")
-            return self._compacted(row, path)
+            return
         if found.unseen and not seen:
             result.notes.append("could not be looked into, taken on your word as not Hermes: "
                                 + "; ".join(row["not_looked_into"][:MAX_NAMED]) + _more(found.unseen))
@@ -302,7 +312,7 @@ class Space:
             result.notes.append(f"would VACUUM: {human_bytes(before.free_bytes)} of free pages back"
                                 + ("; it switches the store to incremental reclaim" if switching else ""))
             row["given_back_bytes"] = before.free_bytes
-            return self._compacted(row, path)
+            return
         try:
             if switching:
                 pragmas.switch_to_incremental(db)  # takes effect with this VACUUM
@@ -312,7 +322,7 @@ class Space:
                 raise
             row["refused"] = "its write lock taken by another connection"
             result.notes.append("not compacted: another connection kept the write lock (--lock-wait waits longer)")
-            return self._compacted(row, path)
+            return
         result.vacuumed = True
         self._after_vacuum()
         self._copied_back()
@@ -321,7 +331,6 @@ class Space:
         if switching and pragmas.auto_vacuum(db) == INCREMENTAL:
             result.notes.append("the store is now in incremental auto-vacuum: later runs give space back in "
                                 "short steps while Hermes runs")
-        return self._compacted(row, path)
 
     def _compacted(self, row: dict, path) -> dict:
         row["file_bytes_after"] = _file_size(path)

@@ -201,13 +201,11 @@ def existing_ids(store: Store, ids: list[str]) -> list[str]:
     return found
 
 
-def find_session_ids(store: Store, id_or_prefix: str) -> list[str]:
-    """The exact id if it exists, else every id starting with the prefix."""
+def session_ids(store: Store):
+    """Every session id of the store, in no particular order, read as they come."""
     with store.db.bind_ctx(MODELS):
-        if Session.select().where(Session.id == id_or_prefix).exists():
-            return [id_or_prefix]
-        prefix = Session.id.startswith(id_or_prefix)  # GLOB, case-sensitive, escapes the prefix
-        return [sid for (sid,) in Session.select(Session.id).where(prefix).limit(50).tuples()]
+        for (sid,) in Session.select(Session.id).tuples().iterator():
+            yield sid
 
 
 @dataclass
