@@ -155,14 +155,17 @@ def test_a_file_not_utf8_goes_and_comes_back_byte_for_byte(synth_root, invoke):
     root, kinds = synth_root
     sessions = home_of(root, "work") / "sessions"
     sid = kinds["work"]["old_ended"][0]
-    raw = bytes(range(256)) * 3
+    raw = bytes(range(256)) * 300  # more than one piece (transcripts.PIECE) of base64
+    text = ('{"m": "é€😀 \\ \u2028 \\"x\\""}\n' * 9000).encode()  # pieces end inside characters
     (sessions / f"{sid}.jsonl").write_bytes(raw)
+    (sessions / f"{sid}.json").write_bytes(text)
     doc = purge(invoke, root, "-p", "work")
     assert not (sessions / f"{sid}.jsonl").exists()
     (export,) = [r["export"] for r in doc["results"] if r["export"]]
     back = invoke("--root", str(root), "restore", export, "-p", "work", "--session", sid, "--yes")
     assert back.exit_code == 0, back.stderr
     assert (sessions / f"{sid}.jsonl").read_bytes() == raw
+    assert (sessions / f"{sid}.json").read_bytes() == text
 
 
 def test_an_export_made_before_files_were_carried_restores_and_says_so(synth_root, invoke, tmp_path):

@@ -95,7 +95,7 @@ class Exported:
     # The deleting connection's `PRAGMA data_version` before the export read the store (export_ahead.py):
     # found unchanged inside a delete's transaction, nobody else has written since.
     store_version: int | None = None
-    # The unit's files in sessions/ the export does not carry, a line each (transcripts.carried): the
+    # The unit's files in sessions/ the export does not carry, a line each (transcripts.put_carried): the
     # delete's report says them, since the delete removes them all the same.
     files_left: tuple[str, ...] = ()
 
@@ -295,13 +295,14 @@ class ExportFile:
             if row is None:
                 continue
             record = dict(zip(columns, row))
-            record["files"] = transcripts.carried(index, sid, left)  # before `messages`, which comes last
             if schema.has_table("session_model_usage"):
                 record["session_model_usage"] = usage.get(sid, [])
             if schema.has_table("system_prompts") and names_prompts(record):
                 record["system_prompts"] = prompts_of(db, schema, record)
             head = dumps(record)
-            put(head[:-1] + (',"messages":[' if len(head) > 2 else '"messages":['))
+            put(head[:-1] + ("," if len(head) > 2 else ""))
+            transcripts.put_carried(index, sid, put, left)  # `files`, streamed; before `messages`, which comes last
+            put('"messages":[')
             names = message_columns(db)
             held: list[str] = []  # encoded messages not yet compressed: a few put()s a session, not one a message
             size = put_before = 0  # this session's messages already put

@@ -3,7 +3,7 @@
 The delete removes a unit's files once its rows are gone (aftermath.py), so the export written
 before the delete holds them too: each session's record gets `files`, a list of `{name, mtime,
 text}` (`bytes`, base64, for a file that is not UTF-8), placed before `messages` (which a reader
-streams, so it comes last). A session's files are carried up to FILES_MAX bytes in all, each read
+streams, so it comes last), and written into the compressor a piece at a time. A session's files are carried up to FILES_MAX bytes in all, each read
 through `plain_files` (never through a link, never a FIFO); one that is not carried is named in
 the export's `files_left`, and the delete's report says so (it is removed with its session, as
 Hermes' own delete does). A link is never carried: what it names is not the session's, and stays.
@@ -17,10 +17,13 @@ exports carried files has no `files`: its sessions come back without them, and t
 from __future__ import annotations
 
 import base64
+import codecs
 import errno
+import json
 import math
 import os
 from pathlib import Path
+from typing import Callable, Iterator
 
 from hermes_admin.plain_files import read_plain
 from hermes_admin.profile.store.files import FileIndex, session_id_of, unsafe_id
@@ -28,13 +31,13 @@ from hermes_admin.profile.store.files import FileIndex, session_id_of, unsafe_id
 FILES_MAX = 16 << 20  # bytes of one session's files an export carries: a request dump is ~1 MB, a snapshot less
 
 
-def carried(index: FileIndex | None, sid: str, left: list[str]) -> list[dict]:
-    """The files of session `sid` as its export record holds them; what is not carried, and why,
-    goes into `left` (one line a file, naming it)."""
-    if index is None or unsafe_id(sid):
-        return []
-    out, total = [], 0
-    for found in index.files_of(sid):
+def put_carried(index: FileIndex | None, sid: str, put: Callable[[str], None], left: list[str]) -> None:
+    """The `"files":[...],` of session `sid`'s export record, through `put` a piece at a time (a file
+    is never held as text whole: memory stays flat, as for messages); what is not carried, and
+    why, goes into `left` (one line a file, naming it)."""
+    put('"files":[')
+    total, first = 0, True
+    for found in index.files_of(sid) if index is not None and not unsafe_id(sid) else ():
         if found.is_symlink:
             continue  # the link goes, what it names stays: nothing of the session's is lost
         if total + found.size > FILES_MAX:
@@ -48,13 +51,41 @@ def carried(index: FileIndex | None, sid: str, left: list[str]) -> list[dict]:
                         "restore cannot bring it back")
             continue
         total += len(data)
-        item: dict = {"name": found.name, "mtime": found.mtime}
-        try:
-            item["text"] = data.decode("utf-8")
-        except UnicodeDecodeError:
-            item["bytes"] = base64.b64encode(data).decode("ascii")
-        out.append(item)
-    return out
+        text = _utf8(data)
+        put(("" if first else ",") + '{"name":' + _ENCODE(found.name) + ',"mtime":' + _ENCODE(found.mtime)
+            + (',"text":"' if text else ',"bytes":"'))
+        for piece in _pieces(data, text):
+            put(piece)
+        put('"}')
+        first = False
+    put("],")
+
+
+PIECE = 3 << 14  # bytes of a file encoded at a time: a multiple of 3, so that base64 pieces join into one
+_ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
+def _utf8(data: bytes) -> bool:
+    """Is `data` UTF-8 text (checked a piece at a time, nothing kept)?"""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    try:
+        for at in range(0, len(data), PIECE):
+            decoder.decode(data[at:at + PIECE])
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _pieces(data: bytes, text: bool) -> Iterator[str]:
+    """The inside of one JSON string holding `data`: its text escaped, or its base64."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    for at in range(0, len(data), PIECE):
+        chunk = data[at:at + PIECE]
+        if text:
+            yield _ENCODE(decoder.decode(chunk, final=at + PIECE >= len(data)))[1:-1]
+        else:
+            yield base64.b64encode(chunk).decode("ascii")
 
 
 def put_back(folder: Path, sid: str, items, dry_run: bool) -> tuple[int, list[str]]:
