@@ -92,18 +92,23 @@ def read(key: str, value, minimum: bool = True) -> float:
     return total / SECONDS[rule.unit]
 
 
-def under_minimum(key: str, value: float) -> str | None:
+def under_minimum(key: str, value: float, zero: str | None = None) -> str | None:
     """Why `value` (already in the key's unit) is under `key`'s minimum, or None: for an option
-    that lets `--force` pass it."""
+    that lets `--force` pass it. `zero`: what 0 means for that option, where it differs from the
+    key's (`exports prune --older-than 0`: every export)."""
     total = value * SECONDS[RULES[key].unit]
-    return _too_small(key, total, shown(total))
+    return _too_small(key, total, shown(total), zero)
 
 
-def _too_small(key: str, total: float, said: str) -> str | None:
+def _too_small(key: str, total: float, said: str, zero: str | None = None) -> str | None:
     rule = RULES[key]
-    if total >= rule.minimum or (total == 0 and rule.zero):
+    zero = rule.zero if zero is None else zero
+    if total >= rule.minimum or (total == 0 and zero):
         return None
-    least = shown(rule.minimum) + (f", or 0 ({rule.zero})" if rule.zero else "")
+    if rule.minimum:
+        least = shown(rule.minimum) + (f", or 0 ({zero})" if zero else "")
+    else:  # 0 is the least: said once, with what it means
+        least = "0" + (f" ({zero})" if zero else "")
     return (f"{said} is under its minimum, {least}"
             + (f" (a bare number is {_UNIT_NAMES[rule.unit]}; m means minutes, mo months)" if total > 0 else ""))
 

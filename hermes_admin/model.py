@@ -93,3 +93,9 @@ AUTO_ARCHIVE = TaskName("auto_archive", None, "archive-inactive", "auto_archive"
 TASKS = (REPAIR, GHOST_PRUNE, EMPTY_SWEEP, PURGE, CLOSE_STALE, SIZE_BUDGET, AUTO_ARCHIVE)
 ORDER = tuple(task.name for task in TASKS)
 BY_COMMAND = {task.command: task for task in TASKS if task.command}
+
+
+# The `source` values Hermes writes (interactive, messaging, automation, other): a filter naming
+# another is most likely a typo, said with the nearest (a newer Hermes may add one: never refused).
+SOURCES = frozenset({"cli", "tui", "desktop", "telegram", "discord", "whatsapp", "slack", "signal", "cron",
+                     "kanban", "acp", "api_server", "subagent", "tool", "oneshot", "recovered", "unknown"})

@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 
 import click
 
+from hermes_admin.problems import ERROR, LOCKED, WARNING
 from hermes_admin.shown import clean, human_bytes  # noqa: F401 (report.human_bytes: the one figure)
 from hermes_admin.spill import Spill, SpillMap
 
@@ -320,6 +321,11 @@ def plugin_failures(results) -> list[str]:
     were (each task of a run delivers its own events, and each would say it again). A failure that is
     no one plugin's (deliveries stopped, Hermes' plugin manager failing at each plugin process start)
     is folded the same way, one line per kind, and said first."""
+    return [line for _, line in _plugin_failures(results)]
+
+
+def _plugin_failures(results) -> list[tuple[tuple, str]]:
+    """`plugin_failures`, each line with whose failures it folds (_folded_by)."""
     first: dict[tuple, str] = {}  # who (_folded_by) -> the line of its first failure
     more: dict[tuple, int] = {}
     for result in results:
@@ -334,7 +340,7 @@ def plugin_failures(results) -> list[str]:
             for who, line in first.items()]
     said += [(who, f"profile '{who[0]}': {_failed(who)} {n} more time(s) this run")
              for who, n in more.items() if who not in first]
-    return [line for who, line in sorted(said, key=lambda entry: entry[0][1] is not None)]  # stable: no one's first
+    return sorted(said, key=lambda entry: entry[0][1] is not None)  # stable: no one's first
 
 
 def _folded_by(profile: str, failure) -> tuple[str, str | None, str | None]:
@@ -350,7 +356,17 @@ def _failed(who: tuple[str, str | None, str | None]) -> str:
 def problems(run) -> list[tuple[str, str]]:
     """A run's warnings and errors as they are said, `("warning" | "error", line)`, by `run`'s stderr
     and the daemon's journal alike: a failing plugin is one line per run, not one per task."""
-    said = [("warning", line) for result in run.results for line in result.files_skipped]
-    said += [("warning", line) for line in plugin_failures(run.results)]
-    said += [("warning", line) for line in run.warnings]
-    return said + [("error", line) for line in run.locked + run.errors]  # a held lock is said as an error
+    return [(severity, line) for severity, _, line in keyed_problems(run)]
+
+
+def keyed_problems(run) -> list[tuple[str, object, str]]:
+    """`problems`, each with what it stands for: the same key for the same problem in the next run,
+    whatever its counts (`(and N more time(s) this run)`), a new one when what it says changed. The
+    daemon says a warning once by it (host/daemon.Told)."""
+    said: list[tuple[str, object, str]] = [
+        ("warning", ("files_skipped", line), line) for result in run.results for line in result.files_skipped]
+    said += [("warning", ("plugin", *who), line) for who, line in _plugin_failures(run.results)]
+    said += [("warning", p, p.text()) for p in run.problems if p.severity == WARNING]
+    # a held lock is said as an error
+    return said + [("error", p, p.text()) for severity in (LOCKED, ERROR) for p in run.problems
+                   if p.severity == severity]

@@ -2,7 +2,9 @@
 
 On a terminal: a rich table as wide as the terminal. The columns people copy (ids, profile
 names, paths) are never cut. Less important columns are dropped first, in the order each table
-gives, as `ps` and `systemctl` do (`--plain` or a wider terminal shows them all); a free-text
+gives, as `ps` and `systemctl` do, and a line under the table names them (`--plain` or a wider
+terminal shows them all). A path column has its place in that order too: there it goes under its
+rows, whole, so the counts and sizes ranked before it stay on screen. A free-text
 column (a title) is cut with "…", one that must be read whole (a reason) wraps in its cell. A
 value still too long for its column (a path) goes under its row, on a line of its own that the
 terminal wraps, so it is copied whole (a folded cell would copy with a line break); its cell says
@@ -17,6 +19,7 @@ Colour only on a terminal; rich honours `NO_COLOR`.
 from __future__ import annotations
 
 import sys
+import textwrap
 from dataclasses import dataclass
 
 import click
@@ -29,7 +32,10 @@ PLAIN = False  # `--plain`: the piped form on a terminal too (set once per comma
 class Column:
     name: str
     whole: bool = False  # an id, a name or a path: never cut (folded only when nothing else fits)
-    drop: int = 0  # on a narrow terminal, columns with the highest `drop` go first; 0 never goes
+    # On a narrow terminal, columns with the highest `drop` go first; 0 never goes. A `whole` column
+    # with a `drop` is not hidden at its turn: its values go under their rows (a path, long by nature,
+    # ranked after the counts and sizes that must stay beside the name).
+    drop: int = 0
     cut: bool = False  # free text (a title): may end in "…" on a narrow terminal
     wrap: bool = False  # free text read whole (a reason, an error): wraps onto more lines of its row
 
@@ -69,8 +75,9 @@ def show(columns: list[Column], rows: list[list[object]]) -> None:
             break
         droppable = [i for i in kept if columns[i].drop]
         if droppable:
-            dropped.append(max(droppable, key=lambda i: (columns[i].drop, i)))
-            kept.remove(dropped[-1])
+            going = max(droppable, key=lambda i: (columns[i].drop, i))
+            kept.remove(going)
+            (below if columns[going].whole else dropped).append(going)
             continue
         # What is never cut and still does not fit goes under its row, whole: only the values longer
         # than the widest cap every such column can have (`config show`'s long paths, its short values
@@ -94,8 +101,14 @@ def show(columns: list[Column], rows: list[list[object]]) -> None:
     width = measure(kept) if kept else 0
     spare = console.width - width if kept else 0  # what free text (a title) may take back
     table = _table([columns[i] for i in kept], [[row[i] for i in kept] for row in cells], spare)
+    hidden = [columns[i].name for i in sorted(set(range(len(columns))) - set(kept) - set(below))]
+    # Said under the table, in the terminal's width: what a narrower screen hides is never a surprise.
+    note = textwrap.fill(f"(not shown at {console.width} columns: {', '.join(hidden)}; --plain shows every column)",
+                         max(console.width, 40), break_on_hyphens=False) if hidden else None
     if not below and not any(under):
         console.print(table)
+        if note:
+            console.file.write(note + "\n")
         return
     # Each row is one line of the table (nothing in it wraps); the values too long for it follow,
     # indented, as plain lines the terminal wraps itself: copied from a terminal, they come whole.
@@ -112,6 +125,8 @@ def show(columns: list[Column], rows: list[list[object]]) -> None:
             out.write(line.rstrip() + "\n")
         for i in sorted(below + more):
             out.write(f"  {columns[i].name}: {whole[i]}\n")
+    if note:
+        out.write(note + "\n")
     out.flush()
 
 

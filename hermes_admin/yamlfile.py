@@ -210,11 +210,13 @@ def text(path: Path) -> str:
         raise YAMLRefused(f"{path}: not UTF-8 text") from None
 
 
-def load_mapping(path: Path, what: str = "a mapping of keys", keys: frozenset[str] | None = None) -> dict:
+def load_mapping(path: Path, what: str = "a mapping of keys", keys: frozenset[str] | None = None,
+                 text: str | None = None) -> dict:
     """A file that must hold a mapping (every config hermes-admin reads); YAMLRefused names the file,
-    whether it cannot be read, is refused, or holds something else. An empty file is an empty mapping."""
+    whether it cannot be read, is refused, or holds something else. An empty file is an empty mapping.
+    `text`: the file's text, read already (yamlfile.text)."""
     try:
-        data = load(path, keys)
+        data = load(path, keys) if text is None else parse(text, str(path), keys)
     except OSError as exc:
         raise YAMLRefused(f"{path}: cannot read: {exc.strerror or exc}") from None
     if data is None:
@@ -222,6 +224,35 @@ def load_mapping(path: Path, what: str = "a mapping of keys", keys: frozenset[st
     if not isinstance(data, dict):
         raise YAMLRefused(f"{path}: must be {what}, not {type(data).__name__}")
     return data
+
+
+def duplicate_keys(text: str, keys: frozenset[str] | None = None) -> list[tuple[str, int]]:
+    """Each key written twice in one mapping (`sessions.retention_days`), with the line of the second:
+    YAML readers (PyYAML, Hermes' and ours) silently take the last. With `keys`, only those top-level
+    sections are looked into. For a text `parse` has read already (its bounds hold); [] for any other."""
+    yaml, _ = _loader()
+    loader_class = getattr(yaml, "CSafeLoader", None) or yaml.SafeLoader
+    try:
+        node = yaml.compose(text, Loader=loader_class)
+    except (yaml.YAMLError, RecursionError, ValueError):
+        return []
+    found: list[tuple[str, int]] = []
+
+    def walk(mapping, prefix: str, depth: int, only) -> None:
+        if not isinstance(mapping, yaml.MappingNode) or depth > MAX_DEPTH:
+            return
+        seen = set()
+        for key, value in mapping.value:
+            if not isinstance(key, yaml.ScalarNode) or (only is not None and key.value not in only):
+                continue
+            name = prefix + key.value
+            if key.value in seen and key.value != "<<":
+                found.append((name, key.start_mark.line + 1))
+            seen.add(key.value)
+            walk(value, name + ".", depth + 1, None)
+
+    walk(node, "", 0, keys)
+    return found
 
 
 def line_of(text: str, dotted: str) -> int | None:

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import click
 
-from hermes_admin import durations, exitcodes, report, tables
+from hermes_admin import exitcodes, report, tables
 from hermes_admin.cli.context import App, json_option, pass_app, profile_option
 from hermes_admin.cli.groups import SuggestingGroup
+from hermes_admin.cli.values import shown_value
 from hermes_admin.host import config as admin_config
 from hermes_admin.host.runner import UNKNOWN_PROFILE
 from hermes_admin.problems import WARNING
@@ -96,20 +97,42 @@ def check(app: App, profiles, as_json: bool):
         warnings += [{"file": None, "line": None, "message": p.text()} for p in answer.problems
                      if p.severity == WARNING and p.kind != UNKNOWN_PROFILE]  # that one said with its line, above
     checked = list(dict.fromkeys(checked))
+    notes = _no_hermes(rows if loaded is not None else []) if not app.quiet else []
     code = exitcodes.CONFIG if problems else exitcodes.WARNINGS if warnings else exitcodes.OK
     if code != exitcodes.CONFIG and loaded is not None and app.failed_discovery(found, profiles):
         code = exitcodes.PROFILE_FAILED  # a root or profile named that is not there
     if as_json:
-        report.emit_json({"ok": not problems, "problems": problems, "warnings": warnings, "checked": checked})
+        report.emit_json({"ok": not problems, "problems": problems, "warnings": warnings, "checked": checked,
+                          "notes": notes})
     for problem in problems:  # on stderr, as `nginx -t` and compilers say them (and in the JSON's errors)
         report.error(_line(problem))
     for warning in warnings:
         report.warn(_line(warning))
     if not as_json:
+        for note in notes:
+            report.note(note)
         state = f"{len(problems)} problem(s)" if problems else "ok"
         report.note(f"config check: {state}" + (f", {len(warnings)} warning(s)" if warnings else "")
                     + f"; read {len(checked)} file(s): " + ", ".join(checked))
     raise click.exceptions.Exit(code)
+
+
+def _no_hermes(rows: list[dict]) -> list[str]:
+    """What the installation lookups said (none found for a root, a configured interpreter refused),
+    each line once: without a Hermes, the values `built-in` are hermes-admin's copy of Hermes
+    0.19.0's defaults, not those of the Hermes the profile runs, which `config show` must not hide."""
+    said = []
+    for row in rows:
+        hermes = row.get("hermes") or {}
+        for line in hermes.get("notes") or []:
+            if line not in said:
+                said.append(line)
+        if hermes and hermes.get("installation") is None and not hermes.get("own_interpreter_chosen_in"):
+            line = ("without it, the defaults used are Hermes 0.19.0's as hermes-admin knows them (`built-in` in "
+                    "`config show --origin`), not those of the Hermes these profiles run")
+            if line not in said:
+                said.append(line)
+    return said
 
 
 def _presets(loaded: admin_config.AdminConfig) -> list[str]:
@@ -154,27 +177,6 @@ def _defaults_never_used(loaded: admin_config.AdminConfig, rows: list[dict]) -> 
             if all(origins.get(key) not in (None, defaults.origin.of(key)) for origins in used)]
 
 
-def _value(key: str, value, home: str) -> str:
-    """One effective value as the config would say it: durations as durations (`7d`, `5m`), and
-    what an unset value means rather than a dash."""
-    if key == "export_dir" and value is None:
-        return str(Path(home) / ".hermes-admin" / "exports")
-    if key == "source_retention_days":
-        return ", ".join(f"{s} {durations.shown_in('retention_days', d)}" for s, d in sorted(value.items())) \
-            if value else "none (retention_days for every source)"
-    if key == "stale_grace_days" and value is None:
-        return "the row's whole window"
-    if key == "max_store_mb" and value is None:
-        return "none"
-    if key == "hook_callback_timeout":
-        return durations.shown(value)
-    if key in durations.RULES:
-        return durations.shown_in(key, float("inf") if value is None else value)  # JSON's null: no end
-    if isinstance(value, bool):
-        return str(value).lower()
-    return f"{value:g}" if isinstance(value, float) else str(value)
-
-
 @config.command("show")
 @click.option("--origin", is_flag=True, help="Also where each value came from (a file and key, or built-in).")
 @profile_option
@@ -186,20 +188,23 @@ def show(app: App, origin: bool, profiles, as_json: bool):
     answer = app.work(ShowPolicy(), found.profiles, with_policy=True)
     labels = app.labels()
     rows = answer.data.get("policy", [])
+    notes = _no_hermes(rows) if not app.quiet else []
     if as_json:
-        report.emit_json({"profiles": [{k: r[k] for k in ("profile", "home", "values", "origins")} for r in rows],
-                          "errors": answer.errors})
+        report.emit_json({"profiles": [{k: r.get(k) for k in ("profile", "home", "values", "origins", "hermes")}
+                                       for r in rows], "notes": notes, "errors": answer.errors})
     else:
         columns = [Column("profile", whole=True), Column("key", whole=True), Column("value", whole=True)]
         lines = []
         for row in rows:
             for key, value in (row["values"] or {}).items():
-                shown = _value(key, value, row["home"])
+                shown = shown_value(key, value, row["home"])
                 lines.append([labels.get(row["home"], row["profile"]), key, shown]
                              + ([(row["origins"] or {}).get(key)] if origin else []))
             for problem in row["problems"]:
                 report.error(f"profile '{labels.get(row['home'], row['profile'])}': {_line(problem)}")
         tables.show(columns + ([Column("origin", whole=True)] if origin else []), lines)
+        for note in notes:  # after the table: what its `built-in` values are when no Hermes was found
+            report.note(note)
     for message in answer.errors:
         report.error(message)
     failed = any(r["problems"] for r in rows)

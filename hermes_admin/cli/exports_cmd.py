@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from hermes_admin import report, tables
+from hermes_admin import durations, report, tables
 from hermes_admin.tables import Column
 from hermes_admin.cli import mutate
 from hermes_admin.cli.context import App, json_option, pass_app, profile_option
@@ -151,7 +151,8 @@ def prune(app: App, older_than, max_size, profiles, export_dir, dry_run, yes, fo
     why (age or budget)."""
     if older_than is None and max_size is None:
         raise click.UsageError("say what to remove: --older-than AGE and/or --max-size SIZE")
-    at_least("export_keep_days", older_than, force, "--older-than")  # `1m` is a minute, not a month
+    at_least("export_keep_days", older_than, force, "--older-than",  # `1m` is a minute, not a month
+             zero="every export, with --force")
     if older_than == 0 and not (force or dry_run):  # many tools read 0 as "keep forever": here it is "all"
         raise click.BadParameter("0 removes every export (the only restore copies); add --force if you mean it",
                                  param_hint="--older-than")
@@ -181,9 +182,9 @@ def prune(app: App, older_than, max_size, profiles, export_dir, dry_run, yes, fo
                           "errors": run.errors, "warnings": run.warnings})
     else:
         would = "would be " if dry_run else ""
-        for row in removed:
+        for row in removed:  # the limit it went by, then its own size: never one read as the other
             report.line(f"{labels.get(row['home'], row['profile'])}: {row['id']}  {row['file']}: {would}removed "
-                        f"({_WHY.get(row['why'], row['why'])}, {report.human_bytes(row['bytes'])})")
+                        f"({_why(row['why'], older_than, max_size)}; it takes {report.human_bytes(row['bytes'])})")
         if not app.quiet or removed:
             report.line(f"{len(removed)} export(s), {report.human_bytes(sum(r['bytes'] for r in removed))} {would}removed")
     mutate.problems(run)
@@ -191,6 +192,15 @@ def prune(app: App, older_than, max_size, profiles, export_dir, dry_run, yes, fo
 
 
 _WHY = {"age": "older than --older-than", "budget": "over its owner's --max-size"}
+
+
+def _why(why: str | None, older_than: float | None, max_size: int | None) -> str:
+    """Why an export goes, with the limit given: `older than 30d (--older-than)`."""
+    if why == "age" and older_than is not None:
+        return f"older than {durations.shown_in('export_keep_days', older_than)} (--older-than)"
+    if why == "budget" and max_size is not None:
+        return f"its owner's exports take over {report.human_bytes(max_size)} (--max-size)"
+    return _WHY.get(why, str(why))
 
 
 def _owners(found) -> dict[str, int]:

@@ -14,7 +14,7 @@ from hermes_admin.cli.params import ARCHIVE_DAYS, OLDER_THAN, WHEN, at_least
 from hermes_admin.filters import FilterError, Filters, parse_when
 from hermes_admin.model import AUTO_ARCHIVE, BY_COMMAND, ORDER, PURGE, TaskName
 from hermes_admin.cli.mutate import NOT_ALL_FOUND
-from hermes_admin.problems import ERROR, Problem
+from hermes_admin.problems import ERROR, WARNING, Problem
 from hermes_admin.protocol import Maintain, Request
 from hermes_admin.trust import expand_user
 
@@ -63,6 +63,20 @@ def build_filters(now: float, source=None, end_reason=None, title=None, model=No
         raise click.BadParameter(str(exc)) from None
 
 
+def filter_problems(filters: Filters | None) -> list[Problem]:
+    """A `--source` Hermes never writes: said with the nearest (it filters all the same: a newer
+    Hermes may write another)."""
+    from hermes_admin.model import SOURCES
+    from hermes_admin.shown import did_you_mean
+
+    source = filters.source if filters is not None else None
+    if source is None or source in SOURCES:
+        return []
+    return [Problem(WARNING, f"--source {source!r} is not a source Hermes writes{did_you_mean(source, SOURCES)} "
+                             f"(known: {', '.join(sorted(SOURCES))}); only sessions of exactly that source match",
+                    kind="unknown_source")]
+
+
 def _when(value, now: float) -> float | None:
     """A Unix time as the option type gave it, or text (a caller outside click) read the same way."""
     return None if value is None else value if isinstance(value, float) else parse_when(value, now)
@@ -86,6 +100,7 @@ def run_tasks(app: App, profiles, wanted: Request, yes: bool, as_json: bool, wha
     summaries = bool(target and not dry_run)
     run = app.work(Maintain(wanted, summaries=summaries, command=what), found.profiles, with_policy=True)
     run.dry_run = dry_run
+    run.add(*filter_problems(wanted.filters))
     if app.failed_discovery(found, profiles):
         run.add(NOT_ALL_FOUND)
     if summaries:

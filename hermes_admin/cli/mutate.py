@@ -133,13 +133,12 @@ def _human(run: Run, verbose: int = 0, quiet: bool = False) -> None:
     """One line per task per profile, or one line for a profile where nothing changed; under -q only
     the tasks that changed something (a run with nothing to do prints nothing, as `restic -q` and
     logrotate). The policy of each profile, and where its values came from, in a dry run or under -v."""
-    for policy in run.policies.values() if (verbose or run.dry_run) and not quiet else []:
+    for home, policy in run.policies.items() if (verbose or run.dry_run) and not quiet else []:
         name = policy.get('label') or policy.get('profile')
         report.line(f"{name}: policy: {policy.get('description')}")
         origins = policy.get("origins") if isinstance(policy.get("origins"), dict) else {}
-        chosen = [f"{key} {_value(policy.get(key))} ({where})" for key, where in origins.items() if where != "built-in"]
-        if chosen:  # where each value that is not a built-in came from
-            report.line(f"  set: {'; '.join(chosen)}")
+        for line in set_lines(origins, policy, home):  # where each value that is not a built-in came from
+            report.line(line)
         hermes = policy.get("hermes") or {}
         found = hermes.get("installation")
         if found:
@@ -225,9 +224,23 @@ def findings_summary(findings: list, home: str | None) -> str:
     return ", ".join(f"{n} {kind}" for kind, n in counts.items())
 
 
-def _value(value) -> str:
-    return "forever" if value is None else str(value).lower() if isinstance(value, bool) else f"{value:g}" \
-        if isinstance(value, float) else str(value)
+def set_lines(origins: dict, policy: dict, home: str) -> list[str]:
+    """A line per place values were set in (`set in /etc/hermes-admin/config.yaml, defaults:
+    retention_days 30d; max_store_mb 100`), each value as `config show` says it."""
+    from hermes_admin.cli.values import shown_value
+
+    by_place: dict[str, list[str]] = {}
+    for key, where in origins.items():
+        if where == "built-in" or not isinstance(where, str):
+            continue
+        if where.endswith(f".{key}"):  # `FILE: defaults.KEY`: its file and section
+            place = where[:-len(key) - 1]
+        elif where.endswith(f": {key}"):  # `FILE: KEY` (a preset): its file
+            place = where[:-len(key) - 2]
+        else:  # an option, a command, an installation's defaults
+            place = where
+        by_place.setdefault(place, []).append(f"{key} {shown_value(key, policy.get(key), home)}")
+    return [f"  set in {place}: {'; '.join(values)}" for place, values in by_place.items()]
 
 
 def problems(run: Run) -> None:

@@ -29,6 +29,13 @@ def setup_logging(verbose: int) -> None:
     logging.getLogger("apscheduler").setLevel(logging.DEBUG if verbose > 1 else logging.WARNING)
 
 
+def route_stderr() -> None:
+    """Whatever else says something on stderr says it as a log record of the daemon's (one format)."""
+    from hermes_admin.host.daemon import LogLines, log
+
+    sys.stderr = LogLines(log, sys.stderr)
+
+
 @click.command()
 @click.option("--metrics-file", type=click.Path(dir_okay=False), help="Write Prometheus textfile metrics after each job.")
 @pass_app
@@ -50,6 +57,7 @@ def daemon(app: App, metrics_file):
     except (ConfigError, ScheduleError) as exc:
         report.error(str(exc))
         raise click.exceptions.Exit(exitcodes.CONFIG)
+    route_stderr()  # after the config's own errors, said as every command says them
     code = service.serve()
     stopping.clear()  # SIGTERM is how a daemon is meant to stop: exit 0, not "interrupted"
     raise click.exceptions.Exit(code)
@@ -140,6 +148,26 @@ def unit_inputs(app: App) -> UnitInputs:
                       app.all_users, tuple(dict.fromkeys(writable)))
 
 
+PRIVATE_TMP = ("/tmp", "/var/tmp")  # what PrivateTmp=yes replaces with the service's own empty folders
+
+
+def private_tmp_warnings(units: dict[str, str]) -> list[str]:
+    """A path under /tmp or /var/tmp in a unit with PrivateTmp=yes (a root, the config, an export
+    folder, the metrics file): the service sees its own empty /tmp there, never that path."""
+    said = []
+    for name, text in units.items():
+        if "\nPrivateTmp=yes" not in "\n" + text:
+            continue
+        words = [w.lstrip("-").strip('"') for line in text.splitlines()
+                 if line.startswith(("ExecStart=", "ReadWritePaths=")) for w in line.split("=", 1)[1].split()]
+        for word in dict.fromkeys(words):
+            if any(word == tmp or word.startswith(tmp + "/") for tmp in PRIVATE_TMP):
+                said.append(f"{name}: {word} is under {'/var/tmp' if word.startswith('/var/tmp') else '/tmp'}, "
+                            "and the unit has PrivateTmp=yes: the service gets an empty /tmp of its own and never "
+                            "sees that path; move it out of /tmp (or drop PrivateTmp= from the unit)")
+    return said
+
+
 @click.group(cls=SuggestingGroup)
 def systemd():
     """systemd units for hermes-admin."""
@@ -153,6 +181,8 @@ def print_units(app: App, user: bool, target: str | None):
     """The units with the real path of this hermes-admin and the global options given (--config,
     --root, --all-users, --lock-wait): they run the policy `run --dry-run` shows with those."""
     units = render_units(user, executable(), unit_inputs(app))
+    for line in private_tmp_warnings(units):
+        report.warn(line)
     if target:
         Path(target).mkdir(parents=True, exist_ok=True)
         for name, text in units.items():

@@ -29,9 +29,10 @@ class Duration(click.ParamType):
             self.fail(str(exc), param, ctx)
 
 
-def at_least(key: str, value: float | None, force: bool, option: str) -> None:
-    """A forceable option's value under its key's minimum: a usage error unless `--force`."""
-    why = durations.under_minimum(key, value) if value is not None else None
+def at_least(key: str, value: float | None, force: bool, option: str, zero: str | None = None) -> None:
+    """A forceable option's value under its key's minimum: a usage error unless `--force`. `zero`:
+    what 0 means for this option, where not what it means for the key."""
+    why = durations.under_minimum(key, value, zero) if value is not None else None
     if why and not force:
         raise click.BadParameter(f"{why}; add --force if you mean it", param_hint=option)
 

@@ -36,8 +36,8 @@ def list_cmd(app: App, profiles, as_json: bool, no_bundled: bool, only_enabled: 
     if as_json:
         report.emit_json({"plugins": rows, "installations": installs, "errors": errors, "warnings": answer.warnings})
     else:
-        for row in installs:  # on stdout at a terminal; beside a table read by a script (tab-separated), stderr
-            (report.line if not tables.plain() else report.note)(f"{row['profile']}: {installation_line(row)}")
+        for line in installation_lines(installs, app.labels()):  # beside a table read by a script, on stderr
+            (report.line if not tables.plain() else report.note)(line)
         tables.show([Column("profile", whole=True), Column("plugin", whole=True), Column("source", drop=3),
                      Column("kind", drop=2), Column("enabled"), Column("loads"), Column("why", wrap=True)],
                     [[r["profile"], r["key"], r["source"], r.get("kind"), "yes" if r["enabled"] else "no",
@@ -47,6 +47,18 @@ def list_cmd(app: App, profiles, as_json: bool, no_bundled: bool, only_enabled: 
     for message in errors:
         report.error(message)
     raise click.exceptions.Exit(app.exit_code(answer, found, profiles))
+
+
+def installation_lines(installs: list[dict], labels: dict[str, str]) -> list[str]:
+    """Each installation line once, naming the profiles it is about (profiles of one root share one)."""
+    by_line: dict[str, list[str]] = {}
+    for row in installs:
+        by_line.setdefault(installation_line(row), []).append(labels.get(row["home"], row["profile"]))
+    return [f"{_names(names)}: {line}" for line, names in by_line.items()]
+
+
+def _names(names: list[str]) -> str:
+    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
 
 
 def installation_line(row: dict) -> str:

@@ -10,12 +10,13 @@ from hermes_admin.cli.context import App, json_option, pass_app, profile_option
 from hermes_admin.protocol import ListProfiles
 
 
-# On a narrow terminal the counts go first (journal, wal, archived, ...); name, home and health stay.
-COLUMNS = [Column("profile", whole=True), Column("home", whole=True), Column("ok"), Column("schema", drop=6),
-           Column("journal", drop=9), Column("sessions", drop=2), Column("messages", drop=4),
-           Column("archived", drop=7), Column("live", drop=5), Column("stale", drop=11), Column("empty", drop=8),
-           Column("store", drop=3), Column("wal", drop=10), Column("last activity", drop=1),
-           Column("hermes", drop=12)]
+# On a narrow terminal the least read go first (hermes, stale, wal, journal, ...), then the home goes
+# under its row, whole, so that the counts and sizes stay beside the name and its health.
+COLUMNS = [Column("profile", whole=True), Column("home", whole=True, drop=6), Column("ok"), Column("schema", drop=7),
+           Column("journal", drop=10), Column("sessions", drop=2), Column("messages", drop=4),
+           Column("archived", drop=8), Column("live", drop=5), Column("stale", drop=12), Column("empty", drop=9),
+           Column("store", drop=3), Column("wal", drop=11), Column("last activity", drop=1),
+           Column("hermes", drop=13)]
 
 
 def show_profiles(app: App, only: tuple[str, ...], as_json: bool) -> int:
@@ -27,8 +28,8 @@ def show_profiles(app: App, only: tuple[str, ...], as_json: bool) -> int:
         row["broken_holds"] = [hold.as_dict() for hold in holds]
         if any(hold.blocks_writes for hold in holds):
             row["ok"] = False
-    if as_json:
-        report.emit_json({"profiles": rows})
+    if as_json:  # `profile`, as every other command's JSON names it; `name` kept for scripts that read it
+        report.emit_json({"profiles": [{"profile": r["name"], **r} for r in rows]})
     else:
         labels = app.labels()
         tables.show(COLUMNS, [

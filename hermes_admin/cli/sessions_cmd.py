@@ -14,7 +14,7 @@ from hermes_admin.tables import Column
 from hermes_admin.cli import mutate
 from hermes_admin.cli.context import App, json_option, pass_app, profile_option
 from hermes_admin.cli.groups import SuggestingGroup
-from hermes_admin.cli.maintain_cmd import absolute_dir, build_filters, export_dir_option, filter_options
+from hermes_admin.cli.maintain_cmd import absolute_dir, build_filters, export_dir_option, filter_options, filter_problems
 from hermes_admin.protocol import Change, ListExports, ListSessions, SessionDetail
 from hermes_admin.cli.mutate import AMBIGUOUS, NOT_ALL_FOUND
 from hermes_admin.problems import WARNING, Problem
@@ -23,7 +23,7 @@ from hermes_admin.results import Run
 
 # On a narrow terminal: the counts and states go first; the title is cut before anything else is.
 COLUMNS = [Column("profile", whole=True), Column("id", whole=True), Column("title", cut=True),
-           Column("last activity", drop=1), Column("source", drop=2), Column("msgs", drop=4), Column("state", drop=3)]
+           Column("last activity", drop=1), Column("source", drop=4), Column("msgs", drop=3), Column("state", drop=2)]
 
 
 @click.group(cls=SuggestingGroup)
@@ -185,7 +185,8 @@ def _change(app: App, ids: tuple[str, ...], ids_from, profiles, dry_run: bool, y
     found = app.discover(profiles)
     by_profile, missing, problems = mutate.targets(app, found.profiles, wanted)
     run = Run(dry_run=dry_run)
-    run.add(*(Problem(WARNING, f"no session matches '{m}'", kind="no_match") for m in missing), *problems)
+    run.add(*(Problem(WARNING, f"no session matches '{m}'", kind="no_match") for m in missing), *problems,
+            *filter_problems(filters))
     if app.failed_discovery(found, profiles):
         run.add(NOT_ALL_FOUND)
     filtering = bool(filters and filters.given())

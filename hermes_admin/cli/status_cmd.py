@@ -152,7 +152,8 @@ def status(app: App, profiles, as_json: bool):
     found = app.discover(profiles)
     answer = app.work(Status(), found.profiles)
     labels = app.labels()
-    rows = sorted(_checked(answer), key=lambda r: labels.get(r["home"], r["profile"]))
+    found_at = {str(p.home): n for n, p in enumerate(found.profiles)}  # as every command lists them: each root's
+    rows = sorted(_checked(answer), key=lambda r: found_at.get(r["home"], len(found_at)))  # default, then by name
     upcoming = timer_next() + daemon_next(app.config, now, daemon_state())
     worst = max((health(row)[1] for row in rows), key=RANK.index, default=exitcodes.OK)
     if as_json:

@@ -100,12 +100,28 @@ def trusted(path: Path) -> None:
         raise ConfigError(f"{path}: refusing it as root: {why}")
 
 
+def _mapping(path: Path, what: str, error=None) -> dict:
+    """A config file's mapping; a key written twice in one mapping is refused (YAML would take the
+    last silently), naming its line, as an unknown key is."""
+    error = error or ConfigError
+    try:
+        text = yamlfile.text(path)
+        data = yamlfile.load_mapping(path, what, text=text)
+    except OSError as exc:
+        raise error(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except yamlfile.YAMLRefused as exc:
+        raise error(str(exc), line=exc.line) from None
+    twice = yamlfile.duplicate_keys(text)
+    if twice:
+        key, line = twice[0]
+        raise error(f"{path}:{line}: {key} is written twice (YAML would use the last one silently); keep one",
+                    key=key, line=line)
+    return data
+
+
 def parse(path: Path) -> AdminConfig:
     trusted(path)
-    try:
-        data = yamlfile.load_mapping(path)
-    except yamlfile.YAMLRefused as exc:
-        raise ConfigError(str(exc), line=exc.line) from None
+    data = _mapping(path, "a mapping of keys")
     unknown = sorted(map(str, set(data) - TOP_LEVEL_KEYS))[:10]
     if unknown:
         raise ConfigError(f"{path}: unknown key(s) {', '.join(unknown)}{did_you_mean(unknown[0], TOP_LEVEL_KEYS)} "
@@ -150,8 +166,10 @@ class Problem:
         message = self.message
         if not self.file:
             return message
-        if message.startswith(f"{self.file}: "):
-            message = message[len(self.file) + 2:]
+        for said in (f"{self.file}:{self.line}: ", f"{self.file}: "):  # a message that names its file
+            if message.startswith(said):
+                message = message[len(said):]
+                break
         return f"{self.file}:{self.line}: {message}" if self.line else f"{self.file}: {message}"
 
 
@@ -261,11 +279,10 @@ def load_preset(name: str) -> tuple[dict, Path]:
         path = folder / f"{name}.yaml"
         if path.is_file():
             trusted(path)
-            try:
-                return yamlfile.load_mapping(path, "a mapping (a preset)"), path
-            except yamlfile.YAMLRefused as exc:
-                raise PresetError(str(exc), line=exc.line) from None
-    raise PresetError(f"preset {name!r} not found in {', '.join(str(d) for d in preset_dirs())}")
+            return _mapping(path, "a mapping (a preset)", PresetError), path
+    known = {p.stem for folder in preset_dirs() if folder.is_dir() for p in folder.glob("*.yaml")}
+    raise PresetError(f"preset {name!r} not found in {', '.join(str(d) for d in preset_dirs())}"
+                      + did_you_mean(name, known))
 
 
 

@@ -9,12 +9,14 @@ it tells systemd READY, STOPPING and WATCHDOG.
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import select
 import signal
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 from apscheduler.executors.pool import ThreadPoolExecutor
@@ -38,6 +40,73 @@ TASKS = {"run": ORDER, **{command: (task.name,) for command, task in BY_COMMAND.
 DEFAULT_SCHEDULE = {"run": {"cron": "30 3 * * *", "jitter": 1800}}
 # Past a worker's idle deadline, how long its kill and report may take before the daemon counts its job stuck.
 STUCK_MARGIN_S = 60.0
+MIN_EVERY_S = 1.0  # `every_seconds`: the shortest interval (a job a millisecond is a typo, never a schedule)
+# A warning still there is said again after this long, so that a day of the journal holds it.
+TOLD_AGAIN_S = 86400.0
+
+
+@dataclass
+class Told:
+    """The warnings one scheduled task's jobs have said: a job says a warning when it first appears,
+    when what it says changes (a new key: report.keyed_problems) and once a day while it stays;
+    one that went is said to be gone. Errors and held locks are said by every job."""
+    again_s: float = TOLD_AGAIN_S
+    said: dict = field(default_factory=dict)  # key -> (line, when it was last said)
+
+    def sort(self, warnings: list[tuple[object, str]], now: float) -> tuple[list[str], int, list[str]]:
+        """(the lines to say now, how many are still there as said before, the lines of those gone)."""
+        fresh, known = [], 0
+        for key, line in warnings:
+            if key in self.said and now - self.said[key][1] < self.again_s:
+                known += 1
+                continue
+            fresh.append(line)
+            self.said[key] = (line, now)
+        keys = {key for key, _ in warnings}
+        gone = [line for key, (line, _) in self.said.items() if key not in keys]
+        self.said = {key: value for key, value in self.said.items() if key in keys}
+        return fresh, known, gone
+
+
+class LogLines(io.TextIOBase):
+    """The daemon's stderr as log records: what the rest of hermes-admin says on stderr
+    (`hermes-admin: warning: ...`, a worker's relayed lines, a plugin's note) reaches the journal in
+    the daemon's one format (`LEVEL message`), a record a line."""
+
+    PREFIXES = (("hermes-admin: warning: ", logging.WARNING), ("hermes-admin: error: ", logging.ERROR),
+                ("hermes-admin: ", logging.INFO))
+
+    def __init__(self, logger: logging.Logger, underlying):
+        super().__init__()
+        self._log, self._underlying, self._lock, self._pending = logger, underlying, threading.Lock(), ""
+
+    def writable(self) -> bool:
+        return True
+
+    def isatty(self) -> bool:
+        return self._underlying.isatty()
+
+    def write(self, text: str) -> int:
+        with self._lock:
+            *lines, self._pending = (self._pending + text).split("\n")
+        for line in lines:
+            self._emit(line)
+        return len(text)
+
+    def flush(self) -> None:
+        with self._lock:
+            line, self._pending = self._pending, ""
+        if line:
+            self._emit(line)
+
+    def _emit(self, line: str) -> None:
+        if not line.strip():
+            return
+        for prefix, level in self.PREFIXES:
+            if line.startswith(prefix):
+                self._log.log(level, "%s", line[len(prefix):])
+                return
+        self._log.info("%s", line)
 
 
 class ScheduleError(Exception):
@@ -54,8 +123,11 @@ def trigger_for(task: str, spec) -> CronTrigger | IntervalTrigger:
         raise ScheduleError(f"schedule: unknown task {task!r} (known: {', '.join(TASKS)})")
     if isinstance(spec, dict) and "every_seconds" in spec:
         seconds = spec["every_seconds"]
-        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds <= 0:
-            raise ScheduleError(f"schedule.{task}: every_seconds must be a positive number")
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds >= MIN_EVERY_S \
+                or seconds == float("inf"):
+            raise ScheduleError(f"schedule.{task}: every_seconds must be a number of seconds, at least "
+                                f"{MIN_EVERY_S:g}, not {str(seconds)[:40]!r} (a job starts at most once a second; "
+                                "one still at work when the next is due is coalesced)")
         return IntervalTrigger(seconds=seconds)
     jitter = None
     if isinstance(spec, dict) and "cron" in spec:
@@ -105,6 +177,7 @@ class Daemon:
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_w, False)
         self._reload = False
+        self._told: dict[str, Told] = {}  # per scheduled task: its warnings said so far
 
     def job(self, task: str) -> None:
         """One scheduled run over every profile (the scheduler's job); never raises (a failing one must not
@@ -115,8 +188,16 @@ class Daemon:
             run = self.work(task, started, bool(target))
             for line in report.summary_lines(run, only_changes=not log.isEnabledFor(logging.DEBUG)):
                 log.info(clean(line))
-            for _, line in report.problems(run):  # as `run` says them: one line per failing plugin
+            said = report.keyed_problems(run)  # as `run` says them: one line per failing plugin
+            fresh, known, gone = self._told.setdefault(task, Told()).sort(
+                [(key, line) for severity, key, line in said if severity == "warning"], started)
+            for line in fresh:
                 log.warning(clean(line, 4000))
+            for line in gone:
+                log.info("no longer: %s", clean(line, 4000))
+            for severity, _, line in said:
+                if severity != "warning":
+                    log.error(clean(line, 4000))
             if target:
                 try:
                     why = metrics.write(target, run, run.data.pop("summaries", []))
@@ -126,7 +207,8 @@ class Daemon:
                     if why:
                         log.error("metrics_file %s: refusing it as root: %s; the run was done, its metrics were "
                                   "not written", target, why)
-            log.info("%s finished in %.1f s (exit status %d)", task, time.time() - started, run.exit_code())
+            still = f"; {known} warning(s) as said before" if known else ""
+            log.info("%s finished in %.1f s (exit status %d%s)", task, time.time() - started, run.exit_code(), still)
         except Exception:
             log.exception("%s failed; the daemon goes on", task)
 

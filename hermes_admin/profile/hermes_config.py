@@ -12,12 +12,13 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from hermes_admin import yamlfile
 from hermes_admin.layers import Managed
 from hermes_admin.problems import WARNING, Problem
+from hermes_admin.shown import did_you_mean
 
 DEFAULT_HOOK_TIMEOUT_S = 30.0  # Hermes' own default for plugins.hook_callback_timeout
 # hermes-admin's ceiling for one callback in unattended runs: also what Hermes' "0 = no cap" means here.
@@ -62,6 +63,14 @@ class HermesConfig:
     warnings: list[Problem] = field(default_factory=list)  # each with its file and key
     managed: Managed | None = None  # the managed scope merged into `data`, where the profile's Hermes reads one
     own: dict | None = None  # the file's own sections, as written (None: `data` is the file's alone)
+    # `plugins.hook_callback_timeout` as Hermes reads it, checked once when the file is read (a bad
+    # value warns once, however often the timeout is asked for); None where nothing sets it.
+    own_hook_timeout: float | None = field(default=None, init=False)
+
+    def __post_init__(self):
+        plugins = self.section("plugins")
+        if "hook_callback_timeout" in plugins:
+            self.own_hook_timeout = self._checked_hook_timeout(plugins["hook_callback_timeout"])
 
     def section(self, name: str) -> dict:
         """A section as Hermes reads it (the managed scope's leaves over the file's)."""
@@ -93,22 +102,33 @@ class HermesConfig:
 
     @property
     def sets_hook_timeout(self) -> bool:
-        return "hook_callback_timeout" in self.section("plugins")
+        return self.own_hook_timeout is not None
 
     def hook_timeout_or(self, default: float) -> float:
-        """`plugins.hook_callback_timeout`, else `default` (the installation's, else 30 s); at most 600 s,
-        which is also what 0 (Hermes' "no cap") means for an unattended run; anything but a finite
-        number >= 0 means 30 s, with a warning."""
-        raw = self.section("plugins").get("hook_callback_timeout", default)
-        if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not math.isfinite(raw) or raw < 0:
+        """`plugins.hook_callback_timeout`, else `default` (the installation's, else 30 s), by
+        `hook_seconds`' rule. Asking says nothing: the file's value was checked when it was read."""
+        if self.own_hook_timeout is not None:
+            return self.own_hook_timeout
+        seconds = hook_seconds(default)
+        return DEFAULT_HOOK_TIMEOUT_S if seconds is None else seconds
+
+    def _checked_hook_timeout(self, raw) -> float:
+        seconds = hook_seconds(raw)
+        if seconds is None:
             self.warnings.append(Problem(
                 WARNING, f"plugins.hook_callback_timeout {str(raw)[:40]!r} is not a finite number >= 0; using 30 s",
                 kind="hermes_config", path=self.origin_of("plugins", "hook_callback_timeout"),
                 key="plugins.hook_callback_timeout"))
             return DEFAULT_HOOK_TIMEOUT_S
-        if raw == 0:
-            return MAX_HOOK_TIMEOUT_S
-        return min(float(raw), MAX_HOOK_TIMEOUT_S)
+        return seconds
+
+
+def hook_seconds(raw) -> float | None:
+    """A hook timeout as it is used: at most 600 s, which is also what 0 (Hermes' "no cap") means for
+    an unattended run; None for anything but a finite number >= 0."""
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not math.isfinite(raw) or raw < 0:
+        return None
+    return MAX_HOOK_TIMEOUT_S if raw == 0 else min(float(raw), MAX_HOOK_TIMEOUT_S)
 
 
 def _names(value) -> list[str]:
@@ -155,13 +175,23 @@ def load(home: Path, known: Iterable[str] = (), managed: Managed | None = None) 
     if not os.path.lexists(path):
         return HermesConfig(path, merged({}, managed), managed=managed, own={}) if managed else HermesConfig(path)
     try:
-        data = yamlfile.load_mapping(path, keys=SECTIONS)
+        text = yamlfile.text(path)
+        data = yamlfile.load_mapping(path, keys=SECTIONS, text=text)
+    except OSError as exc:
+        raise HermesConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
     except yamlfile.YAMLRefused as exc:
         raise HermesConfigError(str(exc)) from None
     config = HermesConfig(path, merged(data, managed), managed=managed, own=data) if managed else HermesConfig(path, data)
     unknown = sorted(map(str, set(config.own_section("sessions")) - SESSIONS_KEYS - set(known)))
     if unknown:
         shown = ", ".join(k[:40] for k in unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
-        config.warnings.append(Problem(WARNING, f"sessions: unknown key(s) {shown} (a typo? not used)",
+        config.warnings.append(Problem(WARNING, f"sessions: unknown key(s) {shown}"
+                                       f"{did_you_mean(unknown[0], SESSIONS_KEYS | set(known)) or ' (a typo?)'}; not used",
                                        kind="hermes_config", path=str(path), key=f"sessions.{unknown[0]}"))
+    for key, line in yamlfile.duplicate_keys(text, SECTIONS):  # Hermes' YAML reader takes the last: so do we
+        config.warnings.append(Problem(WARNING, f"{key}: written twice; the last one is used",
+                                       kind="hermes_config", path=str(path), key=key, line=line))
+    # each with the line of its key, as `config check` says it (and every command's JSON)
+    config.warnings[:] = [w if w.line is not None or not w.key or w.path != str(path)  # a managed file's: its own
+                          else replace(w, line=yamlfile.line_of(text, w.key)) for w in config.warnings]
     return config

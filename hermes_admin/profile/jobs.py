@@ -175,14 +175,17 @@ def policy(job: Job, isolated: bool, env: Environment) -> Run:
         text = _small_text(path)
         row["read"] = text is not None  # `config check` names the files it read: not one that is not there
 
-        def problem(kind: str, message: str, key: str | None = None, file: str | None = None) -> None:
+        def problem(kind: str, message: str, key: str | None = None, file: str | None = None,
+                    line: int | None = None) -> None:
             """A problem of the profile's config.yaml, or of the managed file (`file`) merged over it."""
             file = file or str(path)
-            where = text if file == str(path) else _small_text(Path(file))
-            line = yamlfile.line_of(where, key) if key and where else None
+            if line is None:
+                where = text if file == str(path) else _small_text(Path(file))
+                line = yamlfile.line_of(where, key) if key and where else None
             row[kind].append({"file": file, "line": line, "message": message})
 
         lookup = env.installations.for_profile(profile)  # its release's keys and defaults, as `run` reads them
+        row["hermes"] = lookup.as_dict()  # none found: the built-in defaults are not its Hermes' (said by the host)
         try:
             config = load_hermes_config(profile.home, installation.sessions_keys(lookup),
                                         env.installations.managed_for(profile))
@@ -190,9 +193,12 @@ def policy(job: Job, isolated: bool, env: Environment) -> Run:
             problem("problems", str(exc))
             config = None
         if config is not None:
-            config.hook_timeout  # read for what it warns about (a timeout that is not a finite number >= 0)
-            for warning in config.warnings:
-                problem("warnings", warning.text(), warning.key, warning.path)
+            for warning in config.warnings:  # its message: the file and line are the row's own fields
+                problem("warnings", warning.message, warning.key, warning.path, warning.line)
+            if config.plugins_enabled:  # a name no plugin answers to enables nothing: said, as `plugins list` says it
+                from hermes_admin.profile.hooks.listing import plugins_of
+                for message in plugins_of(profile, config, env)[1]:
+                    problem("warnings", message.removeprefix(f"{path}: "), "plugins.enabled")
             for where, key, message in rules.problems(PolicyLayers(), config):  # the admin layers: by the host
                 problem("problems", message, f"sessions.{key}" if key else "sessions", where.file)
             try:
@@ -362,9 +368,9 @@ def usage(job: Job, isolated: bool, env: Environment) -> Run:
         try:  # the exports `exports list` shows for this profile, whatever else shares its folder
             settings = export_settings(profile, job.layers_of(profile), env.installations)
             exported = exports.listed_bytes(profile, settings)
-        except exports.ExportError as exc:
+        except exports.ExportError as exc:  # a value, as every problem (run.problems holds Problems only)
             exported = 0
-            warnings.append(f"profile '{profile.shown}': {exc}")
+            warnings.append(about(profile, WARNING, "exports", exc.strerror or str(exc), path=exc.filename))
         sqlite, warning = sqlite_of(profile, journal_mode(store), env.installations)
         warnings.extend([warning] if warning else [])
         return [dict(profile_usage(profile, store, exported, held_by(store)), sqlite=sqlite)]

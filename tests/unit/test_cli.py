@@ -8,7 +8,7 @@ import pytest
 
 from tests.conftest import counts, store_digest
 
-KEYS = ["name", "home", "store", "ok", "error", "schema_version", "journal_mode", "sessions", "messages",
+KEYS = ["profile", "name", "home", "store", "ok", "error", "schema_version", "journal_mode", "sessions", "messages",
         "archived", "live", "empty", "store_bytes", "wal_bytes", "last_activity", "auto_vacuum",
         "reclaimable_bytes", "reclaim_waits_for", "hermes", "policy", "policy_error",
         "stale_open", "sqlite", "broken_holds"]
@@ -206,3 +206,14 @@ def test_a_narrow_terminal_gets_click_s_own_help():
     done = subprocess.run([sys.executable, "-m", "hermes_admin", "--help"], capture_output=True, text=True,
                           env=dict(os.environ, COLUMNS="60"))
     assert done.returncode == 0 and max(map(len, done.stdout.splitlines())) <= 60
+
+def test_every_listing_json_names_a_profile_by_the_same_key(synth_root, invoke):
+    """`profile` everywhere; `profiles --json` keeps `name` beside it for scripts written against it."""
+    root, _ = synth_root
+    for command, key in ((["profiles"], "profiles"), (["usage"], "profiles"), (["sessions", "list"], "sessions"),
+                         (["status"], "profiles"), (["plugins", "list"], "installations")):
+        doc = json.loads(invoke("--root", str(root), *command, "--json").stdout)
+        rows = doc[key]
+        assert rows and all(isinstance(r.get("profile"), str) for r in rows), (command, rows[:1])
+    profiles = json.loads(invoke("--root", str(root), "profiles", "--json").stdout)["profiles"]
+    assert all(r["name"] == r["profile"] for r in profiles)

@@ -60,7 +60,7 @@ def test_a_bad_duration_is_a_usage_error_naming_the_syntax(synth_root, invoke):
 def test_older_than_is_what_the_dry_run_says(synth_root, invoke):
     root, _ = synth_root
     result = invoke("--root", str(root), "purge", "--older-than", "10mo", "--dry-run", "-p", "work")
-    assert "inactive over 300 days" in result.stdout and "retention_days 300 (--older-than)" in result.stdout
+    assert "inactive over 300 days" in result.stdout and "set in --older-than: retention_days 300d" in result.stdout
 
 
 def test_config_durations_and_a_losing_layer(synth_root, invoke, tmp_path):
@@ -73,3 +73,22 @@ def test_config_durations_and_a_losing_layer(synth_root, invoke, tmp_path):
     config.write_text("defaults: {retention_days: 120 parsecs}\nprofiles: {work: {retention_days: 30}}\n")
     result = invoke("--root", str(root), "--config", str(config), "run", "--dry-run", "-p", "work")
     assert result.exit_code == 78 and "defaults: retention_days: '120 parsecs' is not a duration" in result.stderr
+
+
+def test_a_minimum_of_0_is_said_once_with_what_0_means():
+    from hermes_admin.durations import DurationError, read
+
+    with pytest.raises(DurationError) as caught:
+        read("quick_check_hours", -5)
+    assert str(caught.value) == "-5 is under its minimum, 0 (every run)"
+    with pytest.raises(DurationError) as caught:
+        read("empty_min_age_hours", -1)
+    assert str(caught.value) == "-1 is under its minimum, 0"
+
+
+def test_exports_prune_says_what_0_means_for_it_not_for_the_config_key(tmp_path, invoke):
+    (tmp_path / "h").mkdir()
+    result = invoke("--root", str(tmp_path / "h"), "exports", "prune", "--older-than", "1m", "--dry-run")
+    assert result.exit_code == 2  # click's usage error in-process (the console script says 64)
+    assert "1m is under its minimum, 1d, or 0 (every export, with --force)" in result.stderr
+    assert "export only units deleted in several steps" not in result.stderr

@@ -118,3 +118,116 @@ def test_a_restore_a_failure_cuts_short_reports_what_it_put_back(synth_root, inv
     assert [d["session_id"] for d in restored["done"]] == calls[:1]
     assert any(note.startswith("stopped by: OSError") for note in restored["notes"])
     assert calls[0] in row_ids(home_of(root, "work") / "state.db")
+
+
+def _files_of(folder) -> dict[str, tuple[bytes, int]]:
+    return {p.name: (p.read_bytes(), int(p.stat().st_mtime)) for p in folder.iterdir() if p.is_file()}
+
+
+def test_restore_brings_back_the_transcript_files_the_delete_removed(synth_root, invoke):
+    """The export carries each session's files in sessions/; restore puts them back, byte for byte,
+    with their times (and a binary one too)."""
+    root, _ = synth_root
+    sessions = home_of(root, "work") / "sessions"
+    before = _files_of(sessions)
+    doc = purge(invoke, root, "-p", "work")
+    removed = [path for r in doc["results"] for path in r["files_removed"]]
+    assert removed and not any((sessions / os.path.basename(p)).exists() for p in removed)
+    (export,) = [r["export"] for r in doc["results"] if r["export"]]
+
+    dry = invoke("--root", str(root), "restore", export, "-p", "work", "--dry-run", "--json")
+    assert dry.exit_code == 0, dry.stderr
+    assert not any((sessions / os.path.basename(p)).exists() for p in removed)  # a dry run writes nothing
+
+    back = invoke("--root", str(root), "restore", export, "-p", "work", "--yes")
+    assert back.exit_code == 0, back.stdout + back.stderr
+    assert "file(s) put back into" in back.stdout and "stay gone" not in back.stdout
+    after = _files_of(sessions)
+    for path in removed:
+        name = os.path.basename(path)
+        assert after[name] == before[name], name
+        assert (sessions / name).stat().st_mode & 0o077 == 0
+    again = invoke("--root", str(root), "restore", export, "-p", "work", "--yes", "--json")
+    assert json.loads(again.stdout)["warnings"] == []  # its own files found there again are no news
+
+
+def test_a_file_not_utf8_goes_and_comes_back_byte_for_byte(synth_root, invoke):
+    root, kinds = synth_root
+    sessions = home_of(root, "work") / "sessions"
+    sid = kinds["work"]["old_ended"][0]
+    raw = bytes(range(256)) * 300  # more than one piece (transcripts.PIECE) of base64
+    text = ('{"m": "é€😀 \\ \u2028 \\"x\\""}\n' * 9000).encode()  # pieces end inside characters
+    (sessions / f"{sid}.jsonl").write_bytes(raw)
+    (sessions / f"{sid}.json").write_bytes(text)
+    doc = purge(invoke, root, "-p", "work")
+    assert not (sessions / f"{sid}.jsonl").exists()
+    (export,) = [r["export"] for r in doc["results"] if r["export"]]
+    back = invoke("--root", str(root), "restore", export, "-p", "work", "--session", sid, "--yes")
+    assert back.exit_code == 0, back.stderr
+    assert (sessions / f"{sid}.jsonl").read_bytes() == raw
+    assert (sessions / f"{sid}.json").read_bytes() == text
+
+
+def test_an_export_made_before_files_were_carried_restores_and_says_so(synth_root, invoke, tmp_path):
+    """Old exports stay restorable: the rows come back, and the restore says the files stay gone."""
+    import gzip
+
+    root, _ = synth_root
+    before = row_ids(home_of(root, "work") / "state.db")
+    doc = purge(invoke, root, "-p", "work")
+    (export,) = [r["export"] for r in doc["results"] if r["export"]]
+    records = [json.loads(line) for line in gzip.open(export, "rt")]
+    assert all("files" in r for r in records)
+    old = tmp_path / "old" / "20261101T000000Z-work-0badc0de.jsonl.gz"
+    old.parent.mkdir()
+    with gzip.open(old, "wt") as out:  # as an earlier version wrote it: no `files`, no manifest
+        for record in records:
+            record.pop("files")
+            out.write(json.dumps(record) + "\n")
+    back = invoke("--root", str(root), "restore", str(old), "-p", "work", "--yes")
+    assert back.exit_code == 0, back.stderr
+    assert row_ids(home_of(root, "work") / "state.db") == before
+    assert "made before exports carried the files" in back.stdout
+
+
+def test_an_export_naming_a_file_outside_its_session_puts_nothing_there(tmp_path):
+    from hermes_admin.profile.engine.transcripts import put_back
+
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    sid = "20261201_120000_abcdef"
+    items = [{"name": "../escape.json", "text": "x"}, {"name": "20261201_120000_other.json", "text": "x"},
+             {"name": "sessions.json", "text": "x"}, {"name": f"{sid}.jsonl", "text": "ok", "mtime": 1e9},
+             {"name": f"{sid}.json", "bytes": "not base64!"}]
+    put, left = put_back(folder, sid, items, dry_run=False)
+    assert put == 1 and [p.name for p in folder.iterdir()] == [f"{sid}.jsonl"]
+    assert (folder / f"{sid}.jsonl").stat().st_mtime == 1e9
+    assert len(left) == 4 and not (tmp_path / "escape.json").exists()
+    (folder / f"{sid}.json").symlink_to(tmp_path / "target")
+    put, left = put_back(folder, sid, [{"name": f"{sid}.json", "text": "x"}], dry_run=False)
+    assert put == 0 and not (tmp_path / "target").exists()  # never through a link
+
+
+def test_files_past_the_exports_bound_are_said_when_the_delete_removes_them(synth_root, invoke, monkeypatch):
+    from hermes_admin.profile.engine import transcripts
+
+    root, kinds = synth_root
+    monkeypatch.setattr(transcripts, "FILES_MAX", 1000)
+    sessions = home_of(root, "work") / "sessions"
+    sid = kinds["work"]["old_ended"][0]
+    (sessions / f"{sid}.jsonl").write_bytes(b"x" * 2000)
+    doc = purge(invoke, root, "-p", "work")
+    assert doc["exit_code"] == 1
+    [line] = [w for r in doc["results"] for w in r["files_skipped"] if f"{sid}.jsonl" in w]
+    assert "not in the export" in line and "restore cannot bring it back" in line
+    assert not (sessions / f"{sid}.jsonl").exists()
+
+
+def test_prune_says_the_limit_it_went_by_apart_from_each_exports_own_size(synth_root, invoke):
+    root, _ = synth_root
+    purge(invoke, root)
+    budget = invoke("--root", str(root), "exports", "prune", "--max-size", "1k", "--dry-run")
+    lines = [line for line in budget.stdout.splitlines() if "would be removed (" in line]
+    assert lines and all("(its owner's exports take over 1.0 KiB (--max-size); it takes " in line for line in lines)
+    aged = invoke("--root", str(root), "exports", "prune", "--older-than", "0", "--force", "--dry-run")
+    assert "(older than 0 (--older-than); it takes " in aged.stdout

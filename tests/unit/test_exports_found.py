@@ -119,10 +119,10 @@ def test_exports_of_a_renamed_profile_folder(synth_root, invoke):
     assert usage["profiles"][0]["files"]["exports"] == listed["bytes"]
 
     refused = invoke("--root", str(root), "restore", export["id"], "--yes")
-    assert refused.exit_code != 0 and "--other-profile" in refused.stderr
+    assert refused.exit_code == 2 and "--other-profile" in refused.stderr  # refused for safety (README's table)
     done = invoke("--root", str(root), "restore", export["id"], "--other-profile", "--yes")
-    assert done.exit_code == 0, done.stderr
-    assert "restored into this one as asked" in done.stdout
+    assert done.exit_code == 1, done.stderr  # done, and warned: another profile's conversations are here now
+    assert "warning: profile 'work2': " in done.stderr and "restored into this one as asked" in done.stderr
 
     old = age(Path(listed["file"]), 8)
     ran = json.loads(invoke("--root", str(root), "run", "--yes", "--json").stdout)

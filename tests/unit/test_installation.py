@@ -248,7 +248,8 @@ def test_a_key_of_the_installed_release_is_never_unknown(tmp_path, invoke):
     (root / "config.yaml").write_text("sessions:\n  show_subagents: true\n  brand_new_key: 2\n  auto_prun: true\n")
     doc = json.loads(invoke("--root", str(root), *_admin(tmp_path, python), "run", "--dry-run", "--json").stdout)
     assert [w for w in doc["warnings"] if "unknown key" in w] == [
-        f"{root / 'config.yaml'}: sessions: unknown key(s) auto_prun (a typo? not used)"]
+        f"profile 'default': {root / 'config.yaml'}:4: sessions: unknown key(s) auto_prun (did you mean "
+        "'auto_prune'?); not used"]
 
     alone = invoke("--root", str(root), *_admin(tmp_path, "hermes-admin"), "run", "--dry-run", "--json")
     (warning,) = [w for w in json.loads(alone.stdout)["warnings"] if "unknown key" in w]

@@ -107,6 +107,24 @@ def test_show_and_the_dry_run_name_each_value_s_layer(synth_root, invoke, tmp_pa
     shown = invoke(*args, "config", "show", "--origin", "-p", "work").stdout
     assert f"{admin}: profiles.work.export_keep_days" in shown and f"{preset}: auto_archive_days" in shown
     dry = invoke(*args, "run", "--dry-run", "-p", "work").stdout
-    assert (f"set: auto_prune true ({own}: sessions.auto_prune); retention_days 120 ({admin}: "
-            f"defaults.retention_days); auto_archive true ({preset}: auto_archive); auto_archive_days 9 "
-            f"({preset}: auto_archive_days); export_keep_days 3 ({admin}: profiles.work.export_keep_days)") in dry
+    # a line per place the values were set in, each value as `config show` says it
+    assert f"  set in {own}: sessions: auto_prune true\n" in dry
+    assert f"  set in {admin}: defaults: retention_days 120d\n" in dry
+    assert f"  set in {preset}: auto_archive true; auto_archive_days 9d\n" in dry
+    assert f"  set in {admin}: profiles.work: export_keep_days 3d\n" in dry
+    assert "{" not in dry and all(len(line) < 200 for line in dry.splitlines() if line.startswith("  set in "))
+
+
+def test_a_dry_runs_set_lines_say_each_place_once_and_no_python_values():
+    from hermes_admin.cli.mutate import set_lines
+
+    policy = {"retention_days": 30.0, "source_retention_days": {"cron": 7.0, "telegram": 60.0}, "max_store_mb": 100,
+              "auto_prune": True, "min_keep_days": 7.0}
+    origins = {"retention_days": "/etc/a.yaml: defaults.retention_days",
+               "source_retention_days": "/etc/a.yaml: defaults.source_retention_days",
+               "max_store_mb": "/etc/a.yaml: defaults.max_store_mb", "auto_prune": "--older-than",
+               "min_keep_days": "built-in"}
+    assert set_lines(origins, policy, "/h") == [
+        "  set in /etc/a.yaml: defaults: retention_days 30d; source_retention_days cron 7d, telegram 60d; "
+        "max_store_mb 100",
+        "  set in --older-than: auto_prune true"]

@@ -211,3 +211,15 @@ def test_sessions_delete_and_archive_by_filters_and_ids_from(synth_root, invoke,
     assert piped.exit_code == 0 and k["revived"][0] not in row_ids(db)
     nothing = invoke("--root", str(root), "sessions", "delete")
     assert nothing.exit_code == 2 and "at least one session id" in nothing.stderr
+
+
+def test_a_source_hermes_never_writes_is_said_with_the_nearest(synth_root, invoke):
+    root, _ = synth_root
+    result = invoke("--root", str(root), "purge", "--source", "crn", "--older-than", "30", "--dry-run", "--json")
+    assert result.exit_code == 1, result.stderr
+    [problem] = [p for p in json.loads(result.stdout)["problems"] if p["kind"] == "unknown_source"]
+    assert "(did you mean 'cron'?)" in problem["message"]
+    assert "did you mean 'cron'" in invoke("--root", str(root), "sessions", "delete", "--source", "crn",
+                                           "--before", "30d", "--dry-run").stderr
+    known = invoke("--root", str(root), "purge", "--source", "cron", "--older-than", "30", "--dry-run")
+    assert "not a source Hermes writes" not in known.stderr

@@ -46,7 +46,10 @@ def test_triggers(spec, expected):
 @pytest.mark.parametrize("task, spec, message", [
     ("run", "0 3 * * 1", "by name"),
     ("run", "0 3 * *", "5-field"),
-    ("run", {"every_seconds": 0}, "positive"),
+    ("run", {"every_seconds": 0}, "at least 1"),
+    ("run", {"every_seconds": 0.001}, "at least 1, not '0.001'"),
+    ("run", {"every_seconds": float("nan")}, "at least 1"),
+    ("run", {"every_seconds": "20"}, "a number of seconds"),
     ("run", 42, "crontab string"),
     ("nap", "0 3 * * *", "unknown task"),
     ("run", "99 3 * * *", "99"),
@@ -309,3 +312,83 @@ def test_metrics_carry_last_success_and_plugin_failures(synth_root, tmp_path, in
     assert second[key] == first[key]  # the last success outlives a failing run
     assert second[f'hermes_admin_run_errors_total{{profile="work",home="{work}"}}'] == 1
     list(text_string_to_metric_families(target.read_text()))
+
+
+def test_the_daemon_says_a_warning_when_it_appears_when_it_changes_and_when_it_goes(synth_root, caplog):
+    """Not the same warnings every job: once, again when what it says changes, `no longer` once gone."""
+    import logging
+
+    from hermes_admin.host.config import AdminConfig
+    from hermes_admin.host.daemon import Daemon
+
+    root, _ = synth_root
+    config = root / "profiles" / "work" / "config.yaml"
+    daemon = Daemon(load_config=AdminConfig, roots_given=(str(root),))
+
+    def job() -> list[tuple[int, str]]:
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="hermes_admin.daemon"):
+            daemon.job("run")
+        return [(r.levelno, r.getMessage()) for r in caplog.records]
+
+    config.write_text("plugins:\n  hook_callback_timeout: soon\n")
+    first = job()
+    assert [m for level, m in first if level == logging.WARNING and "hook_callback_timeout 'soon'" in m]
+    second = job()
+    assert not [m for level, m in second if level == logging.WARNING], second
+    assert any("warning(s) as said before" in m for _, m in second)
+    config.write_text("plugins:\n  hook_callback_timeout: later\n")
+    third = job()
+    assert [m for level, m in third if level == logging.WARNING and "'later'" in m], third
+    assert any(m.startswith("no longer: ") and "'soon'" in m for _, m in third)
+    config.write_text("plugins:\n  hook_callback_timeout: 5\n")
+    fourth = job()
+    assert not [m for level, m in fourth if level == logging.WARNING]
+    assert any(m.startswith("no longer: ") and "'later'" in m for _, m in fourth)
+    assert not any("as said before" in m for _, m in fourth)
+
+
+def test_a_warning_still_there_is_said_again_once_a_day():
+    from hermes_admin.host.daemon import Told
+
+    told = Told()
+    assert told.sort([("k", "a warning")], 0.0) == (["a warning"], 0, [])
+    assert told.sort([("k", "a warning")], 3600.0) == ([], 1, [])
+    assert told.sort([("k", "a warning")], 86400.0) == (["a warning"], 0, [])
+
+
+def test_the_daemons_stderr_is_log_records_in_its_one_format():
+    """A line any part of hermes-admin writes on stderr reaches the journal as `LEVEL message`."""
+    import io
+    import logging
+
+    from hermes_admin.host.daemon import LogLines
+
+    out = io.StringIO()
+    logger = logging.getLogger("test.daemon.lines")
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    lines = LogLines(logger, io.StringIO())
+    print("hermes-admin: warning: profile 'w': x", file=lines)
+    lines.write("hermes-admin: alice: waiting for the store")
+    lines.write(" (2 s)\nhermes-admin: error: profile 'w': y\n")
+    print("a traceback line", file=lines)
+    assert out.getvalue().splitlines() == [
+        "WARNING profile 'w': x", "INFO alice: waiting for the store (2 s)", "ERROR profile 'w': y",
+        "INFO a traceback line"]
+
+
+def test_systemd_print_warns_of_tmp_paths_beside_private_tmp(tmp_path, invoke):
+    """A root, config or export folder under /tmp is invisible to a unit with PrivateTmp=yes."""
+    root = tmp_path / "h"
+    root.mkdir()
+    printed = invoke("--root", str(root), "systemd", "print")
+    assert printed.exit_code == 0
+    assert str(root).startswith("/tmp/") or str(root).startswith("/var/tmp/")
+    lines = [line for line in printed.stderr.splitlines() if "PrivateTmp=yes" in line]
+    assert lines and all(str(root) in line and "never sees that path" in line for line in lines)
+    assert {line.split(": ")[2] for line in lines} >= {"hermes-admin.service", "hermes-admin-daemon.service"}
+    elsewhere = invoke("--root", "/srv/hermes", "systemd", "print")
+    assert "PrivateTmp" not in elsewhere.stderr

@@ -103,7 +103,9 @@ def test_hook_timeout_setting(raw, expected):
     plugins = {} if raw is None else {"hook_callback_timeout": raw}
     config = HermesConfig(Path("config.yaml"), {"plugins": plugins})
     assert config.hook_timeout == expected
-    assert bool(config.warnings) == (raw is not None and raw not in (2, 0, 900))
+    assert config.hook_timeout_or(12) == expected if raw is not None else config.hook_timeout_or(12) == 12
+    assert config.hook_timeout == expected  # asked again: the same value, and no second warning
+    assert len(config.warnings) == (raw is not None and raw not in (2, 0, 900))
 
 
 def test_plugins_list_command(root, invoke):
@@ -238,3 +240,15 @@ def test_a_replayed_events_plugin_failure_is_a_hook_failure_folded_with_the_runs
     assert doc["warnings"] == [] and not any(p["kind"] == "replay" for p in doc["problems"])
     said = [line for line in result.stderr.splitlines() if "plugin raiser" in line]
     assert len(said) == 1 and said[0].endswith("(and 1 more time(s) this run)"), result.stderr
+
+
+def test_an_enabled_name_no_plugin_answers_to_is_said_with_the_nearest(root, invoke):
+    (root / "config.yaml").write_text("plugins:\n  enabled: recordr\n")
+    listed = invoke("--root", str(root), "plugins", "list", "--json")
+    [warning] = [w for w in json.loads(listed.stdout)["warnings"] if "plugins.enabled" in w]
+    assert "'recordr', which no plugin of this profile is (did you mean 'recorder'?)" in warning
+    check = invoke("--root", str(root), "config", "check")
+    assert check.exit_code == 1
+    assert f"{root / 'config.yaml'}:2: plugins.enabled names 'recordr'" in check.stderr
+    (root / "config.yaml").write_text("plugins:\n  enabled: [recorder]\n")
+    assert "plugins.enabled" not in invoke("--root", str(root), "config", "check").stderr

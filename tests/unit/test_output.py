@@ -190,3 +190,26 @@ def test_a_column_whose_every_value_is_too_long_goes_under_the_rows_entire(termi
     lines = terminal.getvalue().splitlines()
     assert "↓" not in terminal.getvalue() and "source" in lines[0]
     assert lines[2].split() == ["20261203_144231_4d2ffb", "cli"] and lines[3] == f"  profile: {label}"
+
+
+def test_at_80_columns_counts_and_sizes_stay_ahead_of_paths_and_hidden_columns_are_named(terminal):
+    """`profiles` with a long home: the home goes under its row before a count or a size is hidden,
+    and a line names the columns not shown."""
+    from hermes_admin.cli.profiles_cmd import COLUMNS
+
+    home = "/home/alice-with-a-long-name/.hermes/profiles/work"
+    tables.show(COLUMNS, [["work", home, "yes", 31, "delete", 1234, 56789, 3, 1, 0, 2, "260.0 KiB", "0 B",
+                           "2026-12-06 15:42", "0.22.2"]])
+    lines = terminal.getvalue().splitlines()
+    assert all(len(line) <= 80 for line in lines), terminal.getvalue()
+    assert lines[0].split()[:4] == ["profile", "ok", "sessions", "messages"] and "store" in lines[0]
+    assert "1234" in lines[2] and "56789" in lines[2] and "260.0 KiB" in lines[2]
+    assert lines[3] == f"  home: {home}"
+    note = " ".join(lines[4:])
+    assert note.startswith("(not shown at 80 columns: ") and "hermes" in note and "journal" in note
+    assert "sessions" not in note and "home" not in note
+
+
+def test_a_table_that_fits_says_nothing_of_hidden_columns(terminal):
+    tables.show([tables.Column("profile", whole=True), tables.Column("n", drop=1)], [["work", 3]])
+    assert "not shown" not in terminal.getvalue()

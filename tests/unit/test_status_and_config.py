@@ -146,6 +146,9 @@ def test_config_check_reads_the_plugin_keys_too(synth_root, invoke):
     result = invoke("--root", str(root), "config", "check")
     assert result.exit_code == 1  # a warning: Hermes' own default applies
     assert f"{home_of(root, 'work') / 'config.yaml'}:3: plugins.hook_callback_timeout" in result.stderr
+    assert result.stderr.count("plugins.hook_callback_timeout") == 1  # said once, however often it is read
+    ran = invoke("--root", str(root), "run", "-p", "work", "--yes")  # the engine and the policy both read it
+    assert ran.stderr.count("plugins.hook_callback_timeout") == 1, ran.stderr
 
 
 def test_the_next_run_says_whether_anything_will_run_it():
@@ -165,3 +168,85 @@ def test_the_next_run_says_whether_anything_will_run_it():
     assert next_text(timer) == "Fri 2026-12-04 03:31:07 UTC (active)"
     assert next_text(dict(timer, next=None, active="inactive")) == "none (inactive)"
     assert next_text(dict(timer, next=None, active="not loaded")) == "none (not loaded)"
+
+
+def test_config_show_and_check_say_when_no_hermes_installation_is_found(synth_root, invoke):
+    """Without a Hermes, the built-in defaults are not Hermes' own: both commands say so, once a root."""
+    root, _ = synth_root
+    for command in (["config", "show"], ["config", "check"]):
+        result = invoke("--root", str(root), *command)
+        assert result.exit_code == 0, result.stderr
+        assert result.stderr.count(f"no Hermes installation found for {root}") == 1, result.stderr
+        assert result.stderr.count("Hermes 0.19.0's as hermes-admin knows them") == 1
+    doc = json.loads(invoke("--root", str(root), "config", "show", "--json").stdout)
+    assert any("no Hermes installation found" in n for n in doc["notes"])
+    assert all(p["hermes"]["installation"] is None for p in doc["profiles"])
+    assert json.loads(invoke("--root", str(root), "config", "check", "--json").stdout)["notes"]
+
+
+def test_plugins_list_says_the_installation_once_for_the_profiles_it_serves(synth_root, invoke):
+    root, _ = synth_root
+    result = invoke("--root", str(root), "plugins", "list")
+    lines = [line for line in result.stderr.splitlines() if "no Hermes installation found" in line]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("hermes-admin: default, legacy, work: no Hermes installation found")
+
+
+def test_a_profiles_config_warnings_carry_their_profile_and_line_in_every_json(synth_root, invoke):
+    root, _ = synth_root
+    config = home_of(root, "work") / "config.yaml"
+    config.write_text("sessions:\n  retention_dayz: 3\n  auto_prune: false\n  auto_prune: true\n"
+                      "plugins:\n  hook_callback_timeout: soon\n")
+    doc = json.loads(invoke("--root", str(root), "run", "-p", "work", "--yes", "--json").stdout)
+    by_key = {p["key"]: p for p in doc["problems"] if p["kind"] == "hermes_config"}
+    assert by_key["sessions.retention_dayz"]["line"] == 2 and "did you mean 'retention_days'" in \
+        by_key["sessions.retention_dayz"]["message"]
+    assert by_key["sessions.auto_prune"]["line"] == 4 and "written twice" in by_key["sessions.auto_prune"]["message"]
+    assert by_key["plugins.hook_callback_timeout"]["line"] == 6
+    assert all(p["profile"] == "work" and p["path"] == str(config) for p in by_key.values())
+    check = json.loads(invoke("--root", str(root), "config", "check", "--json").stdout)
+    assert {(w["line"], w["message"].split()[0].rstrip(":")) for w in check["warnings"]} >= {
+        (2, "sessions"), (4, "sessions.auto_prune"), (6, "plugins.hook_callback_timeout")}
+
+
+def test_a_key_written_twice_in_the_admin_config_or_a_preset_is_refused_with_its_line(synth_root, invoke, tmp_path):
+    root, _ = synth_root
+    admin = tmp_path / "admin.yaml"
+    admin.write_text("defaults:\n  retention_days: 30\n  retention_days: 40\n")
+    result = invoke("--root", str(root), "--config", str(admin), "config", "check")
+    assert result.exit_code == 78
+    assert f"{admin}:3: defaults.retention_days is written twice" in result.stderr
+    ran = invoke("--root", str(root), "--config", str(admin), "run", "--dry-run")
+    assert ran.exit_code == 78 and f"{admin}:3: defaults.retention_days is written twice" in ran.stderr
+
+
+def test_an_unknown_preset_is_answered_with_the_nearest(synth_root, invoke, tmp_path):
+    root, _ = synth_root
+    admin = tmp_path / "admin.yaml"
+    admin.write_text("profiles:\n  work:\n    preset: leen\n")
+    result = invoke("--root", str(root), "--config", str(admin), "config", "check")
+    assert result.exit_code == 78 and f"{admin}:3: preset 'leen' not found" in result.stderr
+    assert "(did you mean 'lean'?)" in result.stderr
+
+
+def test_status_lists_the_profiles_in_the_order_every_command_does(tmp_path, invoke, now):
+    from hermes_admin.synth.scenario import build_root
+
+    root = tmp_path / "h"
+    build_root(root, {"work": 22, "default": 30, "alpha": 22}, now=now)
+    order = [r["profile"] for r in json.loads(invoke("--root", str(root), "profiles", "--json").stdout)["profiles"]]
+    assert order == ["default", "alpha", "work"]
+    status = json.loads(invoke("--root", str(root), "status", "--json").stdout)
+    assert [r["profile"] for r in status["profiles"]] == order
+
+
+def test_a_profiles_policy_error_carries_its_file_key_and_line_in_runs_json(synth_root, invoke):
+    """What `config check` says with its line, `run --json` carries as fields too (line was null)."""
+    root, _ = synth_root
+    config = home_of(root, "work") / "config.yaml"
+    config.write_text("model: x\nsessions:\n  retention_days: 0\n")
+    doc = json.loads(invoke("--root", str(root), "run", "-p", "work", "--dry-run", "--json").stdout)
+    [problem] = [p for p in doc["problems"] if p["kind"] == "policy"]
+    assert (problem["path"], problem["key"], problem["line"]) == (str(config), "sessions.retention_days", 3)
+    assert problem["message"] == "sessions: retention_days: 0 is under its minimum, 1d" and problem["skipped"]
+    assert doc["exit_code"] == 2

@@ -30,9 +30,30 @@ def test_usage_adds_up_to_each_stores_files_and_changes_nothing(synth_root, invo
     assert doc["host_bytes"] == sum(sum(r["files"].values()) for r in doc["profiles"])
     assert list(doc["roots"]) == [str(root)]
     assert store_digest(root) == before  # read-only
-    human = invoke("--root", str(root), "usage")
+    human = invoke("--root", str(root), "usage", "--detail")
     assert human.exit_code == 0 and "FTS5 index messages_fts" in human.stdout and "host:" in human.stdout
     assert "\ttotal\t" in human.stdout
+    assert human.stdout.count("profile\t") == 1  # piped: one table, the detail (each profile's total in it)
+
+
+def test_usage_says_a_summary_per_profile_first_and_the_parts_with_detail(synth_root, invoke):
+    """A `du -sh` habit: one line a profile (total, store, free pages, WAL, files, exports), then the
+    totals; each table and index only with --detail. The JSON holds everything either way."""
+    from hermes_admin.report import human_bytes
+
+    root, _ = synth_root
+    doc = json.loads(invoke("--root", str(root), "usage", "--json").stdout)
+    short = invoke("--root", str(root), "usage")
+    assert short.exit_code == 0, short.stderr
+    lines = short.stdout.splitlines()
+    assert lines[0].split("\t") == ["profile", "total", "state.db", "free pages", "wal+shm", "sessions/", "exports"]
+    rows = {line.split("\t")[0]: line.split("\t") for line in lines[1:4]}
+    assert set(rows) == {"default", "work", "legacy"}
+    for row in doc["profiles"]:
+        assert rows[row["profile"]][1:3] == [human_bytes(row["total_bytes"]), human_bytes(row["files"]["state_db"])]
+    assert "FTS5 index" not in short.stdout and "sources:" not in short.stdout and "host:" in short.stdout
+    assert len(lines) <= 3 + 1 + 2  # a header, a line a profile, the root and the host
+    assert json.loads(invoke("--root", str(root), "usage", "--json", "--detail").stdout)["profiles"] == doc["profiles"]
 
 
 def test_usage_of_a_garbage_store_is_that_profiles_error(synth_root, invoke):
@@ -62,3 +83,18 @@ def test_usage_totals_each_root_apart_and_the_host_over_both(synth_root, invoke,
         assert sum(sums.values()) == sum(sum(r["files"].values()) for r in mine)
     assert doc["host_bytes"] == sum(sum(s.values()) for s in doc["roots"].values())
     assert len([r for r in doc["profiles"] if r["profile"] == "default"]) == 2  # two roots' defaults kept apart
+
+
+def test_usage_with_an_export_folder_that_is_a_file_warns_and_goes_on(synth_root, invoke):
+    """The export folder a file (a typo'd `export_dir`, a stray file): a warning naming it, never a crash."""
+    root, _ = synth_root
+    own = home_of(root, "work") / ".hermes-admin"
+    own.mkdir(exist_ok=True)
+    (own / "exports").write_text("not a folder")
+    result = invoke("--root", str(root), "usage", "--json")
+    assert result.exit_code == 0, result.stdout + result.stderr  # a listing command: warnings leave it 0
+    doc = json.loads(result.stdout)
+    assert {r["profile"] for r in doc["profiles"]} == {"default", "work", "legacy"}
+    [warning] = doc["warnings"]
+    assert warning.startswith("profile 'work': ") and "exports: cannot list the export folder" in warning
+    assert "[Errno" not in warning

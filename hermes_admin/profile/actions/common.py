@@ -161,7 +161,7 @@ def with_engine(run: Run, profile: Profile, env: Environment, work: Callable[[En
     try:
         with engine:
             if engine.config is not None:  # each names its file and key
-                run.add(*(replace(w, home=str(profile.home)) for w in engine.config.warnings))
+                run.add(*(replace(w, profile=profile.shown, home=str(profile.home)) for w in engine.config.warnings))
             done += engine.recovered  # units an interrupted run left half-deleted, finished or restored
             done += work(engine)
             worked = True

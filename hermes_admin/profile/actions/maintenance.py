@@ -13,6 +13,7 @@ done (rows closed as stale are closed for them), so it predicts the run.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from dataclasses import dataclass, replace
 from itertools import islice
 from typing import Callable, Iterator
@@ -518,14 +519,40 @@ def _policy(run: Run, profile: Profile, layers: PolicyLayers, request: Request,
         config = load_hermes_config(profile.home, installation.sessions_keys(lookup), installations.managed_for(profile))
         policy, origins = with_origins(profile.shown, layers, config,
                                        installed=installation.defaults_layer(lookup))
-    except (HermesConfigError, PolicyError) as exc:
+    except HermesConfigError as exc:
         run.add(about(profile, ERROR, "policy", str(exc), skipped=True))
+        return None
+    except PolicyError as exc:  # each problem with its file, key and line, as `config check` says them
+        run.add(*(_policy_problems(profile, layers, config) or [about(profile, ERROR, "policy", str(exc), skipped=True)]))
         return None
     policy, origins = applied(policy, origins, request)
     shown = dict(policy.as_dict(), origins=origins)
     shown["hook_callback_timeout"], origins["hook_callback_timeout"] = installation.hook_timeout(config, lookup)
     run.policies[str(profile.home)] = {"profile": profile.name, **shown, "hermes": lookup.as_dict()}
     return config, policy
+
+
+def _policy_problems(profile: Profile, layers: PolicyLayers, config: HermesConfig) -> list:
+    """The problems a policy that cannot be used has, each a value with its file, key and line."""
+    from hermes_admin import yamlfile
+    from hermes_admin.profile.policy import problems as policy_problems
+
+    texts: dict[str, str | None] = {}
+
+    def line_of(file: str, dotted: str | None) -> int | None:
+        if file not in texts:
+            try:
+                texts[file] = yamlfile.text(Path(file))
+            except (OSError, ValueError):
+                texts[file] = None
+        return yamlfile.line_of(texts[file], dotted) if texts[file] and dotted else None
+
+    found = []
+    for origin, key, message in policy_problems(layers, config):
+        said = message.removeprefix(f"{origin.file}: ")  # the path is a field, said once by Problem.text
+        found.append(about(profile, ERROR, "policy", said, path=origin.file, key=origin.path_of(key),
+                           line=line_of(origin.file, origin.path_of(key)), skipped=True))
+    return found
 
 
 def maintain(run: Run, profile: Profile, layers: PolicyLayers, request: Request, env: Environment,

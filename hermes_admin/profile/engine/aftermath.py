@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import stat
+import threading
 
 from hermes_admin import hook_failures as failed
 from hermes_admin import stopping
@@ -49,13 +50,15 @@ class Aftermath:
         self.notes: list[str] = []
         self.outbox, self.bus, self.remover = outbox, bus, remover
         self._files: FileIndex | None = None
+        self._scanning = threading.Lock()  # the export thread (export_ahead.py) may ask first
 
     @property
     def files(self) -> FileIndex:
-        if self._files is None:  # one scan of sessions/ per run; the first need of it says if it is odd
-            self.notes = sessions_folder_notes(self.profile)
-            self._files = FileIndex.scan(self.profile.sessions_dir)
-        return self._files
+        with self._scanning:
+            if self._files is None:  # one scan of sessions/ per run; the first need of it says if it is odd
+                self.notes = sessions_folder_notes(self.profile)
+                self._files = FileIndex.scan(self.profile.sessions_dir)
+            return self._files
 
     @property
     def listening(self) -> bool:

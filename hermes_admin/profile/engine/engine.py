@@ -139,7 +139,7 @@ class Engine:
         self.bus = self._bus()
         self.aftermath = Aftermath(self.profile, False, self.outbox, self.bus, self.remover)
         self.pacer = Pacer(db, self.turns, self.commits, self.fts, self.aftermath.after_durable)
-        self.export = ExportFile(self.profile, self.export_settings, self.now)
+        self.export = ExportFile(self.profile, self.export_settings, self.now, files=lambda: self.aftermath.files)
         self._ahead = ExportAhead(self.store, self.export, self.export_settings, self.pacer)
         self._splits = SplitDeletes(self.store, self.pacer, self.outbox, self.aftermath, self.deletes,
                                     lambda result: self._settle(result, merge=True), self.require_tokenizer)
@@ -392,8 +392,8 @@ class Engine:
 
     # -- restore ---------------------------------------------------------------
 
-    def restore(self, path: Path, wanted: set[str] | None, result: Result, **how) -> None:
-        """`hermes-admin restore`: units of an export back into this store (restore.py; `how`: pin, other_profile)."""
+    def restore(self, path: Path, wanted: set[str] | None, result: Result, **how) -> str | None:
+        """`hermes-admin restore`: an export's units back (restore.py; `how`: pin, other_profile)."""
         self.require_tokenizer("restore into")  # the messages put back fire the CJK triggers too
-        restore_file(self.store, self.pacer, path, wanted, self.dry_run, result, **how)
+        return restore_file(self.store, self.pacer, path, wanted, self.dry_run, result, **how)
 

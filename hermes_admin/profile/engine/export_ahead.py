@@ -88,7 +88,9 @@ class ExportAhead:
             found = {u.session_id: exported[u.session_id] for u in chunk if u.session_id in exported}
             if packed.split:
                 found = found or self._export_now(chunk[0], reason)
-                # its rows gone (nothing exported): a transaction of its own says so
+            # files the delete removes that the export could not carry: said in the report
+            result.files_skipped += [line for done in found.values() for line in done.files_left]
+            if packed.split:  # its rows gone (nothing exported): a transaction of its own says so
                 yield Step(chunk, found, bool(found), position >= len(units), packed.weight)
             else:
                 yield Step(chunk, found, False, position >= len(units) or stopping.requested(), packed.weight)

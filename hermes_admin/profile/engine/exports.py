@@ -4,7 +4,8 @@ One export file per profile and run, `<stamp>-<profile>-<id>.jsonl.gz` in the
 profile's export folder (the id, 8 hex digits, is what `exports list` shows and `restore` takes) (`<home>/.hermes-admin/exports/` unless the policy names another). It
 holds Hermes' own `sessions export` JSONL shape: a line per session, the `sessions` row's columns
 plus `messages` (every column of every message row, in id order), and, where the store has them,
-`session_model_usage` and `system_prompts` rows. A batch of units is one gzip member appended to
+`session_model_usage` and `system_prompts` rows; and `files`, the session's files in `sessions/`
+(transcripts.py). A batch of units is one gzip member appended to
 the file, so a file is always a valid gzip stream, however a run ended.
 
 Before any delete of a batch commits, its member is written, fsynced, read back and checked against
@@ -38,10 +39,12 @@ import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from hermes_admin.model import Profile
 from hermes_admin.plain_files import NotPlain, open_plain, read_plain
+from hermes_admin.profile.engine import transcripts
+from hermes_admin.profile.store.files import FileIndex
 from hermes_admin.profile.store.sql import column_names, journal
 from hermes_admin.profile.store.unit_rows import messages_of, names_prompts, prompts_of, session_rows, usage_rows
 
@@ -92,14 +95,18 @@ class Exported:
     # The deleting connection's `PRAGMA data_version` before the export read the store (export_ahead.py):
     # found unchanged inside a delete's transaction, nobody else has written since.
     store_version: int | None = None
+    # The unit's files in sessions/ the export does not carry, a line each (transcripts.put_carried): the
+    # delete's report says them, since the delete removes them all the same.
+    files_left: tuple[str, ...] = ()
 
     def as_record(self) -> dict:
-        """What a split's record keeps (splits.py): not the data_version, which one connection alone can read."""
-        return {k: v for k, v in self.__dict__.items() if k != "store_version"}
+        """What a split's record keeps (splits.py): not the data_version, which one connection alone can
+        read, nor what was said of the files already."""
+        return {k: v for k, v in self.__dict__.items() if k not in ("store_version", "files_left")}
 
     @classmethod
     def from_record(cls, record: dict) -> "Exported":
-        return cls(**{k: v for k, v in record.items() if k != "store_version"})
+        return cls(**{k: v for k, v in record.items() if k not in ("store_version", "files_left")})
 
 
 def _default(value):
@@ -183,8 +190,10 @@ def _folder(path: Path) -> Path:
 class ExportFile:
     """This run's export of one profile, made on its first batch."""
 
-    def __init__(self, profile: Profile, settings: Settings, clock=time.time):
+    def __init__(self, profile: Profile, settings: Settings, clock=time.time,
+                 files: Callable[[], FileIndex | None] | None = None):
         self.profile, self.settings, self.clock = profile, settings, clock
+        self.files = files or (lambda: None)  # the profile's sessions/ index, asked once a unit is exported
         self.path: Path | None = None
         self._head: dict | None = None  # the manifest's first line, written with the first member's
         self._members = 0  # members listed in the manifest so far
@@ -280,6 +289,7 @@ class ExportFile:
         if not rows:
             return None
         messages, weight, max_id = 0, UNIT_WEIGHT, 0
+        index, left = self.files(), []
         for sid in ids:  # unit order: a lineage's root first, so a restore meets parents first
             row = by_id.get(sid)
             if row is None:
@@ -290,7 +300,9 @@ class ExportFile:
             if schema.has_table("system_prompts") and names_prompts(record):
                 record["system_prompts"] = prompts_of(db, schema, record)
             head = dumps(record)
-            put(head[:-1] + (',"messages":[' if len(head) > 2 else '"messages":['))
+            put(head[:-1] + ("," if len(head) > 2 else ""))
+            transcripts.put_carried(index, sid, put, left)  # `files`, streamed; before `messages`, which comes last
+            put('"messages":[')
             names = message_columns(db)
             held: list[str] = []  # encoded messages not yet compressed: a few put()s a session, not one a message
             size = put_before = 0  # this session's messages already put
@@ -307,7 +319,8 @@ class ExportFile:
                     held, size = [], 0
             put(("," if held and put_before else "") + ",".join(held) + "]}\n")
             messages += put_before + len(held)
-        return Exported(str(self.path), 0, 0, len(rows), messages, weight, max_id, fingerprint(columns, rows))
+        return Exported(str(self.path), 0, 0, len(rows), messages, weight, max_id, fingerprint(columns, rows),
+                        files_left=tuple(left))
 
     def close(self) -> None:
         fds, self._fd, self._manifest_fd = (self._fd, self._manifest_fd), None, None

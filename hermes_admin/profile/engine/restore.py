@@ -8,7 +8,8 @@ Rows go back as they were exported: every column the store still has, message id
 message ids are AUTOINCREMENT, never reused), so `content` is byte-identical and Hermes' own
 triggers index it again in both FTS tables. A parent that no longer exists is dropped from the
 child's row, as Hermes' own import does. Order per session: its system prompts, the row, usage
-rows, then its messages, as many per transaction as the engine's time budget allows.
+rows, then its messages, as many per transaction as the engine's time budget allows; then its
+files in `sessions/`, where the export carries them (transcripts.py).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from hermes_admin.profile.engine.exports import ROW_WEIGHT, decode_value, manifest_or_recomputed, read_member
 from hermes_admin.profile.engine.pacer import MERGE_STEPS, Pacer
+from hermes_admin.profile.engine.transcripts import put_back as put_files
 from hermes_admin.profile.store import Store
 from hermes_admin.profile.store.restoring import (message_owners, newest_message_id, pin, put_row,
                                                   session_exists, session_row)
@@ -26,7 +28,7 @@ from hermes_admin.profile.store.unit_rows import PROMPT_COLUMNS
 from hermes_admin.results import Done, Result
 from hermes_admin.profile.store.errors import SQLITE_ERRORS
 
-EXTRAS = ("messages", "session_model_usage", "system_prompts")  # an export record's fields that are no columns
+EXTRAS = ("messages", "session_model_usage", "system_prompts", "files")  # an export record's fields that are no columns
 MAX_ROWS_PER_TXN = 500  # a bound on one restore transaction whatever the weights (tiny rows)
 
 
@@ -149,25 +151,27 @@ def units_of(manifest: dict, wanted: set[str] | None) -> list[tuple[dict, list]]
 
 
 def restore_file(store: Store, pacer: Pacer | None, path: Path, wanted: set[str] | None, dry_run: bool,
-                 result: Result, pin: bool = False, other_profile: bool = False) -> None:
+                 result: Result, pin: bool = False, other_profile: bool = False) -> str | None:
     """`hermes-admin restore FILE`: every (wanted) unit of the export back, existing ids left alone.
 
     An export another profile made (its `home` is not this one's: a renamed, moved or copied
-    profile folder, or a mistake) is restored only when asked (`other_profile`), and said so.
+    profile folder, or a mistake) is restored only when asked (`other_profile`): the caller warns.
     `pin`: the sessions put back are pinned, so that retention, which leaves pinned sessions
-    alone, does not delete them again on the next run."""
+    alone, does not delete them again on the next run. Returns the other profile's home, if any."""
     manifest = manifest_or_recomputed(path)  # a copy without its manifest is restorable too
     made_in = manifest.get("home")
+    other = None
     if not manifest.get("recomputed") and made_in != str(store.profile.home):
         if not other_profile:
             raise store.error(f"{path} is an export of the profile at {made_in}, not of this one; nothing "
                               "restored (--other-profile restores it here all the same)")
-        result.notes.append(f"made in the profile at {made_in}: restored into this one as asked (--other-profile)")
+        other = str(made_in)
     restorer = Restorer(store, pacer, result)
     if pin and "pinned" not in restorer.columns["sessions"]:
         raise store.error(f"{store.path}: --pin: this store's sessions have no `pinned` column (a Hermes "
                           "before pinning); nothing restored")
     put_back: list[str] = []
+    files = _Files(store.profile.sessions_dir, dry_run, result)
     for member, units in units_of(manifest, wanted):
         ids = {i for u in units for i in u[3]}
         unseen = set(ids)
@@ -182,15 +186,12 @@ def restore_file(store: Store, pacer: Pacer | None, path: Path, wanted: set[str]
                 # a record this store cannot take (a hostile or damaged file): this session only
                 result.skipped.append({"session_id": sid, "ids": [sid], "why": f"not restored: {exc}"})
                 continue
-            if state == "completed" and count == 0:
-                result.skipped.append({"session_id": sid, "ids": [sid], "why": "exists as exported: nothing to put back"})
-            elif state in ("restored", "completed"):
-                result.done.append(Done(sid, (sid,), f"{state} from {path.name} ({count} messages)"))
+            put = files.back(sid, fields) if state in ("restored", "completed") else 0  # where the export has them
+            if _said(result, path, sid, state, count, put):
                 put_back.append(sid)
-            else:
-                result.skipped.append({"session_id": sid, "ids": [sid], "why": "exists in the store: left alone"})
         for sid in sorted(unseen):
             result.skipped.append({"session_id": sid, "ids": [sid], "why": "not in the export"})
+    result.notes += files.notes()
     if put_back and pin:
         if not dry_run:
             restorer.pin(put_back)
@@ -198,3 +199,37 @@ def restore_file(store: Store, pacer: Pacer | None, path: Path, wanted: set[str]
     elif put_back:
         result.notes.append("a session past its retention window is deleted again by the next run (and exported "
                             "again): `restore --pin` keeps what it puts back")
+    return other
+
+
+def _said(result: Result, path: Path, sid: str, state: str, count: int, files: int) -> bool:
+    """One session's outcome into `result`; whether it was put back."""
+    if state == "completed" and count == 0 and not files:
+        result.skipped.append({"session_id": sid, "ids": [sid], "why": "exists as exported: nothing to put back"})
+    elif state in ("restored", "completed"):
+        result.done.append(Done(sid, (sid,), f"{state} from {path.name} ({count} messages"
+                                + (f", {files} file(s) in sessions/)" if files else ")")))
+        return True
+    else:
+        result.skipped.append({"session_id": sid, "ids": [sid], "why": "exists in the store: left alone"})
+    return False
+
+
+class _Files:
+    """The sessions' files a restore puts back into `sessions/` (transcripts.py), and what it says of them."""
+
+    def __init__(self, folder: Path, dry_run: bool, result: Result):
+        self.folder, self.dry_run, self.result = folder, dry_run, result
+        self.put = self.without = 0  # files put back; sessions from an export that carries none
+
+    def back(self, sid: str, fields: dict) -> int:
+        self.without += "files" not in fields  # an export made before exports carried them
+        put, left = put_files(self.folder, sid, fields.get("files"), self.dry_run)
+        self.put += put
+        self.result.files_skipped += left
+        return put
+
+    def notes(self) -> list[str]:
+        return ([f"{self.put} file(s) put back into {self.folder}"] if self.put else []) + (
+            [f"{self.without} session(s) from an export made before exports carried the files in sessions/: "
+             "their transcript files, if they had any, stay gone"] if self.without else [])

@@ -32,7 +32,7 @@ def plugins_of(profile: Profile, config: HermesConfig, env: Environment) -> tupl
     if found is None:
         rows = [dict(p.as_dict(), loads=p.enabled, kind="standalone")
                 for p in discover(profile.home, config, env.hermes)]
-        return rows, [], lookup
+        return rows, not_found(config, rows), lookup
     try:
         done = child.run_bounded(
             in_hermes.command(found.python, "list"), LIST_TIMEOUT_S, MAX_ANSWER,
@@ -43,7 +43,18 @@ def plugins_of(profile: Profile, config: HermesConfig, env: Environment) -> tupl
     except OSError as exc:
         return [], [f"cannot run {found.python}: {exc.strerror or exc}"], lookup
     rows, problems = read_answer(done.stdout)
-    return rows, problems, lookup
+    return rows, problems + ([] if problems else not_found(config, rows)), lookup
+
+
+def not_found(config: HermesConfig, rows: list[dict]) -> list[str]:
+    """Each name in `plugins.enabled` that no plugin the profile's Hermes sees answers to (by key
+    or manifest name): a typo enables nothing, and nothing else would say so."""
+    from hermes_admin.shown import did_you_mean
+
+    known = {r["key"] for r in rows} | {r["name"] for r in rows}
+    return [f"{config.path}: plugins.enabled names {name[:80]!r}, which no plugin of this profile is"
+            f"{did_you_mean(name, known)}; nothing is enabled by it"
+            for name in config.plugins_enabled if name not in known]
 
 
 def read_answer(raw: bytes) -> tuple[list[dict], list[str]]:
