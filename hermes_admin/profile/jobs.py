@@ -400,13 +400,15 @@ def exports_prune(job: Job, isolated: bool, env: Environment) -> Run:
 
 
 def repair(job: Job, isolated: bool, env: Environment) -> Run:
+    from hermes_admin.profile.actions.common import export_settings
     from hermes_admin.profile.actions.repair import repair as repair_profile
 
     apply = job.params.apply
     run = RepairRun(dry_run=not apply)
     siblings = _siblings_by_root(job)
-    _each(job, run, isolated, lambda p: repair_profile(run, p, env, _siblings(siblings, p), apply,
-                                                       job.params.check_fts, job.params.move_legacy_main))
+    _each(job, run, isolated, lambda p: repair_profile(
+        run, p, env, _siblings(siblings, p), apply, job.params.check_fts, job.params.move_legacy_main,
+        export_settings(p, job.layers_of(p), env.installations)))
     return run
 
 

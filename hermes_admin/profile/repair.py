@@ -32,9 +32,9 @@ from pathlib import Path
 
 
 from hermes_admin.model import Profile
-from hermes_admin.profile import integrity
+from hermes_admin.profile import integrity, lost_sessions
 from hermes_admin.profile.engine.engine import FTS_TABLES, Engine
-from hermes_admin.profile.engine.exports import UNIT_WEIGHT
+from hermes_admin.profile.engine.exports import UNIT_WEIGHT, Settings
 from hermes_admin.profile.engine.restore import row_weight
 from hermes_admin.profile.engine.state_folder import LockHeld, ProfileLocks, RecordedFlock, state_folder
 from hermes_admin.profile.environment import Environment
@@ -120,12 +120,13 @@ def fts_problems(store_path: Path) -> list[str]:
 
 def inspect(profile: Profile, siblings: dict[str, Profile], check_fts: bool = False,
             store: Store | None = None, quick_check: bool = True, move_legacy_main: bool = False,
-            lock_wait_s: float | None = None) -> list[Finding]:
+            lock_wait_s: float | None = None, exports: Settings | None = None) -> list[Finding]:
     """Everything wrong with one profile; reads only. `store`: one the caller has open already
     (the engine's, in `run`: one connection per profile, not two), left open. `quick_check`: False
     when `run` checked this store recently (profile/integrity.py). `move_legacy_main`: the operator
     asked for the default profile's rows found here to move there (else they are reported only).
-    `lock_wait_s`: how long the stores it opens wait for another process's lock (the job's)."""
+    `lock_wait_s`: how long the stores it opens wait for another process's lock (the job's).
+    `exports`: where the profile's exports are (a lost session's restore command names one)."""
     found = _file_findings(profile)
     if not profile.has_store():
         return found
@@ -134,7 +135,7 @@ def inspect(profile: Profile, siblings: dict[str, Profile], check_fts: bool = Fa
             store = Store.open(profile, lock_wait_s=lock_wait_s)
         except StoreError as exc:
             if exc.kind == damage.DAMAGED_STORE:
-                return _with_damage(profile, found, exc.problem)
+                return _with_damage(profile, found, exc.problem, exports)
             return found + [Finding(profile.name, "unusable_store", str(profile.store_path), exc.problem, "none")]
         held = store
     else:
@@ -146,10 +147,10 @@ def inspect(profile: Profile, siblings: dict[str, Profile], check_fts: bool = Fa
     except SQLITE_ERRORS as exc:
         if not damage.is_damage(exc):
             raise
-        return _with_damage(profile, found, " ".join(str(exc).split()))
+        return _with_damage(profile, found, " ".join(str(exc).split()), exports)
 
 
-def _with_damage(profile: Profile, found: list[Finding], said: str) -> list[Finding]:
+def _with_damage(profile: Profile, found: list[Finding], said: str, exports: Settings | None = None) -> list[Finding]:
     """The findings of a store SQLite cannot wholly read: what is damaged (store/damage.py), how
     many rows of each table can still be read (a count that writes nothing), who holds the store,
     and the fix; the store's own files' modes are left as they are with it (nothing of a store
@@ -167,9 +168,7 @@ def _with_damage(profile: Profile, found: list[Finding], said: str) -> list[Find
     readable = ", ".join(f"{table} {'?' if n is None else n}"
                          + (f" of {had[table]}" if n is not None and had.get(table, n) > n else "")
                          for table, n in counts.items())
-    known = damage.indexed_ids(path)
-    lost = (f"; {len(known) - counts['sessions']} session(s) its index still names cannot be read"
-            if known is not None and counts.get("sessions") is not None and len(known) > counts["sessions"] else "")
+    lost = "" if diagnosis.lossless else _would_lose(profile, exports)
     holder = held_by_path(path, wal=os.path.exists(f"{path}-wal"))
     detail = (f"{diagnosis.line()}; rows still readable: {readable}{lost}"
               + (f"; {holder}" if holder else "; no other process holds it"))
@@ -177,6 +176,14 @@ def _with_damage(profile: Profile, found: list[Finding], said: str) -> list[Find
     return found + [Finding(profile.name, "damaged_store", str(path), f"{detail}; " + (
         step if diagnosis.lossless else
         f"`hermes-admin repair --apply -p {profile.shown}` rebuilds it from the readable rows; {step}"), fix)]
+
+
+def _would_lose(profile: Profile, exports: Settings | None) -> str:
+    """`; N session(s) would be lost: …`: the sessions the store's profile still has word of
+    (lost_sessions.known) whose rows a rebuild cannot bring back, with the exports that hold them."""
+    ids = lost_sessions.lost(lost_sessions.known(profile), damage.readable_session_ids(profile.store_path))
+    line = lost_sessions.said(profile, ids, lost_sessions.restorable(profile, exports, ids), would=True)
+    return f"; {line}" if line else ""
 
 
 REBUILD_FIX = ("rebuild the store from every readable row into the same file (its damaged bytes kept beside it), "
@@ -428,7 +435,7 @@ def _rebuild_fts(engine: Engine) -> list[str]:
 
 
 def _rebuild_store(profile: Profile, result: Result | None = None, env: Environment | None = None,
-                   step=lambda where: None) -> str:
+                   step=lambda where: None, exports: Settings | None = None) -> str:
     """The damaged store made again from every readable row (store/rebuild.py), put into its own
     file only while no other process holds it, under our profile lock, Hermes' maintenance lock
     and its `state.db.repair.lock`; its damaged bytes kept beside it first (one copy per damage).
@@ -451,7 +458,7 @@ def _rebuild_store(profile: Profile, result: Result | None = None, env: Environm
     except rebuild.RebuildRefused as exc:
         raise RuntimeError(str(exc)) from None
     before = damage.readable_rows(path, ["sessions", "messages"])
-    known = damage.indexed_ids(path) or set()
+    known = lost_sessions.known(profile)  # read from the damaged file, before it is rebuilt
     with ProfileLocks(profile), RecordedFlock(Path(f"{path}.repair.lock"), "Hermes is repairing its store",
                                               REBUILD_LOCK_WAIT_S):
         rebuild.remove_leftovers(path)
@@ -475,7 +482,7 @@ def _rebuild_store(profile: Profile, result: Result | None = None, env: Environm
         raise RuntimeError(f"the store still reads as {after.line()} after its rebuild (its damaged bytes are in {kept})")
     integrity.passed(profile, time.time(), integrity.identity(profile))  # the views stop saying it is damaged
     back = done.rows.get("sessions", 0)
-    lost = sorted(known - set(_present(profile, sorted(known)))) if known else []
+    lost = lost_sessions.lost(known, _present(profile, sorted(known.ids())))
     if lost:  # announced to the profile's plugins as any session that leaves the store (docs/design.md §7)
         with Engine(profile, env=env) as engine:
             failures = engine.aftermath.announce_lost(lost, "profile_repair")
@@ -484,7 +491,8 @@ def _rebuild_store(profile: Profile, result: Result | None = None, env: Environm
     return (f"rebuilt from its readable rows: {back} session(s) and {done.rows.get('messages', 0)} message(s) back"
             + (f", {len(done.recovered_sessions)} session row(s) made again (source 'recovered') for readable "
                f"messages whose own row was lost" if done.recovered_sessions else "")
-            + (f"; {len(lost)} session(s) lost: {', '.join(lost[:20])}{' …' if len(lost) > 20 else ''}" if lost else "")
+            + (f"; {lost_sessions.said(profile, lost, lost_sessions.restorable(profile, exports, lost), would=False)}"
+               if lost else "")
             + (f"; {finished}" if finished else "")
             + f"; the damaged file is kept as {kept}"
             + (f" (it read {before.get('sessions')} session(s) and {before.get('messages')} message(s))"
@@ -497,7 +505,7 @@ def _present(profile: Profile, ids: list[str]) -> list[str]:
 
 
 def apply(profile: Profile, findings: list[Finding], siblings: dict[str, Profile],
-          env: Environment, lossy: bool = True) -> tuple[Result, list[str]]:
+          env: Environment, lossy: bool = True, exports: Settings | None = None) -> tuple[Result, list[str]]:
     """Fix one profile's findings, in the job's `env`. Raises LockHeld/StoreError for the profile as
     a whole; a single fix that fails is recorded on its finding and the others still run. Returns the
     result (its notes are the findings) and what the engines and the snapshots folder set aside.
@@ -510,7 +518,8 @@ def apply(profile: Profile, findings: list[Finding], siblings: dict[str, Profile
     for finding in findings:
         if finding.kind == "damaged_store":  # nothing else of the store was inspected: the rebuild alone
             if finding.fix == REBUILD_FIX or lossy:  # `run`'s `repair: apply` loses no row
-                _attempt(finding, lambda f=finding: result.notes.append(_rebuild_store(profile, result, env)))
+                _attempt(finding, lambda f=finding: result.notes.append(
+                    _rebuild_store(profile, result, env, exports=exports)))
             return result, []
     store_fixes = [f for f in findings if f.kind in ("dangling_parent", "mislabelled", "wrong_store", "duplicate",
                                                       "legacy_main", "broken_fts")]

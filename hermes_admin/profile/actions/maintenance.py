@@ -439,7 +439,9 @@ def repair_step(run: Run, profile: Profile, policy: Policy, request: Request, en
     try:
         checked = integrity.identity(profile)  # before the check: a store replaced meanwhile is not this one
         check = integrity.due(profile, policy.quick_check_hours, request.now, checked)
-        findings = profile_repair.inspect(profile, siblings, store=store, quick_check=check, lock_wait_s=env.lock_wait)
+        findings = profile_repair.inspect(profile, siblings, store=store, quick_check=check, lock_wait_s=env.lock_wait,
+                                          exports=Settings(request.export_dir or policy.export_dir,
+                                                           policy.export_keep_days))
         damaged = [f for f in findings if f.kind in ("unusable_store", DAMAGED_STORE)]
         if check and not request.dry_run and not damaged:
             integrity.passed(profile, request.now, checked)

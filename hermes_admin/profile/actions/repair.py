@@ -11,6 +11,7 @@ from hermes_admin.problems import ERROR, LOCKED, WARNING, about
 from hermes_admin.profile import repair as profile_repair
 from hermes_admin.profile.actions.common import engine_notes
 from hermes_admin.profile.engine.state_folder import LockHeld
+from hermes_admin.profile.engine.exports import Settings
 from hermes_admin.profile.environment import Environment
 from hermes_admin.profile.store import StoreError
 from hermes_admin.profile.store.damage import DAMAGED_STORE as DAMAGED
@@ -19,12 +20,13 @@ from hermes_admin.results import RepairRun
 
 
 def repair(run: RepairRun, profile: Profile, env: Environment, siblings: dict[str, Profile], apply: bool,
-           check_fts: bool, move_legacy_main: bool = False) -> None:
+           check_fts: bool, move_legacy_main: bool = False, exports: Settings | None = None) -> None:
     """`env`: the job's. `siblings`: every profile of the same root, by name (where wrong-store rows move to).
     `move_legacy_main`: `--move-legacy-main` (rows keyed to the default profile found in a named
-    one move there; else they are reported as ambiguous)."""
+    one move there; else they are reported as ambiguous). `exports`: where the profile's exports are (the
+    restore command of a session a damaged store lost names the one that holds it)."""
     findings = profile_repair.inspect(profile, siblings, check_fts=check_fts, move_legacy_main=move_legacy_main,
-                                      lock_wait_s=env.lock_wait)
+                                      lock_wait_s=env.lock_wait, exports=exports)
     for finding in findings:
         finding.home = str(profile.home)
     run.findings += findings
@@ -40,7 +42,8 @@ def repair(run: RepairRun, profile: Profile, env: Environment, siblings: dict[st
     if not apply or not any(f.fix != "none" for f in findings):
         return
     try:
-        result, set_aside = profile_repair.apply(profile, [f for f in findings if f.fix != "none"], siblings, env)
+        result, set_aside = profile_repair.apply(profile, [f for f in findings if f.fix != "none"], siblings, env,
+                                                     exports=exports)
         result.home = str(profile.home)
         run.results.append(result)
         run.add(*engine_notes(profile, set_aside))

@@ -140,7 +140,8 @@ class Aftermath:
         if not ids or not self.listening:
             return []
         pending = self.outbox.add_pending("lost", reason, [Unit(sid, [sid]) for sid in ids])
-        self.outbox.settle({event: [sid] for event, sid in zip(pending, ids)}, [])
+        # remembered beside a kept look as our own deletes are: the next look must not announce them again
+        self.outbox.settle({event: [sid] for event, sid in zip(pending, ids)}, [], gone=ids)
         wanted = set(pending)
         return self.deliver([event for event in self.outbox.undelivered() if event.id in wanted])
 

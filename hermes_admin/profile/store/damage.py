@@ -491,3 +491,40 @@ def indexed_counts(path: Path, tables: list[str]) -> dict[str, int]:
         return counts
     finally:
         conn.close()
+
+
+# Where a damaged store still names its sessions: the sessions' own ids, and the session ids of
+# the rows that belong to one (an index of them may read where the table's pages do not).
+SESSION_COLUMNS = (("sessions", "id"), ("messages", "session_id"), ("session_model_usage", "session_id"))
+
+
+def indexed_session_ids(path: Path) -> set[str]:
+    """The session ids any intact index of SESSION_COLUMNS still holds (those of lost rows included)."""
+    found: set[str] = set()
+    for table, column in SESSION_COLUMNS:
+        found |= {i for i in indexed_ids(path, table, column) or () if isinstance(i, str)}
+    return found
+
+
+def readable_session_ids(path: Path) -> set[str]:
+    """The session ids of every row of SESSION_COLUMNS that can still be read: what a rebuild keeps
+    (a session row made again for readable messages or usage rows whose own was lost)."""
+    try:
+        conn = _open_as_it_is(path)
+    except apsw.Error:
+        return set()
+    found: set[str] = set()
+    try:
+        for table, column in SESSION_COLUMNS:
+            try:
+                columns = _columns(conn, table)
+                if column not in columns:
+                    continue
+                at = columns.index(column) + 1  # (scan_rows gives the rowid first)
+                found |= {row[at] for row in scan_rows(conn, table) if isinstance(row[at], str)}
+            except apsw.Error as exc:
+                if not is_damage(exc):
+                    raise
+        return found
+    finally:
+        conn.close()
