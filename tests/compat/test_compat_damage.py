@@ -326,3 +326,88 @@ def test_a_migration_cut_short_is_finished_losing_nothing(built, tmp_path, invok
     conn.close()
     assert checks.store_problems(home, release) == []
     assert kept_copies(home) == []  # nothing was damaged: no copy kept
+
+
+# -- sessions a rebuild cannot bring back --------------------------------------------------------
+
+LONE = ("SELECT s.id FROM sessions s WHERE s.ended_at IS NOT NULL AND s.parent_session_id IS NULL "
+        "AND NOT EXISTS (SELECT 1 FROM sessions c WHERE c.parent_session_id = s.id) "
+        "AND (SELECT count(*) FROM messages m WHERE m.session_id = s.id) BETWEEN 1 AND 6 ORDER BY s.id")
+
+
+def rightmost_leaf(db, table):
+    """The leaf holding a table's highest rowids (dbstat's paths order its pages as the tree does)
+    that still reads; None when none is left."""
+    import sqlite3
+
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        row = conn.execute("SELECT pageno FROM dbstat WHERE name = ? AND pagetype = 'leaf' ORDER BY path DESC LIMIT 1",
+                           [table]).fetchone()
+    finally:
+        conn.close()
+    return row and row[0]
+
+
+def still_reads(db, table, sid) -> bool:
+    """Does a readable row of `table` still name the session (as our salvage reads it)?"""
+    import apsw
+
+    from hermes_admin.profile.store import damage as store_damage
+
+    conn = apsw.Connection(f"file:{db}?mode=ro", flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
+    try:
+        columns = [r[1] for r in conn.execute(f'PRAGMA table_info("{table}")')]
+        at = columns.index("id" if table == "sessions" else "session_id") + 1
+        return any(row[at] == sid for row in store_damage.scan_rows(conn, table))
+    finally:
+        conn.close()
+
+
+def test_a_lost_session_with_an_export_is_named_with_its_restore_and_comes_back(built, tmp_path, invoke,
+                                                                                nobody_holds):
+    """A session deleted (so exported) and put back, then lost with the pages of its rows: repair
+    names it with the command that restores it from that export, the rebuild announces it once
+    (`profile_repair`), and that command brings it back into the rebuilt store."""
+    from tests.compat import checks
+    from tests.helpers import row_ids
+
+    release = built[0]
+    root = copy_of(built, tmp_path / "hermes")
+    home = home_of(root, "work")
+    work = home / "state.db"
+    install_plugins(home, ["recorder"], enabled=["recorder"])
+    sid = row_ids(work, LONE).pop()
+    assert invoke("--root", str(root), "sessions", "delete", sid, "-p", "work", "--yes", "--json").exit_code in (0, 1)
+    (export,) = [e for e in json.loads(invoke("--root", str(root), "exports", "list", "-p", "work", "--json").stdout)
+                 ["exports"]]
+    back = invoke("--root", str(root), "restore", export["id"], "-p", "work", "--yes", "--json")
+    assert back.exit_code in (0, 1) and sid in row_ids(work), back.stdout[-2000:]
+    # put back last, its rows have the highest rowids: the rightmost leaves are torn until none reads
+    for table in ("sessions", "messages", "session_model_usage"):
+        for _ in range(6):
+            damage.settle(work)
+            if not still_reads(work, table, sid):
+                break
+            damage.overwrite(work, rightmost_leaf(work, table))
+        assert not still_reads(work, table, sid), table
+    restore = f"`hermes-admin restore {export['id']} --session {sid} -p work`"
+    report = json.loads(invoke("--root", str(root), "repair", "--json").stdout)
+    (finding,) = [f for f in report["findings"] if f["profile"] == "work"]
+    assert "session(s) would be lost: " in finding["detail"] and sid in finding["detail"], finding["detail"]
+    assert restore in finding["detail"], finding["detail"]
+    done = invoke("--root", str(root), "repair", "--apply", "--yes", "--json")
+    assert done.exit_code in (0, 1), done.stdout[-3000:]
+    said = " ".join(r for result in json.loads(done.stdout)["results"] for r in result.get("notes", []))
+    assert sid in said.split("session(s) lost: ")[1].split(";")[0].split(", ") and restore in said, said
+    assert [e["reason"] for e in events(home) if e["session_id"] == sid and e["reason"] == "profile_repair"] \
+        == ["profile_repair"]
+    assert sid not in row_ids(work)
+    again = invoke("--root", str(root), "restore", export["id"], "--session", sid, "-p", "work", "--yes", "--json")
+    assert again.exit_code in (0, 1), again.stdout[-3000:]
+    assert sid in row_ids(work)
+    assert checks.store_problems(home, release) == []
+    # the next run's look at the store announces nothing of it again
+    before = len(events(home))
+    assert invoke("--root", str(root), "run", "--json").exit_code in (0, 1)
+    assert not [e for e in events(home)[before:] if e["session_id"] == sid]
