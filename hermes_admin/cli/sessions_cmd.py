@@ -82,7 +82,7 @@ def show_cmd(app: App, session_id: str, profiles, as_json: bool):
         report.error(problem.text())
     if missing:
         failed = problems or app.failed_discovery(found, profiles)
-        _show_deleted(app, found, session_id, as_json)
+        _show_deleted(app, found, session_id, as_json, said={problem.text() for problem in problems})
         raise click.exceptions.Exit(exitcodes.PROFILE_FAILED if failed else exitcodes.WARNINGS)
     if ambiguous or not by_profile:
         raise click.exceptions.Exit(exitcodes.WARNINGS)
@@ -112,10 +112,13 @@ def show_cmd(app: App, session_id: str, profiles, as_json: bool):
             out.print(Text.assemble((f"{key if n == 0 else '':>20}", "bold"), "  ", text), highlight=False)
 
 
-def _show_deleted(app: App, found, session_id: str, as_json: bool) -> None:
+def _show_deleted(app: App, found, session_id: str, as_json: bool, said: set[str] = frozenset()) -> None:
     """Where the exports hold a session no store has: each export and unit, oldest first (a session
-    restored and deleted again is in two), found by its id or a prefix of it, as live ones are."""
+    restored and deleted again is in two), found by its id or a prefix of it, as live ones are.
+    `said`: the errors the look for the id in the stores said already (a damaged store's line: this
+    second job meets the same profiles, and says it once)."""
     answer = app.work(ListExports(held=True), found.profiles, with_policy=True)  # no worker is told the id
+    errors = [message for message in answer.errors if message not in said]
     held = holding(answer.data.get("held", []), session_id)
     exact = [h for h in held if h.get("session_id") == session_id]
     held = sorted(exact or held, key=lambda h: (h.get("exported_at") or 0, str(h.get("file"))))
@@ -127,7 +130,7 @@ def _show_deleted(app: App, found, session_id: str, as_json: bool) -> None:
         report.error(f"no session matches '{clean(session_id)}', in the stores, in their exports or among "
                      "the sessions found deleted outside hermes-admin")
     elif as_json:
-        report.emit_json({"session": None, "deleted": held, "noticed": outside, "errors": answer.errors})
+        report.emit_json({"session": None, "deleted": held, "noticed": outside, "errors": errors})
     for n in outside if not as_json else []:
         name = labels.get(n.get("home"), n.get("profile"))
         unit = "" if n.get("unit") == n.get("session_id") else f", with the unit of {clean(n.get('unit'))}"
@@ -146,7 +149,7 @@ def _show_deleted(app: App, found, session_id: str, as_json: bool) -> None:
         other = " --other-profile" if h.get("made_in") else ""
         report.line(f"  restore: hermes-admin{clean(app.given())} restore {clean(h.get('id'))} --session {clean(h.get('session_id'))} "
                     f"-p {clean(name)}{other} (--pin keeps it from retention)")
-    for message in answer.errors:
+    for message in errors:
         report.error(message)
 
 

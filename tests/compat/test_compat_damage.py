@@ -411,3 +411,16 @@ def test_a_lost_session_with_an_export_is_named_with_its_restore_and_comes_back(
     before = len(events(home))
     assert invoke("--root", str(root), "run", "--json").exit_code in (0, 1)
     assert not [e for e in events(home)[before:] if e["session_id"] == sid]
+
+
+def test_sessions_show_says_the_damage_once(built, tmp_path, invoke):
+    """`sessions show` of an id no store holds looks in the stores, then in the exports: both jobs
+    meet the damaged profile, the line is said once."""
+    root = copy_of(built, tmp_path / "hermes")
+    work = home_of(root, "work") / "state.db"
+    damage.tear(work, "sessions")
+    invoke("--root", str(root), "run")  # recorded: the views that read no damaged page say it too
+    done = invoke("--root", str(root), "sessions", "show", "nosuch")
+    assert done.exit_code == 2 and done.stderr.count(str(work)) == 1, done.stderr
+    doc = json.loads(invoke("--root", str(root), "sessions", "show", "nosuch", "--json").stdout)
+    assert [str(work) in e for e in doc["errors"]].count(True) == 1, doc["errors"]
