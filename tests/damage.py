@@ -102,3 +102,26 @@ def half_migrate(db: Path, table: str = "session_model_usage") -> int:
     finally:
         conn.close()
     return rows
+
+
+def belie_version(db: Path) -> tuple[int, int]:
+    """A `schema_version` row that says more than the tables hold, as a migration cut short after
+    its row was written leaves it: a store of 22 or 26 told it is of the next release's version with
+    only one of that version's columns added; a store of 31 with one of 31's columns taken away.
+    Returns (the version it says, the one its tables hold)."""
+    settle(db)
+    conn = sqlite3.connect(db)
+    try:
+        version = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()[0]
+        if version == 31:
+            conn.execute("ALTER TABLE sessions DROP COLUMN transport_profile")
+            said, held = 31, 26
+        else:
+            column, said = {22: ("pinned INTEGER DEFAULT 0", 26), 26: ("created_source TEXT", 31)}[version]
+            conn.execute(f"ALTER TABLE sessions ADD COLUMN {column}")
+            conn.execute("UPDATE schema_version SET version = ?", [said])
+            held = version
+        conn.commit()
+    finally:
+        conn.close()
+    return said, held

@@ -44,6 +44,7 @@ DAMAGES = {
     "fts": (lambda db: damage.tear(db, "messages_fts_data"), "full-text index messages_fts"),
     "cut": (lambda db: damage.cut_short(db), "file length"),
     "migration": (lambda db: damage.half_migrate(db), "schema migration session_model_usage_legacy_pk"),
+    "version": (lambda db: damage.belie_version(db), "schema migration schema_version (says "),
 }
 
 VIEWS = [("profiles",), ("status",), ("usage",), ("sessions", "list"), ("exports", "list"), ("config", "show"),
@@ -424,3 +425,38 @@ def test_sessions_show_says_the_damage_once(built, tmp_path, invoke):
     assert done.exit_code == 2 and done.stderr.count(str(work)) == 1, done.stderr
     doc = json.loads(invoke("--root", str(root), "sessions", "show", "nosuch", "--json").stdout)
     assert [str(work) in e for e in doc["errors"]].count(True) == 1, doc["errors"]
+
+
+NEXT = {"0.19.0": "0.20.1", "0.20.1": "0.22.2", "0.22.2": "0.22.2"}  # the release that opens it next
+
+
+def test_a_version_row_the_tables_belie_is_set_back_losing_nothing(built, tmp_path, invoke, nobody_holds):
+    """A `schema_version` that says more than the tables hold is named in one line; `repair --apply`
+    sets it back to the version the tables hold (only that row changes), and the release that opens
+    the store next migrates it from there: its own reads and writes pass."""
+    from tests.compat import checks
+
+    release = built[0]
+    root = copy_of(built, tmp_path / "hermes")
+    home = home_of(root, "work")
+    work = home / "state.db"
+    whole = counts(work)
+    said, held = damage.belie_version(work)
+    report = json.loads(invoke("--root", str(root), "repair", "--json").stdout)
+    (finding,) = [f for f in report["findings"] if f["profile"] == "work"]
+    assert f"schema migration schema_version (says {said}, but the store holds the tables of {held}: " \
+        in finding["detail"], finding["detail"]
+    assert "finishes it, losing nothing" in finding["detail"] and "\n" not in finding["detail"]
+    done = invoke("--root", str(root), "repair", "--apply", "--yes", "--json")
+    assert done.exit_code in (0, 1), done.stdout[-3000:]
+    notes = " ".join(n for result in json.loads(done.stdout)["results"] for n in result.get("notes", []))
+    assert f"schema_version set back from {said} to {held}" in notes, notes
+    import sqlite3
+
+    conn = sqlite3.connect(f"file:{work}?mode=ro", uri=True)
+    assert conn.execute("SELECT version FROM schema_version").fetchall() == [(held,)]
+    conn.close()
+    assert counts(work) == whole and kept_copies(home) == []  # nothing was damaged: no copy kept
+    assert checks.store_problems(home, NEXT[release]) == []
+    shown = invoke("--root", str(root), "profiles", "--json")
+    assert shown.exit_code in (0, 1) and all(p["ok"] for p in json.loads(shown.stdout)["profiles"])

@@ -145,11 +145,15 @@ def _check_says(conn: apsw.Connection) -> list[str]:
 
 
 def _migration_state(conn: apsw.Connection) -> list[Damaged]:
-    """Tables a migration cut short left aside (schema.migration_leftovers), with their rows."""
-    from hermes_admin.profile.store.schema import Schema, migration_leftovers
+    """Tables a migration cut short left aside (schema.migration_leftovers), with their rows; a
+    `schema_version` that says more than the tables hold (schema.migration_gap)."""
+    from hermes_admin.profile.store.schema import Schema, migration_gap, migration_leftovers
 
     tables = frozenset(r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall())
     found = []
+    gap = migration_gap(_schema_said(conn, tables))
+    if gap is not None:
+        found.append(Damaged(MIGRATION, "schema_version", 0, gap.text()))
     for leftover, live in migration_leftovers(Schema(None, tables, frozenset(), frozenset(), {})):
         try:
             rows = conn.execute(f'SELECT count(*) FROM "{leftover}"').fetchall()[0][0]
@@ -158,6 +162,23 @@ def _migration_state(conn: apsw.Connection) -> list[Damaged]:
         found.append(Damaged(MIGRATION, leftover, 0, f"left beside {live} by a migration cut short"
                              + ("" if rows is None else f", {rows} row(s) stranded there")))
     return found
+
+
+def _schema_said(conn: apsw.Connection, tables: frozenset[str]):
+    """The version the store says and the columns of the tables that say it wrong (a read that
+    meets damage leaves the version unsaid: the damage is what is named then)."""
+    from hermes_admin.profile.store.schema import Schema
+
+    version, columns = None, {}
+    try:
+        if "schema_version" in tables:
+            row = conn.execute("SELECT MAX(version) FROM schema_version").fetchall()
+            version = row[0][0] if row and isinstance(row[0][0], int) else None
+        for table in ("sessions", "messages"):
+            columns[table] = frozenset(_columns(conn, table)) if table in tables else frozenset()
+    except apsw.Error:
+        version = None
+    return Schema(version, tables, frozenset(), frozenset(), columns)
 
 
 def diagnose(path: Path) -> Diagnosis:

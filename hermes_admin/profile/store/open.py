@@ -10,8 +10,8 @@ from hermes_admin.model import Profile
 from hermes_admin.profile.store import damage
 from hermes_admin.profile.store.connect import open_readonly, open_readwrite
 from hermes_admin.profile.store.errors import SQLITE_ERRORS, StoreError
-from hermes_admin.profile.store.schema import (KNOWN_SCHEMA_VERSION, Schema, migration_leftovers, not_understood,
-                                               read_schema)
+from hermes_admin.profile.store.schema import (KNOWN_SCHEMA_VERSION, Schema, migration_gap, migration_leftovers,
+                                               not_understood, read_schema)
 
 
 class Store:
@@ -44,7 +44,8 @@ class Store:
             if damage.is_damage(exc):  # which structure, and what to do: one line (store/damage.py)
                 raise damage.damage_error(profile, str(exc)) from exc
             raise StoreError(profile.shown, path, str(exc)) from exc
-        if migration_leftovers(schema):  # its rows stranded beside the live table: said, never worked on
+        # a table's rows stranded beside the live table, or a version row the tables belie: said, never worked on
+        if migration_leftovers(schema) or migration_gap(schema):
             db.close()
             raise damage.damage_error(profile)
         problem = None

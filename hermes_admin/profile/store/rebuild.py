@@ -300,8 +300,13 @@ def put_in_place(new: Path, path: Path, step: Callable[[str], None] = lambda whe
 def finish_migration(path: Path) -> str:
     """What a migration cut short left aside (schema.migration_leftovers) put where it was going, in
     one transaction, as Hermes' own rebuild does: the rows the live table does not hold yet copied
-    into it (the columns both have), then the leftover dropped. Returns what it did."""
-    from hermes_admin.profile.store.schema import Schema, migration_leftovers
+    into it (the columns both have), then the leftover dropped. A `schema_version` that says more
+    than the tables hold (schema.migration_gap) is set back, in the same transaction, to the last
+    version whose tables and columns the store all has: the release's own migration then adds the
+    rest when it next opens the store (each release adds what a table lacks by its own DDL and runs
+    the version's steps from there), and only the version row changes here. Returns what it did."""
+    from hermes_admin.profile.store.damage import _schema_said
+    from hermes_admin.profile.store.schema import Schema, migration_gap, migration_leftovers
 
     conn = keep_wal.connect(path, keep_wal.READ_WRITE, 5000)
     try:
@@ -324,6 +329,12 @@ def finish_migration(path: Path) -> str:
                                         flags=re.IGNORECASE).replace("CREATE INDEX", "CREATE INDEX IF NOT EXISTS", 1)
                                  .replace("CREATE UNIQUE INDEX", "CREATE UNIQUE INDEX IF NOT EXISTS", 1))
                 said.append(f"{moved} row(s) of {leftover} copied into {live}, the leftover dropped")
+            gap = migration_gap(_schema_said(conn, tables))
+            if gap is not None:
+                conn.execute("UPDATE schema_version SET version = ? WHERE version > ?", [gap.holds, gap.holds])
+                said.append(f"schema_version set back from {gap.says} to {gap.holds}, the last version whose tables "
+                            f"it holds: Hermes' own migration adds the rest ({len(gap.missing)} missing) when it "
+                            "next opens the store, losing nothing")
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")

@@ -106,3 +106,56 @@ def migration_leftovers(schema: Schema) -> list[tuple[str, str]]:
         if live and live in schema.tables:
             found.append((name, live))
     return found
+
+
+# What the releases' migrations add, by the version that has it (read from the stores 0.19.0,
+# 0.20.1 and 0.22.2 write and from those they upgrade: the same tables and columns): a store whose
+# `schema_version` says at least `to` holds every one. A version row that says more than its
+# tables hold is a migration cut short after its row was written (or a row from another store).
+MIGRATED = (
+    (22, 26, ("system_prompts", "session_turn_leases", "gateway_hygiene_state",
+              "sessions.system_prompt_hash", "sessions.title_source", "sessions.last_activity_at",
+              "sessions.last_activity_description", "sessions.last_activity_provenance", "sessions.pinned",
+              "sessions.hidden", "sessions.last_read_at", "sessions.compression_ineffective_count",
+              "sessions.git_metadata_generation", "messages.display_kind", "messages.display_metadata")),
+    (26, 31, ("conversation_generations", "gateway_heartbeats",
+              "sessions.auto_archived", "sessions.created_source", "sessions.tool_names", "sessions.transport_profile",
+              "sessions.compression_overload_streak", "sessions.compression_recovery_deadline",
+              "messages.message_uid", "messages.display_identity", "messages.display_order", "messages.tool_call_uid",
+              "messages.tool_call_uids", "messages.absorbed_message_uids", "messages._compressed_summary")),
+)
+
+
+@dataclass(frozen=True)
+class MigrationGap:
+    """A `schema_version` that says more than the store's tables hold."""
+
+    says: int  # the version the row says
+    holds: int  # the last version whose tables and columns the store all has
+    missing: tuple[str, ...]  # what the versions past `holds` add that it lacks ("table", "table.column")
+
+    def text(self) -> str:
+        shown = ", ".join(self.missing[:4]) + (f" and {len(self.missing) - 4} more" if len(self.missing) > 4 else "")
+        return (f"says {self.says}, but the store holds the tables of {self.holds}: {shown} of {self.holds}->"
+                f"{self.says} missing, a migration cut short")
+
+
+def _lacks(schema: Schema, part: str) -> bool:
+    table, _, column = part.partition(".")
+    return not schema.has_table(table) if not column else (
+        schema.has_table(table) and not schema.has_column(table, column))
+
+
+def migration_gap(schema: Schema) -> MigrationGap | None:
+    """The gap between what `schema_version` says and what the store holds (MIGRATED), if any."""
+    if schema.version is None or schema.version > KNOWN_SCHEMA_VERSION:  # a newer one is judged by what it holds
+        return None
+    holds, missing = schema.version, []
+    for before, after, added in MIGRATED:
+        if schema.version < after:
+            break
+        lacking = [part for part in added if _lacks(schema, part)]
+        if lacking and not missing:
+            holds = before
+        missing += lacking
+    return MigrationGap(schema.version, holds, tuple(missing)) if missing else None
