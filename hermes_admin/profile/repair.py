@@ -13,7 +13,7 @@ Findings, and what applying does:
 | legacy_main        | session_key `agent:main:...` (the default profile) in a named profile's store: ambiguous | none, unless asked (`move_legacy_main`): as wrong_store / duplicate, into the default profile |
 | unclaimed          | session_key names a profile that does not exist             | none (report only)                     |
 | broken_fts         | an FTS index fails its integrity-check (--check-fts)        | backup, rebuild, only while unheld     |
-| damaged_store      | SQLite cannot read pages of a table, an index, a full-text index or the schema, the file is cut short, or a migration was cut short (store/damage.py: which structure, the rows still readable, the holder) | rebuild from every readable row into the same file, or finish the migration; only while unheld |
+| damaged_store      | SQLite cannot read pages of a table, an index, a full-text index or the schema, the file is cut short, or a migration was cut short (a leftover table, a version row its tables belie) (store/damage.py: which structure, the rows still readable, the sessions lost, the holder) | rebuild from every readable row into the same file, or finish the migration; only while unheld |
 | unusable_store     | not a database, or unreadable otherwise                     | none: never modified (its mode either)  |
 
 Everything is read with read-only connections until a fix is applied; writes
@@ -163,12 +163,13 @@ def _with_damage(profile: Profile, found: list[Finding], said: str, exports: Set
     if damage.NOT_A_DATABASE in diagnosis.kinds() or diagnosis.ok:
         what = diagnosis.line() if not diagnosis.ok else f"damaged: {said}"
         return found + [Finding(profile.name, "unusable_store", str(path), f"{what}; {step}", "none")]
-    counts = damage.readable_rows(path, [t for t in damage.CANONICAL])
+    kept: set[str] = set()  # the session ids of the readable rows: what a rebuild keeps
+    counts = damage.readable_rows(path, [t for t in damage.CANONICAL], kept)
     had = damage.indexed_counts(path, list(counts))  # what its intact indexes say it held
     readable = ", ".join(f"{table} {'?' if n is None else n}"
                          + (f" of {had[table]}" if n is not None and had.get(table, n) > n else "")
                          for table, n in counts.items())
-    lost = "" if diagnosis.lossless else _would_lose(profile, exports)
+    lost = "" if diagnosis.lossless else _would_lose(profile, kept, exports)
     holder = held_by_path(path, wal=os.path.exists(f"{path}-wal"))
     detail = (f"{diagnosis.line()}; rows still readable: {readable}{lost}"
               + (f"; {holder}" if holder else "; no other process holds it"))
@@ -178,10 +179,10 @@ def _with_damage(profile: Profile, found: list[Finding], said: str, exports: Set
         f"`hermes-admin repair --apply -p {profile.shown}` rebuilds it from the readable rows; {step}"), fix)]
 
 
-def _would_lose(profile: Profile, exports: Settings | None) -> str:
+def _would_lose(profile: Profile, kept: set[str], exports: Settings | None) -> str:
     """`; N session(s) would be lost: …`: the sessions the store's profile still has word of
-    (lost_sessions.known) whose rows a rebuild cannot bring back, with the exports that hold them."""
-    ids = lost_sessions.lost(lost_sessions.known(profile), damage.readable_session_ids(profile.store_path))
+    (lost_sessions.known) that a rebuild keeping `kept` cannot bring back, with the exports that hold them."""
+    ids = lost_sessions.lost(lost_sessions.known(profile), kept)
     line = lost_sessions.said(profile, ids, lost_sessions.restorable(profile, exports, ids), would=True)
     return f"; {line}" if line else ""
 

@@ -48,6 +48,9 @@ ROWID_MIN, ROWID_MAX = -(1 << 63), (1 << 63) - 1
 # The tables whose readable rows `repair` counts: what Hermes' own recovery calls canonical, those
 # a store has.
 CANONICAL = ("sessions", "messages", "session_model_usage", "system_prompts")
+# Where a damaged store still names its sessions: the sessions' own ids, and the session ids of
+# the rows that belong to one (an index of them may read where the table's pages do not).
+SESSION_COLUMNS = (("sessions", "id"), ("messages", "session_id"), ("session_model_usage", "session_id"))
 PROBE_BUDGET = 1500  # seeks a count may spend around damaged ranges (each one is a few page reads)
 
 _DAMAGE_WORDS = ("malformed", "not a database", "corrupt", "disk i/o error", "short read")
@@ -410,19 +413,29 @@ def _open_as_it_is(path: Path) -> apsw.Connection:
         raise
 
 
-def readable_rows(path: Path, tables: list[str]) -> dict[str, int | None]:
-    """How many rows of each table can still be read (None: the table itself cannot be found)."""
+def readable_rows(path: Path, tables: list[str], session_ids: set[str] | None = None) -> dict[str, int | None]:
+    """How many rows of each table can still be read (None: the table itself cannot be found).
+    `session_ids`: filled, in the same reads, with the session ids of the readable rows of
+    SESSION_COLUMNS' tables among them (what a rebuild keeps)."""
     try:
         conn = _open_as_it_is(path)
     except apsw.Error:
         return {}
+    named = dict(SESSION_COLUMNS) if session_ids is not None else {}
     try:
         counts: dict[str, int | None] = {}
         for table in tables:
             try:
                 if not conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", [table]).fetchall():
                     continue
-                counts[table] = sum(1 for _ in scan_rows(conn, table))
+                columns = _columns(conn, table)
+                at = columns.index(named[table]) + 1 if named.get(table) in columns else None  # (rowid first)
+                n = 0
+                for row in scan_rows(conn, table):
+                    n += 1
+                    if at is not None and isinstance(row[at], str):
+                        session_ids.add(row[at])
+                counts[table] = n
             except apsw.Error:
                 counts[table] = None
         return counts
@@ -514,10 +527,6 @@ def indexed_counts(path: Path, tables: list[str]) -> dict[str, int]:
         conn.close()
 
 
-# Where a damaged store still names its sessions: the sessions' own ids, and the session ids of
-# the rows that belong to one (an index of them may read where the table's pages do not).
-SESSION_COLUMNS = (("sessions", "id"), ("messages", "session_id"), ("session_model_usage", "session_id"))
-
 
 def indexed_session_ids(path: Path) -> set[str]:
     """The session ids any intact index of SESSION_COLUMNS still holds (those of lost rows included)."""
@@ -530,22 +539,6 @@ def indexed_session_ids(path: Path) -> set[str]:
 def readable_session_ids(path: Path) -> set[str]:
     """The session ids of every row of SESSION_COLUMNS that can still be read: what a rebuild keeps
     (a session row made again for readable messages or usage rows whose own was lost)."""
-    try:
-        conn = _open_as_it_is(path)
-    except apsw.Error:
-        return set()
     found: set[str] = set()
-    try:
-        for table, column in SESSION_COLUMNS:
-            try:
-                columns = _columns(conn, table)
-                if column not in columns:
-                    continue
-                at = columns.index(column) + 1  # (scan_rows gives the rowid first)
-                found |= {row[at] for row in scan_rows(conn, table) if isinstance(row[at], str)}
-            except apsw.Error as exc:
-                if not is_damage(exc):
-                    raise
-        return found
-    finally:
-        conn.close()
+    readable_rows(path, [table for table, _ in SESSION_COLUMNS], found)
+    return found
