@@ -32,7 +32,7 @@ from hermes_admin.profile.store import damage
 from hermes_admin.profile.store.files import session_id_of, unsafe_id
 
 SOURCES = ("index", "files", "look")
-SHOWN = 20  # ids named in one line; the JSON's findings and the events hold them all
+SHOWN = 20  # ids named in one line (the rebuild announces every one)
 
 
 @dataclass(frozen=True)
