@@ -460,3 +460,46 @@ def test_a_version_row_the_tables_belie_is_set_back_losing_nothing(built, tmp_pa
     assert checks.store_problems(home, NEXT[release]) == []
     shown = invoke("--root", str(root), "profiles", "--json")
     assert shown.exit_code in (0, 1) and all(p["ok"] for p in json.loads(shown.stdout)["profiles"])
+
+
+def test_sessions_whose_every_row_and_index_is_lost_are_known_from_their_files_and_the_last_look(
+        built, tmp_path, invoke, nobody_holds):
+    """The roots of `sessions`, `messages` and their indexes of session ids torn: no page of the
+    store names a session any more. The last look (a run with a listening plugin took it) and the
+    files in `sessions/` still do: each such session the rebuilt store lacks is announced once."""
+    from hermes_admin.profile.store.files import session_id_of
+    from tests.helpers import row_ids
+
+    root = copy_of(built, tmp_path / "hermes")
+    home = home_of(root, "work")
+    work = home / "state.db"
+    install_plugins(home, ["recorder"], enabled=["recorder"])
+    assert invoke("--root", str(root), "run", "--dry-run", "--json").exit_code in (0, 1)
+    assert invoke("--root", str(root), "run", "--json").exit_code in (0, 1)  # its look at the store is kept
+    held = row_ids(work)
+    files = {session_id_of(p.name) for p in (home / "sessions").iterdir()} - {None}
+    assert files, "the release wrote no session file"
+    for name in ("sessions", "messages"):
+        damage.tear(work, name, leaves=False)
+    import sqlite3
+
+    conn = sqlite3.connect(f"file:{work}?mode=ro", uri=True)
+    indexes = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name IN "
+                                          "('sessions', 'messages', 'session_model_usage')")]
+    conn.close()
+    for name in indexes:
+        damage.tear(work, name, leaves=False)
+    from hermes_admin.model import Profile
+    from hermes_admin.profile import lost_sessions
+
+    known = lost_sessions.known(Profile(root, "work", home)).by_source
+    assert known["look"] == held and known["files"] == files and not held <= known["index"], known["index"]
+    before = len(events(home))
+    done = invoke("--root", str(root), "repair", "--apply", "--yes", "--json")
+    assert done.exit_code in (0, 1), done.stdout[-3000:]
+    announced = [e["session_id"] for e in events(home)[before:] if e["reason"] == "profile_repair"]
+    kept = row_ids(work)
+    assert sorted(announced) == sorted((held | files) - kept) and len(announced) > len(files - held)
+    again = len(events(home))
+    assert invoke("--root", str(root), "run", "--json").exit_code in (0, 1)
+    assert not [e for e in events(home)[again:] if e["session_id"] in announced]  # the next look says none again
