@@ -25,16 +25,14 @@ from __future__ import annotations
 import bisect
 import os
 import re
-import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
 import apsw
-import peewee
 
 from hermes_admin.profile.store import keep_wal
 from hermes_admin.profile.store.connect import readonly_uri
-from hermes_admin.profile.store.errors import StoreError
+from hermes_admin.profile.store.errors import MAYBE_DAMAGE_ERRORS, NEVER_DAMAGE_ERRORS, StoreError
 
 TABLE, INDEX, FTS, SCHEMA, LENGTH, NOT_A_DATABASE, MIGRATION = (
     "table", "index", "fts", "schema", "length", "not_a_database", "migration")
@@ -60,8 +58,7 @@ def is_damage(exc: BaseException) -> bool:
     """Did SQLite refuse for damage in the file (not for a lock, a bad statement, a full disk)?"""
     if isinstance(exc, (apsw.CorruptError, apsw.NotADBError)):
         return True
-    if isinstance(exc, (peewee.DatabaseError, sqlite3.DatabaseError, apsw.IOError)) \
-            and not isinstance(exc, (peewee.OperationalError, sqlite3.OperationalError)):
+    if isinstance(exc, MAYBE_DAMAGE_ERRORS) and not isinstance(exc, NEVER_DAMAGE_ERRORS):
         return any(word in str(exc).lower() for word in _DAMAGE_WORDS)
     cause = getattr(exc, "__cause__", None) or getattr(exc, "orig", None)
     return cause is not None and cause is not exc and is_damage(cause)

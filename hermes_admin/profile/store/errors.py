@@ -29,3 +29,7 @@ class StoreError(Exception):
 # What a statement can raise: peewee's wrapping of a driver's error, and the driver's own (apsw's
 # from our connections, where a cursor is read past peewee; sqlite3's from our own files').
 SQLITE_ERRORS = (peewee.DatabaseError, apsw.Error, sqlite3.Error)
+# Of those, the ones that may say the file is damaged, and the ones that never do (a lock, a busy
+# store, a bad statement): damage.is_damage reads the message only of the first, less the second.
+MAYBE_DAMAGE_ERRORS = (peewee.DatabaseError, sqlite3.DatabaseError, apsw.IOError)
+NEVER_DAMAGE_ERRORS = (peewee.OperationalError, sqlite3.OperationalError)
