@@ -95,7 +95,13 @@ def show_cmd(app: App, session_id: str, profiles, as_json: bool):
     detail = answer.data["session"][0]
     if as_json:
         report.emit_json({"session": detail})
-        return
+    else:
+        _print_detail(detail)
+    if problems or app.failed_discovery(found, profiles):  # another profile's store could not be read
+        raise click.exceptions.Exit(exitcodes.PROFILE_FAILED)
+
+
+def _print_detail(detail: dict) -> None:
     from rich.text import Text
 
     out = report.stdout_console()

@@ -79,3 +79,18 @@ def test_a_lock_is_never_taken_for_damage(tmp_path):
     finally:
         holder.execute("ROLLBACK")
         holder.close()
+
+
+def test_sessions_show_of_a_healthy_profile_s_session_exits_2_when_another_store_is_damaged(synth_root, invoke):
+    """The session is shown, and the damaged profile beside it still makes the exit 2 (every view)."""
+    import sqlite3 as plain
+
+    root, _ = synth_root
+    conn = plain.connect(root / "state.db")
+    sid = conn.execute("SELECT id FROM sessions ORDER BY id LIMIT 1").fetchone()[0]
+    conn.close()
+    damage.settle(root / "profiles" / "work" / "state.db")
+    damage.cut_short(root / "profiles" / "work" / "state.db", 0.5)
+    shown = invoke("--root", str(root), "sessions", "show", sid)
+    assert shown.exit_code == 2, shown.output
+    assert sid in shown.stdout and "work" in shown.stderr and "damaged" in shown.stderr
