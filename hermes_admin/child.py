@@ -13,6 +13,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -170,6 +171,43 @@ def reap_orphans() -> int:
             except ChildProcessError:
                 pass
     return killed
+
+
+# -- a child's stderr, never ours --------------------------------------------------
+
+RELAY_PIECE = 4096  # a line longer than this is passed on in pieces (each written whole: PIPE_BUF)
+
+
+def relay_stderr(stream, name: str) -> threading.Thread:
+    """What a child writes on a stderr pipe of its own (`stream`), passed on to this process's stderr
+    a line at a time until every holder has closed it; then `stream` is closed. So the child never
+    holds our stderr itself: a worker's is root's log pipe, and a child exec'd as its owner is
+    dumpable by her (she could take from it whatever it holds)."""
+
+    def copy() -> None:
+        fd, held, open_ = stream.fileno(), b"", True
+        try:
+            while True:
+                chunk = os.read(fd, 65536)
+                held += chunk
+                while b"\n" in held or len(held) >= RELAY_PIECE or (held and not chunk):
+                    cut = min(held.find(b"\n") + 1 or len(held), RELAY_PIECE)
+                    piece, held = held[:cut], held[cut:]
+                    if open_:
+                        try:
+                            os.write(2, piece)
+                        except OSError:  # ours is gone: what follows is read and dropped
+                            open_ = False
+                if not chunk:
+                    return
+        except OSError:
+            return
+        finally:
+            stream.close()
+
+    thread = threading.Thread(target=copy, name=name, daemon=True)
+    thread.start()
+    return thread
 
 
 # -- a short conversation with a program we do not trust to end ---------------------

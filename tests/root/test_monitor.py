@@ -28,6 +28,12 @@ import time
 def register(ctx):
     ctx.register_hook("on_session_delete", lambda session_id, **kw: time.sleep(1))
 '''
+LOUD = '''
+import sys, time
+print("the loud plugin speaks", file=sys.stderr, flush=True)
+def register(ctx):
+    ctx.register_hook("on_session_delete", lambda session_id, **kw: time.sleep(1))
+'''
 
 HIJACK = r'''
 import ctypes, errno, json, os, sys, time
@@ -236,6 +242,69 @@ def test_at_no_instant_of_a_workers_life_can_she_take_its_pipe(make_user, admin,
     assert set(got["refused"]) == {"EPERM"}, got["refused"]
     controls = [g for g in got["grabbed"] if CONTROL in g["command"] and g["fd"] == 1]
     assert controls, ("the watcher never took a control's pipe: too slow to prove anything", got)
+
+
+def _pipes(pid: int) -> set[str]:
+    """The pipes process `pid` holds (`pipe:[inode]`)."""
+    found = set()
+    try:
+        names = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return found
+    for name in names:
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{name}")
+        except OSError:
+            continue
+        if link.startswith("pipe:"):
+            found.add(link)
+    return found
+
+
+def _plugin_processes(user) -> list[int]:
+    """Her processes serving plugins (in_hermes.py), by their real uid."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/status", "rb") as status:
+                uids = next(line for line in status if line.startswith(b"Uid:")).split()
+            with open(f"/proc/{name}/cmdline", "rb") as source:
+                if int(uids[1]) == user.uid and b"in_hermes.py" in source.read():
+                    found.append(int(name))
+        except (OSError, StopIteration):
+            continue
+    return found
+
+
+def test_her_plugin_process_holds_none_of_roots_pipes(make_user, system_venv):
+    """Her plugin process runs as her, exec'd by her worker: dumpable, so she may take whatever it
+    holds. It holds none of the pipes between root and her worker (its stderr is a pipe of the
+    worker's, which passes its lines on), and what it prints still reaches root's stderr."""
+    alice = make_user("alice")
+    prepare(alice, {"default": 30})
+    set_config(alice.root, plugins=["loud"])
+    plant_plugin(alice.root, "loud", LOUD)
+    chown_tree(alice.root, alice)
+    proc = _start(system_venv, "--root", str(alice.root), "run", "--yes")
+    held = None
+    try:
+        worker = _her_worker(alice, proc)
+        deadline = time.monotonic() + 60
+        while held is None and time.monotonic() < deadline and proc.poll() is None:
+            roots = _pipes(proc.pid)  # the host's ends of its pipes to the worker (and its own stdout, stderr)
+            for plugin in _plugin_processes(alice):
+                held = (_pipes(plugin), roots, _pipes(worker))
+            time.sleep(0.01)
+    finally:
+        done = _done(proc)
+    assert held is not None, ("her plugin process was never seen", explain(done))
+    plugin_pipes, roots, worker_pipes = held
+    assert worker_pipes & roots, held  # the check sees root's pipes where they are
+    assert plugin_pipes and not plugin_pipes & roots, held
+    assert done.returncode in (0, 1), explain(done)
+    assert "the loud plugin speaks" in done.stderr, explain(done)
 
 
 def _forge(user, system_venv, tmp_path, lines: list[dict], *args) -> subprocess.CompletedProcess:
