@@ -206,10 +206,10 @@ print(json.dumps({"grabbed": grabbed, "workers": sorted(workers), "refused": ref
 def test_at_no_instant_of_a_workers_life_can_she_take_its_pipe(make_user, admin, system_venv):
     """A process of hers, started before root's commands, tries pidfd_getfd on the reply and log
     pipes of every process from the instant it appears to its end, over STARTS worker starts: it
-    never gets a worker's. Between the starts, root starts a process as her the way workers once
-    were (the kernel switches to her ids, then the exec; not dumpable from its first statement on):
-    the same watcher takes that one's pipe in the instants before that statement, so it is fast
-    enough to have taken a worker's, were any instant of the worker's life open to her."""
+    never gets a worker's. Between the starts, root starts a control as her the other way (the
+    kernel switches to her ids, then the exec; not dumpable from its first statement on): the same
+    watcher takes the control's pipe in the instants before that statement, so it is fast enough to
+    have taken a worker's, were any instant of the worker's life open to her."""
     from hermes_admin import child
 
     alice = make_user("alice")
