@@ -79,7 +79,8 @@ def argv(module: str, *args: str, private: bool = False, become: tuple[int, int,
             "try:\n"
             f"    from {module} import main\n"
             "except Exception as exc:  # this account cannot read the installation\n"
-            f"    sys.exit(f'cannot load hermes-admin from {{sys.argv[1]}} as uid {become[0]}: {{exc!r}}')\n"
+            f"    sys.exit(f'uid {become[0]} cannot load hermes-admin (the interpreter {{sys.executable}}, "
+            "the package in {sys.argv[1]}): {exc!r}')\n"
             "sys.exit(main())\n"), package_parent(), *args]
     return [sys.executable, "-I", "-c", (UNDUMPABLE if private else "") + boot, package_parent(), *args]
 
