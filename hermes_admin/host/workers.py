@@ -9,9 +9,10 @@ folder), whose first lines switch it to the owner (supplementary groups, gid,
 uid) before it imports or reads anything of ours, never dumpable by her at any
 instant (child.becoming: she can neither trace it nor take its pipes), with a
 clean environment, stdin from /dev/null, a session of its own (no controlling
-terminal) and no descriptor of root's but its three pipes. What it answers is read as untrusted
-(protocol.Reader: every line, every row's fields; an "internal error" it reports is
-its profiles' error, never the host's); its log lines are relayed escaped and bounded.
+terminal) and no descriptor of root's but its three pipes. What it answers is
+read as untrusted (protocol.Reader: every line, every row's fields; an "internal
+error" it reports is its profiles' error, never the host's); its log lines are
+relayed escaped and bounded.
 
 Nothing its owner does to it holds the host up past a bound, or holds up another owner
 (docs/design.md §10): the job is written without blocking; a worker that gives no sign of life
