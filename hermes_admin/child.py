@@ -13,6 +13,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -31,14 +32,56 @@ PR_SET_DUMPABLE = 4  # prctl's numbers (linux/prctl.h)
 PR_GET_DUMPABLE = 3
 # Before anything else: the process is no longer dumpable, so its owner can neither trace it nor take
 # its descriptors (ptrace, pidfd_getfd, /proc/PID/fd, /proc/PID/mem all need a dumpable process of
-# hers). Our ids changed before the exec, so the exec made it dumpable again: this undoes that.
+# hers). For a child that runs as the account that started it (no boundary crossed): an exec makes
+# a process dumpable, and this undoes it as early as an interpreter can.
 UNDUMPABLE = f"import ctypes; ctypes.CDLL(None).prctl({PR_SET_DUMPABLE}, 0, 0, 0, 0); "
 
 
-def argv(module: str, *args: str, private: bool = False) -> list[str]:
+def becoming(uid: int, gid: int, groups) -> str:
+    """The first lines of a child that root execs as root and that then becomes `uid` itself, never
+    dumpable by `uid` at any instant. Exec'd as root, no process of hers may trace it or take its
+    descriptors (every one of its ids is root's). Then, before anything of ours is imported or read:
+    its groups and gids become hers, then its real and effective uids with the saved one still
+    root's (so, whatever the kernel's `fs.suid_dumpable` makes of that change, her ids do not match
+    all of its own: still out of her reach); it makes itself not dumpable; and only then gives up the
+    saved uid, which changes no effective id, so the kernel leaves it not dumpable. It checks that
+    and every id, or exits with one line. What the interpreter read before (its own installation,
+    isolated: no PYTHON* variables, no user site, the current folder /) is root's."""
+    uid, gid, groups = int(uid), int(gid), sorted({int(g) for g in groups})
+    want = f"(({uid},) * 3, ({gid},) * 3, {set(groups) | {gid}!r})"
+    return (
+        "import ctypes, os, sys\n"
+        "prctl = ctypes.CDLL(None, use_errno=True).prctl\n"
+        "try:\n"
+        f"    os.setgroups({groups!r})\n"
+        f"    os.setresgid({gid}, {gid}, {gid})\n"
+        f"    os.setresuid({uid}, {uid}, 0)\n"
+        f"    if prctl({PR_SET_DUMPABLE}, 0, 0, 0, 0) != 0:\n"
+        "        raise OSError(ctypes.get_errno(), 'prctl(PR_SET_DUMPABLE) failed')\n"
+        f"    os.setresuid({uid}, {uid}, {uid})\n"
+        "except OSError as exc:\n"
+        f"    sys.exit(f'cannot become uid {uid}: {{exc}}')\n"
+        f"if prctl({PR_GET_DUMPABLE}, 0, 0, 0, 0) != 0 or (os.getresuid(), os.getresgid(), "
+        f"set(os.getgroups()) | {{{gid}}}) != {want}:\n"
+        f"    sys.exit('still dumpable or not exactly uid {uid} after becoming it')\n"
+    )
+
+
+def argv(module: str, *args: str, private: bool = False, become: tuple[int, int, list[int]] | None = None) -> list[str]:
     """`module`'s main() in an isolated interpreter; its own arguments start at sys.argv[2].
-    `private`: not dumpable from its first statement on (a worker: its pipes are root's conversation)."""
+    `private`: not dumpable from its first statement on (a worker: its pipes are root's conversation).
+    `become` (uid, gid, groups): exec'd as root, the child becomes that account itself (`becoming`),
+    never dumpable by it; a failure to import this installation as that account is one line."""
     boot = f"import sys; sys.path.insert(0, sys.argv[1]); from {module} import main; sys.exit(main())"
+    if become is not None:
+        return [sys.executable, "-I", "-c", becoming(*become) + (
+            "sys.path.insert(0, sys.argv[1])\n"
+            "try:\n"
+            f"    from {module} import main\n"
+            "except Exception as exc:  # this account cannot read the installation\n"
+            f"    sys.exit(f'uid {become[0]} cannot load hermes-admin (the interpreter {{sys.executable}}, "
+            "the package in {sys.argv[1]}): {exc!r}')\n"
+            "sys.exit(main())\n"), package_parent(), *args]
     return [sys.executable, "-I", "-c", (UNDUMPABLE if private else "") + boot, package_parent(), *args]
 
 
@@ -129,6 +172,43 @@ def reap_orphans() -> int:
             except ChildProcessError:
                 pass
     return killed
+
+
+# -- a child's stderr, never ours --------------------------------------------------
+
+RELAY_PIECE = 4096  # a line longer than this is passed on in pieces (each written whole: PIPE_BUF)
+
+
+def relay_stderr(stream, name: str) -> threading.Thread:
+    """What a child writes on a stderr pipe of its own (`stream`), passed on to this process's stderr
+    a line at a time until every holder has closed it; then `stream` is closed. So the child never
+    holds our stderr itself: a worker's is root's log pipe, and a child exec'd as its owner is
+    dumpable by her (she could take from it whatever it holds)."""
+
+    def copy() -> None:
+        fd, held, open_ = stream.fileno(), b"", True
+        try:
+            while True:
+                chunk = os.read(fd, 65536)
+                held += chunk
+                while b"\n" in held or len(held) >= RELAY_PIECE or (held and not chunk):
+                    cut = min(held.find(b"\n") + 1 or len(held), RELAY_PIECE)
+                    piece, held = held[:cut], held[cut:]
+                    if open_:
+                        try:
+                            os.write(2, piece)
+                        except OSError:  # ours is gone: what follows is read and dropped
+                            open_ = False
+                if not chunk:
+                    return
+        except OSError:
+            return
+        finally:
+            stream.close()
+
+    thread = threading.Thread(target=copy, name=name, daemon=True)
+    thread.start()
+    return thread
 
 
 # -- a short conversation with a program we do not trust to end ---------------------

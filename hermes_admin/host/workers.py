@@ -3,14 +3,16 @@
 The host never works on a home itself. For the homes of the account it runs as
 (a user over her own homes, root over root's) there is no boundary to cross, and
 the job runs here, through the same job functions. For anyone else's, root
-starts a worker that the kernel switches to the owner (supplementary groups,
-gid, uid) before it runs any code, in an isolated interpreter (`-I`: no current
-folder, no user site on sys.path), not dumpable from its first statement (its
-owner can neither trace it nor take its pipes), with a clean environment, stdin
-from /dev/null, a session of its own (no controlling terminal) and no descriptor
-of root's but its three pipes. What it answers is read as untrusted
-(protocol.Reader: every line, every row's fields; an "internal error" it reports is
-its profiles' error, never the host's); its log lines are relayed escaped and bounded.
+execs a worker as root, in its own isolated interpreter (`-I`: no PYTHON*
+variables, no user site, no current folder on sys.path; / as its current
+folder), whose first lines switch it to the owner (supplementary groups, gid,
+uid) before it imports or reads anything of ours, never dumpable by her at any
+instant (child.becoming: she can neither trace it nor take its pipes), with a
+clean environment, stdin from /dev/null, a session of its own (no controlling
+terminal) and no descriptor of root's but its three pipes. What it answers is
+read as untrusted (protocol.Reader: every line, every row's fields; an "internal
+error" it reports is its profiles' error, never the host's); its log lines are
+relayed escaped and bounded.
 
 Nothing its owner does to it holds the host up past a bound, or holds up another owner
 (docs/design.md §10): the job is written without blocking; a worker that gives no sign of life
@@ -209,12 +211,16 @@ class Spawned:
     def run(self) -> Run:
         owner = self.job.owner
         job_r, job_w = os.pipe()
+        if os.geteuid() == 0:  # exec'd as root, it becomes her itself: never dumpable by her (child.becoming)
+            argv = child.argv("hermes_admin.profile.worker", str(job_r),
+                              become=(owner.uid, owner.gid, list(owner.groups)))
+        else:  # her own run, forced into a process: no boundary between her and it
+            argv = child.argv("hermes_admin.profile.worker", str(job_r), private=True)
         try:
             self.proc = subprocess.Popen(
-                child.argv("hermes_admin.profile.worker", str(job_r), private=True),
-                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(job_r,),
-                close_fds=True, env=child.environment(owner.home, owner.user), cwd="/", user=owner.uid, group=owner.gid,
-                extra_groups=list(owner.groups), start_new_session=True, umask=0o077)
+                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(job_r,),
+                close_fds=True, env=child.environment(owner.home, owner.user), cwd="/", start_new_session=True,
+                umask=0o077)
         except OSError as exc:
             os.close(job_w)
             return _failed(self.job, f"cannot run {sys.executable} as {owner.user}: "

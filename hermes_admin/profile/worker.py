@@ -1,20 +1,23 @@
 """The worker: one process per owner, started by the host, that has irrevocably become that owner.
 
-The host (host/workers.py) starts it as
+Root's host (host/workers.py) starts it as
 
-    python -I -c BOOT PACKAGE_PARENT JOB_FD       (child.argv)
+    python -I -c BOOT PACKAGE_PARENT JOB_FD       (child.argv, become=the owner)
 
-after the kernel switched it to the owner's supplementary groups, gid and uid,
-with a clean environment, stdin from /dev/null, no controlling terminal, and no
-descriptor but the job pipe (JOB_FD), the reply pipe (stdout) and the log pipe
-(stderr). Its first statement (child.UNDUMPABLE, before this module is even
-imported) makes it not dumpable: the owner may stop or kill it, but neither trace
-it nor take a copy of its pipes (`pidfd_getfd`), so what root reads on them is
-this process's alone (OpenSSH's monitor keeps its unprivileged child so too).
-Before it reads its job it checks that, and who it is: every uid and
-gid (real, effective, saved) the owner's, exactly the owner's groups, and no way
-back to root; otherwise it refuses to go on. Then it does the job
-(profile/jobs.py), each home as its current folder, and writes the report.
+with a clean environment, / as its current folder, stdin from /dev/null, no
+controlling terminal, and no descriptor but the job pipe (JOB_FD), the reply pipe
+(stdout) and the log pipe (stderr). It is exec'd as root, in hermes-admin's own
+interpreter; BOOT (child.becoming) switches it to the owner's groups, gid and uid
+before it imports or reads anything of ours, never dumpable by her at any instant
+in between: she may stop or kill it, but neither trace it nor take a copy of its
+pipes (`pidfd_getfd`), so what root reads on them is this process's alone
+(OpenSSH's monitor keeps its unprivileged child so too). A user's own run forced
+into a worker process (HERMES_ADMIN_WORKER=process) crosses no boundary: its first
+statement (child.UNDUMPABLE) makes it not dumpable all the same. Before it reads
+its job it checks that, and who it is: every uid and gid (real, effective, saved)
+the owner's, exactly the owner's groups, and no way back to root; otherwise it
+refuses to go on. Then it does the job (profile/jobs.py), each home as its current
+folder, and writes the report.
 """
 
 from __future__ import annotations
@@ -68,7 +71,7 @@ def _no_new_privileges() -> None:
 
 
 def main() -> int:
-    if child.dumpable():  # the boot line makes it not dumpable: a worker its owner could trace refuses
+    if child.dumpable():  # its boot makes it not dumpable: a worker its owner could trace refuses
         print("worker refuses to run: its owner could trace it (still dumpable)", file=sys.stderr)
         return REFUSED
     job_fd = int(sys.argv[2])

@@ -30,13 +30,16 @@ def _config(tmp_path: Path) -> str:
 
 
 def _workers_of(user) -> list[int]:
-    """The pids of hermes-admin workers running as `user` (their command line names the module)."""
+    """The pids of hermes-admin workers running as `user` (their command line names the module). By
+    their real uid: a worker is never dumpable, so its /proc folder is root's whoever it runs as."""
     found = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
         try:
-            if os.stat(f"/proc/{name}").st_uid != user.uid:
+            with open(f"/proc/{name}/status", "rb") as status:
+                uids = next(line for line in status if line.startswith(b"Uid:")).split()
+            if int(uids[1]) != user.uid:
                 continue
             with open(f"/proc/{name}/cmdline", "rb") as source:
                 if b"hermes_admin.profile.worker" in source.read():

@@ -28,6 +28,12 @@ import time
 def register(ctx):
     ctx.register_hook("on_session_delete", lambda session_id, **kw: time.sleep(1))
 '''
+LOUD = '''
+import sys, time
+print("the loud plugin speaks", file=sys.stderr, flush=True)
+def register(ctx):
+    ctx.register_hook("on_session_delete", lambda session_id, **kw: time.sleep(1))
+'''
 
 HIJACK = r'''
 import ctypes, errno, json, os, sys, time
@@ -130,8 +136,7 @@ def test_she_can_neither_take_her_workers_pipe_nor_trace_it(make_user, system_ve
     proc = _start(system_venv, "--root", str(alice.root), "run", "--yes")
     try:
         worker = _her_worker(alice, proc)
-        while not _root_owned_proc(worker):  # past its first statement (child.UNDUMPABLE)
-            time.sleep(0.001)
+        assert _root_owned_proc(worker)  # as soon as it is hers, it is not dumpable (child.becoming)
         try:
             os.kill(worker, signal.SIGSTOP)  # it holds still while she tries (she may stop it herself too)
             tried = as_user(alice, [str(system_venv / "bin" / "python"), "-c", HIJACK, str(worker)], timeout=60)
@@ -145,6 +150,161 @@ def test_she_can_neither_take_her_workers_pipe_nor_trace_it(make_user, system_ve
     assert got["worker"] == {"pidfd_getfd": "EPERM", "proc_fd": "EACCES", "ptrace": "EPERM"}, (got, explain(done))
     assert done.returncode in (0, 1), explain(done)
     assert root_owned(alice.home) == []
+
+
+STARTS = 30  # worker starts watched
+CONTROL = "hermes-admin-test-control"
+WORKER = "hermes_admin.profile.worker"
+WATCHER = r"""
+import ctypes, errno, json, os, select, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+me, seen, fresh = str(os.getpid()), set(), {}  # fresh: pid -> (its pidfd, when it appeared)
+grabbed, workers, refused = [], set(), {}
+
+
+def command(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as source:
+            return source.read().replace(b"\0", b" ").decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+print("ready", flush=True)
+while not select.select([sys.stdin], [], [], 0)[0]:  # until the test closes stdin
+    now = time.monotonic()
+    for name in os.listdir("/proc"):
+        if name.isdigit() and name not in seen and name != me:
+            seen.add(name)
+            try:
+                fresh[int(name)] = (os.pidfd_open(int(name)), now)
+            except OSError:
+                pass
+    for pid, (pidfd, since) in list(fresh.items()):
+        line = command(pid)
+        if @WORKER@ in line and @VENV@ in line:  # one of this test's workers (the pid is never reused meanwhile)
+            workers.add(pid)
+        for fd in (1, 2):  # the reply pipe, the log pipe
+            got = libc.syscall(438, pidfd, fd, 0)
+            if got >= 0:
+                grabbed.append({"pid": pid, "fd": fd, "what": os.readlink(f"/proc/self/fd/{got}"), "command": line})
+                os.close(got)
+                continue
+            code = errno.errorcode.get(ctypes.get_errno(), "?")
+            if code == "ESRCH" or now - since > 20:
+                os.close(pidfd)
+                del fresh[pid]
+                break
+            if pid in workers:
+                refused[code] = refused.get(code, 0) + 1
+for taken in grabbed:
+    taken["worker"] = taken["pid"] in workers
+print(json.dumps({"grabbed": grabbed, "workers": sorted(workers), "refused": refused}))
+"""
+
+
+def test_at_no_instant_of_a_workers_life_can_she_take_its_pipe(make_user, admin, system_venv):
+    """A process of hers, started before root's commands, tries pidfd_getfd on the reply and log
+    pipes of every process from the instant it appears to its end, over STARTS worker starts: it
+    never gets a worker's. Between the starts, root starts a control as her the other way (the
+    kernel switches to her ids, then the exec; not dumpable from its first statement on): the same
+    watcher takes the control's pipe in the instants before that statement, so it is fast enough to
+    have taken a worker's, were any instant of the worker's life open to her."""
+    from hermes_admin import child
+
+    alice = make_user("alice")
+    prepare(alice, {"default": 30})
+    python, venv = str(system_venv / "bin" / "python"), str(system_venv) + "/"
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": str(alice.home)}
+    hers = dict(user=alice.uid, group=alice.gid, extra_groups=[], env=env)
+    # only this test's workers count (those of its venv): another suite on this machine may run workers too,
+    # and a user it deleted may have left processes under the uid hers reuses
+    watching = WATCHER.replace("@WORKER@", repr(WORKER)).replace("@VENV@", repr(venv))
+    watcher = subprocess.Popen([python, "-c", watching], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, cwd=str(alice.home), **hers)
+    failed = []
+    try:
+        assert watcher.stdout.readline().strip() == "ready", watcher.stderr.read()
+        for _ in range(STARTS):
+            control = subprocess.Popen([python, "-I", "-c", child.UNDUMPABLE + "import time; time.sleep(0.3)",
+                                        CONTROL], stdout=subprocess.PIPE, cwd="/", **hers)
+            control.communicate(timeout=60)
+            done = admin("--root", str(alice.root), "profiles", "--json")
+            if done.returncode != 0:
+                failed.append(explain(done))
+    finally:
+        out, err = watcher.communicate(input="", timeout=120)
+    assert watcher.returncode == 0, err
+    assert not failed, failed[0]
+    got = json.loads(out)
+    assert len(got["workers"]) >= STARTS, got  # every worker was seen, and tried while it lived
+    assert [g for g in got["grabbed"] if g["worker"]] == [], got["grabbed"]
+    assert set(got["refused"]) == {"EPERM"}, got["refused"]
+    controls = [g for g in got["grabbed"] if CONTROL in g["command"] and g["fd"] == 1]
+    assert controls, ("the watcher never took a control's pipe: too slow to prove anything", got)
+
+
+def _pipes(pid: int) -> set[str]:
+    """The pipes process `pid` holds (`pipe:[inode]`)."""
+    found = set()
+    try:
+        names = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return found
+    for name in names:
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{name}")
+        except OSError:
+            continue
+        if link.startswith("pipe:"):
+            found.add(link)
+    return found
+
+
+def _plugin_processes(user) -> list[int]:
+    """Her processes serving plugins (in_hermes.py), by their real uid."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/status", "rb") as status:
+                uids = next(line for line in status if line.startswith(b"Uid:")).split()
+            with open(f"/proc/{name}/cmdline", "rb") as source:
+                if int(uids[1]) == user.uid and b"in_hermes.py" in source.read():
+                    found.append(int(name))
+        except (OSError, StopIteration):
+            continue
+    return found
+
+
+def test_her_plugin_process_holds_none_of_roots_pipes(make_user, system_venv):
+    """Her plugin process runs as her, exec'd by her worker: dumpable, so she may take whatever it
+    holds. It holds none of the pipes between root and her worker (its stderr is a pipe of the
+    worker's, which passes its lines on), and what it prints still reaches root's stderr."""
+    alice = make_user("alice")
+    prepare(alice, {"default": 30})
+    set_config(alice.root, plugins=["loud"])
+    plant_plugin(alice.root, "loud", LOUD)
+    chown_tree(alice.root, alice)
+    proc = _start(system_venv, "--root", str(alice.root), "run", "--yes")
+    held = None
+    try:
+        worker = _her_worker(alice, proc)
+        deadline = time.monotonic() + 60
+        while held is None and time.monotonic() < deadline and proc.poll() is None:
+            roots = _pipes(proc.pid)  # the host's ends of its pipes to the worker (and its own stdout, stderr)
+            for plugin in _plugin_processes(alice):
+                held = (_pipes(plugin), roots, _pipes(worker))
+            time.sleep(0.01)
+    finally:
+        done = _done(proc)
+    assert held is not None, ("her plugin process was never seen", explain(done))
+    plugin_pipes, roots, worker_pipes = held
+    assert worker_pipes & roots, held  # the check sees root's pipes where they are
+    assert plugin_pipes and not plugin_pipes & roots, held
+    assert done.returncode in (0, 1), explain(done)
+    assert "the loud plugin speaks" in done.stderr, explain(done)
 
 
 def _forge(user, system_venv, tmp_path, lines: list[dict], *args) -> subprocess.CompletedProcess:

@@ -200,6 +200,24 @@ def test_a_worker_its_owner_could_trace_refuses_to_read_its_job():
                           timeout=60).stdout.strip() == "False"
 
 
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching to another account needs root")
+def test_a_worker_root_starts_becomes_its_owner_before_anything_else_and_is_never_dumpable():
+    """Root's boot for another account's worker (child.becoming): exec'd as root, it ends with every
+    id the owner's, her groups, and not dumpable, before it imports anything of ours; its saved uid
+    stayed root's until it was not dumpable (so no instant of it was hers and dumpable)."""
+    nobody = 65534
+    argv = child.argv("hermes_admin.profile.worker", become=(nobody, nobody, [nobody]))
+    boot = argv[3]
+    assert boot.index(f"os.setresuid({nobody}, {nobody}, 0)") < boot.index("prctl(4, 0, 0, 0, 0)") \
+        < boot.index(f"os.setresuid({nobody}, {nobody}, {nobody})") < boot.index("import main")
+    probe = boot[:boot.index("sys.path.insert")] + (
+        "print(prctl(3, 0, 0, 0, 0), os.getresuid(), os.getresgid(), os.getgroups())")
+    done = subprocess.run([*argv[:3], probe, *argv[4:]], capture_output=True, text=True, timeout=60, cwd="/")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"0 {(nobody,) * 3} {(nobody,) * 3} [{nobody}]"
+
 # -- the one host runner ----------------------------------------------------------------
 
 def _recording(monkeypatch) -> list:

@@ -45,6 +45,7 @@ MAX_REPLY = 64 << 10  # one reply line; a longer one is a broken plugin process
 POLL_S = 0.5  # how often a wait looks at stop requests
 STOP_GRACE_S = 5.0  # after a stop request, how long an event already sent may take to finish
 SEND_TIMEOUT_S = 10.0  # a message a plugin process does not take in this long: it is stopped, not slow
+RELAY_WAIT_S = 2.0  # after the plugin process is gone, how long its last stderr lines may take to pass
 
 
 class PluginProcessGone(Exception):
@@ -75,6 +76,7 @@ class HookBus:
         self.timeout = timeout
         self.log = log or (lambda message: print(f"hermes-admin: {shown.clean(message, 2000)}", file=sys.stderr))
         self.proc: subprocess.Popen | None = None
+        self._stderr = None  # the thread passing the plugin process's stderr on to ours (child.relay_stderr)
         self.callbacks: list[str] = []
         self._buffer = b""
         self._running = 0
@@ -93,17 +95,19 @@ class HookBus:
         if os.geteuid() == 0 and os.lstat(self.profile.home).st_uid != 0:
             raise PluginProcessGone("refusing to run another user's plugins as root")
         # A clean environment, the in_hermes.py script alone (by its path) in an isolated interpreter,
-        # a session of its own, no descriptor but its pipes and the log.
+        # a session of its own, no descriptor but its own pipes: what it prints reaches our stderr
+        # through a pipe of its own (its owner may trace it: it never holds root's log pipe).
         env = child.own_environment(HERMES_HOME=str(self.profile.home), PYTHONUNBUFFERED="1",
                                     **hermes_environment(self.hermes_env))
         python = self.installation.python if self.installation else sys.executable
         child.become_subreaper()
         self.proc = subprocess.Popen(
             in_hermes.command(python, "serve"),
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None, env=env, close_fds=True,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, close_fds=True,
             cwd=str(self.profile.home), start_new_session=True,
         )
         child.ours(self.proc.pid)
+        self._stderr = child.relay_stderr(self.proc.stderr, "hermes-admin-plugin-stderr")
         self._buffer = b""
         self._send({
             "home": str(self.profile.home), "profile": self.profile.name, "verbose": self.verbose,
@@ -196,6 +200,9 @@ class HookBus:
                 pass
         self.proc = None
         child.reap_orphans()  # what its plugins started, setsid or not, goes with it
+        if self._stderr is not None:  # its last lines before anything we say next (every holder is gone)
+            self._stderr.join(RELAY_WAIT_S)
+            self._stderr = None
 
     def close(self) -> None:
         if self.proc is not None:
