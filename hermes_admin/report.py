@@ -228,9 +228,12 @@ def changed(result) -> bool:
 
 def summary_lines(run, only_changes: bool = False) -> list[str]:
     """One line per task per profile; `only_changes`: the tasks that changed something (the daemon's
-    journal, like `run -q`); then each export removed (space_lines)."""
+    journal, like `run -q`); then each export removed and what free pages wait for (space_lines),
+    under `only_changes` too: these lines carry no task's notes, where `run -q` says why no VACUUM
+    ran, so without it a daemon would delete every night and never say that the space waits for
+    `compact`."""
     return [summary_line(result, run.dry_run) for result in run.results
-            if not only_changes or changed(result)] + space_lines(run, quiet=only_changes)
+            if not only_changes or changed(result)] + space_lines(run)
 
 
 def space_lines(run, quiet: bool = False) -> list[str]:
