@@ -135,8 +135,9 @@ def test_restore_brings_back_the_transcript_files_the_delete_removed(synth_root,
     assert removed and not any((sessions / os.path.basename(p)).exists() for p in removed)
     (export,) = [r["export"] for r in doc["results"] if r["export"]]
 
-    dry = invoke("--root", str(root), "restore", export, "-p", "work", "--dry-run", "--json")
+    dry = invoke("--root", str(root), "restore", export, "-p", "work", "--dry-run")
     assert dry.exit_code == 0, dry.stderr
+    assert "file(s) would be put back into" in dry.stdout  # never said as done
     assert not any((sessions / os.path.basename(p)).exists() for p in removed)  # a dry run writes nothing
 
     back = invoke("--root", str(root), "restore", export, "-p", "work", "--yes")

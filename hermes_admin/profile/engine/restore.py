@@ -230,6 +230,7 @@ class _Files:
         return put
 
     def notes(self) -> list[str]:
-        return ([f"{self.put} file(s) put back into {self.folder}"] if self.put else []) + (
+        would = "would be " if self.dry_run else ""  # a dry run puts nothing back: it says what it would
+        return ([f"{self.put} file(s) {would}put back into {self.folder}"] if self.put else []) + (
             [f"{self.without} session(s) from an export made before exports carried the files in sessions/: "
              "their transcript files, if they had any, stay gone"] if self.without else [])
