@@ -232,3 +232,11 @@ def test_prune_says_the_limit_it_went_by_apart_from_each_exports_own_size(synth_
     assert lines and all("(its owner's exports take over 1.0 KiB (--max-size); it takes " in line for line in lines)
     aged = invoke("--root", str(root), "exports", "prune", "--older-than", "0", "--force", "--dry-run")
     assert "(older than 0 (--older-than); it takes " in aged.stdout
+
+
+def test_restore_of_a_file_that_is_not_there_says_so(synth_root, invoke, tmp_path):
+    """A mistyped path is a usage error naming the path, not a request for -p."""
+    root, _ = synth_root
+    result = invoke("--root", str(root), "restore", str(tmp_path / "nope.jsonl.gz"))
+    assert result.exit_code == 2  # click's code for a usage error here; the console script exits 64
+    assert "nope.jsonl.gz: no such file" in result.stderr and "-p" not in result.stderr
