@@ -105,9 +105,9 @@ def counted(preview: Run) -> str:
     removed = preview.data.get("exports_removed", [])  # restore copies: named as the sessions are
     exports = (f", {len(removed)} old export(s) ({report.human_bytes(sum(r.get('bytes') or 0 for r in removed))}) "
                "removed" if removed else "")
-    return (f"{deleted} session(s) in {len(gone)} profile(s) would be deleted, "
-            f"{flipped} in {len(archived)} archived" + (f", {closed} stale open one(s) closed" if closed else "")
-            + exports)
+    return (f"{deleted} session(s) in {len(gone)} profile(s) would be deleted"
+            + (f", {flipped} in {len(archived)} archived" if flipped else "")  # never `0 in 0 archived`
+            + (f", {closed} stale open one(s) closed" if closed else "") + exports)
 
 
 def confirm(question: str, yes: bool, dry_run: bool) -> None:

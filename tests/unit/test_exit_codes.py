@@ -179,3 +179,17 @@ def test_ctrl_c_while_the_question_is_counted_asks_nothing_and_changes_nothing(s
     assert result.exit_code == 130 and "Go on?" not in result.stderr + result.stdout
     assert "stopped while planning: nothing was changed" in result.stderr
     assert store_digest(root) == before
+
+
+def test_the_prompt_names_only_what_would_happen():
+    """`0 in 0 archived` is no news: the prompt's counts name what the plan does."""
+    from hermes_admin.cli.mutate import counted
+    from hermes_admin.results import Done, Result, Run
+
+    purge = Result("work", "delete", "prune", True, task="purge", home="/h/work",
+                   done=[Done("a", ("a", "b", "c"), "old")])
+    assert counted(Run(dry_run=True, results=[purge])) == "3 session(s) in 1 profile(s) would be deleted"
+    archive = Result("work", "archive", None, True, task="auto_archive", home="/h/work",
+                     done=[Done("d", ("d", "e"), "idle")])
+    assert counted(Run(dry_run=True, results=[purge, archive])) == \
+        "3 session(s) in 1 profile(s) would be deleted, 2 in 1 archived"
