@@ -411,7 +411,7 @@ TASKS = (
     Task(model.EMPTY_SWEEP, _empty_rule, "delete", _Pass.empty_sweep),
     Task(model.PURGE, _retention_rule, "delete", _Pass.purge, "auto_prune is off in this profile's policy"),
     Task(model.CLOSE_STALE, _stale_rule, "close", _Pass.in_parts,
-         "auto_prune is off in this profile's policy (stale rows are closed with it, as Hermes does)"),
+         "auto_prune is off in this profile's policy; stale rows are closed with it, as Hermes does"),
     Task(model.SIZE_BUDGET, _budget_rule, "delete", _Pass.size_budget, "no max_store_mb in this profile's policy"),
     Task(model.AUTO_ARCHIVE, _archive_rule, "archive", _Pass.in_parts),
 )
