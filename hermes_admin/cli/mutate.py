@@ -49,8 +49,9 @@ def targets(app, profiles: list[Profile], ids: list[str]) -> tuple[dict[Profile,
         if not matches:
             missing.append(want)
         elif len(matches) > 1:
-            problems.append(Problem(ERROR, f"'{want}' is ambiguous: "
-                                    + ", ".join(f"{p.shown}:{sid}" for p, sid in matches[:10]), kind=AMBIGUOUS))
+            more = f" and {len(matches) - 10} more: give more of the id" if len(matches) > 10 else ""
+            problems.append(Problem(ERROR, f"'{want}' is ambiguous: {len(matches)} sessions match: "
+                                    + ", ".join(f"{p.shown}:{sid}" for p, sid in matches[:10]) + more, kind=AMBIGUOUS))
         else:
             by_profile.setdefault(matches[0][0], []).append(matches[0][1])
     return by_profile, missing, problems
