@@ -102,6 +102,8 @@ def show_cmd(app: App, session_id: str, profiles, as_json: bool):
     for key, value in detail.items():
         if key == "files":
             lines = [clean(f["path"]) + (" (symlink)" if f["symlink"] else "") for f in value] or ["-"]
+        elif key == "profile":  # as every other command names it: ROOT:NAME with several roots in view
+            lines = [clean(profile.shown)]
         elif isinstance(value, list):
             lines = [clean(", ".join(str(v) for v in value) or "-")]
         elif key.endswith("_at") or key == "last_activity":  # one time format for people (JSON keeps ISO)
