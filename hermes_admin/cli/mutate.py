@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import signal
 import sys
 
@@ -195,6 +196,9 @@ def _nothing_line(results: list, findings: list) -> str:
     return line + (f"; repair: {found}" if found else "") + "".join(f"; {w}" for w in why if w) + ")"
 
 
+SKIPS_SHOWN = 5  # skipped units said without -v (the rest counted)
+
+
 def _result_lines(result, dry_run: bool, verbose: int, quiet: bool, findings: list) -> None:
     report.line(report.summary_line(result, dry_run))
     if verbose or dry_run:
@@ -202,8 +206,13 @@ def _result_lines(result, dry_run: bool, verbose: int, quiet: bool, findings: li
             more = f" (+{len(done.ids) - 1}: {', '.join(done.ids[1:])})" if len(done.ids) > 1 else ""
             rule = f": {done.rule}" if done.rule else ""
             report.line(f"  {done.session_id}{more}{rule}")
-        for skip in result.skipped:
-            report.line(f"  skipped {skip['session_id']}: {skip['why']}")
+    # A skipped unit makes the exit code 1: the first ones say why, without -v too (a restore of
+    # what is already there said only "1 skipped", and exited 1).
+    shown = len(result.skipped) if verbose or dry_run else min(len(result.skipped), SKIPS_SHOWN)
+    for skip in itertools.islice(result.skipped, shown):  # a Spill: iterated, never sliced
+        report.line(f"  skipped {skip['session_id']}: {skip['why']}")
+    if shown < len(result.skipped):
+        report.line(f"  {len(result.skipped) - shown} more skipped (-v lists them)")
     if result.task == "repair" and not verbose and not len(result.done):
         summary = findings_summary(findings, result.home)  # the same findings every night: counted, not listed
         if summary and not quiet:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 
 from tests.conftest import counts
@@ -150,6 +151,8 @@ def test_restore_brings_back_the_transcript_files_the_delete_removed(synth_root,
         assert (sessions / name).stat().st_mode & 0o077 == 0
     again = invoke("--root", str(root), "restore", export, "-p", "work", "--yes", "--json")
     assert json.loads(again.stdout)["warnings"] == []  # its own files found there again are no news
+    human = invoke("--root", str(root), "restore", export, "-p", "work", "--yes")
+    assert human.exit_code == 1 and re.search(r"^  skipped \S+: exists", human.stdout, re.M), human.stdout  # why, without -v
 
 
 def test_a_file_not_utf8_goes_and_comes_back_byte_for_byte(synth_root, invoke):
