@@ -388,8 +388,9 @@ def test_systemd_print_warns_of_tmp_paths_beside_private_tmp(tmp_path, invoke):
     assert printed.exit_code == 0
     assert str(root).startswith("/tmp/") or str(root).startswith("/var/tmp/")
     lines = [line for line in printed.stderr.splitlines() if "PrivateTmp=yes" in line]
-    assert lines and all(str(root) in line and "never sees that path" in line for line in lines)
-    assert {line.split(": ")[2] for line in lines} >= {"hermes-admin.service", "hermes-admin-daemon.service"}
+    (line,) = [line for line in lines if f": {root} is under /tmp" in line]  # one line a path, every unit named
+    assert "hermes-admin.service" in line and "hermes-admin-daemon.service" in line and "never sees that path" in line
+    assert len(lines) == len({line.split(": ")[3] for line in lines})
     elsewhere = invoke("--root", "/srv/hermes", "systemd", "print")
     assert "PrivateTmp" not in elsewhere.stderr
 
