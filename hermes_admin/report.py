@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -251,10 +252,12 @@ def space_lines(run, quiet: bool = False) -> list[str]:
         lines.append(f"{len(removed)} old export(s), {human_bytes(sum(r.get('bytes') or 0 for r in removed))} "
                      f"{would}removed")
     for wait in run.data.get("reclaim_waits", []) if not quiet else []:
-        lines.append(f"{names.get(wait.get('home'), wait.get('profile'))}: {human_bytes(wait.get('bytes'))} of free "
+        name = names.get(wait.get('home'), wait.get('profile'))
+        lines.append(f"{name}: {human_bytes(wait.get('bytes'))} of free "
                      f"pages wait for one VACUUM while nobody else holds the store (the store is {wait.get('held_by')}); "
-                     + ("`hermes-admin compact` gives them back on your word" if wait.get("compact") else
-                        "every run looks again"))
+                     # the profile named, so that the command pasted compacts this store, not every one in view
+                     + (f"`hermes-admin compact -p {shlex.quote(str(name))}` gives them back on your word"
+                        if wait.get("compact") else "every run looks again"))
     return lines
 
 
