@@ -168,4 +168,5 @@ def test_the_daemons_journal_says_what_free_pages_wait_for():
     run.data["reclaim_waits"] = [{"home": "/h/work", "profile": "work", "bytes": 65536, "compact": True,
                                   "held_by": "not known to be free (not looked into: pid 1 (init): EACCES)"}]
     (line,) = [ln for ln in report.summary_lines(run, only_changes=True) if "VACUUM" in ln]
-    assert line.startswith("work: 64.0 KiB of free pages wait for one VACUUM") and "`hermes-admin compact -p work`" in line
+    assert line.startswith("work: 64.0 KiB of free pages wait for one VACUUM")
+    assert "`hermes-admin compact -p work`" in line
