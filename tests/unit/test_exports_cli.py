@@ -138,7 +138,7 @@ def test_restore_brings_back_the_transcript_files_the_delete_removed(synth_root,
 
     dry = invoke("--root", str(root), "restore", export, "-p", "work", "--dry-run")
     assert dry.exit_code == 0, dry.stderr
-    assert "file(s) would be put back into" in dry.stdout  # never said as done
+    assert "file(s) would be put back into" in dry.stdout and ": would be restored from " in dry.stdout  # never as done
     assert not any((sessions / os.path.basename(p)).exists() for p in removed)  # a dry run writes nothing
 
     back = invoke("--root", str(root), "restore", export, "-p", "work", "--yes")
