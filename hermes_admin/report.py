@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -228,9 +229,12 @@ def changed(result) -> bool:
 
 def summary_lines(run, only_changes: bool = False) -> list[str]:
     """One line per task per profile; `only_changes`: the tasks that changed something (the daemon's
-    journal, like `run -q`); then each export removed (space_lines)."""
+    journal, like `run -q`); then each export removed and what free pages wait for (space_lines),
+    under `only_changes` too: these lines carry no task's notes, where `run -q` says why no VACUUM
+    ran, so without it a daemon would delete every night and never say that the space waits for
+    `compact`."""
     return [summary_line(result, run.dry_run) for result in run.results
-            if not only_changes or changed(result)] + space_lines(run, quiet=only_changes)
+            if not only_changes or changed(result)] + space_lines(run)
 
 
 def space_lines(run, quiet: bool = False) -> list[str]:
@@ -248,10 +252,12 @@ def space_lines(run, quiet: bool = False) -> list[str]:
         lines.append(f"{len(removed)} old export(s), {human_bytes(sum(r.get('bytes') or 0 for r in removed))} "
                      f"{would}removed")
     for wait in run.data.get("reclaim_waits", []) if not quiet else []:
-        lines.append(f"{names.get(wait.get('home'), wait.get('profile'))}: {human_bytes(wait.get('bytes'))} of free "
+        name = names.get(wait.get('home'), wait.get('profile'))
+        lines.append(f"{name}: {human_bytes(wait.get('bytes'))} of free "
                      f"pages wait for one VACUUM while nobody else holds the store (the store is {wait.get('held_by')}); "
-                     + ("`hermes-admin compact` gives them back on your word" if wait.get("compact") else
-                        "every run looks again"))
+                     # the profile named, so that the command pasted compacts this store, not every one in view
+                     + (f"`hermes-admin compact -p {shlex.quote(str(name))}` gives them back on your word"
+                        if wait.get("compact") else "every run looks again"))
     return lines
 
 

@@ -70,6 +70,9 @@ def restore(app: App, file, sessions, profiles, dry_run, yes, as_json, pin, othe
     owner = next((p for p in found.profiles if row and str(p.home) == row.get("home")), None) \
         or _owner_of(path, found.profiles)
     chosen = found.profiles if profiles else [p for p in [owner] if p]
+    if not chosen and not os.path.lexists(path):  # a typo: said as one, not as a missing -p
+        raise click.UsageError(f"{clean(path)}: no such file (FILE is an export's path, or its id from "
+                               "`exports list`)")
     if len(chosen) != 1:
         raise click.UsageError(
             f"{clean(path)}: name the profile to restore into with -p (the file is not in a profile's "

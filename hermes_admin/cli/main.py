@@ -230,7 +230,9 @@ def _run() -> int:
         code = cli.main(prog_name="hermes-admin", standalone_mode=False)
     except click.exceptions.Abort as abort:
         interrupted = isinstance(abort.__cause__, KeyboardInterrupt) or stopping.requested()
-        click.echo("hermes-admin: interrupted" if interrupted else "Aborted: nothing was changed", err=True)
+        # A prompt's Ctrl-C or end of input: the question's line is still open (the terminal shows `^C`)
+        click.echo("hermes-admin: interrupted" if interrupted else
+                   "\nhermes-admin: no answer (Ctrl-C or end of input): nothing was changed", err=True)
         return exitcodes.INTERRUPTED
     except KeyboardInterrupt:
         click.echo("hermes-admin: interrupted", err=True)

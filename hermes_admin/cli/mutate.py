@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import signal
 import sys
 
@@ -49,8 +50,9 @@ def targets(app, profiles: list[Profile], ids: list[str]) -> tuple[dict[Profile,
         if not matches:
             missing.append(want)
         elif len(matches) > 1:
-            problems.append(Problem(ERROR, f"'{want}' is ambiguous: "
-                                    + ", ".join(f"{p.shown}:{sid}" for p, sid in matches[:10]), kind=AMBIGUOUS))
+            more = f" and {len(matches) - 10} more: give more of the id" if len(matches) > 10 else ""
+            problems.append(Problem(ERROR, f"'{want}' is ambiguous: {len(matches)} sessions match: "
+                                    + ", ".join(f"{p.shown}:{sid}" for p, sid in matches[:10]) + more, kind=AMBIGUOUS))
         else:
             by_profile.setdefault(matches[0][0], []).append(matches[0][1])
     return by_profile, missing, problems
@@ -105,9 +107,9 @@ def counted(preview: Run) -> str:
     removed = preview.data.get("exports_removed", [])  # restore copies: named as the sessions are
     exports = (f", {len(removed)} old export(s) ({report.human_bytes(sum(r.get('bytes') or 0 for r in removed))}) "
                "removed" if removed else "")
-    return (f"{deleted} session(s) in {len(gone)} profile(s) would be deleted, "
-            f"{flipped} in {len(archived)} archived" + (f", {closed} stale open one(s) closed" if closed else "")
-            + exports)
+    return (f"{deleted} session(s) in {len(gone)} profile(s) would be deleted"
+            + (f", {flipped} in {len(archived)} archived" if flipped else "")  # never `0 in 0 archived`
+            + (f", {closed} stale open one(s) closed" if closed else "") + exports)
 
 
 def confirm(question: str, yes: bool, dry_run: bool) -> None:
@@ -194,6 +196,9 @@ def _nothing_line(results: list, findings: list) -> str:
     return line + (f"; repair: {found}" if found else "") + "".join(f"; {w}" for w in why if w) + ")"
 
 
+SKIPS_SHOWN = 5  # skipped units said without -v (the rest counted)
+
+
 def _result_lines(result, dry_run: bool, verbose: int, quiet: bool, findings: list) -> None:
     report.line(report.summary_line(result, dry_run))
     if verbose or dry_run:
@@ -201,8 +206,13 @@ def _result_lines(result, dry_run: bool, verbose: int, quiet: bool, findings: li
             more = f" (+{len(done.ids) - 1}: {', '.join(done.ids[1:])})" if len(done.ids) > 1 else ""
             rule = f": {done.rule}" if done.rule else ""
             report.line(f"  {done.session_id}{more}{rule}")
-        for skip in result.skipped:
-            report.line(f"  skipped {skip['session_id']}: {skip['why']}")
+    # A skipped unit makes the exit code 1: the first ones say why, without -v too (a restore of
+    # what is already there said only "1 skipped", and exited 1).
+    shown = len(result.skipped) if verbose or dry_run else min(len(result.skipped), SKIPS_SHOWN)
+    for skip in itertools.islice(result.skipped, shown):  # a Spill: iterated, never sliced
+        report.line(f"  skipped {skip['session_id']}: {skip['why']}")
+    if shown < len(result.skipped):
+        report.line(f"  {len(result.skipped) - shown} more skipped (-v lists them)")
     if result.task == "repair" and not verbose and not len(result.done):
         summary = findings_summary(findings, result.home)  # the same findings every night: counted, not listed
         if summary and not quiet:

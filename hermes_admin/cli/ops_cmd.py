@@ -153,8 +153,9 @@ PRIVATE_TMP = ("/tmp", "/var/tmp")  # what PrivateTmp=yes replaces with the serv
 
 def private_tmp_warnings(units: dict[str, str]) -> list[str]:
     """A path under /tmp or /var/tmp in a unit with PrivateTmp=yes (a root, the config, an export
-    folder, the metrics file): the service sees its own empty /tmp there, never that path."""
-    said = []
+    folder, the metrics file): the service sees its own empty /tmp there, never that path. One
+    line a path, naming every unit that has it (not a line per unit and path)."""
+    units_of: dict[str, list[str]] = {}
     for name, text in units.items():
         if "\nPrivateTmp=yes" not in "\n" + text:
             continue
@@ -162,9 +163,15 @@ def private_tmp_warnings(units: dict[str, str]) -> list[str]:
                  if line.startswith(("ExecStart=", "ReadWritePaths=")) for w in line.split("=", 1)[1].split()]
         for word in dict.fromkeys(words):
             if any(word == tmp or word.startswith(tmp + "/") for tmp in PRIVATE_TMP):
-                said.append(f"{name}: {word} is under {'/var/tmp' if word.startswith('/var/tmp') else '/tmp'}, "
-                            "and the unit has PrivateTmp=yes: the service gets an empty /tmp of its own and never "
-                            "sees that path; move it out of /tmp (or drop PrivateTmp= from the unit)")
+                units_of.setdefault(word, []).append(name)
+    said = []
+    for word, names in units_of.items():
+        tmp = "/var/tmp" if word.startswith("/var/tmp") else "/tmp"
+        unit = "the unit" if len(names) == 1 else "the units"
+        said.append(f"{', '.join(names)}: {word} is under {tmp}, and {unit} "
+                    + ("has" if len(names) == 1 else "have")
+                    + " PrivateTmp=yes: a service gets an empty /tmp of its own and never sees that path; move "
+                    f"it out of /tmp (or drop PrivateTmp= from {unit})")
     return said
 
 

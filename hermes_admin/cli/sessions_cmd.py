@@ -108,6 +108,8 @@ def _print_detail(detail: dict) -> None:
     for key, value in detail.items():
         if key == "files":
             lines = [clean(f["path"]) + (" (symlink)" if f["symlink"] else "") for f in value] or ["-"]
+        elif key == "profile":  # as every other command names it: ROOT:NAME with several roots in view
+            lines = [clean(profile.shown)]
         elif isinstance(value, list):
             lines = [clean(", ".join(str(v) for v in value) or "-")]
         elif key.endswith("_at") or key == "last_activity":  # one time format for people (JSON keeps ISO)

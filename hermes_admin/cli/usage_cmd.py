@@ -112,8 +112,9 @@ def _detail(rows: list[dict], labels: dict[str, str]) -> None:
     tables.show(COLUMNS, lines)
     for row in rows:
         name = labels.get(row["home"], row["profile"])
-        shares = ", ".join(f"{s['source']} {100 * s['share_sessions']:.0f} % of sessions, "
-                           f"{100 * s['share_bytes']:.0f} % of bytes" for s in row["sources"][:5])
-        report.line(f"{name}: sources: {shares or 'none'}")
+        # `cli 73 % / 99 %`: one pair a source, the two shares named once (a list of both per source read as a run-on)
+        shares = ", ".join(f"{s['source']} {100 * s['share_sessions']:.0f} % / {100 * s['share_bytes']:.0f} %"
+                           for s in row["sources"][:5])
+        report.line(f"{name}: sources, % of sessions / % of bytes: {shares}" if shares else f"{name}: sources: none")
         for big in row["largest_sessions"][:3]:
             report.line(f"{name}: large: {big['id']} ({big['source']}) {report.human_bytes(big['bytes'])}")

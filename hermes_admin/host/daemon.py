@@ -68,6 +68,26 @@ class Told:
         return fresh, known, gone
 
 
+class StillAtWork(logging.Filter):
+    """APScheduler's own warning when a job falls due while the one before is still at work
+    (`Execution of job "run (trigger: ..., next run at: ...)" skipped: maximum number of running
+    instances reached (1)`), said in the daemon's words, at INFO: nothing is wrong, that time is
+    coalesced into the job at work (max_instances 1, as `every_seconds` says)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str) and "maximum number of running instances" in record.msg:
+            job = record.args[0] if isinstance(record.args, tuple) and record.args else None
+            record.msg, record.args = "%s: still at work when due again; that time is skipped", \
+                (getattr(job, "name", job),)
+            record.levelno, record.levelname = logging.INFO, logging.getLevelName(logging.INFO)
+        return True
+
+
+def when(moment) -> str:
+    """A job's next time as the journal says it: to the second, with its zone."""
+    return moment.strftime("%Y-%m-%d %H:%M:%S %Z").strip() if moment is not None else "none (paused)"
+
+
 class LogLines(io.TextIOBase):
     """The daemon's stderr as log records: what the rest of hermes-admin says on stderr
     (`hermes-admin: warning: ...`, a worker's relayed lines, a plugin's note) reaches the journal in
@@ -279,6 +299,7 @@ class Daemon:
             os.read(self._wake_r, 4096)
 
     def serve(self) -> int:
+        logging.getLogger("apscheduler.scheduler").addFilter(StillAtWork())
         scheduler = BackgroundScheduler(executors={"default": ThreadPoolExecutor(max_workers=1)},
                                         job_defaults={"coalesce": True, "max_instances": 1})
         ids = schedule(scheduler, self.config, self.job)
@@ -290,7 +311,7 @@ class Daemon:
         signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
         scheduler.start()
         for job in scheduler.get_jobs():
-            log.info("scheduled %s: next run %s", job.id, job.next_run_time)
+            log.info("scheduled %s: next run %s", job.id, when(job.next_run_time))
         sdnotify.notify("READY=1\nSTATUS=scheduled " + ", ".join(ids))
         interval = sdnotify.watchdog_interval()
         while not stopping.requested():

@@ -96,21 +96,21 @@ class Policy:
 
     def describe(self) -> str:
         parts = [
-            f"delete ended sessions inactive over {self.retention_days:g} days" if self.auto_prune
+            f"delete ended sessions inactive over {_days(self.retention_days)}" if self.auto_prune
             else "no retention purge (auto_prune off)",
-            f"archive sessions idle over {self.auto_archive_days:g} days" if self.auto_archive
+            f"archive sessions idle over {_days(self.auto_archive_days)}" if self.auto_archive
             else "no auto-archive",
             f"sweep empty sessions ended over {self.empty_min_age_hours:g} h ago" if self.empty_sweep
             else "no empty sweep",
             "prune ghost rows" if self.ghost_prune else "no ghost pruning",
             ("apply profile repairs" if self.repair == "apply" else "report profile repairs")
             + (f", quick_check every {self.quick_check_hours:g} h" if self.quick_check_hours > 0 else ", quick_check every run"),
-            (f"exports kept {self.export_keep_days:g} days" if math.isfinite(self.export_keep_days)
+            (f"exports kept {_days(self.export_keep_days)}" if math.isfinite(self.export_keep_days)
              else "exports kept forever") + (f" in {self.export_dir}" if self.export_dir else "")
             if self.export_keep_days > 0 else "exports only of units deleted in steps",
         ]
         if self.source_retention_days:
-            parts.insert(1, "per source: " + ", ".join(f"{s} {d:g} days" for s, d in
+            parts.insert(1, "per source: " + ", ".join(f"{s} {_days(d)}" for s, d in
                                                        sorted(self.source_retention_days.items())))
         return "; ".join(parts)
 
@@ -132,6 +132,11 @@ class Policy:
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in values.items()} | {
             "description": self.describe()}
+
+
+def _days(days: float) -> str:
+    """`1 day`, `90 days`, `0.5 days`: a policy's windows as its description says them."""
+    return f"{days:g} day" + ("" if days == 1 else "s")
 
 
 def _check_keys(data: Mapping, allowed: set[str], where: str) -> None:

@@ -1,5 +1,6 @@
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -112,6 +113,16 @@ def test_sessions_show_lineage_delegates_and_files(synth_root, invoke):
     assert names[0] == f"{parent}.json" and names[1].startswith(f"request_dump_{parent}_")
     human = invoke("--root", str(root), "sessions", "show", parent)
     assert human.exit_code == 0 and "delegates" in human.stdout
+
+
+def test_sessions_show_names_the_profile_as_every_command_does(synth_root, invoke, tmp_path):
+    """With several roots in view the profile is ROOT:NAME, in `sessions show` too."""
+    root, kinds = synth_root
+    other = tmp_path / "other"
+    (other / "profiles" / "work").mkdir(parents=True)
+    human = invoke("--root", str(root), "--root", str(other), "sessions", "show", kinds["work"]["recent"][0])
+    assert human.exit_code == 0, human.stderr
+    assert re.search(rf"^ +profile  {re.escape(str(root))}:work$", human.stdout, re.M), human.stdout
 
 
 def test_sessions_show_not_found_and_ambiguous(synth_root, invoke):

@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 
+import click
 import pytest
 
 from hermes_admin.host.runlock import RunLocks
@@ -179,3 +180,29 @@ def test_ctrl_c_while_the_question_is_counted_asks_nothing_and_changes_nothing(s
     assert result.exit_code == 130 and "Go on?" not in result.stderr + result.stdout
     assert "stopped while planning: nothing was changed" in result.stderr
     assert store_digest(root) == before
+
+
+def test_the_prompt_names_only_what_would_happen():
+    """`0 in 0 archived` is no news: the prompt's counts name what the plan does."""
+    from hermes_admin.cli.mutate import counted
+    from hermes_admin.results import Done, Result, Run
+
+    purge = Result("work", "delete", "prune", True, task="purge", home="/h/work",
+                   done=[Done("a", ("a", "b", "c"), "old")])
+    assert counted(Run(dry_run=True, results=[purge])) == "3 session(s) in 1 profile(s) would be deleted"
+    archive = Result("work", "archive", None, True, task="auto_archive", home="/h/work",
+                     done=[Done("d", ("d", "e"), "idle")])
+    assert counted(Run(dry_run=True, results=[purge, archive])) == \
+        "3 session(s) in 1 profile(s) would be deleted, 2 in 1 archived"
+
+
+def test_ctrl_c_at_the_prompt_is_said_on_a_line_of_its_own(monkeypatch, capsys):
+    """click turns Ctrl-C (or end of input) at a prompt into Abort: 130, said after the question's open line."""
+    from hermes_admin.cli import main
+
+    def aborted(**kwargs):
+        raise click.exceptions.Abort()
+
+    monkeypatch.setattr(main.cli, "main", aborted)
+    assert main._run() == 130
+    assert capsys.readouterr().err == "\nhermes-admin: no answer (Ctrl-C or end of input): nothing was changed\n"

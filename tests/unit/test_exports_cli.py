@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 
 from tests.conftest import counts
@@ -135,8 +136,9 @@ def test_restore_brings_back_the_transcript_files_the_delete_removed(synth_root,
     assert removed and not any((sessions / os.path.basename(p)).exists() for p in removed)
     (export,) = [r["export"] for r in doc["results"] if r["export"]]
 
-    dry = invoke("--root", str(root), "restore", export, "-p", "work", "--dry-run", "--json")
+    dry = invoke("--root", str(root), "restore", export, "-p", "work", "--dry-run")
     assert dry.exit_code == 0, dry.stderr
+    assert "file(s) would be put back into" in dry.stdout and ": would be restored from " in dry.stdout  # never as done
     assert not any((sessions / os.path.basename(p)).exists() for p in removed)  # a dry run writes nothing
 
     back = invoke("--root", str(root), "restore", export, "-p", "work", "--yes")
@@ -149,6 +151,9 @@ def test_restore_brings_back_the_transcript_files_the_delete_removed(synth_root,
         assert (sessions / name).stat().st_mode & 0o077 == 0
     again = invoke("--root", str(root), "restore", export, "-p", "work", "--yes", "--json")
     assert json.loads(again.stdout)["warnings"] == []  # its own files found there again are no news
+    human = invoke("--root", str(root), "restore", export, "-p", "work", "--yes")
+    assert human.exit_code == 1  # why, without -v:
+    assert re.search(r"^  skipped \S+: exists", human.stdout, re.M), human.stdout
 
 
 def test_a_file_not_utf8_goes_and_comes_back_byte_for_byte(synth_root, invoke):
@@ -231,3 +236,11 @@ def test_prune_says_the_limit_it_went_by_apart_from_each_exports_own_size(synth_
     assert lines and all("(its owner's exports take over 1.0 KiB (--max-size); it takes " in line for line in lines)
     aged = invoke("--root", str(root), "exports", "prune", "--older-than", "0", "--force", "--dry-run")
     assert "(older than 0 (--older-than); it takes " in aged.stdout
+
+
+def test_restore_of_a_file_that_is_not_there_says_so(synth_root, invoke, tmp_path):
+    """A mistyped path is a usage error naming the path, not a request for -p."""
+    root, _ = synth_root
+    result = invoke("--root", str(root), "restore", str(tmp_path / "nope.jsonl.gz"))
+    assert result.exit_code == 2  # click's code for a usage error here; the console script exits 64
+    assert "nope.jsonl.gz: no such file" in result.stderr and "-p" not in result.stderr

@@ -327,6 +327,7 @@ def test_a_wait_on_a_locked_store_is_told(synth_root, invoke):
         release.join()
         holder.close()
     assert "another process holds the write lock; waiting" in result.stderr
+    assert "s without progress (lock_wait)" in result.stderr  # the sentence ends
     assert result.exit_code == 0, result.stderr
 
 

@@ -388,7 +388,26 @@ def test_systemd_print_warns_of_tmp_paths_beside_private_tmp(tmp_path, invoke):
     assert printed.exit_code == 0
     assert str(root).startswith("/tmp/") or str(root).startswith("/var/tmp/")
     lines = [line for line in printed.stderr.splitlines() if "PrivateTmp=yes" in line]
-    assert lines and all(str(root) in line and "never sees that path" in line for line in lines)
-    assert {line.split(": ")[2] for line in lines} >= {"hermes-admin.service", "hermes-admin-daemon.service"}
+    (line,) = [line for line in lines if f": {root} is under /tmp" in line]  # one line a path, every unit named
+    assert "hermes-admin.service" in line and "hermes-admin-daemon.service" in line and "never sees that path" in line
+    assert len(lines) == len({line.split(": ")[3] for line in lines})
     elsewhere = invoke("--root", "/srv/hermes", "systemd", "print")
     assert "PrivateTmp" not in elsewhere.stderr
+
+
+def test_a_job_due_while_the_last_is_at_work_is_said_in_the_daemons_words():
+    """APScheduler's own warning (its job's repr, `maximum number of running instances`) becomes
+    one INFO line naming the task; the next run is said to the second, with its zone."""
+    import logging
+
+    from hermes_admin.host.daemon import StillAtWork, when
+
+    scheduler = BackgroundScheduler()
+    job = scheduler.add_job(print, "interval", seconds=5, name="run")
+    record = logging.LogRecord("apscheduler.scheduler", logging.WARNING, __file__, 1,
+                               'Execution of job "%s" skipped: maximum number of running instances reached (%d)',
+                               (job, 1), None)
+    assert StillAtWork().filter(record)
+    assert record.levelname == "INFO"
+    assert record.getMessage() == "run: still at work when due again; that time is skipped"
+    assert when(datetime(2026, 12, 6, 17, 7, 13, 598011, tzinfo=timezone.utc)) == "2026-12-06 17:07:13 UTC"

@@ -65,6 +65,9 @@ def test_no_force_passes_a_config_value_under_its_minimum():
 def test_policy_describes_itself():
     text = effective("p", AdminConfig(profiles={"p": {"preset": "standard"}}), hermes()).describe()
     assert "inactive over 90 days" in text and "idle over 30 days" in text
+    one = effective("p", AdminConfig(defaults={"auto_archive": True, "auto_archive_days": 1,
+                                               "export_keep_days": 1}), hermes()).describe()
+    assert "idle over 1 day;" in one and "exports kept 1 day" in one and "1 days" not in one
 
 
 # -- durations in the admin config; every layer checked; where each value came from ----------
@@ -111,3 +114,11 @@ def test_the_pass_runs_its_tasks_in_the_one_order_every_caller_names():
     from hermes_admin.profile.actions import maintenance
 
     assert [task.name for task in maintenance.TASKS] == [t for t in model.TASKS if t is not model.REPAIR]
+
+
+def test_a_task_the_policy_leaves_off_says_why_in_one_clause():
+    """The report wraps the reason in `skipped (...)`: a reason with parentheses of its own nested them."""
+    from hermes_admin.profile.actions.maintenance import TASKS
+
+    for task in TASKS:
+        assert "(" not in (task.off_why or ""), task.name

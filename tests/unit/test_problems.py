@@ -157,6 +157,10 @@ def test_an_ambiguous_id_is_said_and_exits_1_as_before(synth_root, invoke):
     prefix = next(p for p in (i[:1] for i in ids) if sum(i.startswith(p) for i in ids) > 1)
     result = invoke("--root", str(root), "sessions", "show", prefix)
     assert result.exit_code == 1 and f"'{prefix}' is ambiguous" in result.stderr
+    many = sum(i.startswith(prefix) for i in ids)
+    assert f"{many} sessions match" in result.stderr  # a list cut at 10 says how many there are
+    if many > 10:
+        assert f"and {many - 10} more" in result.stderr
 
 
 @pytest.mark.parametrize("forged, says", [

@@ -156,3 +156,17 @@ def test_free_pages_under_a_holder_that_never_lets_go_are_named_and_the_free_mom
     back = json.loads(invoke("--root", str(root), "purge", "--json").stdout)["results"][0]
     assert back["rows"] == 0 and any("given back to the file system" in n for n in back["notes"])
     assert pragma(db, "freelist_count") == 0
+
+
+def test_the_daemons_journal_says_what_free_pages_wait_for():
+    """The daemon logs a task line without its notes: the free pages a skipped VACUUM left, and
+    `compact`, are said in a line of their own, as `run` says them."""
+    from hermes_admin import report
+    from hermes_admin.results import Result, Run
+
+    run = Run(dry_run=False, results=[Result("work", "delete", "prune", False, task="purge", home="/h/work")])
+    run.data["reclaim_waits"] = [{"home": "/h/work", "profile": "work", "bytes": 65536, "compact": True,
+                                  "held_by": "not known to be free (not looked into: pid 1 (init): EACCES)"}]
+    (line,) = [ln for ln in report.summary_lines(run, only_changes=True) if "VACUUM" in ln]
+    assert line.startswith("work: 64.0 KiB of free pages wait for one VACUUM")
+    assert "`hermes-admin compact -p work`" in line

@@ -92,3 +92,11 @@ def test_a_budget_that_cannot_be_met_says_by_how_much(tmp_path, now, invoke):
     task = next(r for r in json.loads(done.stdout)["results"] if r["task"] == "size_budget")
     assert task["rows"] == 0 and any("still over max_store_mb" in n for n in task["notes"])
     assert len(row_ids(root / "state.db")) == 11
+
+
+def test_how_far_over_the_budget_is_said_in_a_unit_that_shows_it():
+    """`by 0.0 MB` said nothing: under 0.1 MB the figure is in kB."""
+    from hermes_admin.profile.actions.maintenance import _megabytes
+
+    assert (_megabytes(2.345), _megabytes(0.1), _megabytes(0.0421), _megabytes(0.0001)) == \
+        ("2.3 MB", "0.1 MB", "42 kB", "1 kB")

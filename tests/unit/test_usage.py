@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 from tests.conftest import store_digest
 from tests.helpers import home_of
@@ -51,7 +52,9 @@ def test_usage_says_a_summary_per_profile_first_and_the_parts_with_detail(synth_
     assert set(rows) == {"default", "work", "legacy"}
     for row in doc["profiles"]:
         assert rows[row["profile"]][1:3] == [human_bytes(row["total_bytes"]), human_bytes(row["files"]["state_db"])]
-    assert "FTS5 index" not in short.stdout and "sources:" not in short.stdout and "host:" in short.stdout
+    assert "FTS5 index" not in short.stdout and "sources" not in short.stdout and "host:" in short.stdout
+    detail = invoke("--root", str(root), "usage", "--detail", "-p", "work").stdout
+    assert re.search(r"^work: sources, % of sessions / % of bytes: \w+ \d+ % / \d+ %", detail, re.M), detail
     assert len(lines) <= 3 + 1 + 2  # a header, a line a profile, the root and the host
     assert json.loads(invoke("--root", str(root), "usage", "--json", "--detail").stdout)["profiles"] == doc["profiles"]
 

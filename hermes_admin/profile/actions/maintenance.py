@@ -341,10 +341,10 @@ class _Pass:
         if not self.engine.dry_run:  # gone: kept out of the set (memory), as in_parts does
             self.claimed.difference_update(i for done in result.done for i in done.ids)
         if len(chosen) == len(units) and self._used_mb() > limit and not self.engine.dry_run:
-            result.notes.append(f"still over max_store_mb {limit:g} by {self._used_mb() - limit:.1f} MB: nothing "
+            result.notes.append(f"still over max_store_mb {limit:g} by {_megabytes(self._used_mb() - limit)}: nothing "
                                 f"eligible is left (open, pinned, live or active within {keep:g} days)")
         elif self.engine.dry_run:
-            result.notes.append(f"over max_store_mb {limit:g} by {over:.1f} MB: the oldest eligible units whose "
+            result.notes.append(f"over max_store_mb {limit:g} by {_megabytes(over)}: the oldest eligible units whose "
                                 "text covers it")
         if result.rows:
             self.to_reclaim = self.to_reclaim or result
@@ -369,6 +369,11 @@ class _Pass:
         """The store's content: its pages in use (free pages are space the next writes reuse), in MB.
         What `max_store_mb` counts (README), not the file's size."""
         return page_accounting.pages(self.engine.store.db).used_bytes / 1e6
+
+
+def _megabytes(mb: float) -> str:
+    """`1.4 MB`; under 0.1 MB in kB (`by 42 kB`, never `by 0.0 MB`): the unit max_store_mb counts in (1e6)."""
+    return f"{mb:.1f} MB" if mb >= 0.1 else f"{max(mb * 1000, 1):.0f} kB"
 
 
 def _ghost_rule(policy: Policy, now: float) -> Rule:
@@ -406,7 +411,7 @@ TASKS = (
     Task(model.EMPTY_SWEEP, _empty_rule, "delete", _Pass.empty_sweep),
     Task(model.PURGE, _retention_rule, "delete", _Pass.purge, "auto_prune is off in this profile's policy"),
     Task(model.CLOSE_STALE, _stale_rule, "close", _Pass.in_parts,
-         "auto_prune is off in this profile's policy (stale rows are closed with it, as Hermes does)"),
+         "auto_prune is off in this profile's policy; stale rows are closed with it, as Hermes does"),
     Task(model.SIZE_BUDGET, _budget_rule, "delete", _Pass.size_budget, "no max_store_mb in this profile's policy"),
     Task(model.AUTO_ARCHIVE, _archive_rule, "archive", _Pass.in_parts),
 )

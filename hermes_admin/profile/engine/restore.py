@@ -187,7 +187,7 @@ def restore_file(store: Store, pacer: Pacer | None, path: Path, wanted: set[str]
                 result.skipped.append({"session_id": sid, "ids": [sid], "why": f"not restored: {exc}"})
                 continue
             put = files.back(sid, fields) if state in ("restored", "completed") else 0  # where the export has them
-            if _said(result, path, sid, state, count, put):
+            if _said(result, path, sid, state, count, put, dry_run):
                 put_back.append(sid)
         for sid in sorted(unseen):
             result.skipped.append({"session_id": sid, "ids": [sid], "why": "not in the export"})
@@ -202,12 +202,12 @@ def restore_file(store: Store, pacer: Pacer | None, path: Path, wanted: set[str]
     return other
 
 
-def _said(result: Result, path: Path, sid: str, state: str, count: int, files: int) -> bool:
-    """One session's outcome into `result`; whether it was put back."""
+def _said(result: Result, path: Path, sid: str, state: str, count: int, files: int, dry_run: bool = False) -> bool:
+    """One session's outcome into `result`; whether it was put back (a dry run: would be)."""
     if state == "completed" and count == 0 and not files:
         result.skipped.append({"session_id": sid, "ids": [sid], "why": "exists as exported: nothing to put back"})
     elif state in ("restored", "completed"):
-        result.done.append(Done(sid, (sid,), f"{state} from {path.name} ({count} messages"
+        result.done.append(Done(sid, (sid,), f"{'would be ' if dry_run else ''}{state} from {path.name} ({count} messages"
                                 + (f", {files} file(s) in sessions/)" if files else ")")))
         return True
     else:
@@ -230,6 +230,7 @@ class _Files:
         return put
 
     def notes(self) -> list[str]:
-        return ([f"{self.put} file(s) put back into {self.folder}"] if self.put else []) + (
+        would = "would be " if self.dry_run else ""  # a dry run puts nothing back: it says what it would
+        return ([f"{self.put} file(s) {would}put back into {self.folder}"] if self.put else []) + (
             [f"{self.without} session(s) from an export made before exports carried the files in sessions/: "
              "their transcript files, if they had any, stay gone"] if self.without else [])

@@ -264,7 +264,7 @@ class _Wait:
         """A wait this long is said once on stderr: never silent, a person or the journal sees why."""
         if self.waited() >= SAY_WAIT_S and not self.said:
             print(f"hermes-admin: {self.store}: another process holds the write lock; waiting while it "
-                  f"makes progress, up to {self.patience:g} s without", file=sys.stderr, flush=True)
+                  f"makes progress, up to {self.patience:g} s without progress (lock_wait)", file=sys.stderr, flush=True)
             self.said = True
 
     def over(self) -> bool:
