@@ -96,12 +96,12 @@ def show_cmd(app: App, session_id: str, profiles, as_json: bool):
     if as_json:
         report.emit_json({"session": detail})
     else:
-        _print_detail(detail)
+        _print_detail(detail, profile)
     if problems or app.failed_discovery(found, profiles):  # another profile's store could not be read
         raise click.exceptions.Exit(exitcodes.PROFILE_FAILED)
 
 
-def _print_detail(detail: dict) -> None:
+def _print_detail(detail: dict, profile) -> None:
     from rich.text import Text
 
     out = report.stdout_console()
