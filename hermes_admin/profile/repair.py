@@ -436,16 +436,17 @@ def _rebuild_fts(engine: Engine) -> list[str]:
 
 
 def _rebuild_store(profile: Profile, result: Result | None = None, env: Environment | None = None,
-                   step=lambda where: None, exports: Settings | None = None) -> str:
+                   step=lambda where: None, exports: Settings | None = None, on_word: bool = False) -> str:
     """The damaged store made again from every readable row (store/rebuild.py), put into its own
     file only while no other process holds it, under our profile lock, Hermes' maintenance lock
     and its `state.db.repair.lock`; its damaged bytes kept beside it first (one copy per damage).
     Refused before anything is written when the disk lacks the room. A migration cut short is
     finished (its stranded rows copied into the live table, the leftover dropped), with or without
-    a rebuild. Returns what was done."""
+    a rebuild. `on_word`: the operator asked for it (`repair --apply`): a process that could not be
+    looked into does not stop it (space.held_by_path). Returns what was done."""
     path = profile.store_path
     wal = os.path.exists(f"{path}-wal")
-    holder = held_by_path(path, wal=wal)
+    holder = held_by_path(path, wal=wal, on_word=on_word)
     if holder:
         raise RuntimeError(f"{holder}: a damaged store is rebuilt only while no other process holds it")
     if damage.diagnose(path).kinds() == {damage.MIGRATION}:  # every page reads: only the migration to finish
@@ -470,7 +471,7 @@ def _rebuild_store(profile: Profile, result: Result | None = None, env: Environm
                 done = rebuild.build(path, new)
             except rebuild.RebuildRefused as exc:
                 raise RuntimeError(f"{exc}; the store is left as it was") from None
-            holder = held_by_path(path, wal=wal)
+            holder = held_by_path(path, wal=wal, on_word=on_word)
             if holder:
                 raise RuntimeError(f"{holder} since the rebuild began: the store is left as it was")
             step("put_in_place")
@@ -520,7 +521,7 @@ def apply(profile: Profile, findings: list[Finding], siblings: dict[str, Profile
         if finding.kind == "damaged_store":  # nothing else of the store was inspected: the rebuild alone
             if finding.fix == REBUILD_FIX or lossy:  # `run`'s `repair: apply` loses no row
                 _attempt(finding, lambda f=finding: result.notes.append(
-                    _rebuild_store(profile, result, env, exports=exports)))
+                    _rebuild_store(profile, result, env, exports=exports, on_word=lossy)))
             return result, []
     store_fixes = [f for f in findings if f.kind in ("dangling_parent", "mislabelled", "wrong_store", "duplicate",
                                                       "legacy_main", "broken_fts")]

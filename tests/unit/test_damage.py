@@ -94,3 +94,21 @@ def test_sessions_show_of_a_healthy_profile_s_session_exits_2_when_another_store
     shown = invoke("--root", str(root), "sessions", "show", sid)
     assert shown.exit_code == 2, shown.output
     assert sid in shown.stdout and "work" in shown.stderr and "damaged" in shown.stderr
+
+
+@pytest.mark.parametrize("look, on_word, stops", [
+    (dict(holders=[]), False, False),
+    (dict(holders=None, unseen=["pid 1"]), False, True),  # `run`: not known is held
+    (dict(holders=None, unseen=["pid 1"]), True, False),  # `repair --apply`: the operator's word
+    (dict(holders=None, seen=[4242], unseen=["pid 1"]), True, True),  # one seen holding it always stops it
+    (dict(holders=[4242], seen=[4242]), True, True),
+])
+def test_what_stops_a_rebuild(tmp_path, monkeypatch, look, on_word, stops):
+    from hermes_admin import holders
+    from hermes_admin.profile.engine import space
+
+    unseen = [holders.Unseen(1, "EACCES on /proc/1/fd/0", "init") for _ in look.pop("unseen", [])]
+    monkeypatch.setattr(holders, "look", lambda paths, wal=False: holders.Look(unseen=unseen, **look))
+    monkeypatch.setattr(space, "write_lock_holder", lambda path: None)
+    said = space.held_by_path(tmp_path / "state.db", wal=False, on_word=on_word)
+    assert (said is not None) == stops, said

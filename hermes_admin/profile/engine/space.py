@@ -46,11 +46,15 @@ def held_by(store: Store, lock_free: Callable[[], bool | None] | None = None) ->
     return None if found.holders == [] else holding(found, store.profile.store_path, lock_free)
 
 
-def held_by_path(path, wal: bool) -> str | None:
+def held_by_path(path, wal: bool, on_word: bool = False) -> str | None:
     """`held_by` for a store known by its path alone (one SQLite cannot read: repair of damage);
-    `wal`: its journal is a WAL (where every open connection holds the -shm)."""
+    `wal`: its journal is a WAL (where every open connection holds the -shm). `on_word`: the
+    operator's explicit command (`repair --apply`), read as `compact` reads it: a process that could
+    not be looked into does not stop it, one seen holding the store (a descriptor, a lock) does."""
     found = holders.look(holders.store_files(path), wal=wal)
-    return None if found.holders == [] else holding(found, path)
+    if found.holders == [] or (on_word and found.holders is None and not found.holding()):
+        return None
+    return holding(found, path)
 
 
 def holding(found: holders.Look, path, lock_free: Callable[[], bool | None] | None = None) -> str:
