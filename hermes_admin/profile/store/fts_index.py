@@ -61,7 +61,7 @@ def integrity_problems(conn, tables: tuple[str, ...]) -> list[str]:
     for table in tables:
         if table in present:
             try:
-                conn.execute(f"INSERT INTO {table}({table}, rank) VALUES ('integrity-check', 1)")
+                conn.execute(f"INSERT INTO \"{table}\"(\"{table}\", rank) VALUES ('integrity-check', 1)")
             except apsw.Error as exc:
                 problems.append(f"{table}: {exc}")
     return problems

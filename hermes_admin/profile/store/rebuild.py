@@ -29,7 +29,7 @@ from typing import Callable
 
 import apsw
 
-from hermes_admin.profile.store import keep_wal
+from hermes_admin.profile.store import fts_index, keep_wal
 from hermes_admin.profile.store.damage import FTS_SHADOWS, _open_as_it_is, scan_rows
 
 SIDECARS = ("-wal", "-journal")  # what holds a store's content besides the file (the -shm holds none)
@@ -172,12 +172,7 @@ def check(conn: apsw.Connection, fts: list[str]) -> list[str]:
     """What SQLite finds wrong in a store: integrity_check, foreign keys, each FTS5 index."""
     problems = [r[0] for r in conn.execute("PRAGMA integrity_check").fetchall() if r[0] != "ok"]
     problems += [f"foreign key: {r[0]} row {r[1]} -> {r[2]}" for r in conn.execute("PRAGMA foreign_key_check")]
-    for table in fts:
-        try:
-            conn.execute(f"INSERT INTO \"{table}\"(\"{table}\", rank) VALUES ('integrity-check', 1)")
-        except apsw.Error as exc:
-            problems.append(f"{table}: {exc}")
-    return problems
+    return problems + fts_index.integrity_problems(conn, tuple(fts))
 
 
 def build(path: Path, new: Path) -> Rebuilt:
