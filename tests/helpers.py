@@ -150,11 +150,12 @@ def untouched_by_dry_run(invoke, root: Path, names: list[str], digest) -> dict:
     return json.loads(dry.stdout)
 
 
-def vacuum_worthy_store(path: Path, now: float, sessions: int = 300) -> Path:
-    """A WAL store of old ended sessions only (as Hermes leaves it): a purge frees most of its pages."""
+def vacuum_worthy_store(path: Path, now: float, sessions: int = 300, journal: str = "wal") -> Path:
+    """A store of old ended sessions only (as Hermes leaves it), in `journal` (WAL, or a rollback
+    journal: "delete"): a purge frees most of its pages."""
     from hermes_admin.synth.builder import SynthStore
 
-    store = SynthStore(path, version=30)
+    store = SynthStore(path, version=30, journal=journal)
     for i in range(sessions):
         sid = f"s{i:03d}"
         store.session(sid, started=now - 200 * 86400, ended=now - 199 * 86400, end_reason="x")

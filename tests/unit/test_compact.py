@@ -17,7 +17,7 @@ import pytest
 
 from hermes_admin import holders as holders_module
 from hermes_admin.profile.engine import space
-from tests.helpers import HOST_PIDS
+from tests.helpers import HOST_PIDS, vacuum_worthy_store
 from tests.unit.test_reclaim import _holding, pragma
 
 JOURNALS = ["wal", "delete"]
@@ -57,15 +57,7 @@ def unseen_pid_1(request, monkeypatch):
 
 
 def old_store(path, now, journal: str, sessions: int = 300):
-    from hermes_admin.synth.builder import SynthStore
-
-    store = SynthStore(path, version=30, journal=journal)
-    for i in range(sessions):
-        sid = f"s{i:03d}"
-        store.session(sid, started=now - 200 * 86400, ended=now - 199 * 86400, end_reason="x")
-        store.messages(sid, 10, now - 200 * 86400, text="padding " * 50)
-    store.close()
-    return path
+    return vacuum_worthy_store(path, now, sessions, journal)
 
 
 def free_bytes(db) -> int:
