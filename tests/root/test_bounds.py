@@ -49,23 +49,29 @@ def _workers_of(user) -> list[int]:
     return found
 
 
+def stopping_her_workers(user, stopped: list[int]) -> threading.Thread:
+    """As she could (her worker runs as her): SIGSTOP each worker of hers as soon as it appears,
+    for up to 60 s, on a thread already started; the pids stopped go into `stopped`."""
+    def stop_hers():
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not stopped:
+            for pid in _workers_of(user):
+                os.kill(pid, signal.SIGSTOP)
+                stopped.append(pid)
+            time.sleep(0.002)
+
+    stopper = threading.Thread(target=stop_hers)
+    stopper.start()
+    return stopper
+
+
 def test_a_worker_its_owner_stops_costs_the_run_its_deadline(make_user, admin, tmp_path):
     """She SIGSTOPs her own worker (she may: it is hers) during root's run over every root: the run
     ends within the idle deadline, her profiles get one line each, Bob's are maintained; exit 2."""
     alice, bob = make_user("alice"), make_user("bob")
     kinds = {user.name: prepare(user) for user in (alice, bob)}
     stopped: list[int] = []
-
-    def stop_hers():  # as Alice could: her worker runs as her
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not stopped:
-            for pid in _workers_of(alice):
-                os.kill(pid, signal.SIGSTOP)
-                stopped.append(pid)
-            time.sleep(0.005)
-
-    stopper = threading.Thread(target=stop_hers)
-    stopper.start()
+    stopper = stopping_her_workers(alice, stopped)
     started = time.monotonic()
     done = admin(*_roots(alice, bob), "--config", _config(tmp_path), "run", "--yes", timeout=120)
     took = time.monotonic() - started

@@ -12,14 +12,13 @@ import json
 import os
 import signal
 import subprocess
-import threading
 import time
 from pathlib import Path
 
 from tests.root.conftest import as_user, chown_tree, root_owned
 from tests.root.test_attacks import (STANDARD, admin, assert_maintained, explain, plant_plugin,  # noqa: F401
                                      prepare, set_config)
-from tests.root.test_bounds import _roots, _workers_of
+from tests.root.test_bounds import _roots, _workers_of, stopping_her_workers
 
 SYS_PIDFD_GETFD = 438  # x86_64, aarch64 and the other unified-table architectures
 HELLO = {"t": "hello", "uid": 0, "gid": 0, "groups": []}
@@ -356,17 +355,7 @@ def test_her_stalled_worker_delays_no_other_owners_profiles(make_user, admin, tm
     alice, bob = make_user("alice"), make_user("bob")
     kinds = {user.name: prepare(user) for user in (alice, bob)}
     stopped: list[int] = []
-
-    def stop_hers():
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not stopped:
-            for pid in _workers_of(alice):
-                os.kill(pid, signal.SIGSTOP)
-                stopped.append(pid)
-            time.sleep(0.002)
-
-    stopper = threading.Thread(target=stop_hers)
-    stopper.start()
+    stopper = stopping_her_workers(alice, stopped)
     began = time.time()
     done = admin(*_roots(alice, bob), "--config", _config(tmp_path, idle=30), "run", "--yes", "--json", timeout=180)
     took = time.time() - began

@@ -17,6 +17,7 @@ import yaml
 
 from hermes_admin.synth.builder import SynthStore
 from tests.helpers import row_ids
+from tests.unit.test_size_budget import _used_mb
 
 DAY = 86400.0
 
@@ -31,18 +32,6 @@ def _store(root, now, sessions=60, first_age=10):
         store.messages(sid, 20, now - age * DAY, text="tool output line " * 300)
     store.session("open_old", started=now - 200 * DAY, source="telegram")
     store.close()
-
-
-def _used_mb(db) -> float:
-    import sqlite3
-
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        pages, free, size = (conn.execute(f"PRAGMA {p}").fetchone()[0] for p in ("page_count", "freelist_count",
-                                                                                   "page_size"))
-        return (pages - free) * size / 1e6
-    finally:
-        conn.close()
 
 
 def _by_task(doc) -> dict[str, set[str]]:
