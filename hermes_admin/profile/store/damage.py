@@ -396,7 +396,7 @@ def _indexed_rowids(conn: apsw.Connection, table: str):
                 raise
 
 
-def _open_as_it_is(path: Path) -> apsw.Connection:
+def open_as_it_is(path: Path) -> apsw.Connection:
     """A read-only connection that reads what there is, a file cut short included."""
     conn = _connect(path)
     try:
@@ -415,7 +415,7 @@ def readable_rows(path: Path, tables: list[str], session_ids: set[str] | None = 
     `session_ids`: filled, in the same reads, with the session ids of the readable rows of
     SESSION_COLUMNS' tables among them (what a rebuild keeps)."""
     try:
-        conn = _open_as_it_is(path)
+        conn = open_as_it_is(path)
     except apsw.Error:
         return {}
     named = dict(SESSION_COLUMNS) if session_ids is not None else {}
@@ -477,7 +477,7 @@ def indexed_ids(path: Path, table: str = "sessions", column: str = "id") -> set 
     """The values of `column` an intact index of `table` still holds (the ids of rows whose own
     pages may be lost), or None when no index of it reads whole."""
     try:
-        conn = _open_as_it_is(path)
+        conn = open_as_it_is(path)
     except apsw.Error:
         return None
     try:
@@ -500,7 +500,7 @@ def indexed_counts(path: Path, tables: list[str]) -> dict[str, int]:
     """How many rows each table had, as the first of its whole indexes that reads through counts
     them (the rows whose own pages are lost included); a table without one is left out."""
     try:
-        conn = _open_as_it_is(path)
+        conn = open_as_it_is(path)
     except apsw.Error:
         return {}
     counts: dict[str, int] = {}

@@ -30,7 +30,7 @@ from typing import Callable
 import apsw
 
 from hermes_admin.profile.store import fts_index, keep_wal
-from hermes_admin.profile.store.damage import FTS_SHADOWS, _open_as_it_is, scan_rows
+from hermes_admin.profile.store.damage import FTS_SHADOWS, open_as_it_is, scan_rows
 
 SIDECARS = ("-wal", "-journal")  # what holds a store's content besides the file (the -shm holds none)
 BATCH = 500
@@ -178,7 +178,7 @@ def check(conn: apsw.Connection, fts: list[str]) -> list[str]:
 def build(path: Path, new: Path) -> Rebuilt:
     """The store at `path` made again at `new` (a path not yet used) from what can be read; checked.
     Raises RebuildRefused (the new file removed) when the result does not pass SQLite's checks."""
-    source = _open_as_it_is(path)
+    source = open_as_it_is(path)
     done = Rebuilt()
     try:
         meta = _meta(source)
