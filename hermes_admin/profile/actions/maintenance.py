@@ -501,7 +501,8 @@ def applied(policy: Policy, origins: dict, request: Request) -> tuple[Policy, di
 
     if request.explicit:
         for task in model.TASKS:
-            if task.name in request.tasks and task.command and isinstance(policy.switch(task.switch), bool):
+            if task.name in request.tasks and task.command and task.switch \
+                    and isinstance(policy.switch(task.switch), bool):
                 change(task.switch, True, f"the {task.command} command")
     if model.PURGE.name in request.tasks:
         if request.older_than is not None:
