@@ -49,7 +49,6 @@ from hermes_admin.profile.store.damage import DAMAGED_STORE, damage_error, is_da
 from hermes_admin.profile.store.errors import SQLITE_ERRORS
 CHUNK = 2000  # files of sessions/ looked at together by the ghost sweep
 BUDGET_CHUNK = 200  # units whose text the size budget sums in one query (their ids bound a statement's)
-TEXT_WEIGHT = 3  # a unit's text weighs this many times over in the store (the row and its two FTS5 indexes)
 
 
 @dataclass(frozen=True)
@@ -116,7 +115,7 @@ class _Pass:
         # task is done (`reclaim`), so that its last commits are the run's last and cut the WAL back.
         self.to_reclaim: Result | None = None
         # The size budget weighs the store as the plan leaves it, the same in a dry run and a run: its
-        # pages in use as the pass begins, less the text (TEXT_WEIGHT times over) of what the earlier
+        # pages in use as the pass begins, less the text (budget.weight_mb) of what the earlier
         # tasks delete, counted as they delete it (`_deleting`). A store measured after a delete would
         # say little (FTS5 traces stay until their merges) and a dry run has deleted nothing.
         self.weighs = policy.max_store_mb is not None and model.SIZE_BUDGET.name in request.tasks
@@ -177,7 +176,7 @@ class _Pass:
             return delete()
         finally:  # what committed before an error counts too
             gone = islice(result.done, before, None)
-            self.deleted_mb += TEXT_WEIGHT * sum(sizes.get(i) or 0 for done in gone for i in done.ids) / 1e6
+            self.deleted_mb += budget.weight_mb(sum(sizes.get(i) or 0 for done in gone for i in done.ids))
 
     def planned_mb(self) -> float:
         """The store's content as this pass's plan leaves it, in MB (see `weighs`)."""
@@ -327,14 +326,11 @@ class _Pass:
         for graph in self._graphs(task, result):
             picked = rule.select(graph, live)
             result.kept.update(self.still_kept(picked))
-            candidates += [(max(graph.rows[i].last_activity for i in u.ids), u.session_id, u) for u in picked.units
-                           if not self.claimed.intersection(u.ids)]
-        units = [u for _, _, u in sorted(candidates, key=lambda item: item[:2])]
-        # Deleted rows leave traces in the FTS5 indexes until their merges, so the store's size right
-        # after a delete says little: the units whose text covers the excess of the plan's weight go
-        # (estimated, as _covering says), and the next run looks again.
-        over = self.planned_mb() - limit
-        chosen = self._covering(units, over)
+            candidates += [(budget.age(graph, u), u) for u in picked.units if not self.claimed.intersection(u.ids)]
+        units = [u for _, u in sorted(candidates, key=lambda item: item[0])]
+        planned = self.planned_mb()
+        over = planned - limit
+        chosen = budget.covering(self._weighed(units), planned, limit)  # the decision: tasks/budget.py
         for unit in chosen:  # taken: no later task (the archive sweep) counts them, in a dry run either
             self.claimed.update(unit.ids)
         act_in_parts(self.engine, result, [chosen], lambda units, part: self.act(task, rule, units, part))
@@ -350,20 +346,15 @@ class _Pass:
             self.to_reclaim = self.to_reclaim or result
         return result
 
-    def _covering(self, units: list, over_mb: float) -> list:
-        """The first units whose messages' text, three times over (the row and its two FTS5 indexes,
-        as real stores measure: 6.6x in #110589 with everything else), adds up to `over_mb`. Their
-        text is summed a chunk of units at a time, in one query each, as far as needed."""
-        db, taken, total = self.engine.store.db, [], 0.0
+    def _weighed(self, units: list) -> Iterator[tuple]:
+        """Each unit with the bytes of its messages' text, summed a chunk of units at a time, in one
+        query each, as far as the size budget's decision reads them (budget.covering)."""
+        db = self.engine.store.db
         for start in range(0, len(units), BUDGET_CHUNK):
             part = units[start:start + BUDGET_CHUNK]
             sizes = message_bytes(db, [i for unit in part for i in unit.ids])
             for unit in part:
-                if total >= over_mb:
-                    return taken
-                total += TEXT_WEIGHT * sum(sizes.get(i) or 0 for i in unit.ids) / 1e6
-                taken.append(unit)
-        return taken
+                yield unit, sum(sizes.get(i) or 0 for i in unit.ids)
 
     def _used_mb(self) -> float:
         """The store's content: its pages in use (free pages are space the next writes reuse), in MB.
