@@ -1,8 +1,8 @@
 """The maintenance tasks of one profile, in the order `run` uses (docs/design.md §3).
 
-Each task is one record (`Task`, the tuple `TASKS`): its name and reason (model.py), the
-policy key that turns it on, its rule (select, and re-check inside the transaction, from
-the pure modules in `tasks/`) and what the engine does with what it selects. `_Pass.run`
+Each task is one record (`Task`, the tuple `TASKS`): its name, reason, switch and command
+(model.TASKS), its rule (select, and re-check inside the transaction: its module's `rule` in
+`tasks/`) and what the engine does with what it selects. `_Pass.run`
 runs any of them the same way. The command's overrides are applied to the policy once
 (`applied`): that policy drives every task and is the one the report shows. Within one
 run no row is selected by two tasks, so a dry run lists each row once, under the task
@@ -25,7 +25,6 @@ from hermes_admin.profile.store import page_accounting, sql
 from hermes_admin.profile.actions.common import (Ledger, Refused, Run, act_in_parts, engine_notes, refuse_too_broad,
                                                  with_engine)
 from hermes_admin.profile.engine import noticed
-from hermes_admin.profile.engine.deletes import Recheck
 from hermes_admin.profile.engine.engine import Engine, Result
 from hermes_admin.profile.engine.export_ahead import STOPPED
 from hermes_admin.profile.engine.exports import Settings
@@ -40,25 +39,15 @@ from hermes_admin.profile.store import StoreError
 from hermes_admin.profile.lineage import Graph
 from hermes_admin.profile.policy import Policy, PolicyError, with_origins
 from hermes_admin.profile.parts import graph_parts
-from hermes_admin.profile.store.read import (WITHOUT_MESSAGES, any_without_messages, count_sessions, existing_ids,
-                                             message_bytes, orphan_session_ids)
-from hermes_admin.profile.tasks import Selection, archive, budget, empty, ghosts, retention, stale
+from hermes_admin.profile.store.read import (any_without_messages, count_sessions, existing_ids, message_bytes,
+                                             orphan_session_ids)
+from hermes_admin.profile.tasks import Rule, Selection, archive, budget, empty, ghosts, retention, stale
 
 from hermes_admin.problems import ERROR, LOCKED, WARNING, about
 from hermes_admin.profile.store.damage import DAMAGED_STORE, damage_error, is_damage
 from hermes_admin.profile.store.errors import SQLITE_ERRORS
 CHUNK = 2000  # files of sessions/ looked at together by the ghost sweep
 BUDGET_CHUNK = 200  # units whose text the size budget sums in one query (their ids bound a statement's)
-
-
-@dataclass(frozen=True)
-class Rule:
-    """A task's rule under one policy and `now`: which units of a graph it picks (the rest kept, each with
-    why), and the same rule on the rows as they are inside the transaction that acts."""
-
-    select: Callable[[Graph, set[str]], Selection]
-    recheck: Recheck | None = None
-    only: str | None = None  # what every unlinked session the rule can pick or keep meets (parts.graph_parts)
 
 
 @dataclass(frozen=True)
@@ -367,44 +356,17 @@ def _megabytes(mb: float) -> str:
     return f"{mb:.1f} MB" if mb >= 0.1 else f"{max(mb * 1000, 1):.0f} kB"
 
 
-def _ghost_rule(policy: Policy, now: float) -> Rule:
-    return Rule(lambda graph, live: ghosts.select_tui_ghosts(graph, now, live), ghosts.recheck(now), WITHOUT_MESSAGES)
-
-
-def _empty_rule(policy: Policy, now: float) -> Rule:
-    hours = policy.empty_min_age_hours
-    return Rule(lambda graph, live: empty.select(graph, hours, now, live), empty.recheck(hours, now), WITHOUT_MESSAGES)
-
-
-def _retention_rule(policy: Policy, now: float) -> Rule:
-    windows = policy.windows()  # per source, unless the command's --older-than (or filters) replaced them
-    return Rule(lambda graph, live: retention.select(graph, windows, now, live), retention.recheck(windows, now))
-
-
-def _stale_rule(policy: Policy, now: float) -> Rule:
-    windows = policy.windows()
-    return Rule(lambda graph, live: stale.select(graph, windows, now, live), stale.recheck(windows, now))
-
-
-def _budget_rule(policy: Policy, now: float) -> Rule:
-    limit, keep = policy.max_store_mb, policy.min_keep_days
-    return Rule(lambda graph, live: budget.select(graph, limit, keep, now, live), budget.recheck(keep, now))
-
-
-def _archive_rule(policy: Policy, now: float) -> Rule:
-    days = policy.auto_archive_days
-    return Rule(lambda graph, live: archive.select(graph, days, now, live))
-
-
-# Every task the engine acts for, in `run`'s order (model.ORDER; repair, first, is `repair_step`).
+# Every task the engine acts for, in `run`'s order (model.TASKS; repair, first, is `repair_step`): its
+# name record, its rule (its module in tasks/), what the engine does with what it picks, and how it goes
+# over the store (`_Pass.in_parts` unless it does more).
 TASKS = (
-    Task(model.GHOST_PRUNE, _ghost_rule, "delete", _Pass.ghost_prune),
-    Task(model.EMPTY_SWEEP, _empty_rule, "delete", _Pass.empty_sweep),
-    Task(model.PURGE, _retention_rule, "delete", _Pass.purge, "auto_prune is off in this profile's policy"),
-    Task(model.CLOSE_STALE, _stale_rule, "close", _Pass.in_parts,
+    Task(model.GHOST_PRUNE, ghosts.rule, "delete", _Pass.ghost_prune),
+    Task(model.EMPTY_SWEEP, empty.rule, "delete", _Pass.empty_sweep),
+    Task(model.PURGE, retention.rule, "delete", _Pass.purge, "auto_prune is off in this profile's policy"),
+    Task(model.CLOSE_STALE, stale.rule, "close", _Pass.in_parts,
          "auto_prune is off in this profile's policy; stale rows are closed with it, as Hermes does"),
-    Task(model.SIZE_BUDGET, _budget_rule, "delete", _Pass.size_budget, "no max_store_mb in this profile's policy"),
-    Task(model.AUTO_ARCHIVE, _archive_rule, "archive", _Pass.in_parts),
+    Task(model.SIZE_BUDGET, budget.rule, "delete", _Pass.size_budget, "no max_store_mb in this profile's policy"),
+    Task(model.AUTO_ARCHIVE, archive.rule, "archive", _Pass.in_parts),
 )
 
 

@@ -13,7 +13,7 @@ import sys
 from typing import Iterable
 
 from hermes_admin.profile.lineage import Graph, Unit, lineage_unit
-from hermes_admin.profile.tasks import DAY, Selection, days_ago
+from hermes_admin.profile.tasks import DAY, Rule, Selection, days_ago
 from hermes_admin.profile.tasks.retention import unit_heads
 
 # A unit's text weighs this many times over in the store: the row and its two FTS5 indexes (real stores
@@ -67,6 +67,11 @@ def recheck(min_keep_days: float, now: float):
         rows = [fresh[i] for i in unit.ids if i in fresh]
         return why_kept(rows, set(), cutoff, now) if rows else None
     return check
+
+
+def rule(policy, now: float) -> Rule:
+    limit, keep = policy.max_store_mb, policy.min_keep_days
+    return Rule(lambda graph, live: select(graph, limit, keep, now, live), recheck(keep, now))
 
 
 def weight_mb(text_bytes: int) -> float:
