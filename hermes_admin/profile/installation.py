@@ -39,6 +39,7 @@ from hermes_admin.layers import HermesPython, Managed, PolicyLayers
 from hermes_admin.model import HERMES_SESSIONS_KEYS, Profile
 from hermes_admin.plain_files import read_plain
 from hermes_admin.profile import in_hermes
+from hermes_admin.profile.policy import BUILTINS
 from hermes_admin.trust import expand_user, own_home
 
 PROBE_TIMEOUT_S = 20.0  # a cold start of Hermes' config on a slow disk; past it the candidate is refused
@@ -302,11 +303,14 @@ def _key_names(value) -> frozenset[str] | None:
 
 
 def _plain_value(key: str, value) -> bool:
-    if key == "source_retention_days":  # a mapping, source -> days: no release ships a default for it
-        return False
-    if key in ("auto_prune", "auto_archive", "vacuum_after_prune"):
+    """A default policy may take from an installation: of the kind of the key's built-in value, true or
+    false, or a number; never a mapping (`source_retention_days`: no release ships one)."""
+    builtin = BUILTINS.get(key)
+    if isinstance(builtin, bool):
         return isinstance(value, bool)
-    return not isinstance(value, bool) and isinstance(value, (int, float)) and 0 < value < 1e9
+    if isinstance(builtin, (int, float)):
+        return not isinstance(value, bool) and isinstance(value, (int, float)) and 0 < value < 1e9
+    return False
 
 
 def runnable(python: str) -> str | None:
