@@ -1,4 +1,4 @@
-"""The values every layer shares: a profile, its owner, the maintenance tasks' names and reasons.
+"""The values every layer shares: a profile, its owner, the maintenance tasks' records and reasons.
 
 The bottom floor: it imports nothing of the package, so the host, the protocol, the worker's
 tasks and the CLI all name these things from one place (docs/design.md §3).
