@@ -187,7 +187,8 @@ def load(home: Path, known: Iterable[str] = (), managed: Managed | None = None) 
     if unknown:
         shown = ", ".join(k[:40] for k in unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
         config.warnings.append(Problem(WARNING, f"sessions: unknown key(s) {shown}"
-                                       f"{did_you_mean(unknown[0], KNOWN_SESSIONS_KEYS | set(known)) or ' (a typo?)'}; not used",
+                                       f"{did_you_mean(unknown[0], KNOWN_SESSIONS_KEYS | set(known)) or ' (a typo?)'}"
+                                       "; not used",
                                        kind="hermes_config", path=str(path), key=f"sessions.{unknown[0]}"))
     for key, line in yamlfile.duplicate_keys(text, SECTIONS):  # Hermes' YAML reader takes the last: so do we
         config.warnings.append(Problem(WARNING, f"{key}: written twice; the last one is used",

@@ -239,8 +239,8 @@ def _probe(python: str, remember: bool, probes: dict) -> Installation | str:
         # A scratch home of its own: importing Hermes 0.22.2's modules makes `$HERMES_HOME` (else
         # `~/.hermes`) with its folders and files, and the probe must leave no trace in a home.
         with tempfile.TemporaryDirectory(prefix="hermes-admin-probe-") as scratch:
-            done = child.run_bounded(in_hermes.command(python, "probe", *HERMES_SESSIONS_KEYS), PROBE_TIMEOUT_S, MAX_PROBE,
-                                     env=child.own_environment(HERMES_HOME=scratch, HOME=scratch), cwd="/")
+            done = child.run_bounded(in_hermes.command(python, "probe", *HERMES_SESSIONS_KEYS), PROBE_TIMEOUT_S,
+                                     MAX_PROBE, env=child.own_environment(HERMES_HOME=scratch, HOME=scratch), cwd="/")
     except subprocess.TimeoutExpired:
         answer: Installation | str = f"did not answer within {PROBE_TIMEOUT_S:g} s"
     except OSError as exc:
@@ -414,7 +414,8 @@ def _cache_read(python: str) -> tuple[Installation] | None:
             or "delete_hook" not in probe:
         return None  # older caches: probed again
     sessions = probe.get("sessions")
-    if not isinstance(sessions, dict) or not all(k in HERMES_SESSIONS_KEYS and _plain_value(k, v) for k, v in sessions.items()):
+    if not isinstance(sessions, dict) or not all(k in HERMES_SESSIONS_KEYS and _plain_value(k, v)
+                                                 for k, v in sessions.items()):
         return None
     timeout = probe.get("hook_callback_timeout")
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))

@@ -259,7 +259,8 @@ def stack(layers: PolicyLayers, hermes: HermesConfig | None,
     if hermes is not None:  # the profile's own config.yaml: under the entry and its preset, over the defaults
         layered.insert(len(layered) - (layers.defaults is not None), _own(hermes))
     if installed is not None:  # the defaults of the Hermes installed for the profile (installation.py)
-        layered.append(({k: v for k, v in installed[0].items() if k in HERMES_SESSIONS_KEYS}, Origin(installed[1]), True))
+        layered.append(({k: v for k, v in installed[0].items() if k in HERMES_SESSIONS_KEYS}, Origin(installed[1]),
+                        True))
     managed = _managed(hermes) if hermes is not None else None
     if managed is not None:  # over every other layer: what Hermes applies, and users cannot change
         layered.insert(0, managed)

@@ -185,7 +185,8 @@ def test_the_probe_keeps_the_name_of_every_sessions_key_of_the_release(tmp_path)
     assert lookup.installation.sessions_keys == set(RELEASE_0222)
     assert installation.sessions_keys(lookup) == set(RELEASE_0222)
     assert lookup.as_dict()["installation"]["sessions_keys"] == sorted(RELEASE_0222)
-    assert lookup.installation.sessions == {k: RELEASE_0222[k] for k in HERMES_SESSIONS_KEYS if k in RELEASE_0222}  # values: policy's only
+    # values: policy's only
+    assert lookup.installation.sessions == {k: RELEASE_0222[k] for k in HERMES_SESSIONS_KEYS if k in RELEASE_0222}
     assert installation.sessions_keys(installation.Installations().for_profile(profile(tmp_path / "none"))) == frozenset()
 
 
