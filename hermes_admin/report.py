@@ -10,6 +10,7 @@ from datetime import datetime, timezone
 
 import click
 
+from hermes_admin.model import COMMAND_OF
 from hermes_admin.problems import ERROR, LOCKED, WARNING
 from hermes_admin.shown import clean, human_bytes  # noqa: F401 (report.human_bytes: the one figure)
 from hermes_admin.spill import Spill, SpillMap
@@ -186,8 +187,8 @@ _VERBS = {"delete": "deleted", "archive": "archived", "unarchive": "unarchived",
           "restore": "restored", "close": "closed as stale (startup_orphan_reap)"}
 
 
-# People read a task by the command that runs it alone (JSON and hook reasons keep the task's name).
-COMMAND_OF = {"ghost_prune": "prune-ghosts", "empty_sweep": "sweep-empty", "auto_archive": "archive-inactive"}
+# People read a task by the command that runs it alone (JSON and hook reasons keep the task's name):
+# model.COMMAND_OF, from the tasks' records.
 
 
 def summary_line(result, dry_run: bool) -> str:

@@ -43,9 +43,10 @@ RELEASE_SESSIONS_KEYS = {
 # Keys no release defines that a profile may still hold: `source_retention_days` (Hermes' PR #110702,
 # which hermes-admin reads) and `tool_payload_retention_days` (Hermes main, not released yet).
 UNRELEASED_SESSIONS_KEYS = frozenset({"source_retention_days", "tool_payload_retention_days"})
-# Every `sessions:` key known without asking the installation; anything else there is most likely a
-# typo, which is warned about (never a reason to skip a profile: Hermes may add keys).
-SESSIONS_KEYS = frozenset().union(*RELEASE_SESSIONS_KEYS.values()) | UNRELEASED_SESSIONS_KEYS
+# Every `sessions:` key a known release defines or a profile may hold, known without asking the
+# installation; anything else there is most likely a typo, which is warned about (never a reason to
+# skip a profile: Hermes may add keys).
+KNOWN_SESSIONS_KEYS = frozenset().union(*RELEASE_SESSIONS_KEYS.values()) | UNRELEASED_SESSIONS_KEYS
 
 
 # The only sections read: the rest of the file (700 lines in Hermes' default) is checked, never built.
@@ -168,7 +169,7 @@ def _deep_merge(base: dict, override: dict) -> dict:
 
 def load(home: Path, known: Iterable[str] = (), managed: Managed | None = None) -> HermesConfig:
     """The profile's config.yaml, read raw. `known`: the `sessions:` keys of the installed release
-    (installation.sessions_keys), known on top of SESSIONS_KEYS; a caller that has not looked the
+    (installation.sessions_keys), known on top of KNOWN_SESSIONS_KEYS; a caller that has not looked the
     installation up passes none, and the releases hermes-admin knows are the measure. `managed`:
     the managed scope the profile's Hermes reads (Installations.managed_for), merged over it."""
     path = Path(home) / "config.yaml"
@@ -182,11 +183,12 @@ def load(home: Path, known: Iterable[str] = (), managed: Managed | None = None) 
     except yamlfile.YAMLRefused as exc:
         raise HermesConfigError(str(exc)) from None
     config = HermesConfig(path, merged(data, managed), managed=managed, own=data) if managed else HermesConfig(path, data)
-    unknown = sorted(map(str, set(config.own_section("sessions")) - SESSIONS_KEYS - set(known)))
+    unknown = sorted(map(str, set(config.own_section("sessions")) - KNOWN_SESSIONS_KEYS - set(known)))
     if unknown:
         shown = ", ".join(k[:40] for k in unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
         config.warnings.append(Problem(WARNING, f"sessions: unknown key(s) {shown}"
-                                       f"{did_you_mean(unknown[0], SESSIONS_KEYS | set(known)) or ' (a typo?)'}; not used",
+                                       f"{did_you_mean(unknown[0], KNOWN_SESSIONS_KEYS | set(known)) or ' (a typo?)'}"
+                                       "; not used",
                                        kind="hermes_config", path=str(path), key=f"sessions.{unknown[0]}"))
     for key, line in yamlfile.duplicate_keys(text, SECTIONS):  # Hermes' YAML reader takes the last: so do we
         config.warnings.append(Problem(WARNING, f"{key}: written twice; the last one is used",

@@ -277,14 +277,13 @@ def _hermes_status():
         return lambda name, key: None
 
 
-# Hermes' sessions: defaults the probe reports (this file imports nothing of ours)
-SESSIONS_KEYS = ("auto_prune", "retention_days", "auto_archive", "auto_archive_days", "vacuum_after_prune")
 MAX_KEYS = 200  # the names of every `sessions:` key the release defines; a real one has about 15
 
 
-def probe() -> dict:
-    """Who this installation is: Hermes' version, the defaults it ships, and which files to watch
-    for it to change (the caller's cache compares their stat)."""
+def probe(keys: list[str]) -> dict:
+    """Who this installation is: Hermes' version, the defaults it ships (of the `sessions:` keys the
+    caller names: this file imports nothing of ours), and which files to watch for it to change (the
+    caller's cache compares their stat)."""
     import hermes_cli  # not Hermes: the caller tells so
 
     answer = {"python": sys.executable, "prefix": sys.prefix, "hermes": None, "sessions": {},
@@ -304,7 +303,7 @@ def probe() -> dict:
         answer["watch"].append(sys.modules["hermes_cli.config"].__file__)
         sessions = DEFAULT_CONFIG.get("sessions") if isinstance(DEFAULT_CONFIG, dict) else None
         if isinstance(sessions, dict):
-            answer["sessions"] = {k: sessions[k] for k in SESSIONS_KEYS
+            answer["sessions"] = {k: sessions[k] for k in keys
                                   if k in sessions and isinstance(sessions[k], (bool, int, float))}
             answer["sessions_keys"] = sorted(k for k in sessions if isinstance(k, str))[:MAX_KEYS]
         plugins = DEFAULT_CONFIG.get("plugins") if isinstance(DEFAULT_CONFIG, dict) else None
@@ -349,10 +348,10 @@ BOOT = ("import sys, importlib.util as u; s = u.spec_from_file_location('hermes_
         "m = u.module_from_spec(s); s.loader.exec_module(m); sys.exit(m.main(sys.argv[2:]))")
 
 
-def command(python: str, mode: str) -> list[str]:
-    """`python` running this file in `mode`: isolated (-I: no current folder, user site or PYTHON*
-    variables), writing no bytecode into plugin folders (-B)."""
-    return [python, "-I", "-B", "-c", BOOT, os.path.abspath(__file__), mode]
+def command(python: str, mode: str, *args: str) -> list[str]:
+    """`python` running this file in `mode` (with `args`: the probe's `sessions:` keys): isolated (-I:
+    no current folder, user site or PYTHON* variables), writing no bytecode into plugin folders (-B)."""
+    return [python, "-I", "-B", "-c", BOOT, os.path.abspath(__file__), mode, *args]
 
 
 def main(args: list[str] | None = None) -> int:
@@ -367,7 +366,7 @@ def main(args: list[str] | None = None) -> int:
 
     if mode == "probe":
         try:
-            send(probe())
+            send(probe((args or [])[1:]))
         except BaseException as exc:
             send({"error": f"{type(exc).__name__}: {exc}"[:500]})
             return 3

@@ -36,9 +36,10 @@ from typing import Mapping
 
 from hermes_admin import child
 from hermes_admin.layers import HermesPython, Managed, PolicyLayers
-from hermes_admin.model import Profile
+from hermes_admin.model import HERMES_SESSIONS_KEYS, Profile
 from hermes_admin.plain_files import read_plain
 from hermes_admin.profile import in_hermes
+from hermes_admin.profile.policy import BUILTINS
 from hermes_admin.trust import expand_user, own_home
 
 PROBE_TIMEOUT_S = 20.0  # a cold start of Hermes' config on a slow disk; past it the candidate is refused
@@ -46,8 +47,6 @@ MAX_PROBE = 64 << 10  # a probe's answer is a few hundred bytes; past this it is
 INSTALLER_VENV = Path("hermes-agent") / "venv"  # under a root: Hermes' installer's layout for a user
 ROOT_INSTALL = Path("/usr/local/lib/hermes-agent/venv")  # Hermes' installer's layout for root on Linux
 DOCKER_VENV = Path("/opt/hermes/.venv")  # Hermes' Docker image
-# the sessions: defaults policy takes from an installation
-SESSIONS_KEYS = ("auto_prune", "retention_days", "auto_archive", "auto_archive_days", "vacuum_after_prune")
 MAX_KEYS = 200  # names of `sessions:` keys a probe may report (a release defines about 15)
 # What a warning about a missing installation says to do.
 HOW_TO_SET = ("set `hermes_python:` in the admin config (globally, per root or per profile) to the "
@@ -240,8 +239,8 @@ def _probe(python: str, remember: bool, probes: dict) -> Installation | str:
         # A scratch home of its own: importing Hermes 0.22.2's modules makes `$HERMES_HOME` (else
         # `~/.hermes`) with its folders and files, and the probe must leave no trace in a home.
         with tempfile.TemporaryDirectory(prefix="hermes-admin-probe-") as scratch:
-            done = child.run_bounded(in_hermes.command(python, "probe"), PROBE_TIMEOUT_S, MAX_PROBE,
-                                     env=child.own_environment(HERMES_HOME=scratch, HOME=scratch), cwd="/")
+            done = child.run_bounded(in_hermes.command(python, "probe", *HERMES_SESSIONS_KEYS), PROBE_TIMEOUT_S,
+                                     MAX_PROBE, env=child.own_environment(HERMES_HOME=scratch, HOME=scratch), cwd="/")
     except subprocess.TimeoutExpired:
         answer: Installation | str = f"did not answer within {PROBE_TIMEOUT_S:g} s"
     except OSError as exc:
@@ -269,7 +268,7 @@ def _read_probe(done: subprocess.CompletedProcess) -> tuple[Installation | str, 
         return f"cannot import hermes_cli ({str(data['error'])[:300]})", []
     version = data.get("hermes")
     sessions = data.get("sessions") if isinstance(data.get("sessions"), dict) else {}
-    sessions = {k: v for k, v in sessions.items() if k in SESSIONS_KEYS and _plain_value(k, v)}
+    sessions = {k: v for k, v in sessions.items() if k in HERMES_SESSIONS_KEYS and _plain_value(k, v)}
     timeout = data.get("hook_callback_timeout")
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 <= timeout < 1e9:
         timeout = None
@@ -304,9 +303,14 @@ def _key_names(value) -> frozenset[str] | None:
 
 
 def _plain_value(key: str, value) -> bool:
-    if key in ("auto_prune", "auto_archive", "vacuum_after_prune"):
+    """A default policy may take from an installation: of the kind of the key's built-in value, true or
+    false, or a number; never a mapping (`source_retention_days`: no release ships one)."""
+    builtin = BUILTINS.get(key)
+    if isinstance(builtin, bool):
         return isinstance(value, bool)
-    return not isinstance(value, bool) and isinstance(value, (int, float)) and 0 < value < 1e9
+    if isinstance(builtin, (int, float)):
+        return not isinstance(value, bool) and isinstance(value, (int, float)) and 0 < value < 1e9
+    return False
 
 
 def runnable(python: str) -> str | None:
@@ -410,7 +414,8 @@ def _cache_read(python: str) -> tuple[Installation] | None:
             or "delete_hook" not in probe:
         return None  # older caches: probed again
     sessions = probe.get("sessions")
-    if not isinstance(sessions, dict) or not all(k in SESSIONS_KEYS and _plain_value(k, v) for k, v in sessions.items()):
+    if not isinstance(sessions, dict) or not all(k in HERMES_SESSIONS_KEYS and _plain_value(k, v)
+                                                 for k, v in sessions.items()):
         return None
     timeout = probe.get("hook_callback_timeout")
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))

@@ -19,6 +19,7 @@ from typing import Mapping
 
 from hermes_admin import durations
 from hermes_admin.layers import Managed, Origin, PolicyLayers
+from hermes_admin.model import HERMES_SESSIONS_KEYS
 from hermes_admin.shown import did_you_mean
 from hermes_admin.profile.hermes_config import HermesConfig
 
@@ -52,9 +53,6 @@ BUILTINS = {
     "worker_idle_timeout": 120,
     "worker_timeout": 7200,
 }
-# The keys Hermes itself reads from a profile's `sessions:` section.
-HERMES_KEYS = ("auto_prune", "retention_days", "auto_archive", "auto_archive_days", "vacuum_after_prune",
-               "source_retention_days")
 ADMIN_KEYS = set(BUILTINS) | {"preset", "hermes_python"}  # hermes_python: installation.py reads it
 # keys that take true or false
 _BOOLS = {"auto_prune", "auto_archive", "vacuum_after_prune", "empty_sweep", "ghost_prune", "incremental_vacuum",
@@ -114,12 +112,11 @@ class Policy:
                                                        sorted(self.source_retention_days.items())))
         return "; ".join(parts)
 
-    def switch(self, key: str):
+    def switch(self, key: str | None):
         """The value of a task's switch (model.TaskName.switch), the key that turns the task on for `run`:
-        named here, each, so that what turns a task on is read, never looked up by name."""
-        return {"repair": self.repair, "ghost_prune": self.ghost_prune, "empty_sweep": self.empty_sweep,
-                "auto_prune": self.auto_prune, "max_store_mb": self.max_store_mb,
-                "auto_archive": self.auto_archive}[key]
+        one of this policy's keys, read from its values as the report shows them (`values`), so that a
+        new task's switch needs nothing written here; True for a task without one (always on)."""
+        return True if key is None else self.values()[key]
 
     def windows(self):
         """Retention's windows (tasks/retention.Windows): per source, and for stale-closed rows."""
@@ -127,10 +124,13 @@ class Policy:
 
         return Windows(self.retention_days, dict(self.source_retention_days), self.stale_grace_days)
 
+    def values(self) -> dict:
+        """Every key of the policy with its value (and `origins`), as the dataclass holds them."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
     def as_dict(self) -> dict:
         """Plain JSON values: a number without end (`.inf` in YAML) is null, which JSON can hold."""
-        values = {f.name: getattr(self, f.name) for f in fields(self)}
-        return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in values.items()} | {
+        return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in self.values().items()} | {
             "description": self.describe()}
 
 
@@ -233,7 +233,7 @@ def _own(hermes: HermesConfig) -> tuple[dict, Origin, bool]:
     """The profile's own config.yaml as a layer: the keys Hermes reads from its `sessions:`, as written
     there (those the managed scope pins are in `_managed`, over every other layer)."""
     own = hermes.own_section("sessions")
-    return {k: own[k] for k in HERMES_KEYS if k in own}, Origin(str(hermes.path), "sessions"), True
+    return {k: own[k] for k in HERMES_SESSIONS_KEYS if k in own}, Origin(str(hermes.path), "sessions"), True
 
 
 def _managed(hermes: HermesConfig) -> tuple[dict, Origin, bool] | None:
@@ -244,7 +244,7 @@ def _managed(hermes: HermesConfig) -> tuple[dict, Origin, bool] | None:
     if managed is None:
         return None
     merged = hermes.section("sessions")
-    pinned = {k: merged[k] for k in HERMES_KEYS if managed.sets("sessions", k) and k in merged}
+    pinned = {k: merged[k] for k in HERMES_SESSIONS_KEYS if managed.sets("sessions", k) and k in merged}
     return pinned, Origin(managed.file, "sessions"), True
 
 
@@ -259,7 +259,8 @@ def stack(layers: PolicyLayers, hermes: HermesConfig | None,
     if hermes is not None:  # the profile's own config.yaml: under the entry and its preset, over the defaults
         layered.insert(len(layered) - (layers.defaults is not None), _own(hermes))
     if installed is not None:  # the defaults of the Hermes installed for the profile (installation.py)
-        layered.append(({k: v for k, v in installed[0].items() if k in HERMES_KEYS}, Origin(installed[1]), True))
+        layered.append(({k: v for k, v in installed[0].items() if k in HERMES_SESSIONS_KEYS}, Origin(installed[1]),
+                        True))
     managed = _managed(hermes) if hermes is not None else None
     if managed is not None:  # over every other layer: what Hermes applies, and users cannot change
         layered.insert(0, managed)
@@ -326,7 +327,7 @@ def overridden_by_managed(layers: PolicyLayers, managed: Managed) -> list[tuple[
     key, message), for the first admin layer that sets it (the one that would win without the
     managed scope). The managed value wins (docs/design.md §4), so the admin config's is not applied."""
     found = []
-    for key in HERMES_KEYS:
+    for key in HERMES_SESSIONS_KEYS:
         if not managed.sets("sessions", key):
             continue
         pinned = managed.section("sessions")[key]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from hermes_admin.profile import policy
+from hermes_admin.model import HERMES_SESSIONS_KEYS
 from hermes_admin.synth.builder import SynthStore
 
 # What the releases ship, as the issue states it: the oracle must say the same.
@@ -50,7 +50,7 @@ def test_the_release_s_own_keys_are_known_and_its_defaults_apply(version, hermes
     root = tmp_path / "h"
     SynthStore(root / "state.db", version=30).close()
     # Every key of the release the policy builds no value from, as the release ships it: none is "unknown".
-    rest = {k: v for k, v in own.items() if k not in policy.HERMES_KEYS}
+    rest = {k: v for k, v in own.items() if k not in HERMES_SESSIONS_KEYS}
     (root / "config.yaml").write_text("sessions:\n" + "".join(f"  {k}: {json.dumps(v)}\n" for k, v in rest.items()))
     admin = tmp_path / "admin.yaml"
     admin.write_text(f"hermes_python: {python}\n")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from hermes_admin.layers import HermesPython, Origin, PolicyLayers
-from hermes_admin.model import Profile
+from hermes_admin.model import HERMES_SESSIONS_KEYS, Profile
 from hermes_admin.profile import in_hermes, installation
 from hermes_admin.profile.hooks import listing
 
@@ -39,9 +39,10 @@ def fake_hermes(folder: Path, version: str = "9.9.9", auto_prune=True, timeout=1
         f"DEFAULT_CONFIG = {{'sessions': {sessions!r}, 'plugins': {{'hook_callback_timeout': {timeout!r}}}}}\n")
     python = folder / "bin" / "python"
     python.parent.mkdir(parents=True)
-    # -I drops PYTHONPATH: the stand-in puts its site on the path the way a venv's python would
-    python.write_text(f"#!/bin/sh\nexec {sys.executable} -c 'import sys; sys.path.insert(0, \"{folder / 'site'}\"); "
-                      f"sys.argv = sys.argv[1:]; exec(sys.argv[0])' \"$4\" \"$5\" \"$6\"\n")
+    # -I drops PYTHONPATH: the stand-in puts its site on the path the way a venv's python would; past
+    # -I -B -c (shift 3) come the file, the mode and its arguments
+    python.write_text(f"#!/bin/sh\nshift 3\nexec {sys.executable} -c 'import sys; sys.path.insert(0, \"{folder / 'site'}\"); "
+                      f"sys.argv = sys.argv[1:]; exec(sys.argv[0])' \"$@\"\n")
     python.chmod(0o755)
     return python
 
@@ -184,7 +185,8 @@ def test_the_probe_keeps_the_name_of_every_sessions_key_of_the_release(tmp_path)
     assert lookup.installation.sessions_keys == set(RELEASE_0222)
     assert installation.sessions_keys(lookup) == set(RELEASE_0222)
     assert lookup.as_dict()["installation"]["sessions_keys"] == sorted(RELEASE_0222)
-    assert lookup.installation.sessions == {k: RELEASE_0222[k] for k in installation.SESSIONS_KEYS}  # values: policy's only
+    # values: policy's only
+    assert lookup.installation.sessions == {k: RELEASE_0222[k] for k in HERMES_SESSIONS_KEYS if k in RELEASE_0222}
     assert installation.sessions_keys(installation.Installations().for_profile(profile(tmp_path / "none"))) == frozenset()
 
 
@@ -280,8 +282,8 @@ def test_the_installed_release_s_defaults_apply_where_the_profile_sets_none(tmp_
 def test_without_an_installation_every_key_of_the_releases_we_know_is_known(tmp_path):
     from hermes_admin.profile import hermes_config
 
-    assert set(RELEASE_0222) - {"brand_new_key"} <= hermes_config.SESSIONS_KEYS
-    assert set(RELEASE_0201) - {"brand_new_key"} <= hermes_config.SESSIONS_KEYS
+    assert set(RELEASE_0222) - {"brand_new_key"} <= hermes_config.KNOWN_SESSIONS_KEYS
+    assert set(RELEASE_0201) - {"brand_new_key"} <= hermes_config.KNOWN_SESSIONS_KEYS
     for keys in hermes_config.RELEASE_SESSIONS_KEYS.values():
         (tmp_path / "config.yaml").write_text("sessions:\n" + "".join(f"  {k}: 1\n" for k in sorted(keys)))
         assert hermes_config.load(tmp_path).warnings == []

@@ -96,26 +96,6 @@ def test_a_losing_layer_is_checked_too():
         with_origins("work", layers, hermes({}))
 
 
-def test_every_tasks_switch_is_a_policy_key_read_as_the_policy_holds_it():
-    from dataclasses import fields
-
-    from hermes_admin.model import TASKS
-    from hermes_admin.profile.policy import Policy
-
-    policy = Policy(**{f.name: BUILTINS[f.name] for f in fields(Policy) if f.name in BUILTINS})
-    for task in TASKS:
-        if task.switch is not None:
-            assert policy.switch(task.switch) == policy.as_dict()[task.switch], task.name
-
-
-def test_the_pass_runs_its_tasks_in_the_one_order_every_caller_names():
-    """model.TASKS is `run`'s order (repair first, its own step); the pass's task records follow it."""
-    from hermes_admin import model
-    from hermes_admin.profile.actions import maintenance
-
-    assert [task.name for task in maintenance.TASKS] == [t for t in model.TASKS if t is not model.REPAIR]
-
-
 def test_a_task_the_policy_leaves_off_says_why_in_one_clause():
     """The report wraps the reason in `skipped (...)`: a reason with parentheses of its own nested them."""
     from hermes_admin.profile.actions.maintenance import TASKS

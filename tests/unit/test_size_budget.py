@@ -39,6 +39,38 @@ def test_budget_offers_the_oldest_eligible_first(name, rows, live, keep, heads):
         assert (row.id in selection.ids()) != (row.id in selection.kept)
 
 
+MB = 1_000_000 // budget.TEXT_WEIGHT  # bytes of text that weigh (just under) 1 MB in the store
+
+COVERING = [
+    # (name, text bytes of the units offered oldest first, planned MB, max_store_mb, units taken)
+    ("not over: nothing goes", [5 * MB], 10.0, 10.0, 0),
+    ("under: nothing goes", [5 * MB], 8.0, 10.0, 0),
+    ("one unit covers the excess", [3 * MB, 3 * MB], 12.0, 10.0, 1),
+    ("the oldest first, as far as needed", [1 * MB, 1 * MB, 1 * MB, 1 * MB], 12.5, 10.0, 3),
+    ("covered exactly: no more", [1 * MB, 1 * MB, 1 * MB], 10.0 + 2 * budget.weight_mb(MB), 10.0, 2),
+    ("a unit without messages weighs nothing, and goes in its turn", [0, 2 * MB, 2 * MB], 11.0, 10.0, 2),
+    ("not enough eligible: every one of them", [1 * MB, 1 * MB], 50.0, 10.0, 2),
+    ("nothing eligible", [], 50.0, 10.0, 0),
+    ("max_store_mb 0: every eligible unit", [1 * MB, 1 * MB], 0.5, 0.0, 1),
+]
+
+
+@pytest.mark.parametrize("name, sizes, planned, max_mb, taken", COVERING, ids=[c[0] for c in COVERING])
+def test_the_budget_takes_the_oldest_units_whose_text_covers_the_excess(name, sizes, planned, max_mb, taken):
+    from hermes_admin.profile.lineage import Unit
+
+    units = [Unit(f"s{i}", [f"s{i}"]) for i in range(len(sizes))]
+    pulled = []
+
+    def offered():  # as the pass offers them: read a part at a time, only as far as the decision asks
+        for unit, size in zip(units, sizes):
+            pulled.append(unit)
+            yield unit, size
+
+    assert budget.covering(offered(), planned, max_mb) == units[:taken]
+    assert len(pulled) <= taken + 1  # one more read, to see that the excess is covered
+
+
 def _store(root, now, sessions=120):
     store = SynthStore(root / "state.db", version=30)
     for i in range(sessions):  # one a day, a few hundred KB each

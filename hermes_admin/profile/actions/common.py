@@ -137,7 +137,7 @@ def own_config(profile: Profile, installations: Installations) -> HermesConfig |
     try:
         managed = installations.managed_for(profile)
         config = hermes_config.load(profile.home, (), managed)
-        if set(config.own_section("sessions")) - hermes_config.SESSIONS_KEYS:
+        if set(config.own_section("sessions")) - hermes_config.KNOWN_SESSIONS_KEYS:
             config = hermes_config.load(profile.home, installation.sessions_keys(installations.for_profile(profile)),
                                         managed)
     except HermesConfigError:

@@ -1,8 +1,8 @@
 """The maintenance tasks of one profile, in the order `run` uses (docs/design.md §3).
 
-Each task is one record (`Task`, the tuple `TASKS`): its name and reason (model.py), the
-policy key that turns it on, its rule (select, and re-check inside the transaction, from
-the pure modules in `tasks/`) and what the engine does with what it selects. `_Pass.run`
+Each task is one record (`Task`, the tuple `TASKS`): its name, reason, switch and command
+(model.TASKS), its rule (select, and re-check inside the transaction: its module's `rule` in
+`tasks/`) and what the engine does with what it selects. `_Pass.run`
 runs any of them the same way. The command's overrides are applied to the policy once
 (`applied`): that policy drives every task and is the one the report shows. Within one
 run no row is selected by two tasks, so a dry run lists each row once, under the task
@@ -25,7 +25,6 @@ from hermes_admin.profile.store import page_accounting, sql
 from hermes_admin.profile.actions.common import (Ledger, Refused, Run, act_in_parts, engine_notes, refuse_too_broad,
                                                  with_engine)
 from hermes_admin.profile.engine import noticed
-from hermes_admin.profile.engine.deletes import Recheck
 from hermes_admin.profile.engine.engine import Engine, Result
 from hermes_admin.profile.engine.export_ahead import STOPPED
 from hermes_admin.profile.engine.exports import Settings
@@ -40,26 +39,15 @@ from hermes_admin.profile.store import StoreError
 from hermes_admin.profile.lineage import Graph
 from hermes_admin.profile.policy import Policy, PolicyError, with_origins
 from hermes_admin.profile.parts import graph_parts
-from hermes_admin.profile.store.read import (WITHOUT_MESSAGES, any_without_messages, count_sessions, existing_ids,
-                                             message_bytes, orphan_session_ids)
-from hermes_admin.profile.tasks import Selection, archive, budget, empty, ghosts, retention, stale
+from hermes_admin.profile.store.read import (any_without_messages, count_sessions, existing_ids, message_bytes,
+                                             orphan_session_ids)
+from hermes_admin.profile.tasks import Rule, Selection, archive, budget, empty, ghosts, retention, stale
 
 from hermes_admin.problems import ERROR, LOCKED, WARNING, about
 from hermes_admin.profile.store.damage import DAMAGED_STORE, damage_error, is_damage
 from hermes_admin.profile.store.errors import SQLITE_ERRORS
 CHUNK = 2000  # files of sessions/ looked at together by the ghost sweep
 BUDGET_CHUNK = 200  # units whose text the size budget sums in one query (their ids bound a statement's)
-TEXT_WEIGHT = 3  # a unit's text weighs this many times over in the store (the row and its two FTS5 indexes)
-
-
-@dataclass(frozen=True)
-class Rule:
-    """A task's rule under one policy and `now`: which units of a graph it picks (the rest kept, each with
-    why), and the same rule on the rows as they are inside the transaction that acts."""
-
-    select: Callable[[Graph, set[str]], Selection]
-    recheck: Recheck | None = None
-    only: str | None = None  # what every unlinked session the rule can pick or keep meets (parts.graph_parts)
 
 
 @dataclass(frozen=True)
@@ -116,7 +104,7 @@ class _Pass:
         # task is done (`reclaim`), so that its last commits are the run's last and cut the WAL back.
         self.to_reclaim: Result | None = None
         # The size budget weighs the store as the plan leaves it, the same in a dry run and a run: its
-        # pages in use as the pass begins, less the text (TEXT_WEIGHT times over) of what the earlier
+        # pages in use as the pass begins, less the text (budget.weight_mb) of what the earlier
         # tasks delete, counted as they delete it (`_deleting`). A store measured after a delete would
         # say little (FTS5 traces stay until their merges) and a dry run has deleted nothing.
         self.weighs = policy.max_store_mb is not None and model.SIZE_BUDGET.name in request.tasks
@@ -177,7 +165,7 @@ class _Pass:
             return delete()
         finally:  # what committed before an error counts too
             gone = islice(result.done, before, None)
-            self.deleted_mb += TEXT_WEIGHT * sum(sizes.get(i) or 0 for done in gone for i in done.ids) / 1e6
+            self.deleted_mb += budget.weight_mb(sum(sizes.get(i) or 0 for done in gone for i in done.ids))
 
     def planned_mb(self) -> float:
         """The store's content as this pass's plan leaves it, in MB (see `weighs`)."""
@@ -327,14 +315,11 @@ class _Pass:
         for graph in self._graphs(task, result):
             picked = rule.select(graph, live)
             result.kept.update(self.still_kept(picked))
-            candidates += [(max(graph.rows[i].last_activity for i in u.ids), u.session_id, u) for u in picked.units
-                           if not self.claimed.intersection(u.ids)]
-        units = [u for _, _, u in sorted(candidates, key=lambda item: item[:2])]
-        # Deleted rows leave traces in the FTS5 indexes until their merges, so the store's size right
-        # after a delete says little: the units whose text covers the excess of the plan's weight go
-        # (estimated, as _covering says), and the next run looks again.
-        over = self.planned_mb() - limit
-        chosen = self._covering(units, over)
+            candidates += [(budget.age(graph, u), u) for u in picked.units if not self.claimed.intersection(u.ids)]
+        units = [u for _, u in sorted(candidates, key=lambda item: item[0])]
+        planned = self.planned_mb()
+        over = planned - limit
+        chosen = budget.covering(self._weighed(units), planned, limit)  # the decision: tasks/budget.py
         for unit in chosen:  # taken: no later task (the archive sweep) counts them, in a dry run either
             self.claimed.update(unit.ids)
         act_in_parts(self.engine, result, [chosen], lambda units, part: self.act(task, rule, units, part))
@@ -350,20 +335,15 @@ class _Pass:
             self.to_reclaim = self.to_reclaim or result
         return result
 
-    def _covering(self, units: list, over_mb: float) -> list:
-        """The first units whose messages' text, three times over (the row and its two FTS5 indexes,
-        as real stores measure: 6.6x in #110589 with everything else), adds up to `over_mb`. Their
-        text is summed a chunk of units at a time, in one query each, as far as needed."""
-        db, taken, total = self.engine.store.db, [], 0.0
+    def _weighed(self, units: list) -> Iterator[tuple]:
+        """Each unit with the bytes of its messages' text, summed a chunk of units at a time, in one
+        query each, as far as the size budget's decision reads them (budget.covering)."""
+        db = self.engine.store.db
         for start in range(0, len(units), BUDGET_CHUNK):
             part = units[start:start + BUDGET_CHUNK]
             sizes = message_bytes(db, [i for unit in part for i in unit.ids])
             for unit in part:
-                if total >= over_mb:
-                    return taken
-                total += TEXT_WEIGHT * sum(sizes.get(i) or 0 for i in unit.ids) / 1e6
-                taken.append(unit)
-        return taken
+                yield unit, sum(sizes.get(i) or 0 for i in unit.ids)
 
     def _used_mb(self) -> float:
         """The store's content: its pages in use (free pages are space the next writes reuse), in MB.
@@ -376,44 +356,17 @@ def _megabytes(mb: float) -> str:
     return f"{mb:.1f} MB" if mb >= 0.1 else f"{max(mb * 1000, 1):.0f} kB"
 
 
-def _ghost_rule(policy: Policy, now: float) -> Rule:
-    return Rule(lambda graph, live: ghosts.select_tui_ghosts(graph, now, live), ghosts.recheck(now), WITHOUT_MESSAGES)
-
-
-def _empty_rule(policy: Policy, now: float) -> Rule:
-    hours = policy.empty_min_age_hours
-    return Rule(lambda graph, live: empty.select(graph, hours, now, live), empty.recheck(hours, now), WITHOUT_MESSAGES)
-
-
-def _retention_rule(policy: Policy, now: float) -> Rule:
-    windows = policy.windows()  # per source, unless the command's --older-than (or filters) replaced them
-    return Rule(lambda graph, live: retention.select(graph, windows, now, live), retention.recheck(windows, now))
-
-
-def _stale_rule(policy: Policy, now: float) -> Rule:
-    windows = policy.windows()
-    return Rule(lambda graph, live: stale.select(graph, windows, now, live), stale.recheck(windows, now))
-
-
-def _budget_rule(policy: Policy, now: float) -> Rule:
-    limit, keep = policy.max_store_mb, policy.min_keep_days
-    return Rule(lambda graph, live: budget.select(graph, limit, keep, now, live), budget.recheck(keep, now))
-
-
-def _archive_rule(policy: Policy, now: float) -> Rule:
-    days = policy.auto_archive_days
-    return Rule(lambda graph, live: archive.select(graph, days, now, live))
-
-
-# Every task the engine acts for, in `run`'s order (model.ORDER; repair, first, is `repair_step`).
+# Every task the engine acts for, in `run`'s order (model.TASKS; repair, first, is `repair_step`): its
+# name record, its rule (its module in tasks/), what the engine does with what it picks, and how it goes
+# over the store (`_Pass.in_parts` unless it does more).
 TASKS = (
-    Task(model.GHOST_PRUNE, _ghost_rule, "delete", _Pass.ghost_prune),
-    Task(model.EMPTY_SWEEP, _empty_rule, "delete", _Pass.empty_sweep),
-    Task(model.PURGE, _retention_rule, "delete", _Pass.purge, "auto_prune is off in this profile's policy"),
-    Task(model.CLOSE_STALE, _stale_rule, "close", _Pass.in_parts,
+    Task(model.GHOST_PRUNE, ghosts.rule, "delete", _Pass.ghost_prune),
+    Task(model.EMPTY_SWEEP, empty.rule, "delete", _Pass.empty_sweep),
+    Task(model.PURGE, retention.rule, "delete", _Pass.purge, "auto_prune is off in this profile's policy"),
+    Task(model.CLOSE_STALE, stale.rule, "close", _Pass.in_parts,
          "auto_prune is off in this profile's policy; stale rows are closed with it, as Hermes does"),
-    Task(model.SIZE_BUDGET, _budget_rule, "delete", _Pass.size_budget, "no max_store_mb in this profile's policy"),
-    Task(model.AUTO_ARCHIVE, _archive_rule, "archive", _Pass.in_parts),
+    Task(model.SIZE_BUDGET, budget.rule, "delete", _Pass.size_budget, "no max_store_mb in this profile's policy"),
+    Task(model.AUTO_ARCHIVE, archive.rule, "archive", _Pass.in_parts),
 )
 
 
@@ -501,7 +454,8 @@ def applied(policy: Policy, origins: dict, request: Request) -> tuple[Policy, di
 
     if request.explicit:
         for task in model.TASKS:
-            if task.name in request.tasks and task.command and isinstance(policy.switch(task.switch), bool):
+            if task.name in request.tasks and task.command and task.switch \
+                    and isinstance(policy.switch(task.switch), bool):
                 change(task.switch, True, f"the {task.command} command")
     if model.PURGE.name in request.tasks:
         if request.older_than is not None:

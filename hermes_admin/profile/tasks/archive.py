@@ -10,7 +10,7 @@ A lineage a live Hermes process is at work on is not idle, and stays.
 from __future__ import annotations
 
 from hermes_admin.profile.lineage import Graph, Unit
-from hermes_admin.profile.tasks import DAY, Selection, days_ago
+from hermes_admin.profile.tasks import DAY, Rule, Selection, days_ago
 from hermes_admin.profile.tasks.retention import unit_heads
 
 
@@ -37,3 +37,8 @@ def select(graph: Graph, idle_days: float, now: float, live: set[str] = frozense
             for sid in members:
                 chosen.kept[sid] = why
     return chosen
+
+
+def rule(policy, now: float) -> Rule:
+    days = policy.auto_archive_days
+    return Rule(lambda graph, live: select(graph, days, now, live))

@@ -8,7 +8,8 @@ checked, not `message_count`) and without children, ended more than
 from __future__ import annotations
 
 from hermes_admin.profile.lineage import Graph, Unit
-from hermes_admin.profile.tasks import HOUR, Selection
+from hermes_admin.profile.store.read import WITHOUT_MESSAGES
+from hermes_admin.profile.tasks import HOUR, Rule, Selection
 
 # Why a row with messages stays: not this task's business, so the selector reports nothing for it.
 NOT_EMPTY = "not empty: received a message"
@@ -61,3 +62,8 @@ def recheck(min_age_hours: float, now: float):
         has_children = any(other.parent_id == row.id for other in fresh.values())
         return why_kept(row, has_children, cutoff, set())
     return check
+
+
+def rule(policy, now: float) -> Rule:
+    hours = policy.empty_min_age_hours
+    return Rule(lambda graph, live: select(graph, hours, now, live), recheck(hours, now), WITHOUT_MESSAGES)

@@ -12,8 +12,9 @@ from __future__ import annotations
 from typing import Iterable
 
 from hermes_admin.profile.store.files import SessionFile
+from hermes_admin.profile.store.read import WITHOUT_MESSAGES
 from hermes_admin.profile.lineage import Graph, Unit
-from hermes_admin.profile.tasks import DAY, Selection
+from hermes_admin.profile.tasks import DAY, Rule, Selection
 
 GHOST_AGE_S = DAY  # a TUI session is a ghost only once it could no longer be one being started
 ORPHAN_FILE_AGE_S = DAY  # a file whose row is gone may be one Hermes is writing before its row
@@ -59,6 +60,11 @@ def recheck(now: float):
             return "gone already"
         return why_kept(row, any(other.parent_id == row.id for other in fresh.values()), set(), now)
     return check
+
+
+def rule(policy, now: float) -> Rule:
+    """The TUI-ghost rule (a); (b) and (c) are picked as the pass meets them (actions/maintenance.py)."""
+    return Rule(lambda graph, live: select_tui_ghosts(graph, now, live), recheck(now), WITHOUT_MESSAGES)
 
 
 def select_orphan_rows(orphan_ids: list[str]) -> Selection:

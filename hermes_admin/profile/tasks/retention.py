@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass, field
 
 from hermes_admin.profile.lineage import Graph, lineage_unit
-from hermes_admin.profile.tasks import DAY, Selection, days_ago
+from hermes_admin.profile.tasks import DAY, Rule, Selection, days_ago
 
 REAPED = "startup_orphan_reap"  # the end_reason of a row closed because its process was gone
 
@@ -115,3 +115,8 @@ def recheck(retention_days: float | Windows, now: float):
         rows = [fresh[i] for i in unit.ids if i in fresh]
         return why_kept(rows, windows, set(), now) if rows else None
     return check
+
+
+def rule(policy, now: float) -> Rule:
+    windows = policy.windows()  # per source, unless the command's --older-than (or filters) replaced them
+    return Rule(lambda graph, live: select(graph, windows, now, live), recheck(windows, now))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 
 from hermes_admin.profile.lineage import Graph, Unit
-from hermes_admin.profile.tasks import Selection, days_ago
+from hermes_admin.profile.tasks import Rule, Selection, days_ago
 from hermes_admin.profile.tasks.retention import REAPED, Windows
 
 # Hermes' sources that no person keeps open: the only ones closed when idle
@@ -59,3 +59,8 @@ def recheck(windows: Windows | float, now: float):
             return "no longer open"
         return why_kept(row, windows, set(), now)
     return check
+
+
+def rule(policy, now: float) -> Rule:
+    windows = policy.windows()
+    return Rule(lambda graph, live: select(graph, windows, now, live), recheck(windows, now))
