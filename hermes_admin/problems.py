@@ -9,7 +9,7 @@ a field.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from hermes_admin import exitcodes
 from hermes_admin.model import Profile
@@ -22,12 +22,13 @@ SEVERITIES = (ERROR, LOCKED, WARNING)
 class Problem:
     severity: str  # ERROR | LOCKED | WARNING
     message: str  # what is wrong, without the profile or the path it names
-    profile: str | None = None  # the profile as people read it (ROOT:NAME where roots share names)
+    # as people read it (ROOT:NAME where roots share names)
+    profile: str | None = field(default=None, metadata={"max_len": 256})
     home: str | None = None  # its home: what tells two roots' profiles apart
-    kind: str = "problem"  # a short identifier scripts can match on
+    kind: str = field(default="problem", metadata={"max_len": 64})  # a short identifier scripts can match on
     path: str | None = None  # the file or folder it is about
-    key: str | None = None  # the configuration key it is about
-    line: int | None = None  # the line of `path` it is about
+    key: str | None = field(default=None, metadata={"max_len": 256})  # the configuration key it is about
+    line: int | None = field(default=None, metadata={"range": (1, 1 << 31)})  # the line of `path` it is about
     skipped: bool = False  # the profile's work was skipped for it
 
     def __post_init__(self):

@@ -162,12 +162,12 @@ class Run:
 
 @dataclass
 class Finding:
-    profile: str
-    kind: str
+    profile: str = field(metadata={"max_len": 256})
+    kind: str = field(metadata={"max_len": 64})
     subject: str  # a path or a session id
     detail: str
     fix: str  # what applying does ("none" for report-only kinds)
-    target: str | None = None  # the profile a row belongs to
+    target: str | None = field(default=None, metadata={"max_len": 256})  # the profile a row belongs to
     applied: bool = False
     error: str | None = None
     home: str | None = None

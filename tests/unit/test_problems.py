@@ -89,7 +89,7 @@ def test_a_worker_sending_a_malformed_problem_fails_its_profiles_and_is_named_ne
     run = workers.Spawned(Job(Maintain(Request(ORDER, NOW)), owner, profiles, {}), 0).run()
     assert run.exit_code() == exitcodes.PROFILE_FAILED and not run.internal
     assert [p.profile for p in run.problems] == ["p0", "p1"]
-    assert all("broke the protocol (a problem whose line is not a line number)" in line for line in run.errors)
+    assert all("broke the protocol (an end: problems[0].line: expected a whole number)" in line for line in run.errors)
 
 
 @pytest.mark.parametrize("severities, internal, warned, code", [
