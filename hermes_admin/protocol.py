@@ -43,9 +43,10 @@ from hermes_admin.decode import Refusal, decode
 from hermes_admin.filters import Filters
 from hermes_admin.hook_failures import HookFailure
 from hermes_admin.layers import Managed, PolicyLayers
-from hermes_admin.model import ORDER, Owner, Profile
+from hermes_admin.model import ORDER, Owner, Profile, Reason
 from hermes_admin.problems import Problem
-from hermes_admin.results import Done, Finding, RepairRun, Result, Run
+from hermes_admin.results import Action, Done, Finding, RepairRun, Result, Run
+from hermes_admin.results import Status as ResultStatus  # `Status` here is the job of `status`
 
 BEAT_THREAD = "hermes-admin-beat"
 BEAT_S = 5.0  # how often a worker says it lives, at most (a quarter of its idle deadline, if shorter)
@@ -335,10 +336,10 @@ class Header:
     profile: str = field(metadata={"max_len": 256})
     home: str
     task: str | None
-    status: str = field(metadata={"max_len": 32})
+    status: ResultStatus
     why: str | None
-    action: str = field(metadata={"max_len": 32})
-    reason: str | None
+    action: Action
+    reason: Reason | None
     dry_run: bool
     hook_failures: tuple[HookFailure, ...] = field(metadata={"max_items": MAX_HOOK_FAILURES})
     transactions: int
