@@ -23,7 +23,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, fields, is_dataclass
 from enum import Enum
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 from types import UnionType
 from typing import Callable, Union, get_args, get_origin, get_type_hints
@@ -48,25 +48,46 @@ class Refusal:
 
 
 class _Refused(Exception):
-    """Unwinds a refusal to `decode`, which returns it as a value."""
+    """Unwinds a refusal to `decode`, which returns it as a value; each level it passes names itself
+    on the way out (`under`), so reading what is taken builds no path."""
 
-    def __init__(self, where: str, what: str):
-        super().__init__(where, what)
-        self.refusal = Refusal(where, what)
+    def __init__(self, what: str, where: str = ""):
+        super().__init__(what)
+        self.what, self.where = what, where
+
+    def under(self, part: str) -> "_Refused":
+        """The same refusal, one level up (`part`: a field's name, or `[n]`, `['key']`)."""
+        if not self.where:
+            self.where = part
+        else:
+            self.where = part + self.where if self.where.startswith("[") else f"{part}.{self.where}"
+        return self
+
+    def refusal(self, where: str = "") -> Refusal:
+        if self.where and where:
+            self.under(where)
+        return Refusal(self.where or where, self.what)
 
 
 def decode(cls, value, where: str = "", *, absent_ok: bool = False, max_len: int = TEXT_LEN,
            max_items: int = MAX_ITEMS):
-    """An instance of the dataclass `cls` read from the JSON value `value`, or a Refusal.
+    """An instance of the dataclass `cls` read from the JSON value `value`, or a Refusal (`where`:
+    how it names the value itself).
 
     `absent_ok`: a field with a default may be absent (the host's own jobs); otherwise every field
     must be there, as the writer's `asdict` always puts it. `max_len`, `max_items`: the bounds of
-    fields that declare none. What the class itself checks (its `__post_init__`'s ValueError) is a refusal too.
+    fields that declare none. What the class itself checks (its `__post_init__`'s ValueError) is a
+    refusal too.
     """
     try:
-        return _reader(cls, (), _Defaults(absent_ok, max_len, max_items))(value, where)
+        return _root(cls, absent_ok, max_len, max_items)(value)
     except _Refused as refused:
-        return refused.refusal
+        return refused.refusal(where)
+
+
+@cache
+def _root(cls, absent_ok: bool, max_len: int, max_items: int) -> Reader:
+    return _reader(cls, (), _Defaults(absent_ok, max_len, max_items))
 
 
 # The checks of one value, for readers of JSON that is not a dataclass's (protocol.ROWS): each
@@ -100,14 +121,14 @@ def plain_json(value):
 
 def _checked(check, value, *more):
     try:
-        return check(value, "", *more)
+        return check(value, *more)
     except _Refused as refused:
-        return refused.refusal
+        return refused.refusal()
 
 
 # -- readers, made once per type and its limits ------------------------------------------------
 
-Reader = Callable[[object, str], object]
+Reader = Callable[[object], object]
 
 
 @dataclass(frozen=True)
@@ -117,10 +138,6 @@ class _Defaults:
     absent_ok: bool
     max_len: int
     max_items: int
-
-
-def _at(where: str, name: str) -> str:
-    return f"{where}.{name}" if where else name
 
 
 @cache
@@ -136,8 +153,9 @@ def _reader(hint, limits: tuple, defaults: _Defaults) -> Reader:
         if len(inner) != 1:
             raise TypeError(f"decode reads X | None, not {hint}")
         read = _reader(inner[0], limits, defaults)
-        nullable = len(inner) < len(args)
-        return lambda v, where: None if v is None and nullable else read(v, where)
+        if len(inner) == len(args):
+            return read
+        return lambda v: None if v is None else read(v)
     if is_dataclass(hint):
         return _dataclass_reader(hint, defaults)
     if origin in (tuple, list):
@@ -152,7 +170,7 @@ def _reader(hint, limits: tuple, defaults: _Defaults) -> Reader:
         return _enum_reader(hint)
     if hint is str or hint is Path:
         cut = given.get("max_len", defaults.max_len)
-        return (lambda v, where: _text(v, where, cut)) if hint is str else (lambda v, where: Path(_text(v, where, cut)))
+        return partial(_text, limit=cut) if hint is str else (lambda v: Path(_text(v, cut)))
     if hint is bool:
         return _flag
     if hint is int:
@@ -160,7 +178,7 @@ def _reader(hint, limits: tuple, defaults: _Defaults) -> Reader:
     if hint is float:
         return _number_reader(given.get("range"))
     if hint is object:
-        return lambda v, where: _plain(v, where, 0)
+        return lambda v: _plain(v, 0)
     raise TypeError(f"decode cannot read {hint!r}")
 
 
@@ -172,52 +190,75 @@ def _for_items(limits: tuple) -> tuple:
 def _dataclass_reader(cls, defaults: _Defaults) -> Reader:
     hints = get_type_hints(cls)
     plan = [(f.name, _reader(hints[f.name], tuple(sorted(f.metadata.items())), defaults),
-             (defaults.absent_ok or f.metadata.get("optional", False)) and (f.default is not MISSING or f.default_factory is not MISSING))
+             (defaults.absent_ok or f.metadata.get("optional", False))
+             and (f.default is not MISSING or f.default_factory is not MISSING))
             for f in fields(cls) if f.init]
-    known = {name for name, _, _ in plan}
+    known = frozenset(name for name, _, _ in plan)
 
-    def read(value, where: str):
+    def read(value):
         if not isinstance(value, dict):
-            raise _Refused(where, "expected an object")
-        unknown = sorted(str(k) for k in value if k not in known)
-        if unknown:
-            raise _Refused(where, f"unknown field {unknown[0][:64]!r}")
+            raise _Refused("expected an object")
+        if not known.issuperset(value):
+            unknown = sorted(str(k) for k in value if k not in known)
+            raise _Refused(f"unknown field {unknown[0][:64]!r}")
         given = {}
         for name, read_field, may_be_absent in plan:
             if name in value:
-                given[name] = read_field(value[name], _at(where, name))
+                try:
+                    given[name] = read_field(value[name])
+                except _Refused as refused:
+                    raise refused.under(name) from None
             elif not may_be_absent:
-                raise _Refused(_at(where, name), "missing")
+                raise _Refused("missing", name)
         try:
             return cls(**given)
         except ValueError as exc:  # what the class itself checks (a task's name, a verb, a count)
-            raise _Refused(where, str(exc)) from None
+            raise _Refused(str(exc)) from None
     return read
 
 
 def _list_reader(kind: type, item: Reader, given: dict, defaults: _Defaults) -> Reader:
     most, keep = given.get("max_items", defaults.max_items), given.get("keep_items")
 
-    def read(value, where: str):
+    def read(value):
         if not isinstance(value, list):
-            raise _Refused(where, "expected a list")
+            raise _Refused("expected a list")
         if keep is not None:
             value = value[:keep]
         elif len(value) > most:
-            raise _Refused(where, f"expected a list of at most {most}")
-        return kind(item(v, f"{where}[{n}]") for n, v in enumerate(value))
+            raise _Refused(f"expected a list of at most {most}")
+        try:
+            return kind([item(v) for v in value])
+        except _Refused as refused:  # which one: counted again, only now that one is refused
+            n = next(n for n, v in enumerate(value) if _refuses(item, v))
+            raise refused.under(f"[{n}]") from None
     return read
+
+
+def _refuses(read: Reader, value) -> bool:
+    try:
+        read(value)
+    except _Refused:
+        return True
+    return False
 
 
 def _object_reader(key: Reader, item: Reader, given: dict, defaults: _Defaults) -> Reader:
     most = given.get("max_items", defaults.max_items)
 
-    def read(value, where: str):
+    def read(value):
         if not isinstance(value, dict):
-            raise _Refused(where, "expected an object")
+            raise _Refused("expected an object")
         if len(value) > most:
-            raise _Refused(where, f"expected an object of at most {most} fields")
-        return {key(k, where): item(v, f"{where}[{k!r}]") for k, v in value.items()}
+            raise _Refused(f"expected an object of at most {most} fields")
+        taken = {}
+        for k, v in value.items():
+            name = key(k)
+            try:
+                taken[name] = item(v)
+            except _Refused as refused:
+                raise refused.under(f"[{k!r}]") from None
+        return taken
     return read
 
 
@@ -225,9 +266,9 @@ def _enum_reader(cls: type[Enum]) -> Reader:
     members = {m.value: m for m in cls}
     known = ", ".join(map(str, members))
 
-    def read(value, where: str):
+    def read(value):
         if not isinstance(value, str) or value not in members:
-            raise _Refused(where, f"expected one of {known}, got {str(value)[:32]!r}")
+            raise _Refused(f"expected one of {known}, got {str(value)[:32]!r}")
         return members[value]
     return read
 
@@ -235,27 +276,27 @@ def _enum_reader(cls: type[Enum]) -> Reader:
 def _whole_reader(bounds: tuple[int, int]) -> Reader:
     low, high = bounds
 
-    def read(value, where: str):
+    def read(value):
         if isinstance(value, bool) or not isinstance(value, int):
-            raise _Refused(where, "expected a whole number")
+            raise _Refused("expected a whole number")
         if not low <= value < high:
-            raise _Refused(where, f"expected a whole number from {low} to {high - 1}")
+            raise _Refused(f"expected a whole number from {low} to {high - 1}")
         return value
     return read
 
 
 def _number_reader(bounds: tuple[float, float] | None) -> Reader:
-    def read(value, where: str):
-        number = float(_number(value, where))
+    def read(value):
+        number = float(_number(value))
         if bounds is not None and not bounds[0] <= number < bounds[1]:
-            raise _Refused(where, f"expected a number from {bounds[0]} to under {bounds[1]}")
+            raise _Refused(f"expected a number from {bounds[0]} to under {bounds[1]}")
         return number
     return read
 
 
-def _text(value, where: str, limit: int = TEXT_LEN) -> str:
+def _text(value, limit: int = TEXT_LEN) -> str:
     if not isinstance(value, str):
-        raise _Refused(where, f"expected text, got {type(value).__name__}")
+        raise _Refused(f"expected text, got {type(value).__name__}")
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:  # a lone surrogate (a file name's undecodable byte) would crash whoever prints it
@@ -263,29 +304,29 @@ def _text(value, where: str, limit: int = TEXT_LEN) -> str:
     return value if len(value) <= limit else value[:limit] + "…"
 
 
-def _number(value, where: str):
+def _number(value):
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise _Refused(where, "expected a finite number")
+        raise _Refused("expected a finite number")
     return value
 
 
-def _flag(value, where: str) -> bool:
+def _flag(value) -> bool:
     if not isinstance(value, bool):
-        raise _Refused(where, "expected true or false")
+        raise _Refused("expected true or false")
     return value
 
 
-def _plain(value, where: str, depth: int):
+def _plain(value, depth: int):
     if depth > PLAIN_DEPTH:
-        raise _Refused(where, "nested too deep")
+        raise _Refused("nested too deep")
     if value is None or isinstance(value, (bool, int)):
         return value
     if isinstance(value, float):
-        return _number(value, where)
+        return _number(value)
     if isinstance(value, str):
-        return _text(value, where, PLAIN_TEXT)
+        return _text(value, PLAIN_TEXT)
     if isinstance(value, list):
-        return [_plain(v, where, depth + 1) for v in value]
+        return [_plain(v, depth + 1) for v in value]
     if isinstance(value, dict):
-        return {_text(k, where, 256): _plain(v, where, depth + 1) for k, v in value.items()}
-    raise _Refused(where, "not a JSON value")
+        return {_text(k, 256): _plain(v, depth + 1) for k, v in value.items()}
+    raise _Refused("not a JSON value")

@@ -351,7 +351,7 @@ class Header:
     export: str | None
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # one a unit: made and dropped as each line is read, so no frozen checks
 class DoneItem:
     """A unit acted on (results.Done) as it crosses."""
 
@@ -360,7 +360,7 @@ class DoneItem:
     rule: str | None
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class SkippedItem:
     """A unit skipped, and why, as it crosses."""
 
