@@ -12,7 +12,7 @@ bounds, as the field's metadata:
     internal: bool = field(default=False, metadata={"optional": True})   may be absent: False
 
 A field without them has the defaults below. The types read: text, whole and finite numbers, flags,
-a path, an enum (its members' values), `X | None`, `tuple[X, ...]`, `list[X]`, `dict[str, X]` (or
+a path, an enum (its members' values), `X | None`, a union of those plain kinds (`Scalar`), `tuple[X, ...]`, `list[X]`, `dict[str, X]` (or
 `Mapping`), a nested dataclass, and `object` (any plain JSON value, bounded in depth and text).
 The bottom floor: it imports nothing of the package.
 """
@@ -32,6 +32,8 @@ TEXT_LEN = 4096  # a text field's bound when it declares none (cut past it)
 MAX_ITEMS = 100_000  # a list's or an object's bound when it declares none (refused past it)
 WHOLE = (-(1 << 63), 1 << 63)  # a whole number's range when it declares none
 PLAIN_DEPTH, PLAIN_TEXT = 8, 65536  # an `object` field: nesting, and each text in it (cut past it)
+Scalar = str | int | float | bool | None  # any plain JSON value but a list or an object
+
 # The metadata `decode` reads ("optional": the field may be absent, taking its default, whatever the call says).
 LIMITS = frozenset({"max_len", "max_items", "keep_items", "range", "optional"})
 
@@ -69,49 +71,35 @@ class _Refused(Exception):
         return Refusal(self.where or where, self.what)
 
 
-def decode(cls, value, where: str = "", *, absent_ok: bool = False, max_len: int = TEXT_LEN,
-           max_items: int = MAX_ITEMS):
+def decode(cls, value, where: str = "", *, absent_ok: bool = False, extra_ok: bool = False,
+           max_len: int = TEXT_LEN, max_items: int = MAX_ITEMS):
     """An instance of the dataclass `cls` read from the JSON value `value`, or a Refusal (`where`:
     how it names the value itself).
 
     `absent_ok`: a field with a default may be absent (the host's own jobs); otherwise every field
-    must be there, as the writer's `asdict` always puts it. `max_len`, `max_items`: the bounds of
+    must be there, as the writer's `asdict` always puts it. `extra_ok`: fields `cls` does not name
+    are let through unread (a row whose other fields are shown as they are, already bounded:
+    `plain_json`). `max_len`, `max_items`: the bounds of
     fields that declare none. What the class itself checks (its `__post_init__`'s ValueError) is a
     refusal too.
     """
     try:
-        return _root(cls, absent_ok, max_len, max_items)(value)
+        return _root(cls, absent_ok, extra_ok, max_len, max_items)(value)
     except _Refused as refused:
         return refused.refusal(where)
 
 
 @cache
-def _root(cls, absent_ok: bool, max_len: int, max_items: int) -> Reader:
-    return _reader(cls, (), _Defaults(absent_ok, max_len, max_items))
+def _root(cls, absent_ok: bool, extra_ok: bool, max_len: int, max_items: int) -> Reader:
+    return _reader(cls, (), _Defaults(absent_ok, extra_ok, max_len, max_items))
 
 
-# The checks of one value, for readers of JSON that is not a dataclass's (protocol.ROWS): each
-# returns the value as read, or a Refusal.
+# The checks of one value, for readers of JSON that is not a dataclass's (a report's spilled lines,
+# its rows before their check): each returns the value as read, or a Refusal.
 
 def text(value, limit: int = TEXT_LEN):
     """Text, cut past `limit` characters ("…" said so), a lone surrogate escaped."""
     return _checked(_text, value, limit)
-
-
-def number(value):
-    """A finite number (not a flag)."""
-    return _checked(_number, value)
-
-
-def flag(value):
-    return _checked(_flag, value)
-
-
-def whole(value):
-    """A whole number (not a flag), of any size: a row's counts are the worker's to bound."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        return Refusal("", "expected a whole number")
-    return value
 
 
 def plain_json(value):
@@ -136,6 +124,7 @@ class _Defaults:
     """What a field that declares no limit gets, and whether a field with a default may be absent."""
 
     absent_ok: bool
+    extra_ok: bool
     max_len: int
     max_items: int
 
@@ -150,9 +139,10 @@ def _reader(hint, limits: tuple, defaults: _Defaults) -> Reader:
     origin, args = get_origin(hint), get_args(hint)
     if origin in (Union, UnionType):
         inner = [a for a in args if a is not type(None)]
-        if len(inner) != 1:
-            raise TypeError(f"decode reads X | None, not {hint}")
-        read = _reader(inner[0], limits, defaults)
+        if len(inner) > 1:
+            read = _scalar_reader(inner, limits, defaults)
+        else:
+            read = _reader(inner[0], limits, defaults)
         if len(inner) == len(args):
             return read
         return lambda v: None if v is None else read(v)
@@ -182,6 +172,23 @@ def _reader(hint, limits: tuple, defaults: _Defaults) -> Reader:
     raise TypeError(f"decode cannot read {hint!r}")
 
 
+def _scalar_reader(kinds: list, limits: tuple, defaults: _Defaults) -> Reader:
+    """One of several plain kinds (`str | int | float | bool`): read as the one its JSON is."""
+    if not set(kinds) <= {str, int, float, bool}:
+        raise TypeError(f"decode reads X | None or a union of plain kinds, not {kinds}")
+    readers = {kind: _reader(kind, limits, defaults) for kind in kinds}
+    if float in readers and int not in readers:
+        readers[int] = readers[float]  # JSON's 2 for 2.0
+    expected = f"expected {' or '.join(k.__name__ for k in kinds)}"
+
+    def read(value):
+        read_as = readers.get(type(value))
+        if read_as is None:
+            raise _Refused(f"{expected}, got {type(value).__name__}")
+        return read_as(value)
+    return read
+
+
 def _for_items(limits: tuple) -> tuple:
     """A container's limits as its items see them: a text bound is theirs, a count the container's."""
     return tuple((k, v) for k, v in limits if k in ("max_len", "range"))
@@ -193,12 +200,12 @@ def _dataclass_reader(cls, defaults: _Defaults) -> Reader:
              (defaults.absent_ok or f.metadata.get("optional", False))
              and (f.default is not MISSING or f.default_factory is not MISSING))
             for f in fields(cls) if f.init]
-    known = frozenset(name for name, _, _ in plan)
+    known, extra_ok = frozenset(name for name, _, _ in plan), defaults.extra_ok
 
     def read(value):
         if not isinstance(value, dict):
             raise _Refused("expected an object")
-        if not known.issuperset(value):
+        if not (extra_ok or known.issuperset(value)):
             unknown = sorted(str(k) for k in value if k not in known)
             raise _Refused(f"unknown field {unknown[0][:64]!r}")
         given = {}

@@ -31,7 +31,6 @@ and land in the host's Spills, so a report never has to fit in one message.
 from __future__ import annotations
 
 import json
-import math
 import sys
 import threading
 from contextlib import contextmanager
@@ -39,7 +38,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import ClassVar, Union, get_args
 
 from hermes_admin import decode as decoded
-from hermes_admin.decode import Refusal, decode
+from hermes_admin.decode import Refusal, Scalar, decode
 from hermes_admin.filters import Filters
 from hermes_admin.hook_failures import HookFailure
 from hermes_admin.layers import Managed, PolicyLayers
@@ -372,7 +371,7 @@ class SkippedItem:
 @dataclass(frozen=True)
 class End:
     """A report's last message: what the whole run found (each profile's policy as a dict, checked
-    against POLICY where it is read)."""
+    against PolicyShown where it is read)."""
 
     dry_run: bool
     problems: tuple[Problem, ...] = field(metadata={"max_items": MAX_PROBLEMS})
@@ -473,14 +472,6 @@ def _text(value, limit: int = 4096) -> str:
     return _taken(decoded.text(value, limit))
 
 
-def _number(value) -> float:
-    return _taken(decoded.number(value))
-
-
-def _flag(value) -> bool:
-    return _taken(decoded.flag(value))
-
-
 def _plain_json(value):
     """A JSON value of bounded depth whose texts are bounded (rows, policies, details)."""
     return _taken(decoded.plain_json(value))
@@ -488,103 +479,282 @@ def _plain_json(value):
 
 # -- the rows of list-type jobs: each kind's fields, checked before any command reads one ------
 #
-# A row is a JSON object (bounded: _plain_json). Each kind names the fields the host's commands read
-# from it, each with its check: present (a name ending in "?" may be absent), of its type (`None`
-# too where the check is _opt), and `home` one of the homes that worker was given. Fields not named
-# travel as plain JSON, shown as they are (`--json`). A row of no known kind, or one failing a check,
-# is a broken protocol: its worker's profiles fail (exit 2), never a command (exit 70).
+# A row is a JSON object (bounded: _plain_json). Each kind's dataclass names the fields the host's
+# commands read from it, each of its type (`None` too where it says `| None`; `Scalar`: any plain
+# value; `object`: anything), present unless it may be absent (`_may_be_absent`), and `home` one of
+# the homes that worker was given. Fields not named travel as plain JSON, shown as they are
+# (`--json`): a row is checked against its class (decode's `extra_ok`) and kept as the object it
+# came as. A row of no known kind, or one failing a check, is a broken protocol: its worker's
+# profiles fail (exit 2), never a command (exit 70).
 
-def _opt(check):
-    return lambda v: None if v is None else check(v)
-
-
-def _whole(value) -> int:
-    return _taken(decoded.whole(value))
-
-
-def _scalar(value):
-    if value is not None and (isinstance(value, (dict, list)) or isinstance(value, float) and not math.isfinite(value)):
-        raise ProtocolError("expected a plain value")
-    return value
+def _may_be_absent():
+    """A field a row may leave out: checked when it is there."""
+    return field(default=None, metadata={"optional": True})
 
 
-def _any(value):
-    return value
+@dataclass(frozen=True, kw_only=True)
+class Installation:
+    """installation.Lookup.as_dict's installation."""
+
+    python: str
+    found_by: str
+    hermes: Scalar = _may_be_absent()
 
 
-def _list_of(check):
-    def read(value):
-        if not isinstance(value, list):
-            raise ProtocolError("expected a list")
-        return [check(v) for v in value]
-    return read
+@dataclass(frozen=True, kw_only=True)
+class Lookup:
+    """installation.Lookup.as_dict."""
+
+    installation: Installation | None = _may_be_absent()
+    notes: tuple[str, ...] | None = _may_be_absent()
 
 
-def _object(schema: dict):
-    """An object with at least the fields of `schema` (name -> check; "name?" may be absent)."""
-    def read(value):
-        if not isinstance(value, dict):
-            raise ProtocolError("expected an object")
-        for spec, check in schema.items():
-            name = spec.rstrip("?")
-            if name not in value:
-                if spec.endswith("?"):
-                    continue
-                raise ProtocolError(f"no {name!r}")
-            try:
-                check(value[name])
-            except ProtocolError as exc:
-                raise ProtocolError(f"{name}: {exc}") from None
-        return value
-    return read
+@dataclass(frozen=True, kw_only=True)
+class PolicyShown:
+    """A profile's policy in a report's end (actions/maintenance: the policy as a dict, its origins
+    and lookup)."""
+
+    profile: Scalar = _may_be_absent()
+    description: Scalar = _may_be_absent()
+    origins: dict[str, object] | None = _may_be_absent()
+    hermes: Lookup | None = _may_be_absent()
 
 
-_TEXT, _NUM, _FLAG = _text, _number, _flag
-_OPT_TEXT, _OPT_NUM = _opt(_text), _opt(_number)
-_INSTALLATION = _opt(_object({"python": _TEXT, "found_by": _TEXT, "hermes?": _scalar}))
-_LOOKUP = _object({"installation?": _INSTALLATION, "notes?": _opt(_list_of(_TEXT))})  # installation.Lookup.as_dict
-_EXPORT = {"file": _TEXT, "profile": _TEXT, "created?": _any, "units": _whole, "sessions": _whole,
-           "messages": _whole, "reasons": _list_of(_TEXT), "bytes": _whole, "made_in?": _OPT_TEXT}
-_POLICY_NOTE = _object({"file?": _OPT_TEXT, "line?": _opt(_whole), "message": _TEXT})
-# A profile's policy in a report's end (actions/maintenance: the policy as a dict, its origins and lookup).
-POLICY = _object({"profile?": _scalar, "description?": _scalar, "origins?": _opt(_object({})),
-                  "hermes?": _opt(_LOOKUP)})
-ROWS: dict[str, dict] = {
-    "profiles": {"name": _TEXT, "ok": _FLAG, "error": _OPT_TEXT, "store": _scalar, "schema_version": _scalar,
-                 "journal_mode": _scalar, "sessions": _OPT_NUM, "messages": _OPT_NUM, "archived": _OPT_NUM,
-                 "live": _OPT_NUM, "empty": _OPT_NUM, "stale_open?": _OPT_NUM, "store_bytes": _OPT_NUM,
-                 "wal_bytes": _OPT_NUM, "last_activity": _scalar, "reclaimable_bytes?": _OPT_NUM,
-                 "reclaim_waits_for?": _OPT_TEXT, "hermes?": _opt(_LOOKUP)},
-    "summaries": {"name": _TEXT, "ok?": _any, "store?": _scalar, "sessions?": _opt(_whole), "messages?": _opt(_whole),
-                  "store_bytes?": _opt(_whole), "wal_bytes?": _opt(_whole)},
-    "usage": {"profile": _TEXT, "files": _object({k: _whole for k in ("state_db", "state_db_wal", "state_db_shm",
-                                                                      "sessions_dir", "exports")}),
-              "total_bytes": _whole, "reclaimable_bytes?": _OPT_NUM, "reclaim_waits_for?": _OPT_TEXT,
-              "store_parts": _list_of(_object({"kind": _TEXT, "name": _OPT_TEXT, "bytes": _whole})),
-              "largest_sessions": _list_of(_object({"id": _TEXT, "bytes": _whole, "source": _scalar})),
-              "sources": _list_of(_object({"source": _scalar, "sessions": _whole, "bytes": _whole,
-                                           "share_sessions": _NUM, "share_bytes": _NUM}))},
-    "sessions": {"profile": _TEXT, "id": _TEXT, "title": _scalar, "source": _scalar, "messages": _opt(_whole),
-                 "last_activity": _OPT_TEXT, "open": _any, "archived": _any, "pinned": _any},
-    "counts": {"sessions": _opt(_whole)},
-    "session_ids": {"ids": _list_of(_TEXT)},
-    "session": {"files?": _list_of(_object({"path": _TEXT, "symlink": _FLAG}))},
-    "status": {"profile": _TEXT, "store?": _any, "runs?": _any},  # runs: checked by run_record where read
-    "policy": {"profile": _TEXT, "problems": _list_of(_POLICY_NOTE), "warnings": _list_of(_POLICY_NOTE),
-               "values": _opt(_object({})), "origins": _opt(_object({})), "read?": _any},
-    "plugins": {"profile": _TEXT, "key": _TEXT, "source": _TEXT, "enabled": _FLAG, "why": _TEXT, "kind?": _scalar,
-                "loads?": _any},
-    "installations": {"profile": _TEXT, "installation?": _INSTALLATION, "notes?": _opt(_list_of(_TEXT))},
-    "exports": _EXPORT,
-    "held": {"ids": _list_of(_TEXT), "unit?": _scalar, "file?": _scalar, "profile?": _scalar, "made_in?": _OPT_TEXT},
-    "noticed": {"session_id": _TEXT, "unit?": _scalar, "reason?": _scalar, "profile?": _scalar},
-    "removed": dict(_EXPORT, **{"dry_run?": _FLAG}),
-    "exports_removed": {"file?": _scalar, "bytes?": _opt(_whole), "why?": _scalar, "profile?": _scalar},
-    "reclaim_waits": {"bytes?": _opt(_whole), "held_by?": _scalar, "profile?": _scalar},
-    "compacted": {"profile": _TEXT, "free_bytes": _whole, "given_back_bytes": _whole, "how": _OPT_TEXT,
-                  "journal_mode": _scalar, "refused": _OPT_TEXT, "file_bytes_before?": _whole,
-                  "file_bytes_after?": _whole, "not_looked_into?": _list_of(_TEXT)},
+@dataclass(frozen=True, kw_only=True)
+class _Row:
+    home: str  # one of the homes the worker was given (Reader.row)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProfileRow(_Row):
+    name: str
+    ok: bool
+    error: str | None
+    store: Scalar
+    schema_version: Scalar
+    journal_mode: Scalar
+    sessions: float | None
+    messages: float | None
+    archived: float | None
+    live: float | None
+    empty: float | None
+    stale_open: float | None = _may_be_absent()
+    store_bytes: float | None
+    wal_bytes: float | None
+    last_activity: Scalar
+    reclaimable_bytes: float | None = _may_be_absent()
+    reclaim_waits_for: str | None = _may_be_absent()
+    hermes: Lookup | None = _may_be_absent()
+
+
+@dataclass(frozen=True, kw_only=True)
+class SummaryRow(_Row):
+    name: str
+    ok: object = _may_be_absent()
+    store: Scalar = _may_be_absent()
+    sessions: int | None = _may_be_absent()
+    messages: int | None = _may_be_absent()
+    store_bytes: int | None = _may_be_absent()
+    wal_bytes: int | None = _may_be_absent()
+
+
+@dataclass(frozen=True, kw_only=True)
+class UsageFiles:
+    state_db: int
+    state_db_wal: int
+    state_db_shm: int
+    sessions_dir: int
+    exports: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class StorePart:
+    kind: str
+    name: str | None
+    bytes: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class LargeSession:
+    id: str
+    bytes: int
+    source: Scalar
+
+
+@dataclass(frozen=True, kw_only=True)
+class SourceShare:
+    source: Scalar
+    sessions: int
+    bytes: int
+    share_sessions: float
+    share_bytes: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class UsageRow(_Row):
+    profile: str
+    files: UsageFiles
+    total_bytes: int
+    reclaimable_bytes: float | None = _may_be_absent()
+    reclaim_waits_for: str | None = _may_be_absent()
+    store_parts: tuple[StorePart, ...]
+    largest_sessions: tuple[LargeSession, ...]
+    sources: tuple[SourceShare, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SessionRow(_Row):
+    profile: str
+    id: str
+    title: Scalar
+    source: Scalar
+    messages: int | None
+    last_activity: str | None
+    open: object
+    archived: object
+    pinned: object
+
+
+@dataclass(frozen=True, kw_only=True)
+class CountsRow(_Row):
+    sessions: int | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SessionIdsRow(_Row):
+    ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SessionFile:
+    path: str
+    symlink: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class SessionDetailRow(_Row):
+    files: tuple[SessionFile, ...] = _may_be_absent()
+
+
+@dataclass(frozen=True, kw_only=True)
+class StatusRow(_Row):
+    profile: str
+    store: object = _may_be_absent()
+    runs: object = _may_be_absent()  # checked by run_record where read
+
+
+@dataclass(frozen=True, kw_only=True)
+class PolicyNote:
+    file: str | None = _may_be_absent()
+    line: int | None = _may_be_absent()
+    message: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class PolicyRow(_Row):
+    profile: str
+    problems: tuple[PolicyNote, ...]
+    warnings: tuple[PolicyNote, ...]
+    values: dict[str, object] | None
+    origins: dict[str, object] | None
+    read: object = _may_be_absent()
+
+
+@dataclass(frozen=True, kw_only=True)
+class PluginRow(_Row):
+    profile: str
+    key: str
+    source: str
+    enabled: bool
+    why: str
+    kind: Scalar = _may_be_absent()
+    loads: object = _may_be_absent()
+
+
+@dataclass(frozen=True, kw_only=True)
+class InstallationRow(_Row):
+    profile: str
+    installation: Installation | None = _may_be_absent()
+    notes: tuple[str, ...] | None = _may_be_absent()
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExportRow(_Row):
+    file: str
+    profile: str
+    created: object = _may_be_absent()
+    units: int
+    sessions: int
+    messages: int
+    reasons: tuple[str, ...]
+    bytes: int
+    made_in: str | None = _may_be_absent()
+
+
+@dataclass(frozen=True, kw_only=True)
+class RemovedRow(ExportRow):
+    dry_run: bool = _may_be_absent()
+
+
+@dataclass(frozen=True, kw_only=True)
+class HeldRow(_Row):
+    ids: tuple[str, ...]
+    unit: Scalar = _may_be_absent()
+    file: Scalar = _may_be_absent()
+    profile: Scalar = _may_be_absent()
+    made_in: str | None = _may_be_absent()
+
+
+@dataclass(frozen=True, kw_only=True)
+class NoticedRow(_Row):
+    session_id: str
+    unit: Scalar = _may_be_absent()
+    reason: Scalar = _may_be_absent()
+    profile: Scalar = _may_be_absent()
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExportRemovedRow(_Row):
+    file: Scalar = _may_be_absent()
+    bytes: int | None = _may_be_absent()
+    why: Scalar = _may_be_absent()
+    profile: Scalar = _may_be_absent()
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReclaimWaitRow(_Row):
+    bytes: int | None = _may_be_absent()
+    held_by: Scalar = _may_be_absent()
+    profile: Scalar = _may_be_absent()
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompactedRow(_Row):
+    profile: str
+    free_bytes: int
+    given_back_bytes: int
+    how: str | None
+    journal_mode: Scalar
+    refused: str | None
+    file_bytes_before: int = _may_be_absent()
+    file_bytes_after: int = _may_be_absent()
+    not_looked_into: tuple[str, ...] = _may_be_absent()
+
+
+ROWS: dict[str, type] = {
+    "profiles": ProfileRow, "summaries": SummaryRow, "usage": UsageRow, "sessions": SessionRow,
+    "counts": CountsRow, "session_ids": SessionIdsRow, "session": SessionDetailRow, "status": StatusRow,
+    "policy": PolicyRow, "plugins": PluginRow, "installations": InstallationRow, "exports": ExportRow,
+    "held": HeldRow, "noticed": NoticedRow, "removed": RemovedRow, "exports_removed": ExportRemovedRow,
+    "reclaim_waits": ReclaimWaitRow, "compacted": CompactedRow,
 }
+
+
+def _checked_as(cls, value, where: str):
+    """`value` (plain JSON) checked against `cls`'s fields, and returned as it is: its other fields
+    travel unread. A row's lists are as long as the store makes them (a spill bounds the report)."""
+    _taken(decode(cls, value, extra_ok=True, max_items=sys.maxsize), where)
+    return value
 
 
 class Reader:
@@ -648,14 +818,10 @@ class Reader:
     def row(self, key: str, value) -> dict:
         """One row of a list-type job: of a known kind, with that kind's fields (ROWS), and of a
         profile this worker was given."""
-        schema = ROWS.get(key)
-        if schema is None:
+        kind = ROWS.get(key)
+        if kind is None:
             raise ProtocolError(f"a row of no known kind ({key[:32]!r})")
-        row = _plain_json(value)
-        try:
-            _object({"home": _TEXT, **schema})(row)
-        except ProtocolError as exc:
-            raise ProtocolError(f"a row of {key}: {exc}") from None
+        row = _checked_as(kind, _plain_json(value), f"a row of {key}")
         if row["home"] not in self.homes:
             raise ProtocolError("a row for a profile this worker was not given")
         return row
@@ -713,12 +879,7 @@ class Reader:
             raise ProtocolError("a finding for a profile this worker was not given")
         if any(home not in self.homes for home in end.policies):
             raise ProtocolError("a policy for a profile this worker was not given")
-        policies = {}
-        for home, policy in end.policies.items():
-            try:
-                policies[home] = POLICY(policy)
-            except ProtocolError as exc:
-                raise ProtocolError(f"a policy: {exc}") from None
+        policies = {home: _checked_as(PolicyShown, policy, "a policy") for home, policy in end.policies.items()}
         run = self.run
         run.dry_run = end.dry_run
         run.add(*end.problems)

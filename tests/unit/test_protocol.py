@@ -199,8 +199,8 @@ def test_a_row_of_its_kind_with_its_fields_is_taken_as_it_is():
 
 
 @pytest.mark.parametrize("key, row, why", [
-    ("exports", {k: v for k, v in EXPORT.items() if k != "home"}, "no 'home'"),  # `exports list` indexed it: 70
-    ("profiles", {"name": "default"}, "no 'home'"),
+    ("exports", {k: v for k, v in EXPORT.items() if k != "home"}, "home: missing"),  # `exports list` indexed it: 70
+    ("profiles", {"name": "default"}, "home: missing"),
     ("usage", {"profile": "p", "home": 5}, "home: expected text"),
     ("exports", dict(EXPORT, bytes="10"), "bytes: expected a whole number"),
     ("exports", dict(EXPORT, reasons="prune"), "reasons: expected a list"),
@@ -209,7 +209,11 @@ def test_a_row_of_its_kind_with_its_fields_is_taken_as_it_is():
     ("plugins", {"profile": "p", "home": "/h/a", "key": "k", "source": "user", "enabled": "yes", "why": ""}, "enabled"),
     ("installations", {"profile": "p", "home": "/h/a", "installation": {"python": "/x"}}, "found_by"),
     ("session_ids", {"home": "/h/bob", "ids": ["s1"]}, "not given"),
-    ("session_ids", {"home": "/h/a", "ids": ["s1", 5]}, "ids: expected text"),
+    ("session_ids", {"home": "/h/a", "ids": ["s1", 5]}, r"ids\[1\]: expected text"),
+    ("sessions", {"profile": "p", "home": "/h/a", "id": "s", "title": {"a": 1}, "source": "cli", "messages": 1,
+                  "last_activity": None, "open": True, "archived": False, "pinned": False}, "title: expected str or"),
+    ("compacted", {"profile": "p", "home": "/h/a", "free_bytes": 1, "given_back_bytes": 0, "how": None,
+                   "journal_mode": "wal", "refused": None, "file_bytes_before": None}, "file_bytes_before: expected a"),
     ("whatever", {"home": "/h/a"}, "no known kind"),
     ("session_ids", ["/h/a"], "expected an object"),
 ])
