@@ -12,9 +12,9 @@ bounds, as the field's metadata:
     internal: bool = field(default=False, metadata={"optional": True})   may be absent: False
 
 A field without them has the defaults below. The types read: text, whole and finite numbers, flags,
-a path, an enum (its members' values), `X | None`, a union of those plain kinds (`Scalar`), `tuple[X, ...]`, `list[X]`, `dict[str, X]` (or
-`Mapping`), a nested dataclass, and `object` (any plain JSON value, bounded in depth and text).
-The bottom floor: it imports nothing of the package.
+a path, an enum (its members' values), `X | None`, a union of those plain kinds (`Scalar`),
+`tuple[X, ...]`, `list[X]`, `dict[str, X]` (or `Mapping`), a nested dataclass, and `object` (any
+plain JSON value, bounded in depth and text). The bottom floor: it imports nothing of the package.
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ WHOLE = (-(1 << 63), 1 << 63)  # a whole number's range when it declares none
 PLAIN_DEPTH, PLAIN_TEXT = 8, 65536  # an `object` field: nesting, and each text in it (cut past it)
 Scalar = str | int | float | bool | None  # any plain JSON value but a list or an object
 
-# The metadata `decode` reads ("optional": the field may be absent, taking its default, whatever the call says).
+# The metadata `decode` reads ("optional": the field may be absent, taking its default, whatever
+# the call says).
 LIMITS = frozenset({"max_len", "max_items", "keep_items", "range", "optional"})
 
 
@@ -79,9 +80,8 @@ def decode(cls, value, where: str = "", *, absent_ok: bool = False, extra_ok: bo
     `absent_ok`: a field with a default may be absent (the host's own jobs); otherwise every field
     must be there, as the writer's `asdict` always puts it. `extra_ok`: fields `cls` does not name
     are let through unread (a row whose other fields are shown as they are, already bounded:
-    `plain_json`). `max_len`, `max_items`: the bounds of
-    fields that declare none. What the class itself checks (its `__post_init__`'s ValueError) is a
-    refusal too.
+    `plain_json`). `max_len`, `max_items`: the bounds of fields that declare none. What the class
+    itself checks (its `__post_init__`'s ValueError) is a refusal too.
     """
     try:
         return _root(cls, absent_ok, extra_ok, max_len, max_items)(value)
