@@ -103,7 +103,7 @@ class Change:
 
     KIND: ClassVar[str] = "change"
     CHANGES: ClassVar[bool] = True
-    VERBS: ClassVar[tuple[str, ...]] = ("delete", "archive", "unarchive")
+    VERBS: ClassVar[tuple[Action, ...]] = (Action.DELETE, Action.ARCHIVE, Action.UNARCHIVE)
     verb: str
     dry_run: bool
     force: bool = False
