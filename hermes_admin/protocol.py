@@ -493,7 +493,7 @@ def _may_be_absent():
 
 
 @dataclass(frozen=True, kw_only=True)
-class Installation:
+class InstallationShown:
     """installation.Lookup.as_dict's installation."""
 
     python: str
@@ -502,10 +502,10 @@ class Installation:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Lookup:
+class LookupShown:
     """installation.Lookup.as_dict."""
 
-    installation: Installation | None = _may_be_absent()
+    installation: InstallationShown | None = _may_be_absent()
     notes: tuple[str, ...] | None = _may_be_absent()
 
 
@@ -517,7 +517,7 @@ class PolicyShown:
     profile: Scalar = _may_be_absent()
     description: Scalar = _may_be_absent()
     origins: dict[str, object] | None = _may_be_absent()
-    hermes: Lookup | None = _may_be_absent()
+    hermes: LookupShown | None = _may_be_absent()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -544,7 +544,7 @@ class ProfileRow(_Row):
     last_activity: Scalar
     reclaimable_bytes: float | None = _may_be_absent()
     reclaim_waits_for: str | None = _may_be_absent()
-    hermes: Lookup | None = _may_be_absent()
+    hermes: LookupShown | None = _may_be_absent()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -674,7 +674,7 @@ class PluginRow(_Row):
 @dataclass(frozen=True, kw_only=True)
 class InstallationRow(_Row):
     profile: str
-    installation: Installation | None = _may_be_absent()
+    installation: InstallationShown | None = _may_be_absent()
     notes: tuple[str, ...] | None = _may_be_absent()
 
 
