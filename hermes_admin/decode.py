@@ -74,8 +74,8 @@ class _Refused(Exception):
 
 def decode(cls, value, where: str = "", *, absent_ok: bool = False, extra_ok: bool = False,
            max_len: int = TEXT_LEN, max_items: int = MAX_ITEMS):
-    """An instance of the dataclass `cls` read from the JSON value `value`, or a Refusal (`where`:
-    how it names the value itself).
+    """An instance of the dataclass `cls` (or of any type decode reads: `tuple[cls, ...]`) read from
+    the JSON value `value`, or a Refusal (`where`: how it names the value itself).
 
     `absent_ok`: a field with a default may be absent (the host's own jobs); otherwise every field
     must be there, as the writer's `asdict` always puts it. `extra_ok`: fields `cls` does not name

@@ -35,6 +35,7 @@ import sys
 import threading
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
 from typing import ClassVar, Union, get_args
 
 from hermes_admin import decode as decoded
@@ -295,21 +296,22 @@ class Job:
                    _read_fields(Context, data.get("context", {}), "job: context"))
 
 
+@dataclass(frozen=True, kw_only=True)
+class _JobProfile:
+    """A profile as a job carries it: the Profile, and its policy layers (a layer's values are plain
+    JSON: profile/policy.py checks them as it reads the policy)."""
+
+    root: Path
+    name: str
+    home: Path
+    display: str | None = None
+    layers: PolicyLayers
+
+
 def _job_profiles(value) -> tuple[list[Profile], dict[str, PolicyLayers]]:
-    """The job's profiles, each with its policy layers, read once, field by field (a layer's values
-    are plain JSON: profile/policy.py checks them as it reads the policy)."""
-    if not isinstance(value, list):
-        raise ProtocolError("job: profiles: expected a list")
-    profiles, layers = [], {}
-    for n, entry in enumerate(value):
-        if not isinstance(entry, dict):
-            raise ProtocolError(f"job: profiles[{n}]: expected an object")
-        if "layers" not in entry:
-            raise ProtocolError(f"job: profiles[{n}].layers: missing")
-        profile = _read_fields(Profile, {k: v for k, v in entry.items() if k != "layers"}, f"job: profiles[{n}]")
-        profiles.append(profile)
-        layers[str(profile.home)] = _read_fields(PolicyLayers, entry["layers"], f"job: profiles[{n}].layers")
-    return profiles, layers
+    """The job's profiles, each with its policy layers, read once, field by field."""
+    entries = _read_fields(tuple[_JobProfile, ...], value, "job: profiles")
+    return [Profile(e.root, e.name, e.home, e.display) for e in entries], {str(e.home): e.layers for e in entries}
 
 
 def _taken(value, where: str = ""):
@@ -320,8 +322,8 @@ def _taken(value, where: str = ""):
 
 
 def _read_fields(cls, value, where: str):
-    """An instance of the dataclass `cls` from the host's JSON object: every field of its type, no
-    other field; one with a default may be absent. The host wrote it: its texts and lists are bounded
+    """An instance of the dataclass `cls` (or a tuple of them) from the host's JSON: every field of
+    its type, no other field; one with a default may be absent. The host wrote it: its texts and lists are bounded
     by the job's line alone."""
     return _taken(decode(cls, value, where, absent_ok=True, max_len=MAX_LINE, max_items=sys.maxsize))
 

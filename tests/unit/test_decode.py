@@ -146,6 +146,12 @@ def test_a_row_is_checked_for_the_fields_it_names_and_may_hold_more(value, expec
     assert decode(Row, value, extra_ok=True) == expect
 
 
+def test_a_list_of_them_is_read_as_well_and_names_the_one_refused():
+    assert decode(tuple[Inner, ...], [{"name": "a", "count": 1}]) == (Inner("a", 1),)
+    assert decode(tuple[Inner, ...], [{"name": "a"}, {"name": 5}], "profiles", absent_ok=True) == Refusal(
+        "profiles[1].name", "expected text, got int")
+
+
 def test_a_limit_it_does_not_know_is_our_bug_said_at_once():
     @dataclass
     class Typo:
@@ -174,6 +180,7 @@ def test_every_dataclass_read_off_the_wire_has_a_reader_and_only_limits_decode_k
     from hermes_admin.model import Owner, Profile
     from hermes_admin.profile.hooks import listing
 
-    for cls in (*protocol.PARAMS.values(), protocol.Context, Owner, Profile, PolicyLayers, *protocol.WIRE,
+    for cls in (*protocol.PARAMS.values(), protocol.Context, Owner, Profile, PolicyLayers, protocol._JobProfile,
+                *protocol.WIRE,
                 *protocol.ROWS.values(), protocol.PolicyShown, listing.Answer):
         assert isinstance(decode(cls, None), Refusal), cls
