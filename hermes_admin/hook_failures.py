@@ -10,7 +10,7 @@ of), and `text` is told whose it is.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 EVERY_PLUGIN = "*"  # the plugin of a failure that kept every plugin from running (the plugin process did not start)
 
@@ -22,10 +22,12 @@ STOPPED, OUTBOX = "stopped", "outbox"
 
 @dataclass(frozen=True)
 class HookFailure:
-    plugin: str | None  # whose callback failed; EVERY_PLUGIN: none ran; None: not one plugin's (deliveries stopped)
-    kind: str  # RAISED, TIMED_OUT, ...: what went wrong
+    # whose callback failed; EVERY_PLUGIN: none ran; None: not one plugin's (deliveries stopped)
+    plugin: str | None = field(metadata={"max_len": 256})
+    kind: str = field(metadata={"max_len": 64})  # RAISED, TIMED_OUT, ...: what went wrong
     message: str  # what happened, as said the first time
-    repeats: int = 0  # 0: this is the failure's first telling; N: a failure told before came back N more times
+    # 0: this is the failure's first telling; N: a failure told before came back N more times
+    repeats: int = field(default=0, metadata={"range": (0, 1 << 31)})
 
     def __post_init__(self):
         if self.repeats < 0:

@@ -7,6 +7,7 @@ tasks and the CLI all name these things from one place (docs/design.md §3).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from functools import cached_property
 from pathlib import Path
 
@@ -58,8 +59,11 @@ class Owner:
         return {"uid": self.uid, "gid": self.gid, "groups": list(self.groups), "user": self.user, "home": self.home}
 
 
-class Reason:
-    """Why a unit was deleted or archived: the `reason` a plugin's `on_session_delete` receives (§7)."""
+class Reason(StrEnum):
+    """Why a unit was deleted or archived: the `reason` a plugin's `on_session_delete` receives (§7).
+
+    A str: plugins compare it with plain text, and JSON, metrics labels, the outbox's rows and
+    f-strings carry its value ("prune"), as they did when it was text."""
 
     PRUNE = "prune"
     EMPTY_SWEEP = "empty_sweep"
@@ -79,7 +83,7 @@ class TaskName:
     engine does with what it selects is its entry in profile/actions/maintenance.py, in this order."""
 
     name: str  # as requests, reports, metrics and the admin config's `schedule:` name it
-    reason: str | None  # the reason its deletes carry; None: it deletes nothing (closes, archives)
+    reason: Reason | None  # the reason its deletes carry; None: it deletes nothing (closes, archives)
     command: str | None = None  # the single-task command that runs it whatever the policy enables
     switch: str | None = None  # the policy key that turns it on for `run` (None: always on)
     # The keys of Hermes' own `sessions:` section that configure it (Hermes maintains by them too): for

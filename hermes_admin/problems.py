@@ -9,30 +9,42 @@ a field.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 
 from hermes_admin import exitcodes
 from hermes_admin.model import Profile
 
-ERROR, LOCKED, WARNING = "error", "locked", "warning"
-SEVERITIES = (ERROR, LOCKED, WARNING)
+
+class Severity(StrEnum):
+    """What a problem does to the exit code; a str, said and serialized as its value ("error")."""
+
+    ERROR = "error"  # a profile could not be processed (2)
+    LOCKED = "locked"  # another run (ours or Hermes') holds it (3)
+    WARNING = "warning"  # worth saying, the work went on (1)
+
+
+ERROR, LOCKED, WARNING = Severity.ERROR, Severity.LOCKED, Severity.WARNING
+SEVERITIES = tuple(Severity)
 
 
 @dataclass(frozen=True)
 class Problem:
-    severity: str  # ERROR | LOCKED | WARNING
+    severity: Severity  # ERROR | LOCKED | WARNING (its value given as text is taken too)
     message: str  # what is wrong, without the profile or the path it names
-    profile: str | None = None  # the profile as people read it (ROOT:NAME where roots share names)
+    # as people read it (ROOT:NAME where roots share names)
+    profile: str | None = field(default=None, metadata={"max_len": 256})
     home: str | None = None  # its home: what tells two roots' profiles apart
-    kind: str = "problem"  # a short identifier scripts can match on
+    kind: str = field(default="problem", metadata={"max_len": 64})  # a short identifier scripts can match on
     path: str | None = None  # the file or folder it is about
-    key: str | None = None  # the configuration key it is about
-    line: int | None = None  # the line of `path` it is about
+    key: str | None = field(default=None, metadata={"max_len": 256})  # the configuration key it is about
+    line: int | None = field(default=None, metadata={"range": (1, 1 << 31)})  # the line of `path` it is about
     skipped: bool = False  # the profile's work was skipped for it
 
     def __post_init__(self):
         if self.severity not in SEVERITIES:
             raise ValueError(f"a problem's severity is one of {', '.join(SEVERITIES)}, not {self.severity!r}")
+        object.__setattr__(self, "severity", Severity(self.severity))  # "error" is Severity.ERROR
 
     @property
     def reason(self) -> str:
@@ -53,7 +65,7 @@ class Problem:
         return asdict(self)
 
 
-def about(profile: Profile, severity: str, kind: str, message: str, path=None, **more) -> Problem:
+def about(profile: Profile, severity: Severity, kind: str, message: str, path=None, **more) -> Problem:
     """A problem of `profile`, named as its messages name it."""
     return Problem(severity, message, profile=profile.shown, home=str(profile.home), kind=kind,
                    path=None if path is None else str(path), **more)
@@ -74,6 +86,6 @@ def exit_code(problems, internal: bool = False, warned: bool = False) -> int:
     return exitcodes.OK
 
 
-def texts(problems, *severities: str) -> list[str]:
+def texts(problems, *severities: Severity) -> list[str]:
     """The lines of the problems of these severities, in order."""
     return [p.text() for p in problems if p.severity in severities]

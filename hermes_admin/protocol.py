@@ -21,29 +21,32 @@ kills one that goes silent past its idle deadline (stopped, traced), and any pas
 A job's parameters are one frozen dataclass per kind (`Maintain`, `Change`, ...), checked
 field by field when the worker reads them (`Job.decode`): a bad one is one ProtocolError naming it.
 The worker runs a home's owner's code paths, so the host trusts nothing it reads:
-every line is size-bounded, every field type-checked, and a result is accepted only
-for a home the job gave that worker (`Reader`). Long lists travel an item a line
+every line is size-bounded, every field type-checked and bounded (decode.py, reading each
+message into its dataclass: `Header`, `DoneItem`, `SkippedItem`, `End`, and the Problem,
+HookFailure and Finding they hold, with the bounds declared on their fields), and a result
+is accepted only for a home the job gave that worker (`Reader`). Long lists travel an item a line
 and land in the host's Spills, so a report never has to fit in one message.
 """
 
 from __future__ import annotations
 
 import json
-import math
+import sys
 import threading
-from collections.abc import Mapping
 from contextlib import contextmanager
-from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from types import UnionType
-from typing import ClassVar, Union, get_args, get_origin, get_type_hints
+from typing import ClassVar, Union, get_args
 
+from hermes_admin import decode as decoded
+from hermes_admin.decode import Refusal, Scalar, decode
 from hermes_admin.filters import Filters
 from hermes_admin.hook_failures import HookFailure
 from hermes_admin.layers import Managed, PolicyLayers
-from hermes_admin.model import ORDER, Owner, Profile
-from hermes_admin.problems import SEVERITIES, Problem
-from hermes_admin.results import Done, Finding, RepairRun, Result, Run
+from hermes_admin.model import ORDER, Owner, Profile, Reason
+from hermes_admin.problems import Problem
+from hermes_admin.results import Action, Done, Finding, RepairRun, Result, Run
+from hermes_admin.results import Status as ResultStatus  # `Status` here is the job of `status`
 
 BEAT_THREAD = "hermes-admin-beat"
 BEAT_S = 5.0  # how often a worker says it lives, at most (a quarter of its idle deadline, if shorter)
@@ -53,9 +56,6 @@ MAX_REPORT = 256 << 20
 MAX_PROBLEMS = 100_000  # in one report
 MAX_HOOK_FAILURES = 100_000  # in one result (one per plugin and kind of failure, and their repeats)
 MAX_FINDINGS = 100_000  # in one report (repair finds one per odd row, folder or file)
-_PROBLEM_FIELDS = {f.name for f in fields(Problem)}
-_HOOK_FAILURE_FIELDS = {f.name for f in fields(HookFailure)}
-_FINDING_FIELDS = {f.name for f in fields(Finding)}
 
 
 # -- the job: one frozen dataclass per kind, read as strictly as a report -----------
@@ -104,7 +104,7 @@ class Change:
 
     KIND: ClassVar[str] = "change"
     CHANGES: ClassVar[bool] = True
-    VERBS: ClassVar[tuple[str, ...]] = ("delete", "archive", "unarchive")
+    VERBS: ClassVar[tuple[Action, ...]] = (Action.DELETE, Action.ARCHIVE, Action.UNARCHIVE)
     verb: str
     dry_run: bool
     force: bool = False
@@ -296,72 +296,93 @@ class Job:
                    _read_fields(Context, data.get("context", {}), "job: context"))
 
 
+@dataclass(frozen=True, kw_only=True)
+class _JobProfile:
+    """A profile as a job carries it: the Profile, and its policy layers (a layer's values are plain
+    JSON: profile/policy.py checks them as it reads the policy)."""
+
+    root: Path
+    name: str
+    home: Path
+    display: str | None = None
+    layers: PolicyLayers
+
+
 def _job_profiles(value) -> tuple[list[Profile], dict[str, PolicyLayers]]:
-    """The job's profiles, each with its policy layers, read once, field by field (a layer's values
-    are plain JSON: profile/policy.py checks them as it reads the policy)."""
-    if not isinstance(value, list):
-        raise ProtocolError("job: profiles: expected a list")
-    profiles, layers = [], {}
-    for n, entry in enumerate(value):
-        if not isinstance(entry, dict):
-            raise ProtocolError(f"job: profiles[{n}]: expected an object")
-        if "layers" not in entry:
-            raise ProtocolError(f"job: profiles[{n}].layers: missing")
-        profile = _read_fields(Profile, {k: v for k, v in entry.items() if k != "layers"}, f"job: profiles[{n}]")
-        profiles.append(profile)
-        layers[str(profile.home)] = _read_fields(PolicyLayers, entry["layers"], f"job: profiles[{n}].layers")
-    return profiles, layers
+    """The job's profiles, each with its policy layers, read once, field by field."""
+    entries = _read_fields(tuple[_JobProfile, ...], value, "job: profiles")
+    return [Profile(e.root, e.name, e.home, e.display) for e in entries], {str(e.home): e.layers for e in entries}
+
+
+def _taken(value, where: str = ""):
+    """`value` as `decode` read it, or the ProtocolError its Refusal says (prefixed by `where`)."""
+    if isinstance(value, Refusal):
+        raise ProtocolError(f"{where}: {value}" if where else str(value))
+    return value
 
 
 def _read_fields(cls, value, where: str):
-    """An instance of the dataclass `cls` from a JSON object: every field of its type, no other field."""
-    if not isinstance(value, dict):
-        raise ProtocolError(f"{where}: expected an object")
-    known = {f.name: f for f in fields(cls) if f.init}
-    unknown = sorted(set(value) - set(known))
-    if unknown:
-        raise ProtocolError(f"{where}: unknown field {str(unknown[0])[:64]!r}")
-    hints = get_type_hints(cls)
-    given = {}
-    for name, spec in known.items():
-        if name in value:
-            given[name] = _read_value(hints[name], value[name], f"{where}.{name}")
-        elif spec.default is MISSING and spec.default_factory is MISSING:
-            raise ProtocolError(f"{where}.{name}: missing")
-    try:
-        return cls(**given)
-    except ValueError as exc:  # what the class itself checks (a task's name, a verb)
-        raise ProtocolError(f"{where}: {exc}") from None
+    """An instance of the dataclass `cls` (or a tuple of them) from the host's JSON: every field of
+    its type, no other field; one with a default may be absent. The host wrote it: its texts and lists are bounded
+    by the job's line alone."""
+    return _taken(decode(cls, value, where, absent_ok=True, max_len=MAX_LINE, max_items=sys.maxsize))
 
 
-def _read_value(hint, value, where: str):
-    """One value of the type `hint` (text, a number, a flag, X | None, tuple[X, ...],
-    dict[str, X] or Mapping[str, X], a path, a dataclass, or `object`: any plain JSON value);
-    anything else is a ProtocolError saying where."""
-    origin, args = get_origin(hint), get_args(hint)
-    if origin in (Union, UnionType):
-        inner = [a for a in args if a is not type(None)]
-        return None if value is None and len(inner) < len(args) else _read_value(inner[0], value, where)
-    if is_dataclass(hint):
-        return _read_fields(hint, value, where)
-    if origin is tuple:
-        if not isinstance(value, list):
-            raise ProtocolError(f"{where}: expected a list")
-        return tuple(_read_value(args[0], v, f"{where}[{n}]") for n, v in enumerate(value))
-    if origin in (dict, Mapping):
-        if not isinstance(value, dict):
-            raise ProtocolError(f"{where}: expected an object")
-        return {_read_value(args[0], k, where): _read_value(args[1], v, f"{where}[{k!r}]") for k, v in value.items()}
-    try:
-        if hint is int:
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ProtocolError("expected a whole number")
-            return value
-        read = {str: lambda v: _text(v, MAX_LINE), Path: lambda v: Path(_text(v, MAX_LINE)),
-                float: lambda v: float(_number(v)), bool: _flag, object: _plain_json}[hint]
-        return read(value)
-    except ProtocolError as exc:
-        raise ProtocolError(f"{where}: {exc}") from None
+# -- the report's own shapes: what crosses, each field with its bounds (decode.py reads them) --
+
+@dataclass(frozen=True)
+class Header:
+    """A result as it crosses, but for its long lists (each an item of its own) and what it kept."""
+
+    profile: str = field(metadata={"max_len": 256})
+    home: str
+    task: str | None
+    status: ResultStatus
+    why: str | None
+    action: Action
+    reason: Reason | None
+    dry_run: bool
+    hook_failures: tuple[HookFailure, ...] = field(metadata={"max_items": MAX_HOOK_FAILURES})
+    transactions: int
+    longest_write_ms: float
+    longest_write: str | None
+    vacuumed: bool
+    notes: tuple[str, ...]
+    seconds: float
+    export: str | None
+
+
+@dataclass(slots=True)  # one a unit: made and dropped as each line is read, so no frozen checks
+class DoneItem:
+    """A unit acted on (results.Done) as it crosses."""
+
+    session_id: str = field(metadata={"max_len": 1024})
+    ids: tuple[str, ...]
+    rule: str | None
+
+
+@dataclass(slots=True)
+class SkippedItem:
+    """A unit skipped, and why, as it crosses."""
+
+    session_id: str = field(metadata={"max_len": 1024})
+    ids: tuple[str, ...] | None
+    why: str
+
+
+@dataclass(frozen=True)
+class End:
+    """A report's last message: what the whole run found (each profile's policy as a dict, checked
+    against PolicyShown where it is read)."""
+
+    dry_run: bool
+    problems: tuple[Problem, ...] = field(metadata={"max_items": MAX_PROBLEMS})
+    findings: tuple[Finding, ...] = field(metadata={"max_items": MAX_FINDINGS})
+    policies: dict[str, object] = field(default_factory=dict, metadata={"optional": True})
+    internal: bool = field(default=False, metadata={"optional": True})
+
+
+WIRE = (Header, DoneItem, SkippedItem, End)  # what a worker's report holds
 
 
 # -- the worker's side: writing a report -------------------------------------------
@@ -415,7 +436,8 @@ class Writer:
 
     def run(self, run: Run) -> None:
         for result in run.results:
-            header = {k: v for k, v in result.as_dict().items() if k not in _SPILLS and k != "kept"}
+            whole = result.as_dict()
+            header = {f.name: whole[f.name] for f in fields(Header)}
             header["hook_failures"] = [f.as_dict() for f in result.hook_failures]  # fields only: no line
             self.send({"t": "result", "v": header})
             for name in _SPILLS:
@@ -449,155 +471,292 @@ class ProtocolError(Exception):
 
 
 def _text(value, limit: int = 4096) -> str:
-    if not isinstance(value, str):
-        raise ProtocolError(f"expected text, got {type(value).__name__}")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:  # a lone surrogate (a file name's undecodable byte) would crash whoever prints it
-        value = value.encode("utf-8", "backslashreplace").decode("utf-8")
-    return value if len(value) <= limit else value[:limit] + "…"
+    return _taken(decoded.text(value, limit))
 
 
-def _opt_text(value, limit: int = 4096) -> str | None:
-    return None if value is None else _text(value, limit)
-
-
-def _texts(value, limit: int = 100_000) -> list[str]:
-    if not isinstance(value, list) or len(value) > limit:
-        raise ProtocolError("expected a list of text")
-    return [_text(v) for v in value]
-
-
-def _number(value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ProtocolError("expected a finite number")
-    return value
-
-
-def _flag(value) -> bool:
-    if not isinstance(value, bool):
-        raise ProtocolError("expected true or false")
-    return value
-
-
-def _plain_json(value, depth: int = 0):
+def _plain_json(value):
     """A JSON value of bounded depth whose texts are bounded (rows, policies, details)."""
-    if depth > 8:
-        raise ProtocolError("nested too deep")
-    if value is None or isinstance(value, (bool, int)):
-        return value
-    if isinstance(value, float):
-        return _number(value)
-    if isinstance(value, str):
-        return _text(value, 65536)
-    if isinstance(value, list):
-        return [_plain_json(v, depth + 1) for v in value]
-    if isinstance(value, dict):
-        return {_text(k, 256): _plain_json(v, depth + 1) for k, v in value.items()}
-    raise ProtocolError("not a JSON value")
+    return _taken(decoded.plain_json(value))
 
 
 # -- the rows of list-type jobs: each kind's fields, checked before any command reads one ------
 #
-# A row is a JSON object (bounded: _plain_json). Each kind names the fields the host's commands read
-# from it, each with its check: present (a name ending in "?" may be absent), of its type (`None`
-# too where the check is _opt), and `home` one of the homes that worker was given. Fields not named
-# travel as plain JSON, shown as they are (`--json`). A row of no known kind, or one failing a check,
-# is a broken protocol: its worker's profiles fail (exit 2), never a command (exit 70).
+# A row is a JSON object (bounded: _plain_json). Each kind's dataclass names the fields the host's
+# commands read from it, each of its type (`None` too where it says `| None`; `Scalar`: any plain
+# value; `object`: anything), present unless it may be absent (`_may_be_absent`), and `home` one of
+# the homes that worker was given. Fields not named travel as plain JSON, shown as they are
+# (`--json`): a row is checked against its class (decode's `extra_ok`) and kept as the object it
+# came as. A row of no known kind, or one failing a check, is a broken protocol: its worker's
+# profiles fail (exit 2), never a command (exit 70).
 
-def _opt(check):
-    return lambda v: None if v is None else check(v)
-
-
-def _whole(value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ProtocolError("expected a whole number")
-    return value
+def _may_be_absent():
+    """A field a row may leave out: checked when it is there."""
+    return field(default=None, metadata={"optional": True})
 
 
-def _scalar(value):
-    if value is not None and (isinstance(value, (dict, list)) or isinstance(value, float) and not math.isfinite(value)):
-        raise ProtocolError("expected a plain value")
-    return value
+@dataclass(frozen=True, kw_only=True)
+class InstallationShown:
+    """installation.Lookup.as_dict's installation."""
+
+    python: str
+    found_by: str
+    hermes: Scalar = _may_be_absent()
 
 
-def _any(value):
-    return value
+@dataclass(frozen=True, kw_only=True)
+class LookupShown:
+    """installation.Lookup.as_dict."""
+
+    installation: InstallationShown | None = _may_be_absent()
+    notes: tuple[str, ...] | None = _may_be_absent()
 
 
-def _list_of(check):
-    def read(value):
-        if not isinstance(value, list):
-            raise ProtocolError("expected a list")
-        return [check(v) for v in value]
-    return read
+@dataclass(frozen=True, kw_only=True)
+class PolicyShown:
+    """A profile's policy in a report's end (actions/maintenance: the policy as a dict, its origins
+    and lookup)."""
+
+    profile: Scalar = _may_be_absent()
+    description: Scalar = _may_be_absent()
+    origins: dict[str, object] | None = _may_be_absent()
+    hermes: LookupShown | None = _may_be_absent()
 
 
-def _object(schema: dict):
-    """An object with at least the fields of `schema` (name -> check; "name?" may be absent)."""
-    def read(value):
-        if not isinstance(value, dict):
-            raise ProtocolError("expected an object")
-        for spec, check in schema.items():
-            name = spec.rstrip("?")
-            if name not in value:
-                if spec.endswith("?"):
-                    continue
-                raise ProtocolError(f"no {name!r}")
-            try:
-                check(value[name])
-            except ProtocolError as exc:
-                raise ProtocolError(f"{name}: {exc}") from None
-        return value
-    return read
+@dataclass(frozen=True, kw_only=True)
+class _Row:
+    home: str  # one of the homes the worker was given (Reader.row)
 
 
-_TEXT, _NUM, _FLAG = _text, _number, _flag
-_OPT_TEXT, _OPT_NUM = _opt(_text), _opt(_number)
-_INSTALLATION = _opt(_object({"python": _TEXT, "found_by": _TEXT, "hermes?": _scalar}))
-_LOOKUP = _object({"installation?": _INSTALLATION, "notes?": _opt(_list_of(_TEXT))})  # installation.Lookup.as_dict
-_EXPORT = {"file": _TEXT, "profile": _TEXT, "created?": _any, "units": _whole, "sessions": _whole,
-           "messages": _whole, "reasons": _list_of(_TEXT), "bytes": _whole, "made_in?": _OPT_TEXT}
-_POLICY_NOTE = _object({"file?": _OPT_TEXT, "line?": _opt(_whole), "message": _TEXT})
-# A profile's policy in a report's end (actions/maintenance: the policy as a dict, its origins and lookup).
-POLICY = _object({"profile?": _scalar, "description?": _scalar, "origins?": _opt(_object({})),
-                  "hermes?": _opt(_LOOKUP)})
-ROWS: dict[str, dict] = {
-    "profiles": {"name": _TEXT, "ok": _FLAG, "error": _OPT_TEXT, "store": _scalar, "schema_version": _scalar,
-                 "journal_mode": _scalar, "sessions": _OPT_NUM, "messages": _OPT_NUM, "archived": _OPT_NUM,
-                 "live": _OPT_NUM, "empty": _OPT_NUM, "stale_open?": _OPT_NUM, "store_bytes": _OPT_NUM,
-                 "wal_bytes": _OPT_NUM, "last_activity": _scalar, "reclaimable_bytes?": _OPT_NUM,
-                 "reclaim_waits_for?": _OPT_TEXT, "hermes?": _opt(_LOOKUP)},
-    "summaries": {"name": _TEXT, "ok?": _any, "store?": _scalar, "sessions?": _opt(_whole), "messages?": _opt(_whole),
-                  "store_bytes?": _opt(_whole), "wal_bytes?": _opt(_whole)},
-    "usage": {"profile": _TEXT, "files": _object({k: _whole for k in ("state_db", "state_db_wal", "state_db_shm",
-                                                                      "sessions_dir", "exports")}),
-              "total_bytes": _whole, "reclaimable_bytes?": _OPT_NUM, "reclaim_waits_for?": _OPT_TEXT,
-              "store_parts": _list_of(_object({"kind": _TEXT, "name": _OPT_TEXT, "bytes": _whole})),
-              "largest_sessions": _list_of(_object({"id": _TEXT, "bytes": _whole, "source": _scalar})),
-              "sources": _list_of(_object({"source": _scalar, "sessions": _whole, "bytes": _whole,
-                                           "share_sessions": _NUM, "share_bytes": _NUM}))},
-    "sessions": {"profile": _TEXT, "id": _TEXT, "title": _scalar, "source": _scalar, "messages": _opt(_whole),
-                 "last_activity": _OPT_TEXT, "open": _any, "archived": _any, "pinned": _any},
-    "counts": {"sessions": _opt(_whole)},
-    "session_ids": {"ids": _list_of(_TEXT)},
-    "session": {"files?": _list_of(_object({"path": _TEXT, "symlink": _FLAG}))},
-    "status": {"profile": _TEXT, "store?": _any, "runs?": _any},  # runs: checked by run_record where read
-    "policy": {"profile": _TEXT, "problems": _list_of(_POLICY_NOTE), "warnings": _list_of(_POLICY_NOTE),
-               "values": _opt(_object({})), "origins": _opt(_object({})), "read?": _any},
-    "plugins": {"profile": _TEXT, "key": _TEXT, "source": _TEXT, "enabled": _FLAG, "why": _TEXT, "kind?": _scalar,
-                "loads?": _any},
-    "installations": {"profile": _TEXT, "installation?": _INSTALLATION, "notes?": _opt(_list_of(_TEXT))},
-    "exports": _EXPORT,
-    "held": {"ids": _list_of(_TEXT), "unit?": _scalar, "file?": _scalar, "profile?": _scalar, "made_in?": _OPT_TEXT},
-    "noticed": {"session_id": _TEXT, "unit?": _scalar, "reason?": _scalar, "profile?": _scalar},
-    "removed": dict(_EXPORT, **{"dry_run?": _FLAG}),
-    "exports_removed": {"file?": _scalar, "bytes?": _opt(_whole), "why?": _scalar, "profile?": _scalar},
-    "reclaim_waits": {"bytes?": _opt(_whole), "held_by?": _scalar, "profile?": _scalar},
-    "compacted": {"profile": _TEXT, "free_bytes": _whole, "given_back_bytes": _whole, "how": _OPT_TEXT,
-                  "journal_mode": _scalar, "refused": _OPT_TEXT, "file_bytes_before?": _whole,
-                  "file_bytes_after?": _whole, "not_looked_into?": _list_of(_TEXT)},
+@dataclass(frozen=True, kw_only=True)
+class ProfileRow(_Row):
+    name: str
+    ok: bool
+    error: str | None
+    store: Scalar
+    schema_version: Scalar
+    journal_mode: Scalar
+    sessions: float | None
+    messages: float | None
+    archived: float | None
+    live: float | None
+    empty: float | None
+    stale_open: float | None = _may_be_absent()
+    store_bytes: float | None
+    wal_bytes: float | None
+    last_activity: Scalar
+    reclaimable_bytes: float | None = _may_be_absent()
+    reclaim_waits_for: str | None = _may_be_absent()
+    hermes: LookupShown | None = _may_be_absent()
+
+
+@dataclass(frozen=True, kw_only=True)
+class SummaryRow(_Row):
+    name: str
+    ok: object = _may_be_absent()
+    store: Scalar = _may_be_absent()
+    sessions: int | None = _may_be_absent()
+    messages: int | None = _may_be_absent()
+    store_bytes: int | None = _may_be_absent()
+    wal_bytes: int | None = _may_be_absent()
+
+
+@dataclass(frozen=True, kw_only=True)
+class UsageFiles:
+    state_db: int
+    state_db_wal: int
+    state_db_shm: int
+    sessions_dir: int
+    exports: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class StorePart:
+    kind: str
+    name: str | None
+    bytes: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class LargeSession:
+    id: str
+    bytes: int
+    source: Scalar
+
+
+@dataclass(frozen=True, kw_only=True)
+class SourceShare:
+    source: Scalar
+    sessions: int
+    bytes: int
+    share_sessions: float
+    share_bytes: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class UsageRow(_Row):
+    profile: str
+    files: UsageFiles
+    total_bytes: int
+    reclaimable_bytes: float | None = _may_be_absent()
+    reclaim_waits_for: str | None = _may_be_absent()
+    store_parts: tuple[StorePart, ...]
+    largest_sessions: tuple[LargeSession, ...]
+    sources: tuple[SourceShare, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SessionRow(_Row):
+    profile: str
+    id: str
+    title: Scalar
+    source: Scalar
+    messages: int | None
+    last_activity: str | None
+    open: object
+    archived: object
+    pinned: object
+
+
+@dataclass(frozen=True, kw_only=True)
+class CountsRow(_Row):
+    sessions: int | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SessionIdsRow(_Row):
+    ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SessionFile:
+    path: str
+    symlink: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class SessionDetailRow(_Row):
+    files: tuple[SessionFile, ...] = _may_be_absent()
+
+
+@dataclass(frozen=True, kw_only=True)
+class StatusRow(_Row):
+    profile: str
+    store: object = _may_be_absent()
+    runs: object = _may_be_absent()  # checked by run_record where read
+
+
+@dataclass(frozen=True, kw_only=True)
+class PolicyNote:
+    file: str | None = _may_be_absent()
+    line: int | None = _may_be_absent()
+    message: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class PolicyRow(_Row):
+    profile: str
+    problems: tuple[PolicyNote, ...]
+    warnings: tuple[PolicyNote, ...]
+    values: dict[str, object] | None
+    origins: dict[str, object] | None
+    read: object = _may_be_absent()
+
+
+@dataclass(frozen=True, kw_only=True)
+class PluginRow(_Row):
+    profile: str
+    key: str
+    source: str
+    enabled: bool
+    why: str
+    kind: Scalar = _may_be_absent()
+    loads: object = _may_be_absent()
+
+
+@dataclass(frozen=True, kw_only=True)
+class InstallationRow(_Row):
+    profile: str
+    installation: InstallationShown | None = _may_be_absent()
+    notes: tuple[str, ...] | None = _may_be_absent()
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExportRow(_Row):
+    file: str
+    profile: str
+    created: object = _may_be_absent()
+    units: int
+    sessions: int
+    messages: int
+    reasons: tuple[str, ...]
+    bytes: int
+    made_in: str | None = _may_be_absent()
+
+
+@dataclass(frozen=True, kw_only=True)
+class RemovedRow(ExportRow):
+    dry_run: bool = _may_be_absent()
+
+
+@dataclass(frozen=True, kw_only=True)
+class HeldRow(_Row):
+    ids: tuple[str, ...]
+    unit: Scalar = _may_be_absent()
+    file: Scalar = _may_be_absent()
+    profile: Scalar = _may_be_absent()
+    made_in: str | None = _may_be_absent()
+
+
+@dataclass(frozen=True, kw_only=True)
+class NoticedRow(_Row):
+    session_id: str
+    unit: Scalar = _may_be_absent()
+    reason: Scalar = _may_be_absent()
+    profile: Scalar = _may_be_absent()
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExportRemovedRow(_Row):
+    file: Scalar = _may_be_absent()
+    bytes: int | None = _may_be_absent()
+    why: Scalar = _may_be_absent()
+    profile: Scalar = _may_be_absent()
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReclaimWaitRow(_Row):
+    bytes: int | None = _may_be_absent()
+    held_by: Scalar = _may_be_absent()
+    profile: Scalar = _may_be_absent()
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompactedRow(_Row):
+    profile: str
+    free_bytes: int
+    given_back_bytes: int
+    how: str | None
+    journal_mode: Scalar
+    refused: str | None
+    file_bytes_before: int = _may_be_absent()
+    file_bytes_after: int = _may_be_absent()
+    not_looked_into: tuple[str, ...] = _may_be_absent()
+
+
+ROWS: dict[str, type] = {
+    "profiles": ProfileRow, "summaries": SummaryRow, "usage": UsageRow, "sessions": SessionRow,
+    "counts": CountsRow, "session_ids": SessionIdsRow, "session": SessionDetailRow, "status": StatusRow,
+    "policy": PolicyRow, "plugins": PluginRow, "installations": InstallationRow, "exports": ExportRow,
+    "held": HeldRow, "noticed": NoticedRow, "removed": RemovedRow, "exports_removed": ExportRemovedRow,
+    "reclaim_waits": ReclaimWaitRow, "compacted": CompactedRow,
 }
+
+
+def _checked_as(cls, value, where: str):
+    """`value` (plain JSON) checked against `cls`'s fields, and returned as it is: its other fields
+    travel unread. A row's lists are as long as the store makes them (a spill bounds the report)."""
+    _taken(decode(cls, value, extra_ok=True, max_items=sys.maxsize), where)
+    return value
 
 
 class Reader:
@@ -661,123 +820,72 @@ class Reader:
     def row(self, key: str, value) -> dict:
         """One row of a list-type job: of a known kind, with that kind's fields (ROWS), and of a
         profile this worker was given."""
-        schema = ROWS.get(key)
-        if schema is None:
+        kind = ROWS.get(key)
+        if kind is None:
             raise ProtocolError(f"a row of no known kind ({key[:32]!r})")
-        row = _plain_json(value)
-        try:
-            _object({"home": _TEXT, **schema})(row)
-        except ProtocolError as exc:
-            raise ProtocolError(f"a row of {key}: {exc}") from None
+        row = _checked_as(kind, _plain_json(value), f"a row of {key}")
         if row["home"] not in self.homes:
             raise ProtocolError("a row for a profile this worker was not given")
         return row
 
     def problem(self, value) -> Problem:
-        """One problem, field by field: each of its type and bounds, no other field, and only of a
-        profile this worker was given."""
-        if not isinstance(value, dict) or set(value) != _PROBLEM_FIELDS:
-            raise ProtocolError("a problem that is not an object of its fields")
-        severity = value["severity"]
-        if severity not in SEVERITIES:
-            raise ProtocolError("a problem of an unknown severity")
-        home = _opt_text(value["home"])
-        if home is not None and home not in self.homes:
+        """One problem, every field of its type and bounds (problems.Problem's), no other field,
+        and only of a profile this worker was given."""
+        problem = _taken(decode(Problem, value), "a problem")
+        if problem.home is not None and problem.home not in self.homes:
             raise ProtocolError("a problem for a profile this worker was not given")
-        line = value["line"]
-        if line is not None and (isinstance(line, bool) or not isinstance(line, int) or not 0 < line < 1 << 31):
-            raise ProtocolError("a problem whose line is not a line number")
-        return Problem(severity, _text(value["message"]), profile=_opt_text(value["profile"], 256), home=home,
-                       kind=_text(value["kind"], 64), path=_opt_text(value["path"]),
-                       key=_opt_text(value["key"], 256), line=line, skipped=_flag(value["skipped"]))
+        return problem
 
     @staticmethod
     def hook_failure(value) -> HookFailure:
-        """One plugin failure, field by field: each of its type and bounds, no other field (its
-        profile is the result's, whose home was checked)."""
-        if not isinstance(value, dict) or set(value) != _HOOK_FAILURE_FIELDS:
-            raise ProtocolError("a hook failure that is not an object of its fields")
-        repeats = value["repeats"]
-        if isinstance(repeats, bool) or not isinstance(repeats, int) or not 0 <= repeats < 1 << 31:
-            raise ProtocolError("a hook failure whose repeats is not a count")
-        return HookFailure(_opt_text(value["plugin"], 256), _text(value["kind"], 64), _text(value["message"]),
-                           repeats=repeats)
+        """One plugin failure, every field of its type and bounds, no other field (its profile is
+        the result's, whose home was checked)."""
+        return _taken(decode(HookFailure, value), "a hook failure")
 
     def finding(self, value) -> Finding:
-        """One repair finding, field by field: each of its type and bounds, no other field, and only
-        of a profile this worker was given."""
-        if not isinstance(value, dict) or set(value) != _FINDING_FIELDS:
-            raise ProtocolError("a finding that is not an object of its fields")
-        home = _opt_text(value["home"])
-        if home not in self.homes:
+        """One repair finding, every field of its type and bounds, no other field, and only of a
+        profile this worker was given."""
+        finding = _taken(decode(Finding, value), "a finding")
+        if finding.home not in self.homes:
             raise ProtocolError("a finding for a profile this worker was not given")
-        return Finding(_text(value["profile"], 256), _text(value["kind"], 64), _text(value["subject"]),
-                       _text(value["detail"]), _text(value["fix"]), target=_opt_text(value["target"], 256),
-                       applied=_flag(value["applied"]), error=_opt_text(value["error"]), home=home)
+        return finding
 
     def _header(self, v) -> Result:
-        if not isinstance(v, dict):
-            raise ProtocolError("a result that is not an object")
-        home = _text(v.get("home") or "")
-        if home not in self.homes:
+        head = _taken(decode(Header, v), "a result")
+        if head.home not in self.homes:
             raise ProtocolError("a result for a profile this worker was not given")
-        result = Result(_text(v.get("profile"), 256), _text(v.get("action"), 32), _opt_text(v.get("reason")),
-                        _flag(v.get("dry_run")), task=_opt_text(v.get("task")))
-        result.home = home
-        result.status = _text(v.get("status"), 32)
-        result.why = _opt_text(v.get("why"))
-        failures = v.get("hook_failures")
-        if not isinstance(failures, list) or len(failures) > MAX_HOOK_FAILURES:
-            raise ProtocolError(f"hook failures that are not a list of at most {MAX_HOOK_FAILURES}")
-        result.hook_failures = [self.hook_failure(f) for f in failures]
-        result.notes = _texts(v.get("notes"))
-        result.transactions = int(_number(v.get("transactions")))
-        result.longest_write_ms = float(_number(v.get("longest_write_ms")))
-        result.longest_write = _opt_text(v.get("longest_write"))
-        result.vacuumed = _flag(v.get("vacuumed"))
-        result.seconds = float(_number(v.get("seconds")))
-        result.export = _opt_text(v.get("export"))
-        return result
+        return Result(head.profile, head.action, head.reason, head.dry_run, task=head.task, status=head.status,
+                      why=head.why, hook_failures=list(head.hook_failures), transactions=head.transactions,
+                      longest_write_ms=head.longest_write_ms, longest_write=head.longest_write,
+                      vacuumed=head.vacuumed, notes=list(head.notes), seconds=head.seconds, home=head.home,
+                      export=head.export)
 
     def _item(self, name, value) -> None:
         if self._result is None or name not in _SPILLS:
             raise ProtocolError("an item outside a result")
         spill = getattr(self._result, name)
         if name == "done":
-            if not isinstance(value, dict):
-                raise ProtocolError("a unit that is not an object")
-            spill.append(Done(_text(value.get("session_id"), 1024), tuple(_texts(value.get("ids"))),
-                              _text(value.get("rule") or "")))
+            unit = _taken(decode(DoneItem, value), "a unit")
+            spill.append(Done(unit.session_id, unit.ids, unit.rule or ""))
         elif name == "skipped":
-            if not isinstance(value, dict):
-                raise ProtocolError("a skipped entry that is not an object")
-            spill.append({"session_id": _text(value.get("session_id"), 1024),
-                          "ids": _texts(value.get("ids") or []), "why": _text(value.get("why"))})
+            unit = _taken(decode(SkippedItem, value), "a skipped entry")
+            spill.append({"session_id": unit.session_id, "ids": list(unit.ids or ()), "why": unit.why})
         else:
             spill.append(_text(value))
 
     def _end(self, v) -> None:
-        if not isinstance(v, dict):
-            raise ProtocolError("an end that is not an object")
+        end = _taken(decode(End, v), "an end")
+        if any(p.home is not None and p.home not in self.homes for p in end.problems):
+            raise ProtocolError("a problem for a profile this worker was not given")
+        if any(f.home not in self.homes for f in end.findings):
+            raise ProtocolError("a finding for a profile this worker was not given")
+        if any(home not in self.homes for home in end.policies):
+            raise ProtocolError("a policy for a profile this worker was not given")
+        policies = {home: _checked_as(PolicyShown, policy, "a policy") for home, policy in end.policies.items()}
         run = self.run
-        run.dry_run = _flag(v.get("dry_run"))
-        found = v.get("problems")
-        if not isinstance(found, list) or len(found) > MAX_PROBLEMS:
-            raise ProtocolError(f"problems that are not a list of at most {MAX_PROBLEMS}")
-        run.add(*(self.problem(p) for p in found))
-        run.internal = run.internal or v.get("internal") is True
-        policies = v.get("policies") or {}
-        if not isinstance(policies, dict):
-            raise ProtocolError("policies that are not an object")
-        for key, policy in policies.items():
-            if _text(key, 4096) not in self.homes:
-                raise ProtocolError("a policy for a profile this worker was not given")
-            try:
-                run.policies[key] = POLICY(_plain_json(policy))
-            except ProtocolError as exc:
-                raise ProtocolError(f"a policy: {exc}") from None
-        findings = v.get("findings")
-        if not isinstance(findings, list) or len(findings) > MAX_FINDINGS:
-            raise ProtocolError(f"findings that are not a list of at most {MAX_FINDINGS}")
-        run.findings += [self.finding(f) for f in findings]
+        run.dry_run = end.dry_run
+        run.add(*end.problems)
+        run.internal = run.internal or end.internal
+        run.policies.update(policies)
+        run.findings += end.findings
         self.ended = True

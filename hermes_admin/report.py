@@ -12,6 +12,7 @@ import click
 
 from hermes_admin.model import COMMAND_OF
 from hermes_admin.problems import ERROR, LOCKED, WARNING
+from hermes_admin.results import Action, Status
 from hermes_admin.shown import clean, human_bytes  # noqa: F401 (report.human_bytes: the one figure)
 from hermes_admin.spill import Spill, SpillMap
 
@@ -183,8 +184,9 @@ def local_time(value) -> str | None:
 
 
 # How a report line names what a result's action did.
-_VERBS = {"delete": "deleted", "archive": "archived", "unarchive": "unarchived", "repair": "deleted by repair",
-          "restore": "restored", "close": "closed as stale (startup_orphan_reap)"}
+_VERBS = {Action.DELETE: "deleted", Action.ARCHIVE: "archived", Action.UNARCHIVE: "unarchived",
+          Action.REPAIR: "deleted by repair", Action.RESTORE: "restored",
+          Action.CLOSE: "closed as stale (startup_orphan_reap)"}
 
 
 # People read a task by the command that runs it alone (JSON and hook reasons keep the task's name):
@@ -195,21 +197,21 @@ def summary_line(result, dry_run: bool) -> str:
     """One line per task per profile, with counts: what logs and the journal show."""
     name = result.label or result.profile
     where = f"{name}: {COMMAND_OF.get(result.task, result.task)}" if result.task else name
-    if result.status == "skipped":
+    if result.status == Status.SKIPPED:
         return f"{where}: skipped ({result.why})"
-    if result.action == "replay":  # only what an earlier run left in the outbox (its plugin failures: said apart)
+    if result.action == Action.REPLAY:  # only what an earlier run left in the outbox (its plugin failures: said apart)
         return f"{where}: events an earlier run left in the outbox delivered"
-    if result.action == "noticed":  # deletions made outside hermes-admin, announced (engine/noticed.py)
+    if result.action == Action.NOTICED:  # deletions made outside hermes-admin, announced (engine/noticed.py)
         if not result.done:
             return f"{where}: {'; '.join(result.notes)}"
         return (f"{where}: {len(result.done)} unit(s), {result.rows} session(s) deleted outside hermes-admin, "
                 + ("would be announced to the plugins (dry run)" if dry_run else "announced to the plugins"))
-    if result.action == "repair" and not result.done:
+    if result.action == Action.REPAIR and not result.done:
         return f"{where}: {len(result.notes)} finding(s)" + (" (dry run)" if dry_run else "")
     would = "would be " if dry_run else ""
     verb = _VERBS.get(result.action, result.action)
     # A restore puts sessions back one by one (an export's unit, a whole lineage, may come back in part)
-    counted = "session(s)" if result.action == "restore" else "unit(s)"
+    counted = "session(s)" if result.action == Action.RESTORE else "unit(s)"
     line = f"{where}: {len(result.done)} {counted}, {result.rows} row(s) {would}{verb}"
     if result.files_removed:
         line += f"; {len(result.files_removed)} file(s) {would}removed"

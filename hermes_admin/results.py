@@ -8,6 +8,7 @@ metrics and the exit code. Data only: nothing here touches a home.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 
 from hermes_admin import problems as said
 from hermes_admin.hook_failures import HookFailure
@@ -35,16 +36,37 @@ class Done:
         return cls(entry["session_id"], tuple(entry["ids"]), entry["rule"])
 
 
+class Action(StrEnum):
+    """What an engine call (or a task) did to its units: a str, serialized as its value ("delete")."""
+
+    DELETE = "delete"
+    ARCHIVE = "archive"
+    UNARCHIVE = "unarchive"
+    CLOSE = "close"  # stale rows closed (nothing deleted)
+    RESTORE = "restore"
+    REPAIR = "repair"  # profile repair's deletes and moves
+    COPY = "copy"  # repair's copy of a row into the profile it belongs to
+    NOTICED = "noticed"  # deletions made outside hermes-admin, announced
+    REPLAY = "replay"  # what an earlier run left in the outbox, delivered
+    COMPACT = "compact"
+    NONE = "none"  # a task that did nothing (skipped, or before its work)
+
+
+class Status(StrEnum):
+    DONE = "done"
+    SKIPPED = "skipped"  # a task disabled by policy, or a profile without a store yet
+
+
 @dataclass
 class Result:
     """What one engine call did (or, in a dry run, would do) in one profile."""
 
     profile: str
-    action: str  # delete | archive | unarchive
+    action: Action  # its value given as text is the same (Action is a str)
     reason: str | None
     dry_run: bool
     task: str | None = None  # the maintenance task, when one asked
-    status: str = "done"  # done | skipped (a task disabled by policy)
+    status: Status = Status.DONE  # done | skipped (a task disabled by policy)
     why: str | None = None  # why a task was skipped
     # The lists that grow with the store are Spills: on disk past their first entries (spill.py).
     done: Spill = field(default_factory=lambda: Spill(decode=Done.from_dict))
@@ -162,12 +184,12 @@ class Run:
 
 @dataclass
 class Finding:
-    profile: str
-    kind: str
+    profile: str = field(metadata={"max_len": 256})
+    kind: str = field(metadata={"max_len": 64})
     subject: str  # a path or a session id
     detail: str
     fix: str  # what applying does ("none" for report-only kinds)
-    target: str | None = None  # the profile a row belongs to
+    target: str | None = field(default=None, metadata={"max_len": 256})  # the profile a row belongs to
     applied: bool = False
     error: str | None = None
     home: str | None = None

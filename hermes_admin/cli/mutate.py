@@ -12,7 +12,7 @@ from hermes_admin import exitcodes, report, stopping
 from hermes_admin.model import Profile
 from hermes_admin.problems import ERROR, LOCKED, Problem
 from hermes_admin.protocol import Resolve
-from hermes_admin.results import Run
+from hermes_admin.results import Action, Run, Status
 
 AMBIGUOUS = "ambiguous"  # the kind of an id that names sessions in several places
 # said once discovery refused or missed some of what was named (the refusals were said above)
@@ -99,11 +99,11 @@ def asks(yes: bool, dry_run: bool) -> bool:
 def counted(preview: Run) -> str:
     """`12 session(s) in 3 profile(s) would be deleted, 4 in 2 archived, 6 old export(s) (1.2 MiB)
     removed`: what a prompt asks about, from the dry run of the same work (the one plan)."""
-    gone = {r.home for r in preview.results if r.action in ("delete", "repair") and r.rows}
-    archived = {r.home for r in preview.results if r.action == "archive" and r.rows}
-    deleted = sum(r.rows for r in preview.results if r.action in ("delete", "repair"))
-    flipped = sum(r.rows for r in preview.results if r.action == "archive")
-    closed = sum(r.rows for r in preview.results if r.action == "close")
+    gone = {r.home for r in preview.results if r.action in (Action.DELETE, Action.REPAIR) and r.rows}
+    archived = {r.home for r in preview.results if r.action == Action.ARCHIVE and r.rows}
+    deleted = sum(r.rows for r in preview.results if r.action in (Action.DELETE, Action.REPAIR))
+    flipped = sum(r.rows for r in preview.results if r.action == Action.ARCHIVE)
+    closed = sum(r.rows for r in preview.results if r.action == Action.CLOSE)
     removed = preview.data.get("exports_removed", [])  # restore copies: named as the sessions are
     exports = (f", {len(removed)} old export(s) ({report.human_bytes(sum(r.get('bytes') or 0 for r in removed))}) "
                "removed" if removed else "")
@@ -189,10 +189,10 @@ def stopped(run: Run) -> dict[str, str]:
 def _nothing_line(results: list, findings: list) -> str:
     """`work: nothing to do (5 tasks, 0.02 s; repair: 2 dangling_parent)`."""
     head = results[0]
-    done = [r for r in results if r.status != "skipped"]
+    done = [r for r in results if r.status != Status.SKIPPED]
     line = f"{head.label or head.profile}: nothing to do ({len(done)} task(s), {sum(r.seconds for r in results):.2f} s"
     found = findings_summary(findings, head.home)
-    why = [r.why for r in results if r.status == "skipped" and not r.task]  # no store yet
+    why = [r.why for r in results if r.status == Status.SKIPPED and not r.task]  # no store yet
     return line + (f"; repair: {found}" if found else "") + "".join(f"; {w}" for w in why if w) + ")"
 
 

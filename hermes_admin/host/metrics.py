@@ -27,8 +27,9 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from prometheus_client.core import CounterMetricFamily
 
+from hermes_admin.model import Reason
 from hermes_admin.problems import WARNING
-from hermes_admin.results import Run
+from hermes_admin.results import Action, Run, Status
 from hermes_admin.trust import not_roots_alone
 
 MAX_BYTES = 64 << 20  # of the old file read at most: a textfile of thousands of profiles is a few MB
@@ -136,13 +137,13 @@ def registry(run: Run, summaries: list[dict], finished: float | None = None,
         for failure in result.hook_failures:
             if failure.plugin is not None:  # deliveries stopped (a stop request, the outbox) is no plugin's failure
                 plugin_failures(*key, failure.plugin, amount=failure.occurrences)
-        if result.status != "done":
+        if result.status != Status.DONE:
             continue
-        if result.action == "delete":
-            deleted(*key, result.reason or "delete", amount=result.rows)
-        elif result.action == "archive":
+        if result.action == Action.DELETE:
+            deleted(*key, result.reason or Reason.DELETE, amount=result.rows)
+        elif result.action == Action.ARCHIVE:
             archived(*key, amount=result.rows)
-        elif result.action == "noticed" and not result.dry_run:
+        elif result.action == Action.NOTICED and not result.dry_run:
             noticed(*key, amount=result.rows)
     for row in rows:
         count = sum(1 for p in run.problems if p.severity != WARNING and p.home == row["home"])

@@ -89,7 +89,7 @@ def test_a_worker_sending_a_malformed_problem_fails_its_profiles_and_is_named_ne
     run = workers.Spawned(Job(Maintain(Request(ORDER, NOW)), owner, profiles, {}), 0).run()
     assert run.exit_code() == exitcodes.PROFILE_FAILED and not run.internal
     assert [p.profile for p in run.problems] == ["p0", "p1"]
-    assert all("broke the protocol (a problem whose line is not a line number)" in line for line in run.errors)
+    assert all("broke the protocol (an end: problems[0].line: expected a whole number)" in line for line in run.errors)
 
 
 @pytest.mark.parametrize("severities, internal, warned, code", [
@@ -167,7 +167,7 @@ def test_an_ambiguous_id_is_said_and_exits_1_as_before(synth_root, invoke):
     ({"t": "end", "v": {"dry_run": False, "policies": {}, "findings": [], "problems": [], "internal": True}},
      "reported an internal error"),
     ({"t": "data", "k": "exports", "v": {"file": "/x", "profile": "p0", "units": 1}},
-     "broke the protocol (a row of exports: no 'home')"),
+     "broke the protocol (a row of exports: home: missing)"),
 ])
 def test_what_a_worker_says_is_its_profiles_outcome_never_the_hosts_exit_70(monkeypatch, forged, says):
     """A worker that says "internal" (its own bug, or a lie), or sends a row without the fields a command

@@ -199,8 +199,8 @@ def test_a_row_of_its_kind_with_its_fields_is_taken_as_it_is():
 
 
 @pytest.mark.parametrize("key, row, why", [
-    ("exports", {k: v for k, v in EXPORT.items() if k != "home"}, "no 'home'"),  # `exports list` indexed it: 70
-    ("profiles", {"name": "default"}, "no 'home'"),
+    ("exports", {k: v for k, v in EXPORT.items() if k != "home"}, "home: missing"),  # `exports list` indexed it: 70
+    ("profiles", {"name": "default"}, "home: missing"),
     ("usage", {"profile": "p", "home": 5}, "home: expected text"),
     ("exports", dict(EXPORT, bytes="10"), "bytes: expected a whole number"),
     ("exports", dict(EXPORT, reasons="prune"), "reasons: expected a list"),
@@ -209,7 +209,11 @@ def test_a_row_of_its_kind_with_its_fields_is_taken_as_it_is():
     ("plugins", {"profile": "p", "home": "/h/a", "key": "k", "source": "user", "enabled": "yes", "why": ""}, "enabled"),
     ("installations", {"profile": "p", "home": "/h/a", "installation": {"python": "/x"}}, "found_by"),
     ("session_ids", {"home": "/h/bob", "ids": ["s1"]}, "not given"),
-    ("session_ids", {"home": "/h/a", "ids": ["s1", 5]}, "ids: expected text"),
+    ("session_ids", {"home": "/h/a", "ids": ["s1", 5]}, r"ids\[1\]: expected text"),
+    ("sessions", {"profile": "p", "home": "/h/a", "id": "s", "title": {"a": 1}, "source": "cli", "messages": 1,
+                  "last_activity": None, "open": True, "archived": False, "pinned": False}, "title: expected str or"),
+    ("compacted", {"profile": "p", "home": "/h/a", "free_bytes": 1, "given_back_bytes": 0, "how": None,
+                   "journal_mode": "wal", "refused": None, "file_bytes_before": None}, "file_bytes_before: expected a"),
     ("whatever", {"home": "/h/a"}, "no known kind"),
     ("session_ids", ["/h/a"], "expected an object"),
 ])
@@ -230,3 +234,53 @@ def test_a_policy_of_another_shape_is_a_broken_protocol(policy, why):
     end = {"t": "end", "v": {"dry_run": False, "problems": [], "findings": [], "policies": {"/h/a": policy}}}
     with pytest.raises(ProtocolError, match=why):
         reader.line(json.dumps(end).encode())
+
+
+# -- reason, action, status and severity: enums that are their text ----------------------------
+
+def test_the_enums_travel_and_print_as_the_text_they_were():
+    from hermes_admin.model import Reason
+    from hermes_admin.problems import Severity
+    from hermes_admin.results import Action, Status
+
+    run = sample_run()
+    run.results[0].action, run.results[0].reason = Action.DELETE, Reason.PRUNE
+    from hermes_admin import report
+
+    out: list[str] = []
+    report._write_compact(run.as_dict(), out.append)  # the JSON report, piped
+    as_json = json.loads("".join(out))
+    assert as_json == json.loads(json.dumps(run.as_dict(), indent=2, default=report._plain))  # at a terminal
+    assert (as_json["results"][0]["action"], as_json["results"][0]["reason"], as_json["results"][0]["status"],
+            as_json["problems"][0]["severity"]) == ("delete", "prune", "done", "error")
+    for member, text in ((Reason.PRUNE, "prune"), (Action.UNARCHIVE, "unarchive"), (Status.SKIPPED, "skipped"),
+                         (Severity.LOCKED, "locked")):
+        assert member == text and f"{member}" == text and str(member) == text and json.dumps(member) == f'"{text}"'
+        assert hash(member) == hash(text) and {text: 1}[member] == 1  # a plugin's `reason == "prune"` holds
+
+
+def test_what_crosses_comes_back_as_the_enums_and_text_sent_before_still_reads():
+    from hermes_admin.model import Reason
+    from hermes_admin.problems import Severity
+    from hermes_admin.results import Action, Status
+
+    reader = Reader({"/h/a"})
+    for line in lines_of(sample_run()):  # the worker built its result of plain text, as older code does
+        reader.line(line)
+    (result,) = reader.run.results
+    assert (result.action, result.reason, result.status) == ("delete", "prune", "done")
+    assert (type(result.action), type(result.reason), type(result.status)) == (Action, Reason, Status)
+    assert type(reader.run.problems[0].severity) is Severity
+    assert Problem("warning", "m") == Problem(Severity.WARNING, "m") and type(Problem("warning", "m").severity) is Severity
+
+
+@pytest.mark.parametrize("field, value", [("action", "shred"), ("status", "maybe"), ("reason", "because"),
+                                          ("action", None), ("status", 1)])
+def test_a_header_outside_the_enums_is_refused(field, value):
+    lines = lines_of(sample_run())
+    header = json.loads(lines[1])
+    header["v"][field] = value
+    reader = Reader({"/h/a"})
+    reader.line(lines[0])
+    with pytest.raises(ProtocolError, match=f"a result: {field}: expected one of"):
+        reader.line(json.dumps(header).encode())

@@ -119,7 +119,7 @@ def test_the_bottom_modules_import_nothing_of_the_package():
     graph = module_graph()
     for bottom in ("hermes_admin.model", "hermes_admin.plain_files", "hermes_admin.profile.in_hermes"):
         assert graph[bottom] == set(), bottom
-    for value in ("hermes_admin.layers", "hermes_admin.hook_failures"):
+    for value in ("hermes_admin.layers", "hermes_admin.hook_failures", "hermes_admin.decode"):
         assert graph[value] == set(), value
 
 

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import subprocess
+from dataclasses import asdict, dataclass, field
 
 from hermes_admin import child
+from hermes_admin.decode import decode
 from hermes_admin.model import Profile
 from hermes_admin.profile import installation
 from hermes_admin.profile import in_hermes
@@ -57,37 +59,37 @@ def not_found(config: HermesConfig, rows: list[dict]) -> list[str]:
             for name in config.plugins_enabled if name not in known]
 
 
+@dataclass(frozen=True)
+class Plugin:
+    """A plugin as Hermes' discovery answers for it (in_hermes.list_with_hermes), each field bounded."""
+
+    key: str = field(metadata={"max_len": 300})
+    name: str = field(metadata={"max_len": 300})
+    source: str = field(metadata={"max_len": 32})
+    kind: str = field(metadata={"max_len": 32})
+    location: str = field(metadata={"max_len": 4096})
+    enabled: bool
+    loads: bool
+    why: str = field(metadata={"max_len": 1000})
+    hooks: tuple[str, ...] = field(metadata={"max_len": 100, "keep_items": 100})
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The whole answer: far more plugins than any installation has is refused; past the first
+    errors, the rest are dropped."""
+
+    plugins: tuple[Plugin, ...] = field(metadata={"max_items": MAX_PLUGINS})
+    errors: tuple[str, ...] = field(metadata={"max_len": 2000, "keep_items": 100})
+
+
 def read_answer(raw: bytes) -> tuple[list[dict], list[str]]:
     if len(raw) > MAX_ANSWER:
         return [], [f"Hermes' plugin discovery answered over {MAX_ANSWER >> 20} MiB"]
     try:
-        data = json.loads(raw.decode("utf-8", "replace").strip().splitlines()[-1])
-        plugins, errors = data["plugins"], data["errors"]
-        if not isinstance(plugins, list) or not isinstance(errors, list) or len(plugins) > MAX_PLUGINS:
-            raise ValueError
-        rows = [_row(p) for p in plugins]
-        problems = [_text(e, 2000) for e in errors[:100]]
-    except (ValueError, KeyError, IndexError, TypeError, RecursionError):
+        answer = decode(Answer, json.loads(raw.decode("utf-8", "replace").strip().splitlines()[-1]))
+    except (ValueError, IndexError, RecursionError):
+        answer = None
+    if not isinstance(answer, Answer):
         return [], ["Hermes' plugin discovery gave no usable answer"]
-    return rows, problems
-
-
-def _text(value, limit: int = 1000) -> str:
-    if not isinstance(value, str):
-        raise TypeError
-    return value[:limit]
-
-
-def _flag(value) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError
-    return value
-
-
-def _row(plugin) -> dict:
-    if not isinstance(plugin, dict) or not isinstance(plugin.get("hooks"), list):
-        raise TypeError
-    return {"key": _text(plugin["key"], 300), "name": _text(plugin["name"], 300), "source": _text(plugin["source"], 32),
-            "kind": _text(plugin["kind"], 32), "location": _text(plugin["location"], 4096),
-            "enabled": _flag(plugin["enabled"]), "loads": _flag(plugin["loads"]), "why": _text(plugin["why"]),
-            "hooks": [_text(h, 100) for h in plugin["hooks"][:100]], "error": None}
+    return [dict(asdict(p), hooks=list(p.hooks), error=None) for p in answer.plugins], list(answer.errors)
