@@ -33,14 +33,12 @@ from pathlib import Path
 
 from hermes_admin.model import Profile
 from hermes_admin.profile import integrity, lost_sessions
-from hermes_admin.profile.engine.engine import FTS_TABLES, Engine
-from hermes_admin.profile.engine.exports import UNIT_WEIGHT, Settings
-from hermes_admin.profile.engine.restore import row_weight
-from hermes_admin.profile.engine.state_folder import LockHeld, ProfileLocks, RecordedFlock, state_folder
+from hermes_admin.profile.engine import FTS_TABLES, Engine, held_by_path, row_weight
+from hermes_admin.profile.exports import UNIT_WEIGHT, Settings
+from hermes_admin.profile.state_folder import LockHeld, ProfileLocks, RecordedFlock, state_folder
 from hermes_admin.profile.environment import Environment
 from hermes_admin.profile.lineage import Unit
 from hermes_admin.profile.store import Store, StoreError, keep_wal
-from hermes_admin.profile.engine.space import held_by_path
 from hermes_admin.profile.store import damage, fts_index, rebuild, repairs
 from hermes_admin.profile.store.connect import readonly_uri, write_transaction
 from hermes_admin.profile.store.errors import SQLITE_ERRORS

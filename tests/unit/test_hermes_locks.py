@@ -13,7 +13,7 @@ import pytest
 
 from hermes_admin.plain_files import UnsafePath
 from hermes_admin.profile import repair
-from hermes_admin.profile.engine.state_folder import LockHeld, RecordedFlock, start_ticks
+from hermes_admin.profile.state_folder import LockHeld, RecordedFlock, start_ticks
 from hermes_admin.profile.store import guards
 from hermes_admin.synth.builder import SynthStore
 from tests.conftest import fts_problems

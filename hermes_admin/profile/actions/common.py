@@ -13,9 +13,9 @@ from hermes_admin.hook_failures import HookFailure
 from hermes_admin.layers import PolicyLayers
 from hermes_admin.model import Profile
 from hermes_admin.problems import ERROR, LOCKED, WARNING, Problem, about
-from hermes_admin.profile.engine.engine import Engine
-from hermes_admin.profile.engine.exports import Settings
-from hermes_admin.profile.engine.state_folder import LockHeld
+from hermes_admin.profile.engine import Engine
+from hermes_admin.profile.exports import Settings
+from hermes_admin.profile.state_folder import LockHeld
 from hermes_admin.profile.environment import Environment
 from hermes_admin.profile.hermes_config import HermesConfig, HermesConfigError
 from hermes_admin.profile.installation import Installations

@@ -8,10 +8,11 @@ from hermes_admin.layers import PolicyLayers
 from hermes_admin.model import Profile
 from hermes_admin.problems import ERROR, WARNING, about
 from hermes_admin.profile.actions.common import Ledger, Run, export_settings, with_engine
-from hermes_admin.profile.engine import exports, outbox
-from hermes_admin.profile.engine.engine import Engine, Result
+from hermes_admin.profile import exports
+from hermes_admin.profile.engine import Engine, noticed_sessions
 from hermes_admin.profile.environment import Environment
 from hermes_admin.profile.installation import Installations
+from hermes_admin.results import Result
 
 
 def restore(run: Run, profile: Profile, env: Environment, path: str, sessions: list[str] | None,
@@ -47,7 +48,7 @@ def listing(run: Run, profile: Profile, layers: PolicyLayers, installations: Ins
         if held:
             run.data.setdefault("held", []).extend(exports.held_units(profile, settings))
             # and the sessions found deleted outside hermes-admin (engine/noticed.py): no export holds those
-            run.data.setdefault("noticed", []).extend(outbox.noticed(profile))
+            run.data.setdefault("noticed", []).extend(noticed_sessions(profile))
             return
         found = exports.listing(profile, settings)
     except exports.ExportError as exc:

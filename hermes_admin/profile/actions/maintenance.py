@@ -24,15 +24,14 @@ from hermes_admin.model import Profile
 from hermes_admin.profile.store import page_accounting, sql
 from hermes_admin.profile.actions.common import (Ledger, Refused, Run, act_in_parts, engine_notes, refuse_too_broad,
                                                  with_engine)
-from hermes_admin.profile.engine import noticed
-from hermes_admin.profile.engine.engine import Engine, Result
-from hermes_admin.profile.engine.export_ahead import STOPPED
-from hermes_admin.profile.engine.exports import Settings
+from hermes_admin.profile.engine import STOPPED, Engine, announce_noticed
+from hermes_admin.profile.exports import Settings
 from hermes_admin.profile import installation
 from hermes_admin.profile.hermes_config import HermesConfig, HermesConfigError
 from hermes_admin.profile.hermes_config import load as load_hermes_config
 from hermes_admin.protocol import Request  # Request: the one shape of a maintenance pass
-from hermes_admin.profile.engine.state_folder import LockHeld
+from hermes_admin.results import Result
+from hermes_admin.profile.state_folder import LockHeld
 from hermes_admin.profile.environment import Environment
 from hermes_admin.profile.installation import Installations
 from hermes_admin.profile.store import StoreError
@@ -549,7 +548,7 @@ def maintain(run: Run, profile: Profile, layers: PolicyLayers, request: Request,
                 return ledger.results
         one_pass = _Pass(engine, policy, request, ledger)
         if not stopping.requested():  # first: what was deleted outside hermes-admin since the last look
-            announced = noticed.announce(
+            announced = announce_noticed(
                 engine.profile, engine.store, engine.outbox, engine.aftermath, request.now, policy.retention_days,
                 not_announcing(policy, lookup))
             if announced is not None:

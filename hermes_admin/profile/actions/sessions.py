@@ -7,11 +7,12 @@ from typing import Iterator
 from hermes_admin.filters import Filters
 from hermes_admin.model import Profile
 from hermes_admin.profile.actions.common import Ledger, Refused, Run, act_in_parts, refuse_too_broad, with_engine
-from hermes_admin.profile.engine.engine import Engine, Result
-from hermes_admin.profile.engine.exports import Settings
+from hermes_admin.profile.engine import Engine
+from hermes_admin.profile.exports import Settings
 from hermes_admin.profile.environment import Environment
 from hermes_admin.profile.lineage import Graph, Unit, delete_unit
 from hermes_admin.profile.parts import graph_around, graph_parts
+from hermes_admin.results import Result
 
 NAMED = "named on the command line"  # the rule of a unit picked by id
 MATCHED = "matched by the filters"  # the rule of a unit picked by the filters

@@ -7,7 +7,7 @@ from hermes_admin.layers import PolicyLayers
 from hermes_admin.model import Profile
 from hermes_admin.problems import WARNING, about
 from hermes_admin.profile.actions.common import profile_policy, with_engine
-from hermes_admin.profile.engine.engine import Engine
+from hermes_admin.profile.engine import Engine
 from hermes_admin.profile.environment import Environment
 from hermes_admin.results import Result, Run
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable
 
-from hermes_admin.profile.engine import decisions, exports, faults
+from hermes_admin.profile import exports
+from hermes_admin.profile.engine import decisions, faults
 from hermes_admin.profile.engine.decisions import Decision, Recheck
-from hermes_admin.profile.engine.exports import Exported
+from hermes_admin.profile.exports import Exported
 from hermes_admin.profile.lineage import Unit
 from hermes_admin.profile.store import Store, deleting, sql, unit_rows
 from hermes_admin.profile.store.read import SessionRow, load_rows

@@ -25,13 +25,13 @@ from hermes_admin import stopping
 from hermes_admin.holders import held_by_its_owner
 from hermes_admin.model import Profile
 from hermes_admin.profile import installation
-from hermes_admin.profile.engine import exports
+from hermes_admin.profile import exports
 from hermes_admin.profile.engine.aftermath import Aftermath
 from hermes_admin.profile.engine.checkpointer import Checkpointer
 from hermes_admin.profile.engine.decisions import Decision
 from hermes_admin.profile.engine.deletes import Deletes, Recheck
 from hermes_admin.profile.engine.export_ahead import ExportAhead, Step, data_version, stop_note
-from hermes_admin.profile.engine.exports import ExportFile, Settings
+from hermes_admin.profile.exports import ExportFile, Settings
 from hermes_admin.profile.engine.fts_merges import FtsMerges
 from hermes_admin.profile.engine.group_commit import GroupCommit
 from hermes_admin.profile.engine.outbox import Event, Outbox
@@ -42,7 +42,7 @@ from hermes_admin.profile.engine.restore import restore_file
 from hermes_admin.profile.engine.rows import Flip, close_stale_rows, decide_close, flip_archived
 from hermes_admin.profile.engine.space import Space
 from hermes_admin.profile.engine.splits import SplitDeletes
-from hermes_admin.profile.engine.state_folder import ProfileLocks
+from hermes_admin.profile.state_folder import ProfileLocks
 from hermes_admin.profile.engine.tokenizer import CJK_FTS_TABLE, Tokenizer
 from hermes_admin.profile.engine.turns import Turns
 from hermes_admin.profile.environment import Environment

@@ -14,8 +14,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator, NamedTuple
 
 from hermes_admin import stopping
-from hermes_admin.profile.engine import exports, faults
-from hermes_admin.profile.engine.exports import ExportError, ExportFile, Exported, Settings
+from hermes_admin.profile import exports
+from hermes_admin.profile.engine import faults
+from hermes_admin.profile.exports import ExportError, ExportFile, Exported, Settings
 from hermes_admin.profile.engine.packing import next_transaction
 from hermes_admin.profile.engine.pacer import Pace, Pacer
 from hermes_admin.profile.lineage import Unit

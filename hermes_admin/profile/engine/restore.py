@@ -17,9 +17,9 @@ from __future__ import annotations
 from pathlib import Path
 
 
-from hermes_admin.profile.engine.exports import ROW_WEIGHT, decode_value, manifest_or_recomputed, read_member
+from hermes_admin.profile.exports import ROW_WEIGHT, decode_value, manifest_or_recomputed, read_member
 from hermes_admin.profile.engine.pacer import MERGE_STEPS, Pacer
-from hermes_admin.profile.engine.transcripts import put_back as put_files
+from hermes_admin.profile.transcripts import put_back as put_files
 from hermes_admin.profile.store import Store
 from hermes_admin.profile.store.restoring import (message_owners, newest_message_id, pin, put_row,
                                                   session_exists, session_row)

@@ -23,10 +23,11 @@ from typing import Callable
 
 
 from hermes_admin import stopping
-from hermes_admin.profile.engine import exports, faults
+from hermes_admin.profile import exports
+from hermes_admin.profile.engine import faults
 from hermes_admin.profile.engine.aftermath import Aftermath
 from hermes_admin.profile.engine.deletes import Deletes, Recheck
-from hermes_admin.profile.engine.exports import ExportError, Exported
+from hermes_admin.profile.exports import ExportError, Exported
 from hermes_admin.profile.engine.outbox import Event, Outbox, OutboxError
 from hermes_admin.profile.engine.packing import messages_in_step
 from hermes_admin.profile.engine.pacer import MERGE_STEPS, Held, Pacer
