@@ -116,9 +116,12 @@ def test_each_collaborator_says_what_it_set_aside_and_the_engine_gathers_them(pr
     ours = profile.home / ".hermes-admin"
     (ours / "lock").mkdir(parents=True)
     (ours / "outbox.db").write_bytes(b"not a database, whatever it once was" * 200)
-    with Engine(profile) as engine:
-        assert [len(engine.locks.notes), len(engine.outbox.notes)] == [1, 1]
-    lock_note, outbox_note = engine.notes
+    engine = Engine(profile)
+    engine.open()
+    assert [len(engine.locks.notes), len(engine.outbox.notes)] == [1, 1]
+    closed = engine.close()
+    lock_note, outbox_note = closed.notes
+    assert engine.close() is closed  # closed once: a second call says what the first did
     assert str(ours / "lock") in lock_note and "where a lock file goes" in lock_note
     assert str(ours / "outbox.db") in outbox_note and "damaged" in outbox_note
     assert (ours / "lock").is_file() and (ours / "outbox.db").is_file()  # the names are free again, and used
@@ -136,7 +139,8 @@ def test_what_was_set_aside_is_said_even_when_closing_fails(profile):
     engine.store.close, store = broken, engine.store
     with pytest.raises(OSError):
         engine.close()
-    assert len(engine.notes) == 1 and "where a lock file goes" in engine.notes[0]
+    notes = engine.close().notes  # what the close that failed did, said again
+    assert len(notes) == 1 and "where a lock file goes" in notes[0]
     store.db.close()
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 from contextlib import contextmanager
 from dataclasses import replace
@@ -151,20 +150,25 @@ def with_engine(run: Run, profile: Profile, env: Environment, work: Callable[[En
     """Open the profile's engine, do `work`, record results; one profile's failure never stops the others.
 
     What `work` began before a failure (`ledger`: its results, entered as each begins, filled with
-    what committed) is reported with the error; the one the failure cut short says so.
+    what committed) is reported with the error; the one the failure cut short says so. The report is
+    made of the values opening, `work` and closing returned: never of the engine's attributes.
     """
     done: list[Result] = []
+    opened = None
     worked = False  # `work` returned: its results are in `done`, whatever closing the engine raises
     config = config if config is not None else own_config(profile, env.installations)
     engine = Engine(profile, dry_run=run.dry_run, exports=exports, config=config, incremental=incremental,
                     progress=Progress(), env=env)
     try:
-        with engine:
-            if engine.config is not None:  # each names its file and key
-                run.add(*(replace(w, profile=profile.shown, home=str(profile.home)) for w in engine.config.warnings))
-            done += engine.recovered  # units an interrupted run left half-deleted, finished or restored
+        try:
+            opened = engine.open()
+            # each names its file and key
+            run.add(*(replace(w, profile=profile.shown, home=str(profile.home)) for w in opened.warnings))
+            done += opened.recovered  # units an interrupted run left half-deleted, finished or restored
             done += work(engine)
             worked = True
+        finally:
+            engine.close()
     except BaseException as exc:
         if not worked and ledger is not None:
             done += ledger.results  # what each task began did, up to the failure
@@ -173,18 +177,17 @@ def with_engine(run: Run, profile: Profile, env: Environment, work: Callable[[En
                                               f"{' '.join(str(exc).split())[:300]}")
         _record(run, profile, exc)
     finally:
-        exported = engine.export.path if engine.export is not None else None
-        done = with_replayed(done, profile, engine.replayed)
+        closed = engine.close()  # what closing did (said again: it closed above, or failed closing)
+        done = with_replayed(done, profile, list(opened.replayed) if opened is not None else [])
         for result in done:
             result.home = str(profile.home)
-            if exported is not None and result.action == "delete" and len(result.done) and not result.dry_run \
-                    and os.path.exists(exported):  # (an export kept 0 days is gone once the run is done)
-                result.export = str(exported)
+            if closed.export is not None and result.action == "delete" and len(result.done) and not result.dry_run:
+                result.export = closed.export  # (an export kept 0 days is gone once the run is done: None)
         run.results += done
-        run.add(*engine_notes(profile, engine.notes))
-        if engine.exports_removed:
-            run.data.setdefault("exports_removed", []).extend(engine.exports_removed)
-        for wait in engine.space.waits if engine.space is not None else []:  # what the free pages wait for
+        run.add(*engine_notes(profile, list(closed.notes)))
+        if closed.exports_removed:
+            run.data.setdefault("exports_removed", []).extend(closed.exports_removed)
+        for wait in closed.reclaim_waits:  # what the free pages wait for
             run.data.setdefault("reclaim_waits", []).append(dict(wait, profile=profile.name, home=str(profile.home)))
 
 

@@ -23,13 +23,8 @@ def restore(run: Run, profile: Profile, env: Environment, path: str, sessions: l
 
     def work(engine: Engine) -> list[Result]:
         with ledger.begun(Result(profile.name, "restore", None, engine.dry_run)) as result:
-            made_in = None
-            try:
-                made_in = engine.restore(Path(path), set(sessions) if sessions else None, result, pin=pin,
-                                         other_profile=other_profile)
-            finally:  # what is back is no longer gone by our hand (engine/noticed.py)
-                if engine.outbox is not None:
-                    engine.outbox.back([i for done in result.done for i in done.ids])
+            made_in = engine.restore(Path(path), set(sessions) if sessions else None, result, pin=pin,
+                                     other_profile=other_profile)
         if made_in is not None:  # as asked, and worth a word (exit 1): another profile's conversations are here now
             run.add(about(profile, WARNING, "other_profile", f"an export made in the profile at {made_in}: "
                           f"{'would be restored' if engine.dry_run else 'restored'} into this one as asked "

@@ -21,10 +21,10 @@ from typing import Callable, Iterator
 from hermes_admin import model, stopping
 from hermes_admin.layers import PolicyLayers
 from hermes_admin.model import Profile
-from hermes_admin.profile.store import page_accounting, sql
+from hermes_admin.profile.store import page_accounting
 from hermes_admin.profile.actions.common import (Ledger, Refused, Run, act_in_parts, engine_notes, refuse_too_broad,
                                                  with_engine)
-from hermes_admin.profile.engine import STOPPED, Engine, announce_noticed
+from hermes_admin.profile.engine import STOPPED, Engine
 from hermes_admin.profile.exports import Settings
 from hermes_admin.profile import installation
 from hermes_admin.profile.hermes_config import HermesConfig, HermesConfigError
@@ -107,7 +107,7 @@ class _Pass:
         # tasks delete, counted as they delete it (`_deleting`). A store measured after a delete would
         # say little (FTS5 traces stay until their merges) and a dry run has deleted nothing.
         self.weighs = policy.max_store_mb is not None and model.SIZE_BUDGET.name in request.tasks
-        self.used_mb = page_accounting.pages(engine.store.db).used_bytes / 1e6 if self.weighs else 0.0
+        self.used_mb = engine.read(page_accounting.pages).used_bytes / 1e6 if self.weighs else 0.0
         self.deleted_mb = 0.0
 
     def run(self, task: Task) -> Result:
@@ -158,7 +158,7 @@ class _Pass:
         of the units it deleted (a dry run: would delete) is counted first, as the plan's weight."""
         if not self.weighs or not units:
             return delete()
-        sizes = message_bytes(self.engine.store.db, [i for unit in units for i in unit.ids])
+        sizes = self.engine.read(lambda db: message_bytes(db, [i for unit in units for i in unit.ids]))
         before = len(result.done)
         try:
             return delete()
@@ -183,7 +183,7 @@ class _Pass:
         rule = task.rule(self.policy, self.request.now)
         select = select or rule.select
         store = self.engine.store
-        live = set(sql.live_ids(store.db, store.schema, self.request.now))
+        live = set(self.engine.live_ids(self.request.now))
         reach = Reach(total=count_sessions(store, rule.only))  # one COUNT(*): what a stop says is not looked at
 
         def units() -> Iterator[list]:
@@ -220,7 +220,7 @@ class _Pass:
         """The store's parts as this point of the run sees them: in a dry run, the rows an earlier task
         would have closed are closed, as the run would have left them. `total`: the sessions counted."""
         for graph in self._parts(task.name.name, result, only, total):
-            self.engine.deletes.as_left(graph.rows)  # the one record of a dry run's closes: the engine's
+            self.engine.as_left(graph.rows)  # the one record of a dry run's closes: the engine's
             yield graph
 
     def _parts(self, task: str, result: Result, only: str | None = None,
@@ -284,9 +284,8 @@ class _Pass:
         for the guard against filters that match every ended session, before anything goes."""
         request, filters = self.request, self.request.filters
         rule = task.rule(self.policy, request.now)
-        store = self.engine.store
         if request.older_than is None and not filters.has_age_bound and not request.force:
-            live = set(sql.live_ids(store.db, store.schema, request.now))
+            live = set(self.engine.live_ids(request.now))
 
             def count(graph: Graph) -> tuple[int, int]:
                 units = rule.select(graph, live).units
@@ -308,8 +307,7 @@ class _Pass:
         if self.planned_mb() <= limit:
             return result
         rule, now = task.rule(self.policy, self.request.now), self.request.now
-        store = self.engine.store
-        live = set(sql.live_ids(store.db, store.schema, now))
+        live = set(self.engine.live_ids(now))
         candidates = []
         for graph in self._graphs(task, result):
             picked = rule.select(graph, live)
@@ -337,17 +335,16 @@ class _Pass:
     def _weighed(self, units: list) -> Iterator[tuple]:
         """Each unit with the bytes of its messages' text, summed a chunk of units at a time, in one
         query each, as far as the size budget's decision reads them (budget.covering)."""
-        db = self.engine.store.db
         for start in range(0, len(units), BUDGET_CHUNK):
             part = units[start:start + BUDGET_CHUNK]
-            sizes = message_bytes(db, [i for unit in part for i in unit.ids])
+            sizes = self.engine.read(lambda db: message_bytes(db, [i for unit in part for i in unit.ids]))
             for unit in part:
                 yield unit, sum(sizes.get(i) or 0 for i in unit.ids)
 
     def _used_mb(self) -> float:
         """The store's content: its pages in use (free pages are space the next writes reuse), in MB.
         What `max_store_mb` counts (README), not the file's size."""
-        return page_accounting.pages(self.engine.store.db).used_bytes / 1e6
+        return self.engine.read(page_accounting.pages).used_bytes / 1e6
 
 
 def _megabytes(mb: float) -> str:
@@ -548,9 +545,7 @@ def maintain(run: Run, profile: Profile, layers: PolicyLayers, request: Request,
                 return ledger.results
         one_pass = _Pass(engine, policy, request, ledger)
         if not stopping.requested():  # first: what was deleted outside hermes-admin since the last look
-            announced = announce_noticed(
-                engine.profile, engine.store, engine.outbox, engine.aftermath, request.now, policy.retention_days,
-                not_announcing(policy, lookup))
+            announced = engine.announce_noticed(request.now, policy.retention_days, not_announcing(policy, lookup))
             if announced is not None:
                 ledger.add(announced)
         for task in TASKS:

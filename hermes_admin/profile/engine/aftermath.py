@@ -19,7 +19,11 @@ from hermes_admin.profile.engine import faults
 from hermes_admin.profile.lineage import Unit
 from hermes_admin.profile.engine.outbox import Event, Outbox, OutboxError
 from hermes_admin.profile.engine.remover import FileRemover
+from hermes_admin.profile import installation
+from hermes_admin.profile.environment import Environment
+from hermes_admin.profile.hermes_config import HermesConfig
 from hermes_admin.profile.hooks.bus import DeliveryStopped, HookBus
+from hermes_admin.profile.hooks.discovery import discover as discover_plugins, safe_mode
 from hermes_admin.profile.store import unit_rows
 from hermes_admin.profile.store.files import FileIndex, removable, unsafe_id
 from hermes_admin.results import Result
@@ -38,6 +42,19 @@ def sessions_folder_notes(profile: Profile) -> list[str]:
     if not stat.S_ISDIR(st.st_mode):
         return [f"{profile.sessions_dir}: not a folder; transcript files are left alone"]
     return []
+
+
+def hook_bus(profile: Profile, config: HermesConfig, env: Environment) -> HookBus:
+    """The profile's plugins, as Hermes would load them. Opt-in: with nothing in plugins.enabled, no
+    plugin Hermes loads that way hears anything, so no installation is looked for, no folder
+    scanned, no plugin process started."""
+    if not config.plugins_enabled or safe_mode(env.hermes):
+        return HookBus(profile, [], config.hook_timeout, verbose=env.verbose, hermes_env=env.hermes)
+    lookup = env.installations.for_profile(profile)
+    timeout, _ = installation.hook_timeout(config, lookup)
+    ours = [] if lookup.installation is not None else discover_plugins(profile.home, config, env.hermes)
+    return HookBus(profile, ours, timeout, installation=lookup.installation, notes=lookup.notes,
+                   verbose=env.verbose, hermes_env=env.hermes)
 
 
 class Aftermath:

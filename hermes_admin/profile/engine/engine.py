@@ -24,40 +24,39 @@ from typing import Callable, Iterator
 from hermes_admin import stopping
 from hermes_admin.holders import held_by_its_owner
 from hermes_admin.model import Profile
-from hermes_admin.profile import installation
 from hermes_admin.profile import exports
-from hermes_admin.profile.engine.aftermath import Aftermath
+from hermes_admin.profile.engine.aftermath import Aftermath, hook_bus
 from hermes_admin.profile.engine.checkpointer import Checkpointer
 from hermes_admin.profile.engine.decisions import Decision
-from hermes_admin.profile.engine.deletes import Deletes, Recheck
-from hermes_admin.profile.engine.export_ahead import ExportAhead, Step, data_version, stop_note
+from hermes_admin.profile.engine.delete_steps import DeleteSteps, Progress
+from hermes_admin.profile.engine.deletes import Ask, Deletes, Recheck
+from hermes_admin.profile.engine.export_ahead import ExportAhead, data_version, stop_note
+from hermes_admin.profile.engine.noticed import announce
+from hermes_admin.profile.engine.outcomes import Closed, Opened
 from hermes_admin.profile.exports import ExportFile, Settings
 from hermes_admin.profile.engine.fts_merges import FtsMerges
 from hermes_admin.profile.engine.group_commit import GroupCommit
-from hermes_admin.profile.engine.outbox import Event, Outbox
-from hermes_admin.profile.engine.pacer import MERGE_STEPS, MERGE_STEPS_AT_END, Pacer, first_budget
+from hermes_admin.profile.engine.outbox import Outbox
+from hermes_admin.profile.engine.pacer import MERGE_STEPS_AT_END, Pacer, first_budget
 from hermes_admin.profile.engine.packing import units_by_count
 from hermes_admin.profile.engine.remover import FileRemover
 from hermes_admin.profile.engine.restore import restore_file
 from hermes_admin.profile.engine.rows import Flip, close_stale_rows, decide_close, flip_archived
 from hermes_admin.profile.engine.space import Space
 from hermes_admin.profile.engine.splits import SplitDeletes
-from hermes_admin.profile.state_folder import ProfileLocks
 from hermes_admin.profile.engine.tokenizer import CJK_FTS_TABLE, Tokenizer
 from hermes_admin.profile.engine.turns import Turns
+from hermes_admin.profile.state_folder import ProfileLocks
 from hermes_admin.profile.environment import Environment
 from hermes_admin.profile.hermes_config import HermesConfig, load as load_hermes_config
-from hermes_admin.profile.hooks.bus import HookBus
-from hermes_admin.profile.hooks.discovery import discover as discover_plugins, safe_mode
 from hermes_admin.profile.lineage import Unit
 from hermes_admin.profile.store import Store, sql
-from hermes_admin.profile.store.connect import read_transaction
+from hermes_admin.profile.store.connect import read_transaction, write_transaction
 from hermes_admin.profile.store.read import journal_mode
+from hermes_admin.hook_failures import HookFailure
 from hermes_admin.results import Result
 
 FTS_TABLES = ("messages_fts", "messages_fts_trigram")  # Hermes' FTS5 indexes (its CJK one: tokenizer.py)
-# A progress callback: (what, units done so far, units in all, ended); the engine draws nothing itself.
-Progress = Callable[[str, int, int, bool], None]
 
 
 class Engine:
@@ -73,12 +72,9 @@ class Engine:
         self._prunes = exports is not None  # only a command that knows the policy prunes old exports
         self.progress = progress or (lambda what, done, total, ended: None)
         self.config = config  # the profile's config.yaml, when the caller has read it already
-        self.notes: list[str] = []  # what the collaborators set aside or left for the next run, gathered by close
-        self.left: list[str] = []  # units of an interrupted split delete still left for the next run
-        self.exports_removed: list[dict] = []  # old exports that retention removed (or, dry, would remove)
+        self._left: list[str] = []  # units of an interrupted split delete still left for the next run
+        self._closed: Closed | None = None  # what closing did, once it has (close() says it again)
         self.space: Space | None = None  # free pages given back (space.py)
-        self.replayed: list = []  # HookFailure values met while replaying the outbox
-        self.recovered: list[Result] = []  # units of an interrupted split delete, finished or restored
         self.locks: ProfileLocks | None = None
         self.store: Store | None = None
         self.outbox, self.bus, self.checkpointer = None, None, None  # Outbox, HookBus, Checkpointer
@@ -91,23 +87,29 @@ class Engine:
         self.aftermath: Aftermath | None = None
         self._ahead: ExportAhead | None = None
         self._splits: SplitDeletes | None = None
+        self._steps: DeleteSteps | None = None
         self._references: list[tuple[str, str]] | None = None  # unknown tables pointing at sessions
         self._batched = False  # a caller's batch is under way: its files and events are settled when it ends
 
     # -- lifecycle -------------------------------------------------------------
 
     def __enter__(self) -> "Engine":
-        try:
-            self._open()
-        except BaseException:
-            self.close()
-            raise
+        self.open()
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def _open(self) -> None:
+    def open(self) -> Opened:
+        """Locks taken, store opened, what an earlier run left finished; returns what that did. A
+        failure closes what was opened, then is raised."""
+        try:
+            return self._open()
+        except BaseException:
+            self.close()
+            raise
+
+    def _open(self) -> Opened:
         """The collaborators, each built once, after those it is given."""
         if self.config is None:
             self.config = load_hermes_config(self.profile.home, (), self.env.installations.managed_for(self.profile))
@@ -118,13 +120,15 @@ class Engine:
         self.tokenizer = Tokenizer(self.store, self.dry_run, self._tokenizer_loaded)
         self.deletes = Deletes(self.store, lambda: self.references, self.now, lambda: data_version(self.store))
         if self.dry_run:  # (its bus says who would listen: noticed.py; it starts no plugin process)
-            self.aftermath = Aftermath(self.profile, True, bus=self._bus())
+            self.aftermath = Aftermath(self.profile, True, bus=hook_bus(self.profile, self.config, self.env))
         else:
             self._open_writing()
         self.space = Space(self.store, self.pacer, self.incremental, self.dry_run)
-        if not self.dry_run:
-            self.recovered, self.left = self._splits.finish_all()  # before the replay: its events are committed
-            self.replayed = self.aftermath.replay(self.store.db)
+        if self.dry_run:
+            return Opened(tuple(self.config.warnings))
+        recovered, self._left = self._splits.finish_all()  # before the replay: its events are committed
+        replayed = self.aftermath.replay(self.store.db)
+        return Opened(tuple(self.config.warnings), tuple(recovered), tuple(replayed))
 
     def _open_writing(self) -> None:
         """The collaborators of a run that writes."""
@@ -136,32 +140,28 @@ class Engine:
         self.fts = FtsMerges(db, [t for t in FTS_TABLES if self._has_index(t)])
         self.outbox = Outbox(self.profile)
         self.remover = FileRemover(str(self.profile.sessions_dir))
-        self.bus = self._bus()
+        self.bus = hook_bus(self.profile, self.config, self.env)
         self.aftermath = Aftermath(self.profile, False, self.outbox, self.bus, self.remover)
         self.pacer = Pacer(db, self.turns, self.commits, self.fts, self.aftermath.after_durable)
         self.export = ExportFile(self.profile, self.export_settings, self.now, files=lambda: self.aftermath.files)
         self._ahead = ExportAhead(self.store, self.export, self.export_settings, self.pacer)
         self._splits = SplitDeletes(self.store, self.pacer, self.outbox, self.aftermath, self.deletes,
                                     lambda result: self._settle(result, merge=True), self.require_tokenizer)
-
-    def _bus(self) -> HookBus:
-        # Opt-in: with nothing in plugins.enabled, no plugin Hermes loads that way hears anything,
-        # so no installation is looked for, no folder scanned, no plugin process started.
-        env = self.env
-        if not self.config.plugins_enabled or safe_mode(env.hermes):
-            return HookBus(self.profile, [], self.config.hook_timeout, verbose=env.verbose, hermes_env=env.hermes)
-        lookup = env.installations.for_profile(self.profile)
-        timeout, _ = installation.hook_timeout(self.config, lookup)
-        ours = [] if lookup.installation is not None else discover_plugins(self.profile.home, self.config, env.hermes)
-        return HookBus(self.profile, ours, timeout, installation=lookup.installation, notes=lookup.notes,
-                       verbose=env.verbose, hermes_env=env.hermes)
+        self._steps = DeleteSteps(self._ahead, self._splits, self.deletes, self.pacer, self.commits, self.outbox,
+                                  self.aftermath, self.progress)
 
     def _has_index(self, table: str) -> bool:
         """Is the FTS5 index there whole (the table and the shadow tables FtsMerges reads and writes)?"""
         return all(self.store.schema.has_table(table + part) for part in ("", "_config", "_data"))
 
-    def close(self) -> None:
+    def close(self) -> Closed:
+        """Everything closed, the locks last; returns what closing did. Called again (after a close
+        that failed too), it closes nothing more and says the same."""
+        if self._closed is not None:
+            return self._closed
         pruned: list[str] = []
+        removed: list[dict] = []
+        export = self.export.path if self.export is not None else None
         try:
             for part in (self._ahead, self.export, self.bus, self.checkpointer, self.remover):
                 if part is not None:  # an export under way finishes (a member is whole or not listed)
@@ -170,25 +170,26 @@ class Engine:
                 if self.store.writable and self.space is not None:  # (not built if opening failed before it)
                     self.space.passive_checkpoint()
                 self.store.close()
-            pruned = self._prune_exports()
+            removed, pruned = self._prune_exports()
             if self.outbox is not None:
                 self.outbox.forget_old()
                 self.outbox.close()
             if self.locks is not None:
                 self.locks.__exit__(None, None, None)
         finally:  # each collaborator's notes, in the order met: said even when closing failed, gathered once
-            self.notes = self.notes or [note for part in (self.locks, self.outbox, self.aftermath) if part is not None
-                                        for note in part.notes] + self.left + pruned
+            notes = [note for part in (self.locks, self.outbox, self.aftermath) if part is not None
+                     for note in part.notes] + self._left + pruned
+            self._closed = Closed(tuple(notes), tuple(removed), tuple(self.space.waits if self.space else ()),
+                                  str(export) if export is not None and export.exists() else None)
             self.bus = self.store = self.outbox = self.locks = self.checkpointer = self.remover = None
-            self.commits = self.turns = self.pacer = self._ahead = None
+            self.commits = self.turns = self.pacer = self._ahead = self._steps = None
+        return self._closed
 
-    def _prune_exports(self) -> list[str]:
-        """Exports past `export_keep_days` go, each reported; a dry run names them; what could not go, returned."""
+    def _prune_exports(self) -> tuple[list[dict], list[str]]:
+        """Exports past `export_keep_days` go, each reported (a dry run names them); with what could not go."""
         if not (self._prunes and (self.outbox is not None or self.dry_run)):  # opened: this profile's run is ours
-            return []
-        self.exports_removed, problems = exports.at_run_end(self.profile, self.export_settings, self.now(),
-                                                            self.outbox, self.dry_run)
-        return problems
+            return [], []
+        return exports.at_run_end(self.profile, self.export_settings, self.now(), self.outbox, self.dry_run)
 
     # -- what callers read -------------------------------------------------------
 
@@ -208,6 +209,41 @@ class Engine:
 
     def held_by_others(self) -> str | None:
         return self.space.held_by_others()
+
+    def read(self, work: Callable):
+        """`work(db)` on the engine's own connection, for a caller's reads (a selection's, a repair's
+        checks): between the engine's calls no transaction of ours is open."""
+        return work(self.store.db)
+
+    def live_ids(self, now: float) -> dict[str, str]:
+        """Sessions a live Hermes process is at work on (store/guards.py) -> why."""
+        return sql.live_ids(self.store.db, self.store.schema, now)
+
+    def blocked(self, ids: list[str]) -> dict[str, str]:
+        """Ids a live Hermes is at work on, or a table we do not know points at -> why."""
+        return self.deletes.blocked(self.store.db, ids)
+
+    def as_left(self, rows: dict) -> dict:
+        """A selection's rows as this run has left them (a dry run's closes: deletes.py)."""
+        return self.deletes.as_left(rows)
+
+    def write(self, work: Callable, weight: int | None, what: str, quiet: bool = True):
+        """A caller's own `work(db)` (a repair's), in one write transaction paced like the engine's;
+        not one of the report's: returns what `work` returned."""
+        return self.pacer.write(work, weight, Result(self.profile.name, "write", None, False), what, quiet=quiet).value
+
+    def transaction(self, work: Callable):
+        """`work(db)` in one write transaction of its own, whole, neither paced nor quieted (an index
+        rebuild, which must not be cut into steps)."""
+        return write_transaction(self.store.db, work)
+
+    def announce_noticed(self, now: float, retention_days: float, why_not: str | None) -> Result | None:
+        """The sessions deleted outside hermes-admin since the last look, announced (noticed.py)."""
+        return announce(self.profile, self.store, self.outbox, self.aftermath, now, retention_days, why_not)
+
+    def announce_lost(self, ids: list[str], reason: str) -> list[HookFailure]:
+        """Sessions a repair could not bring back, one event each (aftermath.py)."""
+        return self.aftermath.announce_lost(ids, reason)
 
     def reclaim(self, result: Result) -> int:
         return self.space.reclaim(result)
@@ -234,15 +270,15 @@ class Engine:
 
     def delete(self, units: list[Unit], reason: str, recheck: Recheck | None = None,
                orphans: bool = False, result: Result | None = None) -> Result:
-        """Delete whole units. `recheck` re-applies the selection rule inside each transaction.
+        """Delete whole units, asked as one `Ask` (deletes.py): `recheck` re-applies the selection rule
+        inside each transaction; `orphans=True` for units whose session rows are gone already.
 
-        `orphans=True` is for units whose session rows are already gone (message
-        and usage rows left behind): they go without the existence check.
         What is done goes into `result`, the caller's (a new one if none), as each transaction
         commits: what committed before a failure is there for the caller to report.
         Inside a caller's `batch` (a purge in parts) its files and events are left to the batch;
         else they are settled before it returns (after an error too).
         """
+        ask = Ask(reason, recheck, orphans)
         result = result if result is not None else Result(self.profile.name, "delete", reason, self.dry_run)
         if not units:
             return result
@@ -255,57 +291,8 @@ class Engine:
             return result
         synced_last = not self._batched  # settled here, its last commit synced; else when the caller's batch ends
         with self.batch(result):
-            self._delete(units, reason, recheck, orphans, synced_last, result)
+            self._steps.run(f"{self.profile.name}: {reason}", units, ask, synced_last, result)
         return result
-
-    def _delete(self, units: list[Unit], reason: str, recheck: Recheck | None, orphans: bool, synced_last: bool,
-                result: Result) -> None:
-        what, done = f"{self.profile.name}: {reason}", 0
-        self.progress(what, done, len(units), False)
-        try:
-            for step in self._ahead.steps(units, reason, orphans, result):
-                if step.split:
-                    self._splits.split(step.units[0], step.exported[step.units[0].session_id], reason, recheck,
-                                       result)
-                else:
-                    self._delete_chunk(step, step.last and synced_last, reason, recheck, orphans, result)
-                done += len(step.units)
-                self.progress(what, done, len(units), False)
-                self.pacer.merge_owed(result, MERGE_STEPS)
-        finally:
-            self.progress(what, done, len(units), True)
-
-    def _delete_chunk(self, step: Step, last: bool, reason: str, recheck: Recheck | None, orphans: bool,
-                      result: Result) -> None:
-        chunk, listening = step.units, self.listening
-        event_ids = self.outbox.add_pending("delete", reason, chunk) if listening else [None] * len(chunk)
-        synced = self.commits.before(last)
-
-        try:
-            held = self.pacer.hold(lambda db: self.deletes.in_transaction(db, chunk, step.exported, recheck, orphans))
-        except BaseException:
-            if listening:
-                self.outbox.settle({}, event_ids)  # rolled back: these events must never fire
-            raise
-        # Committed, `follow` says what follows; it needs no write lock, so it fills the pause we owe.
-        self.pacer.settle(held, step.weight, result, f"a delete of {len(chunk)} unit(s)", synced=synced,
-                          follow=lambda done: self._deleted(chunk, event_ids, reason, done, result))
-
-    def _deleted(self, chunk: list[Unit], event_ids: list, reason: str, done: tuple[Decision, bool],
-                 result: Result):
-        """What a delete's commit settles: the outbox told, the report, the files and events to follow."""
-        decision, wrote = done
-        went = decision.changes
-        committed = {event_ids[i]: list(ids) for i, ids in went.items()} if self.listening else {}
-        self.outbox.settle(committed, [e for i, e in enumerate(event_ids) if i not in went and e is not None],
-                           gone=[] if self.listening else [i for ids in went.values() for i in ids])  # noticed.py
-        decision.outcome().fold_into(result)
-        paths: list[str] = []
-        for ids in went.values():
-            paths += self.aftermath.paths_of(list(ids), result)
-        events = [Event(event_ids[i], "delete", chunk[i].session_id, reason, list(ids))
-                  for i, ids in went.items()] if self.listening else []
-        return wrote, (paths, events)
 
     @contextmanager
     def batch(self, result: Result) -> Iterator[Result]:
@@ -395,5 +382,9 @@ class Engine:
     def restore(self, path: Path, wanted: set[str] | None, result: Result, **how) -> str | None:
         """`hermes-admin restore`: an export's units back (restore.py; `how`: pin, other_profile)."""
         self.require_tokenizer("restore into")  # the messages put back fire the CJK triggers too
-        return restore_file(self.store, self.pacer, path, wanted, self.dry_run, result, **how)
+        try:
+            return restore_file(self.store, self.pacer, path, wanted, self.dry_run, result, **how)
+        finally:  # what is back is no longer gone by our hand (noticed.py); after a failure too
+            if self.outbox is not None:
+                self.outbox.back([i for done in result.done for i in done.ids])
 
