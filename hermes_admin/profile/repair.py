@@ -33,7 +33,7 @@ from pathlib import Path
 
 from hermes_admin.model import Profile
 from hermes_admin.profile import integrity, lost_sessions
-from hermes_admin.profile.engine import FTS_TABLES, Engine, held_by_path, row_weight
+from hermes_admin.profile.engine import FTS_TABLES, Engine, fold, held_by_path, row_weight
 from hermes_admin.profile.exports import UNIT_WEIGHT, Settings
 from hermes_admin.profile.state_folder import LockHeld, ProfileLocks, RecordedFlock, state_folder
 from hermes_admin.profile.environment import Environment
@@ -348,7 +348,7 @@ def _move(source: Engine, target_profile: Profile, moves: list[Finding], result:
     units = [Unit(f.subject, [f.subject], f"moved to profile '{target_profile.shown}'") for f in verified]
     moved, failed = Result(source.profile.name, "delete", "profile_repair", False), None
     try:
-        source.delete(units, "profile_repair", result=moved)
+        fold(moved, lambda: source.delete(units, "profile_repair"))
     except (OSError, RuntimeError, StoreError, LockHeld, *SQLITE_ERRORS) as exc:  # as a single fix fails
         failed = " ".join(str(exc).split())
     result.absorb(moved)  # what committed, a failure after it or not

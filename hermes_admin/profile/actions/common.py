@@ -12,7 +12,7 @@ from hermes_admin.hook_failures import HookFailure
 from hermes_admin.layers import PolicyLayers
 from hermes_admin.model import Profile
 from hermes_admin.problems import ERROR, LOCKED, WARNING, Problem, about
-from hermes_admin.profile.engine import Engine
+from hermes_admin.profile.engine import Engine, Interrupted, fold
 from hermes_admin.profile.exports import Settings
 from hermes_admin.profile.state_folder import LockHeld
 from hermes_admin.profile.environment import Environment
@@ -52,18 +52,16 @@ def refuse_too_broad(engine: Engine, count: Callable[[Graph], tuple[int, int]]) 
 
 
 def act_in_parts(engine: Engine, result: Result, parts: Iterable[list[Unit]],
-                 act: Callable[[list[Unit], Result], Result]) -> Result:
-    """`act` (one engine call, writing into the part's own result it is given) on each part's units,
-    each part folded into `result`, what committed before an error too. The files and events of
-    every part are settled once, at the end (the engine's batch); after an error too, for what did
-    commit, which `result` then holds."""
-    with engine.batch(result):
+                 act: Callable[[list[Unit]], Result]) -> Result:
+    """`act` (one engine call, returning what it did) on each part's units, each outcome folded into
+    `result`, what committed before an error too. The files and events of every part are settled
+    once, at the end (the engine's batch); after an error too, for what did commit, which `result`
+    then holds."""
+    def each_part() -> None:
         for units in parts:
-            part = Result(result.profile, result.action, result.reason, result.dry_run)
-            try:
-                act(units, part)
-            finally:
-                result.absorb(part)
+            fold(result, lambda: act(units))
+
+    fold(result, lambda: engine.batched(each_part))
     return result
 
 
@@ -232,6 +230,8 @@ def store_holders(profile: Profile) -> str:
 
 def _record(run: Run, profile: Profile, exc: BaseException) -> None:
     """A profile's failure, as one line in the report; anything else (a bug, Ctrl-C) goes on up."""
+    if isinstance(exc, Interrupted):  # an engine call's outcome no one folded (`fold`): its failure is said
+        exc = exc.failure
     if isinstance(exc, LockHeld):
         run.add(about(profile, LOCKED, "lock_held", str(exc), skipped=True))
     elif isinstance(exc, WriteLockHeld):  # what committed before is reported with it; exit 3, not 2

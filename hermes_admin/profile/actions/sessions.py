@@ -82,7 +82,7 @@ def delete(run: Run, profile: Profile, env: Environment, ids: list[str], filters
     def work(engine: Engine) -> list[Result]:
         with ledger.begun(Result(profile.name, "delete", "delete", engine.dry_run)) as result:
             act_in_parts(engine, result, _parts_of_units(engine, ids, filters, force, False, delete_unit),
-                         lambda units, part: engine.delete(units, "delete", result=part))
+                         lambda units: engine.delete(units, "delete"))
         return ledger.results
 
     with_engine(run, profile, env, _guarded(run, work), exports, ledger=ledger)
@@ -100,7 +100,7 @@ def archive(run: Run, profile: Profile, env: Environment, ids: list[str], archiv
     def work(engine: Engine) -> list[Result]:
         with ledger.begun(Result(profile.name, action, reason, engine.dry_run)) as result:
             act_in_parts(engine, result, _parts_of_units(engine, ids, filters, force, True, lineage),
-                         lambda units, part: engine.set_archived(units, archived, reason, result=part))
+                         lambda units: engine.set_archived(units, archived, reason))
         return ledger.results
 
     with_engine(run, profile, env, _guarded(run, work), ledger=ledger)

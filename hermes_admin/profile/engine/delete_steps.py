@@ -13,7 +13,7 @@ from hermes_admin.profile.engine.deletes import Ask, Deletes
 from hermes_admin.profile.engine.export_ahead import ExportAhead, Step
 from hermes_admin.profile.engine.group_commit import GroupCommit
 from hermes_admin.profile.engine.outbox import Event, Outbox
-from hermes_admin.profile.engine.pacer import MERGE_STEPS, Pacer
+from hermes_admin.profile.engine.pacer import MERGE_STEPS, MERGE_STEPS_AT_END, Pacer
 from hermes_admin.profile.engine.splits import SplitDeletes
 from hermes_admin.profile.lineage import Unit
 from hermes_admin.results import Result
@@ -46,6 +46,18 @@ class DeleteSteps:
                 self.pacer.merge_owed(result, MERGE_STEPS)
         finally:
             self.progress(what, done, len(units), True)
+
+    def settle(self, result: Result, merge: bool) -> None:
+        """Once every commit so far is durable: its files removed, its events fired, all in `result`;
+        `merge`: FTS5 merging owed is done first (not after an error)."""
+        try:
+            if merge:
+                self.pacer.merge_owed(result, MERGE_STEPS_AT_END)
+            self.aftermath.after_durable(self.commits.flush(), result)
+        finally:
+            self.aftermath.collect_files(result)
+            if self.aftermath.bus is not None:
+                result.hook_failures += self.aftermath.bus.repeats()
 
     def _chunk(self, step: Step, last: bool, ask: Ask, result: Result) -> None:
         chunk, listening = step.units, self.aftermath.listening

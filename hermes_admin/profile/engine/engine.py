@@ -32,12 +32,12 @@ from hermes_admin.profile.engine.delete_steps import DeleteSteps, Progress
 from hermes_admin.profile.engine.deletes import Ask, Deletes, Recheck
 from hermes_admin.profile.engine.export_ahead import ExportAhead, data_version, stop_note
 from hermes_admin.profile.engine.noticed import announce
-from hermes_admin.profile.engine.outcomes import Closed, Opened
+from hermes_admin.profile.engine.outcomes import Closed, Opened, carried
 from hermes_admin.profile.exports import ExportFile, Settings
 from hermes_admin.profile.engine.fts_merges import FtsMerges
 from hermes_admin.profile.engine.group_commit import GroupCommit
 from hermes_admin.profile.engine.outbox import Outbox
-from hermes_admin.profile.engine.pacer import MERGE_STEPS_AT_END, Pacer, first_budget
+from hermes_admin.profile.engine.pacer import Pacer, first_budget
 from hermes_admin.profile.engine.packing import units_by_count
 from hermes_admin.profile.engine.remover import FileRemover
 from hermes_admin.profile.engine.restore import restore_file
@@ -146,7 +146,7 @@ class Engine:
         self.export = ExportFile(self.profile, self.export_settings, self.now, files=lambda: self.aftermath.files)
         self._ahead = ExportAhead(self.store, self.export, self.export_settings, self.pacer)
         self._splits = SplitDeletes(self.store, self.pacer, self.outbox, self.aftermath, self.deletes,
-                                    lambda result: self._settle(result, merge=True), self.require_tokenizer)
+                                    lambda result: self._steps.settle(result, merge=True), self.require_tokenizer)
         self._steps = DeleteSteps(self._ahead, self._splits, self.deletes, self.pacer, self.commits, self.outbox,
                                   self.aftermath, self.progress)
 
@@ -211,8 +211,7 @@ class Engine:
         return self.space.held_by_others()
 
     def read(self, work: Callable):
-        """`work(db)` on the engine's own connection, for a caller's reads (a selection's, a repair's
-        checks): between the engine's calls no transaction of ours is open."""
+        """`work(db)` on the engine's connection, for a caller's reads: between calls no transaction is open."""
         return work(self.store.db)
 
     def live_ids(self, now: float) -> dict[str, str]:
@@ -228,13 +227,11 @@ class Engine:
         return self.deletes.as_left(rows)
 
     def write(self, work: Callable, weight: int | None, what: str, quiet: bool = True):
-        """A caller's own `work(db)` (a repair's), in one write transaction paced like the engine's;
-        not one of the report's: returns what `work` returned."""
+        """A caller's `work(db)` (a repair's) in one transaction paced like ours, not in the report."""
         return self.pacer.write(work, weight, Result(self.profile.name, "write", None, False), what, quiet=quiet).value
 
     def transaction(self, work: Callable):
-        """`work(db)` in one write transaction of its own, whole, neither paced nor quieted (an index
-        rebuild, which must not be cut into steps)."""
+        """`work(db)` in one write transaction, whole, neither paced nor quieted (an index rebuild)."""
         return write_transaction(self.store.db, work)
 
     def announce_noticed(self, now: float, retention_days: float, why_not: str | None) -> Result | None:
@@ -245,17 +242,34 @@ class Engine:
         """Sessions a repair could not bring back, one event each (aftermath.py)."""
         return self.aftermath.announce_lost(ids, reason)
 
-    def reclaim(self, result: Result) -> int:
-        return self.space.reclaim(result)
+    # -- the calls: each returns what it did (a failure carries it: outcomes.Interrupted) --------
 
-    def vacuum_if_worth(self, result: Result, asked: bool = True) -> bool:
-        return self.space.vacuum_if_worth(result, asked)
+    def _call(self, action: str, reason: str | None = None):  # one call's outcome (outcomes.carried)
+        return carried(Result(self.profile.name, action, reason, self.dry_run))
 
-    def compact(self, force: bool, result: Result) -> dict:  # the operator's word (space.py)
-        return self.space.compact(force, result)
+    def reclaim(self) -> Result:
+        """Free pages back to the file system, on a store in incremental auto-vacuum (space.py)."""
+        with self._call("reclaim") as outcome:
+            self.space.reclaim(outcome)
+        return outcome
 
-    def remove_orphan_files(self, paths: list[str], result: Result) -> None:
-        self.aftermath.remove_orphan_files(paths, result)
+    def vacuum_if_worth(self, asked: bool = True) -> Result:
+        """A VACUUM when it is worth it and nobody holds the store (space.py); `vacuumed`: it ran."""
+        with self._call("vacuum") as outcome:
+            outcome.vacuumed = self.space.vacuum_if_worth(outcome, asked)
+        return outcome
+
+    def compact(self, force: bool) -> tuple[Result, dict]:
+        """The operator's word (space.py): what it did, and the report's row of what it gave back."""
+        with self._call("compact") as outcome:
+            row = self.space.compact(force, outcome)
+        return outcome, row
+
+    def remove_orphan_files(self, paths: list[str]) -> Result:
+        """Per-session files whose session row is gone (no event: no rows went)."""
+        with self._call("delete") as outcome:
+            self.aftermath.remove_orphan_files(paths, outcome)
+        return outcome
 
     def require_tokenizer(self, doing: str = "delete from") -> None:
         """Deleting (or restoring) messages fires the CJK FTS triggers, which need Hermes' tokenizer."""
@@ -269,37 +283,43 @@ class Engine:
     # -- deletion --------------------------------------------------------------
 
     def delete(self, units: list[Unit], reason: str, recheck: Recheck | None = None,
-               orphans: bool = False, result: Result | None = None) -> Result:
+               orphans: bool = False) -> Result:
         """Delete whole units, asked as one `Ask` (deletes.py): `recheck` re-applies the selection rule
         inside each transaction; `orphans=True` for units whose session rows are gone already.
 
-        What is done goes into `result`, the caller's (a new one if none), as each transaction
-        commits: what committed before a failure is there for the caller to report.
-        Inside a caller's `batch` (a purge in parts) its files and events are left to the batch;
-        else they are settled before it returns (after an error too).
+        Returns what it did, filled as each transaction commits: after a failure, what committed
+        before it is carried by the error (Interrupted.partial). Inside a caller's `batched` (a purge
+        in parts) its files and events are left to the batch; else they are settled before it
+        returns (after an error too).
         """
         ask = Ask(reason, recheck, orphans)
-        result = result if result is not None else Result(self.profile.name, "delete", reason, self.dry_run)
-        if not units:
-            return result
-        self.require_tokenizer()
-        units = self.deletes.in_store_order(units)
-        if self.dry_run:  # the same decision, each chunk in a read transaction; nothing exported, nothing applied
-            for decision in self._dry(units, result, lambda db, chunk: self.deletes.decide(db, chunk, {}, recheck,
-                                                                                        orphans)):
-                self.aftermath.remove_files(decision.ids, result)  # lists them: a dry run unlinks nothing
-            return result
-        synced_last = not self._batched  # settled here, its last commit synced; else when the caller's batch ends
-        with self.batch(result):
-            self._steps.run(f"{self.profile.name}: {reason}", units, ask, synced_last, result)
+        with self._call("delete", reason) as result:
+            if not units:
+                return result
+            self.require_tokenizer()
+            units = self.deletes.in_store_order(units)
+            if self.dry_run:  # the same decision, each chunk in a read transaction; nothing exported or applied
+                for decision in self._dry(units, result, lambda db, chunk: self.deletes.decide(db, chunk, {}, recheck,
+                                                                                            orphans)):
+                    self.aftermath.remove_files(decision.ids, result)  # lists them: a dry run unlinks nothing
+                return result
+            synced_last = not self._batched  # settled here, its last commit synced; else when the batch ends
+            with self._batch(result):
+                self._steps.run(f"{self.profile.name}: {reason}", units, ask, synced_last, result)
         return result
 
+    def batched(self, work: Callable[[], None]) -> Result:
+        """`work()`: engine calls whose files and events are settled together when it ends (after an
+        error too: what did commit gets its files removed and its events, with no merging on top of
+        the error). Returns what settling did; a failure carries it (Interrupted)."""
+        with self._call("batch") as outcome, self._batch(outcome):
+            work()
+        return outcome
+
     @contextmanager
-    def batch(self, result: Result) -> Iterator[Result]:
-        """Engine calls whose files and events are settled together when the `with` ends, into
-        `result`: the caller's, who owns it and reports it. After an error too (what did commit gets
-        its files removed and its events, with no merging on top of the error). Inside another
-        batch, that one settles."""
+    def _batch(self, result: Result) -> Iterator[Result]:
+        """What `batched` settles, into `result`, when the `with` ends. Inside another batch, that
+        one settles."""
         if self._batched or self.dry_run:
             yield result
             return
@@ -310,49 +330,36 @@ class Engine:
             failed = False
         finally:
             self._batched = False
-            self._settle(result, merge=not failed)
-
-    def _settle(self, result: Result, merge: bool) -> None:
-        """Once every commit so far is durable: its files removed, its events fired, all in `result`;
-        `merge`: FTS5 merging owed is done first (not after an error)."""
-        try:
-            if merge:
-                self.pacer.merge_owed(result, MERGE_STEPS_AT_END)
-            self.aftermath.after_durable(self.commits.flush(), result)
-        finally:
-            self.aftermath.collect_files(result)
-            if self.bus is not None:
-                result.hook_failures += self.bus.repeats()
+            self._steps.settle(result, merge=not failed)
 
     # -- row updates: archive, stale rows closed ---------------------------------------
 
-    def set_archived(self, units: list[Unit], archived: bool, reason: str | None, swept: bool = False,
-                     result: Result | None = None) -> Result:
+    def set_archived(self, units: list[Unit], archived: bool, reason: str | None, swept: bool = False) -> Result:
         """Archive (or unarchive) whole units; an event fires only for a real unarchived -> archived change.
-        `swept`: the inactivity sweep's (live units stay: rows.Flip), not a deliberate one. What is done
-        goes into `result`, the caller's (a new one if none), as each transaction commits."""
-        if result is None:
-            result = Result(self.profile.name, "archive" if archived else "unarchive", reason, self.dry_run)
+        `swept`: the inactivity sweep's (live units stay: rows.Flip), not a deliberate one. Returns what
+        it did, filled as each transaction commits (a failure carries it, as `delete`'s)."""
         flip = Flip(archived, provenance=self.store.schema.has_column("sessions", "auto_archived"), swept=swept)
-        if self.dry_run:
-            self._dry(units, result, lambda db, chunk: flip.decide(db, self.deletes, chunk))
-            return result
-        for chunk, weight in self._by_count(units, result):
-            flip_archived(self.pacer, self.aftermath, self.deletes, flip, chunk, weight, reason,
-                          result).fold_into(result)
+        with self._call("archive" if archived else "unarchive", reason) as result:
+            if self.dry_run:
+                self._dry(units, result, lambda db, chunk: flip.decide(db, self.deletes, chunk))
+                return result
+            for chunk, weight in self._by_count(units, result):
+                flip_archived(self.pacer, self.aftermath, self.deletes, flip, chunk, weight, reason,
+                              result).fold_into(result)
         return result
 
-    def close_stale(self, units: list[Unit], recheck: Recheck, now: float, result: Result | None = None) -> Result:
+    def close_stale(self, units: list[Unit], recheck: Recheck, now: float) -> Result:
         """Close open rows a dead process left (tasks/stale.py): `ended_at` the run's `now`, `end_reason`
-        'startup_orphan_reap', as Hermes does; silent (nothing is deleted: no event, no file). What is
-        done goes into `result`, the caller's (a new one if none), as each transaction commits."""
-        result = result if result is not None else Result(self.profile.name, "close", None, self.dry_run)
-        if self.dry_run:
-            for decision in self._dry(units, result, lambda db, chunk: decide_close(db, self.deletes, chunk, recheck)):
-                self.deletes.closed_in_dry_run.update(dict.fromkeys(decision.ids, now))  # for the later tasks
-            return result
-        for chunk, weight in self._by_count(units, result):
-            close_stale_rows(self.pacer, self.deletes, chunk, weight, recheck, now, result).fold_into(result)
+        'startup_orphan_reap', as Hermes does; silent (nothing is deleted: no event, no file). Returns
+        what it did, filled as each transaction commits (a failure carries it, as `delete`'s)."""
+        with self._call("close") as result:
+            if self.dry_run:
+                for decision in self._dry(units, result, lambda db, chunk: decide_close(db, self.deletes, chunk,
+                                                                                      recheck)):
+                    self.deletes.closed_in_dry_run.update(dict.fromkeys(decision.ids, now))  # for the later tasks
+                return result
+            for chunk, weight in self._by_count(units, result):
+                close_stale_rows(self.pacer, self.deletes, chunk, weight, recheck, now, result).fold_into(result)
         return result
 
     def _dry(self, units: list[Unit], result: Result,
@@ -379,12 +386,14 @@ class Engine:
 
     # -- restore ---------------------------------------------------------------
 
-    def restore(self, path: Path, wanted: set[str] | None, result: Result, **how) -> str | None:
-        """`hermes-admin restore`: an export's units back (restore.py; `how`: pin, other_profile)."""
+    def restore(self, path: Path, wanted: set[str] | None, **how) -> tuple[Result, str | None]:
+        """`hermes-admin restore`: an export's units back (restore.py; `how`: pin, other_profile).
+        Returns what it did (a failure carries it) and the other profile's home it was made in, if any."""
         self.require_tokenizer("restore into")  # the messages put back fire the CJK triggers too
-        try:
-            return restore_file(self.store, self.pacer, path, wanted, self.dry_run, result, **how)
-        finally:  # what is back is no longer gone by our hand (noticed.py); after a failure too
-            if self.outbox is not None:
-                self.outbox.back([i for done in result.done for i in done.ids])
+        with self._call("restore") as result:
+            try:
+                return result, restore_file(self.store, self.pacer, path, wanted, self.dry_run, result, **how)
+            finally:  # what is back is no longer gone by our hand (noticed.py); after a failure too
+                if self.outbox is not None:
+                    self.outbox.back([i for done in result.done for i in done.ids])
 
