@@ -254,10 +254,10 @@ class Engine:
         return outcome
 
     def vacuum_if_worth(self, asked: bool = True) -> Result:
-        """A VACUUM when it is worth it and nobody holds the store (space.py); `vacuumed`: it ran."""
-        with self._call("vacuum") as outcome:
-            outcome.vacuumed = self.space.vacuum_if_worth(outcome, asked)
-        return outcome
+        """A VACUUM when it is worth it and nobody holds the store (space.py); `vacuumed`: it ran (one
+        statement: a failure has nothing done before it to carry)."""
+        vacuumed, notes = self.space.vacuum_if_worth(asked)
+        return Result(self.profile.name, "vacuum", None, self.dry_run, vacuumed=vacuumed, notes=notes)
 
     def compact(self, force: bool) -> tuple[Result, dict]:
         """The operator's word (space.py): what it did, and the report's row of what it gave back."""
