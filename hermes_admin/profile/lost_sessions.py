@@ -70,7 +70,7 @@ def lost(known_ids: Known, kept: Iterable[str]) -> list[str]:
 
 def restorable(profile: Profile, settings: exports.Settings | None, ids: Iterable[str]) -> dict[str, dict]:
     """For each of `ids` an export of this profile holds: the newest such export's held unit
-    (engine/exports.held_units: its id, file, the unit's head)."""
+    (exports.held_units: its id, file, the unit's head)."""
     wanted = set(ids)
     if not wanted:
         return {}
