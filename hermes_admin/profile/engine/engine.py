@@ -54,7 +54,7 @@ from hermes_admin.profile.store import Store, sql
 from hermes_admin.profile.store.connect import read_transaction, write_transaction
 from hermes_admin.profile.store.read import journal_mode
 from hermes_admin.hook_failures import HookFailure
-from hermes_admin.results import Result
+from hermes_admin.results import Action, Result
 
 FTS_TABLES = ("messages_fts", "messages_fts_trigram")  # Hermes' FTS5 indexes (its CJK one: tokenizer.py)
 
@@ -228,7 +228,7 @@ class Engine:
 
     def write(self, work: Callable, weight: int | None, what: str, quiet: bool = True):
         """A caller's `work(db)` (a repair's) in one transaction paced like ours, not in the report."""
-        return self.pacer.write(work, weight, Result(self.profile.name, "write", None, False), what, quiet=quiet).value
+        return self.pacer.write(work, weight, Result(self.profile.name, Action.REPAIR, None, False), what, quiet=quiet).value
 
     def transaction(self, work: Callable):
         """`work(db)` in one write transaction, whole, neither paced nor quieted (an index rebuild)."""
@@ -244,12 +244,12 @@ class Engine:
 
     # -- the calls: each returns what it did (a failure carries it: outcomes.Interrupted) --------
 
-    def _call(self, action: str, reason: str | None = None):  # one call's outcome (outcomes.carried)
+    def _call(self, action: Action, reason: str | None = None):  # one call's outcome (outcomes.carried)
         return carried(Result(self.profile.name, action, reason, self.dry_run))
 
     def reclaim(self) -> Result:
         """Free pages back to the file system, on a store in incremental auto-vacuum (space.py)."""
-        with self._call("reclaim") as outcome:
+        with self._call(Action.COMPACT) as outcome:  # free pages back, as compact gives them
             self.space.reclaim(outcome)
         return outcome
 
@@ -257,11 +257,11 @@ class Engine:
         """A VACUUM when it is worth it and nobody holds the store (space.py); `vacuumed`: it ran (one
         statement: a failure has nothing done before it to carry)."""
         vacuumed, notes = self.space.vacuum_if_worth(asked)
-        return Result(self.profile.name, "vacuum", None, self.dry_run, vacuumed=vacuumed, notes=notes)
+        return Result(self.profile.name, Action.COMPACT, None, self.dry_run, vacuumed=vacuumed, notes=notes)
 
     def compact(self, force: bool) -> tuple[Result, dict]:
         """The operator's word (space.py): what it did, and the report's row of what it gave back."""
-        with self._call("compact") as outcome:
+        with self._call(Action.COMPACT) as outcome:
             row = self.space.compact(force, outcome)
         return outcome, row
 
@@ -312,7 +312,7 @@ class Engine:
         """`work()`: engine calls whose files and events are settled together when it ends (after an
         error too: what did commit gets its files removed and its events, with no merging on top of
         the error). Returns what settling did; a failure carries it (Interrupted)."""
-        with self._call("batch") as outcome, self._batch(outcome):
+        with self._call(Action.NONE) as outcome, self._batch(outcome):  # no unit of its own
             work()
         return outcome
 
