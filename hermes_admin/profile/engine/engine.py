@@ -16,6 +16,7 @@ A facade over its collaborators (docs/design.md §5):
 
 from __future__ import annotations
 
+import os
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -180,7 +181,7 @@ class Engine:
             notes = [note for part in (self.locks, self.outbox, self.aftermath) if part is not None
                      for note in part.notes] + self._left + pruned
             self._closed = Closed(tuple(notes), tuple(removed), tuple(self.space.waits if self.space else ()),
-                                  str(export) if export is not None and export.exists() else None)
+                                  str(export) if export is not None and os.path.exists(export) else None)
             self.bus = self.store = self.outbox = self.locks = self.checkpointer = self.remover = None
             self.commits = self.turns = self.pacer = self._ahead = self._steps = None
         return self._closed
@@ -242,9 +243,7 @@ class Engine:
         """Sessions a repair could not bring back, one event each (aftermath.py)."""
         return self.aftermath.announce_lost(ids, reason)
 
-    # -- the calls: each returns what it did (a failure carries it: outcomes.Interrupted) --------
-
-    def _call(self, action: Action, reason: str | None = None):  # one call's outcome (outcomes.carried)
+    def _call(self, action: Action, reason: str | None = None):  # a call's outcome; a failure carries it
         return carried(Result(self.profile.name, action, reason, self.dry_run))
 
     def reclaim(self) -> Result:
