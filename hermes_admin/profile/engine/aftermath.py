@@ -96,17 +96,20 @@ class Aftermath:
             self.remover.drain()  # files before events: a plugin sees the files gone
             result.hook_failures += self.deliver(events)
 
-    def paths_of(self, ids: list[str], result: Result) -> list[str]:
-        paths = []
+    def paths_of(self, ids: list[str]) -> tuple[list[str], list[str]]:
+        """The files in sessions/ of these sessions, and a line for each id that cannot name one (left alone)."""
+        paths, left = [], []
         for sid in ids:
             if unsafe_id(sid):
-                result.files_skipped.append(f"session id {sid!r} cannot name a file in sessions/: files left alone")
+                left.append(f"session id {sid!r} cannot name a file in sessions/: files left alone")
             else:
                 paths += self.files.paths_of(sid)
-        return paths
+        return paths, left
 
     def remove_files(self, ids: list[str], result: Result) -> None:
-        self.remove_paths(self.paths_of(ids, result), result)
+        paths, left = self.paths_of(ids)
+        result.files_skipped += left
+        self.remove_paths(paths, result)
 
     def remove_orphan_files(self, paths: list[str], result: Result) -> None:
         """Per-session files whose session row is gone (no event: no rows went)."""

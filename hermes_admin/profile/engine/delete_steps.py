@@ -84,9 +84,8 @@ class DeleteSteps:
         self.outbox.settle(committed, [e for i, e in enumerate(event_ids) if i not in went and e is not None],
                            gone=[] if listening else [i for ids in went.values() for i in ids])  # noticed.py
         decision.outcome().fold_into(result)
-        paths: list[str] = []
-        for ids in went.values():
-            paths += self.aftermath.paths_of(list(ids), result)
+        paths, left = self.aftermath.paths_of([i for ids in went.values() for i in ids])
+        result.files_skipped += left
         events = [Event(event_ids[i], "delete", chunk[i].session_id, reason, list(ids))
                   for i, ids in went.items()] if listening else []
         return wrote, (paths, events)

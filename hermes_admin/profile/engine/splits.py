@@ -173,7 +173,9 @@ class SplitDeletes:
         self.outbox.end_split(split_id)
         result.done.append(Done(unit.session_id, tuple(present), unit.rule))
         events = [Event(event_id, "delete", unit.session_id, record["reason"], present)] if event_id is not None else []
-        self.pacer.committed(True, True, (self.aftermath.paths_of(present, result), events), result)
+        paths, left = self.aftermath.paths_of(present)
+        result.files_skipped += left
+        self.pacer.committed(True, True, (paths, events), result)
 
     def _message_weights(self, unit: Unit, upto: int) -> list[tuple[int, int]]:
         weights = unit_rows.each_message_size(self.store.db, self.store.schema, list(unit.ids), upto)
