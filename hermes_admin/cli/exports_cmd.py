@@ -16,7 +16,7 @@ from hermes_admin.cli.context import App, json_option, pass_app, profile_option
 from hermes_admin.cli.groups import SuggestingGroup
 from hermes_admin.cli.maintain_cmd import absolute_dir, export_dir_option
 from hermes_admin.cli.params import EXPORT_AGE, SIZE, at_least
-from hermes_admin.profile.engine.exports import export_id
+from hermes_admin.profile.exports import export_id
 from hermes_admin.protocol import ListExports, PruneExports, Restore
 from hermes_admin.results import Run
 from hermes_admin.shown import clean

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 from hermes_admin.model import Profile
-from hermes_admin.profile.engine.state_folder import read_record, write_record
+from hermes_admin.profile.state_folder import read_record, write_record
 
 RECORD = "quick-check"  # in <home>/.hermes-admin/
 MAX_RECORD = 4096  # the record is a store's identity and a time; a larger one is not ours

@@ -326,7 +326,7 @@ def change(job: Job, isolated: bool, env: Environment) -> Run:
         if not ids and (filters is None or not filters.given()):
             # Nothing named here: only what an earlier run left in the outbox, which opening replays.
             from hermes_admin.profile.actions.common import with_engine
-            from hermes_admin.profile.engine.outbox import has_work
+            from hermes_admin.profile.engine import has_work
             if not run.dry_run and has_work(profile):
                 with_engine(run, profile, env, lambda engine: [])
             return
@@ -357,8 +357,8 @@ def usage(job: Job, isolated: bool, env: Environment) -> Run:
     """`hermes-admin usage`: where each profile's bytes are; read-only."""
     from hermes_admin.profile.actions.common import export_settings
     from hermes_admin.profile.store.read import journal_mode
-    from hermes_admin.profile.engine import exports
-    from hermes_admin.profile.engine.space import held_by
+    from hermes_admin.profile import exports
+    from hermes_admin.profile.engine import held_by
     from hermes_admin.profile.usage import profile_usage
     from hermes_admin.profile.views import sqlite_of
 

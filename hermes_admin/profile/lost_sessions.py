@@ -25,9 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hermes_admin.model import Profile
-from hermes_admin.profile.engine import exports
-from hermes_admin.profile.engine.noticed import identity, looked
-from hermes_admin.profile.engine.outbox import read_look
+from hermes_admin.profile import exports
+from hermes_admin.profile.engine import last_look_ids
 from hermes_admin.profile.store import damage
 from hermes_admin.profile.store.files import session_id_of, unsafe_id
 
@@ -57,26 +56,11 @@ def _file_ids(sessions_dir: Path) -> set[str]:
     return {sid for sid in found if sid is not None and not unsafe_id(sid)}
 
 
-def _look_ids(profile: Profile) -> set[str]:
-    """The last look's sessions, only when it was taken of this very file (the rebuild keeps the
-    file and its inode), less those our own deletes took since; read-only."""
-    record, own = read_look(profile)
-    look, _ = looked(record)
-    if look is None:
-        return set()
-    try:
-        if identity(profile) != (look.device, look.inode):
-            return set()
-    except OSError:
-        return set()
-    return {sid for sid in look.sessions if sid not in own}
-
-
 def known(profile: Profile) -> Known:
     """Every session id the damaged store's profile still has word of (reads only)."""
     return Known({"index": frozenset(damage.indexed_session_ids(profile.store_path)),
                   "files": frozenset(_file_ids(profile.sessions_dir)),
-                  "look": frozenset(_look_ids(profile))})
+                  "look": frozenset(last_look_ids(profile))})
 
 
 def lost(known_ids: Known, kept: Iterable[str]) -> list[str]:
@@ -86,7 +70,7 @@ def lost(known_ids: Known, kept: Iterable[str]) -> list[str]:
 
 def restorable(profile: Profile, settings: exports.Settings | None, ids: Iterable[str]) -> dict[str, dict]:
     """For each of `ids` an export of this profile holds: the newest such export's held unit
-    (engine/exports.held_units: its id, file, the unit's head)."""
+    (exports.held_units: its id, file, the unit's head)."""
     wanted = set(ids)
     if not wanted:
         return {}

@@ -33,16 +33,14 @@ from pathlib import Path
 
 from hermes_admin.model import Profile
 from hermes_admin.profile import integrity, lost_sessions
-from hermes_admin.profile.engine.engine import FTS_TABLES, Engine
-from hermes_admin.profile.engine.exports import UNIT_WEIGHT, Settings
-from hermes_admin.profile.engine.restore import row_weight
-from hermes_admin.profile.engine.state_folder import LockHeld, ProfileLocks, RecordedFlock, state_folder
+from hermes_admin.profile.engine import FTS_TABLES, Engine, fold, held_by_path, row_weight
+from hermes_admin.profile.exports import UNIT_WEIGHT, Settings
+from hermes_admin.profile.state_folder import LockHeld, ProfileLocks, RecordedFlock, state_folder
 from hermes_admin.profile.environment import Environment
 from hermes_admin.profile.lineage import Unit
 from hermes_admin.profile.store import Store, StoreError, keep_wal
-from hermes_admin.profile.engine.space import held_by_path
 from hermes_admin.profile.store import damage, fts_index, rebuild, repairs
-from hermes_admin.profile.store.connect import readonly_uri, write_transaction
+from hermes_admin.profile.store.connect import readonly_uri
 from hermes_admin.profile.store.errors import SQLITE_ERRORS
 from hermes_admin.profile.store.read import existing_ids
 from hermes_admin.profile.store.restoring import put_row, session_exists, session_row
@@ -321,9 +319,9 @@ def _import(target: Store, export: dict) -> None:
 def _move(source: Engine, target_profile: Profile, moves: list[Finding], result: Result) -> list[str]:
     """Copy each row into the right store and verify it there (the target opened once), then
     delete the verified rows here through the engine: one `profile_repair` event each. Returns what
-    opening the target's engine set aside there (Engine.notes)."""
+    opening the target's engine set aside there (what its closing returned)."""
     verified: list[Finding] = []
-    held = source.deletes.blocked(source.store.db, [f.subject for f in moves])
+    held = source.blocked([f.subject for f in moves])
     for finding in moves:  # a row a live Hermes is at work on stays where it is, uncopied
         if finding.subject in held:
             finding.error = f"not moved: {held[finding.subject]}"
@@ -332,22 +330,25 @@ def _move(source: Engine, target_profile: Profile, moves: list[Finding], result:
         return []
     target = Engine(target_profile, env=source.env)
     try:
-        with target:
+        try:
+            target.open()
             target.require_tokenizer("copy into")  # the rows copied in fire its CJK triggers
             for finding in moves:
                 _attempt(finding, lambda f=finding: _copy(source.store, target, f.subject))
                 if not finding.error:
                     verified.append(finding)
+        finally:
+            target_notes = list(target.close().notes)
     except (LockHeld, StoreError) as exc:
         for finding in moves:
             finding.error = " ".join(str(exc).split())
-        return target.notes
+        return list(target.close().notes)  # (closed already: what that did)
     if not verified:
-        return target.notes
+        return target_notes
     units = [Unit(f.subject, [f.subject], f"moved to profile '{target_profile.shown}'") for f in verified]
     moved, failed = Result(source.profile.name, "delete", "profile_repair", False), None
     try:
-        source.delete(units, "profile_repair", result=moved)
+        fold(moved, lambda: source.delete(units, "profile_repair"))
     except (OSError, RuntimeError, StoreError, LockHeld, *SQLITE_ERRORS) as exc:  # as a single fix fails
         failed = " ".join(str(exc).split())
     result.absorb(moved)  # what committed, a failure after it or not
@@ -359,7 +360,7 @@ def _move(source: Engine, target_profile: Profile, moves: list[Finding], result:
         else:  # the copy went (applied, by _attempt), the move did not
             finding.applied = False
             finding.error = f"copied, but not deleted here: {why.get(finding.subject) or failed or 'gone already'}"
-    return target.notes
+    return target_notes
 
 
 def _copy(source: Store, target: Engine, sid: str) -> None:
@@ -372,11 +373,9 @@ def _copy(source: Store, target: Engine, sid: str) -> None:
         if not session_exists(db, sid):
             _import(target.store, export)
     # its transactions are the target profile's, not in this profile's report
-    scratch = Result(target.profile.name, "copy", "profile_repair", False)
-    target.pacer.write(copy, sum(row_weight(m) for m in export["messages"]) + UNIT_WEIGHT, scratch,
-                       f"a copy of {sid} from profile '{source.profile.shown}'")
-    target = target.store
-    held = repairs.message_count(target.db, sid)
+    target.write(copy, sum(row_weight(m) for m in export["messages"]) + UNIT_WEIGHT,
+                 f"a copy of {sid} from profile '{source.profile.shown}'")
+    held = target.read(lambda db: repairs.message_count(db, sid))
     if held < len(export["messages"]):
         raise RuntimeError(f"profile '{target.profile.shown}' holds {held} of {len(export['messages'])} messages "
                            f"of {sid}: this copy is kept")
@@ -414,7 +413,7 @@ def _rebuild_fts(engine: Engine) -> list[str]:
     snapshots folder moved aside."""
     path = engine.profile.store_path
     schema = engine.store.schema
-    _refuse_while_pending(engine.store.db, schema)
+    engine.read(lambda db: _refuse_while_pending(db, schema))
     if engine.held_by_others():
         raise RuntimeError("another process holds the store: the index is rebuilt only while nobody else does")
     # The file lock first, then SQLite's (Hermes' order).
@@ -423,7 +422,7 @@ def _rebuild_fts(engine: Engine) -> list[str]:
         backup = snapshots / f"state.db.repair-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
         # Made new (O_EXCL, O_NOFOLLOW: never through a link at the name), 0600, then filled by SQLite.
         os.close(os.open(backup, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
-        keep_wal.copy_to(engine.store.db.connection(), backup)
+        engine.read(lambda db: keep_wal.copy_to(db.connection(), backup))
 
         def rebuild(db, table: str) -> None:
             _refuse_while_pending(db, schema)
@@ -431,7 +430,7 @@ def _rebuild_fts(engine: Engine) -> list[str]:
 
         for table in FTS_TABLES:
             if schema.has_table(table):
-                write_transaction(engine.store.db, lambda db, t=table: rebuild(db, t))
+                engine.transaction(lambda db, t=table: rebuild(db, t))
     return notes
 
 
@@ -487,7 +486,7 @@ def _rebuild_store(profile: Profile, result: Result | None = None, env: Environm
     lost = lost_sessions.lost(known, _present(profile, sorted(known.ids())))
     if lost:  # announced to the profile's plugins as any session that leaves the store (docs/design.md §7)
         with Engine(profile, env=env) as engine:
-            failures = engine.aftermath.announce_lost(lost, "profile_repair")
+            failures = engine.announce_lost(lost, "profile_repair")
         if result is not None:
             result.hook_failures += failures
     return (f"rebuilt from its readable rows: {back} session(s) and {done.rows.get('messages', 0)} message(s) back"
@@ -528,7 +527,9 @@ def apply(profile: Profile, findings: list[Finding], siblings: dict[str, Profile
     if not store_fixes:
         return result, []
     notes: list[str] = []
-    with Engine(profile, env=env) as engine:
+    engine = Engine(profile, env=env)
+    try:
+        engine.open()
         silent = [f for f in store_fixes if f.kind in SILENT_KINDS]
         if silent:
             def fix(db):
@@ -538,8 +539,7 @@ def apply(profile: Profile, findings: list[Finding], siblings: dict[str, Profile
                     else:
                         repairs.relabel(db, f.subject, profile.name)
             # paced like every write of the engine; its transaction is not one of the report's deletes
-            scratch = Result(profile.name, "repair", "profile_repair", False)
-            _attempt_all(silent, lambda: engine.pacer.write(fix, None, scratch, "silent repairs", quiet=False))
+            _attempt_all(silent, lambda: engine.write(fix, None, "silent repairs", quiet=False))
         moves: dict[str, list[Finding]] = {}
         for finding in store_fixes:
             if finding.kind in MOVES and finding.fix != "none":
@@ -549,7 +549,9 @@ def apply(profile: Profile, findings: list[Finding], siblings: dict[str, Profile
         for finding in store_fixes:
             if finding.kind == "broken_fts":
                 _attempt(finding, lambda: notes.extend(_rebuild_fts(engine)))
-    return result, engine.notes + notes
+    finally:
+        closed = engine.close()
+    return result, list(closed.notes) + notes
 
 
 def _attempt(finding: Finding, fix) -> None:

@@ -22,7 +22,7 @@ import time
 from hermes_admin import exitcodes
 from hermes_admin import problems as said
 from hermes_admin.model import Profile
-from hermes_admin.profile.engine.state_folder import STATE_DIR, read_record, write_record
+from hermes_admin.profile.state_folder import STATE_DIR, read_record, write_record
 from hermes_admin.results import Run, warned
 
 RECORD = "last-run.json"  # in <home>/.hermes-admin/, read by `status`

@@ -20,7 +20,7 @@ import os
 from collections import defaultdict
 from pathlib import Path
 
-from hermes_admin.profile.engine.space import SWITCH_MIN_BYTES, hint
+from hermes_admin.profile.engine import SWITCH_MIN_BYTES, holder_hint
 from hermes_admin.profile.store import Store, page_accounting, pragmas
 from hermes_admin.profile.store.read import message_bytes, sources_by_id
 
@@ -89,7 +89,7 @@ def reclaim_waits_for(mode: str, free: int, held_by: str | None) -> str | None:
     if free < SWITCH_MIN_BYTES or mode == "incremental":
         return None
     return ("one VACUUM while nobody else holds the store (it also switches the store to incremental "
-            "reclaim, unless incremental_vacuum: false)" + (f"; now the store is {held_by}{hint(held_by)}" if held_by else ""))
+            "reclaim, unless incremental_vacuum: false)" + (f"; now the store is {held_by}{holder_hint(held_by)}" if held_by else ""))
 
 
 def _grouped(db, btrees: dict[str, int]) -> dict[tuple[str, str | None], int]:

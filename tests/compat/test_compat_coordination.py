@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from hermes_admin.profile.store.connect import open_readonly
-from hermes_admin.profile.engine.state_folder import RecordedFlock
+from hermes_admin.profile.state_folder import RecordedFlock
 from hermes_admin.profile.store import guards
 from hermes_admin.profile.store.schema import read_schema
 from tests import peer

@@ -133,3 +133,50 @@ def test_the_sql_guard_sees_sql(code):
 ])
 def test_the_sql_guard_leaves_prose_alone(code):
     assert sql_in(code) == []
+
+
+# What an engine keeps to itself: its collaborators and what it gathers. A caller asks the engine
+# (its methods) or takes what its calls, `open()` and `close()` return; it never reaches through.
+KEPT = {"pacer", "outbox", "aftermath", "deletes", "space", "locks", "commits", "turns", "fts", "bus",
+        "checkpointer", "remover", "export", "config", "tokenizer", "notes", "recovered", "replayed",
+        "exports_removed"}
+ENGINE_NAMES = {"engine", "source", "target"}  # what the callers name an engine
+
+
+def reached_through(source: str) -> list[str]:
+    """Where a module reaches through an engine: `engine.pacer`, `self.engine.outbox`, `engine.store.db`."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Attribute):
+            continue
+        holder = node.value
+        named = (isinstance(holder, ast.Name) and holder.id in ENGINE_NAMES) or (
+            isinstance(holder, ast.Attribute) and holder.attr == "engine")
+        if named and node.attr in KEPT:
+            found.append(f"{node.lineno}: {ast.unparse(node)}")
+        elif node.attr == "db" and isinstance(holder, ast.Attribute) and holder.attr == "store" and (
+                (isinstance(holder.value, ast.Name) and holder.value.id in ENGINE_NAMES)
+                or (isinstance(holder.value, ast.Attribute) and holder.value.attr == "engine")):
+            found.append(f"{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_caller_reaches_through_an_engine():
+    found = []
+    for path in sorted((ROOT / "hermes_admin").rglob("*.py")):
+        if ENGINE in path.parents:
+            continue
+        found += [f"{path.relative_to(ROOT)}:{where}" for where in reached_through(path.read_text())]
+    assert found == []
+
+
+@pytest.mark.parametrize("code", ["engine.pacer.write(f, 1, r, 'x')", "self.engine.store.db", "x = engine.notes",
+                                  "target.outbox.back(ids)", "source.deletes.blocked(db, ids)"])
+def test_the_reach_guard_sees_a_reach(code):
+    assert reached_through(code) != []
+
+
+@pytest.mark.parametrize("code", ["engine.store", "engine.read(pages)", "closed.notes", "engine.close().notes",
+                                  "self.engine.profile.name", "engine.delete(units, 'x')"])
+def test_the_reach_guard_leaves_the_front_alone(code):
+    assert reached_through(code) == []

@@ -116,9 +116,12 @@ def test_each_collaborator_says_what_it_set_aside_and_the_engine_gathers_them(pr
     ours = profile.home / ".hermes-admin"
     (ours / "lock").mkdir(parents=True)
     (ours / "outbox.db").write_bytes(b"not a database, whatever it once was" * 200)
-    with Engine(profile) as engine:
-        assert [len(engine.locks.notes), len(engine.outbox.notes)] == [1, 1]
-    lock_note, outbox_note = engine.notes
+    engine = Engine(profile)
+    engine.open()
+    assert [len(engine.locks.notes), len(engine.outbox.notes)] == [1, 1]
+    closed = engine.close()
+    lock_note, outbox_note = closed.notes
+    assert engine.close() is closed  # closed once: a second call says what the first did
     assert str(ours / "lock") in lock_note and "where a lock file goes" in lock_note
     assert str(ours / "outbox.db") in outbox_note and "damaged" in outbox_note
     assert (ours / "lock").is_file() and (ours / "outbox.db").is_file()  # the names are free again, and used
@@ -136,7 +139,8 @@ def test_what_was_set_aside_is_said_even_when_closing_fails(profile):
     engine.store.close, store = broken, engine.store
     with pytest.raises(OSError):
         engine.close()
-    assert len(engine.notes) == 1 and "where a lock file goes" in engine.notes[0]
+    notes = engine.close().notes  # what the close that failed did, said again
+    assert len(notes) == 1 and "where a lock file goes" in notes[0]
     store.db.close()
 
 
@@ -149,14 +153,14 @@ def test_what_committed_before_an_error_is_reported_from_the_callers_own_result(
 
     run, ledger = Run(dry_run=False), Ledger()
 
-    def act(units: list[Unit], part: Result, engine: Engine) -> Result:
+    def act(units: list[Unit], engine: Engine) -> Result:
         if units[0].session_id == "b":
             raise OSError(5, "Input/output error", str(profile.store_path))
-        return engine.delete(units, "retention", result=part)
+        return engine.delete(units, "retention")
 
     def work(engine: Engine) -> list[Result]:
         with ledger.begun(Result(profile.name, "delete", "retention", False, task="purge")) as result:
-            act_in_parts(engine, result, [UNITS[:1], UNITS[1:2]], lambda units, part: act(units, part, engine))
+            act_in_parts(engine, result, [UNITS[:1], UNITS[1:2]], lambda units: act(units, engine))
         return ledger.results
 
     with_engine(run, profile, Environment(), work, ledger=ledger)
@@ -167,19 +171,17 @@ def test_what_committed_before_an_error_is_reported_from_the_callers_own_result(
     assert row_ids(profile.store_path) == {"b", "c", "d"}
 
 
-def test_a_delete_that_fails_after_a_commit_leaves_what_committed_in_the_callers_result(profile, monkeypatch):
-    """One unit a transaction: the second fails. What the first committed is in the result the caller
-    handed in (no second result absorbed on the way out), and its file is removed all the same."""
+def test_a_delete_that_fails_after_a_commit_carries_what_committed(profile, monkeypatch):
+    """One unit a transaction: the second fails. The failure carries what the first committed (its
+    partial outcome), its own error inside as it was, and the first unit's file is removed all the same."""
     import functools
 
-    from hermes_admin.profile.engine import export_ahead, packing
-    from hermes_admin.results import Result
+    from hermes_admin.profile.engine import Interrupted, export_ahead, packing
 
     (profile.home / "sessions").mkdir(exist_ok=True)
     (profile.home / "sessions" / "session_a.json").write_text("{}")
     (profile.home / "sessions" / "session_b.json").write_text("{}")
     monkeypatch.setattr(export_ahead, "next_transaction", functools.partial(packing.next_transaction, max_units=1))
-    result = Result(profile.name, "delete", "retention", False)
     with Engine(profile) as engine:
         real, calls = engine.deletes.in_transaction, []
 
@@ -190,8 +192,10 @@ def test_a_delete_that_fails_after_a_commit_leaves_what_committed_in_the_callers
             return real(db, chunk, *rest)
 
         monkeypatch.setattr(engine.deletes, "in_transaction", second_fails)
-        with pytest.raises(OSError, match="No space"):
-            engine.delete(UNITS[:2], "retention", result=result)
+        with pytest.raises(Interrupted) as failed:
+            engine.delete(UNITS[:2], "retention")
+    assert isinstance(failed.value.failure, OSError) and "No space" in str(failed.value.failure)
+    result = failed.value.partial
     assert _report(result) == ([("a", ("a", "a-child"))], [])
     assert [Path(p).name for p in result.files_removed] == ["session_a.json"]
     assert sorted(os.listdir(profile.home / "sessions")) == ["session_b.json"]
@@ -241,3 +245,26 @@ def test_a_stop_is_the_results_own_field_said_once_after_its_notes(profile, monk
     task = Result(profile.name, "delete", "retention", False, notes=["a note"])
     task.absorb(result)
     assert task.said() == ["a note", result.stop]
+
+
+def test_fold_reports_what_a_failed_call_did_then_raises_its_own_error():
+    """An engine call returns what it did; failing, it carries it (Interrupted): `fold` puts it in the
+    caller's report and raises the failure as it was, so the caller's handling of its type is kept."""
+    from hermes_admin.profile.engine import Interrupted, fold
+    from hermes_admin.profile.engine.outcomes import carried
+    from hermes_admin.results import Done, Result
+
+    task = Result("default", "delete", "retention", False, task="purge")
+
+    def call() -> Result:
+        with carried(Result("default", "delete", "retention", False)) as outcome:
+            outcome.done.append(Done("a", ("a",), "old"))
+            outcome.transactions += 1
+            raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError, match="No space") as raised:
+        fold(task, call)
+    assert not isinstance(raised.value, Interrupted)
+    assert [d.session_id for d in task.done] == ["a"] and task.transactions == 1
+    done = fold(task, lambda: Result("default", "delete", "retention", False, transactions=2))
+    assert done.transactions == 2 and task.transactions == 3

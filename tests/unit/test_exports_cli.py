@@ -196,7 +196,7 @@ def test_an_export_made_before_files_were_carried_restores_and_says_so(synth_roo
 
 
 def test_an_export_naming_a_file_outside_its_session_puts_nothing_there(tmp_path):
-    from hermes_admin.profile.engine.transcripts import put_back
+    from hermes_admin.profile.transcripts import put_back
 
     folder = tmp_path / "sessions"
     folder.mkdir()
@@ -214,7 +214,7 @@ def test_an_export_naming_a_file_outside_its_session_puts_nothing_there(tmp_path
 
 
 def test_files_past_the_exports_bound_are_said_when_the_delete_removes_them(synth_root, invoke, monkeypatch):
-    from hermes_admin.profile.engine import transcripts
+    from hermes_admin.profile import transcripts
 
     root, kinds = synth_root
     monkeypatch.setattr(transcripts, "FILES_MAX", 1000)

@@ -8,7 +8,7 @@ import json
 import time
 from pathlib import Path
 
-from hermes_admin.profile.engine.exports import MANIFEST, STAMP, load_manifest
+from hermes_admin.profile.exports import MANIFEST, STAMP, load_manifest
 from tests.helpers import home_of, row_ids
 
 DAY = 86400.0
@@ -171,7 +171,7 @@ def test_malformed_manifests_never_fail_sessions_show(synth_root, invoke):
 
 
 def test_ids_of_every_kind_of_name():
-    from hermes_admin.profile.engine.exports import export_id
+    from hermes_admin.profile.exports import export_id
 
     assert export_id("/e/20261203T131325Z-work-1a2b3c4d.jsonl.gz") == "1a2b3c4d"
     assert export_id("/e/20261203T131325Z-my-1a2b3c4d-12345678.jsonl.gz") == "12345678"  # a profile named so

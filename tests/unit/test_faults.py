@@ -413,11 +413,14 @@ def test_a_failure_closing_the_engine_reports_each_finished_result_once(tmp_path
     home.mkdir()
     SynthStore(home / "state.db", 30).close()
     profile = Profile(root=home, name="default", home=home)
-    real_close = Engine.close
+    real_close, failed = Engine.close, []
 
-    def close_then_fail(self):
-        real_close(self)
-        raise OSError("the outbox's disk went away")
+    def close_then_fail(self):  # the first close fails; called again, it says what that did
+        closed = real_close(self)
+        if not failed:
+            failed.append(True)
+            raise OSError("the outbox's disk went away")
+        return closed
 
     monkeypatch.setattr(Engine, "close", close_then_fail)
     run, ledger = Run(dry_run=False), common.Ledger()

@@ -13,7 +13,7 @@ import pytest
 
 from hermes_admin.plain_files import UnsafePath
 from hermes_admin.profile import repair
-from hermes_admin.profile.engine.state_folder import LockHeld, RecordedFlock, start_ticks
+from hermes_admin.profile.state_folder import LockHeld, RecordedFlock, start_ticks
 from hermes_admin.profile.store import guards
 from hermes_admin.synth.builder import SynthStore
 from tests.conftest import fts_problems
@@ -125,8 +125,10 @@ def test_the_rebuild_runs_under_hermes_lock_with_its_record(tmp_path, now, invok
     broken_index(root, now)
     lock = root / "state.db.fts_rebuild.lock"
     seen = []
-    original = repair.write_transaction
-    monkeypatch.setattr(repair, "write_transaction",
+    from hermes_admin.profile.engine import engine as engine_module  # each rebuild is Engine.transaction's
+
+    original = engine_module.write_transaction
+    monkeypatch.setattr(engine_module, "write_transaction",
                         lambda db, work, *a, **k: seen.append(json.loads(lock.read_bytes())) or original(db, work, *a, **k))
     finding = fts_finding(invoke, root)
     assert finding["applied"], finding

@@ -12,8 +12,8 @@ from hermes_admin import report
 from hermes_admin.model import Profile
 from hermes_admin.plain_files import NotPlain, read_plain
 from hermes_admin.profile import run_record
-from hermes_admin.profile.engine import exports
-from hermes_admin.profile.engine.state_folder import read_record
+from hermes_admin.profile import exports
+from hermes_admin.profile.state_folder import read_record
 from tests.helpers import never_blocks
 
 GOOD = {"format": 1, "command": "run", "started": 1.7e9, "finished": 1.7e9 + 3, "seconds": 3.0, "result": "ok",

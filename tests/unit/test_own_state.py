@@ -121,7 +121,7 @@ def test_our_other_files_damaged_never_stop_the_profile(synth_root, invoke, name
 def test_a_lock_whose_holder_record_cannot_be_written_is_still_taken_and_released(tmp_path, monkeypatch):
     """A failing disk while the holder is written: the lock is held, then released, never leaked
     (it was: the error left the flock on a descriptor nobody would close)."""
-    from hermes_admin.profile.engine.state_folder import Flock
+    from hermes_admin.profile.state_folder import Flock
 
     path = tmp_path / "lock"
     path.write_text('{"pid": 1, "acquired_at": 1.0, "and": "a longer record than ours, to be cut"}')

@@ -155,7 +155,7 @@ def test_max_size_is_a_budget_per_owner_and_times_cannot_lie_into_the_future():
 
 
 def test_an_exports_created_time_is_clamped_to_its_files_mtime(tmp_path):
-    from hermes_admin.profile.engine.exports import _created
+    from hermes_admin.profile.exports import _created
 
     path = tmp_path / "f"
     path.write_bytes(b"")

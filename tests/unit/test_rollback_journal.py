@@ -68,7 +68,7 @@ def test_a_purge_beside_a_lock_that_comes_and_goes_finishes_and_loses_nothing(de
 def test_an_export_holds_no_read_lock_between_its_pages_in_a_rollback_journal(delete_root, invoke, monkeypatch):
     """A read transaction of ours holds every commit back in a rollback journal: Hermes commits
     while we export, between any two pages we read."""
-    from hermes_admin.profile.engine import exports
+    from hermes_admin.profile import exports
     from hermes_admin.profile.store import unit_rows
     from tests.helpers import other_connection
 

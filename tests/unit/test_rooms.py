@@ -137,3 +137,55 @@ def test_imports_run_down_the_named_floors():
     upward = sorted(f"{a} -> {b}" for a, imported in module_graph().items() for b in imported
                     if floor(b) < floor(a))
     assert upward == []
+
+
+ENGINE = "hermes_admin.profile.engine"
+
+
+def _reached_inside(path: Path, package: str) -> list[str]:
+    """The engine modules a file imports by name, past its front door: `hermes_admin.profile.engine.x`,
+    or a module of it taken from the package (`from hermes_admin.profile.engine import outbox`);
+    function-level imports included."""
+    inner = {p.stem for p in (ROOT / "hermes_admin" / "profile" / "engine").glob("*.py")} - {"__init__"}
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name.startswith(f"{ENGINE}.")]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parts + ([node.module] if node.module else []))
+            if base.startswith(f"{ENGINE}."):
+                found.append(base)
+            elif base == ENGINE:
+                found += [f"{base}.{a.name}" for a in node.names if a.name in inner]
+    return found
+
+
+def test_nothing_outside_the_engine_imports_its_modules():
+    """The engine's front door: `hermes_admin.profile.engine` (its `__init__`) is all the rest of the
+    package and the benchmarks import of it (tests may reach its modules: they test them)."""
+    reached = []
+    for path in sorted([*(ROOT / "hermes_admin").rglob("*.py"), *(ROOT / "bench").rglob("*.py")]):
+        relative = path.relative_to(ROOT)
+        if relative.parts[:3] == ("hermes_admin", "profile", "engine"):
+            continue
+        package = ".".join(relative.with_suffix("").parts[:-1])
+        reached += [f"{relative}: {name}" for name in _reached_inside(path, package)]
+    assert reached == []
+
+
+def test_the_front_door_guard_sees_an_import_past_it(tmp_path):
+    code = tmp_path / "reach.py"
+    code.write_text("from hermes_admin.profile.engine import Engine\n"
+                    "def f():\n    from hermes_admin.profile.engine.outbox import has_work\n"
+                    "    from hermes_admin.profile.engine import space\n    import hermes_admin.profile.engine.pacer\n")
+    assert _reached_inside(code, "hermes_admin.profile") == [
+        "hermes_admin.profile.engine.outbox", "hermes_admin.profile.engine.space", "hermes_admin.profile.engine.pacer"]
+
+
+def test_the_front_door_names_what_it_exports():
+    import hermes_admin.profile.engine as engine
+
+    assert engine.__all__ and all(hasattr(engine, name) for name in engine.__all__)

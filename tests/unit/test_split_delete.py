@@ -18,7 +18,7 @@ import pytest
 
 from hermes_admin.profile.engine import faults
 from hermes_admin.profile.engine import pacer as pacer_module
-from hermes_admin.profile.engine.exports import load_manifest
+from hermes_admin.profile.exports import load_manifest
 from hermes_admin.profile.engine.turns import Turns
 from hermes_admin.synth.builder import SynthStore
 from tests.conftest import fts_problems
@@ -576,7 +576,7 @@ def test_exports_kept_forever_are_never_pruned(store, invoke, tmp_path):
 
 @pytest.mark.parametrize("put_chars", [1, 10 ** 9])  # every message compressed alone; a session's all at once
 def test_an_export_streams_any_grouping_of_messages_back_byte_identical(store, invoke, monkeypatch, put_chars):
-    from hermes_admin.profile.engine import exports
+    from hermes_admin.profile import exports
 
     monkeypatch.setattr(exports, "PUT_CHARS", put_chars)
     db = store / "state.db"
@@ -671,7 +671,7 @@ def test_the_manifest_gains_a_line_a_member_and_a_line_cut_short_is_not_relied_o
 def test_a_manifest_line_that_fails_stops_the_deletes_and_never_breaks_what_was_listed(tmp_path, invoke, now,
                                                                                        monkeypatch):
     """A failed append is cut off again; when even that fails, no member may follow the half line."""
-    from hermes_admin.profile.engine import exports as exports_module
+    from hermes_admin.profile import exports as exports_module
 
     root = tmp_path / "failing"
     old_sessions(root, now, 24)

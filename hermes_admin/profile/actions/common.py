@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 from contextlib import contextmanager
 from dataclasses import replace
@@ -13,9 +12,9 @@ from hermes_admin.hook_failures import HookFailure
 from hermes_admin.layers import PolicyLayers
 from hermes_admin.model import Profile
 from hermes_admin.problems import ERROR, LOCKED, WARNING, Problem, about
-from hermes_admin.profile.engine.engine import Engine
-from hermes_admin.profile.engine.exports import Settings
-from hermes_admin.profile.engine.state_folder import LockHeld
+from hermes_admin.profile.engine import Engine, Interrupted, fold
+from hermes_admin.profile.exports import Settings
+from hermes_admin.profile.state_folder import LockHeld
 from hermes_admin.profile.environment import Environment
 from hermes_admin.profile.hermes_config import HermesConfig, HermesConfigError
 from hermes_admin.profile.installation import Installations
@@ -53,18 +52,16 @@ def refuse_too_broad(engine: Engine, count: Callable[[Graph], tuple[int, int]]) 
 
 
 def act_in_parts(engine: Engine, result: Result, parts: Iterable[list[Unit]],
-                 act: Callable[[list[Unit], Result], Result]) -> Result:
-    """`act` (one engine call, writing into the part's own result it is given) on each part's units,
-    each part folded into `result`, what committed before an error too. The files and events of
-    every part are settled once, at the end (the engine's batch); after an error too, for what did
-    commit, which `result` then holds."""
-    with engine.batch(result):
+                 act: Callable[[list[Unit]], Result]) -> Result:
+    """`act` (one engine call, returning what it did) on each part's units, each outcome folded into
+    `result`, what committed before an error too. The files and events of every part are settled
+    once, at the end (the engine's batch); after an error too, for what did commit, which `result`
+    then holds."""
+    def each_part() -> None:
         for units in parts:
-            part = Result(result.profile, result.action, result.reason, result.dry_run)
-            try:
-                act(units, part)
-            finally:
-                result.absorb(part)
+            fold(result, lambda: act(units))
+
+    fold(result, lambda: engine.batched(each_part))
     return result
 
 
@@ -151,20 +148,25 @@ def with_engine(run: Run, profile: Profile, env: Environment, work: Callable[[En
     """Open the profile's engine, do `work`, record results; one profile's failure never stops the others.
 
     What `work` began before a failure (`ledger`: its results, entered as each begins, filled with
-    what committed) is reported with the error; the one the failure cut short says so.
+    what committed) is reported with the error; the one the failure cut short says so. The report is
+    made of the values opening, `work` and closing returned: never of the engine's attributes.
     """
     done: list[Result] = []
+    opened = None
     worked = False  # `work` returned: its results are in `done`, whatever closing the engine raises
     config = config if config is not None else own_config(profile, env.installations)
     engine = Engine(profile, dry_run=run.dry_run, exports=exports, config=config, incremental=incremental,
                     progress=Progress(), env=env)
     try:
-        with engine:
-            if engine.config is not None:  # each names its file and key
-                run.add(*(replace(w, profile=profile.shown, home=str(profile.home)) for w in engine.config.warnings))
-            done += engine.recovered  # units an interrupted run left half-deleted, finished or restored
+        try:
+            opened = engine.open()
+            # each names its file and key
+            run.add(*(replace(w, profile=profile.shown, home=str(profile.home)) for w in opened.warnings))
+            done += opened.recovered  # units an interrupted run left half-deleted, finished or restored
             done += work(engine)
             worked = True
+        finally:
+            engine.close()
     except BaseException as exc:
         if not worked and ledger is not None:
             done += ledger.results  # what each task began did, up to the failure
@@ -173,18 +175,17 @@ def with_engine(run: Run, profile: Profile, env: Environment, work: Callable[[En
                                               f"{' '.join(str(exc).split())[:300]}")
         _record(run, profile, exc)
     finally:
-        exported = engine.export.path if engine.export is not None else None
-        done = with_replayed(done, profile, engine.replayed)
+        closed = engine.close()  # what closing did (said again: it closed above, or failed closing)
+        done = with_replayed(done, profile, list(opened.replayed) if opened is not None else [])
         for result in done:
             result.home = str(profile.home)
-            if exported is not None and result.action == "delete" and len(result.done) and not result.dry_run \
-                    and os.path.exists(exported):  # (an export kept 0 days is gone once the run is done)
-                result.export = str(exported)
+            if closed.export is not None and result.action == "delete" and len(result.done) and not result.dry_run:
+                result.export = closed.export  # (an export kept 0 days is gone once the run is done: None)
         run.results += done
-        run.add(*engine_notes(profile, engine.notes))
-        if engine.exports_removed:
-            run.data.setdefault("exports_removed", []).extend(engine.exports_removed)
-        for wait in engine.space.waits if engine.space is not None else []:  # what the free pages wait for
+        run.add(*engine_notes(profile, list(closed.notes)))
+        if closed.exports_removed:
+            run.data.setdefault("exports_removed", []).extend(closed.exports_removed)
+        for wait in closed.reclaim_waits:  # what the free pages wait for
             run.data.setdefault("reclaim_waits", []).append(dict(wait, profile=profile.name, home=str(profile.home)))
 
 
@@ -229,6 +230,8 @@ def store_holders(profile: Profile) -> str:
 
 def _record(run: Run, profile: Profile, exc: BaseException) -> None:
     """A profile's failure, as one line in the report; anything else (a bug, Ctrl-C) goes on up."""
+    if isinstance(exc, Interrupted):  # an engine call's outcome no one folded (`fold`): its failure is said
+        exc = exc.failure
     if isinstance(exc, LockHeld):
         run.add(about(profile, LOCKED, "lock_held", str(exc), skipped=True))
     elif isinstance(exc, WriteLockHeld):  # what committed before is reported with it; exit 3, not 2

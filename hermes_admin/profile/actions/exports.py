@@ -8,10 +8,11 @@ from hermes_admin.layers import PolicyLayers
 from hermes_admin.model import Profile
 from hermes_admin.problems import ERROR, WARNING, about
 from hermes_admin.profile.actions.common import Ledger, Run, export_settings, with_engine
-from hermes_admin.profile.engine import exports, outbox
-from hermes_admin.profile.engine.engine import Engine, Result
+from hermes_admin.profile import exports
+from hermes_admin.profile.engine import Engine, fold, noticed_sessions
 from hermes_admin.profile.environment import Environment
 from hermes_admin.profile.installation import Installations
+from hermes_admin.results import Result
 
 
 def restore(run: Run, profile: Profile, env: Environment, path: str, sessions: list[str] | None,
@@ -22,13 +23,8 @@ def restore(run: Run, profile: Profile, env: Environment, path: str, sessions: l
 
     def work(engine: Engine) -> list[Result]:
         with ledger.begun(Result(profile.name, "restore", None, engine.dry_run)) as result:
-            made_in = None
-            try:
-                made_in = engine.restore(Path(path), set(sessions) if sessions else None, result, pin=pin,
-                                         other_profile=other_profile)
-            finally:  # what is back is no longer gone by our hand (engine/noticed.py)
-                if engine.outbox is not None:
-                    engine.outbox.back([i for done in result.done for i in done.ids])
+            _, made_in = fold(result, lambda: engine.restore(Path(path), set(sessions) if sessions else None,
+                                                             pin=pin, other_profile=other_profile))
         if made_in is not None:  # as asked, and worth a word (exit 1): another profile's conversations are here now
             run.add(about(profile, WARNING, "other_profile", f"an export made in the profile at {made_in}: "
                           f"{'would be restored' if engine.dry_run else 'restored'} into this one as asked "
@@ -47,7 +43,7 @@ def listing(run: Run, profile: Profile, layers: PolicyLayers, installations: Ins
         if held:
             run.data.setdefault("held", []).extend(exports.held_units(profile, settings))
             # and the sessions found deleted outside hermes-admin (engine/noticed.py): no export holds those
-            run.data.setdefault("noticed", []).extend(outbox.noticed(profile))
+            run.data.setdefault("noticed", []).extend(noticed_sessions(profile))
             return
         found = exports.listing(profile, settings)
     except exports.ExportError as exc:

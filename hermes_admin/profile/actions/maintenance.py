@@ -15,24 +15,22 @@ from __future__ import annotations
 import time
 from pathlib import Path
 from dataclasses import dataclass, replace
-from itertools import islice
 from typing import Callable, Iterator
 
 from hermes_admin import model, stopping
 from hermes_admin.layers import PolicyLayers
 from hermes_admin.model import Profile
-from hermes_admin.profile.store import page_accounting, sql
+from hermes_admin.profile.store import page_accounting
 from hermes_admin.profile.actions.common import (Ledger, Refused, Run, act_in_parts, engine_notes, refuse_too_broad,
                                                  with_engine)
-from hermes_admin.profile.engine import noticed
-from hermes_admin.profile.engine.engine import Engine, Result
-from hermes_admin.profile.engine.export_ahead import STOPPED
-from hermes_admin.profile.engine.exports import Settings
+from hermes_admin.profile.engine import STOPPED, Engine, Interrupted, fold
+from hermes_admin.profile.exports import Settings
 from hermes_admin.profile import installation
 from hermes_admin.profile.hermes_config import HermesConfig, HermesConfigError
 from hermes_admin.profile.hermes_config import load as load_hermes_config
 from hermes_admin.protocol import Request  # Request: the one shape of a maintenance pass
-from hermes_admin.profile.engine.state_folder import LockHeld
+from hermes_admin.results import Result
+from hermes_admin.profile.state_folder import LockHeld
 from hermes_admin.profile.environment import Environment
 from hermes_admin.profile.installation import Installations
 from hermes_admin.profile.store import StoreError
@@ -108,7 +106,7 @@ class _Pass:
         # tasks delete, counted as they delete it (`_deleting`). A store measured after a delete would
         # say little (FTS5 traces stay until their merges) and a dry run has deleted nothing.
         self.weighs = policy.max_store_mb is not None and model.SIZE_BUDGET.name in request.tasks
-        self.used_mb = page_accounting.pages(engine.store.db).used_bytes / 1e6 if self.weighs else 0.0
+        self.used_mb = engine.read(page_accounting.pages).used_bytes / 1e6 if self.weighs else 0.0
         self.deleted_mb = 0.0
 
     def run(self, task: Task) -> Result:
@@ -126,7 +124,7 @@ class _Pass:
         """Free pages back to the file system, on a store in incremental auto-vacuum (engine/space.py)."""
         if self.to_reclaim is not None:
             started = time.monotonic()
-            self.engine.reclaim(self.to_reclaim)
+            fold(self.to_reclaim, self.engine.reclaim)
             self.to_reclaim.seconds = (self.to_reclaim.seconds or 0) + time.monotonic() - started
 
     def result(self, task: Task) -> Result:
@@ -143,28 +141,31 @@ class _Pass:
             self.claimed.update(unit.ids)
         return units
 
-    def act(self, task: Task, rule: Rule, units: list, result: Result) -> Result:
-        """What the engine does with a task's units, into `result`; its dry run reports what it would do."""
+    def act(self, task: Task, rule: Rule, units: list) -> Result:
+        """What the engine does with a task's units; returns what it did (a dry run: would do)."""
         if task.act == "close":
-            return self.engine.close_stale(units, rule.recheck, self.request.now, result=result)
+            return self.engine.close_stale(units, rule.recheck, self.request.now)
         if task.act == "archive":  # the inactivity sweep's: silent, live units stay
-            return self.engine.set_archived(units, True, reason=None, swept=True, result=result)
+            return self.engine.set_archived(units, True, reason=None, swept=True)
         if task.name == model.SIZE_BUDGET:  # the last delete of the pass: nothing weighs it after
-            return self.engine.delete(units, task.name.reason, recheck=rule.recheck, result=result)
-        return self._deleting(units, result, lambda: self.engine.delete(units, task.name.reason,
-                                                                          recheck=rule.recheck, result=result))
+            return self.engine.delete(units, task.name.reason, recheck=rule.recheck)
+        return self._deleting(units, lambda: self.engine.delete(units, task.name.reason, recheck=rule.recheck))
 
-    def _deleting(self, units: list, result: Result, delete: Callable[[], Result]) -> Result:
-        """`delete()` of `units` into `result`; where the size budget runs later in the pass, the text
-        of the units it deleted (a dry run: would delete) is counted first, as the plan's weight."""
+    def _deleting(self, units: list, delete: Callable[[], Result]) -> Result:
+        """`delete()` of `units`, returning what it did; where the size budget runs later in the pass,
+        the text of the units it deleted (a dry run: would delete) is counted, as the plan's weight."""
         if not self.weighs or not units:
             return delete()
-        sizes = message_bytes(self.engine.store.db, [i for unit in units for i in unit.ids])
-        before = len(result.done)
+        sizes = self.engine.read(lambda db: message_bytes(db, [i for unit in units for i in unit.ids]))
+        did = None
         try:
-            return delete()
-        finally:  # what committed before an error counts too
-            gone = islice(result.done, before, None)
+            did = delete()
+            return did
+        except Interrupted as exc:  # what committed before an error counts too
+            did = exc.partial
+            raise
+        finally:
+            gone = did.done if did is not None else ()
             self.deleted_mb += budget.weight_mb(sum(sizes.get(i) or 0 for done in gone for i in done.ids))
 
     def planned_mb(self) -> float:
@@ -184,7 +185,7 @@ class _Pass:
         rule = task.rule(self.policy, self.request.now)
         select = select or rule.select
         store = self.engine.store
-        live = set(sql.live_ids(store.db, store.schema, self.request.now))
+        live = set(self.engine.live_ids(self.request.now))
         reach = Reach(total=count_sessions(store, rule.only))  # one COUNT(*): what a stop says is not looked at
 
         def units() -> Iterator[list]:
@@ -196,8 +197,8 @@ class _Pass:
                 reach.selected += len(chosen)
                 yield chosen
 
-        def acted(chosen: list, part: Result) -> Result:
-            done = self.act(task, rule, chosen, part)
+        def acted(chosen: list) -> Result:
+            done = self.act(task, rule, chosen)
             ids = [i for unit in done.done for i in unit.ids]
             if task.act == "close":  # closed, the rows stay: a later task (the archive) may still take them
                 self.claimed.difference_update(ids)
@@ -221,7 +222,7 @@ class _Pass:
         """The store's parts as this point of the run sees them: in a dry run, the rows an earlier task
         would have closed are closed, as the run would have left them. `total`: the sessions counted."""
         for graph in self._parts(task.name.name, result, only, total):
-            self.engine.deletes.as_left(graph.rows)  # the one record of a dry run's closes: the engine's
+            self.engine.as_left(graph.rows)  # the one record of a dry run's closes: the engine's
             yield graph
 
     def _parts(self, task: str, result: Result, only: str | None = None,
@@ -247,14 +248,14 @@ class _Pass:
         # (else no TUI session without messages: no ghost to select or keep; store/read.py)
         missing = orphan_session_ids(self.engine.store)
         rows = self.unclaimed(ghosts.select_orphan_rows(missing))
-        self._deleting(rows, result, lambda: self.engine.delete(rows, task.name.reason, orphans=True, result=result))
+        fold(result, lambda: self._deleting(rows, lambda: self.engine.delete(rows, task.name.reason, orphans=True)))
         # (c) files of sessions that are gone; those of `missing` went with their rows just now
         index, now, went = self.engine.files, self.request.now, set(missing)
         for part in index.names(CHUNK):
             existing = set(existing_ids(self.engine.store, sorted({sid for sid, _ in part}))) | went
             gone = [(sid, index.entry(name)) for sid, name in part if sid not in existing]  # lstat those only
             files = ghosts.select_orphan_files([(sid, e) for sid, e in gone if e is not None], existing, now)
-            self.engine.remove_orphan_files(files.files, result)
+            fold(result, lambda: self.engine.remove_orphan_files(files.files))
             result.kept.update(files.kept)
         return result
 
@@ -275,7 +276,7 @@ class _Pass:
         # `--vacuum` asks whatever this purge deleted (the free pages may be Hermes' own deletes');
         # the policy's vacuum_after_prune only after a purge that deleted something.
         asked = bool(request.vacuum or (result.rows and self.policy.vacuum_after_prune))
-        result.vacuumed = self.engine.vacuum_if_worth(result, asked)
+        result.vacuumed = fold(result, lambda: self.engine.vacuum_if_worth(asked)).vacuumed
         if not result.vacuumed:  # a store in incremental auto-vacuum: space back at the end, whoever
             self.to_reclaim = self.to_reclaim or result  # freed it (Hermes' own deletes too)
         return result
@@ -285,9 +286,8 @@ class _Pass:
         for the guard against filters that match every ended session, before anything goes."""
         request, filters = self.request, self.request.filters
         rule = task.rule(self.policy, request.now)
-        store = self.engine.store
         if request.older_than is None and not filters.has_age_bound and not request.force:
-            live = set(sql.live_ids(store.db, store.schema, request.now))
+            live = set(self.engine.live_ids(request.now))
 
             def count(graph: Graph) -> tuple[int, int]:
                 units = rule.select(graph, live).units
@@ -309,8 +309,7 @@ class _Pass:
         if self.planned_mb() <= limit:
             return result
         rule, now = task.rule(self.policy, self.request.now), self.request.now
-        store = self.engine.store
-        live = set(sql.live_ids(store.db, store.schema, now))
+        live = set(self.engine.live_ids(now))
         candidates = []
         for graph in self._graphs(task, result):
             picked = rule.select(graph, live)
@@ -322,7 +321,7 @@ class _Pass:
         chosen = budget.covering(self._weighed(units), planned, limit)  # the decision: tasks/budget.py
         for unit in chosen:  # taken: no later task (the archive sweep) counts them, in a dry run either
             self.claimed.update(unit.ids)
-        act_in_parts(self.engine, result, [chosen], lambda units, part: self.act(task, rule, units, part))
+        act_in_parts(self.engine, result, [chosen], lambda units: self.act(task, rule, units))
         if not self.engine.dry_run:  # gone: kept out of the set (memory), as in_parts does
             self.claimed.difference_update(i for done in result.done for i in done.ids)
         if len(chosen) == len(units) and self._used_mb() > limit and not self.engine.dry_run:
@@ -338,17 +337,16 @@ class _Pass:
     def _weighed(self, units: list) -> Iterator[tuple]:
         """Each unit with the bytes of its messages' text, summed a chunk of units at a time, in one
         query each, as far as the size budget's decision reads them (budget.covering)."""
-        db = self.engine.store.db
         for start in range(0, len(units), BUDGET_CHUNK):
             part = units[start:start + BUDGET_CHUNK]
-            sizes = message_bytes(db, [i for unit in part for i in unit.ids])
+            sizes = self.engine.read(lambda db: message_bytes(db, [i for unit in part for i in unit.ids]))
             for unit in part:
                 yield unit, sum(sizes.get(i) or 0 for i in unit.ids)
 
     def _used_mb(self) -> float:
         """The store's content: its pages in use (free pages are space the next writes reuse), in MB.
         What `max_store_mb` counts (README), not the file's size."""
-        return page_accounting.pages(self.engine.store.db).used_bytes / 1e6
+        return self.engine.read(page_accounting.pages).used_bytes / 1e6
 
 
 def _megabytes(mb: float) -> str:
@@ -549,9 +547,7 @@ def maintain(run: Run, profile: Profile, layers: PolicyLayers, request: Request,
                 return ledger.results
         one_pass = _Pass(engine, policy, request, ledger)
         if not stopping.requested():  # first: what was deleted outside hermes-admin since the last look
-            announced = noticed.announce(
-                engine.profile, engine.store, engine.outbox, engine.aftermath, request.now, policy.retention_days,
-                not_announcing(policy, lookup))
+            announced = engine.announce_noticed(request.now, policy.retention_days, not_announcing(policy, lookup))
             if announced is not None:
                 ledger.add(announced)
         for task in TASKS:

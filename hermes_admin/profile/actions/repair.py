@@ -10,8 +10,8 @@ from hermes_admin.model import Profile
 from hermes_admin.problems import ERROR, LOCKED, WARNING, about
 from hermes_admin.profile import repair as profile_repair
 from hermes_admin.profile.actions.common import engine_notes
-from hermes_admin.profile.engine.state_folder import LockHeld
-from hermes_admin.profile.engine.exports import Settings
+from hermes_admin.profile.state_folder import LockHeld
+from hermes_admin.profile.exports import Settings
 from hermes_admin.profile.environment import Environment
 from hermes_admin.profile.store import StoreError
 from hermes_admin.profile.store.damage import DAMAGED_STORE as DAMAGED

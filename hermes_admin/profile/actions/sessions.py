@@ -7,11 +7,12 @@ from typing import Iterator
 from hermes_admin.filters import Filters
 from hermes_admin.model import Profile
 from hermes_admin.profile.actions.common import Ledger, Refused, Run, act_in_parts, refuse_too_broad, with_engine
-from hermes_admin.profile.engine.engine import Engine, Result
-from hermes_admin.profile.engine.exports import Settings
+from hermes_admin.profile.engine import Engine
+from hermes_admin.profile.exports import Settings
 from hermes_admin.profile.environment import Environment
 from hermes_admin.profile.lineage import Graph, Unit, delete_unit
 from hermes_admin.profile.parts import graph_around, graph_parts
+from hermes_admin.results import Result
 
 NAMED = "named on the command line"  # the rule of a unit picked by id
 MATCHED = "matched by the filters"  # the rule of a unit picked by the filters
@@ -81,7 +82,7 @@ def delete(run: Run, profile: Profile, env: Environment, ids: list[str], filters
     def work(engine: Engine) -> list[Result]:
         with ledger.begun(Result(profile.name, "delete", "delete", engine.dry_run)) as result:
             act_in_parts(engine, result, _parts_of_units(engine, ids, filters, force, False, delete_unit),
-                         lambda units, part: engine.delete(units, "delete", result=part))
+                         lambda units: engine.delete(units, "delete"))
         return ledger.results
 
     with_engine(run, profile, env, _guarded(run, work), exports, ledger=ledger)
@@ -99,7 +100,7 @@ def archive(run: Run, profile: Profile, env: Environment, ids: list[str], archiv
     def work(engine: Engine) -> list[Result]:
         with ledger.begun(Result(profile.name, action, reason, engine.dry_run)) as result:
             act_in_parts(engine, result, _parts_of_units(engine, ids, filters, force, True, lineage),
-                         lambda units, part: engine.set_archived(units, archived, reason, result=part))
+                         lambda units: engine.set_archived(units, archived, reason))
         return ledger.results
 
     with_engine(run, profile, env, _guarded(run, work), ledger=ledger)

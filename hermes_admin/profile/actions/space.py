@@ -7,7 +7,7 @@ from hermes_admin.layers import PolicyLayers
 from hermes_admin.model import Profile
 from hermes_admin.problems import WARNING, about
 from hermes_admin.profile.actions.common import profile_policy, with_engine
-from hermes_admin.profile.engine.engine import Engine
+from hermes_admin.profile.engine import Engine, fold
 from hermes_admin.profile.environment import Environment
 from hermes_admin.results import Result, Run
 
@@ -27,7 +27,9 @@ def compact(run: Run, profile: Profile, layers: PolicyLayers, env: Environment, 
         if policy is None:
             result.notes.append("the profile's policy cannot be read (see `config check`): the store is not "
                                 "switched to incremental reclaim")
-        rows.append(engine.compact(force, result))
+        outcome, row = fold(result, lambda: engine.compact(force))
+        result.vacuumed = outcome.vacuumed
+        rows.append(row)
         return [result]
 
     with_engine(run, profile, env, work, incremental=incremental)

@@ -19,7 +19,11 @@ from hermes_admin.profile.engine import faults
 from hermes_admin.profile.lineage import Unit
 from hermes_admin.profile.engine.outbox import Event, Outbox, OutboxError
 from hermes_admin.profile.engine.remover import FileRemover
+from hermes_admin.profile import installation
+from hermes_admin.profile.environment import Environment
+from hermes_admin.profile.hermes_config import HermesConfig
 from hermes_admin.profile.hooks.bus import DeliveryStopped, HookBus
+from hermes_admin.profile.hooks.discovery import discover as discover_plugins, safe_mode
 from hermes_admin.profile.store import unit_rows
 from hermes_admin.profile.store.files import FileIndex, removable, unsafe_id
 from hermes_admin.results import Result
@@ -38,6 +42,19 @@ def sessions_folder_notes(profile: Profile) -> list[str]:
     if not stat.S_ISDIR(st.st_mode):
         return [f"{profile.sessions_dir}: not a folder; transcript files are left alone"]
     return []
+
+
+def hook_bus(profile: Profile, config: HermesConfig, env: Environment) -> HookBus:
+    """The profile's plugins, as Hermes would load them. Opt-in: with nothing in plugins.enabled, no
+    plugin Hermes loads that way hears anything, so no installation is looked for, no folder
+    scanned, no plugin process started."""
+    if not config.plugins_enabled or safe_mode(env.hermes):
+        return HookBus(profile, [], config.hook_timeout, verbose=env.verbose, hermes_env=env.hermes)
+    lookup = env.installations.for_profile(profile)
+    timeout, _ = installation.hook_timeout(config, lookup)
+    ours = [] if lookup.installation is not None else discover_plugins(profile.home, config, env.hermes)
+    return HookBus(profile, ours, timeout, installation=lookup.installation, notes=lookup.notes,
+                   verbose=env.verbose, hermes_env=env.hermes)
 
 
 class Aftermath:
@@ -79,17 +96,20 @@ class Aftermath:
             self.remover.drain()  # files before events: a plugin sees the files gone
             result.hook_failures += self.deliver(events)
 
-    def paths_of(self, ids: list[str], result: Result) -> list[str]:
-        paths = []
+    def paths_of(self, ids: list[str]) -> tuple[list[str], list[str]]:
+        """The files in sessions/ of these sessions, and a line for each id that cannot name one (left alone)."""
+        paths, left = [], []
         for sid in ids:
             if unsafe_id(sid):
-                result.files_skipped.append(f"session id {sid!r} cannot name a file in sessions/: files left alone")
+                left.append(f"session id {sid!r} cannot name a file in sessions/: files left alone")
             else:
                 paths += self.files.paths_of(sid)
-        return paths
+        return paths, left
 
     def remove_files(self, ids: list[str], result: Result) -> None:
-        self.remove_paths(self.paths_of(ids, result), result)
+        paths, left = self.paths_of(ids)
+        result.files_skipped += left
+        self.remove_paths(paths, result)
 
     def remove_orphan_files(self, paths: list[str], result: Result) -> None:
         """Per-session files whose session row is gone (no event: no rows went)."""

@@ -7,18 +7,30 @@ Hermes' order, are store/deleting.py's.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Callable
 
-from hermes_admin.profile.engine import decisions, exports, faults
+from hermes_admin.profile import exports
+from hermes_admin.profile.engine import decisions, faults
 from hermes_admin.profile.engine.decisions import Decision, Recheck
-from hermes_admin.profile.engine.exports import Exported
+from hermes_admin.profile.exports import Exported
 from hermes_admin.profile.lineage import Unit
 from hermes_admin.profile.store import Store, deleting, sql, unit_rows
 from hermes_admin.profile.store.read import SessionRow, load_rows
 from hermes_admin.profile.tasks.retention import REAPED
 
-__all__ = ["Deletes", "Recheck"]
+__all__ = ["Ask", "Deletes", "Recheck"]
+
+
+@dataclass(frozen=True)
+class Ask:
+    """What a delete is asked, as one value through its steps: why (the reason its events carry),
+    the rule applied again inside each transaction (`recheck`), and `orphans`: units whose session
+    rows are gone already (message and usage rows left behind), taken without the existence check."""
+
+    reason: str
+    recheck: Recheck | None = None
+    orphans: bool = False
 
 
 class Deletes:

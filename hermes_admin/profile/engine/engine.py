@@ -16,6 +16,7 @@ A facade over its collaborators (docs/design.md §5):
 
 from __future__ import annotations
 
+import os
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,40 +25,39 @@ from typing import Callable, Iterator
 from hermes_admin import stopping
 from hermes_admin.holders import held_by_its_owner
 from hermes_admin.model import Profile
-from hermes_admin.profile import installation
-from hermes_admin.profile.engine import exports
-from hermes_admin.profile.engine.aftermath import Aftermath
+from hermes_admin.profile import exports
+from hermes_admin.profile.engine.aftermath import Aftermath, hook_bus
 from hermes_admin.profile.engine.checkpointer import Checkpointer
 from hermes_admin.profile.engine.decisions import Decision
-from hermes_admin.profile.engine.deletes import Deletes, Recheck
-from hermes_admin.profile.engine.export_ahead import ExportAhead, Step, data_version, stop_note
-from hermes_admin.profile.engine.exports import ExportFile, Settings
+from hermes_admin.profile.engine.delete_steps import DeleteSteps, Progress
+from hermes_admin.profile.engine.deletes import Ask, Deletes, Recheck
+from hermes_admin.profile.engine.export_ahead import ExportAhead, data_version, stop_note
+from hermes_admin.profile.engine.noticed import announce
+from hermes_admin.profile.engine.outcomes import Closed, Opened, carried
+from hermes_admin.profile.exports import ExportFile, Settings
 from hermes_admin.profile.engine.fts_merges import FtsMerges
 from hermes_admin.profile.engine.group_commit import GroupCommit
-from hermes_admin.profile.engine.outbox import Event, Outbox
-from hermes_admin.profile.engine.pacer import MERGE_STEPS, MERGE_STEPS_AT_END, Pacer, first_budget
+from hermes_admin.profile.engine.outbox import Outbox
+from hermes_admin.profile.engine.pacer import Pacer, first_budget
 from hermes_admin.profile.engine.packing import units_by_count
 from hermes_admin.profile.engine.remover import FileRemover
 from hermes_admin.profile.engine.restore import restore_file
 from hermes_admin.profile.engine.rows import Flip, close_stale_rows, decide_close, flip_archived
 from hermes_admin.profile.engine.space import Space
 from hermes_admin.profile.engine.splits import SplitDeletes
-from hermes_admin.profile.engine.state_folder import ProfileLocks
 from hermes_admin.profile.engine.tokenizer import CJK_FTS_TABLE, Tokenizer
 from hermes_admin.profile.engine.turns import Turns
+from hermes_admin.profile.state_folder import ProfileLocks
 from hermes_admin.profile.environment import Environment
 from hermes_admin.profile.hermes_config import HermesConfig, load as load_hermes_config
-from hermes_admin.profile.hooks.bus import HookBus
-from hermes_admin.profile.hooks.discovery import discover as discover_plugins, safe_mode
 from hermes_admin.profile.lineage import Unit
 from hermes_admin.profile.store import Store, sql
-from hermes_admin.profile.store.connect import read_transaction
+from hermes_admin.profile.store.connect import read_transaction, write_transaction
 from hermes_admin.profile.store.read import journal_mode
-from hermes_admin.results import Result
+from hermes_admin.hook_failures import HookFailure
+from hermes_admin.results import Action, Result
 
 FTS_TABLES = ("messages_fts", "messages_fts_trigram")  # Hermes' FTS5 indexes (its CJK one: tokenizer.py)
-# A progress callback: (what, units done so far, units in all, ended); the engine draws nothing itself.
-Progress = Callable[[str, int, int, bool], None]
 
 
 class Engine:
@@ -73,12 +73,9 @@ class Engine:
         self._prunes = exports is not None  # only a command that knows the policy prunes old exports
         self.progress = progress or (lambda what, done, total, ended: None)
         self.config = config  # the profile's config.yaml, when the caller has read it already
-        self.notes: list[str] = []  # what the collaborators set aside or left for the next run, gathered by close
-        self.left: list[str] = []  # units of an interrupted split delete still left for the next run
-        self.exports_removed: list[dict] = []  # old exports that retention removed (or, dry, would remove)
+        self._left: list[str] = []  # units of an interrupted split delete still left for the next run
+        self._closed: Closed | None = None  # what closing did, once it has (close() says it again)
         self.space: Space | None = None  # free pages given back (space.py)
-        self.replayed: list = []  # HookFailure values met while replaying the outbox
-        self.recovered: list[Result] = []  # units of an interrupted split delete, finished or restored
         self.locks: ProfileLocks | None = None
         self.store: Store | None = None
         self.outbox, self.bus, self.checkpointer = None, None, None  # Outbox, HookBus, Checkpointer
@@ -91,23 +88,29 @@ class Engine:
         self.aftermath: Aftermath | None = None
         self._ahead: ExportAhead | None = None
         self._splits: SplitDeletes | None = None
+        self._steps: DeleteSteps | None = None
         self._references: list[tuple[str, str]] | None = None  # unknown tables pointing at sessions
         self._batched = False  # a caller's batch is under way: its files and events are settled when it ends
 
     # -- lifecycle -------------------------------------------------------------
 
     def __enter__(self) -> "Engine":
-        try:
-            self._open()
-        except BaseException:
-            self.close()
-            raise
+        self.open()
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def _open(self) -> None:
+    def open(self) -> Opened:
+        """Locks taken, store opened, what an earlier run left finished; returns what that did. A
+        failure closes what was opened, then is raised."""
+        try:
+            return self._open()
+        except BaseException:
+            self.close()
+            raise
+
+    def _open(self) -> Opened:
         """The collaborators, each built once, after those it is given."""
         if self.config is None:
             self.config = load_hermes_config(self.profile.home, (), self.env.installations.managed_for(self.profile))
@@ -118,13 +121,15 @@ class Engine:
         self.tokenizer = Tokenizer(self.store, self.dry_run, self._tokenizer_loaded)
         self.deletes = Deletes(self.store, lambda: self.references, self.now, lambda: data_version(self.store))
         if self.dry_run:  # (its bus says who would listen: noticed.py; it starts no plugin process)
-            self.aftermath = Aftermath(self.profile, True, bus=self._bus())
+            self.aftermath = Aftermath(self.profile, True, bus=hook_bus(self.profile, self.config, self.env))
         else:
             self._open_writing()
         self.space = Space(self.store, self.pacer, self.incremental, self.dry_run)
-        if not self.dry_run:
-            self.recovered, self.left = self._splits.finish_all()  # before the replay: its events are committed
-            self.replayed = self.aftermath.replay(self.store.db)
+        if self.dry_run:
+            return Opened(tuple(self.config.warnings))
+        recovered, self._left = self._splits.finish_all()  # before the replay: its events are committed
+        replayed = self.aftermath.replay(self.store.db)
+        return Opened(tuple(self.config.warnings), tuple(recovered), tuple(replayed))
 
     def _open_writing(self) -> None:
         """The collaborators of a run that writes."""
@@ -136,32 +141,28 @@ class Engine:
         self.fts = FtsMerges(db, [t for t in FTS_TABLES if self._has_index(t)])
         self.outbox = Outbox(self.profile)
         self.remover = FileRemover(str(self.profile.sessions_dir))
-        self.bus = self._bus()
+        self.bus = hook_bus(self.profile, self.config, self.env)
         self.aftermath = Aftermath(self.profile, False, self.outbox, self.bus, self.remover)
         self.pacer = Pacer(db, self.turns, self.commits, self.fts, self.aftermath.after_durable)
         self.export = ExportFile(self.profile, self.export_settings, self.now, files=lambda: self.aftermath.files)
         self._ahead = ExportAhead(self.store, self.export, self.export_settings, self.pacer)
         self._splits = SplitDeletes(self.store, self.pacer, self.outbox, self.aftermath, self.deletes,
-                                    lambda result: self._settle(result, merge=True), self.require_tokenizer)
-
-    def _bus(self) -> HookBus:
-        # Opt-in: with nothing in plugins.enabled, no plugin Hermes loads that way hears anything,
-        # so no installation is looked for, no folder scanned, no plugin process started.
-        env = self.env
-        if not self.config.plugins_enabled or safe_mode(env.hermes):
-            return HookBus(self.profile, [], self.config.hook_timeout, verbose=env.verbose, hermes_env=env.hermes)
-        lookup = env.installations.for_profile(self.profile)
-        timeout, _ = installation.hook_timeout(self.config, lookup)
-        ours = [] if lookup.installation is not None else discover_plugins(self.profile.home, self.config, env.hermes)
-        return HookBus(self.profile, ours, timeout, installation=lookup.installation, notes=lookup.notes,
-                       verbose=env.verbose, hermes_env=env.hermes)
+                                    lambda result: self._steps.settle(result, merge=True), self.require_tokenizer)
+        self._steps = DeleteSteps(self._ahead, self._splits, self.deletes, self.pacer, self.commits, self.outbox,
+                                  self.aftermath, self.progress)
 
     def _has_index(self, table: str) -> bool:
         """Is the FTS5 index there whole (the table and the shadow tables FtsMerges reads and writes)?"""
         return all(self.store.schema.has_table(table + part) for part in ("", "_config", "_data"))
 
-    def close(self) -> None:
+    def close(self) -> Closed:
+        """Everything closed, the locks last; returns what closing did. Called again (after a close
+        that failed too), it closes nothing more and says the same."""
+        if self._closed is not None:
+            return self._closed
         pruned: list[str] = []
+        removed: list[dict] = []
+        export = self.export.path if self.export is not None else None
         try:
             for part in (self._ahead, self.export, self.bus, self.checkpointer, self.remover):
                 if part is not None:  # an export under way finishes (a member is whole or not listed)
@@ -170,25 +171,26 @@ class Engine:
                 if self.store.writable and self.space is not None:  # (not built if opening failed before it)
                     self.space.passive_checkpoint()
                 self.store.close()
-            pruned = self._prune_exports()
+            removed, pruned = self._prune_exports()
             if self.outbox is not None:
                 self.outbox.forget_old()
                 self.outbox.close()
             if self.locks is not None:
                 self.locks.__exit__(None, None, None)
         finally:  # each collaborator's notes, in the order met: said even when closing failed, gathered once
-            self.notes = self.notes or [note for part in (self.locks, self.outbox, self.aftermath) if part is not None
-                                        for note in part.notes] + self.left + pruned
+            notes = [note for part in (self.locks, self.outbox, self.aftermath) if part is not None
+                     for note in part.notes] + self._left + pruned
+            self._closed = Closed(tuple(notes), tuple(removed), tuple(self.space.waits if self.space else ()),
+                                  str(export) if export is not None and os.path.exists(export) else None)
             self.bus = self.store = self.outbox = self.locks = self.checkpointer = self.remover = None
-            self.commits = self.turns = self.pacer = self._ahead = None
+            self.commits = self.turns = self.pacer = self._ahead = self._steps = None
+        return self._closed
 
-    def _prune_exports(self) -> list[str]:
-        """Exports past `export_keep_days` go, each reported; a dry run names them; what could not go, returned."""
+    def _prune_exports(self) -> tuple[list[dict], list[str]]:
+        """Exports past `export_keep_days` go, each reported (a dry run names them); with what could not go."""
         if not (self._prunes and (self.outbox is not None or self.dry_run)):  # opened: this profile's run is ours
-            return []
-        self.exports_removed, problems = exports.at_run_end(self.profile, self.export_settings, self.now(),
-                                                            self.outbox, self.dry_run)
-        return problems
+            return [], []
+        return exports.at_run_end(self.profile, self.export_settings, self.now(), self.outbox, self.dry_run)
 
     # -- what callers read -------------------------------------------------------
 
@@ -209,17 +211,64 @@ class Engine:
     def held_by_others(self) -> str | None:
         return self.space.held_by_others()
 
-    def reclaim(self, result: Result) -> int:
-        return self.space.reclaim(result)
+    def read(self, work: Callable):
+        """`work(db)` on the engine's connection, for a caller's reads: between calls no transaction is open."""
+        return work(self.store.db)
 
-    def vacuum_if_worth(self, result: Result, asked: bool = True) -> bool:
-        return self.space.vacuum_if_worth(result, asked)
+    def live_ids(self, now: float) -> dict[str, str]:
+        """Sessions a live Hermes process is at work on (store/guards.py) -> why."""
+        return sql.live_ids(self.store.db, self.store.schema, now)
 
-    def compact(self, force: bool, result: Result) -> dict:  # the operator's word (space.py)
-        return self.space.compact(force, result)
+    def blocked(self, ids: list[str]) -> dict[str, str]:
+        """Ids a live Hermes is at work on, or a table we do not know points at -> why."""
+        return self.deletes.blocked(self.store.db, ids)
 
-    def remove_orphan_files(self, paths: list[str], result: Result) -> None:
-        self.aftermath.remove_orphan_files(paths, result)
+    def as_left(self, rows: dict) -> dict:
+        """A selection's rows as this run has left them (a dry run's closes: deletes.py)."""
+        return self.deletes.as_left(rows)
+
+    def write(self, work: Callable, weight: int | None, what: str, quiet: bool = True):
+        """A caller's `work(db)` (a repair's) in one transaction paced like ours, not in the report."""
+        return self.pacer.write(work, weight, Result(self.profile.name, Action.REPAIR, None, False), what, quiet=quiet).value
+
+    def transaction(self, work: Callable):
+        """`work(db)` in one write transaction, whole, neither paced nor quieted (an index rebuild)."""
+        return write_transaction(self.store.db, work)
+
+    def announce_noticed(self, now: float, retention_days: float, why_not: str | None) -> Result | None:
+        """The sessions deleted outside hermes-admin since the last look, announced (noticed.py)."""
+        return announce(self.profile, self.store, self.outbox, self.aftermath, now, retention_days, why_not)
+
+    def announce_lost(self, ids: list[str], reason: str) -> list[HookFailure]:
+        """Sessions a repair could not bring back, one event each (aftermath.py)."""
+        return self.aftermath.announce_lost(ids, reason)
+
+    def _call(self, action: Action, reason: str | None = None):  # a call's outcome; a failure carries it
+        return carried(Result(self.profile.name, action, reason, self.dry_run))
+
+    def reclaim(self) -> Result:
+        """Free pages back to the file system, on a store in incremental auto-vacuum (space.py)."""
+        with self._call(Action.COMPACT) as outcome:  # free pages back, as compact gives them
+            self.space.reclaim(outcome)
+        return outcome
+
+    def vacuum_if_worth(self, asked: bool = True) -> Result:
+        """A VACUUM when it is worth it and nobody holds the store (space.py); `vacuumed`: it ran (one
+        statement: a failure has nothing done before it to carry)."""
+        vacuumed, notes = self.space.vacuum_if_worth(asked)
+        return Result(self.profile.name, Action.COMPACT, None, self.dry_run, vacuumed=vacuumed, notes=notes)
+
+    def compact(self, force: bool) -> tuple[Result, dict]:
+        """The operator's word (space.py): what it did, and the report's row of what it gave back."""
+        with self._call(Action.COMPACT) as outcome:
+            row = self.space.compact(force, outcome)
+        return outcome, row
+
+    def remove_orphan_files(self, paths: list[str]) -> Result:
+        """Per-session files whose session row is gone (no event: no rows went)."""
+        with self._call("delete") as outcome:
+            self.aftermath.remove_orphan_files(paths, outcome)
+        return outcome
 
     def require_tokenizer(self, doing: str = "delete from") -> None:
         """Deleting (or restoring) messages fires the CJK FTS triggers, which need Hermes' tokenizer."""
@@ -233,86 +282,43 @@ class Engine:
     # -- deletion --------------------------------------------------------------
 
     def delete(self, units: list[Unit], reason: str, recheck: Recheck | None = None,
-               orphans: bool = False, result: Result | None = None) -> Result:
-        """Delete whole units. `recheck` re-applies the selection rule inside each transaction.
+               orphans: bool = False) -> Result:
+        """Delete whole units, asked as one `Ask` (deletes.py): `recheck` re-applies the selection rule
+        inside each transaction; `orphans=True` for units whose session rows are gone already.
 
-        `orphans=True` is for units whose session rows are already gone (message
-        and usage rows left behind): they go without the existence check.
-        What is done goes into `result`, the caller's (a new one if none), as each transaction
-        commits: what committed before a failure is there for the caller to report.
-        Inside a caller's `batch` (a purge in parts) its files and events are left to the batch;
-        else they are settled before it returns (after an error too).
+        Returns what it did, filled as each transaction commits: after a failure, what committed
+        before it is carried by the error (Interrupted.partial). Inside a caller's `batched` (a purge
+        in parts) its files and events are left to the batch; else they are settled before it
+        returns (after an error too).
         """
-        result = result if result is not None else Result(self.profile.name, "delete", reason, self.dry_run)
-        if not units:
-            return result
-        self.require_tokenizer()
-        units = self.deletes.in_store_order(units)
-        if self.dry_run:  # the same decision, each chunk in a read transaction; nothing exported, nothing applied
-            for decision in self._dry(units, result, lambda db, chunk: self.deletes.decide(db, chunk, {}, recheck,
-                                                                                        orphans)):
-                self.aftermath.remove_files(decision.ids, result)  # lists them: a dry run unlinks nothing
-            return result
-        synced_last = not self._batched  # settled here, its last commit synced; else when the caller's batch ends
-        with self.batch(result):
-            self._delete(units, reason, recheck, orphans, synced_last, result)
+        ask = Ask(reason, recheck, orphans)
+        with self._call("delete", reason) as result:
+            if not units:
+                return result
+            self.require_tokenizer()
+            units = self.deletes.in_store_order(units)
+            if self.dry_run:  # the same decision, each chunk in a read transaction; nothing exported or applied
+                for decision in self._dry(units, result, lambda db, chunk: self.deletes.decide(db, chunk, {}, recheck,
+                                                                                            orphans)):
+                    self.aftermath.remove_files(decision.ids, result)  # lists them: a dry run unlinks nothing
+                return result
+            synced_last = not self._batched  # settled here, its last commit synced; else when the batch ends
+            with self._batch(result):
+                self._steps.run(f"{self.profile.name}: {reason}", units, ask, synced_last, result)
         return result
 
-    def _delete(self, units: list[Unit], reason: str, recheck: Recheck | None, orphans: bool, synced_last: bool,
-                result: Result) -> None:
-        what, done = f"{self.profile.name}: {reason}", 0
-        self.progress(what, done, len(units), False)
-        try:
-            for step in self._ahead.steps(units, reason, orphans, result):
-                if step.split:
-                    self._splits.split(step.units[0], step.exported[step.units[0].session_id], reason, recheck,
-                                       result)
-                else:
-                    self._delete_chunk(step, step.last and synced_last, reason, recheck, orphans, result)
-                done += len(step.units)
-                self.progress(what, done, len(units), False)
-                self.pacer.merge_owed(result, MERGE_STEPS)
-        finally:
-            self.progress(what, done, len(units), True)
-
-    def _delete_chunk(self, step: Step, last: bool, reason: str, recheck: Recheck | None, orphans: bool,
-                      result: Result) -> None:
-        chunk, listening = step.units, self.listening
-        event_ids = self.outbox.add_pending("delete", reason, chunk) if listening else [None] * len(chunk)
-        synced = self.commits.before(last)
-
-        try:
-            held = self.pacer.hold(lambda db: self.deletes.in_transaction(db, chunk, step.exported, recheck, orphans))
-        except BaseException:
-            if listening:
-                self.outbox.settle({}, event_ids)  # rolled back: these events must never fire
-            raise
-        # Committed, `follow` says what follows; it needs no write lock, so it fills the pause we owe.
-        self.pacer.settle(held, step.weight, result, f"a delete of {len(chunk)} unit(s)", synced=synced,
-                          follow=lambda done: self._deleted(chunk, event_ids, reason, done, result))
-
-    def _deleted(self, chunk: list[Unit], event_ids: list, reason: str, done: tuple[Decision, bool],
-                 result: Result):
-        """What a delete's commit settles: the outbox told, the report, the files and events to follow."""
-        decision, wrote = done
-        went = decision.changes
-        committed = {event_ids[i]: list(ids) for i, ids in went.items()} if self.listening else {}
-        self.outbox.settle(committed, [e for i, e in enumerate(event_ids) if i not in went and e is not None],
-                           gone=[] if self.listening else [i for ids in went.values() for i in ids])  # noticed.py
-        decision.outcome().fold_into(result)
-        paths: list[str] = []
-        for ids in went.values():
-            paths += self.aftermath.paths_of(list(ids), result)
-        events = [Event(event_ids[i], "delete", chunk[i].session_id, reason, list(ids))
-                  for i, ids in went.items()] if self.listening else []
-        return wrote, (paths, events)
+    def batched(self, work: Callable[[], None]) -> Result:
+        """`work()`: engine calls whose files and events are settled together when it ends (after an
+        error too: what did commit gets its files removed and its events, with no merging on top of
+        the error). Returns what settling did; a failure carries it (Interrupted)."""
+        with self._call(Action.NONE) as outcome, self._batch(outcome):  # no unit of its own
+            work()
+        return outcome
 
     @contextmanager
-    def batch(self, result: Result) -> Iterator[Result]:
-        """Engine calls whose files and events are settled together when the `with` ends, into
-        `result`: the caller's, who owns it and reports it. After an error too (what did commit gets
-        its files removed and its events, with no merging on top of the error). Inside another
-        batch, that one settles."""
+    def _batch(self, result: Result) -> Iterator[Result]:
+        """What `batched` settles, into `result`, when the `with` ends. Inside another batch, that
+        one settles."""
         if self._batched or self.dry_run:
             yield result
             return
@@ -323,49 +329,36 @@ class Engine:
             failed = False
         finally:
             self._batched = False
-            self._settle(result, merge=not failed)
-
-    def _settle(self, result: Result, merge: bool) -> None:
-        """Once every commit so far is durable: its files removed, its events fired, all in `result`;
-        `merge`: FTS5 merging owed is done first (not after an error)."""
-        try:
-            if merge:
-                self.pacer.merge_owed(result, MERGE_STEPS_AT_END)
-            self.aftermath.after_durable(self.commits.flush(), result)
-        finally:
-            self.aftermath.collect_files(result)
-            if self.bus is not None:
-                result.hook_failures += self.bus.repeats()
+            self._steps.settle(result, merge=not failed)
 
     # -- row updates: archive, stale rows closed ---------------------------------------
 
-    def set_archived(self, units: list[Unit], archived: bool, reason: str | None, swept: bool = False,
-                     result: Result | None = None) -> Result:
+    def set_archived(self, units: list[Unit], archived: bool, reason: str | None, swept: bool = False) -> Result:
         """Archive (or unarchive) whole units; an event fires only for a real unarchived -> archived change.
-        `swept`: the inactivity sweep's (live units stay: rows.Flip), not a deliberate one. What is done
-        goes into `result`, the caller's (a new one if none), as each transaction commits."""
-        if result is None:
-            result = Result(self.profile.name, "archive" if archived else "unarchive", reason, self.dry_run)
+        `swept`: the inactivity sweep's (live units stay: rows.Flip), not a deliberate one. Returns what
+        it did, filled as each transaction commits (a failure carries it, as `delete`'s)."""
         flip = Flip(archived, provenance=self.store.schema.has_column("sessions", "auto_archived"), swept=swept)
-        if self.dry_run:
-            self._dry(units, result, lambda db, chunk: flip.decide(db, self.deletes, chunk))
-            return result
-        for chunk, weight in self._by_count(units, result):
-            flip_archived(self.pacer, self.aftermath, self.deletes, flip, chunk, weight, reason,
-                          result).fold_into(result)
+        with self._call("archive" if archived else "unarchive", reason) as result:
+            if self.dry_run:
+                self._dry(units, result, lambda db, chunk: flip.decide(db, self.deletes, chunk))
+                return result
+            for chunk, weight in self._by_count(units, result):
+                flip_archived(self.pacer, self.aftermath, self.deletes, flip, chunk, weight, reason,
+                              result).fold_into(result)
         return result
 
-    def close_stale(self, units: list[Unit], recheck: Recheck, now: float, result: Result | None = None) -> Result:
+    def close_stale(self, units: list[Unit], recheck: Recheck, now: float) -> Result:
         """Close open rows a dead process left (tasks/stale.py): `ended_at` the run's `now`, `end_reason`
-        'startup_orphan_reap', as Hermes does; silent (nothing is deleted: no event, no file). What is
-        done goes into `result`, the caller's (a new one if none), as each transaction commits."""
-        result = result if result is not None else Result(self.profile.name, "close", None, self.dry_run)
-        if self.dry_run:
-            for decision in self._dry(units, result, lambda db, chunk: decide_close(db, self.deletes, chunk, recheck)):
-                self.deletes.closed_in_dry_run.update(dict.fromkeys(decision.ids, now))  # for the later tasks
-            return result
-        for chunk, weight in self._by_count(units, result):
-            close_stale_rows(self.pacer, self.deletes, chunk, weight, recheck, now, result).fold_into(result)
+        'startup_orphan_reap', as Hermes does; silent (nothing is deleted: no event, no file). Returns
+        what it did, filled as each transaction commits (a failure carries it, as `delete`'s)."""
+        with self._call("close") as result:
+            if self.dry_run:
+                for decision in self._dry(units, result, lambda db, chunk: decide_close(db, self.deletes, chunk,
+                                                                                      recheck)):
+                    self.deletes.closed_in_dry_run.update(dict.fromkeys(decision.ids, now))  # for the later tasks
+                return result
+            for chunk, weight in self._by_count(units, result):
+                close_stale_rows(self.pacer, self.deletes, chunk, weight, recheck, now, result).fold_into(result)
         return result
 
     def _dry(self, units: list[Unit], result: Result,
@@ -392,8 +385,14 @@ class Engine:
 
     # -- restore ---------------------------------------------------------------
 
-    def restore(self, path: Path, wanted: set[str] | None, result: Result, **how) -> str | None:
-        """`hermes-admin restore`: an export's units back (restore.py; `how`: pin, other_profile)."""
+    def restore(self, path: Path, wanted: set[str] | None, **how) -> tuple[Result, str | None]:
+        """`hermes-admin restore`: an export's units back (restore.py; `how`: pin, other_profile).
+        Returns what it did (a failure carries it) and the other profile's home it was made in, if any."""
         self.require_tokenizer("restore into")  # the messages put back fire the CJK triggers too
-        return restore_file(self.store, self.pacer, path, wanted, self.dry_run, result, **how)
+        with self._call("restore") as result:
+            try:
+                return result, restore_file(self.store, self.pacer, path, wanted, self.dry_run, result, **how)
+            finally:  # what is back is no longer gone by our hand (noticed.py); after a failure too
+                if self.outbox is not None:
+                    self.outbox.back([i for done in result.done for i in done.ids])
 

@@ -14,8 +14,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator, NamedTuple
 
 from hermes_admin import stopping
-from hermes_admin.profile.engine import exports, faults
-from hermes_admin.profile.engine.exports import ExportError, ExportFile, Exported, Settings
+from hermes_admin.profile import exports
+from hermes_admin.profile.engine import faults
+from hermes_admin.profile.engine.deletes import Ask
+from hermes_admin.profile.exports import ExportError, ExportFile, Exported, Settings
 from hermes_admin.profile.engine.packing import next_transaction
 from hermes_admin.profile.engine.pacer import Pace, Pacer
 from hermes_admin.profile.lineage import Unit
@@ -68,9 +70,10 @@ class ExportAhead:
             self._reads.close()
             self._reads = None
 
-    def steps(self, units: list[Unit], reason: str, orphans: bool, result: Result) -> Iterator[Step]:
-        """The transactions of a delete, in order (packing.py), each batch exported first. A stop
-        request ends them between transactions (what is left waits for the next run)."""
+    def steps(self, units: list[Unit], ask: Ask, result: Result) -> Iterator[Step]:
+        """The transactions of a delete, in order (packing.py), each batch exported first (`ask`: its
+        reason goes into the export's manifest; orphans have nothing to export). A stop request ends
+        them between transactions (what is left waits for the next run)."""
         position, weights, exported = 0, {}, {}
         ahead: deque = deque()  # (where a batch starts, its size, its export queued or running on the thread)
         queued_to = 0  # where the batches made so far end
@@ -79,15 +82,15 @@ class ExportAhead:
                 result.stop = stop_note(len(units) - position, len(units))
                 return
             if units[position].session_id not in weights:
-                weights, exported, queued_to = self._batch_at(units, position, reason, orphans, ahead, queued_to)
+                weights, exported, queued_to = self._batch_at(units, position, ask, ahead, queued_to)
             pace = self.pacer.pace()
             packed = next_transaction([weights.get(u.session_id) for u in units[position:]], pace.budget,
-                                      pace.too_big, orphans)
+                                      pace.too_big, ask.orphans)
             chunk = units[position:position + packed.count]
             position += packed.count
             found = {u.session_id: exported[u.session_id] for u in chunk if u.session_id in exported}
             if packed.split:
-                found = found or self._export_now(chunk[0], reason)
+                found = found or self._export_now(chunk[0], ask.reason)
             # files the delete removes that the export could not carry: said in the report
             result.files_skipped += [line for done in found.values() for line in done.files_left]
             if packed.split:  # its rows gone (nothing exported): a transaction of its own says so
@@ -95,8 +98,7 @@ class ExportAhead:
             else:
                 yield Step(chunk, found, False, position >= len(units) or stopping.requested(), packed.weight)
 
-    def _batch_at(self, units: list[Unit], position: int, reason: str, orphans: bool, ahead: deque,
-                  queued_to: int) -> tuple[dict, dict, int]:
+    def _batch_at(self, units: list[Unit], position: int, ask: Ask, ahead: deque, queued_to: int) -> tuple[dict, dict, int]:
         """The weights and exports of the batch starting at `position`, and the next ones queued."""
         if ahead and ahead[0][0] == position:
             _, size, export = ahead.popleft()
@@ -104,14 +106,13 @@ class ExportAhead:
         else:  # the first batch, small: its export is the one the deletes wait for
             ahead.clear()
             size = FIRST_EXPORT_UNITS
-            weights, exported = self._prepare(units[position:position + size], reason, orphans,
-                                              self._data_version(), self.pacer.pace())
+            weights, exported = self._prepare(units[position:position + size], ask, self._data_version(),
+                                              self.pacer.pace())
             queued_to = position + size
         while len(ahead) < EXPORTS_AHEAD and queued_to < len(units):
             size = min(EXPORT_UNITS, EXPORT_GROWTH * (ahead[-1][1] if ahead else size))
             ahead.append((queued_to, size, self._exporter().submit(
-                self._prepare, units[queued_to:queued_to + size], reason, orphans, self._data_version(),
-                self.pacer.pace())))
+                self._prepare, units[queued_to:queued_to + size], ask, self._data_version(), self.pacer.pace())))
             queued_to += size
         return weights, exported, queued_to
 
@@ -127,8 +128,7 @@ class ExportAhead:
                                         lock_wait_s=getattr(self.store.db, "lock_wait_s", None))
         return self._reads
 
-    def _prepare(self, batch: list[Unit], reason: str, orphans: bool, version: int | None,
-                 pace: Pace) -> tuple[dict[str, int], dict[str, Exported]]:
+    def _prepare(self, batch: list[Unit], ask: Ask, version: int | None, pace: Pace) -> tuple[dict[str, int], dict[str, Exported]]:
         """Weights of a batch of units, and the export of those that must have one, on disk and verified.
 
         Every unit is exported unless `export_keep_days` is 0; then only those too big for one
@@ -137,12 +137,12 @@ class ExportAhead:
         `pace`: the pacing as the deleting thread measured it then (which units are too big for one).
         """
         db = self._reader()
-        if orphans or self.settings.keep_days <= 0:
+        if ask.orphans or self.settings.keep_days <= 0:
             weights = self._weigh(batch, db)
-            big = [] if orphans else [u for u in batch if pace.too_big(weights[u.session_id])]
-            written = self._write_export(big, reason, db, version) if big else {}
+            big = [] if ask.orphans else [u for u in batch if pace.too_big(weights[u.session_id])]
+            written = self._write_export(big, ask.reason, db, version) if big else {}
         else:
-            written = self._write_export(batch, reason, db, version)
+            written = self._write_export(batch, ask.reason, db, version)
             weights = {u.session_id: written[u.session_id].weight if u.session_id in written
                        else exports.UNIT_WEIGHT for u in batch}
         faults.point("batch_exported", units=batch)

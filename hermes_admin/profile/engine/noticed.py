@@ -199,6 +199,21 @@ def looked(record: tuple[float, int, int, bytes] | None) -> tuple[Look | None, b
     return (Look(taken, device, inode, sessions), False) if sessions is not None else (None, True)
 
 
+def last_look_ids(profile: Profile) -> set[str]:
+    """The last look's sessions, only when it was taken of this very file (a rebuild keeps the
+    file and its inode), less those our own deletes took since; read-only (lost_sessions.py)."""
+    record, own = read_look(profile)
+    look, _ = looked(record)
+    if look is None:
+        return set()
+    try:
+        if identity(profile) != (look.device, look.inode):
+            return set()
+    except OSError:
+        return set()
+    return {sid for sid in look.sessions if sid not in own}
+
+
 def announce(profile: Profile, store: Store, outbox: Outbox | None, aftermath: Aftermath, now: float,
              retention_days: float, why_not: str | None) -> Result | None:
     """A maintenance pass's look at the store (the module's docstring): the sessions deleted outside

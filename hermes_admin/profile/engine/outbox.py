@@ -44,7 +44,7 @@ from pathlib import Path
 import apsw
 
 from hermes_admin.model import Profile
-from hermes_admin.profile.engine.state_folder import regular_file, set_aside, state_dir
+from hermes_admin.profile.state_folder import regular_file, set_aside, state_dir
 
 
 @dataclass

@@ -17,9 +17,9 @@ from __future__ import annotations
 from pathlib import Path
 
 
-from hermes_admin.profile.engine.exports import ROW_WEIGHT, decode_value, manifest_or_recomputed, read_member
+from hermes_admin.profile.exports import ROW_WEIGHT, decode_value, manifest_or_recomputed, read_member
 from hermes_admin.profile.engine.pacer import MERGE_STEPS, Pacer
-from hermes_admin.profile.engine.transcripts import put_back as put_files
+from hermes_admin.profile.transcripts import put_back as put_files
 from hermes_admin.profile.store import Store
 from hermes_admin.profile.store.restoring import (message_owners, newest_message_id, pin, put_row,
                                                   session_exists, session_row)
@@ -171,7 +171,7 @@ def restore_file(store: Store, pacer: Pacer | None, path: Path, wanted: set[str]
         raise store.error(f"{store.path}: --pin: this store's sessions have no `pinned` column (a Hermes "
                           "before pinning); nothing restored")
     put_back: list[str] = []
-    files = _Files(store.profile.sessions_dir, dry_run, result)
+    files = _Files(store.profile.sessions_dir, dry_run)
     for member, units in units_of(manifest, wanted):
         ids = {i for u in units for i in u[3]}
         unseen = set(ids)
@@ -180,15 +180,13 @@ def restore_file(store: Store, pacer: Pacer | None, path: Path, wanted: set[str]
             if sid not in ids:
                 continue
             unseen.discard(sid)
-            try:
-                state, count = restorer.session(fields, messages, missing_only=False, dry_run=dry_run)
-            except (ValueError, TypeError, *SQLITE_ERRORS) as exc:
-                # a record this store cannot take (a hostile or damaged file): this session only
-                result.skipped.append({"session_id": sid, "ids": [sid], "why": f"not restored: {exc}"})
-                continue
-            put = files.back(sid, fields) if state in ("restored", "completed") else 0  # where the export has them
-            if _said(result, path, sid, state, count, put, dry_run):
+            said, left = _one(restorer, files, path, fields, messages, dry_run)
+            result.files_skipped += left
+            if isinstance(said, Done):
+                result.done.append(said)
                 put_back.append(sid)
+            else:
+                result.skipped.append(said)
         for sid in sorted(unseen):
             result.skipped.append({"session_id": sid, "ids": [sid], "why": "not in the export"})
     result.notes += files.notes()
@@ -202,32 +200,42 @@ def restore_file(store: Store, pacer: Pacer | None, path: Path, wanted: set[str]
     return other
 
 
-def _said(result: Result, path: Path, sid: str, state: str, count: int, files: int, dry_run: bool = False) -> bool:
-    """One session's outcome into `result`; whether it was put back (a dry run: would be)."""
+def _one(restorer: Restorer, files: "_Files", path: Path, fields: dict, messages,
+         dry_run: bool) -> tuple[Done | dict, list[str]]:
+    """One session's record back: what became of it (`_said`), and its files not put back."""
+    sid = fields.get("id")
+    try:
+        state, count = restorer.session(fields, messages, missing_only=False, dry_run=dry_run)
+    except (ValueError, TypeError, *SQLITE_ERRORS) as exc:
+        # a record this store cannot take (a hostile or damaged file): this session only
+        return {"session_id": sid, "ids": [sid], "why": f"not restored: {exc}"}, []
+    put, left = files.back(sid, fields) if state in ("restored", "completed") else (0, [])  # where the export has them
+    return _said(path, sid, state, count, put, dry_run), left
+
+
+def _said(path: Path, sid: str, state: str, count: int, files: int, dry_run: bool = False) -> Done | dict:
+    """One session's outcome: Done when it was put back (a dry run: would be), else why it was not."""
     if state == "completed" and count == 0 and not files:
-        result.skipped.append({"session_id": sid, "ids": [sid], "why": "exists as exported: nothing to put back"})
-    elif state in ("restored", "completed"):
-        result.done.append(Done(sid, (sid,), f"{'would be ' if dry_run else ''}{state} from {path.name} ({count} messages"
-                                + (f", {files} file(s) in sessions/)" if files else ")")))
-        return True
-    else:
-        result.skipped.append({"session_id": sid, "ids": [sid], "why": "exists in the store: left alone"})
-    return False
+        return {"session_id": sid, "ids": [sid], "why": "exists as exported: nothing to put back"}
+    if state in ("restored", "completed"):
+        return Done(sid, (sid,), f"{'would be ' if dry_run else ''}{state} from {path.name} ({count} messages"
+                    + (f", {files} file(s) in sessions/)" if files else ")"))
+    return {"session_id": sid, "ids": [sid], "why": "exists in the store: left alone"}
 
 
 class _Files:
     """The sessions' files a restore puts back into `sessions/` (transcripts.py), and what it says of them."""
 
-    def __init__(self, folder: Path, dry_run: bool, result: Result):
-        self.folder, self.dry_run, self.result = folder, dry_run, result
+    def __init__(self, folder: Path, dry_run: bool):
+        self.folder, self.dry_run = folder, dry_run
         self.put = self.without = 0  # files put back; sessions from an export that carries none
 
-    def back(self, sid: str, fields: dict) -> int:
+    def back(self, sid: str, fields: dict) -> tuple[int, list[str]]:
+        """A session's files put back: how many, and each that was not (why)."""
         self.without += "files" not in fields  # an export made before exports carried them
         put, left = put_files(self.folder, sid, fields.get("files"), self.dry_run)
         self.put += put
-        self.result.files_skipped += left
-        return put
+        return put, left
 
     def notes(self) -> list[str]:
         would = "would be " if self.dry_run else ""  # a dry run puts nothing back: it says what it would

@@ -216,47 +216,49 @@ class Space:
                 return
             time.sleep(0.01 if busy else 0.05)
 
-    def vacuum_if_worth(self, result: Result, asked: bool = True) -> bool:
+    def vacuum_if_worth(self, asked: bool = True) -> tuple[bool, list[str]]:
         """VACUUM after a purge: over 25 % free pages, and only while nobody else holds the store.
         Unless the policy says not to (`incremental_vacuum: false`), the same VACUUM switches the store
         to incremental auto-vacuum, so that later purges give space back while Hermes runs (reclaim).
-        Not `asked` (no --vacuum, nothing purged): only that switch, when it is pending."""
+        Not `asked` (no --vacuum, nothing purged): only that switch, when it is pending. Returns
+        whether it ran, and what it says of it."""
+        notes: list[str] = []
         pending = self._pending_bytes() if self.dry_run else 0
         if pending:  # what the run will try, said by the dry run
-            result.notes.append(f"would VACUUM once nobody else holds the store ({human_bytes(pending)} "
+            notes.append(f"would VACUUM once nobody else holds the store ({human_bytes(pending)} "
                                 "of free pages; it switches the store to incremental reclaim)")
         if self.dry_run or not (asked or self.switch_pending()):
-            return False
+            return False, notes
         db = self.store.db
         counted = page_accounting.pages(db)
         pages, free = counted.count, counted.free
         switching = self.incremental and pragmas.auto_vacuum(db) != INCREMENTAL
         if not pages or (free / pages <= VACUUM_FREE_RATIO and not switching):
-            result.notes.append(f"no VACUUM: {human_bytes(counted.free_bytes)} of free pages, {free / max(pages, 1):.0%} "
+            notes.append(f"no VACUUM: {human_bytes(counted.free_bytes)} of free pages, {free / max(pages, 1):.0%} "
                                 "of the store (needs over 25 %)")
-            return False
+            return False, notes
         # Asked for (--vacuum, vacuum_after_prune), the switch may wait a little for its moment; unasked,
         # one look: a gateway holds its store for days, and 2 s more per held profile per run would add
         # up over a host's profiles while rarely finding the moment a single look misses.
         who = self._free_moment(FREE_MOMENT_S if switching and asked else 0)
         if who:
-            result.notes.append(f"no VACUUM: the store is {who}{hint(who)}")
+            notes.append(f"no VACUUM: the store is {who}{hint(who)}")
             if switching and free:  # said once, at the end of the report (report.space_lines)
                 self.waits.append({"bytes": counted.free_bytes, "held_by": who, "compact": bool(hint(who))})
-            return False
+            return False, notes
         try:
             if switching:  # once: from then on, purges give space back while Hermes runs (reclaim)
                 pragmas.switch_to_incremental(db)  # takes effect with this VACUUM
-                result.notes.append("the store is now in incremental auto-vacuum: later purges give space "
+                notes.append("the store is now in incremental auto-vacuum: later purges give space "
                                     "back in short steps while Hermes runs")
             pragmas.vacuum(db)
         except peewee.OperationalError as exc:  # a writer came meanwhile: the VACUUM waits for another run
             if not is_lock_error(exc):
                 raise
-            result.notes.append("no VACUUM: another process took the write lock first")
-            return False
+            notes.append("no VACUUM: another process took the write lock first")
+            return False, notes
         self._after_vacuum()
-        return True
+        return True, notes
 
     def _after_vacuum(self) -> None:
         """A VACUUM writes the whole database into the WAL. Nobody else holds the store (we just looked):

@@ -23,10 +23,11 @@ from typing import Callable
 
 
 from hermes_admin import stopping
-from hermes_admin.profile.engine import exports, faults
+from hermes_admin.profile import exports
+from hermes_admin.profile.engine import faults
 from hermes_admin.profile.engine.aftermath import Aftermath
-from hermes_admin.profile.engine.deletes import Deletes, Recheck
-from hermes_admin.profile.engine.exports import ExportError, Exported
+from hermes_admin.profile.engine.deletes import Ask, Deletes, Recheck
+from hermes_admin.profile.exports import ExportError, Exported
 from hermes_admin.profile.engine.outbox import Event, Outbox, OutboxError
 from hermes_admin.profile.engine.packing import messages_in_step
 from hermes_admin.profile.engine.pacer import MERGE_STEPS, Held, Pacer
@@ -66,14 +67,14 @@ class SplitDeletes:
         self.store, self.pacer, self.outbox, self.aftermath = store, pacer, outbox, aftermath
         self.deletes, self.settle, self.require_tokenizer = deletes, settle, require_tokenizer
 
-    def split(self, unit: Unit, exported: Exported, reason: str, recheck: Recheck | None, result: Result) -> None:
+    def split(self, unit: Unit, exported: Exported, ask: Ask, result: Result) -> None:
         """Delete one big unit in steps of messages, then its rows; it is already exported.
 
         The split is recorded in the outbox before the first step, so that a crash between steps is
         finished (or undone) by the next start (_finish_splits); its one event is pending from
         then on, committed after the last step, dropped if the unit is restored.
         """
-        listening = self.aftermath.listening
+        listening, reason = self.aftermath.listening, ask.reason
         event_id = self.outbox.add_pending("delete", reason, [unit])[0] if listening else None
         record = {"session_id": unit.session_id, "ids": list(unit.ids), "rule": unit.rule, "reason": reason,
                   "event_id": event_id, "exported": exported.as_record()}
@@ -83,7 +84,7 @@ class SplitDeletes:
             if listening:
                 self.outbox.settle({}, [event_id])
             raise
-        self._run_split(split_id, record, unit, exported, recheck, result)
+        self._run_split(split_id, record, unit, exported, ask.recheck, result)
 
     def _run_split(self, split_id: int, record: dict, unit: Unit, exported: Exported, recheck: Recheck | None,
                    result: Result, resumed: bool = False) -> None:
@@ -172,7 +173,9 @@ class SplitDeletes:
         self.outbox.end_split(split_id)
         result.done.append(Done(unit.session_id, tuple(present), unit.rule))
         events = [Event(event_id, "delete", unit.session_id, record["reason"], present)] if event_id is not None else []
-        self.pacer.committed(True, True, (self.aftermath.paths_of(present, result), events), result)
+        paths, left = self.aftermath.paths_of(present)
+        result.files_skipped += left
+        self.pacer.committed(True, True, (paths, events), result)
 
     def _message_weights(self, unit: Unit, upto: int) -> list[tuple[int, int]]:
         weights = unit_rows.each_message_size(self.store.db, self.store.schema, list(unit.ids), upto)

@@ -43,7 +43,7 @@ from typing import Callable, Iterator
 
 from hermes_admin.model import Profile
 from hermes_admin.plain_files import NotPlain, open_plain, read_plain
-from hermes_admin.profile.engine import transcripts
+from hermes_admin.profile import transcripts
 from hermes_admin.profile.store.files import FileIndex
 from hermes_admin.profile.store.sql import column_names, journal
 from hermes_admin.profile.store.unit_rows import messages_of, names_prompts, prompts_of, session_rows, usage_rows

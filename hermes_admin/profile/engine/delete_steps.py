@@ -1,0 +1,91 @@
+"""A delete's run over its units, step by step (docs/design.md §5): each step exported ahead
+(export_ahead.py), then one transaction of whole units (deletes.py) or one unit deleted in steps
+(splits.py); each commit settled: the outbox told, the report filled, its files and events handed
+on to follow once the commit is durable (aftermath.py)."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from hermes_admin.profile.engine.aftermath import Aftermath
+from hermes_admin.profile.engine.decisions import Decision
+from hermes_admin.profile.engine.deletes import Ask, Deletes
+from hermes_admin.profile.engine.export_ahead import ExportAhead, Step
+from hermes_admin.profile.engine.group_commit import GroupCommit
+from hermes_admin.profile.engine.outbox import Event, Outbox
+from hermes_admin.profile.engine.pacer import MERGE_STEPS, MERGE_STEPS_AT_END, Pacer
+from hermes_admin.profile.engine.splits import SplitDeletes
+from hermes_admin.profile.lineage import Unit
+from hermes_admin.results import Result
+
+# A progress callback: (what, units done so far, units in all, ended); the engine draws nothing itself.
+Progress = Callable[[str, int, int, bool], None]
+
+
+class DeleteSteps:
+    """The steps of the engine's deletes, over the collaborators of a run that writes."""
+
+    def __init__(self, ahead: ExportAhead, splits: SplitDeletes, deletes: Deletes, pacer: Pacer,
+                 commits: GroupCommit, outbox: Outbox, aftermath: Aftermath, progress: Progress):
+        self.ahead, self.splits, self.deletes, self.pacer = ahead, splits, deletes, pacer
+        self.commits, self.outbox, self.aftermath, self.progress = commits, outbox, aftermath, progress
+
+    def run(self, what: str, units: list[Unit], ask: Ask, synced_last: bool, result: Result) -> None:
+        """Every step of `units`, in order, into `result` as each commits; `synced_last`: the last
+        commit is synced (else the caller's batch syncs it when it ends)."""
+        done = 0
+        self.progress(what, done, len(units), False)
+        try:
+            for step in self.ahead.steps(units, ask, result):
+                if step.split:
+                    self.splits.split(step.units[0], step.exported[step.units[0].session_id], ask, result)
+                else:
+                    self._chunk(step, step.last and synced_last, ask, result)
+                done += len(step.units)
+                self.progress(what, done, len(units), False)
+                self.pacer.merge_owed(result, MERGE_STEPS)
+        finally:
+            self.progress(what, done, len(units), True)
+
+    def settle(self, result: Result, merge: bool) -> None:
+        """Once every commit so far is durable: its files removed, its events fired, all in `result`;
+        `merge`: FTS5 merging owed is done first (not after an error)."""
+        try:
+            if merge:
+                self.pacer.merge_owed(result, MERGE_STEPS_AT_END)
+            self.aftermath.after_durable(self.commits.flush(), result)
+        finally:
+            self.aftermath.collect_files(result)
+            if self.aftermath.bus is not None:
+                result.hook_failures += self.aftermath.bus.repeats()
+
+    def _chunk(self, step: Step, last: bool, ask: Ask, result: Result) -> None:
+        chunk, listening = step.units, self.aftermath.listening
+        event_ids = self.outbox.add_pending("delete", ask.reason, chunk) if listening else [None] * len(chunk)
+        synced = self.commits.before(last)
+
+        try:
+            held = self.pacer.hold(lambda db: self.deletes.in_transaction(db, chunk, step.exported, ask.recheck,
+                                                                         ask.orphans))
+        except BaseException:
+            if listening:
+                self.outbox.settle({}, event_ids)  # rolled back: these events must never fire
+            raise
+        # Committed, `follow` says what follows; it needs no write lock, so it fills the pause we owe.
+        self.pacer.settle(held, step.weight, result, f"a delete of {len(chunk)} unit(s)", synced=synced,
+                          follow=lambda done: self._deleted(chunk, event_ids, ask.reason, done, result))
+
+    def _deleted(self, chunk: list[Unit], event_ids: list, reason: str, done: tuple[Decision, bool],
+                 result: Result):
+        """What a delete's commit settles: the outbox told, the report, the files and events to follow."""
+        decision, wrote = done
+        went, listening = decision.changes, self.aftermath.listening
+        committed = {event_ids[i]: list(ids) for i, ids in went.items()} if listening else {}
+        self.outbox.settle(committed, [e for i, e in enumerate(event_ids) if i not in went and e is not None],
+                           gone=[] if listening else [i for ids in went.values() for i in ids])  # noticed.py
+        decision.outcome().fold_into(result)
+        paths, left = self.aftermath.paths_of([i for ids in went.values() for i in ids])
+        result.files_skipped += left
+        events = [Event(event_ids[i], "delete", chunk[i].session_id, reason, list(ids))
+                  for i, ids in went.items()] if listening else []
+        return wrote, (paths, events)
