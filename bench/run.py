@@ -10,6 +10,10 @@ cached in ~/.cache/hermes-admin-bench ($HERMES_ADMIN_BENCH_CACHE):
   R    build_realistic.py: ~4 k sessions of agent turns (prose, tool calls, tool results of code,
        logs and JSON up to 50 KB), ~40 % past retention, a ~1 GB store. --r-scale 0.05 (or
        $HERMES_ADMIN_BENCH_R_SCALE) builds and runs a ~50 MB version, cached apart.
+  RF   R with what a busy real home keeps beside it, real-sized (build_realistic.py --field): ~1.9
+       files a session in sessions/ (full-transcript snapshots, transcript JSONL, the gateway's
+       records, request dumps of ~400 KB), tool results a third longer: a ~1.2 GB store and ~0.5 GB
+       of files at scale 1 (--r-scale applies).
 (`--scales 1,10` still works: it means `--workloads W1,W10`.)
 
 --release 0.22.2 (R only): the store is built, and the writer and Hermes' prune run, with Hermes 0.22.2
@@ -68,6 +72,7 @@ WORKLOAD_VERSION = 1  # W1, W10 (build_workload.py)
 R_WORKLOAD_VERSION = 1  # R (build_realistic.py): bump when its shape changes
 MAX_WORKLOAD_AGE_S = 3 * 86400  # ages drift; a week-old workload would cross the 90-day line
 LIVE = "bench-live"  # the writer's session: the one that differs between copies
+REALISTIC = ("R", "RF")  # build_realistic.py's workloads (RF: --field), scaled by --r-scale
 
 TARGETS = {"w1_ratio": 20.0, "ratio": 1.0, "floor_ratio": 1.25, "longest_write_ms": 100.0, "writer_wait_ms": 250.0,
            "writer_p99_ms": 50.0, "rss_mb": 80.0, "w10_over_w1": 11.0}
@@ -78,7 +83,7 @@ def log(message: str) -> None:
 
 
 def label(name: str, r_scale: float, release: str = DEFAULT_RELEASE, journal: str | None = None) -> str:
-    shown = name if name != "R" or r_scale == 1 else f"R({r_scale:g})"
+    shown = name if name not in REALISTIC or r_scale == 1 else f"{name}({r_scale:g})"
     if release != DEFAULT_RELEASE:
         shown += f" {release}"
     return shown + (f" {journal.upper()}" if journal else "")
@@ -103,8 +108,8 @@ def hermes_env(scratch: Path) -> dict[str, str]:
 
 def workload(name: str, r_scale: float, release: str = DEFAULT_RELEASE) -> tuple[Path, dict]:
     """The cached workload's home folder (built with the real Hermes on first use) and its summary."""
-    if name == "R":
-        folder = CACHE / (f"R-v{R_WORKLOAD_VERSION}" + ("" if r_scale == 1 else f"-s{r_scale:g}")
+    if name in REALISTIC:
+        folder = CACHE / (f"{name}-v{R_WORKLOAD_VERSION}" + ("" if r_scale == 1 else f"-s{r_scale:g}")
                           + ("" if release == DEFAULT_RELEASE else f"-h{release}"))
     else:
         if release != DEFAULT_RELEASE:
@@ -118,9 +123,9 @@ def workload(name: str, r_scale: float, release: str = DEFAULT_RELEASE) -> tuple
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     now = time.time()
-    if name == "R":
+    if name in REALISTIC:
         command = [hermes_python(release), str(HERE / "build_realistic.py"), str(folder / "home"), str(now),
-                   "--scale", str(r_scale)]
+                   "--scale", str(r_scale), *(["--field"] if name == "RF" else [])]
     else:
         command = [peer.python(), str(HERE / "build_workload.py"), str(folder / "home"), name[1:], str(now)]
     log(f"building {label(name, r_scale, release)} with the real Hermes {release} (cached in {folder}) ...")
@@ -359,11 +364,11 @@ def main() -> int:
         names = [f"W{int(s)}" for s in args.scales.split(",")]
     else:
         names = [w.strip() for w in (args.workloads or "W1,W10,R").split(",") if w.strip()]
-    unknown = [n for n in names if n not in ("W1", "W10", "R")]
+    unknown = [n for n in names if n not in ("W1", "W10", *REALISTIC)]
     if unknown:
         parser.error(f"unknown workload(s): {', '.join(unknown)} (W1, W10, R)")
-    if args.release != DEFAULT_RELEASE and names != ["R"]:
-        parser.error(f"--release {args.release} builds R only: add --workloads R")
+    if args.release != DEFAULT_RELEASE and not set(names) <= set(REALISTIC):
+        parser.error(f"--release {args.release} builds R and RF only: add --workloads R or RF")
     results: dict = {}
     with tempfile.TemporaryDirectory(prefix="hermes-admin-bench-") as tmp:
         for name in names:
