@@ -2,6 +2,7 @@
 
 Usage:  python bench/alternate.py CHECKOUT_A CHECKOUT_B [--workload W1|W10|R|RF] [--r-scale F] [--runs N]
                                   [--writer] [--release 0.19.0|0.22.2] [--journal delete|wal] [--no-floor]
+                                  [--no-switch]
 
 A B A B ...: each purge (`purge --older-than 90 --yes --json`) on its own fresh copy of the cached
 workload (bench/run.py builds it: `--release 0.22.2` the one Hermes 0.22.2 wrote, `--journal` each
@@ -15,6 +16,12 @@ statements in as many transactions as that purge committed (bench/floor.py HOME 
 removals included): the purge's time over the floor's is the "alone / the same SQL in as many
 transactions" figure (`--no-floor` skips it). Under the writer: the writer's worst and p99 wait and
 its failed writes.
+
+A purge of a store not yet in incremental auto-vacuum that nobody else holds ends with the VACUUM
+that switches it (once in a store's life; since f11c970; the writer's open store prevents it):
+alone, on a fresh copy of a store Hermes wrote, every run of such a checkout takes it, and the
+floor does not. `--no-switch` runs the purges with the policy `incremental_vacuum: false` (every
+checkout since 0ac9e84 knows it): the deletes alone, as a store's later purges are.
 
 Prints one line a run, then a table: each checkout's runs (spread) and medians, and the bounds of
 issue 50 (alone within 1.05x of the floor in as many transactions; under a writer, every run: no
@@ -48,14 +55,15 @@ import run as bench  # noqa: E402
 BOUNDS = {"floor_ratio": 1.05, "worst_ms": 250.0, "p99_ms": 50.0}
 
 
-def purge(checkout: Path, home: Path) -> dict:
-    """One purge by `checkout`'s hermes_admin, whatever an installed one points at."""
+def purge(checkout: Path, home: Path, config: str = "") -> dict:
+    """One purge by `checkout`'s hermes_admin, whatever an installed one points at (`config`: an admin
+    config file, or none)."""
     out = home.parent / "purge.json"
     started = time.monotonic()
     with open(out, "w") as stdout:
         done = subprocess.run([sys.executable, "-m", "hermes_admin", "--root", str(home), "purge", "--older-than",
                                "90", "--yes", "--json"], stdout=stdout, stderr=subprocess.PIPE, text=True,
-                              env=dict(os.environ, HERMES_ADMIN_CONFIG="", PYTHONPATH=str(checkout)),
+                              env=dict(os.environ, HERMES_ADMIN_CONFIG=config, PYTHONPATH=str(checkout)),
                               cwd=home.parent)  # not a checkout's folder: `-m` puts the current one first
     seconds = time.monotonic() - started
     if done.returncode == 2 and "newer than this hermes-admin knows" in done.stderr:
@@ -68,7 +76,8 @@ def purge(checkout: Path, home: Path) -> dict:
             "deleted": sum(r.get("rows", 0) for r in results),
             "files": sum(r.get("files_removed", 0) if isinstance(r.get("files_removed"), int)
                          else len(r.get("files_removed") or ()) for r in results),
-            "transactions": sum(r["transactions"] for r in results), "longest_ms": doc["longest_write_ms"]}
+            "transactions": sum(r["transactions"] for r in results), "longest_ms": doc["longest_write_ms"],
+            "vacuumed": any(r.get("vacuumed") for r in results), "longest_was": doc.get("longest_write")}
 
 
 def fresh(source: Path, tmp: Path, journal: str | None) -> Path:
@@ -81,9 +90,13 @@ def fresh(source: Path, tmp: Path, journal: str | None) -> Path:
 def one(checkout: Path, source: Path, args) -> dict:
     with tempfile.TemporaryDirectory(prefix="hermes-admin-alternate-") as tmp:
         home = fresh(source, Path(tmp), args.journal)
+        config = ""
+        if args.no_switch:
+            config = str(Path(tmp) / "admin.yaml")
+            Path(config).write_text("defaults:\n  incremental_vacuum: false\n")
         if not args.writer:
-            return purge(checkout, home)
-        done, w = bench.with_writer(home, lambda: purge(checkout, home), release=args.release)
+            return purge(checkout, home, config)
+        done, w = bench.with_writer(home, lambda: purge(checkout, home, config), release=args.release)
         if "refused" in done:
             return done
         return {**done, "worst_ms": w["max_wait_ms"] or 0.0, "p99_ms": w["p99_wait_ms"] or 0.0,
@@ -110,6 +123,9 @@ def main() -> int:
                         help="the Hermes that wrote the workload and writes beside us (R and RF only for 0.22.2)")
     parser.add_argument("--journal", choices=("delete", "wal"), help="every copy switched to this journal mode")
     parser.add_argument("--no-floor", action="store_true", help="alone: skip the floor in as many transactions")
+    parser.add_argument("--no-switch", action="store_true",
+                        help="policy incremental_vacuum: false: no switching VACUUM after the deletes (a store "
+                             "not yet switched gets one, once, at the end of a purge nobody else holds it for)")
     args = parser.parse_args()
     if args.release != bench.DEFAULT_RELEASE and args.workload not in bench.REALISTIC:
         parser.error(f"--release {args.release}: R or RF only")
@@ -207,6 +223,7 @@ def table(seen: dict[str, list[dict]], args, refused: dict[str, str]) -> str:
     row("each run's seconds", "seconds", pick=lambda v, u: ", ".join(f"{x:g}" for x in v))
     row("transactions", "transactions")
     row("our longest transaction", "longest_ms", " ms")
+    row("runs that ended with the switching VACUUM", "vacuumed", pick=lambda v, u: f"{sum(v)} of {len(v)}")
     row("the floor's SQL in as many transactions, seconds", "floor_s", " s")
     row("alone / that", "ratio", "x")
     row("each run's ratio", "ratio", pick=lambda v, u: ", ".join(f"{x:.2f}x" for x in v))
