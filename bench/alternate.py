@@ -13,7 +13,7 @@ drift, runs in turn are.
 
 Alone (no `--writer`), each purge is followed, on another fresh copy, by the plain-SQL floor's
 statements in as many transactions as that purge committed (bench/floor.py HOME 90 N, its file
-removals included): the purge's time over the floor's is the "alone / the same SQL in as many
+removals included), on the SQLite that checkout runs on (apsw's, else Python's sqlite3: `--apsw`): the purge's time over the floor's is the "alone / the same SQL in as many
 transactions" figure (`--no-floor` skips it). Under the writer: the writer's worst and p99 wait and
 its failed writes.
 
@@ -104,11 +104,13 @@ def one(checkout: Path, source: Path, args) -> dict:
                 "own_optimize_ms": [round(x) for x in w.get("own_maintenance_ms", [])]}
 
 
-def floor(source: Path, transactions: int, journal: str | None) -> dict:
-    """The floor's SQL (and its file removals) in `transactions` transactions, on a fresh copy."""
+def floor(source: Path, transactions: int, journal: str | None, apsw: bool) -> dict:
+    """The floor's SQL (and its file removals) in `transactions` transactions, on a fresh copy, on
+    the SQLite the checkout compared with it runs on."""
     with tempfile.TemporaryDirectory(prefix="hermes-admin-alternate-") as tmp:
         home = fresh(source, Path(tmp), journal)
-        return bench.run_floor(home, transactions=max(1, transactions))
+        return bench.run_floor(home, transactions=max(1, transactions), apsw=apsw)
+
 
 
 def main() -> int:
@@ -149,8 +151,8 @@ def main() -> int:
                 print(f"{shown} {name} ({checkout}) cannot purge this store: {done['refused']}", flush=True)
                 continue
             if not args.writer and not args.no_floor:
-                short = floor(source, done["transactions"], args.journal)
-                done.update(floor_s=short["seconds"], floor_longest_ms=short["longest_ms"],
+                short = floor(source, done["transactions"], args.journal, bench.on_apsw(checkout))
+                done.update(floor_s=short["seconds"], floor_sqlite=short["sqlite"], floor_longest_ms=short["longest_ms"],
                             floor_files=short["files"], ratio=round(done["seconds"] / short["seconds"], 3))
             done["load"] = round(os.getloadavg()[0], 2)
             seen[name].append(done)

@@ -226,10 +226,19 @@ def peak_rss_mb(time_file: Path) -> float:
     return round(kb / 1024, 1)
 
 
-def run_floor(home: Path, transactions: int | None = None) -> dict:
+def on_apsw(checkout: Path) -> bool:
+    """Does this checkout's hermes-admin run on apsw's SQLite (else Python's sqlite3, as `0ac9e84`)?
+    The floor runs on the same one (floor.py --apsw), so that ours / the floor compares the same library."""
+    connect = checkout / "hermes_admin" / "profile" / "store" / "connect.py"
+    return connect.exists() and "import apsw" in connect.read_text()
+
+
+def run_floor(home: Path, transactions: int | None = None, apsw: bool = False) -> dict:
+    """floor.py on `home` (`apsw`: on apsw's SQLite, as hermes-admin runs, else Python's sqlite3)."""
     rss_file = home.parent / "time.txt"
     started = time.monotonic()
     chunked = [str(transactions)] if transactions else []
+    chunked += ["--apsw"] if apsw else []
     done = subprocess.run(["/usr/bin/time", "-v", "-o", str(rss_file), sys.executable, str(HERE / "floor.py"),
                            str(home), "90", *chunked], capture_output=True, text=True)
     seconds = time.monotonic() - started
@@ -313,12 +322,13 @@ def bench(name: str, source: Path, tmp: Path, runs: list[str], release: str = DE
                 result["source"] = surviving(home)
             log(f"{name}: {run} ...")
             if run == "floor":
-                result["floor"] = run_floor(home)
+                result["floor"] = run_floor(home, apsw=on_apsw(HERE.parent))
             elif run == "alone":
                 result["alone"] = run_ours(home)
             elif run == "short":  # only for reading "alone": its failure is shown in its row, nothing else lost
                 try:
-                    result["short"] = run_floor(home, transactions=max(1, result["alone"]["transactions"]))
+                    result["short"] = run_floor(home, transactions=max(1, result["alone"]["transactions"]),
+                                                apsw=on_apsw(HERE.parent))
                 except RuntimeError as exc:
                     result["short"] = {"error": str(exc)[-300:]}
             elif run == "ours":
