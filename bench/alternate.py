@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -59,25 +60,31 @@ def purge(checkout: Path, home: Path, config: str = "") -> dict:
     """One purge by `checkout`'s hermes_admin, whatever an installed one points at (`config`: an admin
     config file, or none)."""
     out = home.parent / "purge.json"
-    started = time.monotonic()
+    started, cpu = time.monotonic(), _children_cpu()
     with open(out, "w") as stdout:
         done = subprocess.run([sys.executable, "-m", "hermes_admin", "--root", str(home), "purge", "--older-than",
                                "90", "--yes", "--json"], stdout=stdout, stderr=subprocess.PIPE, text=True,
                               env=dict(os.environ, HERMES_ADMIN_CONFIG=config, PYTHONPATH=str(checkout)),
                               cwd=home.parent)  # not a checkout's folder: `-m` puts the current one first
-    seconds = time.monotonic() - started
+    seconds, cpu = time.monotonic() - started, _children_cpu() - cpu
     if done.returncode == 2 and "newer than this hermes-admin knows" in done.stderr:
         return {"refused": done.stderr.strip().splitlines()[-1]}  # an older checkout, a newer Hermes' store
     if done.returncode not in (0, 1):
         raise RuntimeError(f"{checkout}: purge failed ({done.returncode}): {done.stderr[-1000:]}")
     doc = json.loads(out.read_text())
     results = doc["results"]
-    return {"seconds": round(seconds, 2), "code": done.returncode,
+    return {"seconds": round(seconds, 2), "cpu_s": round(cpu, 2), "code": done.returncode,
             "deleted": sum(r.get("rows", 0) for r in results),
             "files": sum(r.get("files_removed", 0) if isinstance(r.get("files_removed"), int)
                          else len(r.get("files_removed") or ()) for r in results),
             "transactions": sum(r["transactions"] for r in results), "longest_ms": doc["longest_write_ms"],
             "vacuumed": any(r.get("vacuumed") for r in results), "longest_was": doc.get("longest_write")}
+
+
+def _children_cpu() -> float:
+    """User and system CPU seconds of the children waited for so far (the purge and its remover process)."""
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
 
 
 def fresh(source: Path, tmp: Path, journal: str | None) -> Path:
@@ -152,8 +159,9 @@ def main() -> int:
                 continue
             if not args.writer and not args.no_floor:
                 short = floor(source, done["transactions"], args.journal, bench.on_apsw(checkout))
-                done.update(floor_s=short["seconds"], floor_sqlite=short["sqlite"], floor_longest_ms=short["longest_ms"],
-                            floor_files=short["files"], ratio=round(done["seconds"] / short["seconds"], 3))
+                done.update(floor_s=short["seconds"], floor_cpu_s=short["cpu_s"], floor_sqlite=short["sqlite"], floor_longest_ms=short["longest_ms"],
+                            floor_files=short["files"], ratio=round(done["seconds"] / short["seconds"], 3),
+                            cpu_ratio=round(done["cpu_s"] / max(short["cpu_s"], 0.01), 3))
             done["load"] = round(os.getloadavg()[0], 2)
             seen[name].append(done)
             print(f"{shown} run {n + 1} {name}: {json.dumps(done)}", flush=True)
@@ -228,6 +236,9 @@ def table(seen: dict[str, list[dict]], args, refused: dict[str, str]) -> str:
     row("runs that ended with the switching VACUUM", "vacuumed", pick=lambda v, u: f"{sum(v)} of {len(v)}")
     row("the floor's SQL in as many transactions, seconds", "floor_s", " s")
     row("alone / that", "ratio", "x")
+    row("CPU seconds: ours (the purge and its remover process)", "cpu_s", " s")
+    row("CPU seconds: the floor in as many transactions", "floor_cpu_s", " s")
+    row("CPU: ours / the floor's (steadier than wall time on a shared machine)", "cpu_ratio", "x")
     row("each run's ratio", "ratio", pick=lambda v, u: ", ".join(f"{x:.2f}x" for x in v))
     row("writer's worst wait", "worst_ms", " ms")
     row("writer's p99 wait", "p99_ms", " ms")

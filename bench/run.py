@@ -220,6 +220,14 @@ def with_flapper(home: Path, action):
     return measured, json.loads(out.read_text())
 
 
+def cpu_seconds(time_file: Path) -> float:
+    """User and system CPU seconds of the process (and the children it waited for) by /usr/bin/time -v:
+    on a shared machine, steadier than its wall time."""
+    found = {line.split(":")[0].strip(): float(line.split(":")[1]) for line in time_file.read_text().splitlines()
+             if line.strip().startswith(("User time (seconds)", "System time (seconds)"))}
+    return round(sum(found.values()), 2)
+
+
 def peak_rss_mb(time_file: Path) -> float:
     kb = next(int(line.split(":")[1]) for line in time_file.read_text().splitlines()
               if "Maximum resident set size" in line)
@@ -245,7 +253,7 @@ def run_floor(home: Path, transactions: int | None = None, apsw: bool = False) -
     if done.returncode != 0:
         raise RuntimeError(f"the floor failed ({done.returncode}): {done.stderr[-2000:]}")
     return {**json.loads(done.stdout.strip().splitlines()[-1]), "seconds": round(seconds, 3),
-            "rss_mb": peak_rss_mb(rss_file)}
+            "rss_mb": peak_rss_mb(rss_file), "cpu_s": cpu_seconds(rss_file)}
 
 
 def run_hermes(home: Path, release: str = DEFAULT_RELEASE) -> dict:
