@@ -1,7 +1,7 @@
 """One purge of a fresh copy of a cached workload, profiled: where its time goes, function by function.
 
 Usage:  python bench/profile_purge.py CHECKOUT OUT_PREFIX [--workload RF] [--r-scale F] [--release R]
-                                      [--journal delete|wal] [--writer] [--py-spy]
+                                      [--journal delete|wal] [--writer] [--py-spy] [--no-switch]
 
 Runs `CHECKOUT`'s `hermes-admin --root HOME purge --older-than 90 --yes --json` in this interpreter's
 process tree on a fresh copy (the homes of the account it runs as are purged in-process: the engine
@@ -65,6 +65,7 @@ def main() -> int:
     parser.add_argument("--journal", choices=("delete", "wal"))
     parser.add_argument("--writer", action="store_true")
     parser.add_argument("--py-spy", action="store_true")
+    parser.add_argument("--no-switch", action="store_true", help="policy incremental_vacuum: false (alternate.py)")
     parser.add_argument("--top", type=int, default=45)
     args = parser.parse_args()
     source, _ = bench.workload(args.workload, args.r_scale, args.release)
@@ -77,7 +78,11 @@ def main() -> int:
         if args.py_spy:
             command = ["py-spy", "record", "--subprocesses", "--threads", "--idle", "--rate", "200",
                        "--format", "raw", "-o", str(args.out.with_suffix(".txt").resolve()), "--", *command]
-        env = dict(os.environ, HERMES_ADMIN_CONFIG="", PYTHONPATH=str(args.checkout.resolve()))
+        config = ""
+        if args.no_switch:
+            config = str(Path(tmp) / "admin.yaml")
+            Path(config).write_text("defaults:\n  incremental_vacuum: false\n")
+        env = dict(os.environ, HERMES_ADMIN_CONFIG=config, PYTHONPATH=str(args.checkout.resolve()))
 
         def purge():
             started = time.monotonic()
