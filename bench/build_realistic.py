@@ -1,6 +1,6 @@
 """Build workload R, a store shaped like a real user's, with the real Hermes Agent (run inside the peer's venv).
 
-Usage: python build_realistic.py HOME NOW [--scale F]
+Usage: python build_realistic.py HOME NOW [--scale F] [--field]
 
 Runs inside the venv of the Hermes release that is to write the store: 0.19.0 (tests/peer.py's, the
 default of bench/run.py) or 0.22.2 (schema 31; set HERMES_HOME and HOME to a scratch folder first, as
@@ -43,7 +43,10 @@ What is in it, and why:
   than 85 days before it. ~1 % of old sessions are open (ended_at NULL:
   nobody deletes them), ~5 % of recent ones too; open sessions get no children.
 - Per session, `sessions/<id>.jsonl`, `<id>.json` for most, a request dump
-  for a few; system prompts (Hermes 0.19's schema keeps them inline in
+  for a few, each a few hundred bytes (R); with --field (workload RF), the files
+  a busy real home keeps beside its store, sized as Hermes writes them (see
+  `field_files`), and tool results a third longer (a ~1.2 GB store at scale 1);
+  system prompts (Hermes 0.19's schema keeps them inline in
   `sessions.system_prompt`, a few variants of ~4-12 KB, as Hermes'
   `update_system_prompt` writes them) and `session_model_usage` rows for most.
 - Every row goes through Hermes' write path (`SessionDB._execute_write`, its
@@ -72,6 +75,7 @@ from hermes_state import SessionDB
 
 DAY = 86400.0
 SEED = 20260515
+TOOL_RESULT_MEDIAN = {False: 2000, True: 3300}  # characters; --field: the held-out 1.2 GB store's
 
 COMMON = list(dict.fromkeys("""the a to of and in is it that for on with this you be as are not at by or from have an was but
 can will if we so do use file run test error code function return value line new add get set check call
@@ -288,7 +292,8 @@ def system_prompts(vocab: Vocab, n: int) -> list[str]:
             for _ in range(n)]
 
 
-def messages_for(g: Gen, sid: str, count: int, start: float, end: float) -> tuple[list[tuple], dict]:
+def messages_for(g: Gen, sid: str, count: int, start: float, end: float,
+                 tool_median: int = TOOL_RESULT_MEDIAN[False]) -> tuple[list[tuple], dict]:
     """`count` message rows for one session, timestamps spread over [start, end]; and its totals."""
     r, rows, tool_calls_total = g.r, [], 0
     step = (end - start) / max(count, 1)
@@ -309,7 +314,7 @@ def messages_for(g: Gen, sid: str, count: int, start: float, end: float) -> tupl
                     if len(rows) >= count:
                         break
                     name = call["function"]["name"]
-                    rows.append(("tool", g.tool_result(name, g.lognormal(2000, 1.1, 50_000, 20)), None,
+                    rows.append(("tool", g.tool_result(name, g.lognormal(tool_median, 1.1, 50_000, 20)), None,
                                  call["id"], name, None, None))
             else:  # the answer: prose, the turn ends
                 reasoning = g.prose(g.lognormal(300, 0.8, 4000)) if r.random() < 0.3 else None
@@ -345,16 +350,67 @@ def hermes_row_builder(db):
     return hm._INSERT_MESSAGE_SQL, rows
 
 
+def field_files(r: random.Random, g: Gen, sid: str, msgs: list[tuple], session: dict,
+                started: float, ended: float | None) -> dict[str, str]:
+    """A session's files as a busy real home keeps them in `sessions/` (hermes-store.md §4), with their
+    real sizes: ~1.9 files a session on average, as the held-out store's 7,609 files for 4,002 sessions.
+    - `session_<id>.json` (70 %): the agent's full-transcript snapshot (`save_session_log`, rewritten
+      every turn: the session's row and every message);
+    - `<id>.jsonl` (60 %): a transcript JSONL, one message a line (older gateways, or diverted writes);
+    - `<id>.json` (50 %): the legacy name, the gateway's per-session record (a few KB);
+    - `request_dump_<id>_<YYYYmmdd_HHMMSS_ffffff>.json` (10 % of sessions, 1-3 each): a whole API
+      request body (the system prompt, the conversation so far, the tools), lognormal around 400 KB,
+      up to 2 MB."""
+    def message(m):
+        return {"role": m[1], "content": m[2], "tool_call_id": m[3], "tool_calls": json.loads(m[4]) if m[4] else None,
+                "tool_name": m[5], "timestamp": m[6], "finish_reason": m[8]}
+
+    files: dict[str, str] = {}
+    if r.random() < 0.7:
+        files[f"session_{sid}.json"] = json.dumps(
+            {"session_id": sid, "model": session["model"], "platform": session["source"],
+             "session_start": started, "last_updated": ended or started, "message_count": len(msgs),
+             "messages": [message(m) for m in msgs]}, indent=2)
+    if r.random() < 0.6:
+        files[f"{sid}.jsonl"] = "".join(json.dumps(message(m)) + "\n" for m in msgs)
+    if r.random() < 0.5:
+        files[f"{sid}.json"] = json.dumps({"session_id": sid, "session_key": f"agent:main:{session['source']}:"
+                                           f"dm:{g.hexid(10)}", "model": session["model"], "cwd": session["cwd"],
+                                           "message_count": len(msgs), "title": session["title"],
+                                           "last_messages": [message(m) for m in msgs[-3:]]}, indent=2)
+    if r.random() < 0.1:
+        for k in range(1 if r.random() < 0.7 else r.randint(2, 3)):
+            at = started + r.uniform(0, max(1.0, (ended or started) - started))
+            stamp = time.strftime("%Y%m%d_%H%M%S", time.gmtime(at)) + f"_{r.randrange(1_000_000):06d}"
+            size = lognormal(r, 400_000, 0.8, 2_000_000, 20_000)
+            convo = [message(m) for m in msgs[:40]]
+            body = {"timestamp": at, "session_id": sid, "reason": r.choice(["non_retryable_4xx", "max_retries"]),
+                    "error": {"status": r.choice([400, 413, 422, 429, 500]), "message": g.prose(120)},
+                    "request": {"model": session["model"], "stream": True, "messages": convo,
+                                "tools": [{"type": "function", "function": {"name": t, "description": g.prose(200),
+                                                                            "parameters": {"type": "object"}}}
+                                          for t in TOOLS]}}
+            text = json.dumps(body)
+            if len(text) < size:  # the rest of a long context: earlier tool output, as the request carried it
+                body["request"]["messages"].insert(0, {"role": "system", "content": g.prose(size - len(text))})
+                text = json.dumps(body)
+            files[f"request_dump_{sid}_{stamp}.json"] = text
+    return files
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("home", type=Path)
     parser.add_argument("now", type=float)
     parser.add_argument("--scale", type=float, default=1.0)
+    parser.add_argument("--field", action="store_true",
+                        help="workload RF: the files of a busy real home beside the store, real-sized")
     args = parser.parse_args()
     home, now, scale = args.home, args.now, args.scale
     rng = random.Random(SEED)  # the shape: sessions, sides, sizes, lineages, files
     vocab = Vocab(60_000)
     g = Gen(random.Random(SEED + 3), vocab)  # the text: tuning its sizes leaves the shape as it is
+    field_gen = Gen(random.Random(SEED + 5), vocab)  # --field's files: drawn apart, R's shape and text stay
     prompts = system_prompts(vocab, 12)
     sessions_dir = home / "sessions"
     sessions_dir.mkdir(parents=True, exist_ok=True)
@@ -371,7 +427,8 @@ def main() -> None:
               max(30, round(1000 * scale)), max(30, round(1000 * scale))]  # old, recent, old, recent
     stats = {"sessions": 0, "old": 0, "old_open": 0, "open": 0, "doomed": 0, "messages": 0, "characters": 0,
              "tool_calls": 0, "files": 0, "delegates": 0, "compression_children": 0, "usage_rows": 0,
-             "system_prompts": 0, "largest_session_messages": 0, "longest_message": 0}
+             "system_prompts": 0, "largest_session_messages": 0, "longest_message": 0, "file_bytes": 0,
+             "doomed_files": 0, "doomed_file_bytes": 0}
     batch: list[tuple] = []  # (session row dict, message rows, usage rows, system prompt or None)
     batch_chars = [0]
     began_build = time.monotonic()
@@ -412,7 +469,8 @@ def main() -> None:
 
     def add(sid, count, started, ended, old, *, parent=None, delegate_from=None, end_reason=None, source=None):
         """One session: its row, messages, usage rows and files, queued for the next batch."""
-        msgs, info = messages_for(g, sid, count, started, ended if ended is not None else started + count * 60)
+        msgs, info = messages_for(g, sid, count, started, ended if ended is not None else started + count * 60,
+                                  TOOL_RESULT_MEDIAN[args.field])
         model = rng.choice(MODELS)
         inp = sum(m[7] for m in msgs) * rng.randint(3, 12)
         out_tokens = sum(m[7] for m in msgs if m[1] == "assistant")
@@ -468,11 +526,17 @@ def main() -> None:
             files[f"{sid}.json"] = json.dumps({"session_id": sid, "model": model, "message_count": len(msgs)})
         if rng.random() < 0.05:
             files[f"request_dump_{sid}_{stamp}.json"] = json.dumps({"model": model, "messages": len(msgs)})
+        if args.field:  # R's draws above made all the same (its shape), these files instead
+            files = field_files(field_gen.r, field_gen, sid, msgs, session, started, ended)
         for name, text in files.items():
             path = sessions_dir / name
             path.write_text(text)
             os.utime(path, (ended or started, ended or started))
         stats["files"] += len(files)
+        stats["file_bytes"] += sum(len(t) for t in files.values())
+        if old and ended is not None:
+            stats["doomed_files"] += len(files)
+            stats["doomed_file_bytes"] += sum(len(t) for t in files.values())
         batch.append((session, msgs, usage, prompt))
         batch_chars[0] += info["chars"]
         if batch_chars[0] > 16_000_000 or len(batch) >= 400:
@@ -539,6 +603,7 @@ def main() -> None:
     stats["store_bytes"] = sum((home / n).stat().st_size for n in ("state.db", "state.db-wal")
                                if (home / n).exists())
     stats["scale"] = scale
+    stats["field"] = args.field
     stats["fts_optimize_s"] = round(optimize_s, 1)
     stats["system_prompt_storage"] = "inline" if inline_prompt else "system_prompts" if hashed_prompt else "none"
     conn = sqlite3.connect(home / "state.db")

@@ -1,6 +1,9 @@
 """The plain-SQL floor: the least work that deletes what `hermes-admin purge --older-than DAYS` deletes.
 
-Usage: python floor.py HOME [DAYS] [TRANSACTIONS]  -> prints one JSON line
+Usage: python floor.py HOME [DAYS] [TRANSACTIONS] [--apsw]  -> prints one JSON line
+
+--apsw: the same statements on apsw's own SQLite (what hermes-admin runs on since it moved to apsw;
+`0ac9e84` and before ran on Python's sqlite3), so that "ours / the floor" compares the same library.
 
 Nothing else may run on the store. Plain sqlite3 (foreign keys on, SQLite's
 default synchronous=FULL, the store's own journal mode), no chunking unless
@@ -107,12 +110,49 @@ def chunks(units: list[list[str]], wanted: int) -> list[list[str]]:
     return lists + ([current] if current else [])
 
 
+class _ApswConnection:
+    """The few calls of sqlite3's connection this script makes, on an apsw connection (autocommit,
+    as sqlite3's isolation_level=None): `execute` returns its rows and `rowcount`."""
+
+    def __init__(self, path: Path):
+        import apsw
+
+        self._conn = apsw.Connection(str(path))
+
+    def execute(self, sql: str, params=()) -> "_Rows":
+        rows = list(self._conn.cursor().execute(sql, params))
+        return _Rows(rows, self._conn.changes())
+
+    def executemany(self, sql: str, seq) -> None:
+        self._conn.cursor().executemany(sql, seq)
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+class _Rows(list):
+    def __init__(self, rows: list, changes: int):
+        super().__init__(rows)
+        self.rowcount = changes
+
+    def fetchall(self) -> list:
+        return list(self)
+
+    def fetchone(self):
+        return self[0] if self else None
+
+
 def main() -> None:
-    home = Path(sys.argv[1])
-    days = float(sys.argv[2]) if len(sys.argv) > 2 else 90.0
+    on_apsw = "--apsw" in sys.argv
+    argv = [a for a in sys.argv if a != "--apsw"]
+    home = Path(argv[1])
+    days = float(argv[2]) if len(argv) > 2 else 90.0
     started = time.monotonic()
     cutoff = time.time() - days * DAY
-    conn = sqlite3.connect(home / "state.db", isolation_level=None)
+    if on_apsw:
+        conn = _ApswConnection(home / "state.db")
+    else:
+        conn = sqlite3.connect(home / "state.db", isolation_level=None)
     conn.execute("PRAGMA foreign_keys=ON")
     cols = {r[1] for r in conn.execute("PRAGMA table_info(sessions)")}
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
@@ -135,7 +175,7 @@ def main() -> None:
     doomed = [sid for unit in doomed_units for sid in unit]
     selected = time.monotonic()
 
-    wanted = int(sys.argv[3]) if len(sys.argv) > 3 else 1
+    wanted = int(argv[3]) if len(argv) > 3 else 1
     if wanted < 1:
         sys.exit(f"floor.py: TRANSACTIONS must be 1 or more, not {wanted}")
     if wanted > 1:
@@ -170,7 +210,8 @@ def main() -> None:
                       "files_s": round(ended - checkpointed, 3), "files": unlinked, "deleted": len(doomed),
                       "rows": sum(counts.values()), "counts": counts,
                       "transactions": transactions, "longest_ms": round(longest * 1000, 1),
-                      "sessions_per_transaction": round(len(doomed) / max(1, transactions), 1)}))
+                      "sessions_per_transaction": round(len(doomed) / max(1, transactions), 1),
+                      "sqlite": __import__("apsw").sqlite_lib_version() if on_apsw else sqlite3.sqlite_version}))
 
 
 if __name__ == "__main__":

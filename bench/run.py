@@ -10,6 +10,10 @@ cached in ~/.cache/hermes-admin-bench ($HERMES_ADMIN_BENCH_CACHE):
   R    build_realistic.py: ~4 k sessions of agent turns (prose, tool calls, tool results of code,
        logs and JSON up to 50 KB), ~40 % past retention, a ~1 GB store. --r-scale 0.05 (or
        $HERMES_ADMIN_BENCH_R_SCALE) builds and runs a ~50 MB version, cached apart.
+  RF   R with what a busy real home keeps beside it, real-sized (build_realistic.py --field): ~1.9
+       files a session in sessions/ (full-transcript snapshots, transcript JSONL, the gateway's
+       records, request dumps of ~400 KB), tool results a third longer: a ~1.2 GB store and ~0.5 GB
+       of files at scale 1 (--r-scale applies).
 (`--scales 1,10` still works: it means `--workloads W1,W10`.)
 
 --release 0.22.2 (R only): the store is built, and the writer and Hermes' prune run, with Hermes 0.22.2
@@ -68,6 +72,7 @@ WORKLOAD_VERSION = 1  # W1, W10 (build_workload.py)
 R_WORKLOAD_VERSION = 1  # R (build_realistic.py): bump when its shape changes
 MAX_WORKLOAD_AGE_S = 3 * 86400  # ages drift; a week-old workload would cross the 90-day line
 LIVE = "bench-live"  # the writer's session: the one that differs between copies
+REALISTIC = ("R", "RF")  # build_realistic.py's workloads (RF: --field), scaled by --r-scale
 
 TARGETS = {"w1_ratio": 20.0, "ratio": 1.0, "floor_ratio": 1.25, "longest_write_ms": 100.0, "writer_wait_ms": 250.0,
            "writer_p99_ms": 50.0, "rss_mb": 80.0, "w10_over_w1": 11.0}
@@ -78,7 +83,7 @@ def log(message: str) -> None:
 
 
 def label(name: str, r_scale: float, release: str = DEFAULT_RELEASE, journal: str | None = None) -> str:
-    shown = name if name != "R" or r_scale == 1 else f"R({r_scale:g})"
+    shown = name if name not in REALISTIC or r_scale == 1 else f"{name}({r_scale:g})"
     if release != DEFAULT_RELEASE:
         shown += f" {release}"
     return shown + (f" {journal.upper()}" if journal else "")
@@ -103,8 +108,8 @@ def hermes_env(scratch: Path) -> dict[str, str]:
 
 def workload(name: str, r_scale: float, release: str = DEFAULT_RELEASE) -> tuple[Path, dict]:
     """The cached workload's home folder (built with the real Hermes on first use) and its summary."""
-    if name == "R":
-        folder = CACHE / (f"R-v{R_WORKLOAD_VERSION}" + ("" if r_scale == 1 else f"-s{r_scale:g}")
+    if name in REALISTIC:
+        folder = CACHE / (f"{name}-v{R_WORKLOAD_VERSION}" + ("" if r_scale == 1 else f"-s{r_scale:g}")
                           + ("" if release == DEFAULT_RELEASE else f"-h{release}"))
     else:
         if release != DEFAULT_RELEASE:
@@ -118,9 +123,9 @@ def workload(name: str, r_scale: float, release: str = DEFAULT_RELEASE) -> tuple
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     now = time.time()
-    if name == "R":
+    if name in REALISTIC:
         command = [hermes_python(release), str(HERE / "build_realistic.py"), str(folder / "home"), str(now),
-                   "--scale", str(r_scale)]
+                   "--scale", str(r_scale), *(["--field"] if name == "RF" else [])]
     else:
         command = [peer.python(), str(HERE / "build_workload.py"), str(folder / "home"), name[1:], str(now)]
     log(f"building {label(name, r_scale, release)} with the real Hermes {release} (cached in {folder}) ...")
@@ -215,23 +220,40 @@ def with_flapper(home: Path, action):
     return measured, json.loads(out.read_text())
 
 
+def cpu_seconds(time_file: Path) -> float:
+    """User and system CPU seconds of the process (and the children it waited for) by /usr/bin/time -v:
+    on a shared machine, steadier than its wall time."""
+    found = {line.split(":")[0].strip(): float(line.split(":")[1]) for line in time_file.read_text().splitlines()
+             if line.strip().startswith(("User time (seconds)", "System time (seconds)"))}
+    return round(sum(found.values()), 2)
+
+
 def peak_rss_mb(time_file: Path) -> float:
     kb = next(int(line.split(":")[1]) for line in time_file.read_text().splitlines()
               if "Maximum resident set size" in line)
     return round(kb / 1024, 1)
 
 
-def run_floor(home: Path, transactions: int | None = None) -> dict:
+def on_apsw(checkout: Path) -> bool:
+    """Does this checkout's hermes-admin run on apsw's SQLite (else Python's sqlite3, as `0ac9e84`)?
+    The floor runs on the same one (floor.py --apsw), so that ours / the floor compares the same library."""
+    connect = checkout / "hermes_admin" / "profile" / "store" / "connect.py"
+    return connect.exists() and "import apsw" in connect.read_text()
+
+
+def run_floor(home: Path, transactions: int | None = None, apsw: bool = False) -> dict:
+    """floor.py on `home` (`apsw`: on apsw's SQLite, as hermes-admin runs, else Python's sqlite3)."""
     rss_file = home.parent / "time.txt"
     started = time.monotonic()
     chunked = [str(transactions)] if transactions else []
+    chunked += ["--apsw"] if apsw else []
     done = subprocess.run(["/usr/bin/time", "-v", "-o", str(rss_file), sys.executable, str(HERE / "floor.py"),
                            str(home), "90", *chunked], capture_output=True, text=True)
     seconds = time.monotonic() - started
     if done.returncode != 0:
         raise RuntimeError(f"the floor failed ({done.returncode}): {done.stderr[-2000:]}")
     return {**json.loads(done.stdout.strip().splitlines()[-1]), "seconds": round(seconds, 3),
-            "rss_mb": peak_rss_mb(rss_file)}
+            "rss_mb": peak_rss_mb(rss_file), "cpu_s": cpu_seconds(rss_file)}
 
 
 def run_hermes(home: Path, release: str = DEFAULT_RELEASE) -> dict:
@@ -308,12 +330,13 @@ def bench(name: str, source: Path, tmp: Path, runs: list[str], release: str = DE
                 result["source"] = surviving(home)
             log(f"{name}: {run} ...")
             if run == "floor":
-                result["floor"] = run_floor(home)
+                result["floor"] = run_floor(home, apsw=on_apsw(HERE.parent))
             elif run == "alone":
                 result["alone"] = run_ours(home)
             elif run == "short":  # only for reading "alone": its failure is shown in its row, nothing else lost
                 try:
-                    result["short"] = run_floor(home, transactions=max(1, result["alone"]["transactions"]))
+                    result["short"] = run_floor(home, transactions=max(1, result["alone"]["transactions"]),
+                                                apsw=on_apsw(HERE.parent))
                 except RuntimeError as exc:
                     result["short"] = {"error": str(exc)[-300:]}
             elif run == "ours":
@@ -359,11 +382,11 @@ def main() -> int:
         names = [f"W{int(s)}" for s in args.scales.split(",")]
     else:
         names = [w.strip() for w in (args.workloads or "W1,W10,R").split(",") if w.strip()]
-    unknown = [n for n in names if n not in ("W1", "W10", "R")]
+    unknown = [n for n in names if n not in ("W1", "W10", *REALISTIC)]
     if unknown:
         parser.error(f"unknown workload(s): {', '.join(unknown)} (W1, W10, R)")
-    if args.release != DEFAULT_RELEASE and names != ["R"]:
-        parser.error(f"--release {args.release} builds R only: add --workloads R")
+    if args.release != DEFAULT_RELEASE and not set(names) <= set(REALISTIC):
+        parser.error(f"--release {args.release} builds R and RF only: add --workloads R or RF")
     results: dict = {}
     with tempfile.TemporaryDirectory(prefix="hermes-admin-bench-") as tmp:
         for name in names:

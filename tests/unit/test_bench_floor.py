@@ -84,3 +84,16 @@ def test_a_transaction_count_below_one_is_refused_before_anything_goes(home, wan
     done = subprocess.run([sys.executable, str(FLOOR), str(home), "90", wanted], capture_output=True, text=True)
     assert done.returncode != 0 and "TRANSACTIONS must be 1 or more" in done.stderr
     assert len(state(home)[0]) == 20 and len(state(home)[4]) == 80
+
+
+def test_the_floor_on_apsw_deletes_what_it_deletes_on_sqlite3(home, tmp_path):
+    """`--apsw`: the same statements on the SQLite hermes-admin runs on, the same rows gone."""
+    other = tmp_path / "other"
+    shutil.copytree(home, other)
+    plain = floor(home, 3)
+    done = subprocess.run([sys.executable, str(FLOOR), str(other), "90", "3", "--apsw"],
+                          capture_output=True, text=True, check=True)
+    on_apsw = json.loads(done.stdout.strip().splitlines()[-1])
+    assert on_apsw["sqlite"] != plain["sqlite"] == sqlite3.sqlite_version
+    assert on_apsw["counts"] == plain["counts"] and on_apsw["transactions"] == plain["transactions"] == 3
+    assert state(home) == state(other)
