@@ -123,6 +123,14 @@ class Result:
         }
 
 
+def _problems(found) -> list[Problem]:
+    """Problems only: a line of text here once crashed the report far from where it was put."""
+    wrong = [p for p in found if not isinstance(p, Problem)]
+    if wrong:
+        raise TypeError(f"a run's problems are Problem values, not {type(wrong[0]).__name__}: {wrong[0]!r:.80}")
+    return list(found)
+
+
 def warned(results) -> bool:
     """Did these results leave something worth a warning besides the problems: units skipped, a
     plugin that failed, files left in place (the exit code's 1, and a recorded run's `warnings`)?"""
@@ -140,7 +148,7 @@ class Run:
     findings: list["Finding"] = field(default_factory=list)  # profile repair's, `repair` and `run`'s first task
 
     def add(self, *found: Problem) -> None:
-        self.problems.extend(found)
+        self.problems.extend(_problems(found))
 
     # The lines of each severity, as people read them (and the JSON report's lists of text).
     @property
@@ -161,7 +169,7 @@ class Run:
     def merge(self, other: "Run") -> None:
         """Fold another owner's report into this one (the host gathers one per worker)."""
         self.results += other.results
-        self.problems += other.problems
+        self.problems += _problems(other.problems)
         self.policies.update(other.policies)
         self.internal = self.internal or other.internal
         for key, rows in other.data.items():

@@ -181,3 +181,25 @@ def test_what_a_worker_says_is_its_profiles_outcome_never_the_hosts_exit_70(monk
     assert run.exit_code() == exitcodes.PROFILE_FAILED and not run.internal
     assert [p.profile for p in run.problems] == ["p0", "p1"]
     assert all(says in line for line in run.errors), run.errors
+
+
+def test_a_run_takes_problem_values_only():
+    """The bug it keeps out: a line of text put among a run's problems crashed `usage` far from there."""
+    run = Run(dry_run=False)
+    with pytest.raises(TypeError, match="Problem values, not str"):
+        run.add("profile p: cannot list its exports")
+    with pytest.raises(TypeError):
+        run.merge(Run(dry_run=False, problems=["a line"]))
+    run.add(Problem(WARNING, "w"))
+    assert run.warnings == ["w"] and run.problems == [Problem(WARNING, "w")]
+
+
+def test_nothing_puts_into_a_runs_problems_but_its_add():
+    import re
+    from pathlib import Path
+
+    import hermes_admin
+    direct = re.compile(r"\brun\.problems\s*(\+=|\.append|\.extend|\.insert|\[[^]]*\]\s*=[^=])")
+    found = [f"{path}:{n}" for path in Path(hermes_admin.__file__).parent.rglob("*.py")
+             for n, line in enumerate(path.read_text().splitlines(), 1) if direct.search(line)]
+    assert found == []
