@@ -111,6 +111,9 @@ def test_write_transaction_keeps_journal_mode_and_retries_on_lock(tmp_path, mode
     conn = other_connection(path)
     conn.execute(f"PRAGMA journal_mode={mode}")
     conn.execute("BEGIN IMMEDIATE")  # another process holds the write lock...
+    # Timed from before the release is armed: the lock is held at least 0.4 s of it, however
+    # slowly this machine opens the store, so no lower bound below that can be missed.
+    started = time.monotonic()
     release = threading.Timer(0.4, lambda: conn.execute("COMMIT"))
     release.start()
     db = open_readwrite(path)
@@ -121,7 +124,6 @@ def test_write_transaction_keeps_journal_mode_and_retries_on_lock(tmp_path, mode
         d.execute_sql("INSERT INTO state_meta(key, value) VALUES ('k', 'v')")
         return "done"
 
-    started = time.monotonic()
     assert write_transaction(db, work, patience_s=5) == "done"
     release.join()
     assert time.monotonic() - started >= 0.3  # ...so we waited for it
@@ -175,10 +177,10 @@ def test_a_writer_that_makes_progress_is_waited_out_past_patience(tmp_path):
             time.sleep(0.1)
         holder.execute("COMMIT")
 
+    started = time.monotonic()  # before the holder's 12 pauses of 0.1 s begin: at least 1.2 s from here
     writing = threading.Thread(target=work_on)
     writing.start()
     db = open_readwrite(path, lock_wait_s=0.5)
-    started = time.monotonic()
     assert write_transaction(db, lambda d: d.execute_sql("DELETE FROM state_meta") and "done") == "done"
     writing.join()
     assert time.monotonic() - started >= 1.0  # twice the patience, and never given up
@@ -253,9 +255,9 @@ def test_a_read_outside_our_transactions_waits_for_a_rollback_journal_commit(tmp
     holder = other_connection(profile.store_path)
     with Store.open(profile, writable=writable, lock_wait_s=30) as store:
         holder.execute("BEGIN EXCLUSIVE")  # what a commit takes: no reader gets in
+        started = time.monotonic()  # before the release is armed: it comes at least 1.2 s from here
         release = threading.Timer(1.2, lambda: holder.execute("COMMIT"))
         release.start()
-        started = time.monotonic()
         assert store.db.execute_sql("SELECT COUNT(*) FROM sessions").fetchone() == (0,)
         assert store.db.execute_sql("PRAGMA data_version").fetchone()[0] >= 1
         release.join()
