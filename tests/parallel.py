@@ -1,0 +1,62 @@
+"""The suite runs in parallel (pytest-xdist): which tests may share the machine, and which must
+run one after another on one worker.
+
+`python -m pytest` runs on as many workers as the machine has cores (`-n auto`, or
+PYTEST_XDIST_AUTO_NUM_WORKERS), with `--dist loadgroup`; `-n 0` (or `-p no:xdist`) runs it in one
+process, as before. Most tests own everything they touch (a tmp_path of their own, their own
+subprocesses, SQLite locks on their own files), so any worker may take any of them. Two kinds may
+not be spread:
+
+- the as-root tier (tests/root/): it makes real local users, its `--all-users` runs see every home
+  on the machine, and it builds one venv in $HERMES_ADMIN_ROOT_TIER_DIR. Its tests run on one worker,
+  one after another ("as-root"), beside the other tiers;
+- a test whose fixture is built once per module (or class): the compat tier's stores written by
+  each real Hermes release. Its module's tests run on one worker, so the store is built once.
+
+The Hermes releases' venvs (tests/peer.py) and the tier's venv are built under file locks: workers
+that need one at the same time wait for the one that builds it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT_TIER = Path(__file__).resolve().parent / "root"
+AS_ROOT = "as-root"
+_SHARED_SCOPES = ("module", "class", "package")
+
+
+def group_of(item: pytest.Item) -> str | None:
+    """The xdist group a test must run in (None: any worker, beside any other test)."""
+    path = Path(str(item.fspath)).resolve()
+    if ROOT_TIER in path.parents:
+        return AS_ROOT
+    for defs in item._fixtureinfo.name2fixturedefs.values():
+        if defs and defs[-1].scope in _SHARED_SCOPES:
+            return item.nodeid.partition("::")[0]  # its module
+    return None
+
+
+def mark_groups(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test that may not be spread with its group (read by `--dist loadgroup`)."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        group = group_of(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+def default_to_parallel(config: pytest.Config) -> None:
+    """No `-n` given: as many workers as cores, with the groups above kept together. An explicit
+    `-n N` keeps them too; `-n 0`, `-p no:xdist`, `--pdb` and `--collect-only` run in one process."""
+    if not config.pluginmanager.hasplugin("xdist") or hasattr(config, "workerinput"):
+        return  # xdist left out, or this is one of its workers
+    if config.option.numprocesses is None and not config.option.collectonly and not config.option.usepdb \
+            and not os.environ.get("PYTEST_XDIST_WORKER"):
+        config.option.numprocesses = "auto"
+    if config.option.numprocesses and config.option.dist in ("no", "load"):
+        config.option.dist = "loadgroup"  # never the as-root tier spread over workers
