@@ -41,6 +41,13 @@ def pytest_collection_modifyitems(config, items):
     parallel.mark_groups(config, items)  # before pytest-xdist reads the groups
 
 
+@pytest.fixture(autouse=True)
+def _a_turn_at_the_machine(request, tmp_path_factory):
+    """Beside the other workers' tests, or by itself for a test marked `alone` (tests/parallel.py)."""
+    with parallel.turn(request, tmp_path_factory):
+        yield
+
+
 @pytest.fixture
 def synth_root(tmp_path: Path):
     """A root with a v30 default, a v30 `work` and a v22 `legacy` profile; returns (root, kinds)."""

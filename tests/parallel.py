@@ -15,10 +15,16 @@ not be spread:
 
 The Hermes releases' venvs (tests/peer.py) and the tier's venv are built under file locks: workers
 that need one at the same time wait for the one that builds it.
+
+A test marked `alone` reaches every process on the machine (it floods /proc/locks, which every
+holder scan reads; or it races the kernel and needs a core of its own): while it runs, no other
+test of the run does (`turn`: it waits for the tests at work on other workers, and they wait for it).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 from pathlib import Path
 
@@ -60,3 +66,24 @@ def default_to_parallel(config: pytest.Config) -> None:
         config.option.numprocesses = "auto"
     if config.option.numprocesses and config.option.dist in ("no", "load"):
         config.option.dist = "loadgroup"  # never the as-root tier spread over workers
+
+
+@contextlib.contextmanager
+def turn(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    """A test's turn at the machine: beside the other workers' tests, or (marked `alone`) by itself.
+
+    Two file locks, shared by the run's workers (the parent folder of their basetemps): every test
+    holds `tests.lock` shared while it runs, an `alone` test exclusive; `gate.lock`, taken briefly
+    by every test before that and held by an `alone` one throughout, lets no new test start while
+    it waits for those at work."""
+    if getattr(request.config, "workerinput", None) is None:
+        yield  # one process: nothing runs beside it
+        return
+    folder = tmp_path_factory.getbasetemp().parent
+    alone = request.node.get_closest_marker("alone") is not None
+    with open(folder / "gate.lock", "a") as gate, open(folder / "tests.lock", "a") as tests:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        fcntl.flock(tests, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        if not alone:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        yield
