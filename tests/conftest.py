@@ -32,6 +32,11 @@ def pytest_cmdline_main(config):
     parallel.default_to_parallel(config)  # before pytest-xdist reads -n (tests/parallel.py)
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config):
+    return parallel.workers()  # two per core: the suite mostly waits
+
+
 def pytest_configure(config):
     config.pluginmanager.register(skips.Guard(config), "hermes-admin-skips")  # only skips by design
 

@@ -1,9 +1,11 @@
 """The suite runs in parallel (pytest-xdist): which tests may share the machine, and which must
 run one after another on one worker.
 
-`python -m pytest` runs on as many workers as the machine has cores (`-n auto`, or
-PYTEST_XDIST_AUTO_NUM_WORKERS), with `--dist loadgroup`; `-n 0` (or `-p no:xdist`) runs it in one
-process, as before. Most tests own everything they touch (a tmp_path of their own, their own
+`python -m pytest` runs on two workers per core (`-n auto`; PYTEST_XDIST_AUTO_NUM_WORKERS or `-n N`
+to choose), with `--dist loadgroup`; `-n 0` (or `-p no:xdist`) runs it in one process, as before.
+Two per core, because the suite mostly waits (subprocesses, fsyncs, lock waits, hook timeouts): run
+in one process it keeps a third of one core busy, and on a 2-core machine four workers finish a
+sample of the slow files a fifth sooner than two (BENCHMARKS.md, "The test suite"). Most tests own everything they touch (a tmp_path of their own, their own
 subprocesses, SQLite locks on their own files), so any worker may take any of them. Two kinds may
 not be spread:
 
@@ -56,8 +58,15 @@ def mark_groups(config: pytest.Config, items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group(group))
 
 
+def workers() -> int:
+    """How many workers `-n auto` starts: two per core this process may run on."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return int(os.environ["PYTEST_XDIST_AUTO_NUM_WORKERS"])
+    return 2 * len(os.sched_getaffinity(0))
+
+
 def default_to_parallel(config: pytest.Config) -> None:
-    """No `-n` given: as many workers as cores, with the groups above kept together. An explicit
+    """No `-n` given: `-n auto` (`workers`), with the groups above kept together. An explicit
     `-n N` keeps them too; `-n 0`, `-p no:xdist`, `--pdb` and `--collect-only` run in one process."""
     if not config.pluginmanager.hasplugin("xdist") or hasattr(config, "workerinput"):
         return  # xdist left out, or this is one of its workers
