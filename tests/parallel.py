@@ -65,11 +65,22 @@ def workers() -> int:
     return 2 * len(os.sched_getaffinity(0))
 
 
+GROUPED = "hermes_admin_loadgroup"  # what a worker is told: name its tests' groups
+
+
 def default_to_parallel(config: pytest.Config) -> None:
     """No `-n` given: `-n auto` (`workers`), with the groups above kept together. An explicit
-    `-n N` keeps them too; `-n 0`, `-p no:xdist`, `--pdb` and `--collect-only` run in one process."""
-    if not config.pluginmanager.hasplugin("xdist") or hasattr(config, "workerinput"):
-        return  # xdist left out, or this is one of its workers
+    `-n N` keeps them too; `-n 0`, `-p no:xdist`, `--pdb` and `--collect-only` run in one process.
+
+    A worker parses the command line as given, without what is chosen here: it names its tests'
+    groups (which --dist loadgroup reads in their node ids) because the controller tells it to
+    (`tell_worker`)."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    if hasattr(config, "workerinput"):
+        if config.workerinput.get(GROUPED):
+            config.option.loadgroup = True
+        return
     if config.option.numprocesses is None and not config.option.collectonly and not config.option.usepdb \
             and not os.environ.get("PYTEST_XDIST_WORKER"):
         config.option.numprocesses = "auto"
@@ -96,3 +107,8 @@ def turn(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
         if not alone:
             fcntl.flock(gate, fcntl.LOCK_UN)
         yield
+
+
+def tell_worker(node) -> None:
+    """The controller starts a worker (pytest-xdist's pytest_configure_node)."""
+    node.workerinput[GROUPED] = node.config.option.dist == "loadgroup"
