@@ -5,9 +5,10 @@ run one after another on one worker.
 to choose), with `--dist loadgroup`; `-n 0` (or `-p no:xdist`) runs it in one process, as before.
 Two per core, because the suite mostly waits (subprocesses, fsyncs, lock waits, hook timeouts): run
 in one process it keeps a third of one core busy, and on a 2-core machine four workers finish a
-sample of the slow files a fifth sooner than two (BENCHMARKS.md, "The test suite"). Most tests own everything they touch (a tmp_path of their own, their own
-subprocesses, SQLite locks on their own files), so any worker may take any of them. Two kinds may
-not be spread:
+sample of the slow files a fifth sooner than two (BENCHMARKS.md, "The test suite").
+
+Most tests own everything they touch (a tmp_path of their own, their own subprocesses, SQLite locks
+on their own files), so any worker may take any of them. Two kinds may not be spread:
 
 - the as-root tier (tests/root/): it makes real local users, its `--all-users` runs see every home
   on the machine, and it builds one venv in $HERMES_ADMIN_ROOT_TIER_DIR. Its tests run on one worker,
