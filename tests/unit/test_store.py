@@ -9,7 +9,7 @@ from hermes_admin.model import Profile
 from hermes_admin.profile.store import Store, StoreError
 from hermes_admin.profile.store.connect import WriteLockHeld, open_readwrite, write_transaction
 from hermes_admin.synth.builder import SynthStore
-from tests.helpers import other_connection
+from tests.helpers import SleepClock, other_connection
 
 
 def profile_at(tmp_path, name="p"):
@@ -163,27 +163,25 @@ def test_write_transaction_rolls_back_on_error(tmp_path):
 
 def test_a_writer_that_makes_progress_is_waited_out_past_patience(tmp_path):
     """Hermes' FTS optimize holds the lock for as long as it takes, writing as it goes: that is
-    progress, and it is waited out however much longer than lock_wait it holds the lock."""
+    progress, and it is waited out however much longer than lock_wait it holds the lock. On a clock
+    of the test's: the holder writes during each of our pauses, and lets go 1.2 s of them later."""
     path = tmp_path / "state.db"
     SynthStore(path, version=30).close()
-    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder = sqlite3.connect(path, isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")
     holder.execute("CREATE TABLE busywork (x BLOB)")
     holder.execute("PRAGMA cache_size=1")  # each insert goes to the WAL at once: the file grows
+    clock = SleepClock()
 
-    def work_on():
-        for _ in range(12):
-            holder.execute("INSERT INTO busywork VALUES (zeroblob(20000))")
-            time.sleep(0.1)
-        holder.execute("COMMIT")
+    def the_holder_works_on(seconds):
+        clock.sleep(seconds)
+        if holder.in_transaction:
+            holder.execute("COMMIT" if clock.slept >= 1.2 else "INSERT INTO busywork VALUES (zeroblob(20000))")
 
-    started = time.monotonic()  # before the holder's 12 pauses of 0.1 s begin: at least 1.2 s from here
-    writing = threading.Thread(target=work_on)
-    writing.start()
     db = open_readwrite(path, lock_wait_s=0.5)
-    assert write_transaction(db, lambda d: d.execute_sql("DELETE FROM state_meta") and "done") == "done"
-    writing.join()
-    assert time.monotonic() - started >= 1.0  # twice the patience, and never given up
+    assert write_transaction(db, lambda d: d.execute_sql("DELETE FROM state_meta") and "done",
+                             sleep=the_holder_works_on, clock=clock) == "done"
+    assert clock.slept >= 1.2  # over twice the patience, and never given up
     db.close(), holder.close()
 
 
