@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from hermes_admin.cli.main import cli
 from hermes_admin.synth.scenario import build_root
-from tests import one_sqlite, skips
+from tests import one_sqlite, parallel, skips
 
 one_sqlite.install()  # one SQLite in this process: hermes-admin's (tests/one_sqlite.py)
 # No managed scope of the machine's (/etc/hermes) in any test, ours or a real Hermes': a variable
@@ -27,8 +27,35 @@ def now() -> float:
     return NOW
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    parallel.default_to_parallel(config)  # before pytest-xdist reads -n (tests/parallel.py)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config):
+    return parallel.workers()  # two per core: the suite mostly waits
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    parallel.tell_worker(node)  # its tests' groups named as this run keeps them
+
+
 def pytest_configure(config):
     config.pluginmanager.register(skips.Guard(config), "hermes-admin-skips")  # only skips by design
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    parallel.mark_groups(config, items)  # before pytest-xdist reads the groups
+
+
+@pytest.fixture(autouse=True)
+def _a_turn_at_the_machine(request, tmp_path_factory):
+    """Beside the other workers' tests, or by itself for a test marked `alone` (tests/parallel.py)."""
+    with parallel.turn(request, tmp_path_factory):
+        yield
 
 
 @pytest.fixture

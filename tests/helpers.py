@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -53,6 +54,18 @@ def never_blocks(call, bound_s: float = 30.0):
     if "error" in outcome:
         raise outcome["error"]
     return outcome["value"]
+
+
+def until(condition, seconds: float = 60.0, every: float = 0.01) -> bool:
+    """Does `condition()` come true within `seconds`? What a test waits on instead of a fixed sleep:
+    it goes on as soon as the other process got there, and the bound only ends a broken wait (far
+    past any machine's slowness; never a measure of speed)."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(every)
+    return True
 
 
 class SleepClock:

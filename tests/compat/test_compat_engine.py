@@ -92,7 +92,7 @@ def test_a_hanging_plugin_is_cut_short(hermes_peer, tmp_path, now, invoke):
     two = [k["recent"][0], k["old_ended"][0]]
     started = time.monotonic()
     result = invoke("--root", str(root), "sessions", "delete", *two, "--json")
-    assert time.monotonic() - started < 15
+    assert time.monotonic() - started < 60  # far from the sleeper's 300 s, whatever the load
     assert sum("timed out" in f["text"] for f in json.loads(result.stdout)["results"][0]["hook_failures"]) == 2
     assert sorted(e["session_id"] for e in events(root)) == sorted(two)
     assert store_health(root / "state.db", foreign_keys=False) == []

@@ -211,7 +211,7 @@ def test_a_hanging_plugin_in_hermes_interpreter_is_cut_short(hermes_peer, tmp_pa
     two = [kinds["recent"][0], kinds["old_ended"][0]]
     started = time.monotonic()
     result = invoke("--root", str(root), "sessions", "delete", *two, "--json", "--yes")
-    assert time.monotonic() - started < 20
+    assert time.monotonic() - started < 50  # cut short: each callback uncut sleeps 60 s
     failures = json.loads(result.stdout)["results"][0]["hook_failures"]
     assert sum("timed out" in f["text"] for f in failures) == 2 and result.exit_code == 1  # as in our interpreter
     assert sorted(i for e in heard(root)["flat"] for i in e["ids"]) == sorted(two)

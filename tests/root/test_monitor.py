@@ -15,6 +15,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.root.conftest import as_user, chown_tree, root_owned
 from tests.root.test_attacks import (STANDARD, admin, assert_maintained, explain, plant_plugin,  # noqa: F401
                                      prepare, set_config)
@@ -202,6 +204,7 @@ print(json.dumps({"grabbed": grabbed, "workers": sorted(workers), "refused": ref
 """
 
 
+@pytest.mark.alone  # its watcher must be fast enough to win a race against a process start: a core of its own
 def test_at_no_instant_of_a_workers_life_can_she_take_its_pipe(make_user, admin, system_venv):
     """A process of hers, started before root's commands, tries pidfd_getfd on the reply and log
     pipes of every process from the instant it appears to its end, over STARTS worker starts: it

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.helpers import expected_after_run, needs_host_pids, row_ids, vacuum_worthy_store
+from tests.helpers import expected_after_run, needs_host_pids, row_ids, until, vacuum_worthy_store
 from tests.root.conftest import build_user_root, chown_tree, mode, root_owned
 
 WHOAMI = '''
@@ -244,9 +244,12 @@ def test_a_home_of_many_profiles_is_worked_on_by_two_of_her_processes(make_user,
 
 
 SLOW = '''
-import time
+import os, time
+def began(session_id, **kw):  # says it began (in its home), then takes its time
+    open(os.path.join(os.environ["HERMES_HOME"], "slow-began"), "a").close()
+    time.sleep(0.4)
 def register(ctx):
-    ctx.register_hook("on_session_delete", lambda session_id, **kw: time.sleep(0.4))
+    ctx.register_hook("on_session_delete", began)
 '''
 
 
@@ -254,7 +257,6 @@ def test_a_stop_of_roots_run_reaches_both_of_her_processes(make_user, system_ven
     """SIGTERM to root's run: the host passes it to her worker only; the worker passes it to its copy.
     Both end after their current transaction and report; nothing is killed at the grace time."""
     import signal
-    import time
 
     from hermes_admin.profile.fork import MIN_PROFILES
 
@@ -267,7 +269,15 @@ def test_a_stop_of_roots_run_reaches_both_of_her_processes(make_user, system_ven
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HERMES_ADMIN_CONFIG": "", "HOME": "/root"}
     proc = subprocess.Popen([str(system_venv / "bin" / "hermes-admin"), "--root", str(alice.root), "run", "--json"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd="/")
-    time.sleep(3)  # the worker's own half is done; the copy is in the middle of its first profile's events
+    half = (len(names) + 1) // 2
+    last_own = alice.root / "profiles" / names[half - 1]
+    slow_homes = [alice.root / "profiles" / name for name in names[half:]]
+
+    def the_stop_finds_the_copy_at_work():  # the worker's own half at its last profile's events, or done;
+        return (last_own / "whoami.jsonl").exists() and any((h / "slow-began").exists() for h in slow_homes)
+
+    # the copy in the middle of its first profile's events
+    assert until(lambda: the_stop_finds_the_copy_at_work() or proc.poll() is not None, 120)
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err

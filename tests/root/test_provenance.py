@@ -173,6 +173,7 @@ time.sleep(300)
 '''
 
 
+@pytest.mark.alone  # every holder scan on the machine meets her 25 000 locks meanwhile
 def test_a_lock_table_she_floods_costs_one_line_and_bob_is_maintained(make_user, admin):
     """She takes 25 000 POSIX locks on a file of hers: every read of /proc/locks meets them. The
     scan (asked before a VACUUM: nobody else may hold the store) gives up at its bound and says so;

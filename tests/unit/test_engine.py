@@ -227,7 +227,9 @@ def test_timeouts_kill_and_others_still_receive(tmp_path, now, invoke):
     started = time.monotonic()
     result = invoke("--root", str(root), "sessions", "delete", "a", "b", "--json")
     elapsed = time.monotonic() - started
-    assert elapsed < 15, elapsed  # two 2 s timeouts and two worker restarts, not 300 s
+    # Two 2 s timeouts and two worker restarts: a few seconds. Without the timeouts it would be
+    # the sleeper's 300 s twice; the bound sits far from both, whatever the machine's load.
+    assert elapsed < 60, elapsed
     failures = json.loads(result.stdout)["results"][0]["hook_failures"]
     # one line per plugin and kind of failure, then how often it came back
     assert len([f for f in failures if "timed out after 2 s" in f["text"]]) == 1

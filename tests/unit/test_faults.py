@@ -10,7 +10,7 @@ import pytest
 
 from hermes_admin.host.runlock import RunLocks
 from hermes_admin.profile.environment import Environment
-from tests.helpers import other_connection, home_of, install_plugins, row_ids, own_interpreter
+from tests.helpers import other_connection, home_of, install_plugins, row_ids, own_interpreter, until
 
 
 def old_ids(db):
@@ -200,7 +200,9 @@ def test_a_stop_while_a_plugin_hangs_ends_within_15_s_and_leaves_no_plugin_behin
     env = dict(os.environ, HERMES_ADMIN_CONFIG="", HOME=str(tmp_path))
     proc = subprocess.Popen([sys.executable, "-m", "hermes_admin", "--root", str(root), "sessions", "delete", "a",
                              "--yes", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    time.sleep(3)  # the delete committed; the callback hangs
+    db = root / "state.db"
+    # the delete committed and the plugin process (its current folder the home) is at the callback
+    assert until(lambda: "a" not in row_ids(db) and processes_in(root) != [] or proc.poll() is not None)
     started = time.monotonic()
     proc.send_signal(getattr(signal, sig))
     out, err = proc.communicate(timeout=30)
@@ -231,8 +233,6 @@ def processes_in(folder) -> list[int]:
 
 def test_what_a_plugin_leaves_behind_dies_with_its_plugin_process(tmp_path, now, invoke):
     """A plugin that double-forks and calls setsid escapes a process-group kill: it is reaped anyway."""
-    import time
-
     root = ended_session_with_plugin(tmp_path, now, "escaper",
         "import os, time\n"
         "def register(ctx):\n"
@@ -248,8 +248,15 @@ def test_what_a_plugin_leaves_behind_dies_with_its_plugin_process(tmp_path, now,
     result = invoke("--root", str(root), *own_interpreter(tmp_path), "sessions", "delete", "a", "--yes")
     assert result.exit_code == 0, result.stderr
     pid = int((root / "escaped.pid").read_text())
-    time.sleep(0.2)
-    assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+    assert until(lambda: _ended(pid))  # killed with its plugin process, not at the end of its 120 s
+
+
+def _ended(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] in "ZX"
+    except OSError:
+        return True
 
 
 @pytest.fixture

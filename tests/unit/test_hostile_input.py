@@ -104,7 +104,7 @@ def test_a_bomb_in_one_profile_names_it_and_the_others_still_run(synth_root, inv
     (home_of(root, "work") / "config.yaml").write_text(BOMB)
     started = time.monotonic()
     result = invoke("--root", str(root), "run", "--dry-run", "--json")
-    assert time.monotonic() - started < 20
+    assert time.monotonic() - started < 60  # refused, not expanded: a bomb expanded never ends (a hang guard)
     assert result.exit_code == 2
     doc = json.loads(result.stdout)
     assert any("profile 'work'" in e and "config.yaml" in e and "refused" in e for e in doc["errors"])

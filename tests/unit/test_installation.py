@@ -18,9 +18,12 @@ from hermes_admin.profile.hooks import listing
 
 @pytest.fixture(autouse=True)
 def fresh(monkeypatch, tmp_path):
-    """No cache of the machine's and no `hermes` command (lookups and probes live in each finder)."""
+    """No cache of the machine's and no `hermes` command (lookups and probes live in each finder).
+    Root's cache is in root's home by the password database, whatever HOME says: a test's own, so
+    that no other test writing root's cache at the same moment (another worker's) changes it."""
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(installation, "own_home", lambda: tmp_path / "home")
     monkeypatch.setenv("PATH", str(tmp_path / "bin"))
 
 

@@ -148,8 +148,8 @@ def test_daemon_runs_writes_metrics_reloads_and_stops_on_sigterm(synth_root, tmp
     proc, listener = notified_daemon(root, config, tmp_path)
     try:
         old = set(kinds["work"]["old_ended"])
-        assert wait_for(lambda: not row_ids(root / "profiles" / "work" / "state.db") & old, 20)
-        assert wait_for(metrics.exists, 20)
+        assert wait_for(lambda: not row_ids(root / "profiles" / "work" / "state.db") & old, 60)
+        assert wait_for(metrics.exists, 60)
         samples = parse_textfile(metrics.read_text())
         assert samples[f'hermes_admin_sessions{{profile="work",home="{root}/profiles/work"}}'] >= 1
         assert "hermes_admin_last_run_timestamp_seconds" in samples
@@ -159,9 +159,7 @@ def test_daemon_runs_writes_metrics_reloads_and_stops_on_sigterm(synth_root, tmp
         assert listener.recv(200) == b"RELOADING=1"
         assert listener.recv(200) == b"READY=1"
         proc.send_signal(signal.SIGTERM)
-        stopped_at = time.monotonic()
-        assert proc.wait(timeout=10) == 0
-        assert time.monotonic() - stopped_at < 10
+        assert proc.wait(timeout=30) == 0  # stopped, not left running (a hang guard, not a measure)
         assert listener.recv(200) == b"STOPPING=1"
         output = proc.stdout.read()
         assert "config reloaded; jobs: hermes-admin:purge" in output

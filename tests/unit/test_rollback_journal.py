@@ -79,7 +79,9 @@ def test_an_export_holds_no_read_lock_between_its_pages_in_a_rollback_journal(de
     def interleaved(conn_db, sid, names):
         for n, row in enumerate(original(conn_db, sid, names)):
             if n == 2:  # a page read, the next not yet: Hermes commits now, without waiting
-                hermes = other_connection(db, timeout=2)  # our own write transactions are short
+                # Our own write transactions are short; a read lock held between pages would hold
+                # this commit off for good, however long it waited.
+                hermes = other_connection(db, timeout=10)
                 hermes.execute("BEGIN IMMEDIATE")
                 hermes.execute("UPDATE sessions SET title = title WHERE id = 's1'")
                 hermes.execute("COMMIT")

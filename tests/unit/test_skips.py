@@ -54,14 +54,37 @@ def test_every_skip_by_design_names_a_test_that_exists_and_says_why():
         assert design.reason and design.why, nodeid
 
 
-def test_a_skip_for_a_missing_tool_fails_a_ci_run_and_is_named_in_any_other(tmp_path):
-    """The whole way round, in a pytest of its own: groff is nowhere on its PATH."""
+@pytest.mark.parametrize("workers", [["-n", "2"], ["-n", "0"], ["-p", "no:xdist"]])
+def test_a_skip_for_a_missing_tool_fails_a_ci_run_and_is_named_in_any_other(tmp_path, workers):
+    """The whole way round, in a pytest of its own: groff is nowhere on its PATH. In parallel (the
+    skip seen by a worker, the report made by the controller) as in one process."""
     (tmp_path / "bin").mkdir()
     env = {k: v for k, v in os.environ.items() if k != "CI"}
-    argv = [sys.executable, "-m", "pytest", "tests/unit/test_manpage.py", "-q", "-k", "groff", "-p", "no:cacheprovider"]
+    argv = [sys.executable, "-m", "pytest", "tests/unit/test_manpage.py", "-q", "-k", "groff", "-p", "no:cacheprovider",
+            *workers]
     env["PATH"] = str(tmp_path / "bin")
     done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and "1 skipped" in done.stdout, done.stdout
     assert "groff not installed: tests/unit/test_manpage.py::test_groff_reads_it_without_warnings" in done.stdout
     done = subprocess.run(argv, cwd=REPO, env=dict(env, CI="true"), capture_output=True, text=True, timeout=120)
     assert done.returncode == 1 and "not a skip by design" in done.stdout, done.stdout
+
+
+def test_a_worker_holds_its_skips_as_the_run_that_asked_for_the_tier_does(tmp_path):
+    """Asked for by path (no CI), the compat tier is guarded on every pytest-xdist worker too: its
+    tests skipped for want of Hermes fail (in their setup), each on the worker that ran it."""
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    env["HERMES_ADMIN_SKIP_COMPAT"] = "1"  # the tier's own skip: no skip by design
+    argv = [sys.executable, "-m", "pytest", "tests/compat/test_schema_parity.py", "-q", "-p", "no:cacheprovider",
+            "-n", "2"]
+    done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "2 errors" in done.stdout and "not a skip by design" in done.stdout, done.stdout
+
+
+def test_a_grouped_tests_node_id_is_the_one_the_list_names():
+    """pytest-xdist appends `@group` to the node id of a test it keeps on one worker (tests/parallel.py)."""
+    listed = next(iter(skips.BY_DESIGN))
+    assert skips.plain(f"{listed}@tests/compat/test_compat_releases.py") == listed
+    assert skips.verdict(f"{listed}@tests/compat/test_compat_releases.py", skips.BY_DESIGN[listed].reason) is None
+    assert skips.plain("tests/unit/test_x.py::test_y[a@b]") == "tests/unit/test_x.py::test_y[a@b]"
+    assert skips.plain("tests/root/test_x.py::test_y@as-root") == "tests/root/test_x.py::test_y"

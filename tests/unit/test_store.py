@@ -9,7 +9,7 @@ from hermes_admin.model import Profile
 from hermes_admin.profile.store import Store, StoreError
 from hermes_admin.profile.store.connect import WriteLockHeld, open_readwrite, write_transaction
 from hermes_admin.synth.builder import SynthStore
-from tests.helpers import other_connection
+from tests.helpers import SleepClock, other_connection
 
 
 def profile_at(tmp_path, name="p"):
@@ -111,6 +111,9 @@ def test_write_transaction_keeps_journal_mode_and_retries_on_lock(tmp_path, mode
     conn = other_connection(path)
     conn.execute(f"PRAGMA journal_mode={mode}")
     conn.execute("BEGIN IMMEDIATE")  # another process holds the write lock...
+    # Timed from before the release is armed: the lock is held at least 0.4 s of it, however
+    # slowly this machine opens the store, so no lower bound below that can be missed.
+    started = time.monotonic()
     release = threading.Timer(0.4, lambda: conn.execute("COMMIT"))
     release.start()
     db = open_readwrite(path)
@@ -121,7 +124,6 @@ def test_write_transaction_keeps_journal_mode_and_retries_on_lock(tmp_path, mode
         d.execute_sql("INSERT INTO state_meta(key, value) VALUES ('k', 'v')")
         return "done"
 
-    started = time.monotonic()
     assert write_transaction(db, work, patience_s=5) == "done"
     release.join()
     assert time.monotonic() - started >= 0.3  # ...so we waited for it
@@ -161,27 +163,25 @@ def test_write_transaction_rolls_back_on_error(tmp_path):
 
 def test_a_writer_that_makes_progress_is_waited_out_past_patience(tmp_path):
     """Hermes' FTS optimize holds the lock for as long as it takes, writing as it goes: that is
-    progress, and it is waited out however much longer than lock_wait it holds the lock."""
+    progress, and it is waited out however much longer than lock_wait it holds the lock. On a clock
+    of the test's: the holder writes during each of our pauses, and lets go 1.2 s of them later."""
     path = tmp_path / "state.db"
     SynthStore(path, version=30).close()
-    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder = sqlite3.connect(path, isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")
     holder.execute("CREATE TABLE busywork (x BLOB)")
     holder.execute("PRAGMA cache_size=1")  # each insert goes to the WAL at once: the file grows
+    clock = SleepClock()
 
-    def work_on():
-        for _ in range(12):
-            holder.execute("INSERT INTO busywork VALUES (zeroblob(20000))")
-            time.sleep(0.1)
-        holder.execute("COMMIT")
+    def the_holder_works_on(seconds):
+        clock.sleep(seconds)
+        if holder.in_transaction:
+            holder.execute("COMMIT" if clock.slept >= 1.2 else "INSERT INTO busywork VALUES (zeroblob(20000))")
 
-    writing = threading.Thread(target=work_on)
-    writing.start()
     db = open_readwrite(path, lock_wait_s=0.5)
-    started = time.monotonic()
-    assert write_transaction(db, lambda d: d.execute_sql("DELETE FROM state_meta") and "done") == "done"
-    writing.join()
-    assert time.monotonic() - started >= 1.0  # twice the patience, and never given up
+    assert write_transaction(db, lambda d: d.execute_sql("DELETE FROM state_meta") and "done",
+                             sleep=the_holder_works_on, clock=clock) == "done"
+    assert clock.slept >= 1.2  # over twice the patience, and never given up
     db.close(), holder.close()
 
 
@@ -253,9 +253,9 @@ def test_a_read_outside_our_transactions_waits_for_a_rollback_journal_commit(tmp
     holder = other_connection(profile.store_path)
     with Store.open(profile, writable=writable, lock_wait_s=30) as store:
         holder.execute("BEGIN EXCLUSIVE")  # what a commit takes: no reader gets in
+        started = time.monotonic()  # before the release is armed: it comes at least 1.2 s from here
         release = threading.Timer(1.2, lambda: holder.execute("COMMIT"))
         release.start()
-        started = time.monotonic()
         assert store.db.execute_sql("SELECT COUNT(*) FROM sessions").fetchone() == (0,)
         assert store.db.execute_sql("PRAGMA data_version").fetchone()[0] >= 1
         release.join()

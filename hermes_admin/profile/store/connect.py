@@ -183,6 +183,7 @@ def write_transaction(
     patience_s: float | None = None,
     sleep: Callable[[float], None] = time.sleep,
     on_busy: Callable[[], None] | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> T:
     """Run `work` inside one `BEGIN IMMEDIATE` transaction, retried whole on lock.
 
@@ -201,7 +202,7 @@ def write_transaction(
             if not is_lock_error(exc):
                 raise
             if waiting is None:
-                waiting = _Wait(_store_path(db), patience_s if patience_s is not None else _patience_of(db))
+                waiting = _Wait(_store_path(db), patience_s if patience_s is not None else _patience_of(db), clock)
             if waiting.over():
                 raise WriteLockHeld(waiting.why()) from None
             if on_busy is not None:  # someone else writes: the caller paces itself for them
@@ -237,9 +238,9 @@ class _Wait:
     a checkpoint writes the database file). The wait ends after `patience` seconds without any,
     or after PATIENCE_CAP of them in all, progress or not."""
 
-    def __init__(self, store: Path, patience: float):
-        self.store, self.patience = store, patience
-        self.started = self.moved = time.monotonic()
+    def __init__(self, store: Path, patience: float, clock: Callable[[], float] = time.monotonic):
+        self.store, self.patience, self.clock = store, patience, clock
+        self.started = self.moved = clock()
         self.seen = self._look()
         self.said = False
 
@@ -254,7 +255,7 @@ class _Wait:
         return tuple(looks)
 
     def waited(self) -> float:
-        return time.monotonic() - self.started
+        return self.clock() - self.started
 
     def pause(self) -> float:
         """Jitter as Hermes does it: short waits first, longer ones later."""
@@ -268,7 +269,7 @@ class _Wait:
             self.said = True
 
     def over(self) -> bool:
-        now, look = time.monotonic(), self._look()
+        now, look = self.clock(), self._look()
         if look != self.seen:
             self.seen, self.moved = look, now
         return now - self.moved >= self.patience or now - self.started >= PATIENCE_CAP * self.patience
@@ -276,7 +277,7 @@ class _Wait:
     def why(self) -> str:
         holder = write_lock_holder(self.store)
         who = f"pid {holder} ({command_of(holder) or '?'})" if holder else "another process"
-        still = time.monotonic() - self.moved
+        still = self.clock() - self.moved
         return (f"{self.store}: {who} held the write lock for {self.waited():.0f} s, the last {still:.0f} s "
                 f"without progress (lock_wait: {self.patience:g} s); stopped there, the rest is left for "
                 f"the next run")
