@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 
-from hermes_admin.model import Profile
+from hermes_admin.model import Profile, Reason
 from hermes_admin.profile import integrity, lost_sessions
 from hermes_admin.profile.engine import FTS_TABLES, Engine, fold, held_by_path, row_weight
 from hermes_admin.profile.exports import UNIT_WEIGHT, Settings
@@ -45,7 +45,7 @@ from hermes_admin.profile.store.errors import SQLITE_ERRORS
 from hermes_admin.profile.store.read import existing_ids
 from hermes_admin.profile.store.restoring import put_row, session_exists, session_row
 from hermes_admin.profile.store.unit_rows import all_messages, prompts_of, usage_rows
-from hermes_admin.results import Finding, Result
+from hermes_admin.results import Action, Finding, Result
 
 STANDARD_FOLDERS = ("sessions", "logs", "memories", "skills", "cron")
 PRIVATE_FILES = ("state.db", "state.db-wal", "state.db-shm", ".env")
@@ -346,9 +346,9 @@ def _move(source: Engine, target_profile: Profile, moves: list[Finding], result:
     if not verified:
         return target_notes
     units = [Unit(f.subject, [f.subject], f"moved to profile '{target_profile.shown}'") for f in verified]
-    moved, failed = Result(source.profile.name, "delete", "profile_repair", False), None
+    moved, failed = Result(source.profile.name, Action.DELETE, Reason.PROFILE_REPAIR, False), None
     try:
-        fold(moved, lambda: source.delete(units, "profile_repair"))
+        fold(moved, lambda: source.delete(units, Reason.PROFILE_REPAIR))
     except (OSError, RuntimeError, StoreError, LockHeld, *SQLITE_ERRORS) as exc:  # as a single fix fails
         failed = " ".join(str(exc).split())
     result.absorb(moved)  # what committed, a failure after it or not
@@ -486,7 +486,7 @@ def _rebuild_store(profile: Profile, result: Result | None = None, env: Environm
     lost = lost_sessions.lost(known, _present(profile, sorted(known.ids())))
     if lost:  # announced to the profile's plugins as any session that leaves the store (docs/design.md §7)
         with Engine(profile, env=env) as engine:
-            failures = engine.announce_lost(lost, "profile_repair")
+            failures = engine.announce_lost(lost, Reason.PROFILE_REPAIR)
         if result is not None:
             result.hook_failures += failures
     return (f"rebuilt from its readable rows: {back} session(s) and {done.rows.get('messages', 0)} message(s) back"
@@ -512,7 +512,7 @@ def apply(profile: Profile, findings: list[Finding], siblings: dict[str, Profile
     result (its notes are the findings) and what the engines and the snapshots folder set aside.
     `lossy`: a damaged store with torn table pages is rebuilt from its readable rows (`repair
     --apply`); False (`run`'s `repair: apply`): only a store whose every row still reads."""
-    result = Result(profile.name, "delete", "profile_repair", False, task="repair")
+    result = Result(profile.name, Action.DELETE, Reason.PROFILE_REPAIR, False, task="repair")
     for finding in findings:
         if finding.kind in ("missing_folder", "loose_permissions"):
             _attempt(finding, lambda f=finding: _fix_files(f, profile))

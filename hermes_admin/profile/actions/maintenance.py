@@ -19,7 +19,7 @@ from typing import Callable, Iterator
 
 from hermes_admin import model, stopping
 from hermes_admin.layers import PolicyLayers
-from hermes_admin.model import Profile
+from hermes_admin.model import Profile, Reason
 from hermes_admin.profile.store import page_accounting
 from hermes_admin.profile.actions.common import (Ledger, Refused, Run, act_in_parts, engine_notes, refuse_too_broad,
                                                  with_engine)
@@ -29,7 +29,7 @@ from hermes_admin.profile import installation
 from hermes_admin.profile.hermes_config import HermesConfig, HermesConfigError
 from hermes_admin.profile.hermes_config import load as load_hermes_config
 from hermes_admin.protocol import Request  # Request: the one shape of a maintenance pass
-from hermes_admin.results import Result
+from hermes_admin.results import Action, Result, Status
 from hermes_admin.profile.state_folder import LockHeld
 from hermes_admin.profile.environment import Environment
 from hermes_admin.profile.installation import Installations
@@ -54,7 +54,7 @@ class Task:
 
     name: model.TaskName
     rule: Callable[[Policy, float], Rule]
-    act: str  # what the engine does with a selected unit: "delete", "close" or "archive"
+    act: Action  # what the engine does with a selected unit: DELETE, CLOSE or ARCHIVE
     work: Callable[["_Pass", "Task", Result], Result]  # how it goes over the store, into the task's result
     off_why: str | None = None  # what the report says when the policy has it off (else the switch's name)
 
@@ -131,8 +131,8 @@ class _Pass:
         return Result(self.engine.profile.name, task.act, task.name.reason, self.engine.dry_run, task=task.name.name)
 
     def skipped(self, task: Task, why: str) -> Result:
-        result = Result(self.engine.profile.name, "none", None, self.engine.dry_run, task=task.name.name)
-        result.status, result.why = "skipped", why
+        result = Result(self.engine.profile.name, Action.NONE, None, self.engine.dry_run, task=task.name.name)
+        result.status, result.why = Status.SKIPPED, why
         return self.ledger.add(result)
 
     def unclaimed(self, selection: Selection) -> list:
@@ -143,9 +143,9 @@ class _Pass:
 
     def act(self, task: Task, rule: Rule, units: list) -> Result:
         """What the engine does with a task's units; returns what it did (a dry run: would do)."""
-        if task.act == "close":
+        if task.act == Action.CLOSE:
             return self.engine.close_stale(units, rule.recheck, self.request.now)
-        if task.act == "archive":  # the inactivity sweep's: silent, live units stay
+        if task.act == Action.ARCHIVE:  # the inactivity sweep's: silent, live units stay
             return self.engine.set_archived(units, True, reason=None, swept=True)
         if task.name == model.SIZE_BUDGET:  # the last delete of the pass: nothing weighs it after
             return self.engine.delete(units, task.name.reason, recheck=rule.recheck)
@@ -200,7 +200,7 @@ class _Pass:
         def acted(chosen: list) -> Result:
             done = self.act(task, rule, chosen)
             ids = [i for unit in done.done for i in unit.ids]
-            if task.act == "close":  # closed, the rows stay: a later task (the archive) may still take them
+            if task.act == Action.CLOSE:  # closed, the rows stay: a later task (the archive) may still take them
                 self.claimed.difference_update(ids)
             elif not self.engine.dry_run:  # gone (or archived, by the last task): no later task can take them
                 self.claimed.difference_update(ids)
@@ -358,13 +358,13 @@ def _megabytes(mb: float) -> str:
 # name record, its rule (its module in tasks/), what the engine does with what it picks, and how it goes
 # over the store (`_Pass.in_parts` unless it does more).
 TASKS = (
-    Task(model.GHOST_PRUNE, ghosts.rule, "delete", _Pass.ghost_prune),
-    Task(model.EMPTY_SWEEP, empty.rule, "delete", _Pass.empty_sweep),
-    Task(model.PURGE, retention.rule, "delete", _Pass.purge, "auto_prune is off in this profile's policy"),
-    Task(model.CLOSE_STALE, stale.rule, "close", _Pass.in_parts,
+    Task(model.GHOST_PRUNE, ghosts.rule, Action.DELETE, _Pass.ghost_prune),
+    Task(model.EMPTY_SWEEP, empty.rule, Action.DELETE, _Pass.empty_sweep),
+    Task(model.PURGE, retention.rule, Action.DELETE, _Pass.purge, "auto_prune is off in this profile's policy"),
+    Task(model.CLOSE_STALE, stale.rule, Action.CLOSE, _Pass.in_parts,
          "auto_prune is off in this profile's policy; stale rows are closed with it, as Hermes does"),
-    Task(model.SIZE_BUDGET, budget.rule, "delete", _Pass.size_budget, "no max_store_mb in this profile's policy"),
-    Task(model.AUTO_ARCHIVE, archive.rule, "archive", _Pass.in_parts),
+    Task(model.SIZE_BUDGET, budget.rule, Action.DELETE, _Pass.size_budget, "no max_store_mb in this profile's policy"),
+    Task(model.AUTO_ARCHIVE, archive.rule, Action.ARCHIVE, _Pass.in_parts),
 )
 
 
@@ -390,7 +390,7 @@ def repair_step(run: Run, profile: Profile, policy: Policy, request: Request, en
     from hermes_admin.profile import integrity, repair as profile_repair
 
     apply = policy.repair == "apply" and not request.dry_run
-    result = Result(profile.name, "repair", "profile_repair", not apply, task="repair")
+    result = Result(profile.name, Action.REPAIR, Reason.PROFILE_REPAIR, not apply, task="repair")
     started = time.monotonic()
     try:
         checked = integrity.identity(profile)  # before the check: a store replaced meanwhile is not this one
@@ -406,7 +406,7 @@ def repair_step(run: Run, profile: Profile, policy: Policy, request: Request, en
         fixable = [f for f in findings if f.fix != "none"]
         if apply and fixable:
             result, set_aside = profile_repair.apply(profile, fixable, siblings, env, lossy=False)
-            result.action = "repair"
+            result.action = Action.REPAIR
             run.add(*engine_notes(profile, set_aside))
     except (LockHeld, StoreError, *SQLITE_ERRORS) as exc:
         if isinstance(exc, StoreError) and exc.kind == DAMAGED_STORE:
@@ -522,7 +522,7 @@ def maintain(run: Run, profile: Profile, layers: PolicyLayers, request: Request,
     `env`: the job's (its --lock-wait over the policy's).
     """
     if not profile.has_store():  # a profile Hermes never used yet: nothing to do, not an error
-        result = Result(profile.name, "none", None, request.dry_run, status="skipped",
+        result = Result(profile.name, Action.NONE, None, request.dry_run, status=Status.SKIPPED,
                         why="no store yet: nothing to do", home=str(profile.home))
         run.results.append(result)
         return

@@ -26,7 +26,7 @@ from hermes_admin.profile.hooks.bus import DeliveryStopped, HookBus
 from hermes_admin.profile.hooks.discovery import discover as discover_plugins, safe_mode
 from hermes_admin.profile.store import unit_rows
 from hermes_admin.profile.store.files import FileIndex, removable, unsafe_id
-from hermes_admin.results import Result
+from hermes_admin.results import Action, Result
 
 
 def sessions_folder_notes(profile: Profile) -> list[str]:
@@ -175,9 +175,9 @@ class Aftermath:
         if committed or dropped:
             self.outbox.settle(committed, dropped)
         undelivered = self.outbox.undelivered()
-        scratch = Result(self.profile.name, "replay", None, False)
+        scratch = Result(self.profile.name, Action.REPLAY, None, False)
         for event in undelivered:
-            if event.kind == "delete":
+            if event.kind == Action.DELETE:
                 self.remove_files(event.ids, scratch)
         self.collect_files(scratch)
         return self.deliver(undelivered)
@@ -191,5 +191,5 @@ def _stopped(left: int) -> HookFailure:
 def _done(db, event: Event) -> bool:
     """Did the transaction of a pending event commit (its rows gone, or archived)?"""
     ids = event.ids
-    left = unit_rows.rows_left(db, ids) if event.kind == "delete" else unit_rows.unarchived_left(db, ids)
+    left = unit_rows.rows_left(db, ids) if event.kind == Action.DELETE else unit_rows.unarchived_left(db, ids)
     return left == 0

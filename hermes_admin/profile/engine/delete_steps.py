@@ -16,7 +16,7 @@ from hermes_admin.profile.engine.outbox import Event, Outbox
 from hermes_admin.profile.engine.pacer import MERGE_STEPS, MERGE_STEPS_AT_END, Pacer
 from hermes_admin.profile.engine.splits import SplitDeletes
 from hermes_admin.profile.lineage import Unit
-from hermes_admin.results import Result
+from hermes_admin.results import Action, Result
 
 # A progress callback: (what, units done so far, units in all, ended); the engine draws nothing itself.
 Progress = Callable[[str, int, int, bool], None]
@@ -61,7 +61,7 @@ class DeleteSteps:
 
     def _chunk(self, step: Step, last: bool, ask: Ask, result: Result) -> None:
         chunk, listening = step.units, self.aftermath.listening
-        event_ids = self.outbox.add_pending("delete", ask.reason, chunk) if listening else [None] * len(chunk)
+        event_ids = self.outbox.add_pending(Action.DELETE, ask.reason, chunk) if listening else [None] * len(chunk)
         synced = self.commits.before(last)
 
         try:
@@ -86,6 +86,6 @@ class DeleteSteps:
         decision.outcome().fold_into(result)
         paths, left = self.aftermath.paths_of([i for ids in went.values() for i in ids])
         result.files_skipped += left
-        events = [Event(event_ids[i], "delete", chunk[i].session_id, reason, list(ids))
+        events = [Event(event_ids[i], Action.DELETE, chunk[i].session_id, reason, list(ids))
                   for i, ids in went.items()] if listening else []
         return wrote, (paths, events)

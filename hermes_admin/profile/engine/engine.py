@@ -266,7 +266,7 @@ class Engine:
 
     def remove_orphan_files(self, paths: list[str]) -> Result:
         """Per-session files whose session row is gone (no event: no rows went)."""
-        with self._call("delete") as outcome:
+        with self._call(Action.DELETE) as outcome:
             self.aftermath.remove_orphan_files(paths, outcome)
         return outcome
 
@@ -292,7 +292,7 @@ class Engine:
         returns (after an error too).
         """
         ask = Ask(reason, recheck, orphans)
-        with self._call("delete", reason) as result:
+        with self._call(Action.DELETE, reason) as result:
             if not units:
                 return result
             self.require_tokenizer()
@@ -338,7 +338,7 @@ class Engine:
         `swept`: the inactivity sweep's (live units stay: rows.Flip), not a deliberate one. Returns what
         it did, filled as each transaction commits (a failure carries it, as `delete`'s)."""
         flip = Flip(archived, provenance=self.store.schema.has_column("sessions", "auto_archived"), swept=swept)
-        with self._call("archive" if archived else "unarchive", reason) as result:
+        with self._call(Action.ARCHIVE if archived else Action.UNARCHIVE, reason) as result:
             if self.dry_run:
                 self._dry(units, result, lambda db, chunk: flip.decide(db, self.deletes, chunk))
                 return result
@@ -351,7 +351,7 @@ class Engine:
         """Close open rows a dead process left (tasks/stale.py): `ended_at` the run's `now`, `end_reason`
         'startup_orphan_reap', as Hermes does; silent (nothing is deleted: no event, no file). Returns
         what it did, filled as each transaction commits (a failure carries it, as `delete`'s)."""
-        with self._call("close") as result:
+        with self._call(Action.CLOSE) as result:
             if self.dry_run:
                 for decision in self._dry(units, result, lambda db, chunk: decide_close(db, self.deletes, chunk,
                                                                                       recheck)):
@@ -389,7 +389,7 @@ class Engine:
         """`hermes-admin restore`: an export's units back (restore.py; `how`: pin, other_profile).
         Returns what it did (a failure carries it) and the other profile's home it was made in, if any."""
         self.require_tokenizer("restore into")  # the messages put back fire the CJK triggers too
-        with self._call("restore") as result:
+        with self._call(Action.RESTORE) as result:
             try:
                 return result, restore_file(self.store, self.pacer, path, wanted, self.dry_run, result, **how)
             finally:  # what is back is no longer gone by our hand (noticed.py); after a failure too

@@ -45,7 +45,7 @@ from hermes_admin.profile.engine.aftermath import Aftermath
 from hermes_admin.profile.engine.outbox import Event, Outbox, read_look
 from hermes_admin.profile.store import Store
 from hermes_admin.profile.store.read import session_marks
-from hermes_admin.results import Done, Result
+from hermes_admin.results import Action, Done, Result
 
 FORMAT = 1  # the packing of a look's sessions (pack/unpack)
 
@@ -234,7 +234,7 @@ def announce(profile: Profile, store: Store, outbox: Outbox | None, aftermath: A
     before, unreadable = looked(record)
     fresh = before is None or not same_store(before, device, inode, held)  # a new memory: nothing announced
     units = [] if fresh else gone(before.sessions, held, own, now, retention_days)
-    result = Result(profile.name, "noticed", None, outbox is None)
+    result = Result(profile.name, Action.NOTICED, None, outbox is None)
     for unit in units:
         result.done.append(Done(unit.session_id, unit.ids, _rule(before.taken, unit.reason)))
     if outbox is None:  # a dry run: what the pass would announce, nothing written
@@ -250,7 +250,8 @@ def announce(profile: Profile, store: Store, outbox: Outbox | None, aftermath: A
         return result
     if not units:
         return None
-    events = [Event(i, "noticed", unit.session_id, unit.reason, list(unit.ids)) for i, unit in zip(event_ids, units)]
+    events = [Event(i, Action.NOTICED, unit.session_id, unit.reason, list(unit.ids))
+              for i, unit in zip(event_ids, units)]
     result.hook_failures += aftermath.deliver(events)  # after the outbox has them: a crash delivers them next time
     return result
 
