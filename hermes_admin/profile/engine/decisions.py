@@ -8,9 +8,10 @@ short read transaction and applies nothing, so what it reports is what the run w
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Callable, Mapping
 
+from hermes_admin.hook_failures import HookFailure
 from hermes_admin.profile.lineage import Unit
 from hermes_admin.profile.store.read import SessionRow
 from hermes_admin.profile.store.row_updates import ArchiveState
@@ -22,13 +23,38 @@ Recheck = Callable[[Unit, dict[str, SessionRow]], "str | None"]
 
 @dataclass(frozen=True)
 class Outcome:
-    """What a step did (or a dry run would do): the units it changed and those it left, with why."""
+    """What a step or a collaborator did (or a dry run would do): the units it changed and those it
+    left, with why; the files it removed and those it left; the plugin failures met delivering its
+    events; its notes. Returned, never appended to a report: the engine call that owns the report
+    folds it in (`fold_into`), the moment it is done."""
     done: tuple[Done, ...] = ()
     skipped: tuple[dict, ...] = ()
+    files_removed: tuple[str, ...] = ()
+    files_skipped: tuple[str, ...] = ()
+    hook_failures: tuple[HookFailure, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    def plus(self, other: "Outcome") -> "Outcome":
+        """Both outcomes, this one's first."""
+        return Outcome(*(mine + theirs for mine, theirs in zip(_fields_of(self), _fields_of(other))))
 
     def fold_into(self, result: Result) -> None:
         result.done += self.done
         result.skipped += self.skipped
+        result.files_removed += self.files_removed
+        result.files_skipped += self.files_skipped
+        result.hook_failures += self.hook_failures
+        result.notes += self.notes
+
+
+def _fields_of(outcome: Outcome) -> tuple:
+    """Its fields in order, as they are (dataclasses.astuple would copy every Done and dict)."""
+    return tuple(getattr(outcome, f.name) for f in fields(outcome))
+
+
+def noted(*notes: str) -> Outcome:
+    """An outcome that only says something."""
+    return Outcome(notes=notes)
 
 
 @dataclass(frozen=True)

@@ -143,7 +143,8 @@ class Engine:
         self.remover = FileRemover(str(self.profile.sessions_dir))
         self.bus = hook_bus(self.profile, self.config, self.env)
         self.aftermath = Aftermath(self.profile, False, self.outbox, self.bus, self.remover)
-        self.pacer = Pacer(db, self.turns, self.commits, self.fts, self.aftermath.after_durable)
+        self.pacer = Pacer(db, self.turns, self.commits, self.fts,
+                           lambda work, result: self.aftermath.after_durable(work).fold_into(result))
         self.export = ExportFile(self.profile, self.export_settings, self.now, files=lambda: self.aftermath.files)
         self._ahead = ExportAhead(self.store, self.export, self.export_settings, self.pacer)
         self._splits = SplitDeletes(self.store, self.pacer, self.outbox, self.aftermath, self.deletes,
@@ -267,7 +268,7 @@ class Engine:
     def remove_orphan_files(self, paths: list[str]) -> Result:
         """Per-session files whose session row is gone (no event: no rows went)."""
         with self._call(Action.DELETE) as outcome:
-            self.aftermath.remove_orphan_files(paths, outcome)
+            self.aftermath.remove_orphan_files(paths).fold_into(outcome)
         return outcome
 
     def require_tokenizer(self, doing: str = "delete from") -> None:
@@ -300,7 +301,7 @@ class Engine:
             if self.dry_run:  # the same decision, each chunk in a read transaction; nothing exported or applied
                 for decision in self._dry(units, result, lambda db, chunk: self.deletes.decide(db, chunk, {}, recheck,
                                                                                             orphans)):
-                    self.aftermath.remove_files(decision.ids, result)  # lists them: a dry run unlinks nothing
+                    self.aftermath.remove_files(decision.ids).fold_into(result)  # lists them: a dry run unlinks nothing
                 return result
             synced_last = not self._batched  # settled here, its last commit synced; else when the batch ends
             with self._batch(result):

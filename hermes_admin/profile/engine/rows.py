@@ -70,13 +70,14 @@ def flip_archived(pacer: Pacer, aftermath: Aftermath, deletes: Deletes, flip: Fl
         raise
     decision, _ = pacer.settle(held, weight, result, f"an archive flip of {len(chunk)} unit(s)", synced=True,
                                follow=lambda done: (done[1], None)).value  # a claim alone wrote: a checkpoint
-    if fires:
-        changed = decision.changes
-        outbox.settle({event_ids[i]: list(ids) for i, ids in changed.items()},
-                      [e for i, e in enumerate(event_ids) if i not in changed])
-        result.hook_failures += aftermath.deliver([Event(event_ids[i], Action.ARCHIVE, chunk[i].session_id, reason,
-                                                         list(ids)) for i, ids in changed.items()])
-    return decision.outcome()
+    if not fires:
+        return decision.outcome()
+    changed = decision.changes
+    outbox.settle({event_ids[i]: list(ids) for i, ids in changed.items()},
+                  [e for i, e in enumerate(event_ids) if i not in changed])
+    failures = aftermath.deliver([Event(event_ids[i], Action.ARCHIVE, chunk[i].session_id, reason, list(ids))
+                                  for i, ids in changed.items()])
+    return decision.outcome().plus(Outcome(hook_failures=tuple(failures)))
 
 
 def decide_close(db, deletes: Deletes, chunk: list[Unit], recheck: Recheck) -> Decision:
