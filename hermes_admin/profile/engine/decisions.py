@@ -8,7 +8,7 @@ short read transaction and applies nothing, so what it reports is what the run w
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 from hermes_admin.hook_failures import HookFailure
@@ -25,8 +25,8 @@ Recheck = Callable[[Unit, dict[str, SessionRow]], "str | None"]
 class Outcome:
     """What a step or a collaborator did (or a dry run would do): the units it changed and those it
     left, with why; the files it removed and those it left; the plugin failures met delivering its
-    events; its notes. Returned, never appended to a report: the engine call that owns the report
-    folds it in (`fold_into`), the moment it is done."""
+    events; its notes; whether it ran a VACUUM. Returned, never appended to a report: the engine
+    call that owns the report folds it in (`fold_into`), the moment it is done."""
     done: tuple[Done, ...] = ()
     skipped: tuple[dict, ...] = ()
     files_removed: tuple[str, ...] = ()
@@ -34,9 +34,14 @@ class Outcome:
     hook_failures: tuple[HookFailure, ...] = ()
     notes: tuple[str, ...] = ()
 
+    vacuumed: bool = False  # a VACUUM of ours ran (space.py)
+
     def plus(self, other: "Outcome") -> "Outcome":
         """Both outcomes, this one's first."""
-        return Outcome(*(mine + theirs for mine, theirs in zip(_fields_of(self), _fields_of(other))))
+        return Outcome(self.done + other.done, self.skipped + other.skipped,
+                       self.files_removed + other.files_removed, self.files_skipped + other.files_skipped,
+                       self.hook_failures + other.hook_failures, self.notes + other.notes,
+                       self.vacuumed or other.vacuumed)
 
     def fold_into(self, result: Result) -> None:
         result.done += self.done
@@ -45,11 +50,7 @@ class Outcome:
         result.files_skipped += self.files_skipped
         result.hook_failures += self.hook_failures
         result.notes += self.notes
-
-
-def _fields_of(outcome: Outcome) -> tuple:
-    """Its fields in order, as they are (dataclasses.astuple would copy every Done and dict)."""
-    return tuple(getattr(outcome, f.name) for f in fields(outcome))
+        result.vacuumed = result.vacuumed or self.vacuumed
 
 
 def noted(*notes: str) -> Outcome:

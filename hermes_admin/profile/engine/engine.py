@@ -80,8 +80,7 @@ class Engine:
         self.store: Store | None = None
         self.outbox, self.bus, self.checkpointer = None, None, None  # Outbox, HookBus, Checkpointer
         self.remover: FileRemover | None = None  # committed sessions' files, removed by the remover process
-        self.commits: GroupCommit | None = None
-        self.turns = None  # pauses between our transactions, for Hermes' writers (turns.py)
+        self.commits, self.turns = None, None  # GroupCommit; Turns: pauses for Hermes' writers (turns.py)
         self.fts: FtsMerges | None = None  # the FTS5 indexes' merging, out of the deletes
         self.pacer: Pacer | None = None  # every write transaction of ours
         self.export: ExportFile | None = None  # this run's export, made on the first unit deleted
@@ -250,7 +249,7 @@ class Engine:
     def reclaim(self) -> Result:
         """Free pages back to the file system, on a store in incremental auto-vacuum (space.py)."""
         with self._call(Action.COMPACT) as outcome:  # free pages back, as compact gives them
-            self.space.reclaim(outcome)
+            self.space.reclaim(outcome)[1].fold_into(outcome)
         return outcome
 
     def vacuum_if_worth(self, asked: bool = True) -> Result:
@@ -262,7 +261,8 @@ class Engine:
     def compact(self, force: bool) -> tuple[Result, dict]:
         """The operator's word (space.py): what it did, and the report's row of what it gave back."""
         with self._call(Action.COMPACT) as outcome:
-            row = self.space.compact(force, outcome)
+            row, did = self.space.compact(force, outcome)
+            did.fold_into(outcome)
         return outcome, row
 
     def remove_orphan_files(self, paths: list[str]) -> Result:
