@@ -10,7 +10,7 @@ from typing import Callable
 from hermes_admin.profile.engine.aftermath import Aftermath
 from hermes_admin.profile.engine.decisions import Decision, Outcome
 from hermes_admin.profile.engine.deletes import Ask, Deletes
-from hermes_admin.profile.engine.export_ahead import ExportAhead, Step
+from hermes_admin.profile.engine.export_ahead import ExportAhead, Step, stop_note
 from hermes_admin.profile.engine.group_commit import GroupCommit
 from hermes_admin.profile.engine.outbox import Event, Outbox
 from hermes_admin.profile.engine.pacer import MERGE_STEPS, MERGE_STEPS_AT_END, Pacer
@@ -32,11 +32,13 @@ class DeleteSteps:
 
     def run(self, what: str, units: list[Unit], ask: Ask, synced_last: bool, result: Result) -> None:
         """Every step of `units`, in order, into `result` as each commits; `synced_last`: the last
-        commit is synced (else the caller's batch syncs it when it ends)."""
+        commit is synced (else the caller's batch syncs it when it ends). Steps that end early were
+        ended by a stop request: the rest waits for the next run, and `result` says so."""
         done = 0
         self.progress(what, done, len(units), False)
         try:
-            for step in self.ahead.steps(units, ask, result):
+            for step in self.ahead.steps(units, ask):
+                Outcome(files_skipped=step.files_left).fold_into(result)
                 if step.split:
                     self.splits.split(step.units[0], step.exported[step.units[0].session_id], ask, result)
                 else:
@@ -44,6 +46,8 @@ class DeleteSteps:
                 done += len(step.units)
                 self.progress(what, done, len(units), False)
                 self.pacer.merge_owed(result, MERGE_STEPS)
+            if done < len(units):
+                result.stop = stop_note(len(units) - done, len(units))
         finally:
             self.progress(what, done, len(units), True)
 
