@@ -23,12 +23,10 @@ def compact(run: Run, profile: Profile, layers: PolicyLayers, env: Environment, 
     rows: list[dict] = []
 
     def work(engine: Engine) -> list[Result]:
-        result = Result(profile.name, Action.COMPACT, None, run.dry_run, task="compact")
-        if policy is None:
-            result.notes.append("the profile's policy cannot be read (see `config check`): the store is not "
-                                "switched to incremental reclaim")
-        outcome, row = fold(result, lambda: engine.compact(force))
-        result.vacuumed = outcome.vacuumed
+        unread = ["the profile's policy cannot be read (see `config check`): the store is not switched to "
+                  "incremental reclaim"] if policy is None else []
+        result = Result(profile.name, Action.COMPACT, None, run.dry_run, task="compact", notes=unread)
+        _, row = fold(result, lambda: engine.compact(force))  # what it did, vacuumed or not, into `result`
         rows.append(row)
         return [result]
 
