@@ -97,6 +97,7 @@ class Result:
         self.hook_failures += other.hook_failures
         self.notes += other.notes
         self.stop = other.stop or self.stop
+        self.vacuumed = self.vacuumed or other.vacuumed
         self.transactions += other.transactions
         if other.longest_write_ms > self.longest_write_ms:
             self.longest_write_ms, self.longest_write = other.longest_write_ms, other.longest_write

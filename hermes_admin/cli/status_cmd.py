@@ -23,6 +23,7 @@ from hermes_admin import exitcodes, report
 from hermes_admin.cli.context import App, json_option, pass_app, profile_option
 from hermes_admin.problems import WARNING, Problem
 from hermes_admin.protocol import Status
+from hermes_admin.results import Action
 
 TIMER = "hermes-admin.timer"  # the shipped units' names (systemd/), asked of systemctl
 DAEMON = "hermes-admin-daemon.service"
@@ -37,8 +38,8 @@ HEALTH = {"ok": ("ok", exitcodes.OK), "warnings": ("warnings", exitcodes.WARNING
 RANK = (exitcodes.OK, exitcodes.WARNINGS, exitcodes.LOCKED, exitcodes.PROFILE_FAILED)
 
 # How a task's rows changed, as a person says it (a task without an action deleted them).
-_DONE = {"delete": "deleted", "archive": "archived", "close": "closed", "repair": "deleted by repair",
-         "noticed": "found deleted outside hermes-admin, announced"}
+_DONE = {Action.DELETE: "deleted", Action.ARCHIVE: "archived", Action.CLOSE: "closed",
+         Action.REPAIR: "deleted by repair", Action.NOTICED: "found deleted outside hermes-admin, announced"}
 
 
 def changed_text(changed: dict) -> str:
@@ -49,7 +50,7 @@ def changed_text(changed: dict) -> str:
     for task, counts in (changed or {}).items():
         rows, files = counts.get("rows") or 0, counts.get("files") or 0
         if rows or files:
-            action = counts.get("action") if counts.get("action") in ACTIONS else "delete"
+            action = counts.get("action") if counts.get("action") in ACTIONS else Action.DELETE
             parts.append(f"{report.COMMAND_OF.get(task, task)}: {rows} {_DONE[action]}"
                          + (f", {files} file(s)" if files else ""))
     return "; ".join(parts) or "nothing changed"

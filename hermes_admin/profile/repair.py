@@ -31,7 +31,8 @@ import time
 from pathlib import Path
 
 
-from hermes_admin.model import Profile
+from hermes_admin.hook_failures import HookFailure
+from hermes_admin.model import Profile, Reason
 from hermes_admin.profile import integrity, lost_sessions
 from hermes_admin.profile.engine import FTS_TABLES, Engine, fold, held_by_path, row_weight
 from hermes_admin.profile.exports import UNIT_WEIGHT, Settings
@@ -45,7 +46,7 @@ from hermes_admin.profile.store.errors import SQLITE_ERRORS
 from hermes_admin.profile.store.read import existing_ids
 from hermes_admin.profile.store.restoring import put_row, session_exists, session_row
 from hermes_admin.profile.store.unit_rows import all_messages, prompts_of, usage_rows
-from hermes_admin.results import Finding, Result
+from hermes_admin.results import Action, Finding, Result
 
 STANDARD_FOLDERS = ("sessions", "logs", "memories", "skills", "cron")
 PRIVATE_FILES = ("state.db", "state.db-wal", "state.db-shm", ".env")
@@ -346,9 +347,9 @@ def _move(source: Engine, target_profile: Profile, moves: list[Finding], result:
     if not verified:
         return target_notes
     units = [Unit(f.subject, [f.subject], f"moved to profile '{target_profile.shown}'") for f in verified]
-    moved, failed = Result(source.profile.name, "delete", "profile_repair", False), None
+    moved, failed = Result(source.profile.name, Action.DELETE, Reason.PROFILE_REPAIR, False), None
     try:
-        fold(moved, lambda: source.delete(units, "profile_repair"))
+        fold(moved, lambda: source.delete(units, Reason.PROFILE_REPAIR))
     except (OSError, RuntimeError, StoreError, LockHeld, *SQLITE_ERRORS) as exc:  # as a single fix fails
         failed = " ".join(str(exc).split())
     result.absorb(moved)  # what committed, a failure after it or not
@@ -434,15 +435,16 @@ def _rebuild_fts(engine: Engine) -> list[str]:
     return notes
 
 
-def _rebuild_store(profile: Profile, result: Result | None = None, env: Environment | None = None,
-                   step=lambda where: None, exports: Settings | None = None, on_word: bool = False) -> str:
+def _rebuild_store(profile: Profile, env: Environment | None = None, step=lambda where: None,
+                   exports: Settings | None = None, on_word: bool = False) -> tuple[str, list[HookFailure]]:
     """The damaged store made again from every readable row (store/rebuild.py), put into its own
     file only while no other process holds it, under our profile lock, Hermes' maintenance lock
     and its `state.db.repair.lock`; its damaged bytes kept beside it first (one copy per damage).
     Refused before anything is written when the disk lacks the room. A migration cut short is
     finished (its stranded rows copied into the live table, the leftover dropped), with or without
     a rebuild. `on_word`: the operator asked for it (`repair --apply`): a process that could not be
-    looked into does not stop it (space.held_by_path). Returns what was done."""
+    looked into does not stop it (space.held_by_path). Returns what was done, and the plugin
+    failures met announcing the sessions it could not bring back."""
     path = profile.store_path
     wal = os.path.exists(f"{path}-wal")
     holder = held_by_path(path, wal=wal, on_word=on_word)
@@ -484,11 +486,10 @@ def _rebuild_store(profile: Profile, result: Result | None = None, env: Environm
     integrity.passed(profile, time.time(), integrity.identity(profile))  # the views stop saying it is damaged
     back = done.rows.get("sessions", 0)
     lost = lost_sessions.lost(known, _present(profile, sorted(known.ids())))
+    failures = []
     if lost:  # announced to the profile's plugins as any session that leaves the store (docs/design.md §7)
         with Engine(profile, env=env) as engine:
-            failures = engine.announce_lost(lost, "profile_repair")
-        if result is not None:
-            result.hook_failures += failures
+            failures = engine.announce_lost(lost, Reason.PROFILE_REPAIR)
     return (f"rebuilt from its readable rows: {back} session(s) and {done.rows.get('messages', 0)} message(s) back"
             + (f", {len(done.recovered_sessions)} session row(s) made again (source 'recovered') for readable "
                f"messages whose own row was lost" if done.recovered_sessions else "")
@@ -497,7 +498,7 @@ def _rebuild_store(profile: Profile, result: Result | None = None, env: Environm
             + (f"; {finished}" if finished else "")
             + f"; the damaged file is kept as {kept}"
             + (f" (it read {before.get('sessions')} session(s) and {before.get('messages')} message(s))"
-               if before else ""))
+               if before else "")), failures
 
 
 def _present(profile: Profile, ids: list[str]) -> list[str]:
@@ -512,15 +513,19 @@ def apply(profile: Profile, findings: list[Finding], siblings: dict[str, Profile
     result (its notes are the findings) and what the engines and the snapshots folder set aside.
     `lossy`: a damaged store with torn table pages is rebuilt from its readable rows (`repair
     --apply`); False (`run`'s `repair: apply`): only a store whose every row still reads."""
-    result = Result(profile.name, "delete", "profile_repair", False, task="repair")
+    result = Result(profile.name, Action.DELETE, Reason.PROFILE_REPAIR, False, task="repair")
     for finding in findings:
         if finding.kind in ("missing_folder", "loose_permissions"):
             _attempt(finding, lambda f=finding: _fix_files(f, profile))
     for finding in findings:
         if finding.kind == "damaged_store":  # nothing else of the store was inspected: the rebuild alone
             if finding.fix == REBUILD_FIX or lossy:  # `run`'s `repair: apply` loses no row
-                _attempt(finding, lambda f=finding: result.notes.append(
-                    _rebuild_store(profile, result, env, exports=exports, on_word=lossy)))
+                def rebuild() -> None:  # what it did, into the report made here
+                    note, failures = _rebuild_store(profile, env, exports=exports, on_word=lossy)
+                    result.notes.append(note)
+                    result.hook_failures += failures
+
+                _attempt(finding, rebuild)
             return result, []
     store_fixes = [f for f in findings if f.kind in ("dangling_parent", "mislabelled", "wrong_store", "duplicate",
                                                       "legacy_main", "broken_fts")]

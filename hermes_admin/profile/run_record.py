@@ -23,14 +23,15 @@ from hermes_admin import exitcodes
 from hermes_admin import problems as said
 from hermes_admin.model import Profile
 from hermes_admin.profile.state_folder import STATE_DIR, read_record, write_record
-from hermes_admin.results import Run, warned
+from hermes_admin.results import Action, Run, Status, warned
 
 RECORD = "last-run.json"  # in <home>/.hermes-admin/, read by `status`
 KEEP = 10  # the last runs kept; with the newest changing and failing ones past them, at most KEEP + 2
 MAX_RUNS = KEEP + 2
 MAX_RECORD = 256 * 1024  # MAX_RUNS runs of a few bounded lines; a larger file is not ours
 MAX_LINES = 5  # errors and warnings kept per run: enough to say what went wrong
-ACTIONS = ("delete", "archive", "close", "repair", "noticed")  # what a task's engine call did to its rows
+# what a task's engine call did to its rows
+ACTIONS = (Action.DELETE, Action.ARCHIVE, Action.CLOSE, Action.REPAIR, Action.NOTICED)
 
 
 # A run's result as `status` words it, from the exit code its problems ask for (problems.exit_code).
@@ -47,10 +48,10 @@ def summarise(run: Run, before: tuple[int, int], profile: Profile, command: str,
                                 said.texts(found, said.LOCKED))
     changed = {}
     for result in results:
-        if result.task is None and result.status == "skipped":
+        if result.task is None and result.status == Status.SKIPPED:
             continue
         entry = changed.setdefault(result.task or result.action, {"rows": 0, "units": 0, "files": 0})
-        if result.action in ACTIONS and result.action != "delete":  # how status words it ("4 closed")
+        if result.action in ACTIONS and result.action != Action.DELETE:  # how status words it ("4 closed")
             entry["action"] = result.action
         entry["rows"] += result.rows
         entry["units"] += len(result.done)
@@ -163,7 +164,7 @@ def run_problem(run) -> str | None:
     if not isinstance(changed, dict) or len(changed) > 50 or not all(
             _short(task, 64) and isinstance(counts, dict) and set(counts) <= {"rows", "units", "files", "action"}
             and all(_count(counts.get(k, 0)) for k in ("rows", "units", "files"))
-            and counts.get("action", "delete") in ACTIONS for task, counts in changed.items()):
+            and counts.get("action", Action.DELETE) in ACTIONS for task, counts in changed.items()):
         return "changed: not counts per task"
     for key in ("errors", "warnings"):
         lines = run.get(key)

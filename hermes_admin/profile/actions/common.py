@@ -26,7 +26,7 @@ from hermes_admin.profile.store.connect import WriteLockHeld
 from hermes_admin.profile.store.damage import DAMAGED_STORE, damage_error, is_damage
 from hermes_admin.profile.store.errors import SQLITE_ERRORS
 from hermes_admin.report import Progress
-from hermes_admin.results import Result, Run
+from hermes_admin.results import Action, Result, Run
 
 
 class Refused(Exception):
@@ -179,7 +179,7 @@ def with_engine(run: Run, profile: Profile, env: Environment, work: Callable[[En
         done = with_replayed(done, profile, list(opened.replayed) if opened is not None else [])
         for result in done:
             result.home = str(profile.home)
-            if closed.export is not None and result.action == "delete" and len(result.done) and not result.dry_run:
+            if closed.export is not None and result.action == Action.DELETE and len(result.done) and not result.dry_run:
                 result.export = closed.export  # (an export kept 0 days is gone once the run is done: None)
         run.results += done
         run.add(*engine_notes(profile, list(closed.notes)))
@@ -197,7 +197,7 @@ def with_replayed(results: list[Result], profile: Profile, replayed: list[HookFa
     if not replayed:
         return results
     if not results:
-        return [Result(profile.name, "replay", None, False, hook_failures=list(replayed))]
+        return [Result(profile.name, Action.REPLAY, None, False, hook_failures=list(replayed))]
     results[0].hook_failures = [*replayed, *results[0].hook_failures]
     return results
 

@@ -12,7 +12,7 @@ from hermes_admin.profile import exports
 from hermes_admin.profile.engine import Engine, fold, noticed_sessions
 from hermes_admin.profile.environment import Environment
 from hermes_admin.profile.installation import Installations
-from hermes_admin.results import Result
+from hermes_admin.results import Action, Result
 
 
 def restore(run: Run, profile: Profile, env: Environment, path: str, sessions: list[str] | None,
@@ -22,7 +22,7 @@ def restore(run: Run, profile: Profile, env: Environment, path: str, sessions: l
     ledger = Ledger()
 
     def work(engine: Engine) -> list[Result]:
-        with ledger.begun(Result(profile.name, "restore", None, engine.dry_run)) as result:
+        with ledger.begun(Result(profile.name, Action.RESTORE, None, engine.dry_run)) as result:
             _, made_in = fold(result, lambda: engine.restore(Path(path), set(sessions) if sessions else None,
                                                              pin=pin, other_profile=other_profile))
         if made_in is not None:  # as asked, and worth a word (exit 1): another profile's conversations are here now

@@ -19,7 +19,7 @@ from typing import Callable, Iterator
 
 from hermes_admin import model, stopping
 from hermes_admin.layers import PolicyLayers
-from hermes_admin.model import Profile
+from hermes_admin.model import Profile, Reason
 from hermes_admin.profile.store import page_accounting
 from hermes_admin.profile.actions.common import (Ledger, Refused, Run, act_in_parts, engine_notes, refuse_too_broad,
                                                  with_engine)
@@ -29,7 +29,7 @@ from hermes_admin.profile import installation
 from hermes_admin.profile.hermes_config import HermesConfig, HermesConfigError
 from hermes_admin.profile.hermes_config import load as load_hermes_config
 from hermes_admin.protocol import Request  # Request: the one shape of a maintenance pass
-from hermes_admin.results import Result
+from hermes_admin.results import Action, Result, Status
 from hermes_admin.profile.state_folder import LockHeld
 from hermes_admin.profile.environment import Environment
 from hermes_admin.profile.installation import Installations
@@ -54,8 +54,10 @@ class Task:
 
     name: model.TaskName
     rule: Callable[[Policy, float], Rule]
-    act: str  # what the engine does with a selected unit: "delete", "close" or "archive"
-    work: Callable[["_Pass", "Task", Result], Result]  # how it goes over the store, into the task's result
+    act: Action  # what the engine does with a selected unit: DELETE, CLOSE or ARCHIVE
+    # How it goes over the store: its engine calls folded into the task's result; returns what it
+    # says beyond them (its notes), which the pass adds once the work is done.
+    work: Callable[["_Pass", "Task", Result], tuple[str, ...]]
     off_why: str | None = None  # what the report says when the policy has it off (else the switch's name)
 
     def off(self, policy: Policy) -> str | None:
@@ -116,7 +118,8 @@ class _Pass:
             return self.skipped(task, why)
         started = time.monotonic()
         with self.ledger.begun(self.result(task)) as result:
-            task.work(self, task, result)
+            said = task.work(self, task, result)
+        result.notes += said
         result.seconds = time.monotonic() - started
         return result
 
@@ -131,8 +134,8 @@ class _Pass:
         return Result(self.engine.profile.name, task.act, task.name.reason, self.engine.dry_run, task=task.name.name)
 
     def skipped(self, task: Task, why: str) -> Result:
-        result = Result(self.engine.profile.name, "none", None, self.engine.dry_run, task=task.name.name)
-        result.status, result.why = "skipped", why
+        result = Result(self.engine.profile.name, Action.NONE, None, self.engine.dry_run, task=task.name.name)
+        result.status, result.why = Status.SKIPPED, why
         return self.ledger.add(result)
 
     def unclaimed(self, selection: Selection) -> list:
@@ -143,9 +146,9 @@ class _Pass:
 
     def act(self, task: Task, rule: Rule, units: list) -> Result:
         """What the engine does with a task's units; returns what it did (a dry run: would do)."""
-        if task.act == "close":
+        if task.act == Action.CLOSE:
             return self.engine.close_stale(units, rule.recheck, self.request.now)
-        if task.act == "archive":  # the inactivity sweep's: silent, live units stay
+        if task.act == Action.ARCHIVE:  # the inactivity sweep's: silent, live units stay
             return self.engine.set_archived(units, True, reason=None, swept=True)
         if task.name == model.SIZE_BUDGET:  # the last delete of the pass: nothing weighs it after
             return self.engine.delete(units, task.name.reason, recheck=rule.recheck)
@@ -174,7 +177,7 @@ class _Pass:
 
     # -- how a task goes over the store ---------------------------------------
 
-    def in_parts(self, task: Task, result: Result, select=None) -> Result:
+    def in_parts(self, task: Task, result: Result, select=None) -> tuple[str, ...]:
         """The task's rule (or `select`, a narrower one) and its acting on each part of the store in turn,
         into `result`.
 
@@ -200,7 +203,7 @@ class _Pass:
         def acted(chosen: list) -> Result:
             done = self.act(task, rule, chosen)
             ids = [i for unit in done.done for i in unit.ids]
-            if task.act == "close":  # closed, the rows stay: a later task (the archive) may still take them
+            if task.act == Action.CLOSE:  # closed, the rows stay: a later task (the archive) may still take them
                 self.claimed.difference_update(ids)
             elif not self.engine.dry_run:  # gone (or archived, by the last task): no later task can take them
                 self.claimed.difference_update(ids)
@@ -210,7 +213,7 @@ class _Pass:
         if result.stop is not None:  # the engine's speaks of the part in hand only: one for the whole task
             result.stop = stopped_note(reach.selected - len(result.done) - len(result.skipped), reach.selected,
                                        reach.unseen())
-        return result
+        return ()
 
     def still_kept(self, selection: Selection) -> dict:
         """What a task keeps, less the rows an earlier task of this run took: in a dry run they are
@@ -241,7 +244,7 @@ class _Pass:
 
     # -- the tasks whose work is more than their rule over the parts ------------
 
-    def ghost_prune(self, task: Task, result: Result) -> Result:
+    def ghost_prune(self, task: Task, result: Result) -> tuple[str, ...]:
         """TUI ghosts by the rule; then rows and files whose session is gone."""
         if any_without_messages(self.engine.store, source="tui"):
             self.in_parts(task, result)
@@ -257,14 +260,14 @@ class _Pass:
             files = ghosts.select_orphan_files([(sid, e) for sid, e in gone if e is not None], existing, now)
             fold(result, lambda: self.engine.remove_orphan_files(files.files))
             result.kept.update(files.kept)
-        return result
+        return ()
 
-    def empty_sweep(self, task: Task, result: Result) -> Result:
+    def empty_sweep(self, task: Task, result: Result) -> tuple[str, ...]:
         if not any_without_messages(self.engine.store):  # nothing empty: nothing to select or keep
-            return result
+            return ()
         return self.in_parts(task, result)
 
-    def purge(self, task: Task, result: Result) -> Result:
+    def purge(self, task: Task, result: Result) -> tuple[str, ...]:
         """Retention by the policy's windows (the command's overrides are in them: `applied`), narrowed by
         the command's filters; then VACUUM, or the freed pages back at the end."""
         request = self.request
@@ -276,12 +279,12 @@ class _Pass:
         # `--vacuum` asks whatever this purge deleted (the free pages may be Hermes' own deletes');
         # the policy's vacuum_after_prune only after a purge that deleted something.
         asked = bool(request.vacuum or (result.rows and self.policy.vacuum_after_prune))
-        result.vacuumed = fold(result, lambda: self.engine.vacuum_if_worth(asked)).vacuumed
+        fold(result, lambda: self.engine.vacuum_if_worth(asked))  # `vacuumed` too, when it ran
         if not result.vacuumed:  # a store in incremental auto-vacuum: space back at the end, whoever
             self.to_reclaim = self.to_reclaim or result  # freed it (Hermes' own deletes too)
-        return result
+        return ()
 
-    def _filtered_purge(self, task: Task, result: Result) -> Result:
+    def _filtered_purge(self, task: Task, result: Result) -> tuple[str, ...]:
         """Retention, then the filters. Two passes over the store's parts: the first only counts,
         for the guard against filters that match every ended session, before anything goes."""
         request, filters = self.request, self.request.filters
@@ -302,12 +305,12 @@ class _Pass:
 
         return self.in_parts(task, result, select)
 
-    def size_budget(self, task: Task, result: Result) -> Result:
+    def size_budget(self, task: Task, result: Result) -> tuple[str, ...]:
         """Over `max_store_mb` after the other tasks: the oldest eligible units go until their text
         covers the excess, or nothing eligible is left (then one note says by how much it is over)."""
         limit, keep = self.policy.max_store_mb, self.policy.min_keep_days
         if self.planned_mb() <= limit:
-            return result
+            return ()
         rule, now = task.rule(self.policy, self.request.now), self.request.now
         live = set(self.engine.live_ids(now))
         candidates = []
@@ -324,15 +327,15 @@ class _Pass:
         act_in_parts(self.engine, result, [chosen], lambda units: self.act(task, rule, units))
         if not self.engine.dry_run:  # gone: kept out of the set (memory), as in_parts does
             self.claimed.difference_update(i for done in result.done for i in done.ids)
-        if len(chosen) == len(units) and self._used_mb() > limit and not self.engine.dry_run:
-            result.notes.append(f"still over max_store_mb {limit:g} by {_megabytes(self._used_mb() - limit)}: nothing "
-                                f"eligible is left (open, pinned, live or active within {keep:g} days)")
-        elif self.engine.dry_run:
-            result.notes.append(f"over max_store_mb {limit:g} by {_megabytes(over)}: the oldest eligible units whose "
-                                "text covers it")
         if result.rows:
             self.to_reclaim = self.to_reclaim or result
-        return result
+        if len(chosen) == len(units) and self._used_mb() > limit and not self.engine.dry_run:
+            return (f"still over max_store_mb {limit:g} by {_megabytes(self._used_mb() - limit)}: nothing "
+                    f"eligible is left (open, pinned, live or active within {keep:g} days)",)
+        if self.engine.dry_run:
+            return (f"over max_store_mb {limit:g} by {_megabytes(over)}: the oldest eligible units whose "
+                    "text covers it",)
+        return ()
 
     def _weighed(self, units: list) -> Iterator[tuple]:
         """Each unit with the bytes of its messages' text, summed a chunk of units at a time, in one
@@ -358,13 +361,13 @@ def _megabytes(mb: float) -> str:
 # name record, its rule (its module in tasks/), what the engine does with what it picks, and how it goes
 # over the store (`_Pass.in_parts` unless it does more).
 TASKS = (
-    Task(model.GHOST_PRUNE, ghosts.rule, "delete", _Pass.ghost_prune),
-    Task(model.EMPTY_SWEEP, empty.rule, "delete", _Pass.empty_sweep),
-    Task(model.PURGE, retention.rule, "delete", _Pass.purge, "auto_prune is off in this profile's policy"),
-    Task(model.CLOSE_STALE, stale.rule, "close", _Pass.in_parts,
+    Task(model.GHOST_PRUNE, ghosts.rule, Action.DELETE, _Pass.ghost_prune),
+    Task(model.EMPTY_SWEEP, empty.rule, Action.DELETE, _Pass.empty_sweep),
+    Task(model.PURGE, retention.rule, Action.DELETE, _Pass.purge, "auto_prune is off in this profile's policy"),
+    Task(model.CLOSE_STALE, stale.rule, Action.CLOSE, _Pass.in_parts,
          "auto_prune is off in this profile's policy; stale rows are closed with it, as Hermes does"),
-    Task(model.SIZE_BUDGET, budget.rule, "delete", _Pass.size_budget, "no max_store_mb in this profile's policy"),
-    Task(model.AUTO_ARCHIVE, archive.rule, "archive", _Pass.in_parts),
+    Task(model.SIZE_BUDGET, budget.rule, Action.DELETE, _Pass.size_budget, "no max_store_mb in this profile's policy"),
+    Task(model.AUTO_ARCHIVE, archive.rule, Action.ARCHIVE, _Pass.in_parts),
 )
 
 
@@ -390,7 +393,7 @@ def repair_step(run: Run, profile: Profile, policy: Policy, request: Request, en
     from hermes_admin.profile import integrity, repair as profile_repair
 
     apply = policy.repair == "apply" and not request.dry_run
-    result = Result(profile.name, "repair", "profile_repair", not apply, task="repair")
+    result = Result(profile.name, Action.REPAIR, Reason.PROFILE_REPAIR, not apply, task="repair")
     started = time.monotonic()
     try:
         checked = integrity.identity(profile)  # before the check: a store replaced meanwhile is not this one
@@ -406,7 +409,7 @@ def repair_step(run: Run, profile: Profile, policy: Policy, request: Request, en
         fixable = [f for f in findings if f.fix != "none"]
         if apply and fixable:
             result, set_aside = profile_repair.apply(profile, fixable, siblings, env, lossy=False)
-            result.action = "repair"
+            result.action = Action.REPAIR
             run.add(*engine_notes(profile, set_aside))
     except (LockHeld, StoreError, *SQLITE_ERRORS) as exc:
         if isinstance(exc, StoreError) and exc.kind == DAMAGED_STORE:
@@ -426,14 +429,21 @@ def repair_step(run: Run, profile: Profile, policy: Policy, request: Request, en
     for finding in findings:
         finding.home = str(profile.home)
     run.findings += findings  # counted by kind in the report (cli/mutate.py), each listed under -v
-    for finding in findings:
-        state = "fixed" if finding.applied else (f"not fixed: {finding.error}" if finding.error else
-                                                 "report only" if finding.fix == "none" else f"run `repair --apply` to {finding.fix}")
-        result.notes.append(f"{finding.kind} {finding.subject}: {finding.detail} ({state})")
+    result.notes += [f"{finding.kind} {finding.subject}: {finding.detail} ({_repair_state(finding)})"
+                     for finding in findings]
     result.seconds = time.monotonic() - started
     result.home = str(profile.home)
     run.results.append(result)
     return bool(unfixed)
+
+
+def _repair_state(finding) -> str:
+    """What became of a finding, as its note says it."""
+    if finding.applied:
+        return "fixed"
+    if finding.error:
+        return f"not fixed: {finding.error}"
+    return "report only" if finding.fix == "none" else f"run `repair --apply` to {finding.fix}"
 
 
 def applied(policy: Policy, origins: dict, request: Request) -> tuple[Policy, dict]:
@@ -522,7 +532,7 @@ def maintain(run: Run, profile: Profile, layers: PolicyLayers, request: Request,
     `env`: the job's (its --lock-wait over the policy's).
     """
     if not profile.has_store():  # a profile Hermes never used yet: nothing to do, not an error
-        result = Result(profile.name, "none", None, request.dry_run, status="skipped",
+        result = Result(profile.name, Action.NONE, None, request.dry_run, status=Status.SKIPPED,
                         why="no store yet: nothing to do", home=str(profile.home))
         run.results.append(result)
         return

@@ -5,14 +5,14 @@ from __future__ import annotations
 from typing import Iterator
 
 from hermes_admin.filters import Filters
-from hermes_admin.model import Profile
+from hermes_admin.model import Profile, Reason
 from hermes_admin.profile.actions.common import Ledger, Refused, Run, act_in_parts, refuse_too_broad, with_engine
 from hermes_admin.profile.engine import Engine
 from hermes_admin.profile.exports import Settings
 from hermes_admin.profile.environment import Environment
 from hermes_admin.profile.lineage import Graph, Unit, delete_unit
 from hermes_admin.profile.parts import graph_around, graph_parts
-from hermes_admin.results import Result
+from hermes_admin.results import Action, Result
 
 NAMED = "named on the command line"  # the rule of a unit picked by id
 MATCHED = "matched by the filters"  # the rule of a unit picked by the filters
@@ -80,9 +80,9 @@ def delete(run: Run, profile: Profile, env: Environment, ids: list[str], filters
     ledger = Ledger()
 
     def work(engine: Engine) -> list[Result]:
-        with ledger.begun(Result(profile.name, "delete", "delete", engine.dry_run)) as result:
+        with ledger.begun(Result(profile.name, Action.DELETE, Reason.DELETE, engine.dry_run)) as result:
             act_in_parts(engine, result, _parts_of_units(engine, ids, filters, force, False, delete_unit),
-                         lambda units: engine.delete(units, "delete"))
+                         lambda units: engine.delete(units, Reason.DELETE))
         return ledger.results
 
     with_engine(run, profile, env, _guarded(run, work), exports, ledger=ledger)
@@ -94,7 +94,7 @@ def archive(run: Run, profile: Profile, env: Environment, ids: list[str], archiv
     def lineage(graph: Graph, sid: str, rule: str) -> Unit:
         return Unit(sid, [sid, *graph.lineage(sid)], rule)
 
-    action, reason = ("archive", "archive") if archived else ("unarchive", None)
+    action, reason = (Action.ARCHIVE, Reason.ARCHIVE) if archived else (Action.UNARCHIVE, None)
     ledger = Ledger()
 
     def work(engine: Engine) -> list[Result]:

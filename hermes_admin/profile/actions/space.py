@@ -9,13 +9,13 @@ from hermes_admin.problems import WARNING, about
 from hermes_admin.profile.actions.common import profile_policy, with_engine
 from hermes_admin.profile.engine import Engine, fold
 from hermes_admin.profile.environment import Environment
-from hermes_admin.results import Result, Run
+from hermes_admin.results import Action, Result, Run, Status
 
 
 def compact(run: Run, profile: Profile, layers: PolicyLayers, env: Environment, force: bool) -> None:
     """Compact one profile's store; a store seen held (without `force`) is a warning naming who."""
     if not profile.has_store():
-        run.results.append(Result(profile.name, "compact", None, run.dry_run, status="skipped",
+        run.results.append(Result(profile.name, Action.COMPACT, None, run.dry_run, status=Status.SKIPPED,
                                   why="no store yet: nothing to do", home=str(profile.home)))
         return
     policy = profile_policy(profile, layers, env.installations)
@@ -23,12 +23,10 @@ def compact(run: Run, profile: Profile, layers: PolicyLayers, env: Environment, 
     rows: list[dict] = []
 
     def work(engine: Engine) -> list[Result]:
-        result = Result(profile.name, "compact", None, run.dry_run, task="compact")
-        if policy is None:
-            result.notes.append("the profile's policy cannot be read (see `config check`): the store is not "
-                                "switched to incremental reclaim")
-        outcome, row = fold(result, lambda: engine.compact(force))
-        result.vacuumed = outcome.vacuumed
+        unread = ["the profile's policy cannot be read (see `config check`): the store is not switched to "
+                  "incremental reclaim"] if policy is None else []
+        result = Result(profile.name, Action.COMPACT, None, run.dry_run, task="compact", notes=unread)
+        _, row = fold(result, lambda: engine.compact(force))  # what it did, vacuumed or not, into `result`
         rows.append(row)
         return [result]
 

@@ -16,6 +16,7 @@ from hermes_admin import stopping
 from hermes_admin.hook_failures import HookFailure
 from hermes_admin.model import Profile
 from hermes_admin.profile.engine import faults
+from hermes_admin.profile.engine.decisions import Outcome
 from hermes_admin.profile.lineage import Unit
 from hermes_admin.profile.engine.outbox import Event, Outbox, OutboxError
 from hermes_admin.profile.engine.remover import FileRemover
@@ -26,7 +27,7 @@ from hermes_admin.profile.hooks.bus import DeliveryStopped, HookBus
 from hermes_admin.profile.hooks.discovery import discover as discover_plugins, safe_mode
 from hermes_admin.profile.store import unit_rows
 from hermes_admin.profile.store.files import FileIndex, removable, unsafe_id
-from hermes_admin.results import Result
+from hermes_admin.results import Action
 
 
 def sessions_folder_notes(profile: Profile) -> list[str]:
@@ -82,19 +83,21 @@ class Aftermath:
         """Events are kept (outbox) and delivered only when a plugin of this profile listens."""
         return self.bus is not None and self.bus.active
 
-    def after_durable(self, work: list, result: Result) -> None:
-        """Files, then events, of transactions whose commit is now on disk (see group_commit.py)."""
-        events = []
+    def after_durable(self, work: list) -> Outcome:
+        """Files, then events, of transactions whose commit is now on disk (see group_commit.py); what
+        it did (the files answered so far: into the report as they come, on disk past its head)."""
+        events, failures = [], []
         for item in work:
             if item is None:  # a commit with nothing to follow it (a step of a split delete)
                 continue
             paths, fired = item
             self.remover.remove(paths)
             events += fired
-        self.collect_files(result, wait=False)  # into the report (on disk past its head) as they come
         if events:
             self.remover.drain()  # files before events: a plugin sees the files gone
-            result.hook_failures += self.deliver(events)
+            failures = self.deliver(events)
+        # taken last: after a failure they stay with the remover, for the call's last collect
+        return self.collected(wait=False).plus(Outcome(hook_failures=tuple(failures)))
 
     def paths_of(self, ids: list[str]) -> tuple[list[str], list[str]]:
         """The files in sessions/ of these sessions, and a line for each id that cannot name one (left alone)."""
@@ -106,30 +109,31 @@ class Aftermath:
                 paths += self.files.paths_of(sid)
         return paths, left
 
-    def remove_files(self, ids: list[str], result: Result) -> None:
+    def remove_files(self, ids: list[str]) -> Outcome:
+        """These sessions' files queued for removal (a dry run lists them); the ids that cannot name one."""
         paths, left = self.paths_of(ids)
-        result.files_skipped += left
-        self.remove_paths(paths, result)
+        return Outcome(files_skipped=tuple(left)).plus(self.remove_paths(paths))
 
-    def remove_orphan_files(self, paths: list[str], result: Result) -> None:
+    def remove_orphan_files(self, paths: list[str]) -> Outcome:
         """Per-session files whose session row is gone (no event: no rows went)."""
         names = [os.path.basename(path) for path in paths]
-        self.remove_paths([self.files.path_of(name) for name in names if self.files.is_session_file(name)], result)
-        self.collect_files(result)
+        queued = self.remove_paths([self.files.path_of(name) for name in names if self.files.is_session_file(name)])
+        return queued.plus(self.collected())
 
-    def remove_paths(self, paths: list[str], result: Result) -> None:
-        """Paths inside sessions/ only: built from safe ids, or from names checked by the index."""
+    def remove_paths(self, paths: list[str]) -> Outcome:
+        """Paths inside sessions/ only: built from safe ids, or from names checked by the index. A dry
+        run lists them as removed; a real one queues them (`collected` says what went)."""
         if self.dry_run:
-            result.files_removed += [path for path in paths if removable(path)]  # a dry run lists them
-        else:
-            self.remover.remove(paths)
+            return Outcome(files_removed=tuple(path for path in paths if removable(path)))
+        self.remover.remove(paths)
+        return Outcome()
 
-    def collect_files(self, result: Result, wait: bool = True) -> None:
-        """Record in `result` the removals answered so far; with `wait`, all those queued."""
-        if self.remover is not None:
-            removed, skipped = self.remover.take() if wait else self.remover.answered()
-            result.files_removed += removed
-            result.files_skipped += skipped
+    def collected(self, wait: bool = True) -> Outcome:
+        """The removals answered so far; with `wait`, all those queued."""
+        if self.remover is None:
+            return Outcome()
+        removed, skipped = self.remover.take() if wait else self.remover.answered()
+        return Outcome(files_removed=tuple(removed), files_skipped=tuple(skipped))
 
     def deliver(self, events: list[Event]) -> list[HookFailure]:
         """Each event to the profile's plugins, in order; returns the plugin failures met doing it."""
@@ -175,11 +179,10 @@ class Aftermath:
         if committed or dropped:
             self.outbox.settle(committed, dropped)
         undelivered = self.outbox.undelivered()
-        scratch = Result(self.profile.name, "replay", None, False)
         for event in undelivered:
-            if event.kind == "delete":
-                self.remove_files(event.ids, scratch)
-        self.collect_files(scratch)
+            if event.kind == Action.DELETE:
+                self.remove_files(event.ids)  # what went is not reported: an earlier run's
+        self.collected()
         return self.deliver(undelivered)
 
 
@@ -191,5 +194,5 @@ def _stopped(left: int) -> HookFailure:
 def _done(db, event: Event) -> bool:
     """Did the transaction of a pending event commit (its rows gone, or archived)?"""
     ids = event.ids
-    left = unit_rows.rows_left(db, ids) if event.kind == "delete" else unit_rows.unarchived_left(db, ids)
+    left = unit_rows.rows_left(db, ids) if event.kind == Action.DELETE else unit_rows.unarchived_left(db, ids)
     return left == 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
+from hermes_admin.hook_failures import HookFailure
 from hermes_admin.profile.lineage import Unit
 from hermes_admin.profile.store.read import SessionRow
 from hermes_admin.profile.store.row_updates import ArchiveState
@@ -22,13 +23,39 @@ Recheck = Callable[[Unit, dict[str, SessionRow]], "str | None"]
 
 @dataclass(frozen=True)
 class Outcome:
-    """What a step did (or a dry run would do): the units it changed and those it left, with why."""
+    """What a step or a collaborator did (or a dry run would do): the units it changed and those it
+    left, with why; the files it removed and those it left; the plugin failures met delivering its
+    events; its notes; whether it ran a VACUUM. Returned, never appended to a report: the engine
+    call that owns the report folds it in (`fold_into`), the moment it is done."""
     done: tuple[Done, ...] = ()
     skipped: tuple[dict, ...] = ()
+    files_removed: tuple[str, ...] = ()
+    files_skipped: tuple[str, ...] = ()
+    hook_failures: tuple[HookFailure, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    vacuumed: bool = False  # a VACUUM of ours ran (space.py)
+
+    def plus(self, other: "Outcome") -> "Outcome":
+        """Both outcomes, this one's first."""
+        return Outcome(self.done + other.done, self.skipped + other.skipped,
+                       self.files_removed + other.files_removed, self.files_skipped + other.files_skipped,
+                       self.hook_failures + other.hook_failures, self.notes + other.notes,
+                       self.vacuumed or other.vacuumed)
 
     def fold_into(self, result: Result) -> None:
         result.done += self.done
         result.skipped += self.skipped
+        result.files_removed += self.files_removed
+        result.files_skipped += self.files_skipped
+        result.hook_failures += self.hook_failures
+        result.notes += self.notes
+        result.vacuumed = result.vacuumed or self.vacuumed
+
+
+def noted(*notes: str) -> Outcome:
+    """An outcome that only says something."""
+    return Outcome(notes=notes)
 
 
 @dataclass(frozen=True)

@@ -80,8 +80,7 @@ class Engine:
         self.store: Store | None = None
         self.outbox, self.bus, self.checkpointer = None, None, None  # Outbox, HookBus, Checkpointer
         self.remover: FileRemover | None = None  # committed sessions' files, removed by the remover process
-        self.commits: GroupCommit | None = None
-        self.turns = None  # pauses between our transactions, for Hermes' writers (turns.py)
+        self.commits, self.turns = None, None  # GroupCommit; Turns: pauses for Hermes' writers (turns.py)
         self.fts: FtsMerges | None = None  # the FTS5 indexes' merging, out of the deletes
         self.pacer: Pacer | None = None  # every write transaction of ours
         self.export: ExportFile | None = None  # this run's export, made on the first unit deleted
@@ -143,7 +142,8 @@ class Engine:
         self.remover = FileRemover(str(self.profile.sessions_dir))
         self.bus = hook_bus(self.profile, self.config, self.env)
         self.aftermath = Aftermath(self.profile, False, self.outbox, self.bus, self.remover)
-        self.pacer = Pacer(db, self.turns, self.commits, self.fts, self.aftermath.after_durable)
+        self.pacer = Pacer(db, self.turns, self.commits, self.fts,
+                           lambda work, result: self.aftermath.after_durable(work).fold_into(result))
         self.export = ExportFile(self.profile, self.export_settings, self.now, files=lambda: self.aftermath.files)
         self._ahead = ExportAhead(self.store, self.export, self.export_settings, self.pacer)
         self._splits = SplitDeletes(self.store, self.pacer, self.outbox, self.aftermath, self.deletes,
@@ -249,7 +249,7 @@ class Engine:
     def reclaim(self) -> Result:
         """Free pages back to the file system, on a store in incremental auto-vacuum (space.py)."""
         with self._call(Action.COMPACT) as outcome:  # free pages back, as compact gives them
-            self.space.reclaim(outcome)
+            self.space.reclaim(outcome)[1].fold_into(outcome)
         return outcome
 
     def vacuum_if_worth(self, asked: bool = True) -> Result:
@@ -261,13 +261,14 @@ class Engine:
     def compact(self, force: bool) -> tuple[Result, dict]:
         """The operator's word (space.py): what it did, and the report's row of what it gave back."""
         with self._call(Action.COMPACT) as outcome:
-            row = self.space.compact(force, outcome)
+            row, did = self.space.compact(force, outcome)
+            did.fold_into(outcome)
         return outcome, row
 
     def remove_orphan_files(self, paths: list[str]) -> Result:
         """Per-session files whose session row is gone (no event: no rows went)."""
-        with self._call("delete") as outcome:
-            self.aftermath.remove_orphan_files(paths, outcome)
+        with self._call(Action.DELETE) as outcome:
+            self.aftermath.remove_orphan_files(paths).fold_into(outcome)
         return outcome
 
     def require_tokenizer(self, doing: str = "delete from") -> None:
@@ -292,7 +293,7 @@ class Engine:
         returns (after an error too).
         """
         ask = Ask(reason, recheck, orphans)
-        with self._call("delete", reason) as result:
+        with self._call(Action.DELETE, reason) as result:
             if not units:
                 return result
             self.require_tokenizer()
@@ -300,7 +301,7 @@ class Engine:
             if self.dry_run:  # the same decision, each chunk in a read transaction; nothing exported or applied
                 for decision in self._dry(units, result, lambda db, chunk: self.deletes.decide(db, chunk, {}, recheck,
                                                                                             orphans)):
-                    self.aftermath.remove_files(decision.ids, result)  # lists them: a dry run unlinks nothing
+                    self.aftermath.remove_files(decision.ids).fold_into(result)  # lists them: a dry run unlinks nothing
                 return result
             synced_last = not self._batched  # settled here, its last commit synced; else when the batch ends
             with self._batch(result):
@@ -338,7 +339,7 @@ class Engine:
         `swept`: the inactivity sweep's (live units stay: rows.Flip), not a deliberate one. Returns what
         it did, filled as each transaction commits (a failure carries it, as `delete`'s)."""
         flip = Flip(archived, provenance=self.store.schema.has_column("sessions", "auto_archived"), swept=swept)
-        with self._call("archive" if archived else "unarchive", reason) as result:
+        with self._call(Action.ARCHIVE if archived else Action.UNARCHIVE, reason) as result:
             if self.dry_run:
                 self._dry(units, result, lambda db, chunk: flip.decide(db, self.deletes, chunk))
                 return result
@@ -351,7 +352,7 @@ class Engine:
         """Close open rows a dead process left (tasks/stale.py): `ended_at` the run's `now`, `end_reason`
         'startup_orphan_reap', as Hermes does; silent (nothing is deleted: no event, no file). Returns
         what it did, filled as each transaction commits (a failure carries it, as `delete`'s)."""
-        with self._call("close") as result:
+        with self._call(Action.CLOSE) as result:
             if self.dry_run:
                 for decision in self._dry(units, result, lambda db, chunk: decide_close(db, self.deletes, chunk,
                                                                                       recheck)):
@@ -389,7 +390,7 @@ class Engine:
         """`hermes-admin restore`: an export's units back (restore.py; `how`: pin, other_profile).
         Returns what it did (a failure carries it) and the other profile's home it was made in, if any."""
         self.require_tokenizer("restore into")  # the messages put back fire the CJK triggers too
-        with self._call("restore") as result:
+        with self._call(Action.RESTORE) as result:
             try:
                 return result, restore_file(self.store, self.pacer, path, wanted, self.dry_run, result, **how)
             finally:  # what is back is no longer gone by our hand (noticed.py); after a failure too

@@ -24,7 +24,6 @@ from hermes_admin.profile.lineage import Unit
 from hermes_admin.profile.store import Store
 from hermes_admin.profile.store.connect import open_readonly
 from hermes_admin.profile.store import pragmas, unit_rows
-from hermes_admin.results import Result
 
 EXPORT_UNITS = 500  # units per export member: one fsync and manifest write each
 FIRST_EXPORT_UNITS = 8  # the first batch, small: the deletes wait for it, and start at once
@@ -52,6 +51,7 @@ class Step(NamedTuple):
     split: bool
     last: bool  # nothing follows it in this call
     weight: int  # what it carries (exports.ROW_WEIGHT, UNIT_WEIGHT)
+    files_left: tuple[str, ...] = ()  # files the delete removes that the export could not carry
 
 
 class ExportAhead:
@@ -70,16 +70,15 @@ class ExportAhead:
             self._reads.close()
             self._reads = None
 
-    def steps(self, units: list[Unit], ask: Ask, result: Result) -> Iterator[Step]:
+    def steps(self, units: list[Unit], ask: Ask) -> Iterator[Step]:
         """The transactions of a delete, in order (packing.py), each batch exported first (`ask`: its
         reason goes into the export's manifest; orphans have nothing to export). A stop request ends
-        them between transactions (what is left waits for the next run)."""
+        them between transactions (what is left waits for the next run: the steps end early)."""
         position, weights, exported = 0, {}, {}
         ahead: deque = deque()  # (where a batch starts, its size, its export queued or running on the thread)
         queued_to = 0  # where the batches made so far end
         while position < len(units):
             if stopping.requested():
-                result.stop = stop_note(len(units) - position, len(units))
                 return
             if units[position].session_id not in weights:
                 weights, exported, queued_to = self._batch_at(units, position, ask, ahead, queued_to)
@@ -91,12 +90,11 @@ class ExportAhead:
             found = {u.session_id: exported[u.session_id] for u in chunk if u.session_id in exported}
             if packed.split:
                 found = found or self._export_now(chunk[0], ask.reason)
-            # files the delete removes that the export could not carry: said in the report
-            result.files_skipped += [line for done in found.values() for line in done.files_left]
+            left = tuple(line for done in found.values() for line in done.files_left)  # said in the report
             if packed.split:  # its rows gone (nothing exported): a transaction of its own says so
-                yield Step(chunk, found, bool(found), position >= len(units), packed.weight)
+                yield Step(chunk, found, bool(found), position >= len(units), packed.weight, left)
             else:
-                yield Step(chunk, found, False, position >= len(units) or stopping.requested(), packed.weight)
+                yield Step(chunk, found, False, position >= len(units) or stopping.requested(), packed.weight, left)
 
     def _batch_at(self, units: list[Unit], position: int, ask: Ask, ahead: deque, queued_to: int) -> tuple[dict, dict, int]:
         """The weights and exports of the batch starting at `position`, and the next ones queued."""

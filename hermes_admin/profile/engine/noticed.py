@@ -42,10 +42,11 @@ from dataclasses import dataclass
 
 from hermes_admin.model import Profile, Reason
 from hermes_admin.profile.engine.aftermath import Aftermath
+from hermes_admin.profile.engine.decisions import Outcome, noted
 from hermes_admin.profile.engine.outbox import Event, Outbox, read_look
 from hermes_admin.profile.store import Store
 from hermes_admin.profile.store.read import session_marks
-from hermes_admin.results import Done, Result
+from hermes_admin.results import Action, Done, Result
 
 FORMAT = 1  # the packing of a look's sessions (pack/unpack)
 
@@ -234,24 +235,30 @@ def announce(profile: Profile, store: Store, outbox: Outbox | None, aftermath: A
     before, unreadable = looked(record)
     fresh = before is None or not same_store(before, device, inode, held)  # a new memory: nothing announced
     units = [] if fresh else gone(before.sessions, held, own, now, retention_days)
-    result = Result(profile.name, "noticed", None, outbox is None)
-    for unit in units:
-        result.done.append(Done(unit.session_id, unit.ids, _rule(before.taken, unit.reason)))
+    announced = Outcome(done=tuple(Done(unit.session_id, unit.ids, _rule(before.taken, unit.reason)) for unit in units))
     if outbox is None:  # a dry run: what the pass would announce, nothing written
-        return result if units else None
+        return _noticed(profile, True, announced) if units else None
     packed = pack(sessions)
     event_ids = outbox.remember(now, device, inode, packed, None if fresh else before.taken, units)
     if fresh and (before is not None or unreadable):  # (the very first look has nothing to say)
         why = ("the last look at the store could not be read" if unreadable else
                f"the store is another file than at the last look ({len(before.sessions)} session(s) remembered, "
                "none of them in it)")
-        result.notes.append(f"{why}: {len(sessions)} session(s) remembered ({len(packed)} bytes), nothing announced; "
-                            "sessions deleted outside hermes-admin from now on are announced to the plugins")
-        return result
+        return _noticed(profile, False, announced.plus(noted(
+            f"{why}: {len(sessions)} session(s) remembered ({len(packed)} bytes), nothing announced; "
+            "sessions deleted outside hermes-admin from now on are announced to the plugins")))
     if not units:
         return None
-    events = [Event(i, "noticed", unit.session_id, unit.reason, list(unit.ids)) for i, unit in zip(event_ids, units)]
-    result.hook_failures += aftermath.deliver(events)  # after the outbox has them: a crash delivers them next time
+    events = [Event(i, Action.NOTICED, unit.session_id, unit.reason, list(unit.ids))
+              for i, unit in zip(event_ids, units)]
+    failures = aftermath.deliver(events)  # after the outbox has them: a crash delivers them next time
+    return _noticed(profile, False, announced.plus(Outcome(hook_failures=tuple(failures))))
+
+
+def _noticed(profile: Profile, dry_run: bool, outcome: Outcome) -> Result:
+    """The look's report, made once from what it did."""
+    result = Result(profile.name, Action.NOTICED, None, dry_run)
+    outcome.fold_into(result)
     return result
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 
 from hermes_admin.profile.exports import ROW_WEIGHT, decode_value, manifest_or_recomputed, read_member
+from hermes_admin.profile.engine.decisions import Outcome
 from hermes_admin.profile.engine.pacer import MERGE_STEPS, Pacer
 from hermes_admin.profile.transcripts import put_back as put_files
 from hermes_admin.profile.store import Store
@@ -180,37 +181,41 @@ def restore_file(store: Store, pacer: Pacer | None, path: Path, wanted: set[str]
             if sid not in ids:
                 continue
             unseen.discard(sid)
-            said, left = _one(restorer, files, path, fields, messages, dry_run)
-            result.files_skipped += left
-            if isinstance(said, Done):
-                result.done.append(said)
-                put_back.append(sid)
-            else:
-                result.skipped.append(said)
-        for sid in sorted(unseen):
-            result.skipped.append({"session_id": sid, "ids": [sid], "why": "not in the export"})
-    result.notes += files.notes()
-    if put_back and pin:
-        if not dry_run:
-            restorer.pin(put_back)
-        result.notes.append(f"{len(put_back)} session(s) pinned: retention leaves them alone until unpinned in Hermes")
-    elif put_back:
-        result.notes.append("a session past its retention window is deleted again by the next run (and exported "
-                            "again): `restore --pin` keeps what it puts back")
+            one = _one(restorer, files, path, fields, messages, dry_run)
+            one.fold_into(result)  # the moment it is back: a failure after it carries it
+            put_back += [done.session_id for done in one.done]
+        Outcome(skipped=tuple({"session_id": sid, "ids": [sid], "why": "not in the export"}
+                              for sid in sorted(unseen))).fold_into(result)
+    Outcome(notes=tuple(files.notes())).fold_into(result)
+    if put_back and pin and not dry_run:
+        restorer.pin(put_back)
+    Outcome(notes=_pin_notes(put_back, pin)).fold_into(result)
     return other
 
 
-def _one(restorer: Restorer, files: "_Files", path: Path, fields: dict, messages,
-         dry_run: bool) -> tuple[Done | dict, list[str]]:
-    """One session's record back: what became of it (`_said`), and its files not put back."""
+def _pin_notes(put_back: list[str], pin: bool) -> tuple[str, ...]:
+    """What a restore says of the retention of what it put back."""
+    if put_back and pin:
+        return (f"{len(put_back)} session(s) pinned: retention leaves them alone until unpinned in Hermes",)
+    if put_back:
+        return ("a session past its retention window is deleted again by the next run (and exported "
+                "again): `restore --pin` keeps what it puts back",)
+    return ()
+
+
+def _one(restorer: Restorer, files: "_Files", path: Path, fields: dict, messages, dry_run: bool) -> Outcome:
+    """One session's record back: what became of it (`_said`: done, or skipped with why), and its
+    files not put back."""
     sid = fields.get("id")
     try:
         state, count = restorer.session(fields, messages, missing_only=False, dry_run=dry_run)
     except (ValueError, TypeError, *SQLITE_ERRORS) as exc:
         # a record this store cannot take (a hostile or damaged file): this session only
-        return {"session_id": sid, "ids": [sid], "why": f"not restored: {exc}"}, []
+        return Outcome(skipped=({"session_id": sid, "ids": [sid], "why": f"not restored: {exc}"},))
     put, left = files.back(sid, fields) if state in ("restored", "completed") else (0, [])  # where the export has them
-    return _said(path, sid, state, count, put, dry_run), left
+    said = _said(path, sid, state, count, put, dry_run)
+    return Outcome(files_skipped=tuple(left)).plus(Outcome(done=(said,)) if isinstance(said, Done)
+                                                   else Outcome(skipped=(said,)))
 
 
 def _said(path: Path, sid: str, state: str, count: int, files: int, dry_run: bool = False) -> Done | dict:

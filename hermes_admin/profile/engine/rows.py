@@ -19,7 +19,7 @@ from hermes_admin.profile.engine.pacer import Pacer
 from hermes_admin.profile.lineage import Unit
 from hermes_admin.profile.store import row_updates
 from hermes_admin.profile.tasks.retention import REAPED
-from hermes_admin.results import Result
+from hermes_admin.results import Action, Result
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ def flip_archived(pacer: Pacer, aftermath: Aftermath, deletes: Deletes, flip: Fl
     outbox = aftermath.outbox
     pacer.commits.before(last=True)  # archive commits stay synced: rare, and their events go at once
     fires = flip.archived and reason is not None and aftermath.listening
-    event_ids = outbox.add_pending("archive", reason, chunk) if fires else []
+    event_ids = outbox.add_pending(Action.ARCHIVE, reason, chunk) if fires else []
 
     def work(db) -> tuple[Decision, bool]:
         decision = flip.decide(db, deletes, chunk)
@@ -70,13 +70,14 @@ def flip_archived(pacer: Pacer, aftermath: Aftermath, deletes: Deletes, flip: Fl
         raise
     decision, _ = pacer.settle(held, weight, result, f"an archive flip of {len(chunk)} unit(s)", synced=True,
                                follow=lambda done: (done[1], None)).value  # a claim alone wrote: a checkpoint
-    if fires:
-        changed = decision.changes
-        outbox.settle({event_ids[i]: list(ids) for i, ids in changed.items()},
-                      [e for i, e in enumerate(event_ids) if i not in changed])
-        result.hook_failures += aftermath.deliver([Event(event_ids[i], "archive", chunk[i].session_id, reason,
-                                                         list(ids)) for i, ids in changed.items()])
-    return decision.outcome()
+    if not fires:
+        return decision.outcome()
+    changed = decision.changes
+    outbox.settle({event_ids[i]: list(ids) for i, ids in changed.items()},
+                  [e for i, e in enumerate(event_ids) if i not in changed])
+    failures = aftermath.deliver([Event(event_ids[i], Action.ARCHIVE, chunk[i].session_id, reason, list(ids))
+                                  for i, ids in changed.items()])
+    return decision.outcome().plus(Outcome(hook_failures=tuple(failures)))
 
 
 def decide_close(db, deletes: Deletes, chunk: list[Unit], recheck: Recheck) -> Decision:

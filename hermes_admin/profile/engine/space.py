@@ -20,6 +20,7 @@ import peewee
 
 from hermes_admin import holders, lockrecord, stopping
 from hermes_admin.holders import write_lock_holder
+from hermes_admin.profile.engine.decisions import Outcome, noted
 from hermes_admin.profile.engine.pacer import Pacer
 from hermes_admin.profile.store import Store, page_accounting, pragmas
 from hermes_admin.shown import human_bytes
@@ -151,14 +152,15 @@ class Space:
                 return who
             time.sleep(FREE_MOMENT_POLL_S)
 
-    def reclaim(self, result: Result) -> int:
+    def reclaim(self, result: Result) -> tuple[int, Outcome]:
         """Give the store's free pages back to the file system, in short steps that wait for other
         writers like every write of ours: SQLite's incremental auto-vacuum, on a store switched to it
         (by a VACUUM of ours while nobody held it, `vacuum_if_worth`). Returns the pages freed, and
-        says so in `result`; the file shrinks when a checkpoint copies the last of them back."""
+        what it says of them; the file shrinks when a checkpoint copies the last of them back.
+        `result`: where its write transactions are counted (the pacer's)."""
         if self.dry_run or pragmas.auto_vacuum(self.store.db) != INCREMENTAL:
-            return 0
-        pages, freed = RECLAIM_FIRST_PAGES, 0
+            return 0, Outcome()
+        pages, freed, notes = RECLAIM_FIRST_PAGES, 0, []
         while not stopping.requested():
             free = pragmas.free_pages(self.store.db)
             if free == 0:
@@ -173,7 +175,7 @@ class Space:
                 held_s = self.pacer.write(work, None, result, f"an incremental vacuum step ({step} pages)",
                                           quiet=False).held_s
             except WriteLockHeld as exc:  # the purge before it committed: the pages wait for the next run
-                result.notes.append(f"free pages left for the next run: {exc}")
+                notes.append(f"free pages left for the next run: {exc}")
                 break
             left = pragmas.free_pages(self.store.db)
             freed += free - left
@@ -183,8 +185,8 @@ class Space:
             pages = max(16, min(2 * pages, int(step * self.pacer.hold_target() / max(held_s, 1e-4))))
         if freed:
             self._copied_back()
-            result.notes.append(f"{freed} free page(s) given back to the file system (incremental vacuum)")
-        return freed
+            notes.append(f"{freed} free page(s) given back to the file system (incremental vacuum)")
+        return freed, noted(*notes)
 
     def _next_step(self, pages: int, free: int) -> int:
         """How many pages the next step frees. The last CUT_TRIES go one a step, each once the WAL is
@@ -271,10 +273,10 @@ class Space:
 
     # -- `hermes-admin compact`: the operator's word ------------------------------------------
 
-    def compact(self, force: bool, result: Result) -> dict:
+    def compact(self, force: bool, result: Result) -> tuple[dict, Outcome]:
         """Give the store's free pages back to the file system on the operator's word (`compact`),
         as `borg compact` does for its repository; returns what was (a dry run: would be) given
-        back, as the report's row.
+        back, as the report's row, and what it did (`result`: where its steps are counted).
 
         A store in incremental auto-vacuum gives them back in short paced steps (`reclaim`), the
         write lock let go between them, whoever holds it. Any other store needs one VACUUM (which
@@ -289,24 +291,25 @@ class Space:
                "how": "incremental vacuum" if incremental else "full vacuum", "refused": None,
                "not_looked_into": []}
         if not before.free:
-            result.notes.append("no free pages: nothing to give back")
+            did = noted("no free pages: nothing to give back")
             row["how"] = None
         elif incremental:
-            self._compact_in_steps(before, row, result)
+            did = self._compact_in_steps(before, row, result)
         else:
-            self._compact_whole(before, force, row, result)
-        return self._compacted(row, path)
+            did = self._compact_whole(before, force, row)
+        return self._compacted(row, path), did
 
-    def _compact_in_steps(self, before, row: dict, result: Result) -> None:
+    def _compact_in_steps(self, before, row: dict, result: Result) -> Outcome:
         """An incremental store: short paced steps, whoever holds it."""
         if self.dry_run:
-            result.notes.append(f"would give back {human_bytes(before.free_bytes)} of free pages (incremental "
-                                "vacuum, in short steps while Hermes runs)")
             row["given_back_bytes"] = before.free_bytes
-        else:
-            row["given_back_bytes"] = self.reclaim(result) * before.size
+            return noted(f"would give back {human_bytes(before.free_bytes)} of free pages (incremental "
+                         "vacuum, in short steps while Hermes runs)")
+        freed, did = self.reclaim(result)
+        row["given_back_bytes"] = freed * before.size
+        return did
 
-    def _compact_whole(self, before, force: bool, row: dict, result: Result) -> None:
+    def _compact_whole(self, before, force: bool, row: dict) -> Outcome:
         """Any other store: one VACUUM, unless a process is seen holding it (and not `force`)."""
         db, path = self.store.db, self.store.profile.store_path
         found = holders.look(holders.store_files(path), wal=row["journal_mode"] == "wal")
@@ -314,18 +317,17 @@ class Space:
         seen = found.holding()
         if seen and not force:
             row["refused"] = holding(holders.Look(seen), path)
-            result.notes.append(f"not compacted: the store is {row['refused']}; a VACUUM holds its write lock "
-                                "from start to end (--force runs it all the same)")
-            return
+            return noted(f"not compacted: the store is {row['refused']}; a VACUUM holds its write lock "
+                         "from start to end (--force runs it all the same)")
+        notes = []
         if found.unseen and not seen:
-            result.notes.append("could not be looked into, taken on your word as not Hermes: "
-                                + "; ".join(row["not_looked_into"][:MAX_NAMED]) + _more(found.unseen))
+            notes.append("could not be looked into, taken on your word as not Hermes: "
+                         + "; ".join(row["not_looked_into"][:MAX_NAMED]) + _more(found.unseen))
         switching = self.incremental
         if self.dry_run:
-            result.notes.append(f"would VACUUM: {human_bytes(before.free_bytes)} of free pages back"
-                                + ("; it switches the store to incremental reclaim" if switching else ""))
             row["given_back_bytes"] = before.free_bytes
-            return
+            return noted(*notes, f"would VACUUM: {human_bytes(before.free_bytes)} of free pages back"
+                         + ("; it switches the store to incremental reclaim" if switching else ""))
         try:
             if switching:
                 pragmas.switch_to_incremental(db)  # takes effect with this VACUUM
@@ -334,16 +336,15 @@ class Space:
             if not is_lock_error(exc):
                 raise
             row["refused"] = "its write lock taken by another connection"
-            result.notes.append("not compacted: another connection kept the write lock (--lock-wait waits longer)")
-            return
-        result.vacuumed = True
+            return noted(*notes, "not compacted: another connection kept the write lock (--lock-wait waits longer)")
         self._after_vacuum()
         self._copied_back()
         after = page_accounting.pages(db)
         row["given_back_bytes"] = max(0, (before.count - after.count) * before.size)
         if switching and pragmas.auto_vacuum(db) == INCREMENTAL:
-            result.notes.append("the store is now in incremental auto-vacuum: later runs give space back in "
-                                "short steps while Hermes runs")
+            notes.append("the store is now in incremental auto-vacuum: later runs give space back in "
+                         "short steps while Hermes runs")
+        return Outcome(notes=tuple(notes), vacuumed=True)
 
     def _compacted(self, row: dict, path) -> dict:
         row["file_bytes_after"] = _file_size(path)
