@@ -255,8 +255,8 @@ print(f"log of {{user}}", file=sys.stderr, flush=True)
 if user == "stalls":
     os.kill(os.getpid(), signal.SIGSTOP)
 open({str(started)!r} + "-" + user, "w").write(repr(time.monotonic()))
-result = {{"profile": "p", "home": home, "action": "purge", "reason": None, "dry_run": False, "task": None,
-          "status": "ok", "why": None, "hook_failures": [], "notes": [], "transactions": 0,
+result = {{"profile": "p", "home": home, "action": "delete", "reason": None, "dry_run": False, "task": None,
+          "status": "done", "why": None, "hook_failures": [], "notes": [], "transactions": 0,
           "longest_write_ms": 0, "longest_write": None, "vacuumed": False, "seconds": 0, "export": None}}
 print(json.dumps({{"t": "result", "v": result}}), flush=True)
 print('{{"t": "end", "v": {{"dry_run": false, "problems": [], "findings": []}}}}', flush=True)
