@@ -492,7 +492,7 @@ def _rebuild_store(profile: Profile, env: Environment | None = None, step=lambda
             failures = engine.announce_lost(lost, Reason.PROFILE_REPAIR)
     return (f"rebuilt from its readable rows: {back} session(s) and {done.rows.get('messages', 0)} message(s) back"
             + (f", {len(done.recovered_sessions)} session row(s) made again (source 'recovered') for readable "
-               f"messages whose own row was lost" if done.recovered_sessions else "")
+               f"messages, usage rows or guards whose own row was lost" if done.recovered_sessions else "")
             + (f"; {lost_sessions.said(profile, lost, lost_sessions.restorable(profile, exports, lost), would=False)}"
                if lost else "")
             + (f"; {finished}" if finished else "")

@@ -77,3 +77,46 @@ def test_torn_session_pages_leave_their_ids_to_the_indexes(tmp_path):
     lost = lost_sessions.lost(known, readable)
     assert lost and len(known.by_source["index"]) == 400 and len(readable) + len(lost) == 400
     assert lost_sessions.said(profile, lost, {}, would=True).startswith(f"{len(lost)} session(s) would be lost: ")
+
+
+def ids_read(path, table, column) -> set[str]:
+    """The values of `column` in the readable rows of `table` (as the salvage reads them)."""
+    conn = store_damage.open_as_it_is(path)
+    try:
+        at = [r[1] for r in conn.execute(f'PRAGMA table_info("{table}")')].index(column) + 1
+        return {row[at] for row in store_damage.scan_rows(conn, table)}
+    finally:
+        conn.close()
+
+
+def test_what_the_report_says_a_rebuild_keeps_is_what_it_keeps(tmp_path):
+    """A session whose own row and messages are on torn pages, but whose compression lock (a guard,
+    which names its session without a foreign key) still reads, comes back from the rebuild as a
+    `recovered` row: the report before it (readable_session_ids) says so too, and never names it
+    among the sessions that would be lost."""
+    from hermes_admin.profile.store import rebuild
+
+    profile = a_profile(tmp_path)
+    path = profile.store_path
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE compression_locks (session_id TEXT PRIMARY KEY, holder TEXT, expires_at REAL)")
+    conn.executemany("INSERT INTO compression_locks VALUES (?, 'pid=1', 0)", [(f"s{i:04d}",) for i in range(0, 400, 7)])
+    conn.commit()
+    conn.close()
+    damage.tear(path, "sessions", 2)
+    damage.tear(path, "messages", 2)
+    known = lost_sessions.known(profile)
+    readable = store_damage.readable_session_ids(path)
+    guarded_only = {f"s{i:04d}" for i in range(0, 400, 7)} - ids_read(path, "sessions", "id") \
+        - ids_read(path, "messages", "session_id")
+    assert guarded_only and guarded_only <= readable
+    new = tmp_path / "rebuilt.db"
+    done = rebuild.build(path, new)
+    conn = sqlite3.connect(new)
+    try:
+        rebuilt = {r[0] for r in conn.execute("SELECT id FROM sessions")}
+    finally:
+        conn.close()
+    assert rebuilt == readable and guarded_only <= set(done.recovered_sessions)
+    assert lost_sessions.lost(known, readable) == lost_sessions.lost(known, rebuilt)
+    assert not guarded_only & set(lost_sessions.lost(known, readable))

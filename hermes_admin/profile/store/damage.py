@@ -49,6 +49,9 @@ CANONICAL = ("sessions", "messages", "session_model_usage", "system_prompts")
 # Where a damaged store still names its sessions: the sessions' own ids, and the session ids of
 # the rows that belong to one (an index of them may read where the table's pages do not).
 SESSION_COLUMNS = (("sessions", "id"), ("messages", "session_id"), ("session_model_usage", "session_id"))
+# Hermes' rows that guard a conversation and name its session without a foreign key: a rebuild
+# makes a lost session of theirs again too, so the guard keeps meaning what it meant.
+GUARDS = (("compression_locks", "session_id"), ("session_turn_leases", "conversation_id"))
 PROBE_BUDGET = 1500  # seeks a count may spend around damaged ranges (each one is a few page reads)
 
 _DAMAGE_WORDS = ("malformed", "not a database", "corrupt", "disk i/o error", "short read")
@@ -410,31 +413,56 @@ def open_as_it_is(path: Path) -> apsw.Connection:
         raise
 
 
+def session_links(conn: apsw.Connection) -> list[tuple[str, str]]:
+    """The (table, column) of every row that belongs to a session: each column of another table
+    with a foreign key to `sessions` (a parent link aside), and the guards' (GUARDS). A rebuild makes
+    a session row again for the readable ones whose session row was lost (store/rebuild.py)."""
+    links: list[tuple[str, str]] = []
+    for (table,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY rowid").fetchall():
+        if table == "sessions":
+            continue
+        columns = [fk[3] for fk in conn.execute(f'PRAGMA foreign_key_list("{table}")').fetchall()
+                   if fk[2] == "sessions" and fk[3] != "parent_session_id"]
+        columns += [column for guarded, column in GUARDS if guarded == table]
+        links += [(table, column) for column in dict.fromkeys(columns)]
+    return links
+
+
 def readable_rows(path: Path, tables: list[str], session_ids: set[str] | None = None) -> dict[str, int | None]:
     """How many rows of each table can still be read (None: the table itself cannot be found).
-    `session_ids`: filled, in the same reads, with the session ids of the readable rows of
-    SESSION_COLUMNS' tables among them (what a rebuild keeps)."""
+    `session_ids`: filled, in the same reads, with the session ids of every readable row that keeps
+    its session in a rebuild: the sessions' own, and those of `session_links` (their tables read
+    for it when not among `tables`), so what `repair` says a rebuild keeps is what it keeps."""
     try:
         conn = open_as_it_is(path)
     except apsw.Error:
         return {}
-    named = dict(SESSION_COLUMNS) if session_ids is not None else {}
     try:
+        named: dict[str, list[str]] = {}
+        if session_ids is not None:
+            named["sessions"] = ["id"]
+            try:
+                for table, column in session_links(conn):
+                    named.setdefault(table, []).append(column)
+            except apsw.Error:  # a schema that cannot be read: each table's own read says so below
+                pass
         counts: dict[str, int | None] = {}
-        for table in tables:
+        for table in [*tables, *(t for t in named if t not in tables)]:
             try:
                 if not conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", [table]).fetchall():
                     continue
                 columns = _columns(conn, table)
-                at = columns.index(named[table]) + 1 if named.get(table) in columns else None  # (rowid first)
+                at = [columns.index(c) + 1 for c in named.get(table, ()) if c in columns]  # (rowid first)
                 n = 0
                 for row in scan_rows(conn, table):
                     n += 1
-                    if at is not None and isinstance(row[at], str):
-                        session_ids.add(row[at])
-                counts[table] = n
+                    if at and session_ids is not None:
+                        session_ids.update(row[i] for i in at if isinstance(row[i], str))
+                if table in tables:
+                    counts[table] = n
             except apsw.Error:
-                counts[table] = None
+                if table in tables:
+                    counts[table] = None
         return counts
     finally:
         conn.close()
@@ -534,8 +562,9 @@ def indexed_session_ids(path: Path) -> set[str]:
 
 
 def readable_session_ids(path: Path) -> set[str]:
-    """The session ids of every row of SESSION_COLUMNS that can still be read: what a rebuild keeps
-    (a session row made again for readable messages or usage rows whose own was lost)."""
+    """The session ids of every row that can still be read and keeps its session in a rebuild
+    (readable_rows): what a rebuild keeps (a session row made again for readable messages, usage
+    rows or guards whose own was lost)."""
     found: set[str] = set()
     readable_rows(path, [table for table, _ in SESSION_COLUMNS], found)
     return found

@@ -30,13 +30,10 @@ from typing import Callable
 import apsw
 
 from hermes_admin.profile.store import fts_index, keep_wal
-from hermes_admin.profile.store.damage import FTS_SHADOWS, open_as_it_is, scan_rows
+from hermes_admin.profile.store.damage import FTS_SHADOWS, open_as_it_is, scan_rows, session_links
 
 SIDECARS = ("-wal", "-journal")  # what holds a store's content besides the file (the -shm holds none)
 BATCH = 500
-# Hermes' rows that guard a conversation and name its session without a foreign key: a session of
-# theirs lost is made again too, so the guard keeps meaning what it meant.
-GUARDS = (("compression_locks", "session_id"), ("session_turn_leases", "conversation_id"))
 
 
 class RebuildRefused(Exception):
@@ -134,16 +131,19 @@ def _insert_rows(source: apsw.Connection, target: apsw.Connection, table: str) -
 
 
 def _settle_foreign_keys(target: apsw.Connection, done: Rebuilt) -> None:
-    """What a lost row leaves dangling: links cleared, sessions made again for readable rows."""
+    """What a lost row leaves dangling: links cleared, sessions made again for the readable rows
+    of `session_links` (the one rule `repair`'s report reads too: damage.readable_rows)."""
     tables = [r[0] for r in target.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()]
+    links = session_links(target)
     for table in tables:
         keys = [(fk[2], fk[3], fk[4]) for fk in target.execute(f'PRAGMA foreign_key_list("{table}")').fetchall()]
-        keys += [("sessions", column, "id") for guarded, column in GUARDS if guarded == table]
+        keys += [("sessions", column, "id") for linked, column in links
+                 if linked == table and all(k[1] != column for k in keys)]
         for parent, column, key in keys:
             key = key or "rowid"
             dangling = (f'"{column}" IS NOT NULL AND NOT EXISTS (SELECT 1 FROM "{parent}" p '
                         f'WHERE p."{key}" = "{table}"."{column}")')
-            if parent == "sessions" and column != "parent_session_id" and table != "sessions":
+            if parent == "sessions" and (table, column) in links:
                 ids = [r[0] for r in target.execute(f'SELECT DISTINCT "{column}" FROM "{table}" WHERE {dangling}')]
                 for sid in ids:
                     _recovered_session(target, sid, table, column)
