@@ -37,18 +37,8 @@ def pytest_xdist_auto_num_workers(config):
     return parallel.workers()  # two per core: the suite mostly waits
 
 
-@pytest.hookimpl(optionalhook=True)
-def pytest_configure_node(node):
-    parallel.tell_worker(node)  # its tests' groups named as this run keeps them
-
-
 def pytest_configure(config):
     config.pluginmanager.register(skips.Guard(config), "hermes-admin-skips")  # only skips by design
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config, items):
-    parallel.mark_groups(config, items)  # before pytest-xdist reads the groups
 
 
 @pytest.fixture(autouse=True)

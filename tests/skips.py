@@ -69,7 +69,7 @@ def strict(args: list[str], invoked_in: Path, markexpr: str, env: dict[str, str]
 
 def plain(nodeid: str) -> str:
     """The node id as BY_DESIGN names it: without the `@group` pytest-xdist appends to the node id of
-    a test it keeps on one worker (--dist loadgroup, tests/parallel.py)."""
+    a test it keeps in a group (`--dist loadgroup`, given by hand; the suite's own is loadscope)."""
     head, at, group = nodeid.rpartition("@")
     return head if at and "]" not in group and "::" not in group else nodeid  # (an "@" of a parameter's is in [...])
 
