@@ -455,7 +455,7 @@ def _rebuild_store(profile: Profile, env: Environment | None = None, step=lambda
                                                   REBUILD_LOCK_WAIT_S):
             finished = rebuild.finish_migration(path)
         integrity.passed(profile, time.time(), integrity.identity(profile))
-        return finished
+        return finished, []
     try:
         rebuild.check_room(path)
     except rebuild.RebuildRefused as exc:

@@ -346,7 +346,7 @@ def test_a_row_without_home_is_her_workers_error_not_exit_70(make_user, system_v
     done, alice, bob, _ = _forge(make_user, system_venv, tmp_path, [HELLO, row], "exports", "list")
     assert done.returncode == 2, explain(done)
     assert "Traceback" not in done.stderr, explain(done)
-    assert "broke the protocol (a row of exports: no 'home')" in done.stderr, explain(done)
+    assert "broke the protocol (a row of exports: home: missing)" in done.stderr, explain(done)
     assert all(alice.name in line or str(alice.root) in line
                for line in done.stderr.splitlines() if "error" in line), explain(done)
 
