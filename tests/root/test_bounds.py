@@ -29,9 +29,9 @@ def _config(tmp_path: Path) -> str:
     return str(path)
 
 
-def _workers_of(user) -> list[int]:
-    """The pids of hermes-admin workers running as `user` (their command line names the module). By
-    their real uid: a worker is never dumpable, so its /proc folder is root's whoever it runs as."""
+def processes_of(user, named: bytes) -> list[int]:
+    """The pids of `user`'s processes whose command line holds `named`. By their real uid: a worker
+    is never dumpable, so its /proc folder is root's whoever it runs as."""
     found = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -42,11 +42,16 @@ def _workers_of(user) -> list[int]:
             if int(uids[1]) != user.uid:
                 continue
             with open(f"/proc/{name}/cmdline", "rb") as source:
-                if b"hermes_admin.profile.worker" in source.read():
+                if named in source.read():
                     found.append(int(name))
-        except OSError:
+        except (OSError, StopIteration):
             continue
     return found
+
+
+def _workers_of(user) -> list[int]:
+    """The pids of hermes-admin workers running as `user` (their command line names the module)."""
+    return processes_of(user, b"hermes_admin.profile.worker")
 
 
 def stopping_her_workers(user, stopped: list[int]) -> threading.Thread:

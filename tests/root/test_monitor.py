@@ -20,7 +20,7 @@ import pytest
 from tests.root.conftest import as_user, chown_tree, root_owned
 from tests.root.test_attacks import (STANDARD, admin, assert_maintained, explain, plant_plugin,  # noqa: F401
                                      prepare, set_config)
-from tests.root.test_bounds import _roots, _workers_of, stopping_her_workers
+from tests.root.test_bounds import _roots, _workers_of, processes_of, stopping_her_workers
 
 SYS_PIDFD_GETFD = 438  # x86_64, aarch64 and the other unified-table architectures
 HELLO = {"t": "hello", "uid": 0, "gid": 0, "groups": []}
@@ -264,20 +264,8 @@ def _pipes(pid: int) -> set[str]:
 
 
 def _plugin_processes(user) -> list[int]:
-    """Her processes serving plugins (in_hermes.py), by their real uid."""
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/status", "rb") as status:
-                uids = next(line for line in status if line.startswith(b"Uid:")).split()
-            with open(f"/proc/{name}/cmdline", "rb") as source:
-                if int(uids[1]) == user.uid and b"in_hermes.py" in source.read():
-                    found.append(int(name))
-        except (OSError, StopIteration):
-            continue
-    return found
+    """Her processes serving plugins (in_hermes.py)."""
+    return processes_of(user, b"in_hermes.py")
 
 
 def test_her_plugin_process_holds_none_of_roots_pipes(make_user, system_venv):
