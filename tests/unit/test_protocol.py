@@ -66,13 +66,19 @@ def test_a_report_on_a_profile_it_was_not_given_is_refused():
 @pytest.mark.parametrize("field, value", [("transactions", "many"), ("seconds", float("nan")),
                                           ("notes", [5]), ("dry_run", "yes"), ("profile", ["x"])])
 def test_wrong_types_are_refused(field, value):
+    reader, header = _with_header_field(field, value)
+    with pytest.raises(ProtocolError):
+        reader.line(header)
+
+
+def _with_header_field(field, value) -> tuple[Reader, bytes]:
+    """A reader past a sample run's first line, and that run's result header with `field` set to `value`."""
     lines = lines_of(sample_run())
     header = json.loads(lines[1])
     header["v"][field] = value
     reader = Reader({"/h/a"})
     reader.line(lines[0])
-    with pytest.raises(ProtocolError):
-        reader.line(json.dumps(header).encode())
+    return reader, json.dumps(header).encode()
 
 
 def test_an_oversized_line_is_refused():
@@ -277,10 +283,6 @@ def test_what_crosses_comes_back_as_the_enums_and_text_sent_before_still_reads()
 @pytest.mark.parametrize("field, value", [("action", "shred"), ("status", "maybe"), ("reason", "because"),
                                           ("action", None), ("status", 1)])
 def test_a_header_outside_the_enums_is_refused(field, value):
-    lines = lines_of(sample_run())
-    header = json.loads(lines[1])
-    header["v"][field] = value
-    reader = Reader({"/h/a"})
-    reader.line(lines[0])
+    reader, header = _with_header_field(field, value)
     with pytest.raises(ProtocolError, match=f"a result: {field}: expected one of"):
-        reader.line(json.dumps(header).encode())
+        reader.line(header)

@@ -82,7 +82,7 @@ def test_a_worker_holds_its_skips_as_the_run_that_asked_for_the_tier_does(tmp_pa
 
 
 def test_a_grouped_tests_node_id_is_the_one_the_list_names():
-    """pytest-xdist appends `@group` to the node id of a test it keeps on one worker (tests/parallel.py)."""
+    """Under `--dist loadgroup` (given by hand) pytest-xdist appends `@group` to a grouped test's node id."""
     listed = next(iter(skips.BY_DESIGN))
     assert skips.plain(f"{listed}@tests/compat/test_compat_releases.py") == listed
     assert skips.verdict(f"{listed}@tests/compat/test_compat_releases.py", skips.BY_DESIGN[listed].reason) is None
