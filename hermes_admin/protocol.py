@@ -727,6 +727,7 @@ class ExportRemovedRow(_Row):
 class ReclaimWaitRow(_Row):
     bytes: int | None = _may_be_absent()
     held_by: Scalar = _may_be_absent()
+    rewrite_bytes: int | None = _may_be_absent()  # a store too big to VACUUM unasked: what one would rewrite
     profile: Scalar = _may_be_absent()
 
 

@@ -256,11 +256,16 @@ def space_lines(run, quiet: bool = False) -> list[str]:
                      f"{would}removed")
     for wait in run.data.get("reclaim_waits", []) if not quiet else []:
         name = names.get(wait.get('home'), wait.get('profile'))
+        # the profile named, so that the command pasted compacts this store, not every one in view
+        compact = f"`hermes-admin compact -p {shlex.quote(str(name))}` gives them back on your word"
+        if wait.get("rewrite_bytes") is not None:  # too big to rewrite unasked (space.rewrite_unasked)
+            lines.append(f"{name}: {human_bytes(wait.get('bytes'))} of free pages wait for one VACUUM, which "
+                         f"would rewrite {human_bytes(wait.get('rewrite_bytes'))} (more than a run does unasked); "
+                         f"{compact}, as `--vacuum` or vacuum_after_prune do")
+            continue
         lines.append(f"{name}: {human_bytes(wait.get('bytes'))} of free "
                      f"pages wait for one VACUUM while nobody else holds the store (the store is {wait.get('held_by')}); "
-                     # the profile named, so that the command pasted compacts this store, not every one in view
-                     + (f"`hermes-admin compact -p {shlex.quote(str(name))}` gives them back on your word"
-                        if wait.get("compact") else "every run looks again"))
+                     + (compact if wait.get("compact") else "every run looks again"))
     return lines
 
 

@@ -20,9 +20,10 @@ import os
 from collections import defaultdict
 from pathlib import Path
 
-from hermes_admin.profile.engine import SWITCH_MIN_BYTES, holder_hint
+from hermes_admin.profile.engine import SWITCH_MIN_BYTES, holder_hint, rewrite_unasked
 from hermes_admin.profile.store import Store, page_accounting, pragmas
 from hermes_admin.profile.store.read import message_bytes, sources_by_id
+from hermes_admin.shown import human_bytes
 
 # the shadow tables FTS5 makes for an index: counted as that index
 FTS5_SHADOWS = ("_data", "_idx", "_content", "_docsize", "_config")
@@ -68,7 +69,7 @@ def profile_usage(profile, store: Store, exports: int, held_by: str | None = Non
         "profile": profile.name, "home": str(profile.home), "store": str(store.path),
         "files": files, "total_bytes": sum(files.values()),
         "auto_vacuum": mode, "reclaimable_bytes": free,
-        "reclaim_waits_for": reclaim_waits_for(mode, free, held_by),
+        "reclaim_waits_for": reclaim_waits_for(mode, counted, held_by),
         "store_parts": [{"kind": kind, "name": name, "bytes": size}
                         for (kind, name), size in sorted(parts.items(), key=lambda item: -item[1])],
         "largest_sessions": [{"id": sid, "bytes": size, "source": source}
@@ -77,17 +78,20 @@ def profile_usage(profile, store: Store, exports: int, held_by: str | None = Non
     }
 
 
-def reclaim_state(db) -> tuple[str, int]:
-    """The store's auto-vacuum mode (AUTO_VACUUM) and its free pages, in bytes."""
-    return AUTO_VACUUM.get(pragmas.auto_vacuum(db), "unknown"), page_accounting.free_bytes(db)
+def reclaim_state(db) -> tuple[str, page_accounting.Pages]:
+    """The store's auto-vacuum mode (AUTO_VACUUM) and its pages (`free_bytes`: the free ones)."""
+    return AUTO_VACUUM.get(pragmas.auto_vacuum(db), "unknown"), page_accounting.pages(db)
 
 
-def reclaim_waits_for(mode: str, free: int, held_by: str | None) -> str | None:
+def reclaim_waits_for(mode: str, counted: page_accounting.Pages, held_by: str | None) -> str | None:
     """What a store's free pages wait for before they go back to the file system; None: nothing
     (fewer than a run would VACUUM for, or the store is in incremental auto-vacuum, which every run
     that purges steps through)."""
-    if free < SWITCH_MIN_BYTES or mode == "incremental":
+    if counted.free_bytes < SWITCH_MIN_BYTES or mode == "incremental":
         return None
+    if not rewrite_unasked(counted.used_bytes):
+        return (f"one VACUUM on your word (`compact`, `--vacuum`, vacuum_after_prune): it would rewrite "
+                f"{human_bytes(counted.used_bytes)}, more than a run does unasked")
     return ("one VACUUM while nobody else holds the store (it also switches the store to incremental "
             "reclaim, unless incremental_vacuum: false)" + (f"; now the store is {held_by}{holder_hint(held_by)}" if held_by else ""))
 

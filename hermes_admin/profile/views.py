@@ -48,8 +48,9 @@ def profile_summary(profile: Profile, policy: dict | None = None, lock_wait_s: f
                 sessions=counts.sessions, messages=counts.messages, archived=counts.archived,
                 live=counts.live, empty=counts.empty, last_activity=iso(counts.last_activity),
             )
-            mode, free = reclaim_state(store.db)
-            row.update(auto_vacuum=mode, reclaimable_bytes=free, reclaim_waits_for=reclaim_waits_for(mode, free, None))
+            mode, counted = reclaim_state(store.db)
+            row.update(auto_vacuum=mode, reclaimable_bytes=counted.free_bytes,
+                       reclaim_waits_for=reclaim_waits_for(mode, counted, None))
             if policy is not None:
                 row["stale_open"] = _stale_open(store, policy)
     except StoreError as exc:

@@ -170,3 +170,50 @@ def test_the_daemons_journal_says_what_free_pages_wait_for():
     (line,) = [ln for ln in report.summary_lines(run, only_changes=True) if "VACUUM" in ln]
     assert line.startswith("work: 64.0 KiB of free pages wait for one VACUUM")
     assert "`hermes-admin compact -p work`" in line
+
+
+def test_a_store_too_big_to_rewrite_unasked_waits_for_the_operators_word(tmp_path, now, invoke, monkeypatch):
+    """Unasked, a run VACUUMs (to switch a store to incremental reclaim) only a store short to
+    rewrite; a bigger one (here: any) keeps its free pages until `--vacuum` or `compact`, and the
+    dry run, the run, its report and `usage` say so and what the VACUUM would rewrite."""
+    from hermes_admin.profile.engine import space
+
+    monkeypatch.setattr(space, "UNASKED_REWRITE_MAX_BYTES", 0)
+    root = tmp_path / "h"
+    db = vacuum_worthy_store(root / "state.db", now, sessions=1200)
+    dry = json.loads(invoke("--root", str(root), "purge", "--dry-run", "--json").stdout)["results"][0]
+    assert dry["vacuumed"] is False and dry["rows"] > 0
+    done = json.loads(invoke("--root", str(root), "purge", "--json").stdout)
+    result, (wait,) = done["results"][0], done["reclaim_waits"]
+    assert result["rows"] > 0 and result["vacuumed"] is False and pragma(db, "auto_vacuum") == 0
+    assert any(n.startswith("no VACUUM: ") and "on your word" in n for n in result["notes"])
+    used = (pragma(db, "page_count") - pragma(db, "freelist_count")) * pragma(db, "page_size")
+    assert wait["rewrite_bytes"] == used and wait["bytes"] >= 4 << 20 and "held_by" not in wait
+    human = invoke("--root", str(root), "purge")  # nothing left to purge: the wait is said again
+    assert human.exit_code == 0 and "of free pages wait for one VACUUM, which would rewrite" in human.stdout
+    assert "`hermes-admin compact -p " in human.stdout and pragma(db, "auto_vacuum") == 0
+    usage = json.loads(invoke("--root", str(root), "usage", "--json").stdout)["profiles"][0]
+    assert usage["reclaim_waits_for"].startswith("one VACUUM on your word")
+    asked = json.loads(invoke("--root", str(root), "purge", "--vacuum", "--json").stdout)
+    assert asked["results"][0]["vacuumed"] is True and not asked["reclaim_waits"]
+    assert pragma(db, "auto_vacuum") == 2 and pragma(db, "journal_mode") == "wal"
+
+
+def test_what_a_run_rewrites_unasked():
+    from hermes_admin.profile.engine.space import UNASKED_REWRITE_MAX_BYTES, rewrite_unasked
+
+    for used, fits in ((0, True), (4 << 20, True), (UNASKED_REWRITE_MAX_BYTES, True),
+                       (UNASKED_REWRITE_MAX_BYTES + 1, False), (1 << 30, False)):
+        assert rewrite_unasked(used) is fits, used
+
+
+def test_the_report_says_a_store_waits_for_the_operators_word():
+    from hermes_admin import report
+    from hermes_admin.results import Result, Run
+
+    run = Run(dry_run=False, results=[Result("work", "delete", "prune", False, task="purge", home="/h/work")])
+    run.data["reclaim_waits"] = [{"home": "/h/work", "profile": "work", "bytes": 8 << 20,
+                                  "rewrite_bytes": 900 << 20, "compact": True}]
+    (line,) = [ln for ln in report.summary_lines(run, only_changes=True) if "VACUUM" in ln]
+    assert line.startswith("work: 8.0 MiB of free pages wait for one VACUUM, which would rewrite 900.0 MiB")
+    assert "`hermes-admin compact -p work`" in line and "held" not in line

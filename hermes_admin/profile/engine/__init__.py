@@ -13,10 +13,10 @@ from hermes_admin.profile.engine.export_ahead import STOPPED
 from hermes_admin.profile.engine.noticed import last_look_ids
 from hermes_admin.profile.engine.outbox import has_work, noticed as noticed_sessions
 from hermes_admin.profile.engine.restore import row_weight
-from hermes_admin.profile.engine.space import SWITCH_MIN_BYTES, held_by, held_by_path, hint as holder_hint
+from hermes_admin.profile.engine.space import SWITCH_MIN_BYTES, held_by, rewrite_unasked, held_by_path, hint as holder_hint
 
 __all__ = [
     "Engine", "Opened", "Closed", "Interrupted", "fold", "Progress", "Recheck", "STOPPED", "FTS_TABLES",
     "last_look_ids", "noticed_sessions", "has_work",
-    "row_weight", "SWITCH_MIN_BYTES", "held_by", "held_by_path", "holder_hint",
+    "row_weight", "SWITCH_MIN_BYTES", "rewrite_unasked", "held_by", "held_by_path", "holder_hint",
 ]

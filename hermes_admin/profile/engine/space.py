@@ -6,8 +6,10 @@ A store not yet in incremental auto-vacuum gives nothing back until one VACUUM, 
 while nobody else holds it (a gateway may hold it for weeks). So every run that purges looks for
 that moment, whatever it purged (`switch_pending`): the holders are looked at once (for up to
 FREE_MOMENT_S when a VACUUM was asked for), the VACUUM runs as soon as nobody holds the store, and otherwise what waits and for
-whom is said (`waits`: the run report's `reclaim_waits`, and `usage`). The journal mode and the
-application id are never changed; Hermes' maintenance lock is held for the whole run (engine.py).
+whom is said (`waits`: the run report's `reclaim_waits`, and `usage`). Unasked, only a store small
+enough to rewrite in about a second (`rewrite_unasked`); a bigger one waits for the operator's word.
+The journal mode and the application id are never changed; Hermes' maintenance lock is held for
+the whole run (engine.py).
 """
 
 from __future__ import annotations
@@ -34,8 +36,21 @@ RECLAIM_FIRST_PAGES = 256  # the first incremental-vacuum step; later ones sized
 CHECKPOINT_SETTLE_S = 1.0  # how long a reclaim tries for the checkpoint that shrinks the file
 CUT_TRIES = 4  # pages kept for the last steps, each a try at cutting the WAL back (a Hermes commit may win)
 SWITCH_MIN_BYTES = 4 << 20  # free pages worth the one VACUUM that switches a store to incremental reclaim
+# The most a VACUUM nobody asked for may rewrite (the pages in use: what it copies). A VACUUM holds
+# the write lock from its start to its end, so a Hermes that starts meanwhile waits for all of it
+# (its activity heartbeats give up after 0.5 s, its appends after 16-20 s), and it needs as much
+# free disk again as it rewrites. 64 MiB takes about a second on a small machine (BENCHMARKS.md);
+# a 1 GB store's first purge took half as long again for it. A bigger store switches on the
+# operator's word: `--vacuum`, `vacuum_after_prune`, `compact`.
+UNASKED_REWRITE_MAX_BYTES = 64 << 20
 FREE_MOMENT_S = 2.0  # how long a run asked to VACUUM looks for a moment nobody else holds the store
 FREE_MOMENT_POLL_S = 0.5  # between two looks (each a bounded /proc scan: holders.py)
+
+
+def rewrite_unasked(used_bytes: int) -> bool:
+    """May a run VACUUM a store whose pages in use are `used_bytes` without being asked (to switch it
+    to incremental reclaim)? Only one short to rewrite (UNASKED_REWRITE_MAX_BYTES)."""
+    return used_bytes <= UNASKED_REWRITE_MAX_BYTES
 
 
 def held_by(store: Store, lock_free: Callable[[], bool | None] | None = None) -> str | None:
@@ -142,6 +157,17 @@ class Space:
         free = page_accounting.free_bytes(db)
         return free if free >= SWITCH_MIN_BYTES else 0
 
+    def _too_big_unasked(self, counted: page_accounting.Pages, asked: bool, notes: list[str]) -> bool:
+        """Whether an unasked switch leaves this store for the operator's word (`rewrite_unasked`):
+        said in `notes`, and in `waits` (a dry run too: what the run would leave)."""
+        if asked or rewrite_unasked(counted.used_bytes):
+            return False
+        notes.append(f"no VACUUM: {human_bytes(counted.free_bytes)} of free pages wait for one on your word "
+                     f"(`--vacuum`, vacuum_after_prune, `compact`): it would rewrite {human_bytes(counted.used_bytes)}, "
+                     f"more than a run does unasked ({human_bytes(UNASKED_REWRITE_MAX_BYTES)})")
+        self.waits.append({"bytes": counted.free_bytes, "rewrite_bytes": counted.used_bytes, "compact": True})
+        return True
+
     def _free_moment(self, patience: float) -> str | None:
         """None as soon as nobody else holds the store, looking for up to `patience` seconds; else
         who held it at the last look."""
@@ -222,17 +248,19 @@ class Space:
         """VACUUM after a purge: over 25 % free pages, and only while nobody else holds the store.
         Unless the policy says not to (`incremental_vacuum: false`), the same VACUUM switches the store
         to incremental auto-vacuum, so that later purges give space back while Hermes runs (reclaim).
-        Not `asked` (no --vacuum, nothing purged): only that switch, when it is pending. Returns
-        whether it ran, and what it says of it."""
+        Not `asked` (no --vacuum, nothing purged): only that switch, when it is pending, of a store
+        short to rewrite (`rewrite_unasked`). Returns whether it ran, and what it says of it."""
         notes: list[str] = []
         pending = self._pending_bytes() if self.dry_run else 0
-        if pending:  # what the run will try, said by the dry run
+        if pending and not self._too_big_unasked(page_accounting.pages(self.store.db), asked, notes):
             notes.append(f"would VACUUM once nobody else holds the store ({human_bytes(pending)} "
-                                "of free pages; it switches the store to incremental reclaim)")
+                                "of free pages; it switches the store to incremental reclaim)")  # what the run will try
         if self.dry_run or not (asked or self.switch_pending()):
             return False, notes
         db = self.store.db
         counted = page_accounting.pages(db)
+        if self._too_big_unasked(counted, asked, notes):
+            return False, notes
         pages, free = counted.count, counted.free
         switching = self.incremental and pragmas.auto_vacuum(db) != INCREMENTAL
         if not pages or (free / pages <= VACUUM_FREE_RATIO and not switching):
