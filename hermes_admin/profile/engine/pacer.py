@@ -37,7 +37,7 @@ SPLIT_AT_S = 0.050
 SPLIT_MARGIN_S = 0.010  # (see SPLIT_AT_S) 30 ms while another writer is about: under its 33 ms poll
 RATE_WINDOW = 15  # transactions whose median rate is the estimate: one slow FTS5 merge never rules it
 MERGE_STEPS = 64  # FTS5 merge transactions at most between two deletes: the deletes keep going
-MERGE_STEPS_AT_END = 400  # and after the last one: what automerge would have left, no more
+MERGE_STEPS_AT_END = 400  # and after the last one, while the merging budget lasts (fts_merges.Budget)
 
 Follow = Callable[[Any], "tuple[bool, Any]"]  # the value work returned -> (it wrote, its after-commit work)
 
@@ -155,8 +155,8 @@ class Pacer:
     def merge_owed(self, result: Result, steps: int = MERGE_STEPS) -> None:
         """FTS5 merging the deletes left (fts_merges.py), in short transactions paced like the deletes.
 
-        A merge under way is finished before the deletes go on, up to `steps` (Hermes' own writes
-        would otherwise take it up, inside their appends). A stop request ends it at once, and a
+        A merge under way goes on before the deletes do, up to `steps` and as far as the index's
+        budget (what automerge would have merged for our writes) allows. A stop request ends it at once, and a
         merge that fails ends our merging of that index for the run (one note; the deletes go on
         with FTS5's own merging there): what is left, Hermes' writes merge as they always have.
         """
