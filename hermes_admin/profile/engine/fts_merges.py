@@ -36,7 +36,10 @@ from hermes_admin.profile.store import fts_index
 
 DEFAULT_AUTOMERGE = 4  # FTS5's own default; 1 means the default too
 FIRST_S_PER_PAGE = 0.0003  # merge work before the first measurement: above what a page usually takes
-MIN_PAGES, MAX_PAGES = 8, 400  # a step worth its turn, and one that never outgrows a transaction
+# A step worth its turn, and one that never outgrows a transaction: steps are sized by the time a
+# page took (`pages`), so the cap binds only on fast levels. At 400, idle steps (40 ms aimed at)
+# ran ~19 ms on a real store's purge; 1600 took its transactions from ~600 to ~500 (BENCHMARKS.md).
+MIN_PAGES, MAX_PAGES = 8, 1600
 # A merge this small (in leaf pages) is left to FTS5's automerge, in Hermes' own appends: it merges
 # 64 pages a level for every 64 leaves written, so this is less than one of its work units. Most
 # of them are the 1-page segments of Hermes' own appends; merging those in transactions of ours
