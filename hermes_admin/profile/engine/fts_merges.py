@@ -171,13 +171,19 @@ class FtsMerges:
         self.tables = [t for t in tables if self._may_restore(t)]
         self._rates: dict[tuple[str, int], list[float]] = {}  # seconds a page, by index and level
         self._thresholds: dict[str, tuple[float, int]] = {}  # (when read, what) by index
-        self.budgets = {table: Budget(self._structure(db, table)) for table in self.tables}
+        # By index, from the first write of ours that touches it (quiet) or the first look (owed):
+        # not at open, where a damaged index is for the run's check to find and name, not for us.
+        self.budgets: dict[str, Budget] = {}
 
     def add(self, table: str) -> None:
         """One more index (Hermes' CJK one, once its tokenizer is loaded)."""
         if table not in self.tables and self._may_restore(table):
             self.tables.append(table)
-            self.budgets[table] = Budget(self._structure(self.db, table))
+
+    def _budget(self, db, table: str, parsed=None) -> "Budget":
+        if table not in self.budgets:
+            self.budgets[table] = Budget(parsed if parsed is not None else self._structure(db, table))
+        return self.budgets[table]
 
     @staticmethod
     def _structure(db, table: str) -> list[tuple[int, list[tuple[int, int]]]] | None:
@@ -210,6 +216,7 @@ class FtsMerges:
         def quieted(db):
             quieted_tables = []
             for table in self.tables:
+                self._budget(db, table)  # the index before this write, so that what it writes is earned
                 present, value = self._stored(db, table, "automerge", AUTOMERGE_RANGE)
                 if present and value is None:
                     continue
@@ -261,7 +268,7 @@ class FtsMerges:
             parsed = self._structure(self.db, table)
             if parsed is None:
                 continue
-            budget = self.budgets[table]
+            budget = self._budget(self.db, table, parsed)
             budget.look(parsed)
             found = [(merging, len(level), sum(pages for _, pages in level)) for merging, level in parsed]
             if budget.pages < MIN_PAGES or not any(_left_work(found, level, threshold) > SMALL_PAGES
@@ -285,7 +292,7 @@ class FtsMerges:
         else:
             rate = max((max(r) for r in self._rates.values() if r), default=FIRST_S_PER_PAGE)
         fits = int(target_s / max(rate, 1e-9))
-        return max(MIN_PAGES, min(MAX_PAGES, fits, self.budgets[owed[0]].pages))
+        return max(MIN_PAGES, min(MAX_PAGES, fits, self._budget(self.db, owed[0]).pages))
 
     def merge(self, db, table: str, pages: int) -> int:
         """One step (inside a write transaction) of about `pages` pages; how many rows it wrote.
@@ -295,7 +302,7 @@ class FtsMerges:
         paid from the index's budget, and its output is no new leaves (the structure is read
         again inside the same transaction)."""
         written = fts_index.merge(db, table, pages)
-        self.budgets[table].spent(pages, self._structure(db, table))
+        self._budget(db, table).spent(pages, self._structure(db, table))
         return written
 
     def measured(self, owed: tuple[str, int], pages: int, written: int, held_s: float) -> None:
