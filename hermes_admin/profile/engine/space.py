@@ -39,9 +39,9 @@ SWITCH_MIN_BYTES = 4 << 20  # free pages worth the one VACUUM that switches a st
 # The most a VACUUM nobody asked for may rewrite (the pages in use: what it copies). A VACUUM holds
 # the write lock from its start to its end, so a Hermes that starts meanwhile waits for all of it
 # (its activity heartbeats give up after 0.5 s, its appends after 16-20 s), and it needs as much
-# free disk again as it rewrites. 64 MiB takes about a second on a small machine (BENCHMARKS.md);
-# a 1 GB store's first purge took half as long again for it. A bigger store switches on the
-# operator's word: `--vacuum`, `vacuum_after_prune`, `compact`.
+# free disk again as it rewrites. 54 MB took 0.37 s on a small 2-core machine, and the ~800 MB
+# left of a 1.3 GB store 11-13 s, half as long again as the purge before it (BENCHMARKS.md). A
+# bigger store switches on the operator's word: `--vacuum`, `vacuum_after_prune`, `compact`.
 UNASKED_REWRITE_MAX_BYTES = 64 << 20
 FREE_MOMENT_S = 2.0  # how long a run asked to VACUUM looks for a moment nobody else holds the store
 FREE_MOMENT_POLL_S = 0.5  # between two looks (each a bounded /proc scan: holders.py)
