@@ -384,3 +384,20 @@ def test_a_big_merge_made_due_before_the_run_is_left_under_way_as_automerge_leav
     assert all(any((merging or segments >= 4) and pages > big for merging, segments, pages in found)
                for found in left.values()), left  # still owed: for the next writers' automerge
     assert fts_problems(root / "state.db") == []
+
+
+@pytest.mark.parametrize("target_s, rate, budget, pages", [
+    (0.020, 1e-6, 10_000, 400),  # a fast level under a writer: the cap, 400 pages in its 20 ms
+    (0.040, 1e-6, 10_000, 800),  # idle: twice as long, twice as many
+    (0.020, 1e-4, 10_000, 200),  # a slow level: what fits in the time aimed at
+    (0.040, 1e-6, 100, 100),  # what is left of the budget
+    (0.020, 1.0, 10_000, fts_merges_module.MIN_PAGES),  # never less than a step worth its turn
+])
+def test_a_merge_step_is_sized_by_the_time_aimed_at_its_cap_and_the_budget(target_s, rate, budget, pages):
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    conn.execute("CREATE VIRTUAL TABLE t USING fts5(x)")
+    merges = FtsMerges(_Db(conn), ["t"])
+    merges._budget(merges.db, "t").pages = budget
+    merges.measured(("t", 0), 100, 100, 100 * rate)
+    assert merges.pages(target_s, ("t", 0)) == pages
+    conn.close()

@@ -36,10 +36,13 @@ from hermes_admin.profile.store import fts_index
 
 DEFAULT_AUTOMERGE = 4  # FTS5's own default; 1 means the default too
 FIRST_S_PER_PAGE = 0.0003  # merge work before the first measurement: above what a page usually takes
-# A step worth its turn, and one that never outgrows a transaction: steps are sized by the time a
-# page took (`pages`), so the cap binds only on fast levels. At 400, idle steps (40 ms aimed at)
-# ran ~19 ms on a real store's purge; 1600 took its transactions from ~600 to ~500 (BENCHMARKS.md).
-MIN_PAGES, MAX_PAGES = 8, 1600
+MIN_PAGES = 8  # a step worth its turn
+# and one that never outgrows a transaction: at most this many pages a second aimed at (400 in a
+# writer's 20 ms, 800 in an idle 40 ms). Steps are sized by the time a page took (`pages`), so
+# the cap binds on fast levels only, where a long doclist can still make one step run 4-5 times
+# its estimate: a cap of 1600 pages whatever the aim let one such step hold the lock 98 ms under
+# a writer; 400 kept idle steps at half their 40 ms (BENCHMARKS.md).
+MAX_PAGES_PER_S = 20_000
 # A merge this small (in leaf pages) is left to FTS5's automerge, in Hermes' own appends: it merges
 # 64 pages a level for every 64 leaves written, so this is less than one of its work units. Most
 # of them are the 1-page segments of Hermes' own appends; merging those in transactions of ours
@@ -292,7 +295,8 @@ class FtsMerges:
         else:
             rate = max((max(r) for r in self._rates.values() if r), default=FIRST_S_PER_PAGE)
         fits = int(target_s / max(rate, 1e-9))
-        return max(MIN_PAGES, min(MAX_PAGES, fits, self._budget(self.db, owed[0]).pages))
+        cap = int(MAX_PAGES_PER_S * target_s)
+        return max(MIN_PAGES, min(cap, fits, self._budget(self.db, owed[0]).pages))
 
     def merge(self, db, table: str, pages: int) -> int:
         """One step (inside a write transaction) of about `pages` pages; how many rows it wrote.
