@@ -57,7 +57,14 @@ _ID_IN_NAME = re.compile(r"-([0-9a-f]{8})" + re.escape(SUFFIX) + "$")  # older n
 _OLDER_ID = re.compile(r"-([0-9a-f]{8}-\d+(?:-\d+)?)" + re.escape(SUFFIX) + "$")  # <home tag>-<pid>[-n]
 MANIFEST = ".json"  # beside each export: its members and units, so a restore reads only what it needs
 DEFAULT_KEEP_DAYS = 7.0  # a week to notice a delete that should not have been
-LEVEL = 1  # zlib's fastest: text compresses ~4x even so, at a fraction of the time of level 6
+LEVEL = 1  # the fastest but one: text compresses ~3-4x even so, at a fraction of the time of level 6
+try:  # Intel's ISA-L deflate (python-isal): the same gzip members, compressed in a third of zlib's time
+    # at the same ratio and read back in a third; on a real store's purge the export of its files
+    # was most of the CPU the purge spent beside the deletes (BENCHMARKS.md).
+    from isal import isal_zlib as deflate
+except ImportError:  # no wheel of it for this machine: the standard library's zlib, the same format
+    deflate = zlib
+DEFLATE_ERRORS = (zlib.error, getattr(deflate, "error", zlib.error))
 READ_CHUNK = 1 << 20  # compressed bytes read at a time: memory stays flat whatever the member
 MAX_MANIFEST = 256 << 20  # ~3 M units
 MAX_VALUE = 64 << 20  # a single JSON value read back: Hermes caps a message's content far below
@@ -238,7 +245,7 @@ class ExportFile:
             raise ExportError(errno.EIO, self._broken, str(self.path) + MANIFEST)
         if self.path is None:
             self._create()
-        digest, compressor = hashlib.sha256(), zlib.compressobj(LEVEL, zlib.DEFLATED, 31)
+        digest, compressor = hashlib.sha256(), deflate.compressobj(LEVEL, zlib.DEFLATED, 31)
         size = [0]
         offset = os.lseek(self._fd, 0, os.SEEK_END)
         try:
@@ -372,10 +379,11 @@ def _snapshot(db):
 # -- reading -------------------------------------------------------------------
 
 
-def _member_text(path, offset: int, length: int) -> Iterator[bytes]:
+def _member_text(path, offset: int, length: int, codec=zlib) -> Iterator[bytes]:
     """The uncompressed bytes of one member, a piece at a time (never more than READ_CHUNK at once,
-    whatever the compressed bytes expand to). `path`: a file name, or a descriptor of it."""
-    inflater = zlib.decompressobj(31)
+    whatever the compressed bytes expand to). `path`: a file name, or a descriptor of it; `codec`:
+    the inflater's module (zlib's errors for every reader; `deflate` for the write's own check)."""
+    inflater = codec.decompressobj(31)
     opened = os.fdopen(os.dup(path) if isinstance(path, int) else _plain_fd(path), "rb")
     with opened as source:
         source.seek(offset)
@@ -405,10 +413,10 @@ def _plain_fd(path) -> int:
 def verify_member(path, offset: int, length: int) -> tuple[str, int]:
     digest, size = hashlib.sha256(), 0
     try:
-        for data in _member_text(path, offset, length):
+        for data in _member_text(path, offset, length, deflate):
             digest.update(data)
             size += len(data)
-    except zlib.error as exc:
+    except DEFLATE_ERRORS as exc:
         raise ExportError(errno.EIO, f"the export does not decompress ({exc})", str(path)) from None
     return digest.hexdigest(), size
 
