@@ -108,7 +108,11 @@ def one(checkout: Path, source: Path, args) -> dict:
             return done
         return {**done, "worst_ms": w["max_wait_ms"] or 0.0, "p99_ms": w["p99_wait_ms"] or 0.0,
                 "failures": w["failures"], "appends": w["appends"],
-                "own_optimize_ms": [round(x) for x in w.get("own_maintenance_ms", [])]}
+                "own_optimize_ms": [round(x) for x in w.get("own_maintenance_ms", [])],
+                # where the worst wait was met, to read beside our longest transaction: at COMMIT (a
+                # rollback journal's commit waits for every reader), and the slowest appends
+                # (whole ms, ms waited, Hermes' write count)
+                "commit_wait_ms": w.get("max_commit_wait_ms"), "slowest": w.get("slowest", [])[:3]}
 
 
 def floor(source: Path, transactions: int, journal: str | None, apsw: bool) -> dict:
