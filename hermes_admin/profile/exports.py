@@ -57,7 +57,7 @@ _ID_IN_NAME = re.compile(r"-([0-9a-f]{8})" + re.escape(SUFFIX) + "$")  # older n
 _OLDER_ID = re.compile(r"-([0-9a-f]{8}-\d+(?:-\d+)?)" + re.escape(SUFFIX) + "$")  # <home tag>-<pid>[-n]
 MANIFEST = ".json"  # beside each export: its members and units, so a restore reads only what it needs
 DEFAULT_KEEP_DAYS = 7.0  # a week to notice a delete that should not have been
-LEVEL = 1  # the fastest but one: text compresses ~3-4x even so, at a fraction of the time of level 6
+LEVEL = 1  # the fastest that compresses: text shrinks ~3-4x even so, at a fraction of level 6's time
 try:  # Intel's ISA-L deflate (python-isal): the same gzip members, compressed in a third of zlib's time
     # at the same ratio and read back in a third; on a real store's purge the export of its files
     # was most of the CPU the purge spent beside the deletes (BENCHMARKS.md).

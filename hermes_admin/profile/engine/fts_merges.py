@@ -73,11 +73,6 @@ def levels(record: bytes) -> list[tuple[int, int, int]]:
     return [(merging, len(found), sum(pages for _, pages in found)) for merging, found in _parsed(record)]
 
 
-def segments(record: bytes) -> dict[int, int]:
-    """The leaf pages of each segment of an FTS5 structure record, by segment id."""
-    return {segid: pages for _, found in _parsed(record) for segid, pages in found}
-
-
 def _parsed(record: bytes) -> list[tuple[int, list[tuple[int, int]]]]:
     """(segments being merged, [(segment id, leaf pages)]) for each level of a structure record."""
     at = 4  # the configuration cookie
@@ -133,13 +128,11 @@ def _left_work(found: list[tuple[int, int, int]], level: int, threshold: int) ->
     return pages
 
 
-WORK_UNIT = 64  # FTS5's: automerge merges this many pages a level for each this many leaves written
-
-
 class Budget:
     """The merging automerge would have done for the leaves written since the run began (FTS5's
-    measure: WORK_UNIT pages a level for every WORK_UNIT leaf pages written), less what our merge
-    steps did. Leaves are seen as segments that were not there at the last look."""
+    measure: its work unit, 64 pages a level, for every 64 leaf pages written: the leaves times the
+    levels), less what our merge steps did. Leaves are seen as segments that were not there at the
+    last look."""
 
     def __init__(self, parsed: list[tuple[int, list[tuple[int, int]]]] | None):
         self.pages = 0  # earned and not yet spent
