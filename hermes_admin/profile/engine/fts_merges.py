@@ -70,7 +70,12 @@ def _varint(data: bytes, at: int) -> tuple[int, int]:
 
 def levels(record: bytes) -> list[tuple[int, int, int]]:
     """(segments being merged, segments, their leaf pages) for each level of an FTS5 structure record."""
-    return [(merging, len(found), sum(pages for _, pages in found)) for merging, found in _parsed(record)]
+    return _summed(_parsed(record))
+
+
+def _summed(parsed: list[tuple[int, list[tuple[int, int]]]]) -> list[tuple[int, int, int]]:
+    """`_parsed`'s levels as `levels` gives them: the segments counted, their pages added up."""
+    return [(merging, len(found), sum(pages for _, pages in found)) for merging, found in parsed]
 
 
 def _parsed(record: bytes) -> list[tuple[int, list[tuple[int, int]]]]:
@@ -266,7 +271,7 @@ class FtsMerges:
                 continue
             budget = self._budget(self.db, table, parsed)
             budget.look(parsed)
-            found = [(merging, len(level), sum(pages for _, pages in level)) for merging, level in parsed]
+            found = _summed(parsed)
             if budget.pages < MIN_PAGES or not any(_left_work(found, level, threshold) > SMALL_PAGES
                                                    for level in range(len(found))):
                 continue
