@@ -87,7 +87,7 @@ class SleepClock:
         return sum(self.sleeps)
 
 
-def engine_steps(monkeypatch, weight: int, tick: float = 0.05) -> None:
+def engine_steps(monkeypatch, weight: int, tick: float = 0.1) -> None:
     """Every engine transaction after the first carries at most `weight` (and at least one row),
     whatever this machine's speed or load: the engine's pacing reads a clock on which each
     transaction holds the lock one tick, longer than the pacer ever aims at, so it gives the next
@@ -95,9 +95,18 @@ def engine_steps(monkeypatch, weight: int, tick: float = 0.05) -> None:
     from hermes_admin.profile.engine import engine, pacer
     from hermes_admin.profile.engine.turns import Turns
 
-    assert tick > max(pacer.TARGET_HOLD_S, pacer.IDLE_HOLD_S)
+    assert tick > max(pacer.TARGET_HOLD_S, pacer.IDLE_HOLD_S, pacer.ALONE_HOLD_S)
     monkeypatch.setattr(pacer, "MIN_WEIGHT", weight)
     monkeypatch.setattr(engine, "Turns", functools.partial(Turns, clock=Ticks(tick)))
+
+
+def someone_about(monkeypatch) -> None:
+    """The engine paces as beside a Hermes that holds the store open (its careful transactions,
+    FTS5 merging in steps of its own), as a home's owner's gateway would: the tests of that pacing
+    run on stores nobody else holds."""
+    from hermes_admin.profile.engine import engine
+
+    monkeypatch.setattr(engine, "held_by_its_owner", lambda store: True)
 
 
 TEST_PLUGINS = Path(__file__).parent / "plugins"

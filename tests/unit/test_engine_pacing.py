@@ -201,6 +201,31 @@ def test_turns_wait_for_an_active_writer_and_end_when_it_has_written(tmp_path):
     db.close()
 
 
+@pytest.mark.parametrize("holder, writer, alone", [
+    ([False, False, False], False, [True, True, True]),  # nobody: alone throughout
+    ([False, True, False], False, [True, False, False]),  # a holder once: never alone again
+    ([False, False, False], True, [True, False, False]),  # a commit once (a Hermes we cannot look into)
+])
+def test_alone_is_nobody_else_seen_since_we_began_and_ends_for_the_run(tmp_path, holder, writer, alone):
+    path = tmp_path / "s.db"
+    db = wal_store(path)
+    clock = SleepClock()
+    held = iter(holder)
+    turns = Turns(db, clock=clock, sleep=clock.sleep, held=lambda: next(held))
+    seen = []
+    for n in range(3):
+        turns._held_at = float("-inf")  # the holders looked at again at once
+        if writer and n == 1:
+            other = sqlite3.connect(path, isolation_level=None)
+            other.execute("INSERT INTO t VALUES (1)")
+            other.close()
+            turns.after_commit(clock(), held_s=0.001)  # sees the version move
+        seen.append(turns.alone)
+        clock.sleep(2 * 1.0)  # past ACTIVE_S: nobody is writing now
+    assert seen == alone
+    db.close()
+
+
 def test_merge_steps_follow_one_another_and_the_turn_comes_after_them(tmp_path):
     now = [100.0]
     sleeps = []

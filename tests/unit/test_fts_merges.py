@@ -17,7 +17,7 @@ from hermes_admin.profile.engine.fts_merges import STRUCTURE_V2, Budget, FtsMerg
 from hermes_admin.profile.engine.turns import Turns
 from hermes_admin.synth.builder import SynthStore
 from tests.conftest import fts_problems
-from tests.helpers import engine_steps
+from tests.helpers import engine_steps, someone_about
 
 DAY = 86400.0
 TABLES = ("messages_fts", "messages_fts_trigram")
@@ -152,6 +152,7 @@ def many(tmp_path, now):
 
 
 def test_deletes_never_commit_other_fts_settings_and_leave_the_index_merged(many, invoke, monkeypatch):
+    someone_about(monkeypatch)  # a Hermes holds the store open: merging in steps of ours
     monkeypatch.setattr(fts_merges_module, "SMALL_PAGES", 0)  # a small store: every merge is ours here
     engine_steps(monkeypatch, STEP_WEIGHT)  # many short transactions
     db = many / "state.db"
@@ -188,7 +189,36 @@ def test_deletes_never_commit_other_fts_settings_and_leave_the_index_merged(many
     assert fts_problems(db) == []
 
 
+def test_with_nobody_else_about_fts5_merges_inside_the_deletes(many, invoke, monkeypatch):
+    """Nobody else holds or writes the store: FTS5's own automerge runs inside our deletes, as in
+    Hermes' own writes; no merge step of ours, no setting changed, the index whole and merged."""
+    engine_steps(monkeypatch, STEP_WEIGHT)  # many short transactions
+    db = many / "state.db"
+    stored = settings(db)
+    seen, steps = [], []
+    original_turn = Turns.after_commit
+
+    def after_each_commit(self, committed_at, held_s):
+        seen.append(settings(db))
+        return original_turn(self, committed_at, held_s)
+
+    monkeypatch.setattr(Turns, "after_commit", after_each_commit)
+    monkeypatch.setattr(FtsMerges, "merge", lambda self, *args: steps.append(args))
+    monkeypatch.setattr(FtsMerges, "quiet", lambda self, work: pytest.fail("automerge turned off while alone"))
+    result = invoke("--root", str(many), "purge", "--older-than", "90", "--yes", "--json")
+    assert result.exit_code == 0, result.stderr
+    (res,) = json.loads(result.stdout)["results"]
+    assert len(res["done"]) == 150 and res["transactions"] > 20
+    assert steps == [] and seen and all(s == stored for s in seen)
+    conn = sqlite3.connect(db)
+    for table in TABLES:  # merged as FTS5 merges: never a level at its crisis (16 segments)
+        assert all(segments < 16 for _, segments, _ in structure(conn, table)), table
+    conn.close()
+    assert fts_problems(db) == []
+
+
 def test_small_merges_are_left_to_fts5s_own_automerge(many, invoke, monkeypatch, tmp_path):
+    someone_about(monkeypatch)  # a Hermes holds the store open: merging in steps of ours
     engine_steps(monkeypatch, STEP_WEIGHT)  # many short transactions
     calls = []
     original = FtsMerges.merge
@@ -215,6 +245,7 @@ def test_small_merges_are_left_to_fts5s_own_automerge(many, invoke, monkeypatch,
 
 
 def test_a_store_that_asks_for_no_merging_gets_none(many, invoke, monkeypatch):
+    someone_about(monkeypatch)  # a Hermes holds the store open: merging in steps of ours
     conn = sqlite3.connect(many / "state.db")
     for table in TABLES:
         conn.execute(f"INSERT INTO {table}({table}, rank) VALUES ('automerge', 0)")
@@ -232,6 +263,7 @@ def test_a_store_that_asks_for_no_merging_gets_none(many, invoke, monkeypatch):
 
 @pytest.mark.parametrize("odd", [2.5, "4", 100])
 def test_a_stored_automerge_fts5_would_not_write_is_left_as_it_is(many, invoke, monkeypatch, odd):
+    someone_about(monkeypatch)  # a Hermes holds the store open: merging in steps of ours
     conn = sqlite3.connect(many / "state.db")
     conn.execute("INSERT OR REPLACE INTO messages_fts_config(k, v) VALUES ('automerge', ?)", (odd,))
     conn.commit()
@@ -246,6 +278,7 @@ def test_a_stored_automerge_fts5_would_not_write_is_left_as_it_is(many, invoke, 
 
 
 def test_a_merge_that_fails_is_one_note_an_index_and_the_deletes_files_and_events_go_on(many, invoke, monkeypatch):
+    someone_about(monkeypatch)  # a Hermes holds the store open: merging in steps of ours
     engine_steps(monkeypatch, STEP_WEIGHT)  # many short transactions
     (many / "sessions").mkdir(exist_ok=True)
     (many / "sessions" / "old-7.jsonl").write_text("{}\n")
@@ -283,6 +316,7 @@ CJK = "messages_fts_cjk"
 
 
 def test_the_cjk_index_is_kept_quiet_and_merged_like_the_others(many, invoke, monkeypatch):
+    someone_about(monkeypatch)  # a Hermes holds the store open: merging in steps of ours
     # Hermes' CJK index tokenizes with a library of its own, loaded before any delete (tested in
     # test_engine.py and the root tier's attacks); this one uses unicode61, so nothing is loaded.
     monkeypatch.setattr(engine_module.Engine, "require_tokenizer",
@@ -336,6 +370,7 @@ def test_a_big_merge_made_due_before_the_run_is_left_under_way_as_automerge_leav
     """A big level already due when the run begins (Hermes' own writes left it: its next appends
     would merge it a work unit at a time) is not ours to finish: our steps merge at most what
     automerge would have merged inside our deletes (`Budget`), and the rest stays as it was owed."""
+    someone_about(monkeypatch)  # a Hermes holds the store open: merging in steps of ours
     root = tmp_path / "hermes"
     rng = random.Random(5)
     words = [f"w{n}" for n in range(5000)]

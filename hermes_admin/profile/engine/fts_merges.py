@@ -1,4 +1,6 @@
-"""FTS5's segment merges on the engine's terms: never inside a delete, in short steps of their own.
+"""FTS5's segment merges on the engine's terms: while anybody else is about, never inside a
+delete, in short steps of their own (with nobody else about since the engine began, the pacer
+leaves FTS5 to merge inside the deletes, as in Hermes' own writes: pacer.py).
 
 Each of Hermes' FTS5 indexes gains a segment with every transaction that writes
 to it, and merges them incrementally: once a transaction's writes have added 64

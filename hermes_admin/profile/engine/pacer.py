@@ -6,7 +6,9 @@ measured against the weight the caller says it carried, and sizes the next trans
 commit is handed to group commit, which releases the files and events of commits now durable;
 then the lock is left free for a waiting Hermes writer's turn (turns.py). What was held comes
 back as a value (`Held`). FTS5's segment merges, kept out of the deletes (fts_merges.py), are
-paced here too, as transactions of their own.
+paced here too, as transactions of their own, whenever another writer or holder has been seen;
+with nobody else about since we began (turns.alone), FTS5 merges inside our writes as it does in
+Hermes' own, and nobody is there to wait for the longer transactions that makes.
 """
 
 from __future__ import annotations
@@ -27,6 +29,13 @@ TARGET_HOLD_S = 0.020
 # With no other writer seen for a second nobody waits on the lock: fewer, longer transactions
 # (each costs a flush of both FTS indexes and a pause); a writer that comes makes them short again.
 IDLE_HOLD_S = 0.040
+# With nobody else seen at all since we began (turns.alone), only a Hermes that starts meanwhile
+# can wait on us, and it is seen at its first commit (or within turns.HELD_EVERY_S, holding the
+# store open): longer transactions still, with FTS5 merging inside them as in Hermes' own writes.
+# A real store's purge then runs as fast as its plain SQL (BENCHMARKS.md); the longest
+# transactions, with a deep merge step inside, held the lock ~230 ms there, which is what such a
+# newcomer's first write may wait.
+ALONE_HOLD_S = 0.080
 # Lock time per unit of weight before the first measurement: Hermes' stores take ~0.4-0.5 us per
 # byte (both FTS indexes tokenize every byte); a little more, to be on the safe side.
 FIRST_S_PER_WEIGHT = 0.6e-6
@@ -82,8 +91,11 @@ class Pacer:
         self.budget = first_budget()  # the weight the next transaction may carry
 
     def hold_target(self) -> float:
-        """How long the next transaction may hold the lock: short while another writer is seen."""
-        return TARGET_HOLD_S if self.turns is None or self.turns.others_writing else IDLE_HOLD_S
+        """How long the next transaction may hold the lock: short while another writer is seen,
+        longest while nobody else has been since we began."""
+        if self.turns is None or self.turns.others_writing:
+            return TARGET_HOLD_S
+        return ALONE_HOLD_S if self.turns.alone else IDLE_HOLD_S
 
     def pace(self) -> Pace:
         return Pace(self.budget, self.s_per_weight, self.hold_target())
@@ -123,6 +135,7 @@ class Pacer:
             began[0] = clock()
             return work(db)
 
+        quiet = quiet and not self.turns.alone  # alone: FTS5 merges inside our writes, as in Hermes' own
         value = write_transaction(self.db, self.fts.quiet(timed) if quiet else timed, on_busy=self.turns.busy)
         return Held(value, began[0], clock())
 
@@ -156,10 +169,13 @@ class Pacer:
         """FTS5 merging the deletes left (fts_merges.py), in short transactions paced like the deletes.
 
         A merge under way goes on before the deletes do, up to `steps` and as far as the index's
-        budget (what automerge would have merged for our writes) allows. A stop request ends it at once, and a
+        budget (what automerge would have merged for our writes) allows; none while we are alone, when
+        our writes merge as they go. A stop request ends it at once, and a
         merge that fails ends our merging of that index for the run (one note; the deletes go on
         with FTS5's own merging there): what is left, Hermes' writes merge as they always have.
         """
+        if self.turns.alone:
+            return  # nothing is owed: FTS5's automerge ran inside our writes (hold)
         try:
             for _ in range(steps):
                 owed = self.fts.owed() if self.fts is not None else None

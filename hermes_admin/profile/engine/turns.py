@@ -15,7 +15,8 @@ the store open may write at any moment: the transactions are the idle ones, and
 still each is followed by a writer's poll interval (a writer that came while we
 thought nobody would waited for its poll to fall in a token pause). With neither, the pause is a
 token one. Once the other writer has had its turn (the version moved during
-the pause), the pause ends early.
+the pause), the pause ends early. With neither ever since we began (`alone`),
+the pacer takes its longest transactions (pacer.py).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ class Turns:
         self.paused_s = 0.0
         self._chain_began: float | None = None  # when the merge steps since our last turn began
         self._chain_ended = float("-inf")  # when the last of them committed
+        self._others_seen = False  # another writer or holder, at any time since we began
 
     def _data_version(self) -> int:
         faults.point("data_version")
@@ -94,6 +96,16 @@ class Turns:
                 held = True  # cannot tell: as if it were
             self._held_at, self._held_now = now, held
         return self._held_now
+
+    @property
+    def alone(self) -> bool:
+        """Has nobody else written to the store or held it open since we began, as far as we can
+        look? Once somebody has, never again in this run: a Hermes we cannot look into (another
+        mount namespace, `hidepid`) shows itself only by its commits, and a gateway that appends
+        every few seconds must meet the careful transactions between its appends too."""
+        if not self._others_seen and self.others_may_write:
+            self._others_seen = True
+        return not self._others_seen
 
     def after_step(self, committed_at: float, held_s: float) -> None:
         """After an FTS5 merge step: another may follow at once while the steps since the last
