@@ -1,8 +1,8 @@
 """Two checkouts of hermes-admin, one purge each in turn on fresh copies of the same workload.
 
 Usage:  python bench/alternate.py CHECKOUT_A CHECKOUT_B [--workload W1|W10|R|RF] [--r-scale F] [--runs N]
-                                  [--writer] [--release 0.19.0|0.22.2] [--journal delete|wal] [--no-floor]
-                                  [--no-switch]
+                                  [--writer [--writer-late S]] [--release 0.19.0|0.22.2] [--journal delete|wal]
+                                  [--no-floor] [--no-switch]
 
 A B A B ...: each purge (`purge --older-than 90 --yes --json`) on its own fresh copy of the cached
 workload (bench/run.py builds it: `--release 0.22.2` the one Hermes 0.22.2 wrote, `--journal` each
@@ -103,7 +103,8 @@ def one(checkout: Path, source: Path, args) -> dict:
             Path(config).write_text("defaults:\n  incremental_vacuum: false\n")
         if not args.writer:
             return purge(checkout, home, config)
-        done, w = bench.with_writer(home, lambda: purge(checkout, home, config), release=args.release)
+        done, w = bench.with_writer(home, lambda: purge(checkout, home, config), release=args.release,
+                                    late_s=args.writer_late)
         if "refused" in done:
             return done
         return {**done, "worst_ms": w["max_wait_ms"] or 0.0, "p99_ms": w["p99_wait_ms"] or 0.0,
@@ -132,6 +133,8 @@ def main() -> int:
     parser.add_argument("--r-scale", type=float, default=1.0, help="R's or RF's size (1: ~1 GB; 0.05: ~50 MB)")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--writer", action="store_true", help="a real Hermes writer appending every 20 ms")
+    parser.add_argument("--writer-late", type=float, default=0.0, metavar="S",
+                        help="the writer starts S seconds after the purge (a Hermes that starts meanwhile)")
     parser.add_argument("--release", choices=bench.RELEASES, default=bench.DEFAULT_RELEASE,
                         help="the Hermes that wrote the workload and writes beside us (R and RF only for 0.22.2)")
     parser.add_argument("--journal", choices=("delete", "wal"), help="every copy switched to this journal mode")

@@ -57,6 +57,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -176,24 +177,36 @@ def set_journal(home: Path, mode: str) -> None:
         raise RuntimeError(f"could not switch {home / 'state.db'} to journal_mode={mode} (it says {got})")
 
 
-def with_writer(home: Path, action, optimize_after: int | None = None, release: str = DEFAULT_RELEASE):
+def with_writer(home: Path, action, optimize_after: int | None = None, release: str = DEFAULT_RELEASE,
+                late_s: float = 0.0):
     """Run `action()` while a real Hermes process appends a message every 20 ms (its own FTS
-    maintenance after `optimize_after` appends, else at its 1000th)."""
+    maintenance after `optimize_after` appends, else at its 1000th). `late_s`: the writer starts
+    that long after the action began (a Hermes that starts while we run: its first appends meet
+    what we do while we have seen nobody), else before it."""
     stop, out = home.parent / "writer.stop", home.parent / "writer.json"
     for old in (stop, out, Path(str(out) + ".ready")):  # an earlier writer's, in the same folder
         old.unlink(missing_ok=True)
     extra = [str(optimize_after)] if optimize_after else []
     scratch = home.parent / "hermes-env"
+    done: dict = {}
+    if late_s:
+        first = threading.Thread(target=lambda: done.update(value=action()), daemon=True)
+        first.start()
+        time.sleep(late_s)
     writer = subprocess.Popen([hermes_python(release), str(HERE / "writer.py"), str(home / "state.db"), str(stop),
                                str(out), *extra],
                               stderr=subprocess.DEVNULL, env=hermes_env(scratch), cwd=scratch)
-    while not Path(str(out) + ".ready").exists():
+    while not late_s and not Path(str(out) + ".ready").exists():
         if writer.poll() is not None:
             raise RuntimeError("the concurrent writer did not start")
         time.sleep(0.05)
-    time.sleep(0.5)  # let it settle into its rhythm
     try:
-        measured = action()
+        if late_s:
+            first.join()
+            measured = done["value"]
+        else:
+            time.sleep(0.5)  # let it settle into its rhythm
+            measured = action()
     finally:
         time.sleep(0.5)
         stop.write_text("stop")

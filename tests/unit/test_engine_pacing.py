@@ -26,7 +26,8 @@ from hermes_admin.holders import held_by_its_owner, lock_holders, store_holders
 from hermes_admin.profile.engine import remover as remover_module
 from hermes_admin.profile.engine.remover import FileRemover
 from hermes_admin.profile.store.connect import open_readwrite
-from hermes_admin.profile.engine.turns import MAX_S, MIN_S, POLL_S, SLACK_S, Turns, poll_interval
+from hermes_admin.profile.engine.turns import (ALONE_HELD_EVERY_S, HELD_EVERY_S, LOOK_SHARE, MAX_S, MIN_S, POLL_S,
+                                               SLACK_S, Turns, poll_interval)
 from tests.conftest import fts_problems
 from tests.helpers import other_connection, HOST_PIDS, SleepClock, home_of, needs_host_pids, row_ids
 
@@ -223,6 +224,39 @@ def test_alone_is_nobody_else_seen_since_we_began_and_ends_for_the_run(tmp_path,
         seen.append(turns.alone)
         clock.sleep(2 * 1.0)  # past ACTIVE_S: nobody is writing now
     assert seen == alone
+    db.close()
+
+
+def test_while_alone_the_holders_are_looked_at_more_often_as_their_cost_allows(tmp_path):
+    db = wal_store(tmp_path / "s.db")
+    clock = SleepClock()
+    looks, answers = [], iter([False, False, False, False, True, False, False])
+
+    def held(cost_s=0.0):
+        looks.append(clock())
+        time.sleep(cost_s)
+        return next(answers)
+
+    turns = Turns(db, clock=clock, sleep=clock.sleep, held=held)
+    assert turns.alone and len(looks) == 1
+    clock.sleep(ALONE_HELD_EVERY_S / 2)
+    assert turns.alone and len(looks) == 1  # not yet
+    clock.sleep(ALONE_HELD_EVERY_S / 2)
+    assert turns.alone and len(looks) == 2  # a Hermes that starts meanwhile is seen within half a second
+    turns._held = lambda: held(0.03)  # a look that costs 30 ms: at most LOOK_SHARE of the time
+    clock.sleep(ALONE_HELD_EVERY_S)
+    assert turns.alone and len(looks) == 3
+    clock.sleep(ALONE_HELD_EVERY_S)
+    assert turns.alone and len(looks) == 3  # 30 ms / 2 %: every 1.5 s
+    clock.sleep(0.03 / LOOK_SHARE)
+    assert turns.alone and len(looks) == 4
+    turns._held = held
+    clock.sleep(2.0)
+    assert not turns.alone and len(looks) == 5  # seen: careful for the rest of the run
+    clock.sleep(ALONE_HELD_EVERY_S)
+    assert turns.others_may_write and len(looks) == 5  # as last seen: looked at as seldom as before (HELD_EVERY_S)
+    clock.sleep(HELD_EVERY_S)
+    assert not turns.others_may_write and len(looks) == 6 and not turns.alone
     db.close()
 
 
