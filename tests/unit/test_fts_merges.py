@@ -189,11 +189,16 @@ def test_deletes_never_commit_other_fts_settings_and_leave_the_index_merged(many
     assert fts_problems(db) == []
 
 
-def test_with_nobody_else_about_fts5_merges_inside_the_deletes(many, invoke, monkeypatch):
+@pytest.mark.parametrize("journal", ["wal", "delete"])
+def test_with_nobody_else_about_fts5_merges_inside_the_deletes(many, invoke, monkeypatch, journal):
     """Nobody else holds or writes the store: FTS5's own automerge runs inside our deletes, as in
-    Hermes' own writes; no merge step of ours, no setting changed, the index whole and merged."""
+    Hermes' own writes; no merge step of ours, no setting changed, the index whole and merged. In
+    either journal (0.20+ keeps new stores in a rollback journal on a SQLite before 3.51.3)."""
     engine_steps(monkeypatch, STEP_WEIGHT)  # many short transactions
     db = many / "state.db"
+    conn = sqlite3.connect(db)
+    assert conn.execute(f"PRAGMA journal_mode={journal}").fetchone()[0] == journal
+    conn.close()
     stored = settings(db)
     seen, steps = [], []
     original_turn = Turns.after_commit
