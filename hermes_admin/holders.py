@@ -266,6 +266,14 @@ def held_by_its_owner(store: Path) -> bool:
     return store_holders(store, others_count=False) != []
 
 
+def held_by_nobody_else(store: Path, wal: bool) -> bool:
+    """For pacing alone (turns.py): is the store known to be held open by no other process? By the
+    rule structural work goes by (`look`): descriptors and the kernel's lock table, a process that
+    cannot be looked into counting as a holder of a store not in WAL (where an idle connection holds
+    no lock), and nobody known in a pid namespace of our own. `wal`: the store's journal is a WAL."""
+    return look(store_files(store), wal=wal).holders == []
+
+
 # Where SQLite takes a connection's write lock, by the unix VFS's layout: a WAL store's writer holds
 # byte 120 of its -shm file (the first of the WAL's locks); a rollback-journal store's writer the
 # RESERVED byte of the database file, one past its PENDING byte (1 GiB).

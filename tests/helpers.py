@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import itertools
 import json
 import os
@@ -97,16 +96,23 @@ def engine_steps(monkeypatch, weight: int, tick: float = 0.1) -> None:
 
     assert tick > max(pacer.TARGET_HOLD_S, pacer.IDLE_HOLD_S, pacer.ALONE_HOLD_S)
     monkeypatch.setattr(pacer, "MIN_WEIGHT", weight)
-    monkeypatch.setattr(engine, "Turns", functools.partial(Turns, clock=Ticks(tick)))
+    ticks = Ticks(tick)
+
+    class Ticked(Turns):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, clock=ticks, **kwargs)
+
+    monkeypatch.setattr(engine, "Turns", Ticked)
 
 
 def someone_about(monkeypatch) -> None:
     """The engine paces as beside a Hermes that holds the store open (its careful transactions,
     FTS5 merging in steps of its own), as a home's owner's gateway would: the tests of that pacing
     run on stores nobody else holds."""
-    from hermes_admin.profile.engine import engine
+    from hermes_admin.profile.engine import turns
 
-    monkeypatch.setattr(engine, "held_by_its_owner", lambda store: True)
+    monkeypatch.setattr(turns, "held_by_its_owner", lambda store: True)
+    monkeypatch.setattr(turns, "held_by_nobody_else", lambda store, wal: False)
 
 
 TEST_PLUGINS = Path(__file__).parent / "plugins"

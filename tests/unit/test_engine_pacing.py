@@ -227,6 +227,60 @@ def test_alone_is_nobody_else_seen_since_we_began_and_ends_for_the_run(tmp_path,
     db.close()
 
 
+@pytest.mark.parametrize("event", ["commit", "busy"])
+def test_alone_ends_for_good_at_a_commit_or_a_taken_lock_whenever_it_is_read(tmp_path, event):
+    path = tmp_path / "s.db"
+    db = wal_store(path)
+    clock = SleepClock()
+    turns = Turns(db, clock=clock, sleep=clock.sleep, held=lambda: False)
+    assert turns.alone
+    if event == "commit":
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("INSERT INTO t VALUES (1)")
+        other.close()
+        turns.after_commit(clock(), held_s=0.001)  # sees the version move
+    else:
+        turns.busy()  # our BEGIN found the lock taken
+    assert not turns.nobody_seen  # at once, without a look: a retried transaction is careful
+    clock.sleep(10 * 1.0)  # read long after that writer was last seen (ACTIVE_S)
+    assert not turns.alone and not turns.others_writing
+    db.close()
+
+
+@pytest.mark.parametrize("free, held, alone, held_now", [
+    (True, True, True, False),  # known free: the owner's look is not needed
+    (False, False, False, False),  # not known free (a process that cannot be looked into): careful,
+                                   # and the owner's look says whether to pause for a writer
+    (False, True, False, True),
+])
+def test_alone_needs_the_store_known_free_and_the_owners_look_sets_the_pauses(tmp_path, free, held, alone,
+                                                                              held_now):
+    db = wal_store(tmp_path / "s.db")
+    clock = SleepClock()
+    turns = Turns(db, clock=clock, sleep=clock.sleep, held=lambda: held, free=lambda: free)
+    assert turns.alone is alone and turns.others_may_write is held_now
+    db.close()
+
+
+def test_a_look_too_dear_to_take_often_ends_being_alone(tmp_path):
+    db = wal_store(tmp_path / "s.db")
+    clock = SleepClock()
+    turns = Turns(db, clock=clock, sleep=clock.sleep, held=lambda: time.sleep(LOOK_SHARE * HELD_EVERY_S + 0.02))
+    assert not turns.alone  # looked at less often than HELD_EVERY_S it would have to be
+    db.close()
+
+
+def test_in_a_pid_namespace_of_its_own_the_engine_is_never_alone(tmp_path, monkeypatch):
+    path = tmp_path / "s.db"
+    db = wal_store(path)
+    known = holders_module.look(holders_module.store_files(path), wal=True).holders == []
+    assert Turns.of_store(db, path, wal=True).alone is known  # in WAL the kernel's lock table tells
+    monkeypatch.setattr(holders_module, "in_the_host_pid_namespace", lambda: False)
+    turns = Turns.of_store(db, path, wal=True)
+    assert not turns.alone and not turns.others_may_write  # a Hermes outside would be seen by no scan
+    db.close()
+
+
 def test_while_alone_the_holders_are_looked_at_more_often_as_their_cost_allows(tmp_path):
     db = wal_store(tmp_path / "s.db")
     clock = SleepClock()

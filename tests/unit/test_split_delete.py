@@ -173,12 +173,16 @@ def test_a_unit_that_changes_between_steps_is_restored_and_kept(store, invoke, s
 
 
 CRASHER = textwrap.dedent("""
-    import functools, itertools, os, sys
+    import itertools, os, sys
     from hermes_admin.profile.engine import engine, faults, outbox, pacer, turns
     # small_steps' pacing (tests/helpers.py: engine_steps): the same 36 steps on any machine
     readings = itertools.count()
     pacer.MIN_WEIGHT = 40_000
-    engine.Turns = functools.partial(turns.Turns, clock=lambda: next(readings) * 0.05)
+    class Ticked(turns.Turns):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, clock=lambda: next(readings) * 0.05, **kwargs)
+
+    engine.Turns = Ticked
     point, after = sys.argv[1], int(sys.argv[2])
     seen = [0]
 

@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from hermes_admin import stopping
-from hermes_admin.holders import held_by_its_owner
 from hermes_admin.model import Profile
 from hermes_admin.profile import exports
 from hermes_admin.profile.engine.aftermath import Aftermath, hook_bus
@@ -136,7 +135,7 @@ class Engine:
         if journal_mode(self.store) == "wal":
             self.checkpointer = Checkpointer(self.profile.store_path)
         self.commits = GroupCommit(db, self.checkpointer)
-        self.turns = Turns(db, held=lambda: held_by_its_owner(self.profile.store_path))
+        self.turns = Turns.of_store(db, self.profile.store_path, journal_mode(self.store) == "wal")
         self.fts = FtsMerges(db, [t for t in FTS_TABLES if self._has_index(t)])
         self.outbox = Outbox(self.profile)
         self.remover = FileRemover(str(self.profile.sessions_dir))

@@ -1,7 +1,7 @@
 """The paced write: every transaction of the engine, one way (docs/design.md §6).
 
 A unit of work runs under the write lock (`BEGIN IMMEDIATE`, retried whole on lock, with the
-FTS5 indexes' automerge quieted for writes that touch messages); the time it held the lock is
+FTS5 indexes' automerge quieted for writes that touch messages while anybody else is about); the time it held the lock is
 measured against the weight the caller says it carried, and sizes the next transaction; its
 commit is handed to group commit, which releases the files and events of commits now durable;
 then the lock is left free for a waiting Hermes writer's turn (turns.py). What was held comes
@@ -135,8 +135,13 @@ class Pacer:
             began[0] = clock()
             return work(db)
 
-        quiet = quiet and not self.turns.alone  # alone: FTS5 merges inside our writes, as in Hermes' own
-        value = write_transaction(self.db, self.fts.quiet(timed) if quiet else timed, on_busy=self.turns.busy)
+        careful = self.fts.quiet(timed) if quiet else timed
+        alone = self.turns.alone  # looked at here, outside the lock
+
+        def attempt(db):  # alone, FTS5 merges inside our writes as in Hermes' own; a busy retry is careful
+            return timed(db) if alone and self.turns.nobody_seen else careful(db)
+
+        value = write_transaction(self.db, attempt, on_busy=self.turns.busy)
         return Held(value, began[0], clock())
 
     def account(self, held: Held, weight: int | None, result: Result, what: str) -> None:

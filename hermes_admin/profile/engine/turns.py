@@ -24,6 +24,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
+from hermes_admin.holders import held_by_its_owner, held_by_nobody_else
 from hermes_admin.profile.engine import faults
 from hermes_admin.profile.store import pragmas
 
@@ -36,8 +37,9 @@ ACTIVE_S = 1.0  # another connection committed this recently: it may be waiting 
 HELD_EVERY_S = 5.0  # how often the processes holding the store open are looked at
 # While we are alone (`alone`), a Hermes that starts meanwhile meets our longest transactions, and
 # only a pause that happens to meet its poll lets it in until it is seen: looked for ten times as
-# often then, or as often as keeps the looks to LOOK_SHARE of the time where one costs more (2.3 ms
-# on a host of 120 processes; the owner's processes only are looked into).
+# often then, or as often as keeps the looks to LOOK_SHARE of the time where one costs more (a few
+# ms on a host of 120 processes), never less often than HELD_EVERY_S: a look too dear for that
+# ends being alone (we cannot watch closely enough).
 ALONE_HELD_EVERY_S = 0.5
 LOOK_SHARE = 0.02
 # FTS5 merge steps (most take a few ms) may follow one another without a turn in between for this
@@ -53,10 +55,13 @@ def poll_interval(waited_s: float) -> float:
 
 
 class Turns:
-    """`held`: does another process hold the store open (None: nobody is asked)?"""
+    """`held`: does another process hold the store open (None: nobody is asked)? `free`: is it known
+    that nobody else does (the stricter look `alone` needs; None: `held`'s answer is taken)?"""
 
-    def __init__(self, db, clock=time.monotonic, sleep=time.sleep, held: Callable[[], bool] | None = None):
+    def __init__(self, db, clock=time.monotonic, sleep=time.sleep, held: Callable[[], bool] | None = None,
+                 free: Callable[[], bool] | None = None):
         self.db, self.clock, self.sleep, self._held = db, clock, sleep, held
+        self._free = free
         self._held_at, self._held_now = float("-inf"), False  # when it was last asked, and its answer
         self._version = self._data_version()
         self._other_at = float("-inf")  # when another connection was last seen committing
@@ -65,6 +70,11 @@ class Turns:
         self._chain_ended = float("-inf")  # when the last of them committed
         self._others_seen = False  # another writer or holder, at any time since we began
         self._look_s = 0.0  # what the last look at the holders took (real time, whatever `clock`)
+
+    @classmethod
+    def of_store(cls, db, path, wal: bool) -> "Turns":
+        """Turns beside the processes that hold the store at `path` (holders.py); `wal`: its journal."""
+        return cls(db, held=lambda: held_by_its_owner(path), free=lambda: held_by_nobody_else(path, wal))
 
     def _data_version(self) -> int:
         faults.point("data_version")
@@ -76,12 +86,14 @@ class Turns:
             return False
         self._version = version
         self._other_at = self.clock()
+        self._others_seen = True
         return True
 
     def busy(self) -> None:
         """Our transaction found the lock taken: another writer is at work (a Hermes append, or
         its own FTS optimize, which commits nothing for seconds), and may come back at once."""
         self._other_at = self.clock()
+        self._others_seen = True
 
     @property
     def others_writing(self) -> bool:
@@ -95,26 +107,41 @@ class Turns:
         Either way the lock is left free after each commit for a waiting writer's next poll."""
         if self.others_writing:
             return True
-        now = self.clock()
-        every = HELD_EVERY_S if self._others_seen else max(ALONE_HELD_EVERY_S, self._look_s / LOOK_SHARE)
-        if self._held is not None and now - self._held_at >= every:
-            began = time.perf_counter()
-            try:
-                held = bool(self._held())
-            except Exception:
-                held = True  # cannot tell: as if it were
-            self._look_s = time.perf_counter() - began
-            self._held_at, self._held_now = now, held
+        self._look()
         return self._held_now
+
+    def _look(self) -> None:
+        """The processes holding the store looked at again, if it is time: every HELD_EVERY_S once
+        anybody was seen; while alone more often, and `free` first (the stricter look): a store
+        not known to be free, or a look too dear to take that often, ends being alone."""
+        now = self.clock()
+        alone = not self._others_seen
+        every = min(HELD_EVERY_S, max(ALONE_HELD_EVERY_S, self._look_s / LOOK_SHARE)) if alone else HELD_EVERY_S
+        if self._held is None or now - self._held_at < every:
+            return
+        began = time.perf_counter()
+        free = _answer(self._free, failed=False) if alone and self._free is not None else None
+        held = False if free else _answer(self._held, failed=True)  # a look that fails: as if it were held
+        self._look_s = time.perf_counter() - began
+        self._held_at, self._held_now = now, held
+        if held or free is False or self._look_s > LOOK_SHARE * HELD_EVERY_S:
+            self._others_seen = True
 
     @property
     def alone(self) -> bool:
-        """Has nobody else written to the store or held it open since we began, as far as we can
-        look? Once somebody has, never again in this run: a Hermes we cannot look into (another
-        mount namespace, `hidepid`) shows itself only by its commits, and a gateway that appends
-        every few seconds must meet the careful transactions between its appends too."""
-        if not self._others_seen and self.others_may_write:
-            self._others_seen = True
+        """Alone since we began: no commit of another connection, the lock never found taken, and
+        at every look nobody else holding the store open, as far as can be known (looked at now if
+        it is time: call it outside the write lock)? Once that ends, never again in this run: a
+        Hermes that cannot be looked into (another pid namespace, another user's process in a
+        rollback journal) counts as holding it, and a gateway that appends every few seconds
+        must meet the careful transactions between its appends too."""
+        if not self._others_seen:
+            self._look()
+        return not self._others_seen
+
+    @property
+    def nobody_seen(self) -> bool:
+        """`alone` as last looked, without a look (inside a transaction: a busy retry ends it)."""
         return not self._others_seen
 
     def after_step(self, committed_at: float, held_s: float) -> None:
@@ -157,3 +184,11 @@ class Turns:
             if active and self._other_committed():
                 break  # the waiting writer had its turn
         self.paused_s += self.clock() - started
+
+
+def _answer(look: Callable[[], bool], failed: bool) -> bool:
+    """A look at the store's holders, `failed` when it raises (nothing we may stop on)."""
+    try:
+        return bool(look())
+    except Exception:
+        return failed
