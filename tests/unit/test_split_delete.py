@@ -341,10 +341,14 @@ def test_restore_of_a_missing_or_foreign_file_is_one_error_line(store, invoke, t
 AFTER_A_STEP = ["committed", "after_commit", "before_turn", "data_version", "merge"]
 
 
-@pytest.mark.parametrize("point", AFTER_A_STEP)
+@pytest.mark.parametrize("point,beside", [(point, beside) for point in AFTER_A_STEP for beside in ("nobody", "a holder")
+                                          if point != "merge" or beside == "a holder"])  # merge steps: beside somebody
 def test_a_failure_after_a_step_committed_loses_no_row_of_the_kept_conversation(either_store, invoke, small_steps,
-                                                                                 monkeypatch, point):
+                                                                                 monkeypatch, point, beside):
+    """Either way of pacing: alone where the store is known free, careful beside a holder."""
     store = either_store
+    if beside == "a holder":
+        someone_about(monkeypatch)
     db = store / "state.db"
     before = contents(db)
     monkeypatch.setattr(faults, "_armed", {})  # whatever is armed here is disarmed after the test
