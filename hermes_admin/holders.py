@@ -35,7 +35,9 @@ scan skips the processes the owner cannot inspect.
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
+import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -272,6 +274,52 @@ def held_by_nobody_else(store: Path, wal: bool) -> bool:
     cannot be looked into counting as a holder of a store not in WAL (where an idle connection holds
     no lock), and nobody known in a pid namespace of our own. `wal`: the store's journal is a WAL."""
     return look(store_files(store), wal=wal).holders == []
+
+
+
+# struct flock on Linux: l_type, l_whence (shorts), l_start, l_len (off_t), l_pid, padding.
+_FLOCK = "hhqqi4x"
+
+
+class WalPeers:
+    """Does any other process hold a lock on a WAL store's shared-memory file? Every SQLite
+    connection to a WAL store holds one (a shared lock on a byte of it) from its first read to its
+    close, whatever pid namespace or container it runs in, so this sees every other connection
+    that could write, as one `fcntl(F_GETLK)`: cheap enough to ask before each transaction.
+
+    Asked through the descriptor SQLite opened for the file in this process (found once in
+    /proc/self/fd, checked by device and inode at every question): never a descriptor of our
+    own, since closing one would drop every lock this process holds on the file, SQLite's
+    included. Our own connections (this process's locks) never count. Raises OSError when the
+    descriptor is not found or no longer the file's: unknown, which callers take as taken."""
+
+    def __init__(self, shm: Path):
+        self.shm = shm
+        self._fd: int | None = None
+        self._identity: tuple[int, int] | None = None
+
+    def taken(self) -> bool:
+        fd = self._descriptor()
+        asked = struct.pack(_FLOCK, fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)  # the whole file, any byte
+        return struct.unpack(_FLOCK, fcntl.fcntl(fd, fcntl.F_GETLK, asked))[0] != fcntl.F_UNLCK
+
+    def _descriptor(self) -> int:
+        if self._fd is not None:
+            st = os.fstat(self._fd)
+            if (st.st_dev, st.st_ino) == self._identity:
+                return self._fd
+            raise OSError(errno.ESTALE, "the descriptor no longer names the shared-memory file", str(self.shm))
+        st = os.stat(self.shm)
+        self._identity = (st.st_dev, st.st_ino)
+        for name in os.listdir("/proc/self/fd"):
+            try:
+                here = os.stat(f"/proc/self/fd/{name}")
+            except OSError:
+                continue  # the listing's own descriptor, or one closed meanwhile
+            if (here.st_dev, here.st_ino) == self._identity:
+                self._fd = int(name)
+                return self._fd
+        raise OSError(errno.ENOENT, "no descriptor of ours names the shared-memory file", str(self.shm))
 
 
 # Where SQLite takes a connection's write lock, by the unix VFS's layout: a WAL store's writer holds

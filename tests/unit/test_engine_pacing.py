@@ -12,6 +12,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import peewee
 import pytest
@@ -22,7 +23,7 @@ from hermes_admin.profile.engine.checkpointer import Checkpointer
 from hermes_admin.profile.store.files import FileIndex
 from hermes_admin.profile.engine.group_commit import GroupCommit
 from hermes_admin import holders as holders_module
-from hermes_admin.holders import held_by_its_owner, lock_holders, store_holders
+from hermes_admin.holders import WalPeers, held_by_its_owner, lock_holders, store_holders
 from hermes_admin.profile.engine import remover as remover_module
 from hermes_admin.profile.engine.remover import FileRemover
 from hermes_admin.profile.store.connect import open_readwrite
@@ -311,6 +312,122 @@ def test_while_alone_the_holders_are_looked_at_more_often_as_their_cost_allows(t
     assert turns.others_may_write and len(looks) == 5  # as last seen: looked at as seldom as before (HELD_EVERY_S)
     clock.sleep(HELD_EVERY_S)
     assert not turns.others_may_write and len(looks) == 6 and not turns.alone
+    db.close()
+
+
+
+HOLDS = ("import sqlite3, sys, time; c = sqlite3.connect(sys.argv[1]); c.execute('SELECT * FROM t').fetchall(); "
+         "print(1, flush=True); time.sleep(60)")  # another process with the WAL store open, idle
+OUR_LOCK = ("import fcntl, os, struct, sys; fd = os.open(sys.argv[1], os.O_RDONLY); "
+            "got = fcntl.fcntl(fd, fcntl.F_GETLK, struct.pack('hhqqi4x', fcntl.F_WRLCK, 0, 0, 0, 0)); "
+            "print(struct.unpack('hhqqi4x', got)[4])")  # the pid whose lock is on the shared memory
+
+
+def holding(command: list[str]) -> subprocess.Popen:
+    holder = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "1"
+    return holder
+
+
+def test_wal_peers_see_another_process_connection_and_never_ours(tmp_path):
+    path = tmp_path / "s.db"
+    db = wal_store(path)
+    db.execute_sql("SELECT * FROM t").fetchall()  # our connection maps the store's shared memory
+    ours = other_connection(path)  # a second connection of this process: ours too
+    ours.execute("SELECT * FROM t").fetchall()
+    peers = WalPeers(Path(f"{path}-shm"))
+    assert peers.taken() is False
+    holder = holding([sys.executable, "-c", HOLDS, str(path)])
+    try:
+        assert peers.taken() is True  # an idle Hermes, holding no write lock, is seen
+    finally:
+        holder.kill()
+        holder.wait()
+    assert peers.taken() is False
+    # asked through SQLite's own descriptor: our connections' locks are where they were
+    seen = subprocess.run([sys.executable, "-c", OUR_LOCK, f"{path}-shm"], capture_output=True, text=True, check=True)
+    assert int(seen.stdout) == os.getpid()
+    ours.close()
+    db.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="a pid namespace needs root and unshare")
+def test_wal_peers_see_a_connection_from_another_pid_namespace(tmp_path):
+    path = tmp_path / "s.db"
+    db = wal_store(path)
+    db.execute_sql("SELECT * FROM t").fetchall()
+    holder = holding(["unshare", "--pid", "--fork", sys.executable, "-c", HOLDS, str(path)])
+    try:
+        assert WalPeers(Path(f"{path}-shm")).taken() is True  # a container's Hermes, no /proc scan sees it
+    finally:
+        holder.kill()
+        holder.wait()
+    db.close()
+
+
+def test_wal_peers_are_unknown_without_a_connection_of_ours(tmp_path):
+    path = tmp_path / "s.db"
+    wal_store(path).close()
+    holder = holding([sys.executable, "-c", HOLDS, str(path)])
+    try:  # the shared memory is there, but no connection of this process has it open
+        with pytest.raises(OSError):
+            WalPeers(Path(f"{path}-shm")).taken()  # unknown: never asked through a descriptor of our own
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+@pytest.mark.parametrize("answers, alone", [
+    ([False, False, False], [True, True, True]),  # nobody: alone throughout
+    ([False, True, False], [True, False, False]),  # another connection once: careful for the run
+    ([True, False, False], [False, False, False]),
+])
+def test_with_peers_alone_is_asked_before_every_transaction_and_looks_stay_rare(tmp_path, answers, alone):
+    db = wal_store(tmp_path / "s.db")
+    clock = SleepClock()
+    asked, looks = iter(answers), []
+    turns = Turns(db, clock=clock, sleep=clock.sleep, held=lambda: looks.append(clock()) or False,
+                  peers=lambda: next(asked))
+    seen = []
+    for _ in answers:
+        seen.append(turns.alone)  # no time passes: only the peers' answer changes
+        clock.sleep(ALONE_HELD_EVERY_S)
+    assert seen == alone
+    assert len(looks) == (1 if alone[0] else 0)  # the /proc scan every HELD_EVERY_S, not twice a second
+    db.close()
+
+
+def test_alone_with_peers_takes_no_pause_and_a_peer_seen_gets_its_turn(tmp_path):
+    db = wal_store(tmp_path / "s.db")
+    clock = SleepClock()
+    taken = [False]
+    turns = Turns(db, clock=clock, sleep=clock.sleep, held=lambda: False, peers=lambda: taken[0])
+    assert turns.alone
+    turns.after_commit(clock(), held_s=0.080)
+    assert clock.slept == 0  # whoever comes is seen before our next transaction
+    taken[0] = True  # a Hermes opened the store and waits on our lock
+    turns.after_commit(clock(), held_s=0.080)
+    assert clock.slept == pytest.approx(poll_interval(0.080) + SLACK_S)  # its next poll finds the lock free
+    assert not turns.alone
+    taken[0] = False  # gone again: careful for the rest of the run, a token pause after each commit
+    clock.sleeps.clear()
+    turns.after_commit(clock(), held_s=0.020)
+    assert clock.slept == pytest.approx(MIN_S)
+    db.close()
+
+
+def test_peers_that_fail_end_being_alone_and_the_looks_answer_from_then_on(tmp_path):
+    db = wal_store(tmp_path / "s.db")
+    clock = SleepClock()
+
+    def fails():
+        raise OSError(2, "No such file or directory")
+
+    turns = Turns(db, clock=clock, sleep=clock.sleep, held=lambda: False, peers=fails)
+    assert not turns.alone
+    assert not turns.others_may_write  # the owner's look: nobody holds it
+    turns.after_commit(clock(), held_s=0.020)
+    assert clock.slept == pytest.approx(MIN_S)
     db.close()
 
 

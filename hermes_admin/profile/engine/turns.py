@@ -16,15 +16,19 @@ still each is followed by a writer's poll interval (a writer that came while we
 thought nobody would waited for its poll to fall in a token pause). With neither, the pause is a
 token one. Once the other writer has had its turn (the version moved during
 the pause), the pause ends early. With neither ever since we began (`alone`),
-the pacer takes its longest transactions (pacer.py).
+the pacer takes its longest transactions (pacer.py). In a WAL store every other connection is
+seen by its lock on the shared memory (holders.WalPeers), asked before each of our transactions:
+while alone there, no pause at all (one that waits on us is seen before our next transaction, and
+then gets its turn), and the holders are looked at no more often than usual.
 """
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Callable
 
-from hermes_admin.holders import held_by_its_owner, held_by_nobody_else
+from hermes_admin.holders import WalPeers, held_by_its_owner, held_by_nobody_else
 from hermes_admin.profile.engine import faults
 from hermes_admin.profile.store import pragmas
 
@@ -56,12 +60,14 @@ def poll_interval(waited_s: float) -> float:
 
 class Turns:
     """`held`: does another process hold the store open (None: nobody is asked)? `free`: is it known
-    that nobody else does (the stricter look `alone` needs; None: `held`'s answer is taken)?"""
+    that nobody else does (the stricter look `alone` needs; None: `held`'s answer is taken)?
+    `peers`: does another connection hold the store, asked before every transaction while alone
+    (a WAL store: holders.WalPeers; None: not known that cheaply)."""
 
     def __init__(self, db, clock=time.monotonic, sleep=time.sleep, held: Callable[[], bool] | None = None,
-                 free: Callable[[], bool] | None = None):
+                 free: Callable[[], bool] | None = None, peers: Callable[[], bool] | None = None):
         self.db, self.clock, self.sleep, self._held = db, clock, sleep, held
-        self._free = free
+        self._free, self._peers = free, peers
         self._held_at, self._held_now = float("-inf"), False  # when it was last asked, and its answer
         self._version = self._data_version()
         self._other_at = float("-inf")  # when another connection was last seen committing
@@ -74,7 +80,9 @@ class Turns:
     @classmethod
     def of_store(cls, db, path, wal: bool) -> "Turns":
         """Turns beside the processes that hold the store at `path` (holders.py); `wal`: its journal."""
-        return cls(db, held=lambda: held_by_its_owner(path), free=lambda: held_by_nobody_else(path, wal))
+        peers = WalPeers(Path(f"{path}-shm")).taken if wal else None
+        return cls(db, held=lambda: held_by_its_owner(path), free=lambda: held_by_nobody_else(path, wal),
+                   peers=peers)
 
     def _data_version(self) -> int:
         faults.point("data_version")
@@ -105,10 +113,22 @@ class Turns:
     def others_may_write(self) -> bool:
         """That, or another process holds the store open (a Hermes that may write at any moment).
         Either way the lock is left free after each commit for a waiting writer's next poll."""
-        if self.others_writing:
+        if self.others_writing or self._peers_now():
             return True
         self._look()
         return self._held_now
+
+    def _peers_now(self) -> bool:
+        """Does another connection hold the store, by `peers` (False where it is not asked)? Seen,
+        it ends being alone. A `peers` that fails is not asked again: the looks answer instead."""
+        if self._peers is None:
+            return False
+        try:
+            taken = bool(self._peers())
+        except Exception:
+            self._peers, taken = None, True
+        self._others_seen = self._others_seen or taken
+        return taken
 
     def _look(self) -> None:
         """The processes holding the store looked at again, if it is time: every HELD_EVERY_S once
@@ -116,7 +136,9 @@ class Turns:
         not known to be free, or a look too dear to take that often, ends being alone."""
         now = self.clock()
         alone = not self._others_seen
-        every = min(HELD_EVERY_S, max(ALONE_HELD_EVERY_S, self._look_s / LOOK_SHARE)) if alone else HELD_EVERY_S
+        every = HELD_EVERY_S
+        if alone and self._peers is None:  # nothing asked before each transaction: look more often
+            every = min(HELD_EVERY_S, max(ALONE_HELD_EVERY_S, self._look_s / LOOK_SHARE))
         if self._held is None or now - self._held_at < every:
             return
         began = time.perf_counter()
@@ -134,8 +156,9 @@ class Turns:
         it is time: call it outside the write lock)? Once that ends, never again in this run: a
         Hermes that cannot be looked into (another pid namespace, another user's process in a
         rollback journal) counts as holding it, and a gateway that appends every few seconds
-        must meet the careful transactions between its appends too."""
-        if not self._others_seen:
+        must meet the careful transactions between its appends too. With `peers`, another connection
+        is seen before the next transaction: one that waits on the lock now waits at most one of ours."""
+        if not self._others_seen and not self._peers_now():
             self._look()
         return not self._others_seen
 
@@ -175,7 +198,7 @@ class Turns:
         started = self.clock()
         self._other_committed()
         active = self.others_may_write
-        deadline = committed_at + (max(MIN_S, poll_interval(held_s)) + SLACK_S if active else MIN_S)
+        deadline = committed_at + (max(MIN_S, poll_interval(held_s)) + SLACK_S if active else self._token_s())
         for _ in range(int((MAX_S + SLACK_S) / POLL_S) + 1):  # bounded: a stopped clock (tests) cannot hold us here
             now = self.clock()
             if now >= deadline:
@@ -184,6 +207,11 @@ class Turns:
             if active and self._other_committed():
                 break  # the waiting writer had its turn
         self.paused_s += self.clock() - started
+
+    def _token_s(self) -> float:
+        """The pause with no other writer about: MIN_S, for one that came meanwhile to meet with its
+        poll; none while alone with `peers`, which sees such a one before our next transaction."""
+        return 0.0 if self._peers is not None and not self._others_seen else MIN_S
 
 
 def _answer(look: Callable[[], bool], failed: bool) -> bool:
