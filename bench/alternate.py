@@ -12,8 +12,8 @@ commit before it: one run of bench/run.py each is not enough to tell a change fr
 drift, runs in turn are.
 
 Alone (no `--writer`), each purge is followed, on another fresh copy, by the plain-SQL floor's
-statements in as many transactions as that purge committed (bench/floor.py HOME 90 N, its file
-removals included), on the SQLite that checkout runs on (apsw's, else Python's sqlite3: `--apsw`): the purge's time over the floor's is the "alone / the same SQL in as many
+statements in as many transactions as that purge committed, of about equal weight (bench/floor.py
+HOME 90 N: a unit heavier than one transaction's share in steps, as ours; its file removals included), on the SQLite that checkout runs on (apsw's, else Python's sqlite3: `--apsw`): the purge's time over the floor's is the "alone / the same SQL in as many
 transactions" figure (`--no-floor` skips it). Under the writer: the writer's worst and p99 wait and
 its failed writes.
 
@@ -167,6 +167,7 @@ def main() -> int:
             if not args.writer and not args.no_floor:
                 short = floor(source, done["transactions"], args.journal, bench.on_apsw(checkout))
                 done.update(floor_s=short["seconds"], floor_cpu_s=short["cpu_s"], floor_sqlite=short["sqlite"], floor_longest_ms=short["longest_ms"],
+                            floor_transactions=short["transactions"],
                             floor_files=short["files"], ratio=round(done["seconds"] / short["seconds"], 3),
                             cpu_ratio=round(done["cpu_s"] / max(short["cpu_s"], 0.01), 3))
             done["load"] = round(os.getloadavg()[0], 2)

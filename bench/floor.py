@@ -1,6 +1,9 @@
 """The plain-SQL floor: the least work that deletes what `hermes-admin purge --older-than DAYS` deletes.
 
-Usage: python floor.py HOME [DAYS] [TRANSACTIONS] [--apsw]  -> prints one JSON line
+Usage: python floor.py HOME [DAYS] [TRANSACTIONS] [--apsw] [--by-sessions]  -> prints one JSON line
+
+--by-sessions: TRANSACTIONS of about as many sessions each, a unit always whole in one (the floor
+until issue 50's last figures; see 2. below).
 
 --apsw: the same statements on apsw's own SQLite (what hermes-admin runs on since it moved to apsw;
 `0ac9e84` and before ran on Python's sqlite3), so that "ours / the floor" compares the same library.
@@ -19,11 +22,16 @@ TRANSACTIONS asks for it (2. below), no events, no safety checks:
    orphan surviving children, delete messages, usage rows, sessions, then
    system prompts nobody references any more; then a PASSIVE checkpoint
    (hermes-admin checkpoints its own commits too). With TRANSACTIONS, the
-   same statements in that many transactions, one after the other, each of
-   whole units and about as many sessions, committed as hermes-admin commits
-   (synchronous=NORMAL), SQLite checkpointing and FTS5 merging as they always
-   do (inside the commits): what the same SQL costs once no transaction may
-   hold the lock for long;
+   same statements in about that many transactions of about equal weight
+   (the bytes of the messages' text, plus hermes-admin's own cost of a row and
+   of a session: exports.ROW_WEIGHT, UNIT_WEIGHT), one after the other, as
+   hermes-admin paces its own: units whole while they fit, and a unit heavier
+   than one transaction's share deleted in steps, its messages by id a share
+   at a time, its sessions with the last of them (so no transaction holds the
+   lock much longer than the others, as none of hermes-admin's may); committed
+   as hermes-admin commits (synchronous=NORMAL), SQLite checkpointing and FTS5
+   merging as they always do (inside the commits): what the same SQL costs once
+   no transaction may hold the lock for long;
 3. unlink the sessions' files found by one scan of sessions/ (the names
    hermes-admin's files.py matches).
 
@@ -39,7 +47,10 @@ from pathlib import Path
 
 DAY = 86400.0
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from hermes_admin.profile.exports import ROW_WEIGHT, UNIT_WEIGHT  # noqa: E402  (what a row and a unit cost)
 from hermes_admin.profile.store.files import session_id_of  # noqa: E402  (the file names Hermes uses)
+
+TEXT_COLUMNS = ("content", "tool_calls", "reasoning", "reasoning_content", "api_content")  # what FTS5 indexes
 
 
 def delete(conn, doomed: list[str], cols: set[str], tables: set[str]) -> dict[str, int]:
@@ -110,6 +121,62 @@ def chunks(units: list[list[str]], wanted: int) -> list[list[str]]:
     return lists + ([current] if current else [])
 
 
+def weighed(units: list[list[str]], wanted: int, messages: dict[str, list[tuple[int, int]]]) -> list[tuple[str, list]]:
+    """The units in about `wanted` transactions of about equal weight, in order: ("units", sessions)
+    deletes whole units; ("messages", ids) the messages of a unit too heavy for one transaction's
+    share, a share at a time (its sessions, and the messages left, go in a "units" one after).
+    `messages`: each session's (id, bytes of text)."""
+    def weight(unit: list[str]) -> int:
+        return len(unit) * UNIT_WEIGHT + sum(b + ROW_WEIGHT for sid in unit for _, b in messages.get(sid, ()))
+
+    share = max(1.0, sum(weight(unit) for unit in units) / wanted)
+    done: list[tuple[str, list]] = []
+    current: list[str] = []
+    current_w = 0
+    for unit in units:
+        w = weight(unit)
+        if current and current_w + w > share:
+            done.append(("units", current))
+            current, current_w = [], 0
+        if w <= share:
+            current, current_w = current + unit, current_w + w
+            continue
+        step, step_w = [], 0
+        for mid, size in sorted(m for sid in unit for m in messages.get(sid, ())):
+            step.append(mid)
+            step_w += size + ROW_WEIGHT
+            if step_w >= share:
+                done.append(("messages", step))
+                step, step_w = [], 0
+        done.append(("units", unit))
+    return done + ([("units", current)] if current else [])
+
+
+def delete_messages(conn, ids: list[int]) -> dict[str, int]:
+    """One transaction: these messages (a step of a unit too heavy for one)."""
+    conn.execute("BEGIN IMMEDIATE")
+    n = 0
+    for at in range(0, len(ids), 500):
+        part = ids[at:at + 500]
+        n += conn.execute(f"DELETE FROM messages WHERE id IN ({','.join('?' * len(part))})", part).rowcount
+    conn.execute("COMMIT")
+    return {"messages": n}
+
+
+def message_weights(conn, doomed: list[str]) -> dict[str, list[tuple[int, int]]]:
+    """Each doomed session's messages: (id, the bytes of its text)."""
+    have = {r[1] for r in conn.execute("PRAGMA table_info(messages)")}
+    size = " + ".join(f"COALESCE(LENGTH({c}), 0)" for c in TEXT_COLUMNS if c in have) or "0"
+    conn.execute("CREATE TEMP TABLE IF NOT EXISTS weighed (id TEXT PRIMARY KEY)")
+    conn.executemany("INSERT OR IGNORE INTO temp.weighed VALUES (?)", [(sid,) for sid in doomed])
+    found: dict[str, list[tuple[int, int]]] = {}
+    for sid, mid, b in conn.execute(f"SELECT session_id, id, {size} FROM messages "
+                                    "WHERE session_id IN (SELECT id FROM temp.weighed)"):
+        found.setdefault(sid, []).append((mid, b))
+    conn.execute("DROP TABLE temp.weighed")
+    return found
+
+
 class _ApswConnection:
     """The few calls of sqlite3's connection this script makes, on an apsw connection (autocommit,
     as sqlite3's isolation_level=None): `execute` returns its rows and `rowcount`."""
@@ -143,8 +210,8 @@ class _Rows(list):
 
 
 def main() -> None:
-    on_apsw = "--apsw" in sys.argv
-    argv = [a for a in sys.argv if a != "--apsw"]
+    on_apsw, by_sessions = "--apsw" in sys.argv, "--by-sessions" in sys.argv
+    argv = [a for a in sys.argv if a not in ("--apsw", "--by-sessions")]
     home = Path(argv[1])
     days = float(argv[2]) if len(argv) > 2 else 90.0
     started = time.monotonic()
@@ -173,18 +240,23 @@ def main() -> None:
             links.setdefault(p, []).append(sid)
     doomed_units = [unit for unit in units_of(list(parent), links) if all(ok[sid] for sid in unit)]
     doomed = [sid for unit in doomed_units for sid in unit]
-    selected = time.monotonic()
-
     wanted = int(argv[3]) if len(argv) > 3 else 1
     if wanted < 1:
         sys.exit(f"floor.py: TRANSACTIONS must be 1 or more, not {wanted}")
+    if wanted == 1 or by_sessions:
+        plan = [("units", chunk) for chunk in chunks(doomed_units, wanted)]
+    else:
+        plan = weighed(doomed_units, wanted, message_weights(conn, doomed))
+    selected = time.monotonic()
+
     if wanted > 1:
         conn.execute("PRAGMA synchronous=NORMAL")  # as hermes-admin commits: a sync at checkpoints only
     counts: dict[str, int] = {}
     transactions, longest = 0, 0.0
-    for chunk in chunks(doomed_units, wanted):
+    for kind, chunk in plan:
         began = time.monotonic()
-        for key, n in delete(conn, chunk, cols, tables).items():
+        done = delete(conn, chunk, cols, tables) if kind == "units" else delete_messages(conn, chunk)
+        for key, n in done.items():
             counts[key] = counts.get(key, 0) + n
         transactions += 1
         longest = max(longest, time.monotonic() - began)
