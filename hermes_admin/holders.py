@@ -29,7 +29,10 @@ never waits for its VACUUM on her say.
 
 The engine also paces its transactions for a Hermes that may write at any
 moment while one of the owner's processes holds the store (turns.py); that
-scan skips the processes the owner cannot inspect.
+scan skips the processes the owner cannot inspect. In a WAL store it also asks,
+before each transaction, whether any other process holds a lock on the shared
+memory (`WalPeers`): one system call, which sees every connection holding its
+locks, in whatever pid namespace, whoever runs it.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import stat
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -290,8 +294,11 @@ class WalPeers:
     Asked through the descriptor SQLite opened for the file in this process (found once in
     /proc/self/fd, checked by device and inode at every question): never a descriptor of our
     own, since closing one would drop every lock this process holds on the file, SQLite's
-    included. Our own connections (this process's locks) never count. Raises OSError when the
-    descriptor is not found or no longer the file's: unknown, which callers take as taken."""
+    included. Our own connections (this process's locks, whatever copy of SQLite took them) never
+    count. Nor does a connection that holds no lock: one whose SQLite lost its locks (another
+    descriptor of the file closed in its process), or one opened `nolock`, `immutable` or on a VFS
+    without shared memory. Raises OSError when the descriptor is not found or no longer the file's:
+    unknown (turns.py then paces as where nobody can be asked this way)."""
 
     def __init__(self, shm: Path):
         self.shm = shm
@@ -309,7 +316,9 @@ class WalPeers:
             if (st.st_dev, st.st_ino) == self._identity:
                 return self._fd
             raise OSError(errno.ESTALE, "the descriptor no longer names the shared-memory file", str(self.shm))
-        st = os.stat(self.shm)
+        st = os.lstat(self.shm)  # as SQLite opens it (O_NOFOLLOW): a link there is none of its files
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "the shared-memory file is not a regular file", str(self.shm))
         self._identity = (st.st_dev, st.st_ino)
         for name in os.listdir("/proc/self/fd"):
             try:

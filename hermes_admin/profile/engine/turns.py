@@ -19,11 +19,12 @@ the pause), the pause ends early. With neither ever since we began (`alone`),
 the pacer takes its longest transactions (pacer.py). In a WAL store every other connection is
 seen by its lock on the shared memory (holders.WalPeers), asked before each of our transactions:
 while alone there, no pause at all (one that waits on us is seen before our next transaction, and
-then gets its turn), and the holders are looked at no more often than usual.
+then gets its turn).
 """
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Callable
@@ -79,8 +80,11 @@ class Turns:
 
     @classmethod
     def of_store(cls, db, path, wal: bool) -> "Turns":
-        """Turns beside the processes that hold the store at `path` (holders.py); `wal`: its journal."""
-        peers = WalPeers(Path(f"{path}-shm")).taken if wal else None
+        """Turns beside the processes that hold the store at `path` (holders.py); `wal`: its journal.
+        The shared memory asked is the one SQLite opened: beside the store as the connection names it
+        (a link resolved, as SQLite resolves it)."""
+        named = getattr(db.connection(), "filename", "") or os.path.realpath(path)
+        peers = WalPeers(Path(f"{named}-shm")).taken if wal else None
         return cls(db, held=lambda: held_by_its_owner(path), free=lambda: held_by_nobody_else(path, wal),
                    peers=peers)
 
@@ -120,13 +124,14 @@ class Turns:
 
     def _peers_now(self) -> bool:
         """Does another connection hold the store, by `peers` (False where it is not asked)? Seen,
-        it ends being alone. A `peers` that fails is not asked again: the looks answer instead."""
+        it ends being alone. A `peers` that fails (SQLite's descriptor not found) is not asked
+        again: the looks and the token pauses go on as where nobody can be asked that way."""
         if self._peers is None:
             return False
         try:
             taken = bool(self._peers())
         except Exception:
-            self._peers, taken = None, True
+            self._peers, taken = None, False
         self._others_seen = self._others_seen or taken
         return taken
 
@@ -136,9 +141,7 @@ class Turns:
         not known to be free, or a look too dear to take that often, ends being alone."""
         now = self.clock()
         alone = not self._others_seen
-        every = HELD_EVERY_S
-        if alone and self._peers is None:  # nothing asked before each transaction: look more often
-            every = min(HELD_EVERY_S, max(ALONE_HELD_EVERY_S, self._look_s / LOOK_SHARE))
+        every = min(HELD_EVERY_S, max(ALONE_HELD_EVERY_S, self._look_s / LOOK_SHARE)) if alone else HELD_EVERY_S
         if self._held is None or now - self._held_at < every:
             return
         began = time.perf_counter()
@@ -157,7 +160,8 @@ class Turns:
         Hermes that cannot be looked into (another pid namespace, another user's process in a
         rollback journal) counts as holding it, and a gateway that appends every few seconds
         must meet the careful transactions between its appends too. With `peers`, another connection
-        is seen before the next transaction: one that waits on the lock now waits at most one of ours."""
+        is seen before our next transaction: one that waits on the lock now waits for the one under
+        way and its own next poll (a Hermes whose SQLite lost its locks holds none: the looks see it)."""
         if not self._others_seen and not self._peers_now():
             self._look()
         return not self._others_seen
@@ -210,7 +214,9 @@ class Turns:
 
     def _token_s(self) -> float:
         """The pause with no other writer about: MIN_S, for one that came meanwhile to meet with its
-        poll; none while alone with `peers`, which sees such a one before our next transaction."""
+        poll; none while alone with `peers`, which sees such a one before our next transaction (one
+        that holds no lock, its SQLite's locks lost, is seen by the next look; until then it meets
+        the few lock-free ms between our transactions, as it met a token pause)."""
         return 0.0 if self._peers is not None and not self._others_seen else MIN_S
 
 
