@@ -4,9 +4,10 @@ Sessions at either end of a parent or delegate link come first, together in one
 graph: every unit of more than one session is made of such links. Every other
 session is a unit by itself, with no children, and comes in batches of a few
 thousand, in rowid order. So a pure rule applied part by part selects what it
-would select from one graph of every row (the tests compare both), while only
-one part is in memory. Each batch is read when the previous one is done with: a
-caller may delete in between (rowids only grow, so no row is read twice).
+would select from one graph of every row (the tests compare both), while at most
+two parts are in memory (the one acted on, and the next, read ahead so that its
+first export can begin: actions/common.act_in_parts). A caller may delete
+between two batches (rowids only grow, so no row is read twice).
 """
 
 from __future__ import annotations

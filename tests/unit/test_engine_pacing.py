@@ -18,7 +18,8 @@ import peewee
 import pytest
 
 from hermes_admin import stopping
-from hermes_admin.profile import parts
+from hermes_admin.profile import exports, parts
+from hermes_admin.profile.engine import export_ahead
 from hermes_admin.profile.engine.checkpointer import Checkpointer
 from hermes_admin.profile.store.files import FileIndex
 from hermes_admin.profile.engine.group_commit import GroupCommit
@@ -610,6 +611,10 @@ def test_purge_in_small_batches_does_what_one_batch_does(synth_root, invoke, mon
     args = ("purge", "--older-than", "90", "--yes", "--json")
     assert invoke("--root", str(whole), *args).exit_code in (0, 1)
     monkeypatch.setattr(parts, "session_batches", functools.partial(parts.session_batches, size=2))
+    taken = []  # the next part's first export, begun during the part before: each used, none made twice
+    take = export_ahead.ExportAhead._take_primed
+    monkeypatch.setattr(export_ahead.ExportAhead, "_take_primed",
+                        lambda self, units, ask: taken.append(take(self, units, ask)) or taken[-1])
     result = invoke("--root", str(root), *args)
     assert result.exit_code in (0, 1), result.stderr
     for name in ("default", "work", "legacy"):
@@ -621,6 +626,12 @@ def test_purge_in_small_batches_does_what_one_batch_does(synth_root, invoke, mon
         assert fts_problems(batched) == []
     went = [i for r in json.loads(result.stdout)["results"] for d in r["done"] for i in d["ids"]]
     assert len(went) == len(set(went))  # no row listed twice across batches
+    exported = [unit[0] for export in root.rglob(f"*{exports.SUFFIX}")
+                for member in exports.load_manifest(export)["members"] for unit in member["units"]]
+    assert sorted(exported) == sorted(set(exported)) and set(exported) >= {d["session_id"] for r in
+                                                                         json.loads(result.stdout)["results"]
+                                                                         for d in r["done"]}
+    assert len([t for t in taken if t is not None]) >= 3  # parts of two sessions: most begin primed
 
 
 def test_a_stop_between_batches_is_reported_and_leaves_the_rest(synth_root, invoke, monkeypatch):

@@ -56,10 +56,18 @@ def act_in_parts(engine: Engine, result: Result, parts: Iterable[list[Unit]],
     """`act` (one engine call, returning what it did) on each part's units, each outcome folded into
     `result`, what committed before an error too. The files and events of every part are settled
     once, at the end (the engine's batch); after an error too, for what did commit, which `result`
-    then holds."""
+    then holds. Each part is read before the one before it is acted on, and said to the engine
+    (`coming`): its first export runs while that one's last deletes do. Parts never share a unit,
+    so reading one early changes nothing of what is selected."""
     def each_part() -> None:
-        for units in parts:
+        following = iter(parts)
+        units = next(following, None)
+        while units is not None:
+            coming = next(following, None)
+            engine.coming(coming or [])
             fold(result, lambda: act(units))
+            units = coming
+        engine.coming([])
 
     fold(result, lambda: engine.batched(each_part))
     return result

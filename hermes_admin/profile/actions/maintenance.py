@@ -183,7 +183,7 @@ class _Pass:
 
         The parts together are the whole store, and a unit never spans two of them, so
         the selection is the one a single graph of every row would give (the tests
-        compare both); only one part is in memory at a time.
+        compare both); at most two parts are in memory at a time (the next is read ahead: act_in_parts).
         """
         rule = task.rule(self.policy, self.request.now)
         select = select or rule.select

@@ -84,9 +84,7 @@ class Engine:
         self.pacer: Pacer | None = None  # every write transaction of ours
         self.export: ExportFile | None = None  # this run's export, made on the first unit deleted
         self.aftermath: Aftermath | None = None
-        self._ahead: ExportAhead | None = None
-        self._splits: SplitDeletes | None = None
-        self._steps: DeleteSteps | None = None
+        self._ahead, self._splits, self._steps = None, None, None  # ExportAhead, SplitDeletes, DeleteSteps
         self._references: list[tuple[str, str]] | None = None  # unknown tables pointing at sessions
         self._batched = False  # a caller's batch is under way: its files and events are settled when it ends
 
@@ -199,13 +197,8 @@ class Engine:
             self._references = sql.foreign_references(self.store.db, self.store.schema)
         return self._references
 
-    @property
-    def files(self):
-        return self.aftermath.files
-
-    @property
-    def listening(self) -> bool:
-        return self.aftermath.listening
+    files = property(lambda self: self.aftermath.files)  # the aftermath's, for callers that list or remove
+    listening = property(lambda self: self.aftermath.listening)  # is any plugin listening for events?
 
     def held_by_others(self) -> str | None:
         return self.space.held_by_others()
@@ -280,6 +273,12 @@ class Engine:
             self.fts.add(CJK_FTS_TABLE)
 
     # -- deletion --------------------------------------------------------------
+
+    def coming(self, units: list[Unit]) -> None:
+        """The units the next `delete` takes (a task's next part): their first export begins while
+        this one's last deletes run (export_ahead.py)."""
+        if self._ahead is not None:
+            self._ahead.coming = self.deletes.in_store_order(units) if units else []
 
     def delete(self, units: list[Unit], reason: str, recheck: Recheck | None = None,
                orphans: bool = False) -> Result:

@@ -4,13 +4,16 @@ Each batch of units is exported (and so weighed) before any of it is deleted; th
 exports run on a thread of their own meanwhile (reading, JSON and compression are lock-free work:
 they need not wait for the deletes, nor the deletes for them). The thread reads through a
 read-only connection of its own, and is given the pacing as a value (pacer.Pace): it never reads
-what the deleting thread changes. (docs/design.md §5)
+what the deleting thread changes. Once a delete's last batch is queued, the first batch of the
+units said to come next (`coming`: a task's next part, which no delete of this one touches) is
+queued too: that export is the one the next delete would otherwise wait for at its start.
+(docs/design.md §5)
 """
 
 from __future__ import annotations
 
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Iterator, NamedTuple
 
 from hermes_admin import stopping
@@ -54,13 +57,24 @@ class Step(NamedTuple):
     files_left: tuple[str, ...] = ()  # files the delete removes that the export could not carry
 
 
+class Primed(NamedTuple):
+    """The first batch of the units said to come next, queued on the thread: its units' ids, and
+    what it was asked as (a delete of the same reason and kind takes it)."""
+    ids: list[tuple[str, ...]]
+    ask: tuple[str, bool]
+    export: Future
+
+
 class ExportAhead:
-    """The export of the units a delete takes, a batch ahead of it. `export`: this run's export file."""
+    """The export of the units a delete takes, a batch ahead of it. `export`: this run's export file.
+    `coming`: the units the next delete will take, in its order (set by the engine, or empty)."""
 
     def __init__(self, store: Store, export: ExportFile, settings: Settings, pacer: Pacer):
         self.store, self.export, self.settings, self.pacer = store, export, settings, pacer
         self._thread: ThreadPoolExecutor | None = None  # made on first use
         self._reads = None  # its read-only connection, shared with this thread
+        self.coming: list[Unit] = []
+        self._primed: Primed | None = None
 
     def close(self) -> None:
         if self._thread is not None:  # an export under way finishes (a member is whole or not listed)
@@ -82,6 +96,8 @@ class ExportAhead:
                 return
             if units[position].session_id not in weights:
                 weights, exported, queued_to = self._batch_at(units, position, ask, ahead, queued_to)
+                if queued_to >= len(units) and self.coming:
+                    self._prime(ask)
             pace = self.pacer.pace()
             packed = next_transaction([weights.get(u.session_id) for u in units[position:]], pace.budget,
                                       pace.too_big, ask.orphans)
@@ -98,9 +114,14 @@ class ExportAhead:
 
     def _batch_at(self, units: list[Unit], position: int, ask: Ask, ahead: deque, queued_to: int) -> tuple[dict, dict, int]:
         """The weights and exports of the batch starting at `position`, and the next ones queued."""
+        primed = self._take_primed(units, ask) if position == 0 and not ahead else None
         if ahead and ahead[0][0] == position:
             _, size, export = ahead.popleft()
             weights, exported = export.result()
+        elif primed is not None:  # queued while the delete before this one ended
+            size = len(primed.ids)
+            weights, exported = primed.export.result()
+            queued_to = position + size
         else:  # the first batch, small: its export is the one the deletes wait for
             ahead.clear()
             size = FIRST_EXPORT_UNITS
@@ -113,6 +134,19 @@ class ExportAhead:
                 self._prepare, units[queued_to:queued_to + size], ask, self._data_version(), self.pacer.pace())))
             queued_to += size
         return weights, exported, queued_to
+
+    def _prime(self, ask: Ask) -> None:
+        """The first batch of `coming` queued on the thread, behind this delete's last batches."""
+        batch, self.coming = self.coming[:FIRST_EXPORT_UNITS], []
+        self._primed = Primed([u.ids for u in batch], (ask.reason, ask.orphans), self._exporter().submit(
+            self._prepare, batch, ask, self._data_version(), self.pacer.pace()))
+
+    def _take_primed(self, units: list[Unit], ask: Ask) -> Primed | None:
+        """The primed batch, if this delete begins with its units and is asked as it was."""
+        primed, self._primed = self._primed, None
+        if primed is None or primed.ask != (ask.reason, ask.orphans):
+            return None
+        return primed if [u.ids for u in units[:len(primed.ids)]] == primed.ids else None
 
     def _exporter(self) -> ThreadPoolExecutor:
         if self._thread is None:

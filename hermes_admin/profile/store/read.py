@@ -159,8 +159,8 @@ def session_batches(store: Store, leave_out: set[str], size: int = 2000,
     at a time in rowid order.
 
     One read a batch, by rowid range: no list of ids to look up. Each batch is read when
-    the previous one is done with (the caller may delete in between: rowids only grow, so
-    no row is read twice or skipped).
+    the next is asked for (the caller may delete in between: rowids only grow, so no row is
+    read twice or skipped).
     """
     after = None
     while True:
