@@ -612,9 +612,14 @@ def test_purge_in_small_batches_does_what_one_batch_does(synth_root, invoke, mon
     assert invoke("--root", str(whole), *args).exit_code in (0, 1)
     monkeypatch.setattr(parts, "session_batches", functools.partial(parts.session_batches, size=2))
     taken = []  # the next part's first export, begun during the part before: each used, none made twice
-    take = export_ahead.ExportAhead._take_primed
-    monkeypatch.setattr(export_ahead.ExportAhead, "_take_primed",
-                        lambda self, units, ask: taken.append(take(self, units, ask)) or taken[-1])
+    take = export_ahead.ExportAhead._with_primed
+
+    def recorded(self, units, ask):
+        found = take(self, units, ask)
+        taken.append(found[1])
+        return found
+
+    monkeypatch.setattr(export_ahead.ExportAhead, "_with_primed", recorded)
     result = invoke("--root", str(root), *args)
     assert result.exit_code in (0, 1), result.stderr
     for name in ("default", "work", "legacy"):

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from hermes_admin.model import Profile
+from hermes_admin.profile import exports
 from hermes_admin.profile.engine import decisions
 from hermes_admin.profile.engine.engine import Engine
 from hermes_admin.profile.lineage import Unit
@@ -268,3 +269,27 @@ def test_fold_reports_what_a_failed_call_did_then_raises_its_own_error():
     assert [d.session_id for d in task.done] == ["a"] and task.transactions == 1
     done = fold(task, lambda: Result("default", "delete", "retention", False, transactions=2))
     assert done.transactions == 2 and task.transactions == 3
+
+
+@pytest.mark.parametrize("then, reason, twice", [
+    (lambda units: units, "retention", set()),  # as said
+    (lambda units: units[::-1], "retention", set()),  # in another order (its rowids read again)
+    (lambda units: units[1:], "retention", set()),  # one of them gone meanwhile: exported, and kept
+    (lambda units: units, "budget", {"b", "c", "d"}),  # asked otherwise: that export is let go, not used
+])
+def test_the_next_parts_first_export_is_taken_by_the_delete_that_holds_its_units(profile, then, reason, twice):
+    first, coming = [Unit("a", ["a", "a-child"], "old")], [Unit(s, [s], "old") for s in ("b", "c", "d")]
+
+    def two_parts():
+        engine.coming(coming)  # as act_in_parts says it, before the part in hand is acted on
+        engine.delete(first, "retention")
+        engine.coming([])
+        engine.delete(then(coming), reason)
+
+    with Engine(profile) as engine:
+        engine.batched(two_parts)
+    exported = [unit[0] for export in (profile.home / ".hermes-admin" / "exports").glob(f"*{exports.SUFFIX}")
+                for member in exports.load_manifest(export)["members"] for unit in member["units"]]
+    assert {sid for sid in exported if exported.count(sid) > 1} == twice  # a wrong word costs an export
+    assert set(exported) == {"a", "b", "c", "d"}  # every unit exported before it went
+    assert row_ids(profile.store_path) == {u.session_id for u in coming} - {u.session_id for u in then(coming)}

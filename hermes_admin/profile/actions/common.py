@@ -8,11 +8,12 @@ from dataclasses import replace
 from typing import Callable, Iterable, Iterator
 
 
+from hermes_admin import stopping
 from hermes_admin.hook_failures import HookFailure
 from hermes_admin.layers import PolicyLayers
 from hermes_admin.model import Profile
 from hermes_admin.problems import ERROR, LOCKED, WARNING, Problem, about
-from hermes_admin.profile.engine import Engine, Interrupted, fold
+from hermes_admin.profile.engine import STOPPED, Engine, Interrupted, fold
 from hermes_admin.profile.exports import Settings
 from hermes_admin.profile.state_folder import LockHeld
 from hermes_admin.profile.environment import Environment
@@ -62,12 +63,17 @@ def act_in_parts(engine: Engine, result: Result, parts: Iterable[list[Unit]],
     def each_part() -> None:
         following = iter(parts)
         units = next(following, None)
-        while units is not None:
-            coming = next(following, None)
-            engine.coming(coming or [])
-            fold(result, lambda: act(units))
-            units = coming
-        engine.coming([])
+        try:
+            while units is not None:
+                coming = next(following, None)
+                engine.coming(coming or [])
+                fold(result, lambda: act(units))
+                if coming is not None and stopping.requested():  # the part read ahead waits, as the rest
+                    result.stop = result.stop or f"{STOPPED}: the rest of the store waits for the next run"
+                    return
+                units = coming
+        finally:
+            engine.coming([])
 
     fold(result, lambda: engine.batched(each_part))
     return result

@@ -191,8 +191,8 @@ class _Pass:
         live = set(self.engine.live_ids(self.request.now))
         reach = Reach(total=count_sessions(store, rule.only))  # one COUNT(*): what a stop says is not looked at
 
-        def units() -> Iterator[list]:
-            for graph in self._graphs(task, result, rule.only, reach.total):
+        def units(looked_at: Callable[[int], None]) -> Iterator[list]:
+            for graph in self._graphs(task, result, rule.only, looked_at):
                 reach.looked += len(graph.rows)
                 selection = select(graph, live)
                 result.kept.update(self.still_kept(selection))
@@ -209,7 +209,8 @@ class _Pass:
                 self.claimed.difference_update(ids)
             return done
 
-        act_in_parts(self.engine, result, units(), acted)
+        with self._bar(task.name.name, rule.only, reach.total) as looked_at:  # over the parts and their acting
+            act_in_parts(self.engine, result, units(looked_at), acted)
         if result.stop is not None:  # the engine's speaks of the part in hand only: one for the whole task
             result.stop = stopped_note(reach.selected - len(result.done) - len(result.skipped), reach.selected,
                                        reach.unseen())
@@ -221,26 +222,34 @@ class _Pass:
         return {sid: why for sid, why in selection.kept.items() if sid not in self.claimed}
 
     def _graphs(self, task: Task, result: Result, only: str | None = None,
-                total: int | None = None) -> Iterator[Graph]:
+                looked_at: Callable[[int], None] | None = None) -> Iterator[Graph]:
         """The store's parts as this point of the run sees them: in a dry run, the rows an earlier task
-        would have closed are closed, as the run would have left them. `total`: the sessions counted."""
-        for graph in self._parts(task.name.name, result, only, total):
+        would have closed are closed, as the run would have left them. `looked_at`: the caller's bar."""
+        for graph in self._parts(task.name.name, result, only, looked_at):
             self.engine.as_left(graph.rows)  # the one record of a dry run's closes: the engine's
             yield graph
 
     def _parts(self, task: str, result: Result, only: str | None = None,
-               total: int | None = None) -> Iterator[Graph]:
-        """The store a part at a time (parts.py), with a progress bar; a stop request ends it."""
-        store = self.engine.store
-        if total is None:  # counted only for a bar someone sees
-            total = count_sessions(store, only) if self.engine.progress.wanted() else 0
-        with self.engine.progress.whole(f"{self.engine.profile.name}: {task}", total) as looked_at:
-            for n, graph in enumerate(graph_parts(store, only)):
-                if n and stopping.requested():
-                    result.stop = result.stop or f"{STOPPED}: the rest of the store waits for the next run"
-                    return
-                yield graph
-                looked_at(len(graph.rows))
+               looked_at: Callable[[int], None] | None = None) -> Iterator[Graph]:
+        """The store a part at a time (parts.py), advancing `looked_at` (else a bar of its own); a stop
+        request ends it."""
+        if looked_at is None:
+            with self._bar(task, only) as looked_at:
+                yield from self._parts(task, result, only, looked_at)
+            return
+        for n, graph in enumerate(graph_parts(self.engine.store, only)):
+            if n and stopping.requested():
+                result.stop = result.stop or f"{STOPPED}: the rest of the store waits for the next run"
+                return
+            yield graph
+            looked_at(len(graph.rows))
+
+    def _bar(self, task: str, only: str | None, total: int | None = None):
+        """One progress bar over a task's parts (`total`: the sessions, counted here if not given and
+        someone sees the bar)."""
+        if total is None:
+            total = count_sessions(self.engine.store, only) if self.engine.progress.wanted() else 0
+        return self.engine.progress.whole(f"{self.engine.profile.name}: {task}", total)
 
     # -- the tasks whose work is more than their rule over the parts ------------
 

@@ -278,7 +278,7 @@ class Engine:
         """The units the next `delete` takes (a task's next part): their first export begins while
         this one's last deletes run (export_ahead.py)."""
         if self._ahead is not None:
-            self._ahead.coming = self.deletes.in_store_order(units) if units else []
+            self._ahead.coming = units
 
     def delete(self, units: list[Unit], reason: str, recheck: Recheck | None = None,
                orphans: bool = False) -> Result:

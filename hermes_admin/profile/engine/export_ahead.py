@@ -59,7 +59,8 @@ class Step(NamedTuple):
 
 class Primed(NamedTuple):
     """The first batch of the units said to come next, queued on the thread: its units' ids, and
-    what it was asked as (a delete of the same reason and kind takes it)."""
+    what it was asked as (a delete of the same reason and kind takes it, with those of its units
+    it holds first; a unit it does not hold was exported and stays, as after a stop)."""
     ids: list[tuple[str, ...]]
     ask: tuple[str, bool]
     export: Future
@@ -91,12 +92,14 @@ class ExportAhead:
         position, weights, exported = 0, {}, {}
         ahead: deque = deque()  # (where a batch starts, its size, its export queued or running on the thread)
         queued_to = 0  # where the batches made so far end
+        units, primed = self._with_primed(units, ask)
         while position < len(units):
             if stopping.requested():
                 return
             if units[position].session_id not in weights:
-                weights, exported, queued_to = self._batch_at(units, position, ask, ahead, queued_to)
-                if queued_to >= len(units) and self.coming:
+                weights, exported, queued_to = self._batch_at(units, position, ask, ahead, queued_to, primed)
+                primed = None
+                if queued_to >= len(units) and self.coming and not stopping.requested():
                     self._prime(ask)
             pace = self.pacer.pace()
             packed = next_transaction([weights.get(u.session_id) for u in units[position:]], pace.budget,
@@ -112,15 +115,16 @@ class ExportAhead:
             else:
                 yield Step(chunk, found, False, position >= len(units) or stopping.requested(), packed.weight, left)
 
-    def _batch_at(self, units: list[Unit], position: int, ask: Ask, ahead: deque, queued_to: int) -> tuple[dict, dict, int]:
-        """The weights and exports of the batch starting at `position`, and the next ones queued."""
-        primed = self._take_primed(units, ask) if position == 0 and not ahead else None
+    def _batch_at(self, units: list[Unit], position: int, ask: Ask, ahead: deque, queued_to: int,
+                  primed: tuple[int, Future] | None = None) -> tuple[dict, dict, int]:
+        """The weights and exports of the batch starting at `position` (`primed`: the first batch,
+        its size and export, queued before this delete began), and the next ones queued."""
         if ahead and ahead[0][0] == position:
             _, size, export = ahead.popleft()
             weights, exported = export.result()
-        elif primed is not None:  # queued while the delete before this one ended
-            size = len(primed.ids)
-            weights, exported = primed.export.result()
+        elif primed is not None:
+            size, export = primed
+            weights, exported = export.result()
             queued_to = position + size
         else:  # the first batch, small: its export is the one the deletes wait for
             ahead.clear()
@@ -141,12 +145,21 @@ class ExportAhead:
         self._primed = Primed([u.ids for u in batch], (ask.reason, ask.orphans), self._exporter().submit(
             self._prepare, batch, ask, self._data_version(), self.pacer.pace()))
 
-    def _take_primed(self, units: list[Unit], ask: Ask) -> Primed | None:
-        """The primed batch, if this delete begins with its units and is asked as it was."""
+    def _with_primed(self, units: list[Unit], ask: Ask) -> tuple[list[Unit], tuple[int, Future] | None]:
+        """`units` with those of the primed batch first (the order is only for locality), and that
+        batch's size and export; or as they are, and None, where this delete is asked otherwise or
+        holds none of its units (then its export, unused, is let go: cancelled if not begun, its
+        failure raised if it failed, as this delete's own would be)."""
         primed, self._primed = self._primed, None
-        if primed is None or primed.ask != (ask.reason, ask.orphans):
-            return None
-        return primed if [u.ids for u in units[:len(primed.ids)]] == primed.ids else None
+        if primed is None:
+            return units, None
+        ids = set(primed.ids)
+        first = [u for u in units if u.ids in ids] if primed.ask == (ask.reason, ask.orphans) else []
+        if not first:
+            if not primed.export.cancel():
+                primed.export.result()
+            return units, None
+        return first + [u for u in units if u.ids not in ids], (len(first), primed.export)
 
     def _exporter(self) -> ThreadPoolExecutor:
         if self._thread is None:

@@ -158,9 +158,9 @@ def session_batches(store: Store, leave_out: set[str], size: int = 2000,
     """Every session row but `leave_out` (that meets the condition `only`, on `s`), a few thousand
     at a time in rowid order.
 
-    One read a batch, by rowid range: no list of ids to look up. Each batch is read when
-    the next is asked for (the caller may delete in between: rowids only grow, so no row is
-    read twice or skipped).
+    One read a batch, by rowid range: no list of ids to look up. Each batch is read when it
+    is asked for (the caller may delete in between: rowids only grow, so no row is read twice
+    or skipped).
     """
     after = None
     while True:
