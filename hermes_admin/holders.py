@@ -280,7 +280,6 @@ def held_by_nobody_else(store: Path, wal: bool) -> bool:
     return look(store_files(store), wal=wal).holders == []
 
 
-
 # struct flock on Linux: l_type, l_whence (shorts), l_start, l_len (off_t), l_pid, padding.
 _FLOCK = "hhqqi4x"
 

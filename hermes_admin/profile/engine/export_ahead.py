@@ -68,7 +68,7 @@ class Primed(NamedTuple):
 
 class ExportAhead:
     """The export of the units a delete takes, a batch ahead of it. `export`: this run's export file.
-    `coming`: the units the next delete will take, in its order (set by the engine, or empty)."""
+    `coming`: the units the next delete will take (set by the engine, or empty)."""
 
     def __init__(self, store: Store, export: ExportFile, settings: Settings, pacer: Pacer):
         self.store, self.export, self.settings, self.pacer = store, export, settings, pacer

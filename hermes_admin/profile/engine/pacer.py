@@ -31,7 +31,8 @@ TARGET_HOLD_S = 0.020
 IDLE_HOLD_S = 0.040
 # With nobody else seen at all since we began (turns.alone), only a Hermes that starts meanwhile
 # can wait on us, and it is seen before our next transaction in a WAL store (its lock on the shared
-# memory), else at its first commit or within turns.ALONE_HELD_EVERY_S: longer transactions still, with FTS5 merging inside them as in Hermes' own writes.
+# memory), else at its first commit or within turns.ALONE_HELD_EVERY_S: longer transactions still,
+# with FTS5 merging inside them as in Hermes' own writes.
 # A real store's purge then took 12.9 s against 17.1 s at 0ac9e84, within a tenth of its plain SQL
 # (BENCHMARKS.md); the longest transactions, with a deep merge step inside, held the lock
 # 190-270 ms there, which is what such a newcomer's first write may wait.
