@@ -360,7 +360,7 @@ def can_unshare_pids() -> bool:
     """Can this process start one in a pid namespace of its own (root, unshare, and a host that lets it)?"""
     if os.geteuid() != 0 or not shutil.which("unshare"):
         return False
-    return subprocess.run(["unshare", "--pid", "--fork", "true"], capture_output=True).returncode == 0
+    return subprocess.run(["unshare", "--pid", "--fork", "--kill-child", "true"], capture_output=True).returncode == 0
 
 
 @pytest.mark.skipif(not can_unshare_pids(), reason="no pid namespace of its own can be made here")
@@ -368,7 +368,7 @@ def test_wal_peers_see_a_connection_from_another_pid_namespace(tmp_path):
     path = tmp_path / "s.db"
     db = wal_store(path)
     db.execute_sql("SELECT * FROM t").fetchall()
-    holder = holding(["unshare", "--pid", "--fork", sys.executable, "-c", HOLDS, str(path)])
+    holder = holding(["unshare", "--pid", "--fork", "--kill-child", sys.executable, "-c", HOLDS, str(path)])
     try:
         assert WalPeers(Path(f"{path}-shm")).taken() is True  # a container's Hermes, no /proc scan sees it
     finally:
