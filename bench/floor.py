@@ -49,8 +49,7 @@ DAY = 86400.0
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from hermes_admin.profile.exports import ROW_WEIGHT, UNIT_WEIGHT  # noqa: E402  (what a row and a unit cost)
 from hermes_admin.profile.store.files import session_id_of  # noqa: E402  (the file names Hermes uses)
-
-TEXT_COLUMNS = ("content", "tool_calls", "reasoning", "reasoning_content", "api_content")  # what FTS5 indexes
+from hermes_admin.profile.store.unit_rows import TEXT_COLUMNS  # noqa: E402  (what FTS5 indexes, as ours weighs)
 
 
 def delete(conn, doomed: list[str], cols: set[str], tables: set[str]) -> dict[str, int]:

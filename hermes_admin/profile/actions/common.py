@@ -13,7 +13,7 @@ from hermes_admin.hook_failures import HookFailure
 from hermes_admin.layers import PolicyLayers
 from hermes_admin.model import Profile
 from hermes_admin.problems import ERROR, LOCKED, WARNING, Problem, about
-from hermes_admin.profile.engine import STOPPED, Engine, Interrupted, fold
+from hermes_admin.profile.engine import REST_WAITS, Engine, Interrupted, fold
 from hermes_admin.profile.exports import Settings
 from hermes_admin.profile.state_folder import LockHeld
 from hermes_admin.profile.environment import Environment
@@ -69,7 +69,7 @@ def act_in_parts(engine: Engine, result: Result, parts: Iterable[list[Unit]],
                 engine.coming(coming or [])
                 fold(result, lambda: act(units))
                 if coming is not None and stopping.requested():  # the part read ahead waits, as the rest
-                    result.stop = result.stop or f"{STOPPED}: the rest of the store waits for the next run"
+                    result.stop = result.stop or REST_WAITS
                     return
                 units = coming
         finally:

@@ -23,7 +23,7 @@ from hermes_admin.model import Profile, Reason
 from hermes_admin.profile.store import page_accounting
 from hermes_admin.profile.actions.common import (Ledger, Refused, Run, act_in_parts, engine_notes, refuse_too_broad,
                                                  with_engine)
-from hermes_admin.profile.engine import STOPPED, Engine, Interrupted, fold
+from hermes_admin.profile.engine import REST_WAITS, STOPPED, Engine, Interrupted, fold
 from hermes_admin.profile.exports import Settings
 from hermes_admin.profile import installation
 from hermes_admin.profile.hermes_config import HermesConfig, HermesConfigError
@@ -239,7 +239,7 @@ class _Pass:
             return
         for n, graph in enumerate(graph_parts(self.engine.store, only)):
             if n and stopping.requested():
-                result.stop = result.stop or f"{STOPPED}: the rest of the store waits for the next run"
+                result.stop = result.stop or REST_WAITS
                 return
             yield graph
             looked_at(len(graph.rows))

@@ -37,6 +37,7 @@ EXPORTS_AHEAD = 2  # batches exported ahead of the deletes: a batch of big sessi
 
 
 STOPPED = "stopped on request"  # how every stop note begins (a result's `stop`)
+REST_WAITS = f"{STOPPED}: the rest of the store waits for the next run"  # a stop between two parts
 
 
 def stop_note(left: int, selected: int) -> str:
@@ -134,16 +135,19 @@ class ExportAhead:
             queued_to = position + size
         while len(ahead) < EXPORTS_AHEAD and queued_to < len(units):
             size = min(EXPORT_UNITS, EXPORT_GROWTH * (ahead[-1][1] if ahead else size))
-            ahead.append((queued_to, size, self._exporter().submit(
-                self._prepare, units[queued_to:queued_to + size], ask, self._data_version(), self.pacer.pace())))
+            ahead.append((queued_to, size, self._queue(units[queued_to:queued_to + size], ask)))
             queued_to += size
         return weights, exported, queued_to
 
     def _prime(self, ask: Ask) -> None:
         """The first batch of `coming` queued on the thread, behind this delete's last batches."""
         batch, self.coming = self.coming[:FIRST_EXPORT_UNITS], []
-        self._primed = Primed([u.ids for u in batch], (ask.reason, ask.orphans), self._exporter().submit(
-            self._prepare, batch, ask, self._data_version(), self.pacer.pace()))
+        self._primed = Primed([u.ids for u in batch], (ask.reason, ask.orphans), self._queue(batch, ask))
+
+    def _queue(self, batch: list[Unit], ask: Ask) -> Future:
+        """`batch`'s export on the thread, given the store's version and the pacing as this thread
+        sees them now (both are read on the deleting thread only)."""
+        return self._exporter().submit(self._prepare, batch, ask, self._data_version(), self.pacer.pace())
 
     def _with_primed(self, units: list[Unit], ask: Ask) -> tuple[list[Unit], tuple[int, Future] | None]:
         """`units` with those of the primed batch first (the order is only for locality), and that
