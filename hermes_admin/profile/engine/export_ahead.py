@@ -5,8 +5,9 @@ exports run on a thread of their own meanwhile (reading, JSON and compression ar
 they need not wait for the deletes, nor the deletes for them). The thread reads through a
 read-only connection of its own, and is given the pacing as a value (pacer.Pace): it never reads
 what the deleting thread changes. Once a delete's last batch is queued, the first batch of the
-units said to come next (`coming`: a task's next part, which no delete of this one touches) is
-queued too: that export is the one the next delete would otherwise wait for at its start.
+units said to come next (`coming`: a task's next part, which no delete of this one touches) are
+queued too, sized as that delete would size them: its first batches are the ones it would otherwise
+wait for, while the thread is idle here.
 (docs/design.md §5)
 """
 
@@ -40,6 +41,11 @@ STOPPED = "stopped on request"  # how every stop note begins (a result's `stop`)
 REST_WAITS = f"{STOPPED}: the rest of the store waits for the next run"  # a stop between two parts
 
 
+def _grown(size: int) -> int:
+    """The size of the batch queued after one of `size`."""
+    return min(EXPORT_UNITS, EXPORT_GROWTH * size)
+
+
 def stop_note(left: int, selected: int) -> str:
     """What a stop request between transactions says of the task it ends. Not "N left for the next
     run": the next run selects again, over every task (those after this one did not run), so only a
@@ -59,12 +65,12 @@ class Step(NamedTuple):
 
 
 class Primed(NamedTuple):
-    """The first batch of the units said to come next, queued on the thread: its units' ids, and
-    what it was asked as (a delete of the same reason and kind takes it, with those of its units
-    it holds first; a unit it does not hold was exported and stays, as after a stop)."""
-    ids: list[tuple[str, ...]]
+    """The first batches of the units said to come next, queued on the thread: each batch's units'
+    ids and its export, and what they were asked as (a delete of the same reason and kind takes
+    them, with those of their units it holds first; a unit it does not hold was exported and stays,
+    as after a stop)."""
+    batches: list[tuple[set[tuple[str, ...]], Future]]
     ask: tuple[str, bool]
-    export: Future
 
 
 class ExportAhead:
@@ -91,15 +97,13 @@ class ExportAhead:
         reason goes into the export's manifest; orphans have nothing to export). A stop request ends
         them between transactions (what is left waits for the next run: the steps end early)."""
         position, weights, exported = 0, {}, {}
-        ahead: deque = deque()  # (where a batch starts, its size, its export queued or running on the thread)
-        queued_to = 0  # where the batches made so far end
-        units, primed = self._with_primed(units, ask)
+        units, ahead = self._with_primed(units, ask)  # (where a batch starts, its size, its export)
+        queued_to = ahead[-1][0] + ahead[-1][1] if ahead else 0  # where the batches made so far end
         while position < len(units):
             if stopping.requested():
                 return
             if units[position].session_id not in weights:
-                weights, exported, queued_to = self._batch_at(units, position, ask, ahead, queued_to, primed)
-                primed = None
+                weights, exported, queued_to = self._batch_at(units, position, ask, ahead, queued_to)
                 if queued_to >= len(units) and self.coming and not stopping.requested():
                     self._prime(ask)
             pace = self.pacer.pace()
@@ -116,17 +120,12 @@ class ExportAhead:
             else:
                 yield Step(chunk, found, False, position >= len(units) or stopping.requested(), packed.weight, left)
 
-    def _batch_at(self, units: list[Unit], position: int, ask: Ask, ahead: deque, queued_to: int,
-                  primed: tuple[int, Future] | None = None) -> tuple[dict, dict, int]:
-        """The weights and exports of the batch starting at `position` (`primed`: the first batch,
-        its size and export, queued before this delete began), and the next ones queued."""
+    def _batch_at(self, units: list[Unit], position: int, ask: Ask, ahead: deque,
+                  queued_to: int) -> tuple[dict, dict, int]:
+        """The weights and exports of the batch starting at `position`, and the next ones queued."""
         if ahead and ahead[0][0] == position:
             _, size, export = ahead.popleft()
             weights, exported = export.result()
-        elif primed is not None:
-            size, export = primed
-            weights, exported = export.result()
-            queued_to = position + size
         else:  # the first batch, small: its export is the one the deletes wait for
             ahead.clear()
             size = FIRST_EXPORT_UNITS
@@ -134,36 +133,46 @@ class ExportAhead:
                                               self.pacer.pace())
             queued_to = position + size
         while len(ahead) < EXPORTS_AHEAD and queued_to < len(units):
-            size = min(EXPORT_UNITS, EXPORT_GROWTH * (ahead[-1][1] if ahead else size))
+            size = _grown(ahead[-1][1] if ahead else size)
             ahead.append((queued_to, size, self._queue(units[queued_to:queued_to + size], ask)))
             queued_to += size
         return weights, exported, queued_to
 
     def _prime(self, ask: Ask) -> None:
-        """The first batch of `coming` queued on the thread, behind this delete's last batches."""
-        batch, self.coming = self.coming[:FIRST_EXPORT_UNITS], []
-        self._primed = Primed([u.ids for u in batch], (ask.reason, ask.orphans), self._queue(batch, ask))
+        """The first batches of `coming` queued on the thread, behind this delete's last ones: as many
+        as a delete has made by its first transaction (its first and those it queues ahead)."""
+        coming, self.coming = self.coming, []
+        batches, at, size = [], 0, FIRST_EXPORT_UNITS
+        while at < len(coming) and len(batches) <= EXPORTS_AHEAD:
+            batch = coming[at:at + size]
+            batches.append(({u.ids for u in batch}, self._queue(batch, ask)))
+            at, size = at + len(batch), _grown(size)
+        self._primed = Primed(batches, (ask.reason, ask.orphans))
 
     def _queue(self, batch: list[Unit], ask: Ask) -> Future:
         """`batch`'s export on the thread, given the store's version and the pacing as this thread
         sees them now (both are read on the deleting thread only)."""
         return self._exporter().submit(self._prepare, batch, ask, self._data_version(), self.pacer.pace())
 
-    def _with_primed(self, units: list[Unit], ask: Ask) -> tuple[list[Unit], tuple[int, Future] | None]:
-        """`units` with those of the primed batch first (the order is only for locality), and that
-        batch's size and export; or as they are, and None, where this delete is asked otherwise or
-        holds none of its units (then its export, unused, is let go: cancelled if not begun, its
-        failure raised if it failed, as this delete's own would be)."""
+    def _with_primed(self, units: list[Unit], ask: Ask) -> tuple[list[Unit], deque]:
+        """`units` with those of the primed batches first, batch by batch (the order is only for
+        locality), and those batches as the batches ahead of this delete; or as they are, and none,
+        where this delete is asked otherwise. A batch holding none of them is let go (cancelled if
+        not begun, its failure raised if it failed, as this delete's own would be)."""
         primed, self._primed = self._primed, None
+        ahead: deque = deque()
         if primed is None:
-            return units, None
-        ids = set(primed.ids)
-        first = [u for u in units if u.ids in ids] if primed.ask == (ask.reason, ask.orphans) else []
-        if not first:
-            if not primed.export.cancel():
-                primed.export.result()
-            return units, None
-        return first + [u for u in units if u.ids not in ids], (len(first), primed.export)
+            return units, ahead
+        first: list[Unit] = []
+        for ids, export in primed.batches:
+            held = [u for u in units if u.ids in ids] if primed.ask == (ask.reason, ask.orphans) else []
+            if held:
+                ahead.append((len(first), len(held), export))
+                first += held
+            elif not export.cancel():
+                export.result()
+        taken = {u.ids for u in first}
+        return first + [u for u in units if u.ids not in taken], ahead
 
     def _exporter(self) -> ThreadPoolExecutor:
         if self._thread is None:
