@@ -11,7 +11,9 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import peewee
@@ -264,11 +266,47 @@ def test_alone_needs_the_store_known_free_and_the_owners_look_sets_the_pauses(tm
     db.close()
 
 
+def _spend(seconds: float) -> None:
+    """A look that costs `seconds` of CPU time (a look's cost: what it takes of a core, not waits)."""
+    until = time.thread_time() + seconds
+    while time.thread_time() < until:
+        pass
+
+
 def test_a_look_too_dear_to_take_often_ends_being_alone(tmp_path):
     db = wal_store(tmp_path / "s.db")
     clock = SleepClock()
-    turns = Turns(db, clock=clock, sleep=clock.sleep, held=lambda: time.sleep(LOOK_SHARE * HELD_EVERY_S + 0.02))
+    turns = Turns(db, clock=clock, sleep=clock.sleep, held=lambda: _spend(LOOK_SHARE * HELD_EVERY_S + 0.02))
     assert not turns.alone  # looked at less often than HELD_EVERY_S it would have to be
+    db.close()
+
+
+def test_the_looks_run_on_a_thread_of_their_own_and_only_the_first_is_waited_for(tmp_path):
+    db = wal_store(tmp_path / "s.db")
+    clock = SleepClock()
+    gate, looked = threading.Event(), []
+
+    def free():  # free at the first look; the second is slow, and finds a holder
+        looked.append(threading.current_thread().name)
+        if len(looked) == 2:
+            gate.wait(10)
+        return len(looked) == 1
+
+    looks = ThreadPoolExecutor(1, thread_name_prefix="looks")
+    turns = Turns(db, clock=clock, sleep=clock.sleep, held=lambda: False, free=free, looks=looks)
+    assert turns.alone and looked == ["looks_0"]  # the first answer waited for: it sizes the first transaction
+    clock.sleep(ALONE_HELD_EVERY_S)
+    began = time.monotonic()
+    assert turns.alone and time.monotonic() - began < 5  # the second under way on its thread, not waited for
+    while len(looked) < 2 and time.monotonic() - began < 10:
+        time.sleep(0.01)
+    clock.sleep(ALONE_HELD_EVERY_S)
+    assert turns.alone and len(looked) == 2  # none begins while one is under way
+    gate.set()
+    looks.submit(lambda: None).result()  # the look has ended (one thread: in turn)
+    assert not turns.alone  # its answer taken at the first call after it ended
+    turns.close()
+    assert looks._shutdown
     db.close()
 
 
@@ -290,7 +328,7 @@ def test_while_alone_the_holders_are_looked_at_more_often_as_their_cost_allows(t
 
     def held(cost_s=0.0):
         looks.append(clock())
-        time.sleep(cost_s)
+        _spend(cost_s)
         return next(answers)
 
     turns = Turns(db, clock=clock, sleep=clock.sleep, held=held)

@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import os
 import time
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from hermes_admin.holders import WalPeers, held_by_its_owner, held_by_nobody_else
 from hermes_admin.profile.engine import faults
@@ -63,12 +64,17 @@ class Turns:
     """`held`: does another process hold the store open (None: nobody is asked)? `free`: is it known
     that nobody else does (the stricter look `alone` needs; None: `held`'s answer is taken)?
     `peers`: does another connection hold the store, asked before every transaction while alone
-    (a WAL store: holders.WalPeers; None: not known that cheaply)."""
+    (a WAL store: holders.WalPeers; None: not known that cheaply). `looks`: where the looks at the
+    holders run (of_store: a thread of their own; by default on the caller's thread)."""
 
     def __init__(self, db, clock=time.monotonic, sleep=time.sleep, held: Callable[[], bool] | None = None,
-                 free: Callable[[], bool] | None = None, peers: Callable[[], bool] | None = None):
+                 free: Callable[[], bool] | None = None, peers: Callable[[], bool] | None = None,
+                 looks: Executor | None = None):
         self.db, self.clock, self.sleep, self._held = db, clock, sleep, held
         self._free, self._peers = free, peers
+        self._looks = looks or _Here()
+        self._looking: Future | None = None  # a look under way: its answer is taken once it is done
+        self._answered = False  # the first look's answer taken (it is waited for)
         self._held_at, self._held_now = float("-inf"), False  # when it was last asked, and its answer
         self._version = self._data_version()
         self._other_at = float("-inf")  # when another connection was last seen committing
@@ -76,7 +82,7 @@ class Turns:
         self._chain_began: float | None = None  # when the merge steps since our last turn began
         self._chain_ended = float("-inf")  # when the last of them committed
         self._others_seen = False  # another writer or holder, at any time since we began
-        self._look_s = 0.0  # what the last look at the holders took (real time, whatever `clock`)
+        self._look_s = 0.0  # the CPU time the last look at the holders took (whatever `clock`)
 
     @classmethod
     def of_store(cls, db, path, wal: bool) -> "Turns":
@@ -86,7 +92,11 @@ class Turns:
         named = getattr(db.connection(), "filename", "") or os.path.realpath(path)
         peers = WalPeers(Path(f"{named}-shm")).taken if wal else None
         return cls(db, held=lambda: held_by_its_owner(path), free=lambda: held_by_nobody_else(path, wal),
-                   peers=peers)
+                   peers=peers, looks=ThreadPoolExecutor(1, thread_name_prefix="hermes-admin-looks"))
+
+    def close(self) -> None:
+        """No look begins any more (one under way ends by itself: a look is bounded, holders.py)."""
+        self._looks.shutdown(wait=False, cancel_futures=True)
 
     def _data_version(self) -> int:
         faults.point("data_version")
@@ -138,17 +148,34 @@ class Turns:
     def _look(self) -> None:
         """The processes holding the store looked at again, if it is time: every HELD_EVERY_S once
         anybody was seen; while alone more often, and `free` first (the stricter look): a store
-        not known to be free, or a look too dear to take that often, ends being alone."""
+        not known to be free, or a look too dear to take that often, ends being alone.
+
+        A look runs on `looks`' thread, and its answer is taken at the first call after it ended:
+        it is hundreds of system calls, each giving the GIL away, and beside the export thread's
+        Python each took it back only after a switch interval (a 4 ms look took 25 ms of the
+        engine's thread). The first answer is waited for: the first transaction is sized by it."""
+        if self._looking is not None and self._looking.done():
+            self._take()
         now = self.clock()
         alone = not self._others_seen
         every = min(HELD_EVERY_S, max(ALONE_HELD_EVERY_S, self._look_s / LOOK_SHARE)) if alone else HELD_EVERY_S
-        if self._held is None or now - self._held_at < every:
+        if self._held is None or self._looking is not None or now - self._held_at < every:
             return
-        began = time.perf_counter()
+        self._held_at = now
+        self._looking = self._looks.submit(self._looked, alone)
+        if not self._answered or self._looking.done():
+            self._take()
+
+    def _looked(self, alone: bool) -> "_Looked":
+        """One look (on `looks`' thread): its cost is the CPU time it took, not the GIL's waits."""
+        began = time.thread_time()
         free = _answer(self._free, failed=False) if alone and self._free is not None else None
         held = False if free else _answer(self._held, failed=True)  # a look that fails: as if it were held
-        self._look_s = time.perf_counter() - began
-        self._held_at, self._held_now = now, held
+        return _Looked(free, held, time.thread_time() - began)
+
+    def _take(self) -> None:
+        free, held, self._look_s = self._looking.result()
+        self._looking, self._answered, self._held_now = None, True, held
         if held or free is False or self._look_s > LOOK_SHARE * HELD_EVERY_S:
             self._others_seen = True
 
@@ -218,6 +245,21 @@ class Turns:
         that holds no lock, its SQLite's locks lost, is seen by the next look; until then it meets
         the few lock-free ms between our transactions, as it met a token pause)."""
         return 0.0 if self._peers is not None and not self._others_seen else MIN_S
+
+
+class _Looked(NamedTuple):
+    free: bool | None  # None: not asked (not alone)
+    held: bool
+    cost_s: float  # the CPU time the look took
+
+
+class _Here(Executor):
+    """Looks run on the caller's thread, each done when `submit` returns (Turns' default: tests)."""
+
+    def submit(self, fn, /, *args, **kwargs) -> Future:
+        done: Future = Future()
+        done.set_result(fn(*args, **kwargs))
+        return done
 
 
 def _answer(look: Callable[[], bool], failed: bool) -> bool:
