@@ -127,8 +127,8 @@ def floor(source: Path, transactions: int, journal: str | None, apsw: bool) -> d
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("a", type=Path)
-    parser.add_argument("b", type=Path)
+    parser.add_argument("a", type=lambda p: Path(p).resolve())  # resolved: its purges run from another folder
+    parser.add_argument("b", type=lambda p: Path(p).resolve())
     parser.add_argument("--workload", default="W1", choices=("W1", "W10", *bench.REALISTIC))
     parser.add_argument("--r-scale", type=float, default=1.0, help="R's or RF's size (1: ~1 GB; 0.05: ~50 MB)")
     parser.add_argument("--runs", type=int, default=5)
