@@ -15,6 +15,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Callable
 
 import peewee
 import pytest
@@ -281,32 +282,73 @@ def test_a_look_too_dear_to_take_often_ends_being_alone(tmp_path):
     db.close()
 
 
-def test_the_looks_run_on_a_thread_of_their_own_and_only_the_first_is_waited_for(tmp_path):
-    db = wal_store(tmp_path / "s.db")
-    clock = SleepClock()
-    gate, looked = threading.Event(), []
-
-    def free():  # free at the first look; the second is slow, and finds a holder
+def _gated_looks(gate: threading.Event, looked: list, second_finds: bool):
+    """`free` for Turns: the store free at the first look; the second waits for `gate`, then finds
+    a holder if `second_finds`."""
+    def free():
         looked.append(threading.current_thread().name)
         if len(looked) == 2:
             gate.wait(10)
-        return len(looked) == 1
+            return not second_finds
+        return True
+    return free
 
-    looks = ThreadPoolExecutor(1, thread_name_prefix="looks")
-    turns = Turns(db, clock=clock, sleep=clock.sleep, held=lambda: False, free=free, looks=looks)
-    assert turns.alone and looked == ["looks_0"]  # the first answer waited for: it sizes the first transaction
+
+def _until(done: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + 10
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def test_the_looks_run_on_a_thread_of_their_own_and_only_the_first_is_waited_for(tmp_path):
+    from hermes_admin.profile.engine.turns import LATE_S, _Aside
+    db = wal_store(tmp_path / "s.db")
+    clock = SleepClock()
+    gate, looked = threading.Event(), []
+    turns = Turns(db, clock=clock, sleep=clock.sleep, held=lambda: False, looks=_Aside(),
+                  free=_gated_looks(gate, looked, second_finds=True))
+    assert turns.alone and looked == ["hermes-admin-look"]  # the first answer waited for: it sizes the first transaction
     clock.sleep(ALONE_HELD_EVERY_S)
     began = time.monotonic()
     assert turns.alone and time.monotonic() - began < 5  # the second under way on its thread, not waited for
-    while len(looked) < 2 and time.monotonic() - began < 10:
-        time.sleep(0.01)
-    clock.sleep(ALONE_HELD_EVERY_S)
+    _until(lambda: len(looked) == 2)
+    clock.sleep(LATE_S * 0.8)
     assert turns.alone and len(looked) == 2  # none begins while one is under way
     gate.set()
-    looks.submit(lambda: None).result()  # the look has ended (one thread: in turn)
-    assert not turns.alone  # its answer taken at the first call after it ended
-    turns.close()
-    assert looks._shutdown
+    _until(lambda: turns._looking.done())
+    assert not turns.alone  # its answer taken at the first call after it ended: a holder
+    db.close()
+
+
+def test_a_look_not_back_in_time_counts_as_one_that_failed(tmp_path):
+    from hermes_admin.profile.engine.turns import ACTIVE_S, LATE_S, _Aside
+    db = wal_store(tmp_path / "s.db")
+    clock = SleepClock()
+    gate, looked = threading.Event(), []
+    turns = Turns(db, clock=clock, sleep=clock.sleep, held=lambda: False, looks=_Aside(),
+                  free=_gated_looks(gate, looked, second_finds=False))
+    assert turns.alone and not turns.others_may_write
+    clock.sleep(ALONE_HELD_EVERY_S)
+    assert turns.alone  # the second look begins
+    _until(lambda: len(looked) == 2)
+    clock.sleep(LATE_S * 1.1)  # a starved thread, or a file system that does not answer
+    assert not turns.alone and turns.others_may_write  # we cannot watch closely enough: as if held
+    gate.set()
+    _until(lambda: turns._looking.done())
+    clock.sleep(ACTIVE_S)
+    assert not turns.alone and not turns.others_may_write  # back, it says nobody holds it: no pauses, still careful
+    db.close()
+
+
+def test_the_first_look_is_waited_for_no_longer_than_a_late_one(tmp_path):
+    from hermes_admin.profile.engine.turns import LATE_S, _Aside
+    db = wal_store(tmp_path / "s.db")
+    gate = threading.Event()
+    turns = Turns(db, held=lambda: False, free=lambda: gate.wait(10), looks=_Aside())
+    began = time.monotonic()
+    assert not turns.alone and turns.others_may_write  # not back in time: as if held
+    assert LATE_S <= time.monotonic() - began < 5
+    gate.set()
     db.close()
 
 

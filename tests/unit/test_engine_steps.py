@@ -277,8 +277,8 @@ def test_fold_reports_what_a_failed_call_did_then_raises_its_own_error():
     (lambda units: units[::-1], "retention", set()),  # in another order (its rowids read again)
     (lambda units: units[1:], "retention", set()),  # one of them gone meanwhile: exported, and kept
     (lambda units: units[:1], "retention", set()),  # the others gone: a batch of none of its units let go
-    (lambda units: units, "budget", {"b", "c", "d"}),  # asked otherwise: those exports let go, not used
-])
+    (lambda units: units, "budget", {"b", "c", "d"}),  # asked otherwise: those exports let go (begun or
+])                                                      # cancelled before they began), not used
 def test_the_next_parts_first_exports_are_taken_by_the_delete_that_holds_their_units(profile, monkeypatch, first_batch,
                                                                                       then, reason, twice):
     from hermes_admin.profile.engine import export_ahead
@@ -293,8 +293,10 @@ def test_the_next_parts_first_exports_are_taken_by_the_delete_that_holds_their_u
 
     with Engine(profile) as engine:
         engine.batched(two_parts)
-    exported = [unit[0] for export in (profile.home / ".hermes-admin" / "exports").glob(f"*{exports.SUFFIX}")
-                for member in exports.load_manifest(export)["members"] for unit in member["units"]]
-    assert {sid for sid in exported if exported.count(sid) > 1} == twice  # a wrong word costs an export
-    assert {"a"} | {u.session_id for u in then(coming)} <= set(exported)  # every unit exported before it went
+    exported = [(unit[0], member["reason"]) for export in (profile.home / ".hermes-admin" / "exports").glob(
+                f"*{exports.SUFFIX}") for member in exports.load_manifest(export)["members"] for unit in member["units"]]
+    sids = [sid for sid, _ in exported]
+    assert {sid for sid in sids if sids.count(sid) > 1} <= twice  # a wrong word costs an export, at most
+    # every unit exported, as the delete that took it was asked, before it went
+    assert {("a", "retention")} | {(u.session_id, reason) for u in then(coming)} <= set(exported)
     assert row_ids(profile.store_path) == {u.session_id for u in coming} - {u.session_id for u in then(coming)}

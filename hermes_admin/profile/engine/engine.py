@@ -161,7 +161,7 @@ class Engine:
         removed: list[dict] = []
         export = self.export.path if self.export is not None else None
         try:
-            for part in (self.turns, self._ahead, self.export, self.bus, self.checkpointer, self.remover):
+            for part in (self._ahead, self.export, self.bus, self.checkpointer, self.remover):
                 if part is not None:  # an export under way finishes (a member is whole or not listed)
                     part.close()
             if self.store is not None:

@@ -25,8 +25,9 @@ then gets its turn).
 from __future__ import annotations
 
 import os
+import threading
 import time
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, wait
 from pathlib import Path
 from typing import Callable, NamedTuple
 
@@ -48,6 +49,7 @@ HELD_EVERY_S = 5.0  # how often the processes holding the store open are looked 
 # ends being alone (we cannot watch closely enough).
 ALONE_HELD_EVERY_S = 0.5
 LOOK_SHARE = 0.02
+LATE_S = ALONE_HELD_EVERY_S  # a look not back this long after it began: as one that failed
 # FTS5 merge steps (most take a few ms) may follow one another without a turn in between for this
 # long: each turn costs about one of the writer's appends. The turn is owed once they stop.
 CHAIN_S = 0.006
@@ -65,7 +67,7 @@ class Turns:
     that nobody else does (the stricter look `alone` needs; None: `held`'s answer is taken)?
     `peers`: does another connection hold the store, asked before every transaction while alone
     (a WAL store: holders.WalPeers; None: not known that cheaply). `looks`: where the looks at the
-    holders run (of_store: a thread of their own; by default on the caller's thread)."""
+    holders run (of_store: a thread of their own each; by default on the caller's thread)."""
 
     def __init__(self, db, clock=time.monotonic, sleep=time.sleep, held: Callable[[], bool] | None = None,
                  free: Callable[[], bool] | None = None, peers: Callable[[], bool] | None = None,
@@ -92,11 +94,7 @@ class Turns:
         named = getattr(db.connection(), "filename", "") or os.path.realpath(path)
         peers = WalPeers(Path(f"{named}-shm")).taken if wal else None
         return cls(db, held=lambda: held_by_its_owner(path), free=lambda: held_by_nobody_else(path, wal),
-                   peers=peers, looks=ThreadPoolExecutor(1, thread_name_prefix="hermes-admin-looks"))
-
-    def close(self) -> None:
-        """No look begins any more (one under way ends by itself: a look is bounded, holders.py)."""
-        self._looks.shutdown(wait=False, cancel_futures=True)
+                   peers=peers, looks=_Aside())
 
     def _data_version(self) -> int:
         faults.point("data_version")
@@ -153,18 +151,21 @@ class Turns:
         A look runs on `looks`' thread, and its answer is taken at the first call after it ended:
         it is hundreds of system calls, each giving the GIL away, and beside the export thread's
         Python each took it back only after a switch interval (a 4 ms look took 25 ms of the
-        engine's thread). The first answer is waited for: the first transaction is sized by it."""
-        if self._looking is not None and self._looking.done():
-            self._take()
+        engine's thread). The first answer is waited for (LATE_S at most): the first transaction
+        is sized by it. One not back within LATE_S counts as a look that failed (held) until it
+        is: we cannot watch closely enough (a starved thread, a file system that does not answer)."""
         now = self.clock()
+        self._answer_if_back(late=now - self._held_at > LATE_S)
         alone = not self._others_seen
         every = min(HELD_EVERY_S, max(ALONE_HELD_EVERY_S, self._look_s / LOOK_SHARE)) if alone else HELD_EVERY_S
         if self._held is None or self._looking is not None or now - self._held_at < every:
             return
         self._held_at = now
         self._looking = self._looks.submit(self._looked, alone)
-        if not self._answered or self._looking.done():
-            self._take()
+        first = not self._answered
+        if first:
+            wait((self._looking,), timeout=LATE_S)
+        self._answer_if_back(late=first)
 
     def _looked(self, alone: bool) -> "_Looked":
         """One look (on `looks`' thread): its cost is the CPU time it took, not the GIL's waits."""
@@ -173,7 +174,15 @@ class Turns:
         held = False if free else _answer(self._held, failed=True)  # a look that fails: as if it were held
         return _Looked(free, held, time.thread_time() - began)
 
-    def _take(self) -> None:
+    def _answer_if_back(self, late: bool) -> None:
+        """The answer of the look under way taken if it is back; if not and it is `late`, as if it
+        had failed (held) until it is."""
+        if self._looking is None:
+            return
+        if not self._looking.done():
+            if late:
+                self._others_seen = self._held_now = True
+            return
         free, held, self._look_s = self._looking.result()
         self._looking, self._answered, self._held_now = None, True, held
         if held or free is False or self._look_s > LOOK_SHARE * HELD_EVERY_S:
@@ -251,6 +260,25 @@ class _Looked(NamedTuple):
     free: bool | None  # None: not asked (not alone)
     held: bool
     cost_s: float  # the CPU time the look took
+
+
+class _Aside(Executor):
+    """Each look on a daemon thread of its own, begun when asked (one every 0.5 s at most): a look
+    stuck in the kernel (a `stat` on a file system that does not answer) never holds up the
+    engine, nor the process's exit, as a pool's thread would."""
+
+    def submit(self, fn, /, *args, **kwargs) -> Future:
+        answer: Future = Future()
+
+        def look() -> None:
+            if answer.set_running_or_notify_cancel():
+                try:
+                    answer.set_result(fn(*args, **kwargs))
+                except BaseException as exc:
+                    answer.set_exception(exc)
+
+        threading.Thread(target=look, name="hermes-admin-look", daemon=True).start()
+        return answer
 
 
 class _Here(Executor):
