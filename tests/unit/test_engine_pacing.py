@@ -340,8 +340,10 @@ def test_a_look_not_back_in_time_counts_as_one_that_failed(tmp_path):
     db.close()
 
 
-def test_the_first_look_is_waited_for_no_longer_than_a_late_one(tmp_path):
-    from hermes_admin.profile.engine.turns import LATE_S, _Aside
+def test_the_first_look_is_waited_for_no_longer_than_a_late_one(tmp_path, monkeypatch):
+    from hermes_admin.profile.engine import turns as turns_module
+    from hermes_admin.profile.engine.turns import _Aside
+    monkeypatch.setattr(turns_module, "LATE_S", LATE_S := 0.5)  # the bound read when waited: shorter here
     db = wal_store(tmp_path / "s.db")
     gate = threading.Event()
     turns = Turns(db, held=lambda: False, free=lambda: gate.wait(10), looks=_Aside())

@@ -49,7 +49,10 @@ HELD_EVERY_S = 5.0  # how often the processes holding the store open are looked 
 # ends being alone (we cannot watch closely enough).
 ALONE_HELD_EVERY_S = 0.5
 LOOK_SHARE = 0.02
-LATE_S = ALONE_HELD_EVERY_S  # a look not back this long after it began: as one that failed
+# A look not back this long after it began counts as one that failed (held), as a look too dear
+# to take every HELD_EVERY_S ends being alone: one starved of the GIL for a second or two by the
+# export thread's Python (each of its system calls takes the GIL back) is still back within it.
+LATE_S = HELD_EVERY_S
 # FTS5 merge steps (most take a few ms) may follow one another without a turn in between for this
 # long: each turn costs about one of the writer's appends. The turn is owed once they stop.
 CHAIN_S = 0.006
