@@ -305,7 +305,9 @@ def test_the_looks_run_on_a_thread_of_their_own_and_only_the_first_is_waited_for
     db = wal_store(tmp_path / "s.db")
     clock = SleepClock()
     gate, looked = threading.Event(), []
-    turns = Turns(db, clock=clock, sleep=clock.sleep, held=lambda: False, looks=_Aside(),
+    held_on = []
+    turns = Turns(db, clock=clock, sleep=clock.sleep, looks=_Aside(),
+                  held=lambda: held_on.append(threading.current_thread().name) or False,
                   free=_gated_looks(gate, looked, second_finds=True))
     assert turns.alone and looked == ["hermes-admin-look"]  # the first answer waited for: it sizes the first transaction
     clock.sleep(ALONE_HELD_EVERY_S)
@@ -317,6 +319,8 @@ def test_the_looks_run_on_a_thread_of_their_own_and_only_the_first_is_waited_for
     gate.set()
     _until(lambda: turns._looking.done())
     assert not turns.alone  # its answer taken at the first call after it ended: a holder
+    clock.sleep(HELD_EVERY_S)
+    assert not turns.others_may_write and held_on[-1] == threading.current_thread().name  # careful: looked in place
     db.close()
 
 

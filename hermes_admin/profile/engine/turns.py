@@ -77,7 +77,7 @@ class Turns:
                  looks: Executor | None = None):
         self.db, self.clock, self.sleep, self._held = db, clock, sleep, held
         self._free, self._peers = free, peers
-        self._looks = looks or _Here()
+        self._looks = looks or _HERE
         self._looking: Future | None = None  # a look under way: its answer is taken once it is done
         self._answered = False  # the first look's answer taken (it is waited for)
         self._held_at, self._held_now = float("-inf"), False  # when it was last asked, and its answer
@@ -164,7 +164,10 @@ class Turns:
         if self._held is None or self._looking is not None or now - self._held_at < every:
             return
         self._held_at = now
-        self._looking = self._looks.submit(self._looked, alone)
+        # Aside only while alone, where the looks come twice a second; once anybody is seen, in
+        # place every HELD_EVERY_S, as before: no thread of Python is added beside the export's
+        # while a writer waits on us (in a rollback journal our commits wait for its reads).
+        self._looking = (self._looks if alone else _HERE).submit(self._looked, alone)
         first = not self._answered
         if first:
             wait((self._looking,), timeout=LATE_S)
@@ -291,6 +294,9 @@ class _Here(Executor):
         done: Future = Future()
         done.set_result(fn(*args, **kwargs))
         return done
+
+
+_HERE = _Here()
 
 
 def _answer(look: Callable[[], bool], failed: bool) -> bool:
