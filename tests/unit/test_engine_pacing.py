@@ -301,7 +301,7 @@ def _until(done: Callable[[], bool]) -> None:
 
 
 def test_the_looks_run_on_a_thread_of_their_own_and_only_the_first_is_waited_for(tmp_path):
-    from hermes_admin.profile.engine.turns import LATE_S, _Aside
+    from hermes_admin.profile.engine.turns import _Aside
     db = wal_store(tmp_path / "s.db")
     clock = SleepClock()
     gate, looked = threading.Event(), []
@@ -314,7 +314,7 @@ def test_the_looks_run_on_a_thread_of_their_own_and_only_the_first_is_waited_for
     began = time.monotonic()
     assert turns.alone and time.monotonic() - began < 5  # the second under way on its thread, not waited for
     _until(lambda: len(looked) == 2)
-    clock.sleep(LATE_S * 0.8)
+    clock.sleep(HELD_EVERY_S)
     assert turns.alone and len(looked) == 2  # none begins while one is under way
     gate.set()
     _until(lambda: turns._looking.done())
@@ -324,8 +324,10 @@ def test_the_looks_run_on_a_thread_of_their_own_and_only_the_first_is_waited_for
     db.close()
 
 
-def test_a_look_not_back_in_time_counts_as_one_that_failed(tmp_path):
-    from hermes_admin.profile.engine.turns import ACTIVE_S, LATE_S, _Aside
+def test_a_look_not_back_in_time_counts_as_one_that_failed(tmp_path, monkeypatch):
+    from hermes_admin.profile.engine import turns as turns_module
+    from hermes_admin.profile.engine.turns import ACTIVE_S, _Aside
+    monkeypatch.setattr(turns_module, "LATE_S", LATE_S := 0.3)  # real time, whatever the turns' clock: shorter here
     db = wal_store(tmp_path / "s.db")
     clock = SleepClock()
     gate, looked = threading.Event(), []
@@ -335,7 +337,7 @@ def test_a_look_not_back_in_time_counts_as_one_that_failed(tmp_path):
     clock.sleep(ALONE_HELD_EVERY_S)
     assert turns.alone  # the second look begins
     _until(lambda: len(looked) == 2)
-    clock.sleep(LATE_S * 1.1)  # a starved thread, or a file system that does not answer
+    time.sleep(LATE_S * 1.1)  # a starved thread, or a file system that does not answer
     assert not turns.alone and turns.others_may_write  # we cannot watch closely enough: as if held
     gate.set()
     _until(lambda: turns._looking.done())

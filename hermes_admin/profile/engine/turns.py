@@ -81,6 +81,7 @@ class Turns:
         self._looking: Future | None = None  # a look under way: its answer is taken once it is done
         self._answered = False  # the first look's answer taken (it is waited for)
         self._held_at, self._held_now = float("-inf"), False  # when it was last asked, and its answer
+        self._looked_at = float("inf")  # when the look under way began, in real time (LATE_S)
         self._version = self._data_version()
         self._other_at = float("-inf")  # when another connection was last seen committing
         self.paused_s = 0.0
@@ -158,12 +159,12 @@ class Turns:
         is sized by it. One not back within LATE_S counts as a look that failed (held) until it
         is: we cannot watch closely enough (a starved thread, a file system that does not answer)."""
         now = self.clock()
-        self._answer_if_back(late=now - self._held_at > LATE_S)
+        self._answer_if_back(late=time.monotonic() - self._looked_at > LATE_S)  # real time: a test's clock is not
         alone = not self._others_seen
         every = min(HELD_EVERY_S, max(ALONE_HELD_EVERY_S, self._look_s / LOOK_SHARE)) if alone else HELD_EVERY_S
         if self._held is None or self._looking is not None or now - self._held_at < every:
             return
-        self._held_at = now
+        self._held_at, self._looked_at = now, time.monotonic()
         # Aside only while alone, where the looks come twice a second; once anybody is seen, in
         # place every HELD_EVERY_S, as before: no thread of Python is added beside the export's
         # while a writer waits on us (in a rollback journal our commits wait for its reads).
