@@ -70,7 +70,8 @@ class Turns:
     that nobody else does (the stricter look `alone` needs; None: `held`'s answer is taken)?
     `peers`: does another connection hold the store, asked before every transaction while alone
     (a WAL store: holders.WalPeers; None: not known that cheaply). `looks`: where the looks at the
-    holders run (of_store: a thread of their own each; by default on the caller's thread)."""
+    holders run while alone (of_store: a thread of their own each; by default, and always once
+    anybody is seen, on the caller's thread)."""
 
     def __init__(self, db, clock=time.monotonic, sleep=time.sleep, held: Callable[[], bool] | None = None,
                  free: Callable[[], bool] | None = None, peers: Callable[[], bool] | None = None,
@@ -152,7 +153,7 @@ class Turns:
         anybody was seen; while alone more often, and `free` first (the stricter look): a store
         not known to be free, or a look too dear to take that often, ends being alone.
 
-        A look runs on `looks`' thread, and its answer is taken at the first call after it ended:
+        While alone a look runs on `looks`' thread, its answer taken at the first call after it ended:
         it is hundreds of system calls, each giving the GIL away, and beside the export thread's
         Python each took it back only after a switch interval (a 4 ms look took 25 ms of the
         engine's thread). The first answer is waited for (LATE_S at most): the first transaction
