@@ -45,6 +45,14 @@ DEFAULT_LOCK_WAIT_S = 300.0
 # for 64 MiB on ext4).
 WAL_SIZE_LIMIT = 4 * 1024 * 1024
 WAL_CUT_STEP = 64 * 1024 * 1024
+# In a rollback journal, a transaction whose changed pages outgrow the page cache writes some of
+# them into the database file before its COMMIT (a "spill"), which takes the exclusive lock: while
+# any reader holds the store (one of Hermes', our export's), each spilling statement waits out the
+# whole busy timeout with the write lock held (and Hermes' writer waiting for it), then goes on
+# without spilling. Our transactions are short (pacer.py) and change a few MB at most: they keep
+# their pages in memory up to this many (64 MiB at Hermes' 4 KiB pages). A VACUUM, which changes
+# every page, still spills past it.
+SPILL_PAGES = 16384
 PATIENCE_CAP = 4  # progress or not, a wait ends after this many lock waits
 SAY_WAIT_S = 2.0  # a wait on the lock this long is told on stderr
 
@@ -140,13 +148,14 @@ def open_readwrite(path: Path, lock_wait_s: float | None = None) -> peewee.Sqlit
 
     Automatic checkpoints are off for this connection only (a per-connection
     setting; the file is not changed): SQLite would run them inside COMMIT, so
-    the engine runs PASSIVE checkpoints itself, between transactions.
+    the engine runs PASSIVE checkpoints itself, between transactions. So is the
+    spilling of a transaction's pages before its commit, up to SPILL_PAGES.
     """
     db = StoreDatabase(
         str(Path(path).absolute()),
         timeout=WRITE_BUSY_TIMEOUT_S,
         lock_type="IMMEDIATE",
-        pragmas={"foreign_keys": 1, "wal_autocheckpoint": 0},
+        pragmas={"foreign_keys": 1, "wal_autocheckpoint": 0, "cache_spill": SPILL_PAGES},
         lock_wait_s=lock_wait_s,  # write_transaction's patience too
     )
     db.connect()
