@@ -8,7 +8,8 @@ import pytest
 
 from hermes_admin.model import Profile
 from hermes_admin.profile.store import Store, StoreError
-from hermes_admin.profile.store.connect import WriteLockHeld, open_readwrite, write_transaction
+from hermes_admin.profile.store import pragmas
+from hermes_admin.profile.store.connect import SPILL_PAGES, WriteLockHeld, open_readwrite, write_transaction
 from hermes_admin.synth.builder import SynthStore
 from tests.helpers import SleepClock, other_connection
 
@@ -281,6 +282,23 @@ def test_a_write_transaction_waits_for_no_reader_before_its_commit(tmp_path, spi
         assert spilled == 0 and took[0] < 0.4
     else:  # the test's own check: these statements do spill, and each waits the busy timeout
         assert spilled > 0 and took[0] >= 0.6
+
+
+def test_a_vacuum_spills_as_sqlite_does_and_the_connection_keeps_its_setting(tmp_path):
+    """A VACUUM changes every page: kept in memory to its COMMIT, as the engine's short transactions
+    keep theirs, they would all add to the run's memory."""
+    path = tmp_path / "state.db"
+    SynthStore(path, version=30, journal="delete").close()
+    db = open_readwrite(path)
+    db.execute_sql("CREATE TABLE filler(x)")
+    db.execute_sql("WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < 300) "
+                   "INSERT INTO filler SELECT randomblob(3000) FROM s")  # ~300 pages, under SPILL_PAGES
+    db.execute_sql("PRAGMA cache_size=20")
+    spills = db.connection().status(apsw.SQLITE_DBSTATUS_CACHE_SPILL)[0]
+    pragmas.vacuum(db)
+    assert db.connection().status(apsw.SQLITE_DBSTATUS_CACHE_SPILL)[0] > spills
+    assert db.execute_sql("PRAGMA cache_spill").fetchone() == (SPILL_PAGES,)
+    db.close()
 
 
 @pytest.mark.parametrize("writable", [False, True])

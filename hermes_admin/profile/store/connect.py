@@ -51,8 +51,8 @@ WAL_CUT_STEP = 64 * 1024 * 1024
 # whole busy timeout with the write lock held (and Hermes' writer waiting for it), then goes on
 # without spilling. Our transactions are short (pacer.py): with SQLite's own 2 MB cache, 3 of 1,387
 # of them spilled on a real store's purge. They keep their pages in memory up to this many (16 MiB at
-# Hermes' 4 KiB pages); a VACUUM, which changes every page, still spills past it, within the
-# memory a run may take.
+# Hermes' 4 KiB pages). A VACUUM, which changes every page, spills as SQLite's default does
+# (pragmas.vacuum).
 SPILL_PAGES = 4096
 PATIENCE_CAP = 4  # progress or not, a wait ends after this many lock waits
 SAY_WAIT_S = 2.0  # a wait on the lock this long is told on stderr
