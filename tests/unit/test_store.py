@@ -246,6 +246,11 @@ def test_a_wal_another_writer_blew_up_is_cut_back_at_our_next_commit(tmp_path, m
         holder.close()
 
 
+def _spills(db) -> int:
+    """How many times this connection's page cache has written pages out before a COMMIT."""
+    return db.connection().status(apsw.SQLITE_DBSTATUS_CACHE_SPILL)[0]
+
+
 @pytest.mark.parametrize("spill", ["as opened", "as SQLite does by default"])
 def test_a_write_transaction_waits_for_no_reader_before_its_commit(tmp_path, spill):
     """In a rollback journal, changed pages written out before COMMIT (a cache spill) take the
@@ -259,7 +264,7 @@ def test_a_write_transaction_waits_for_no_reader_before_its_commit(tmp_path, spi
     db.execute_sql("PRAGMA cache_size=20")  # outgrown by these inserts, as the default is by a big delete
     if spill != "as opened":
         db.execute_sql("PRAGMA cache_spill=20")  # past the cache, as SQLite's default
-    spills = db.connection().status(apsw.SQLITE_DBSTATUS_CACHE_SPILL)[0]
+    spills = _spills(db)
     reader.execute("BEGIN")
     reader.execute("SELECT COUNT(*) FROM sessions").fetchall()  # its read lock, held
     took = []
@@ -274,7 +279,7 @@ def test_a_write_transaction_waits_for_no_reader_before_its_commit(tmp_path, spi
         reader.execute("COMMIT")  # the reader done: our COMMIT goes through
 
     write_transaction(db, work, patience_s=5)
-    spilled = db.connection().status(apsw.SQLITE_DBSTATUS_CACHE_SPILL)[0] - spills
+    spilled = _spills(db) - spills
     assert db.execute_sql("SELECT COUNT(*) FROM state_meta WHERE key LIKE 'k%'").fetchone() == (50,)
     db.close()
     reader.close()
@@ -294,9 +299,9 @@ def test_a_vacuum_spills_as_sqlite_does_and_the_connection_keeps_its_setting(tmp
     db.execute_sql("WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < 300) "
                    "INSERT INTO filler SELECT randomblob(3000) FROM s")  # ~300 pages, under SPILL_PAGES
     db.execute_sql("PRAGMA cache_size=20")
-    spills = db.connection().status(apsw.SQLITE_DBSTATUS_CACHE_SPILL)[0]
+    spills = _spills(db)
     pragmas.vacuum(db)
-    assert db.connection().status(apsw.SQLITE_DBSTATUS_CACHE_SPILL)[0] > spills
+    assert _spills(db) > spills
     assert db.execute_sql("PRAGMA cache_spill").fetchone() == (SPILL_PAGES,)
     db.close()
 
