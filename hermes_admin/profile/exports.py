@@ -16,7 +16,8 @@ units) gains the member's line, fsynced. A member the manifest does not list was
 a last line cut short by a crash is one. Lines are appended, never rewritten: rewriting the
 whole manifest for each member made the export of many units quadratic.
 
-Messages go into the compressor a few dozen KB at a time (PUT_CHARS, plus one message) and are
+Messages go into the compressor a few dozen KB at a time (PUT_CHARS, plus one message), encoded by
+json_bytes, and are
 read back one at a time (`read_member`), so a unit of thousands of 50,000-character messages never
 sits in memory whole.
 """
@@ -43,7 +44,7 @@ from typing import Callable, Iterator
 
 from hermes_admin.model import Profile
 from hermes_admin.plain_files import NotPlain, open_plain, read_plain
-from hermes_admin.profile import transcripts
+from hermes_admin.profile import json_bytes, transcripts
 from hermes_admin.profile.store.files import FileIndex
 from hermes_admin.profile.store.sql import column_names, journal
 from hermes_admin.profile.store.unit_rows import messages_of, names_prompts, prompts_of, session_rows, usage_rows
@@ -116,16 +117,6 @@ class Exported:
         return cls(**{k: v for k, v in record.items() if k not in ("store_version", "files_left")})
 
 
-def _default(value):
-    if isinstance(value, bytes):  # BLOBs: Hermes' columns are text, but a store may hold anything
-        return {"$bytes": base64.b64encode(value).decode("ascii")}
-    raise TypeError(f"cannot export a {type(value).__name__}")
-
-
-_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=_default)
-dumps = _ENCODER.encode  # one encoder for every value: json.dumps would make one a call
-
-
 def decode_value(value):
     """A column's value as it was: a BLOB from its `$bytes`; anything not a plain SQL value is refused."""
     if isinstance(value, dict) and set(value) == {"$bytes"} and isinstance(value["$bytes"], str):
@@ -148,10 +139,10 @@ def fingerprint(names: list[str], rows: list[tuple]) -> str:
     exported ahead of that is the same conversation)."""
     skip = names.index("parent_session_id") if "parent_session_id" in names else None
     kept = [r[:skip] + r[skip + 1:] if skip is not None else r for r in rows]
-    return hashlib.sha256(dumps(sorted(kept, key=lambda r: str(r[0]))).encode()).hexdigest()
+    return hashlib.sha256(json_bytes.standard(sorted(kept, key=lambda r: str(r[0])))).hexdigest()
 
 
-PUT_CHARS = 1 << 16  # encoded text held before it is compressed (plus one message: memory stays flat)
+PUT_CHARS = 1 << 16  # encoded bytes held before it is compressed (plus one message: memory stays flat)
 
 
 def message_columns(db) -> list[str]:
@@ -251,8 +242,7 @@ class ExportFile:
         try:
             with os.fdopen(os.dup(self._fd), "ab") as out:
 
-                def put(text: str) -> None:
-                    data = text.encode("utf-8", "surrogatepass")
+                def put(data: bytes) -> None:
                     digest.update(data)
                     size[0] += len(data)
                     out.write(compressor.compress(data))
@@ -306,25 +296,25 @@ class ExportFile:
                 record["session_model_usage"] = usage.get(sid, [])
             if schema.has_table("system_prompts") and names_prompts(record):
                 record["system_prompts"] = prompts_of(db, schema, record)
-            head = dumps(record)
-            put(head[:-1] + ("," if len(head) > 2 else ""))
+            head = json_bytes.standard(record)
+            put(head[:-1] + (b"," if len(head) > 2 else b""))
             transcripts.put_carried(index, sid, put, left)  # `files`, streamed; before `messages`, which comes last
-            put('"messages":[')
+            put(b'"messages":[')
             names = message_columns(db)
-            held: list[str] = []  # encoded messages not yet compressed: a few put()s a session, not one a message
+            held: list[bytes] = []  # encoded messages not yet compressed: a few put()s a session, not one a message
             size = put_before = 0  # this session's messages already put
             for message in messages_of(db, sid, names):
-                text = dumps(dict(zip(names, message)))
+                text = json_bytes.row(names, message)
                 held.append(text)
                 size += len(text)
                 weight += len(text) + ROW_WEIGHT
                 if isinstance(message[0], int) and message[0] > max_id:
                     max_id = message[0]
                 if size >= PUT_CHARS:
-                    put(("," if put_before else "") + ",".join(held))
+                    put((b"," if put_before else b"") + b",".join(held))
                     put_before += len(held)
                     held, size = [], 0
-            put(("," if held and put_before else "") + ",".join(held) + "]}\n")
+            put((b"," if held and put_before else b"") + b",".join(held) + b"]}\n")
             messages += put_before + len(held)
         return Exported(str(self.path), 0, 0, len(rows), messages, weight, max_id, fingerprint(columns, rows),
                         files_left=tuple(left))

@@ -19,23 +19,23 @@ from __future__ import annotations
 import base64
 import codecs
 import errno
-import json
 import math
 import os
 from pathlib import Path
 from typing import Callable, Iterator
 
 from hermes_admin.plain_files import read_plain
+from hermes_admin.profile import json_bytes
 from hermes_admin.profile.store.files import FileIndex, session_id_of, unsafe_id
 
 FILES_MAX = 16 << 20  # bytes of one session's files an export carries: a request dump is ~1 MB, a snapshot less
 
 
-def put_carried(index: FileIndex | None, sid: str, put: Callable[[str], None], left: list[str]) -> None:
+def put_carried(index: FileIndex | None, sid: str, put: Callable[[bytes], None], left: list[str]) -> None:
     """The `"files":[...],` of session `sid`'s export record, through `put` a piece at a time (a file
     is never held as text whole: memory stays flat, as for messages); what is not carried, and
     why, goes into `left` (one line a file, naming it)."""
-    put('"files":[')
+    put(b'"files":[')
     total, first = 0, True
     for found in index.files_of(sid) if index is not None and not unsafe_id(sid) else ():
         if found.is_symlink:
@@ -52,17 +52,16 @@ def put_carried(index: FileIndex | None, sid: str, put: Callable[[str], None], l
             continue
         total += len(data)
         text = _utf8(data)
-        put(("" if first else ",") + '{"name":' + _ENCODE(found.name) + ',"mtime":' + _ENCODE(found.mtime)
-            + (',"text":"' if text else ',"bytes":"'))
+        put((b"" if first else b",") + b'{"name":' + json_bytes.text(found.name) + b',"mtime":'
+            + json_bytes.standard(found.mtime) + (b',"text":"' if text else b',"bytes":"'))
         for piece in _pieces(data, text):
             put(piece)
-        put('"}')
+        put(b'"}')
         first = False
-    put("],")
+    put(b"],")
 
 
 PIECE = 3 << 14  # bytes of a file encoded at a time: a multiple of 3, so that base64 pieces join into one
-_ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
 def _utf8(data: bytes) -> bool:
@@ -77,15 +76,15 @@ def _utf8(data: bytes) -> bool:
     return True
 
 
-def _pieces(data: bytes, text: bool) -> Iterator[str]:
+def _pieces(data: bytes, text: bool) -> Iterator[bytes]:
     """The inside of one JSON string holding `data`: its text escaped, or its base64."""
     decoder = codecs.getincrementaldecoder("utf-8")()
     for at in range(0, len(data), PIECE):
         chunk = data[at:at + PIECE]
         if text:
-            yield _ENCODE(decoder.decode(chunk, final=at + PIECE >= len(data)))[1:-1]
+            yield json_bytes.text(decoder.decode(chunk, final=at + PIECE >= len(data)))[1:-1]
         else:
-            yield base64.b64encode(chunk).decode("ascii")
+            yield base64.b64encode(chunk)
 
 
 def put_back(folder: Path, sid: str, items, dry_run: bool) -> tuple[int, list[str]]:
