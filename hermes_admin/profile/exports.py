@@ -97,7 +97,7 @@ class Exported:
     length: int
     sessions: int
     messages: int
-    weight: int  # bytes of its messages' JSON, plus a fixed cost per row (ExportAhead._weigh's measure)
+    weight: int  # characters of its messages' JSON, plus a fixed cost per row (ExportAhead._weigh's measure)
     max_message_id: int  # any message id above it is new since the export
     fingerprint: str  # of its session rows as exported
     # The deleting connection's `PRAGMA data_version` before the export read the store (export_ahead.py):
@@ -307,7 +307,7 @@ class ExportFile:
                 text = json_bytes.row(names, message)
                 held.append(text)
                 size += len(text)
-                weight += len(text) + ROW_WEIGHT
+                weight += json_bytes.chars(text) + ROW_WEIGHT
                 if isinstance(message[0], int) and message[0] > max_id:
                     max_id = message[0]
                 if size >= PUT_CHARS:

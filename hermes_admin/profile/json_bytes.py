@@ -54,6 +54,12 @@ def row(names, values) -> bytes:
     return standard(dict(zip(names, values)))
 
 
+def chars(data: bytes) -> int:
+    """How many characters the JSON `data` holds: the engine weighs rows in characters (what SQLite's
+    `length()` counts), whichever encoder wrote them."""
+    return len(data) if data.isascii() else len(data.decode("utf-8", "surrogatepass"))
+
+
 def text(value: str) -> bytes:
     """A string as a JSON string, quotes included."""
     if orjson is not None:

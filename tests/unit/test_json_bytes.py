@@ -33,7 +33,9 @@ def test_a_row_reads_back_as_its_values(monkeypatch, with_orjson, values, blob):
         monkeypatch.setattr(json_bytes, "orjson", None)
     elif json_bytes.orjson is None:
         pytest.skip("no orjson on this machine")
-    read = _read(json_bytes.row(NAMES, values))
+    data = json_bytes.row(NAMES, values)
+    assert json_bytes.chars(data) == len(data.decode("utf-8", "surrogatepass"))  # rows are weighed in characters
+    read = _read(data)
     assert list(read) == NAMES
     assert [read[n] for n in NAMES[:-1]] == list(values[:-1])
     assert read["blob"] == (blob if blob is not None else values[-1])
