@@ -16,10 +16,9 @@ units) gains the member's line, fsynced. A member the manifest does not list was
 a last line cut short by a crash is one. Lines are appended, never rewritten: rewriting the
 whole manifest for each member made the export of many units quadratic.
 
-Messages go into the compressor a few dozen KB at a time (PUT_CHARS, plus one message), encoded by
-json_bytes, and are
-read back one at a time (`read_member`), so a unit of thousands of 50,000-character messages never
-sits in memory whole.
+Messages are encoded by json_bytes, go into the compressor a few dozen KB at a time (PUT_BYTES,
+plus one message) and are read back one at a time (`read_member`), so a unit of thousands of
+50,000-character messages never sits in memory whole.
 """
 
 from __future__ import annotations
@@ -142,7 +141,7 @@ def fingerprint(names: list[str], rows: list[tuple]) -> str:
     return hashlib.sha256(json_bytes.standard(sorted(kept, key=lambda r: str(r[0])))).hexdigest()
 
 
-PUT_CHARS = 1 << 16  # encoded bytes held before it is compressed (plus one message: memory stays flat)
+PUT_BYTES = 1 << 16  # encoded messages held before they are compressed (plus one message: memory stays flat)
 
 
 def message_columns(db) -> list[str]:
@@ -310,7 +309,7 @@ class ExportFile:
                 weight += json_bytes.chars(text) + ROW_WEIGHT
                 if isinstance(message[0], int) and message[0] > max_id:
                     max_id = message[0]
-                if size >= PUT_CHARS:
+                if size >= PUT_BYTES:
                     put((b"," if put_before else b"") + b",".join(held))
                     put_before += len(held)
                     held, size = [], 0

@@ -44,27 +44,28 @@ def _finite(values) -> bool:
     return all(type(v) is not float or math.isfinite(v) for v in values)
 
 
+def _encoded(value) -> bytes:
+    """`value` by orjson, or by the standard library where orjson refuses it (text not UTF-8) or is absent."""
+    if orjson is not None:
+        try:
+            return orjson.dumps(value, default=blob)
+        except orjson.JSONEncodeError:
+            pass
+    return standard(value)
+
+
 def row(names, values) -> bytes:
     """One row as a JSON object of its columns (plain SQL values: text, numbers, BLOBs, NULL)."""
-    if orjson is not None and _finite(values):
-        try:
-            return orjson.dumps(dict(zip(names, values)), default=blob)
-        except orjson.JSONEncodeError:  # text that is not UTF-8
-            pass
-    return standard(dict(zip(names, values)))
+    record = dict(zip(names, values))
+    return _encoded(record) if _finite(values) else standard(record)  # orjson would make an infinity null
+
+
+def text(value: str) -> bytes:
+    """A string as a JSON string, quotes included."""
+    return _encoded(value)
 
 
 def chars(data: bytes) -> int:
     """How many characters the JSON `data` holds: the engine weighs rows in characters (what SQLite's
     `length()` counts), whichever encoder wrote them."""
     return len(data) if data.isascii() else len(data.decode("utf-8", "surrogatepass"))
-
-
-def text(value: str) -> bytes:
-    """A string as a JSON string, quotes included."""
-    if orjson is not None:
-        try:
-            return orjson.dumps(value)
-        except orjson.JSONEncodeError:
-            pass
-    return standard(value)

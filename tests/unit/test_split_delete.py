@@ -583,12 +583,35 @@ def test_exports_kept_forever_are_never_pruned(store, invoke, tmp_path):
         assert path.exists() and "not pruned" not in result.stdout
 
 
-@pytest.mark.parametrize("put_chars", [1, 10 ** 9])  # every message compressed alone; a session's all at once
-def test_an_export_streams_any_grouping_of_messages_back_byte_identical(store, invoke, monkeypatch, put_chars):
+@pytest.mark.parametrize("put_bytes", [1, 10 ** 9])  # every message compressed alone; a session's all at once
+def test_an_export_streams_any_grouping_of_messages_back_byte_identical(store, invoke, monkeypatch, put_bytes):
     from hermes_admin.profile import exports
 
-    monkeypatch.setattr(exports, "PUT_CHARS", put_chars)
+    monkeypatch.setattr(exports, "PUT_BYTES", put_bytes)
     db = store / "state.db"
+    before = contents(db)
+    assert purge(invoke, store).exit_code == 0
+    back = invoke("--root", str(store), "restore", str(only_export(store)), "--yes", "--json")
+    assert back.exit_code == 0, back.stderr
+    assert contents(db) == before and fts_problems(db) == []
+
+
+@pytest.mark.parametrize("with_orjson", [True, False], ids=["orjson", "standard library"])
+def test_an_export_of_any_text_comes_back_byte_identical_by_either_encoder(store, invoke, monkeypatch, with_orjson):
+    """Messages are encoded by orjson where it is installed, else by the standard library
+    (json_bytes.py): either way non-ASCII, escapes and controls come back as they were."""
+    from hermes_admin.profile import json_bytes
+
+    if not with_orjson:
+        monkeypatch.setattr(json_bytes, "orjson", None)
+    elif json_bytes.orjson is None:
+        pytest.skip("no orjson on this machine")
+    db = store / "state.db"
+    conn = sqlite3.connect(db)
+    conn.execute("UPDATE messages SET content = content || ? WHERE session_id IN ('big', 'big-child') AND id % 3 = 0",
+                 (' é 中文 😀 "quoted" \\ \u2028 \x01\n\t',))
+    conn.commit()
+    conn.close()
     before = contents(db)
     assert purge(invoke, store).exit_code == 0
     back = invoke("--root", str(store), "restore", str(only_export(store)), "--yes", "--json")
